@@ -1,0 +1,292 @@
+"""The job: its states, the validation of an enqueue request, and its JSON shape."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+
+class JobState(StrEnum):
+    """The canonical state strings; each names the index that holds jobs in that state."""
+
+    PENDING = "pending"
+    SCHEDULED = "scheduled"
+    PROCESSING = "processing"
+    RETRYING = "retrying"
+    COMPLETED = "completed"
+    DEAD = "dead"
+    CANCELED = "canceled"
+
+
+TYPE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+JOB_ID_PATTERN = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+# Priorities are Redis zset scores (doubles): anything within ±2^31 is exact and ordered.
+PRIORITY_LIMIT = 2**31
+MAX_RETRIES_RANGE = (1, 100)
+DEFAULT_MAX_RETRIES = 3
+# A week: longer per-job limits are almost always a unit mistake (ms given as seconds).
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
+
+REQUEST_FIELDS = frozenset(
+    {"type", "payload", "priority", "max_retries", "scheduled_at", "timeout"}
+)
+LIFECYCLE_FIELDS = frozenset(
+    {
+        "id",
+        "status",
+        "attempts",
+        "recoveries",
+        "created_at",
+        "updated_at",
+        "started_at",
+        "finished_at",
+        "next_retry_at",
+        "last_error",
+        "result",
+        "token",
+        "worker_id",
+    }
+)
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem with one field of a request."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+class ValidationError(ValueError):
+    """Raised when an enqueue request is invalid; carries every problem found."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(str(e) for e in errors))
+
+
+@dataclass(frozen=True)
+class EnqueueRequest:
+    """A validated enqueue request, normalised for storage and idempotency comparison."""
+
+    type: str
+    payload_json: str
+    priority: int = 0
+    max_retries: int = DEFAULT_MAX_RETRIES
+    scheduled_at_ms: int | None = None
+    timeout: float | None = None
+
+    def canonical(self) -> str:
+        """Return one string that is equal for two requests exactly when they mean the same."""
+        return json.dumps(
+            {
+                "type": self.type,
+                "payload": json.loads(self.payload_json),
+                "priority": self.priority,
+                "max_retries": self.max_retries,
+                "scheduled_at_ms": self.scheduled_at_ms,
+                "timeout": self.timeout,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+
+
+def dump_json(value: Any) -> str:
+    """Serialise a payload or result compactly; refuses NaN and Infinity (not JSON)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _is_int(value: Any) -> bool:
+    # bool is a subclass of int in Python, but `true` is not a priority.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def parse_rfc3339_ms(text: str) -> int:
+    """Return epoch milliseconds for an RFC 3339 timestamp that names its zone."""
+    if not isinstance(text, str) or len(text) > 64 or "T" not in text.upper():
+        raise ValueError("must be an RFC 3339 timestamp such as 2026-08-19T15:30:00Z")
+    moment = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise ValueError("must include a time zone (Z or ±hh:mm)")
+    return math.floor(moment.timestamp() * 1000)
+
+
+def validate_enqueue(body: Any) -> EnqueueRequest:
+    """Validate the body of ``POST /enqueue``; raise ValidationError naming every bad field."""
+    if not isinstance(body, Mapping):
+        raise ValidationError([FieldError("body", "must be a JSON object")])
+    errors: list[FieldError] = []
+    lifecycle = sorted(set(body) & LIFECYCLE_FIELDS)
+    if lifecycle:
+        errors.append(
+            FieldError(",".join(lifecycle), "set by the server and cannot be given by a client")
+        )
+    unknown = sorted(set(body) - REQUEST_FIELDS - LIFECYCLE_FIELDS)
+    if unknown:
+        errors.append(FieldError(",".join(unknown), "unknown field"))
+
+    job_type = body.get("type")
+    if job_type is None:
+        errors.append(FieldError("type", "is required"))
+    elif not isinstance(job_type, str) or not TYPE_PATTERN.fullmatch(job_type):
+        errors.append(FieldError("type", "must be 1-128 characters of A-Z a-z 0-9 _ . : -"))
+
+    payload_json = "{}"
+    if "payload" in body:
+        try:
+            payload_json = dump_json(body["payload"])
+        except (TypeError, ValueError):
+            errors.append(FieldError("payload", "must be JSON (no NaN or Infinity)"))
+
+    priority = body.get("priority", 0)
+    if not _is_int(priority) or not -PRIORITY_LIMIT <= priority <= PRIORITY_LIMIT:
+        errors.append(
+            FieldError("priority", f"must be an integer from -2^31 to 2^31 ({priority!r})")
+        )
+
+    max_retries = body.get("max_retries", DEFAULT_MAX_RETRIES)
+    low, high = MAX_RETRIES_RANGE
+    if not _is_int(max_retries) or not low <= max_retries <= high:
+        errors.append(
+            FieldError("max_retries", f"must be an integer from {low} to {high} ({max_retries!r})")
+        )
+
+    scheduled_at_ms = None
+    if body.get("scheduled_at") is not None:
+        try:
+            scheduled_at_ms = parse_rfc3339_ms(body["scheduled_at"])
+        except (TypeError, ValueError, OverflowError) as exc:
+            errors.append(FieldError("scheduled_at", str(exc) or "is not a valid timestamp"))
+
+    timeout = body.get("timeout")
+    if timeout is not None:
+        valid = isinstance(timeout, int | float) and not isinstance(timeout, bool)
+        if not valid or not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT_SECONDS:
+            errors.append(
+                FieldError("timeout", f"must be seconds, above 0 and at most {MAX_TIMEOUT_SECONDS}")
+            )
+
+    if errors:
+        raise ValidationError(errors)
+    return EnqueueRequest(
+        type=job_type,
+        payload_json=payload_json,
+        priority=priority,
+        max_retries=max_retries,
+        scheduled_at_ms=scheduled_at_ms,
+        timeout=float(timeout) if timeout is not None else None,
+    )
+
+
+def format_ms(ms: int | None) -> str | None:
+    """Return epoch milliseconds as RFC 3339 UTC with millisecond precision."""
+    if ms is None:
+        return None
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def _text(raw: Mapping[bytes, bytes], name: str) -> str | None:
+    value = raw.get(name.encode())
+    return None if value is None else value.decode()
+
+
+def _int(raw: Mapping[bytes, bytes], name: str) -> int | None:
+    value = raw.get(name.encode())
+    return None if value is None else int(value)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job's metadata as stored in its Redis hash."""
+
+    id: str
+    type: str
+    status: JobState
+    priority: int
+    max_retries: int
+    attempts: int
+    recoveries: int
+    payload_json: str
+    created_at: int
+    updated_at: int
+    token: int = 0
+    scheduled_at: int | None = None
+    started_at: int | None = None
+    finished_at: int | None = None
+    next_retry_at: int | None = None
+    last_error: str | None = None
+    result_json: str | None = None
+    timeout: float | None = None
+    worker_id: str | None = None
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_hash(cls, raw: Mapping[bytes, bytes]) -> Job:
+        """Build a Job from HGETALL output (bytes keys and values)."""
+        timeout = _text(raw, "timeout")
+        return cls(
+            id=_text(raw, "id") or "",
+            type=_text(raw, "type") or "",
+            status=JobState(_text(raw, "status")),
+            priority=_int(raw, "priority") or 0,
+            max_retries=_int(raw, "max_retries") or DEFAULT_MAX_RETRIES,
+            attempts=_int(raw, "attempts") or 0,
+            recoveries=_int(raw, "recoveries") or 0,
+            payload_json=_text(raw, "payload") or "{}",
+            created_at=_int(raw, "created_at") or 0,
+            updated_at=_int(raw, "updated_at") or 0,
+            token=_int(raw, "token") or 0,
+            scheduled_at=_int(raw, "scheduled_at"),
+            started_at=_int(raw, "started_at"),
+            finished_at=_int(raw, "finished_at"),
+            next_retry_at=_int(raw, "next_retry_at"),
+            last_error=_text(raw, "last_error"),
+            result_json=_text(raw, "result"),
+            timeout=float(timeout) if timeout is not None else None,
+            worker_id=_text(raw, "worker_id"),
+        )
+
+    @property
+    def payload(self) -> Any:
+        """Return the decoded payload."""
+        return json.loads(self.payload_json)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the job's public JSON shape; optional fields only when they apply."""
+        doc: dict[str, Any] = {
+            "id": self.id,
+            "type": self.type,
+            "status": str(self.status),
+            "priority": self.priority,
+            "max_retries": self.max_retries,
+            "attempts": self.attempts,
+            "recoveries": self.recoveries,
+            "payload": self.payload,
+            "created_at": format_ms(self.created_at),
+            "updated_at": format_ms(self.updated_at),
+        }
+        optional = {
+            "scheduled_at": format_ms(self.scheduled_at),
+            "started_at": format_ms(self.started_at),
+            "finished_at": format_ms(self.finished_at),
+            "next_retry_at": format_ms(self.next_retry_at),
+            "last_error": self.last_error,
+            "result": json.loads(self.result_json) if self.result_json is not None else None,
+            "timeout": self.timeout,
+        }
+        doc.update({k: v for k, v in optional.items() if v is not None})
+        if self.result_json == "null":
+            doc["result"] = None
+        return doc

@@ -1,0 +1,86 @@
+#!lua
+-- enqueue: create a job, pending now or scheduled for later, at most once per job id and
+-- at most once per idempotency key.
+--
+-- Invariant: a new job is in exactly one index (pending or scheduled). Repeating the same call
+-- (redis-py retries a command whose reply was lost) creates nothing new: the job id is the
+-- caller's, so a second run finds the job and answers as the first did.
+--
+-- KEYS[1] -> {prefix}job:<id>          the new job's hash
+-- KEYS[2] -> {prefix}pending           zset, score -priority, member <seq>:<id>
+-- KEYS[3] -> {prefix}pending_since     zset, id -> claimable since (ms)
+-- KEYS[4] -> {prefix}seq               FIFO counter
+-- KEYS[5] -> {prefix}wake              capped list of wake-up hints
+-- KEYS[6] -> {prefix}scheduled         zset, id -> scheduled_at (ms)
+-- KEYS[7] -> {prefix}idem:<key>        hash {digest, job_id}; only read when ARGV[8] ~= ''
+--
+-- ARGV[1] -> job id (UUIDv4, chosen by the caller)
+-- ARGV[2] -> type
+-- ARGV[3] -> payload (JSON text)
+-- ARGV[4] -> priority (integer)
+-- ARGV[5] -> max_retries (maximum number of executions)
+-- ARGV[6] -> scheduled_at (ms) or ''
+-- ARGV[7] -> timeout (seconds) or ''
+-- ARGV[8] -> digest of the canonical request, or '' without an idempotency key
+-- ARGV[9] -> idempotency key TTL (ms)
+-- ARGV[10] -> wake list cap
+-- ARGV[11] -> now (ms) override, or '' for Redis TIME
+-- ARGV[12] -> job key prefix ({prefix}job:), to look up the job an idempotency key names: the
+--             one key built here, inside the same hash tag, because only Redis knows that id
+--
+-- Returns {DONE, id, status} for a new job (also when this exact call is repeated),
+--         {DUPLICATE, existing id, status} when the key already names a job for this request,
+--         {CONFLICT, existing id} when the key names a job for a different request.
+
+--- @include "codes"
+--- @include "common"
+
+local job_key = KEYS[1]
+local job_id = ARGV[1]
+local digest = ARGV[8]
+local now = now_ms(ARGV[11])
+
+if redis.call('EXISTS', job_key) == 1 then
+  return {DONE, job_id, redis.call('HGET', job_key, 'status')}
+end
+
+if digest ~= '' then
+  local prior = redis.call('HMGET', KEYS[7], 'digest', 'job_id')
+  if prior[1] then
+    local prior_status = redis.call('HGET', ARGV[12] .. prior[2], 'status')
+    -- A key whose job was already deleted (retention, purge) is forgotten: enqueue anew.
+    if prior_status then
+      if prior[1] ~= digest then
+        return {CONFLICT, prior[2]}
+      end
+      return {DUPLICATE, prior[2], prior_status}
+    end
+  end
+end
+
+redis.call('HSET', job_key, 'id', job_id, 'type', ARGV[2], 'payload', ARGV[3],
+  'priority', ARGV[4], 'max_retries', ARGV[5], 'attempts', 0, 'recoveries', 0, 'token', 0,
+  'created_at', now, 'updated_at', now)
+if ARGV[7] ~= '' then
+  redis.call('HSET', job_key, 'timeout', ARGV[7])
+end
+
+local status = 'pending'
+if ARGV[6] ~= '' then
+  local scheduled_at = tonumber(ARGV[6])
+  redis.call('HSET', job_key, 'scheduled_at', scheduled_at)
+  if scheduled_at > now then
+    status = 'scheduled'
+    redis.call('HSET', job_key, 'status', status)
+    redis.call('ZADD', KEYS[6], scheduled_at, job_id)
+  end
+end
+if status == 'pending' then
+  make_pending({KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, job_key, job_id, now, tonumber(ARGV[10]))
+end
+
+if digest ~= '' then
+  redis.call('HSET', KEYS[7], 'digest', digest, 'job_id', job_id)
+  redis.call('PEXPIRE', KEYS[7], ARGV[9])
+end
+return {DONE, job_id, status}

@@ -1,0 +1,64 @@
+#!lua
+-- fail: record a failed execution; retry it after a backoff, or declare it dead.
+--
+-- Invariant: max_retries is the maximum number of executions: a failure on attempt
+-- max_retries (or a permanent failure) is dead and enters the DLQ exactly once; an earlier one
+-- waits in `retrying` for base * 2^(attempts-1) ms, capped, with optional jitter. Only the
+-- holder of the current token can fail the job; a repeated call with that token returns the
+-- first call's outcome.
+--
+-- KEYS[1] -> {prefix}job:<id>
+-- KEYS[2] -> {prefix}processing   zset, id -> lease deadline (ms)
+-- KEYS[3] -> {prefix}retrying     zset, id -> next_retry_at (ms)
+-- KEYS[4] -> {prefix}dead         zset, id -> time of death (ms)
+--
+-- ARGV[1] -> fencing token
+-- ARGV[2] -> error text (already length-capped by the caller)
+-- ARGV[3] -> base delay (ms)
+-- ARGV[4] -> maximum delay (ms)
+-- ARGV[5] -> jitter fraction (0..1): the delay moves by up to ± this share of itself
+-- ARGV[6] -> a uniform random number in [0, 1) drawn by the caller (scripts must not draw)
+-- ARGV[7] -> '1' for a permanent failure (dead now, whatever attempts remain), else '0'
+-- ARGV[8] -> TTL of a dead job's hash (ms): the DLQ's maximum age
+-- ARGV[9] -> now (ms) override, or '' for Redis TIME
+--
+-- Returns {RETRYING, next_retry_at}, {DEAD}, {NOT_FOUND}, or {STALE_TOKEN, current status}.
+
+--- @include "codes"
+--- @include "common"
+
+local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'attempts', 'max_retries',
+  'next_retry_at')
+if not state[1] then
+  return {NOT_FOUND}
+end
+if state[2] ~= ARGV[1] then
+  return {STALE_TOKEN, state[1]}
+end
+if state[1] == 'retrying' then
+  return {RETRYING, tonumber(state[6])}
+end
+if state[1] == 'dead' then
+  return {DEAD}
+end
+if state[1] ~= 'processing' then
+  return {STALE_TOKEN, state[1]}
+end
+
+local job_id = state[3]
+local attempts = tonumber(state[4])
+local now = now_ms(ARGV[9])
+redis.call('ZREM', KEYS[2], job_id)
+
+if ARGV[7] == '1' or attempts >= tonumber(state[5]) then
+  make_dead(KEYS[4], KEYS[1], job_id, ARGV[2], now, ARGV[8])
+  return {DEAD}
+end
+
+local delay = math.min(tonumber(ARGV[3]) * 2 ^ (attempts - 1), tonumber(ARGV[4]))
+delay = delay + delay * tonumber(ARGV[5]) * (2 * tonumber(ARGV[6]) - 1)
+local due = now + math.max(0, math.floor(delay))
+redis.call('HSET', KEYS[1], 'status', 'retrying', 'last_error', ARGV[2], 'next_retry_at', due,
+  'updated_at', now)
+redis.call('ZADD', KEYS[3], due, job_id)
+return {RETRYING, due}

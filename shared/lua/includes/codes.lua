@@ -1,0 +1,10 @@
+-- Return codes shared by every script; shared/scripts.py maps them once to the Code enum.
+local EMPTY = 0          -- nothing to do (no claimable job)
+local DONE = 1           -- the transition happened (or had already happened for this request)
+local DUPLICATE = 2      -- enqueue: the idempotency key already names a job for this request
+local RETRYING = 3       -- fail: the job waits out its backoff in the retrying set
+local DEAD = 4           -- fail/release: the job is dead and in the DLQ
+local NOT_FOUND = -1     -- no such job
+local WRONG_STATE = -2   -- the job is not in a state this transition starts from
+local STALE_TOKEN = -3   -- the caller's fencing token is not the job's current one
+local CONFLICT = -4      -- enqueue: the idempotency key names a job for a different request

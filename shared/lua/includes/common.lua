@@ -1,0 +1,62 @@
+-- Helpers every transition shares. Included (not called across scripts) so each script stays
+-- one atomic unit; parameters carry key names so every key still comes from KEYS.
+
+-- Milliseconds on Redis's clock, or the caller's override (tests control time this way).
+-- One clock for every host: leases and schedules compare times written by different machines.
+local function now_ms(override)
+  if override ~= nil and override ~= '' then
+    return tonumber(override)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- The pending zset member: the zero-padded Redis sequence sorts equal priorities FIFO.
+local function pending_member(seq, job_id)
+  return string.format('%016d:%s', seq, job_id)
+end
+
+-- Make a job claimable: index it by priority and by age, and wake one idle worker.
+-- keys = {pending, pending_since, seq, wake}. keep_place: reuse the job's sequence number, so a
+-- job that lost its worker goes back to its place in line rather than to the back.
+local function make_pending(keys, job_key, job_id, now, wake_cap, keep_place)
+  local state = redis.call('HMGET', job_key, 'priority', 'seq')
+  local priority = tonumber(state[1])
+  local seq = keep_place and tonumber(state[2]) or redis.call('INCR', keys[3])
+  redis.call('ZADD', keys[1], -priority, pending_member(seq, job_id))
+  redis.call('ZADD', keys[2], now, job_id)
+  redis.call('HSET', job_key, 'status', 'pending', 'seq', seq, 'eligible_at', now,
+    'updated_at', now)
+  redis.call('LPUSH', keys[4], '1')
+  -- A hint only needs to wake a worker; past the cap, extra hints would only cause empty claims.
+  redis.call('LTRIM', keys[4], 0, wake_cap - 1)
+end
+
+-- Move a job to the dead-letter queue. Its hash expires after the DLQ's maximum age; trim.lua
+-- removes it (and its index entry) earlier when the DLQ is over its count cap.
+local function make_dead(dead_key, job_key, job_id, error_text, now, ttl_ms)
+  redis.call('HSET', job_key, 'status', 'dead', 'last_error', error_text, 'finished_at', now,
+    'updated_at', now)
+  redis.call('HDEL', job_key, 'next_retry_at', 'seq')
+  redis.call('ZADD', dead_key, now, job_id)
+  redis.call('PEXPIRE', job_key, ttl_ms)
+end
+
+-- A job lost its worker: count it (unless the worker let go on purpose, by draining) and
+-- requeue it, or declare it dead once it has lost workers more often than the cap allows.
+-- keys = {pending, pending_since, seq, wake, dead}
+local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake_cap, now)
+  -- A new token fences off the lost worker: if it was only paused, its late writes are refused.
+  redis.call('HINCRBY', job_key, 'token', 1)
+  if counts then
+    local recoveries = redis.call('HINCRBY', job_key, 'recoveries', 1)
+    if recoveries > cap then
+      make_dead(keys[5], job_key, job_id,
+        'worker lost ' .. recoveries .. ' times (recovery cap ' .. cap .. '): ' ..
+        'the job may be killing its worker', now, dead_ttl_ms)
+      return DEAD
+    end
+  end
+  make_pending({keys[1], keys[2], keys[3], keys[4]}, job_key, job_id, now, wake_cap, true)
+  return DONE
+end

@@ -1,0 +1,48 @@
+#!lua
+-- recover: requeue jobs whose lease expired (their worker or whole host is gone).
+--
+-- Invariant: losing a worker is not an application failure: attempts stay as they are and
+-- `recoveries` counts the loss; past the recovery cap the job is dead with an error that says
+-- so (a poison pill that kills its workers). The job's token moves on, so the lost worker, if
+-- it was only paused, can no longer write. Safe to run from several schedulers at once.
+--
+-- KEYS[1] -> {prefix}processing      zset, id -> lease deadline (ms)
+-- KEYS[2] -> {prefix}pending         zset, score -priority, member <seq>:<id>
+-- KEYS[3] -> {prefix}pending_since   zset, id -> claimable since (ms)
+-- KEYS[4] -> {prefix}seq             FIFO counter
+-- KEYS[5] -> {prefix}wake            capped list of wake-up hints
+-- KEYS[6] -> {prefix}dead            zset, id -> time of death (ms)
+--
+-- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1] are built from it
+-- ARGV[2] -> most jobs to recover in this call
+-- ARGV[3] -> recovery cap (losses allowed before the job is dead)
+-- ARGV[4] -> TTL of a dead job's hash (ms)
+-- ARGV[5] -> wake list cap
+-- ARGV[6] -> now (ms) override, or '' for Redis TIME
+--
+-- Returns {requeued ids, dead ids}.
+
+--- @include "codes"
+--- @include "common"
+
+local prefix = ARGV[1]
+local now = now_ms(ARGV[6])
+local loss_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
+local requeued, dead = {}, {}
+
+-- A lease that ends exactly now is still held: expired means deadline < now.
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, ARGV[2])
+for _, job_id in ipairs(expired) do
+  local job_key = prefix .. job_id
+  redis.call('ZREM', KEYS[1], job_id)
+  if redis.call('HGET', job_key, 'status') == 'processing' then
+    local outcome = lose_worker(loss_keys, job_key, job_id, true, tonumber(ARGV[3]), ARGV[4],
+      tonumber(ARGV[5]), now)
+    if outcome == DEAD then
+      dead[#dead + 1] = job_id
+    else
+      requeued[#requeued + 1] = job_id
+    end
+  end
+end
+return {requeued, dead}

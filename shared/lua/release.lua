@@ -1,0 +1,46 @@
+#!lua
+-- release: requeue one job whose worker is known to be gone, at once (not after the lease).
+--
+-- Invariant: as recover.lua, for one job named with the token its worker held: a crash counts
+-- a recovery (dead past the cap); a graceful drain counts nothing. A token that is no longer
+-- current changes nothing (the job was already recovered, or re-claimed by another worker). A
+-- repeated call with the same request id returns the first call's outcome.
+--
+-- KEYS[1] -> {prefix}job:<id>
+-- KEYS[2] -> {prefix}processing      zset, id -> lease deadline (ms)
+-- KEYS[3] -> {prefix}pending         zset, score -priority, member <seq>:<id>
+-- KEYS[4] -> {prefix}pending_since   zset, id -> claimable since (ms)
+-- KEYS[5] -> {prefix}seq             FIFO counter
+-- KEYS[6] -> {prefix}wake            capped list of wake-up hints
+-- KEYS[7] -> {prefix}dead            zset, id -> time of death (ms)
+--
+-- ARGV[1] -> fencing token the lost worker held
+-- ARGV[2] -> 'crash' (counts a recovery) or 'drain' (counts nothing)
+-- ARGV[3] -> recovery cap
+-- ARGV[4] -> TTL of a dead job's hash (ms)
+-- ARGV[5] -> wake list cap
+-- ARGV[6] -> request id
+-- ARGV[7] -> now (ms) override, or '' for Redis TIME
+--
+-- Returns {DONE} (requeued), {DEAD}, {NOT_FOUND}, or {STALE_TOKEN, current status}.
+
+--- @include "codes"
+--- @include "common"
+
+local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'last_release')
+if not state[1] then
+  return {NOT_FOUND}
+end
+if state[4] == ARGV[6] then
+  return {state[1] == 'dead' and DEAD or DONE}
+end
+if state[1] ~= 'processing' or state[2] ~= ARGV[1] then
+  return {STALE_TOKEN, state[1]}
+end
+
+local now = now_ms(ARGV[7])
+redis.call('ZREM', KEYS[2], state[3])
+redis.call('HSET', KEYS[1], 'last_release', ARGV[6])
+local outcome = lose_worker({KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, KEYS[1], state[3],
+  ARGV[2] == 'crash', tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), now)
+return {outcome}

@@ -1,0 +1,31 @@
+#!lua
+-- renew: extend the leases of running jobs, many per call (the supervisor's tick).
+--
+-- Invariant: only the holder of a job's current fencing token can extend its lease, and only
+-- while the job is processing; a lease is never created here (ZADD XX).
+--
+-- KEYS[1]    -> {prefix}processing   zset, id -> lease deadline (ms)
+-- KEYS[2..n] -> {prefix}job:<id>     the jobs whose leases to extend
+--
+-- ARGV[1]    -> lease length (ms), counted from now
+-- ARGV[2]    -> now (ms) override, or '' for Redis TIME
+-- ARGV[3..n] -> fencing token for KEYS[2..n], in the same order
+--
+-- Returns one entry per job, in order: DONE (extended) or STALE_TOKEN (lease lost: the job was
+-- recovered, finished or re-claimed; its worker should stop).
+
+--- @include "codes"
+--- @include "common"
+
+local deadline = now_ms(ARGV[2]) + tonumber(ARGV[1])
+local results = {}
+for i = 2, #KEYS do
+  local state = redis.call('HMGET', KEYS[i], 'status', 'token', 'id')
+  if state[1] == 'processing' and state[2] == ARGV[i + 1] then
+    redis.call('ZADD', KEYS[1], 'XX', deadline, state[3])
+    results[#results + 1] = DONE
+  else
+    results[#results + 1] = STALE_TOKEN
+  end
+end
+return results

@@ -1,0 +1,467 @@
+"""The engine's state transitions: one Lua script each, one typed Python function each.
+
+Scripts live in ``shared/lua/<name>.lua`` and are registered once (EVALSHA, reloaded on
+NOSCRIPT after a Redis restart or failover). ``--- @include "x"`` lines pull in
+``lua/includes/x.lua`` at load time, so shared helpers are written once yet every script stays
+one atomic unit. Every method takes an optional ``now_ms`` that overrides Redis's clock (tests).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import redis
+
+from shared.jobs import EnqueueRequest, Job, JobState
+from shared.keys import Keys
+
+INCLUDE = re.compile(r'^--- @include "([a-z_]+)"$', re.MULTILINE)
+SCRIPT_NAMES = (
+    "enqueue",
+    "claim",
+    "renew",
+    "complete",
+    "fail",
+    "promote",
+    "recover",
+    "release",
+    "replay",
+    "cancel",
+    "purge",
+    "trim",
+    "heartbeat",
+)
+# Hashes of finished jobs outlive their index entry by this much: trim.lua deletes both at
+# retention; the TTL only matters if trimming stopped (no scheduler running).
+HASH_TTL_MARGIN_MS = 5 * 60 * 1000
+TOMBSTONE_TTL_MS = 60 * 1000
+
+
+class Code(IntEnum):
+    """Return codes of the scripts (mirrors lua/includes/codes.lua)."""
+
+    EMPTY = 0
+    DONE = 1
+    DUPLICATE = 2
+    RETRYING = 3
+    DEAD = 4
+    NOT_FOUND = -1
+    WRONG_STATE = -2
+    STALE_TOKEN = -3
+    CONFLICT = -4
+
+
+class EngineError(Exception):
+    """Base of the errors a transition reports to an API caller."""
+
+
+class JobNotFound(EngineError):
+    """No job has that id (never existed, or its retention passed)."""
+
+
+class WrongState(EngineError):
+    """The job is not in a state the transition starts from."""
+
+    def __init__(self, status: str) -> None:
+        self.status = status
+        super().__init__(f"job is {status}")
+
+
+class IdempotencyConflict(EngineError):
+    """The idempotency key already names a job created by a different request."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"idempotency key already used for job {job_id} with a different body")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Engine parameters, in the units the scripts use (milliseconds and counts)."""
+
+    lease_ms: int = 30_000
+    retry_base_ms: int = 2_000
+    retry_max_ms: int = 3_600_000
+    retry_jitter: float = 0.0
+    max_recoveries: int = 5
+    finished_retention_ms: int = 86_400_000
+    dlq_max_age_ms: int = 7 * 86_400_000
+    dlq_max_jobs: int = 10_000
+    idempotency_ttl_ms: int = 86_400_000
+    wake_cap: int = 1_000
+    batch_limit: int = 1_000
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Policy:
+        """Build a Policy from shared.config.Settings (durations there are seconds)."""
+
+        def ms(seconds: float) -> int:
+            return round(seconds * 1000)
+
+        return cls(
+            lease_ms=ms(settings.visibility_timeout),
+            retry_base_ms=ms(settings.retry_base_delay),
+            retry_max_ms=ms(settings.retry_max_delay),
+            retry_jitter=settings.retry_jitter,
+            max_recoveries=settings.max_recoveries,
+            finished_retention_ms=ms(settings.finished_retention),
+            dlq_max_age_ms=ms(settings.dlq_max_age),
+            dlq_max_jobs=settings.dlq_max_jobs,
+            idempotency_ttl_ms=ms(settings.idempotency_ttl),
+        )
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """What enqueue did: created a job, or found the one an idempotency key names."""
+
+    job_id: str
+    status: JobState
+    created: bool
+
+
+@dataclass(frozen=True)
+class FailResult:
+    """What fail did: RETRYING (with next_retry_at), DEAD, NOT_FOUND or STALE_TOKEN."""
+
+    code: Code
+    next_retry_at: int | None = None
+    status: str | None = None
+
+
+@dataclass(frozen=True)
+class AckResult:
+    """What a worker-side write did: DONE, DEAD, NOT_FOUND or STALE_TOKEN (with the status)."""
+
+    code: Code
+    status: str | None = None
+
+
+@dataclass(frozen=True)
+class PromoteResult:
+    """Jobs made claimable by promote, with how late each was (ms past its due time)."""
+
+    scheduled: list[str]
+    retrying: list[str]
+    scheduled_lateness_ms: list[int]
+    retrying_lateness_ms: list[int]
+
+
+@dataclass(frozen=True)
+class RecoverResult:
+    """Jobs whose lease expired: requeued, or dead past the recovery cap."""
+
+    requeued: list[str]
+    dead: list[str]
+
+
+@dataclass(frozen=True)
+class TrimResult:
+    """Jobs forgotten by retention, per index."""
+
+    completed: int
+    canceled: int
+    dead: int
+
+
+@cache
+def load_source(name: str) -> str:
+    """Return a script's Lua source with its includes expanded."""
+    lua = resources.files("shared") / "lua"
+
+    def include(match: re.Match[str]) -> str:
+        return (lua / "includes" / f"{match.group(1)}.lua").read_text()
+
+    return INCLUDE.sub(include, (lua / f"{name}.lua").read_text())
+
+
+def _now(now_ms: int | None) -> str:
+    return "" if now_ms is None else str(int(now_ms))
+
+
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _job(flat: Sequence[bytes]) -> Job:
+    return Job.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
+
+
+def _ids(values: Iterable[bytes]) -> list[str]:
+    return [v.decode() for v in values]
+
+
+def _request_id() -> str:
+    return secrets.token_hex(8)
+
+
+class Scripts:
+    """Calls the transition scripts; one instance per process, built after fork."""
+
+    def __init__(self, client: redis.Redis, keys: Keys | None = None, policy: Policy | None = None):
+        self.redis = client
+        self.keys = keys or Keys()
+        self.policy = policy or Policy()
+        self._scripts = {n: client.register_script(load_source(n)) for n in SCRIPT_NAMES}
+
+    def load(self) -> None:
+        """Load every script into Redis now, so a broken script fails start-up, not a job."""
+        for script in self._scripts.values():
+            self.redis.script_load(script.script)
+
+    def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        return self._scripts[name](keys=keys, args=args)
+
+    def enqueue(
+        self,
+        request: EnqueueRequest,
+        job_id: str,
+        *,
+        idempotency_key: str | None = None,
+        now_ms: int | None = None,
+    ) -> EnqueueResult:
+        """Create a job (pending, or scheduled when scheduled_at is in the future)."""
+        k = self.keys
+        digest = ""
+        if idempotency_key is not None:
+            digest = hashlib.sha256(request.canonical().encode()).hexdigest()
+        reply = self._call(
+            "enqueue",
+            [
+                k.job(job_id),
+                k.pending,
+                k.pending_since,
+                k.seq,
+                k.wake,
+                k.scheduled,
+                k.idempotency(idempotency_key or ""),
+            ],
+            [
+                job_id,
+                request.type,
+                request.payload_json,
+                request.priority,
+                request.max_retries,
+                "" if request.scheduled_at_ms is None else request.scheduled_at_ms,
+                "" if request.timeout is None else repr(request.timeout),
+                digest,
+                self.policy.idempotency_ttl_ms,
+                self.policy.wake_cap,
+                _now(now_ms),
+                k.job_prefix,
+            ],
+        )
+        code = Code(reply[0])
+        if code is Code.CONFLICT:
+            raise IdempotencyConflict(reply[1].decode())
+        return EnqueueResult(
+            job_id=reply[1].decode(),
+            status=JobState(reply[2].decode()),
+            created=code is Code.DONE,
+        )
+
+    def claim(self, worker_id: str, *, now_ms: int | None = None) -> Job | None:
+        """Start the best pending job for this worker, or return None when there is none."""
+        k = self.keys
+        reply = self._call(
+            "claim",
+            [k.pending, k.pending_since, k.processing, k.last_claim(worker_id)],
+            [k.job_prefix, worker_id, self.policy.lease_ms, _request_id(), _now(now_ms)],
+        )
+        return _job(reply[1]) if reply[0] == Code.DONE else None
+
+    def renew(self, leases: Sequence[tuple[str, int]], *, now_ms: int | None = None) -> list[bool]:
+        """Extend the leases of (job id, token) pairs; False where the lease was lost."""
+        if not leases:
+            return []
+        k = self.keys
+        reply = self._call(
+            "renew",
+            [k.processing, *(k.job(job_id) for job_id, _ in leases)],
+            [self.policy.lease_ms, _now(now_ms), *(token for _, token in leases)],
+        )
+        return [code == Code.DONE for code in reply]
+
+    def complete(
+        self, job_id: str, token: int, result_json: str = "null", *, now_ms: int | None = None
+    ) -> AckResult:
+        """Record success with the job's result (JSON text)."""
+        k = self.keys
+        reply = self._call(
+            "complete",
+            [k.job(job_id), k.processing, k.completed],
+            [token, result_json, self._finished_ttl_ms(), _now(now_ms)],
+        )
+        return AckResult(Code(reply[0]), _text(reply[1]) if len(reply) > 1 else None)
+
+    def fail(
+        self,
+        job_id: str,
+        token: int,
+        error: str,
+        *,
+        permanent: bool = False,
+        now_ms: int | None = None,
+    ) -> FailResult:
+        """Record a failed execution: retry after the backoff, or dead when attempts are spent."""
+        k, p = self.keys, self.policy
+        reply = self._call(
+            "fail",
+            [k.job(job_id), k.processing, k.retrying, k.dead],
+            [
+                token,
+                error,
+                p.retry_base_ms,
+                p.retry_max_ms,
+                p.retry_jitter,
+                random.random(),
+                "1" if permanent else "0",
+                p.dlq_max_age_ms,
+                _now(now_ms),
+            ],
+        )
+        code = Code(reply[0])
+        if code is Code.RETRYING:
+            return FailResult(code, next_retry_at=int(reply[1]))
+        return FailResult(code, status=_text(reply[1]) if len(reply) > 1 else None)
+
+    def promote(self, *, limit: int | None = None, now_ms: int | None = None) -> PromoteResult:
+        """Make due scheduled and retrying jobs claimable."""
+        k = self.keys
+        reply = self._call(
+            "promote",
+            [k.scheduled, k.retrying, k.pending, k.pending_since, k.seq, k.wake],
+            [k.job_prefix, limit or self.policy.batch_limit, self.policy.wake_cap, _now(now_ms)],
+        )
+        return PromoteResult(
+            scheduled=_ids(reply[0]),
+            retrying=_ids(reply[1]),
+            scheduled_lateness_ms=[int(v) for v in reply[2]],
+            retrying_lateness_ms=[int(v) for v in reply[3]],
+        )
+
+    def recover(self, *, limit: int | None = None, now_ms: int | None = None) -> RecoverResult:
+        """Requeue jobs whose lease expired (or declare them dead past the recovery cap)."""
+        k, p = self.keys, self.policy
+        reply = self._call(
+            "recover",
+            [k.processing, k.pending, k.pending_since, k.seq, k.wake, k.dead],
+            [
+                k.job_prefix,
+                limit or p.batch_limit,
+                p.max_recoveries,
+                p.dlq_max_age_ms,
+                p.wake_cap,
+                _now(now_ms),
+            ],
+        )
+        return RecoverResult(requeued=_ids(reply[0]), dead=_ids(reply[1]))
+
+    def release(
+        self, job_id: str, token: int, *, drained: bool = False, now_ms: int | None = None
+    ) -> AckResult:
+        """Requeue a job whose worker is gone: a crash counts a recovery, a drain does not."""
+        k, p = self.keys, self.policy
+        reply = self._call(
+            "release",
+            [k.job(job_id), k.processing, k.pending, k.pending_since, k.seq, k.wake, k.dead],
+            [
+                token,
+                "drain" if drained else "crash",
+                p.max_recoveries,
+                p.dlq_max_age_ms,
+                p.wake_cap,
+                _request_id(),
+                _now(now_ms),
+            ],
+        )
+        return AckResult(Code(reply[0]), _text(reply[1]) if len(reply) > 1 else None)
+
+    def replay(self, job_id: str, *, now_ms: int | None = None) -> Job:
+        """Return a dead job to pending with attempts 0; raise JobNotFound or WrongState."""
+        k = self.keys
+        reply = self._call(
+            "replay",
+            [k.job(job_id), k.dead, k.pending, k.pending_since, k.seq, k.wake],
+            [_request_id(), self.policy.wake_cap, _now(now_ms)],
+        )
+        return _job(_checked(reply)[1])
+
+    def cancel(self, job_id: str, *, now_ms: int | None = None) -> Job:
+        """Cancel a job that has not started; raise JobNotFound or WrongState."""
+        k = self.keys
+        reply = self._call(
+            "cancel",
+            [k.job(job_id), k.pending, k.pending_since, k.scheduled, k.retrying, k.canceled],
+            [self._finished_ttl_ms(), _now(now_ms)],
+        )
+        return _job(_checked(reply)[1])
+
+    def purge(self, job_id: str) -> None:
+        """Delete a dead job; raise JobNotFound or WrongState."""
+        k = self.keys
+        reply = self._call(
+            "purge",
+            [k.job(job_id), k.dead, k.tombstone(job_id)],
+            [_request_id(), TOMBSTONE_TTL_MS],
+        )
+        _checked(reply)
+
+    def trim(self, *, limit: int | None = None, now_ms: int | None = None) -> TrimResult:
+        """Forget finished jobs past retention and dead jobs past the DLQ's caps."""
+        k, p = self.keys, self.policy
+        reply = self._call(
+            "trim",
+            [k.completed, k.canceled, k.dead],
+            [
+                k.job_prefix,
+                p.finished_retention_ms,
+                p.dlq_max_age_ms,
+                p.dlq_max_jobs,
+                limit or p.batch_limit,
+                _now(now_ms),
+            ],
+        )
+        return TrimResult(*(int(v) for v in reply))
+
+    def heartbeat(
+        self,
+        worker_id: str,
+        fields: dict[str, str | int],
+        ttl_ms: int,
+        *,
+        leaving: bool = False,
+        now_ms: int | None = None,
+    ) -> int:
+        """Record a live worker (or its departure); return how many workers are live."""
+        k = self.keys
+        pairs = [item for pair in fields.items() for item in pair]
+        return int(
+            self._call(
+                "heartbeat",
+                [k.workers, k.worker(worker_id)],
+                [worker_id, ttl_ms, "1" if leaving else "0", _now(now_ms), *pairs],
+            )
+        )
+
+    def _finished_ttl_ms(self) -> int:
+        return self.policy.finished_retention_ms + HASH_TTL_MARGIN_MS
+
+
+def _checked(reply: list[Any]) -> list[Any]:
+    """Raise the API error a script's negative code stands for; return the reply otherwise."""
+    code = Code(reply[0])
+    if code is Code.NOT_FOUND:
+        raise JobNotFound()
+    if code is Code.WRONG_STATE:
+        raise WrongState(reply[1].decode())
+    return reply

@@ -144,6 +144,7 @@ class AckResult:
 
     code: Code
     status: str | None = None
+    next_job: Job | None = None
 
 
 @dataclass(frozen=True)
@@ -292,16 +293,46 @@ class Scripts:
         return [code == Code.DONE for code in reply]
 
     def complete(
-        self, job_id: str, token: int, result_json: str = "null", *, now_ms: int | None = None
+        self,
+        job_id: str,
+        token: int,
+        result_json: str = "null",
+        *,
+        claim_next_for: str | None = None,
+        now_ms: int | None = None,
     ) -> AckResult:
-        """Record success with the job's result (JSON text)."""
-        k = self.keys
+        """Record success with the job's result (JSON text); optionally claim the next job.
+
+        With `claim_next_for` (a worker id) the worker's next job comes back in
+        ``AckResult.next_job`` from the same round trip, as :meth:`claim` would return it.
+        """
+        k, p = self.keys, self.policy
+        worker = claim_next_for or ""
         reply = self._call(
             "complete",
-            [k.job(job_id), k.processing, k.completed],
-            [token, result_json, self._finished_ttl_ms(), _now(now_ms)],
+            [
+                k.job(job_id),
+                k.processing,
+                k.completed,
+                k.pending,
+                k.pending_since,
+                k.last_claim(worker),
+            ],
+            [
+                token,
+                result_json,
+                self._finished_ttl_ms(),
+                _now(now_ms),
+                k.job_prefix,
+                worker,
+                p.lease_ms,
+                _request_id(),
+            ],
         )
-        return AckResult(Code(reply[0]), _text(reply[1]) if len(reply) > 1 else None)
+        code = Code(reply[0])
+        if code is Code.DONE:
+            return AckResult(code, next_job=_job(reply[1]) if len(reply) > 1 else None)
+        return AckResult(code, _text(reply[1]) if len(reply) > 1 else None)
 
     def fail(
         self,

@@ -6,9 +6,8 @@
 -- crash window between the pop and the metadata (the primary spec's documented gap).
 -- Best = highest priority, then lowest sequence (FIFO). A repeated call with the same request
 -- id (a reply lost and retried) returns the job that request already claimed instead of
--- claiming a second one.
---
--- The job keeps its `seq` field: if its worker is lost it goes back to the same place in line.
+-- claiming a second one. The job keeps its `seq` field: if its worker is lost it goes back to
+-- the same place in line.
 --
 -- KEYS[1] -> {prefix}pending          zset, score -priority, member <seq>:<id>
 -- KEYS[2] -> {prefix}pending_since    zset, id -> claimable since (ms)
@@ -26,42 +25,10 @@
 
 --- @include "codes"
 --- @include "common"
+--- @include "claim"
 
-local prefix, worker_id, request_id = ARGV[1], ARGV[2], ARGV[4]
-local lease = tonumber(ARGV[3])
-local now = now_ms(ARGV[5])
-
-local last = redis.call('GET', KEYS[4])
-if last then
-  local sep = string.find(last, '|', 1, true)
-  if string.sub(last, 1, sep - 1) == request_id then
-    local job_key = prefix .. string.sub(last, sep + 1)
-    local state = redis.call('HMGET', job_key, 'status', 'worker_id')
-    if state[1] == 'processing' and state[2] == worker_id then
-      return {DONE, redis.call('HGETALL', job_key)}
-    end
-    return {EMPTY}
-  end
-end
-
--- Bounded: an entry whose hash is gone (deleted by hand) is dropped and the next one tried.
-for _ = 1, 100 do
-  local popped = redis.call('ZPOPMIN', KEYS[1])
-  if #popped == 0 then
-    return {EMPTY}
-  end
-  local member = popped[1]
-  local job_id = string.sub(member, string.find(member, ':', 1, true) + 1)
-  local job_key = prefix .. job_id
-  redis.call('ZREM', KEYS[2], job_id)
-  if redis.call('HGET', job_key, 'status') == 'pending' then
-    redis.call('HINCRBY', job_key, 'token', 1)
-    redis.call('HINCRBY', job_key, 'attempts', 1)
-    redis.call('HSET', job_key, 'status', 'processing', 'started_at', now, 'updated_at', now,
-      'worker_id', worker_id)
-    redis.call('ZADD', KEYS[3], now + lease, job_id)
-    redis.call('SET', KEYS[4], request_id .. '|' .. job_id, 'PX', lease)
-    return {DONE, redis.call('HGETALL', job_key)}
-  end
+local job = claim_next(KEYS, ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms(ARGV[5]))
+if job then
+  return {DONE, job}
 end
 return {EMPTY}

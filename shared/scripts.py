@@ -231,44 +231,55 @@ class Scripts:
         now_ms: int | None = None,
     ) -> EnqueueResult:
         """Create a job (pending, or scheduled when scheduled_at is in the future)."""
+        keys, args = self._enqueue_call(request, job_id, idempotency_key, now_ms)
+        return _enqueue_result(self._call("enqueue", keys, args))
+
+    def enqueue_many(
+        self, requests: Sequence[tuple[EnqueueRequest, str]], *, now_ms: int | None = None
+    ) -> list[EnqueueResult]:
+        """Create several jobs, all or none (one MULTI/EXEC round trip), in the given order."""
+        script = self._scripts["enqueue"]
+        pipe = self.redis.pipeline(transaction=True)
+        for request, job_id in requests:
+            keys, args = self._enqueue_call(request, job_id, None, now_ms)
+            script(keys=keys, args=args, client=pipe)
+        return [_enqueue_result(reply) for reply in pipe.execute()]
+
+    def _enqueue_call(
+        self,
+        request: EnqueueRequest,
+        job_id: str,
+        idempotency_key: str | None,
+        now_ms: int | None,
+    ) -> tuple[list[str], list[Any]]:
         k = self.keys
         digest = ""
         if idempotency_key is not None:
             digest = hashlib.sha256(request.canonical().encode()).hexdigest()
-        reply = self._call(
-            "enqueue",
-            [
-                k.job(job_id),
-                k.pending,
-                k.pending_since,
-                k.seq,
-                k.wake,
-                k.scheduled,
-                k.idempotency(idempotency_key or ""),
-            ],
-            [
-                job_id,
-                request.type,
-                request.payload_json,
-                request.priority,
-                request.max_retries,
-                "" if request.scheduled_at_ms is None else request.scheduled_at_ms,
-                "" if request.timeout is None else repr(request.timeout),
-                digest,
-                self.policy.idempotency_ttl_ms,
-                self.policy.wake_cap,
-                _now(now_ms),
-                k.job_prefix,
-            ],
-        )
-        code = Code(reply[0])
-        if code is Code.CONFLICT:
-            raise IdempotencyConflict(reply[1].decode())
-        return EnqueueResult(
-            job_id=reply[1].decode(),
-            status=JobState(reply[2].decode()),
-            created=code is Code.DONE,
-        )
+        keys = [
+            k.job(job_id),
+            k.pending,
+            k.pending_since,
+            k.seq,
+            k.wake,
+            k.scheduled,
+            k.idempotency(idempotency_key or ""),
+        ]
+        args = [
+            job_id,
+            request.type,
+            request.payload_json,
+            request.priority,
+            request.max_retries,
+            "" if request.scheduled_at_ms is None else request.scheduled_at_ms,
+            "" if request.timeout is None else repr(request.timeout),
+            digest,
+            self.policy.idempotency_ttl_ms,
+            self.policy.wake_cap,
+            _now(now_ms),
+            k.job_prefix,
+        ]
+        return keys, args
 
     def claim(self, worker_id: str, *, now_ms: int | None = None) -> Job | None:
         """Start the best pending job for this worker, or return None when there is none."""
@@ -486,6 +497,15 @@ class Scripts:
 
     def _finished_ttl_ms(self) -> int:
         return self.policy.finished_retention_ms + HASH_TTL_MARGIN_MS
+
+
+def _enqueue_result(reply: list[Any]) -> EnqueueResult:
+    code = Code(reply[0])
+    if code is Code.CONFLICT:
+        raise IdempotencyConflict(reply[1].decode())
+    return EnqueueResult(
+        job_id=reply[1].decode(), status=JobState(reply[2].decode()), created=code is Code.DONE
+    )
 
 
 def _checked(reply: list[Any]) -> list[Any]:

@@ -212,7 +212,11 @@ class Scripts:
         self.redis = client
         self.keys = keys or Keys()
         self.policy = policy or Policy()
-        self._scripts = {n: client.register_script(load_source(n)) for n in SCRIPT_NAMES}
+        self._scripts = {n: client.register_script(self._source(n)) for n in SCRIPT_NAMES}
+
+    def _source(self, name: str) -> str:
+        """Return the Lua to register for a script (a test double may adapt it)."""
+        return load_source(name)
 
     def load(self) -> None:
         """Load every script into Redis now, so a broken script fails start-up, not a job."""

@@ -4,6 +4,11 @@ Scripts live in ``shared/lua/<name>.lua`` and are registered once (EVALSHA, relo
 NOSCRIPT after a Redis restart or failover). ``--- @include "x"`` lines pull in
 ``lua/includes/x.lua`` at load time, so shared helpers are written once yet every script stays
 one atomic unit. Every method takes an optional ``now_ms`` that overrides Redis's clock (tests).
+
+Out of memory (``maxmemory`` with ``noeviction``): every script opens with a ``#!lua`` flags line,
+so Redis refuses it whole rather than letting it write half its effects. enqueue has no flags:
+producers get a clear refusal. Every other script is ``allow-oom``: they move existing jobs
+(and trim), so workers keep draining the queue while new work is refused.
 """
 
 from __future__ import annotations
@@ -295,8 +300,12 @@ class Scripts:
         )
         return _job(reply[1]) if reply[0] == Code.DONE else None
 
-    def renew(self, leases: Sequence[tuple[str, int]], *, now_ms: int | None = None) -> list[bool]:
-        """Extend the leases of (job id, token) pairs; False where the lease was lost."""
+    def renew(self, leases: Sequence[tuple[str, int]], *, now_ms: int | None = None) -> list[Code]:
+        """Extend the leases of (job id, token) pairs; one Code per pair (see renew.lua).
+
+        DONE: extended. WRONG_STATE: already finished by its holder (harmless). STALE_TOKEN or
+        NOT_FOUND: the lease was lost and the worker running the job must be stopped.
+        """
         if not leases:
             return []
         k = self.keys
@@ -305,7 +314,7 @@ class Scripts:
             [k.processing, *(k.job(job_id) for job_id, _ in leases)],
             [self.policy.lease_ms, _now(now_ms), *(token for _, token in leases)],
         )
-        return [code == Code.DONE for code in reply]
+        return [Code(code) for code in reply]
 
     def complete(
         self,

@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- cancel: withdraw a job that has not started (pending, scheduled or retrying).
 --
 -- Invariant: a canceled job is in no claimable or deferred index, so no worker can start it.

@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- claim: pop the best pending job and start it, in one step.
 --
 -- Invariant: a job leaves `pending` only by becoming `processing` with attempts+1, started_at,

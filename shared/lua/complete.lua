@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- complete: record a job's success and its result; optionally claim the worker's next job in
 -- the same step (one round trip per job on a busy worker).
 --

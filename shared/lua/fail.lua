@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- fail: record a failed execution; retry it after a backoff, or declare it dead.
 --
 -- Invariant: max_retries is the maximum number of executions: a failure on attempt

@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- heartbeat: record that a worker process is alive (or that it left), for fleet-wide counts.
 --
 -- Invariant: a worker record expires unless refreshed; the registry zset forgets workers

@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- promote: make due scheduled and retrying jobs claimable (the one deferred path).
 --
 -- Invariant: a job leaves `scheduled`/`retrying` only into `pending`, and only once it is due.

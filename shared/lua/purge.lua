@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- purge: delete one dead job for good (DELETE /dlq/<id>).
 --
 -- Invariant: only a dead job is deleted, and its DLQ entry goes with its hash. A short-lived

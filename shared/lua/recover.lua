@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- recover: requeue jobs whose lease expired (their worker or whole host is gone).
 --
 -- Invariant: losing a worker is not an application failure: attempts stay as they are and

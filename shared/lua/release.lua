@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- release: requeue one job whose worker is known to be gone, at once (not after the lease).
 --
 -- Invariant: as recover.lua, for one job named with the token its worker held: a crash counts

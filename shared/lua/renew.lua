@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- renew: extend the leases of running jobs, many per call (the supervisor's tick).
 --
 -- Invariant: only the holder of a job's current fencing token can extend its lease, and only
@@ -11,8 +11,9 @@
 -- ARGV[2]    -> now (ms) override, or '' for Redis TIME
 -- ARGV[3..n] -> fencing token for KEYS[2..n], in the same order
 --
--- Returns one entry per job, in order: DONE (extended) or STALE_TOKEN (lease lost: the job was
--- recovered, finished or re-claimed; its worker should stop).
+-- Returns one entry per job, in order: DONE (extended); WRONG_STATE (the token's holder already
+-- finished the job: nothing to renew, nothing lost); STALE_TOKEN or NOT_FOUND (lease lost: the
+-- job was recovered or re-claimed since; its worker must stop).
 
 --- @include "codes"
 --- @include "common"
@@ -21,11 +22,15 @@ local deadline = now_ms(ARGV[2]) + tonumber(ARGV[1])
 local results = {}
 for i = 2, #KEYS do
   local state = redis.call('HMGET', KEYS[i], 'status', 'token', 'id')
-  if state[1] == 'processing' and state[2] == ARGV[i + 1] then
+  if not state[1] then
+    results[#results + 1] = NOT_FOUND
+  elseif state[2] ~= ARGV[i + 1] then
+    results[#results + 1] = STALE_TOKEN
+  elseif state[1] == 'processing' then
     redis.call('ZADD', KEYS[1], 'XX', deadline, state[3])
     results[#results + 1] = DONE
   else
-    results[#results + 1] = STALE_TOKEN
+    results[#results + 1] = WRONG_STATE
   end
 end
 return results

@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- replay: give a dead job a fresh start (an operator's explicit decision).
 --
 -- Invariant: only a dead job is replayed; it leaves the DLQ and becomes pending with attempts

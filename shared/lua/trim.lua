@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- trim: enforce retention: forget completed and canceled jobs past their retention, and dead
 -- jobs past the DLQ's maximum age or beyond its maximum count (oldest first).
 --

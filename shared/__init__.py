@@ -1,0 +1,1 @@
+"""The engine both sides share: configuration, Redis, jobs, Lua scripts, logging."""

@@ -1,0 +1,364 @@
+"""Read TaskForge's settings from the environment into one frozen dataclass.
+
+One table, ``VARIABLES``, drives both the parsing and the README's configuration table
+(``python -m shared.config --markdown``), so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
+
+WORKER_COUNT_DEFAULT = 3
+WORKER_COUNT_MAX = 512
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+SSL_CERT_REQS = ("required", "optional", "none")
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
+_URL_PARTS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)(.*)", re.DOTALL)
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class ConfigError(Exception):
+    """Raised when an environment variable holds a value TaskForge cannot use."""
+
+
+class _Substitute(Exception):
+    """Raised by a lenient parser: use ``value`` instead, and record ``reason`` as a warning."""
+
+    def __init__(self, value: object, reason: str) -> None:
+        super().__init__(reason)
+        self.value = value
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting of a TaskForge process; build it with ``Settings.from_env()``."""
+
+    redis_url: str
+    redis_ssl_cert_reqs: str
+    redis_socket_timeout: float
+    redis_connect_timeout: float
+    port_producer: int
+    port_worker: int
+    worker_count: int
+    visibility_timeout: float
+    retry_base_delay: float
+    retry_max_delay: float
+    retry_jitter: float
+    max_recoveries: int
+    default_job_timeout: float
+    result_max_bytes: int
+    finished_retention: float
+    dlq_max_jobs: int
+    dlq_max_age: float
+    idempotency_ttl: float
+    drain_grace: float
+    worker_max_jobs: int
+    worker_max_rss_mb: int
+    handlers: tuple[str, ...]
+    key_prefix: str
+    api_token: str | None = field(repr=False)  # a secret: never in a repr, log or message
+    log_level: str
+    # True when REDIS_URL was not set, so entry points can say so in their start-up line.
+    redis_url_defaulted: bool = False
+    # Values that were bad but replaced rather than refused (WORKER_COUNT); log them at start.
+    warnings: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Parse ``env`` (default ``os.environ``); raise ConfigError naming the bad variable."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        warnings: list[str] = []
+        for var in VARIABLES:
+            raw = env.get(var.env, "").strip()
+            values[var.field] = var.value(raw, warnings)
+        return cls(
+            **values,
+            redis_url_defaulted=not env.get("REDIS_URL", "").strip(),
+            warnings=tuple(warnings),
+        )
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable: its Settings field, default (as text), meaning and parser."""
+
+    env: str
+    field: str
+    default: str
+    meaning: str
+    parse: Callable[[str], Any]
+    secret: bool = False
+
+    def value(self, raw: str, warnings: list[str]) -> Any:
+        """Return the parsed value of ``raw`` (empty means unset: the default applies)."""
+        if not raw:
+            return self.parse(self.default)
+        shown = "(hidden)" if self.secret else repr(redact_url(raw))
+        try:
+            return self.parse(raw)
+        except _Substitute as sub:
+            warnings.append(f"{self.env}={shown} {sub.reason}")
+            return sub.value
+        except ValueError as exc:
+            raise ConfigError(f"{self.env}={shown} is invalid: expected {exc}") from None
+
+
+def _duration(*, positive: bool) -> Callable[[str], float]:
+    """Return a parser of ``500ms``/``2s``/``1m``/``1h``/``1d``/bare seconds into float seconds."""
+    bound = "greater than 0" if positive else "0 or more"
+    expected = f"a duration such as 500ms, 2s, 1m, 1h, 1d or bare seconds, {bound}"
+
+    def parse(text: str) -> float:
+        match = _DURATION.fullmatch(text)
+        if not match:
+            raise ValueError(expected)
+        seconds = float(match[1]) * _UNIT_SECONDS[match[2] or "s"]
+        if positive and seconds <= 0:
+            raise ValueError(expected)
+        return seconds
+
+    return parse
+
+
+def _integer(low: int, high: int | None = None) -> Callable[[str], int]:
+    """Return a parser of a decimal integer in ``low..high`` (no upper bound when None)."""
+    expected = f"an integer {low}..{high}" if high is not None else f"an integer ≥ {low}"
+
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"[+-]?\d+", text):
+            raise ValueError(expected)
+        number = int(text)
+        if number < low or (high is not None and number > high):
+            raise ValueError(expected)
+        return number
+
+    return parse
+
+
+def _choice(options: tuple[str, ...], *, upper: bool = False) -> Callable[[str], str]:
+    """Return a case-insensitive parser of one of ``options``."""
+
+    def parse(text: str) -> str:
+        value = text.upper() if upper else text.lower()
+        if value not in options:
+            raise ValueError("one of " + ", ".join(options))
+        return value
+
+    return parse
+
+
+def _worker_count(text: str) -> int:
+    """Parse WORKER_COUNT leniently: the spec says a bad value falls back to 3, not an error."""
+    try:
+        count = _integer(1)(text)
+    except ValueError:
+        raise _Substitute(
+            WORKER_COUNT_DEFAULT,
+            f"is not an integer ≥ 1; using {WORKER_COUNT_DEFAULT}",
+        ) from None
+    if count > WORKER_COUNT_MAX:
+        raise _Substitute(WORKER_COUNT_MAX, f"is above the cap of {WORKER_COUNT_MAX}; using it")
+    return count
+
+
+def _fraction(text: str) -> float:
+    """Parse a number in 0..1."""
+    expected = "a number from 0 to 1"
+    try:
+        number = float(text)
+    except ValueError:
+        raise ValueError(expected) from None
+    if not 0.0 <= number <= 1.0:  # also refuses nan
+        raise ValueError(expected)
+    return number
+
+
+def _redis_url(text: str) -> str:
+    """Accept a redis://, rediss:// or unix:// URL."""
+    expected = "a redis://, rediss:// or unix:// URL"
+    try:
+        parts = urlsplit(text)
+        _ = parts.port  # raises ValueError on a non-numeric or out-of-range port
+    except ValueError:
+        raise ValueError(expected) from None
+    if parts.scheme not in REDIS_SCHEMES:
+        raise ValueError(expected)
+    if parts.scheme == "unix" and not parts.path:
+        raise ValueError("a unix:// URL with a socket path, e.g. unix:///run/redis.sock")
+    return text
+
+
+def _handlers(text: str) -> tuple[str, ...]:
+    """Parse a comma-separated list of importable module names."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError("comma-separated module names, e.g. myapp.tasks,workerd.demo")
+    return names
+
+
+def _key_prefix(text: str) -> str:
+    """Accept a key prefix with a non-empty Redis Cluster hash tag that ends with ':'."""
+    # Redis hashes only what lies between the first '{' and the first '}' after it, and
+    # hashes the whole key when that is empty: then keys of one script could span slots.
+    opening = text.find("{")
+    closing = text.find("}", opening + 1)
+    if (
+        opening < 0
+        or closing <= opening + 1
+        or not text.endswith(":")
+        or any(c.isspace() for c in text)
+    ):
+        raise ValueError(
+            "a prefix with a non-empty {hash tag} that ends with ':', e.g. {taskforge}:v1:"
+        )
+    return text
+
+
+def _token(text: str) -> str | None:
+    """Return the API token, or None when unset."""
+    return text or None
+
+
+# fmt: off
+# A table: one row per variable reads better than the formatter's one argument per line.
+VARIABLES: tuple[Variable, ...] = (
+    Variable("REDIS_URL", "redis_url", "redis://localhost:6379/0",
+             "Redis to use: redis://, rediss:// (TLS) or unix://", _redis_url),
+    Variable("REDIS_SSL_CERT_REQS", "redis_ssl_cert_reqs", "required",
+             "TLS certificate check for rediss://: required, optional or none (a self-signed certificate, as on Heroku, needs none)",
+             _choice(SSL_CERT_REQS)),
+    Variable("REDIS_SOCKET_TIMEOUT", "redis_socket_timeout", "5s",
+             "Longest wait for a Redis reply", _duration(positive=True)),
+    Variable("REDIS_CONNECT_TIMEOUT", "redis_connect_timeout", "1s",
+             "Longest wait to connect to Redis", _duration(positive=True)),
+    Variable("PORT_PRODUCER", "port_producer", "8080",
+             "Port of the HTTP gateway", _integer(1, 65535)),
+    Variable("PORT_WORKER", "port_worker", "8081",
+             "Port of workerd's /metrics, /health and /ready", _integer(1, 65535)),
+    Variable("WORKER_COUNT", "worker_count", str(WORKER_COUNT_DEFAULT),
+             f"Worker processes per workerd host, at most {WORKER_COUNT_MAX}; a bad value falls back to {WORKER_COUNT_DEFAULT} with a warning",
+             _worker_count),
+    Variable("TASK_VISIBILITY_TIMEOUT", "visibility_timeout", "30s",
+             "Lease length: a job whose lease is not renewed for this long goes back to pending",
+             _duration(positive=True)),
+    Variable("TASK_RETRY_BASE_DELAY", "retry_base_delay", "2s",
+             "First retry delay; attempt n waits base × 2^(n−1)", _duration(positive=False)),
+    Variable("TASK_RETRY_MAX_DELAY", "retry_max_delay", "1h",
+             "Cap on the retry delay", _duration(positive=False)),
+    Variable("TASK_RETRY_JITTER", "retry_jitter", "0",
+             "Random spread of a retry delay, as a fraction 0..1 (0.1 = ±10 %)", _fraction),
+    Variable("TASK_MAX_RECOVERIES", "max_recoveries", "5",
+             "Times a job may lose its worker (crash, lost lease) before it is dead", _integer(1)),
+    Variable("TASK_DEFAULT_TIMEOUT", "default_job_timeout", "10m",
+             "Run-time limit of a job that sets none; 0 = no limit", _duration(positive=False)),
+    Variable("TASK_RESULT_MAX_BYTES", "result_max_bytes", "65536",
+             "Largest handler result stored, in bytes of JSON", _integer(1)),
+    Variable("TASK_FINISHED_RETENTION", "finished_retention", "1d",
+             "How long completed and canceled jobs are kept", _duration(positive=True)),
+    Variable("TASK_DLQ_MAX_JOBS", "dlq_max_jobs", "10000",
+             "Dead jobs kept at most; the oldest go first", _integer(1)),
+    Variable("TASK_DLQ_MAX_AGE", "dlq_max_age", "7d",
+             "How long a dead job is kept", _duration(positive=True)),
+    Variable("TASK_IDEMPOTENCY_TTL", "idempotency_ttl", "1d",
+             "How long an idempotency key maps to its job", _duration(positive=True)),
+    Variable("WORKER_DRAIN_GRACE", "drain_grace", "25s",
+             "On SIGTERM, how long running jobs may finish before they are released",
+             _duration(positive=False)),
+    Variable("WORKER_MAX_JOBS", "worker_max_jobs", "0",
+             "Jobs a worker process runs before it is replaced; 0 = unlimited", _integer(0)),
+    Variable("WORKER_MAX_RSS_MB", "worker_max_rss_mb", "0",
+             "Resident memory (MiB) above which a worker process is replaced; 0 = no limit",
+             _integer(0)),
+    Variable("TASKFORGE_HANDLERS", "handlers", "",
+             "Comma-separated modules imported at start to register handlers", _handlers),
+    Variable("TASKFORGE_KEY_PREFIX", "key_prefix", "{taskforge}:v1:",
+             "Prefix of every Redis key: a {hash tag} for Cluster, a schema version, ending in ':'",
+             _key_prefix),
+    Variable("TASKFORGE_API_TOKEN", "api_token", "",
+             "Bearer token required by every endpoint but /health and /ready; unset = no auth",
+             _token, secret=True),
+    Variable("LOG_LEVEL", "log_level", "INFO",
+             "DEBUG, INFO, WARNING or ERROR", _choice(LOG_LEVELS, upper=True)),
+)
+# fmt: on
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with any password replaced by ``***`` (in userinfo or a query string)."""
+    # Plain string surgery: urlunsplit would turn unix:///path into unix:/path.
+    match = _URL_PARTS.match(url)
+    if match is None:
+        return url
+    scheme, authority, rest = match.groups()
+    userinfo, at, hostport = authority.rpartition("@")
+    if at and ":" in userinfo:
+        authority = f"{userinfo.partition(':')[0]}:***@{hostport}"
+    return scheme + authority + _QUERY_PASSWORD.sub(r"\1***", rest)
+
+
+def load_or_exit(env: Mapping[str, str] | None = None) -> Settings:
+    """Return the settings, or print the one-line reason to stderr and exit 2."""
+    try:
+        return Settings.from_env(env)
+    except ConfigError as exc:
+        _exit(f"taskforge: configuration error: {exc}")
+
+
+def _exit(message: str) -> NoReturn:
+    """Print ``message`` to stderr and exit with the usage-error status."""
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
+def markdown_table() -> str:
+    """Render the configuration table for the README."""
+    lines = ["| Variable | Default | Meaning |", "|---|---|---|"]
+    for var in VARIABLES:
+        default = f"`{var.default}`" if var.default else "(unset)"
+        lines.append(f"| `{var.env}` | {default} | {var.meaning} |")
+    return "\n".join(lines)
+
+
+def summary(settings: Settings) -> list[str]:
+    """Return ``NAME=value`` lines of the effective settings, secrets hidden."""
+    lines = []
+    for var in VARIABLES:
+        value = getattr(settings, var.field)
+        if var.secret:
+            value = "(set)" if value else "(unset)"
+        elif var.env == "REDIS_URL":
+            value = redact_url(value)
+        lines.append(f"{var.env}={value}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the effective settings, or with --markdown the README's configuration table."""
+    parser = argparse.ArgumentParser(prog="python -m shared.config", description=main.__doc__)
+    parser.add_argument("--markdown", action="store_true", help="print the README table")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown_table())
+        return 0
+    settings = load_or_exit()
+    print("\n".join(summary(settings)))
+    for warning in settings.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,16 +5,14 @@ lifecycle counters are ``taskforge_jobs_<event>_total`` labelled by job type.
 
 Multiprocess mode (gunicorn workers, workerd children): prometheus_client picks its value
 storage when it is first imported, so ``PROMETHEUS_MULTIPROC_DIR`` must be set before that —
-entry points call :func:`prepare_multiprocess_dir` (which does not import prometheus_client)
-before importing this module's users. Each scrape builds a fresh registry.
+entry points call :func:`shared.multiproc.prepare_multiprocess_dir` before importing this
+module or anything that imports it. Each scrape builds a fresh registry.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -28,9 +26,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from shared.jobs import JobState
+from shared.multiproc import MULTIPROC_ENV
 from shared.queries import QueueCounts
 
-MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # A client chooses job types; past this many distinct types per process, the rest count as
 # "other" so a client cannot explode the number of time series.
 TYPE_LABEL_CAP = 50
@@ -110,16 +108,6 @@ def type_label(job_type: str) -> str:
 def count(event: str, job_type: str, amount: int = 1) -> None:
     """Increment one lifecycle counter."""
     LIFECYCLE[event].labels(type=type_label(job_type)).inc(amount)
-
-
-def prepare_multiprocess_dir(path: str | os.PathLike[str], *, wipe: bool) -> Path:
-    """Point prometheus_client at a per-server directory; wipe it when the server starts."""
-    directory = Path(path)
-    if wipe and directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    os.environ[MULTIPROC_ENV] = str(directory)
-    return directory
 
 
 def multiprocess_enabled() -> bool:

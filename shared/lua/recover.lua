@@ -1,9 +1,10 @@
 #!lua flags=allow-oom
 -- recover: requeue jobs whose lease expired (their worker or whole host is gone).
 --
--- Invariant: losing a worker is not an application failure: attempts stay as they are and
--- `recoveries` counts the loss; past the recovery cap the job is dead with an error that says
--- so (a poison pill that kills its workers). The job's token moves on, so the lost worker, if
+-- Invariant: losing a worker is not an application failure: the lost execution is given back
+-- (attempts - 1, so it does not use up max_retries) and `recoveries` counts the loss; past
+-- the recovery cap the job is dead with an error that says so (a poison pill that kills its
+-- workers). The job's token moves on, so the lost worker, if
 -- it was only paused, can no longer write. Safe to run from several schedulers at once.
 --
 -- KEYS[1] -> {prefix}processing      zset, id -> lease deadline (ms)

@@ -44,10 +44,15 @@ end
 
 -- A job lost its worker: count it (unless the worker let go on purpose, by draining) and
 -- requeue it, or declare it dead once it has lost workers more often than the cap allows.
+-- The lost execution is given back (attempts - 1): losing a worker is not an application
+-- failure, so it must not use up max_retries; `recoveries` counts it instead.
 -- keys = {pending, pending_since, seq, wake, dead}
 local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake_cap, now)
   -- A new token fences off the lost worker: if it was only paused, its late writes are refused.
   redis.call('HINCRBY', job_key, 'token', 1)
+  if tonumber(redis.call('HGET', job_key, 'attempts')) > 0 then
+    redis.call('HINCRBY', job_key, 'attempts', -1)
+  end
   if counts then
     local recoveries = redis.call('HINCRBY', job_key, 'recoveries', 1)
     if recoveries > cap then

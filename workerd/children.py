@@ -1,0 +1,64 @@
+"""Process plumbing for the supervisor's children: fork, die with the parent, decode exits."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1
+WORKER, SCHEDULER, OBSERVER = "worker", "scheduler", "observer"
+
+
+@dataclass
+class Child:
+    """One forked child as the supervisor tracks it."""
+
+    kind: str
+    index: int  # its slot in the shared table
+    pid: int
+    name: str
+    started: float  # monotonic
+    kill_reason: str | None = None  # set when the supervisor itself killed it
+    killed_job: tuple[str, int, float] | None = None  # (job id, token, timeout) it was running
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this process if the supervisor dies (no orphan keeps a job)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(0)
+
+
+def describe_exit(status: int) -> tuple[str, int | None, str | None]:
+    """Return (cause text, exit code, signal name) for a waitpid status."""
+    if os.WIFSIGNALED(status):
+        sig = signal.Signals(os.WTERMSIG(status)).name
+        hint = " (out of memory?)" if sig == "SIGKILL" else ""
+        return f"killed by {sig}{hint}", None, sig
+    code = os.WEXITSTATUS(status)
+    return f"exited with code {code}", code, None
+
+
+def process_stopped(pid: int) -> bool:
+    """Tell whether `pid` is stopped (SIGSTOP/SIGTSTP): a stopped job is not being worked on."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            # The state follows the command name, which is in parentheses and may hold spaces.
+            return stat.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return False
+
+
+def signal_child(pid: int, sig: signal.Signals) -> None:
+    """Send `sig` to a child that may already have exited."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)

@@ -1,0 +1,73 @@
+"""The primary spec's demo job types, plus job types that tests and demos use to misbehave.
+
+Loaded when TASKFORGE_HANDLERS is unset; importable by name (``workerd.demo``) when it is set.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+from workerd.registry import JobContext, handler
+
+
+def _simulate(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+@handler("generate_pdf")
+def generate_pdf(payload: Any, job: JobContext) -> dict[str, Any]:
+    """Pretend to render a PDF (tens of milliseconds)."""
+    _simulate(0.03)
+    return {"pages": 1, "bytes": 2048}
+
+
+@handler("send_email")
+def send_email(payload: Any, job: JobContext) -> dict[str, Any]:
+    """Pretend to send an email (tens of milliseconds)."""
+    _simulate(0.02)
+    return {"delivered": True}
+
+
+@handler("resize_image")
+def resize_image(payload: Any, job: JobContext) -> dict[str, Any]:
+    """Pretend to resize an image (tens of milliseconds)."""
+    _simulate(0.04)
+    return {"width": 640, "height": 480}
+
+
+@handler("noop")
+def noop(payload: Any, job: JobContext) -> None:
+    """Do nothing (benchmarks)."""
+
+
+@handler("sleep")
+def sleep(payload: Any, job: JobContext) -> dict[str, float]:
+    """Sleep for payload["seconds"] (default 1)."""
+    seconds = float(payload.get("seconds", 1)) if isinstance(payload, dict) else 1.0
+    time.sleep(seconds)
+    return {"slept": seconds}
+
+
+@handler("fail")
+def fail(payload: Any, job: JobContext) -> None:
+    """Always fail, with payload["error"] as the message."""
+    message = payload.get("error", "failed on purpose") if isinstance(payload, dict) else None
+    raise RuntimeError(message or "failed on purpose")
+
+
+@handler("flaky")
+def flaky(payload: Any, job: JobContext) -> dict[str, int]:
+    """Fail while the attempt is at most payload["fail_times"], then succeed."""
+    fail_times = int(payload.get("fail_times", 1)) if isinstance(payload, dict) else 1
+    if job.attempt <= fail_times:
+        raise RuntimeError(f"flaky failure on attempt {job.attempt} of {fail_times} planned")
+    return {"succeeded_on_attempt": job.attempt}
+
+
+@handler("crash")
+def crash(payload: Any, job: JobContext) -> None:
+    """Kill the worker process running it, as a segfault or the OOM killer would."""
+    os.kill(os.getpid(), signal.SIGKILL)

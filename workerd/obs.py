@@ -1,0 +1,145 @@
+"""The observability server process: /health, /ready and /metrics on PORT_WORKER.
+
+A child of the supervisor, so a slow scrape never delays the supervisor's loop. It serves one
+request at a time (scrapes and probes are rare and short), reads the supervisor's status from
+shared memory, and reads queue depths from Redis at scrape time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable
+from types import FrameType
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import redis
+
+from shared import metrics
+from shared.queries import queue_counts
+from shared.scripts import Scripts
+from workerd.slots import Slot, SlotTable
+
+log = logging.getLogger(__name__)
+
+# The supervisor publishes its status every tick; older than this means it is stuck or gone.
+STATUS_FRESH_SECONDS = 5.0
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """Keep wsgiref's per-request lines off stdout: logs there are JSON, one schema."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class ObservabilityApp:
+    """A tiny WSGI app: three read-only endpoints, JSON or Prometheus text."""
+
+    def __init__(self, scripts: Scripts, table: SlotTable) -> None:
+        self.scripts = scripts
+        self.table = table
+
+    def __call__(self, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
+        path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "GET")
+        routes = {"/health": self.health, "/ready": self.ready, "/metrics": self.metrics}
+        if path not in routes:
+            return _json(start, 404, {"error": "not found"})
+        if method not in ("GET", "HEAD"):
+            return _json(start, 405, {"error": "method not allowed"}, [("Allow", "GET, HEAD")])
+        return routes[path](start)
+
+    def health(self, start: StartResponse) -> Iterable[bytes]:
+        """Answer 200 when Redis answers."""
+        try:
+            self.scripts.redis.ping()
+        except redis.RedisError:
+            return _json(start, 503, {"status": "unavailable", "redis": "unreachable"})
+        return _json(start, 200, {"status": "ok", "redis": "ok"})
+
+    def ready(self, start: StartResponse) -> Iterable[bytes]:
+        """Answer 200 when Redis answers, scripts are loaded, and the children are up."""
+        try:
+            self.scripts.redis.ping()
+            self.scripts.load()  # cheap when cached; reloads after a Redis restart
+        except redis.RedisError:
+            return _json(start, 503, {"status": "not ready", "redis": "unreachable"})
+        status = self.table.status()
+        problems = []
+        if status is None or time.monotonic() - status.heartbeat > STATUS_FRESH_SECONDS:
+            problems.append("supervisor not responding")
+        else:
+            if not status.scheduler_alive:
+                problems.append("scheduler not running")
+            if status.live_workers < 1:
+                problems.append("no worker process running")
+        if problems:
+            return _json(start, 503, {"status": "not ready", "redis": "ok", "problems": problems})
+        return _json(start, 200, {"status": "ready", "redis": "ok"})
+
+    def metrics(self, start: StartResponse) -> Iterable[bytes]:
+        """Answer Prometheus text: every child's counters plus queue depths read now."""
+        try:
+            body, content_type = metrics.render(
+                lambda: queue_counts(self.scripts.redis, self.scripts.keys)
+            )
+        except redis.RedisError:
+            return _json(start, 503, {"error": "redis unavailable"})
+        start("200 OK", [("Content-Type", content_type), ("Content-Length", str(len(body)))])
+        return [body]
+
+
+def _json(
+    start: StartResponse, status: int, body: dict[str, Any], headers: list[tuple[str, str]] = ()
+) -> Iterable[bytes]:
+    reasons = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+    data = json.dumps(body).encode()
+    start(
+        f"{status} {reasons[status]}",
+        [("Content-Type", "application/json"), ("Content-Length", str(len(data))), *headers],
+    )
+    return [data]
+
+
+def bind(host: str, port: int) -> WSGIServer:
+    """Bind the listening socket in the supervisor, before forking: a port in use fails start-up."""
+    server = make_server(host, port, _unavailable, handler_class=_QuietHandler)
+    server.timeout = 0.5
+    return server
+
+
+def _unavailable(_environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
+    return _json(start, 503, {"error": "starting"})
+
+
+class ObservabilityServer:
+    """Serves the app on the inherited socket until SIGTERM or until the supervisor is gone."""
+
+    def __init__(self, server: WSGIServer, app: ObservabilityApp, slot: Slot, parent_pid: int):
+        self.server = server
+        self.server.set_app(app)
+        self.slot = slot
+        self.parent_pid = parent_pid
+        self.stopping = False
+
+    def install_signals(self) -> None:
+        """Stop after the current request on SIGTERM/SIGINT."""
+        signal.signal(signal.SIGTERM, self._request_stop)
+        signal.signal(signal.SIGINT, self._request_stop)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+    def _request_stop(self, _signum: int, _frame: FrameType | None) -> None:
+        self.stopping = True
+
+    def run(self) -> int:
+        """Serve until stopped or orphaned; return the exit code."""
+        while not self.stopping and os.getppid() == self.parent_pid:
+            self.slot.beat()
+            self.server.handle_request()
+        self.server.server_close()
+        return 0

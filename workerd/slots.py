@@ -1,0 +1,132 @@
+"""Shared-memory slots: how a child tells the supervisor it is alive and what it is running.
+
+The supervisor maps one anonymous shared region before it forks; each child owns one slot,
+and one more record holds the supervisor's own status for the observability server. A child
+writes its heartbeat and current job with no system call (a pipe could fill up and block a
+child; a file's mtime costs a syscall per beat), and the supervisor reads every slot on each
+tick. A sequence counter (a seqlock) lets a reader skip a torn, half-written record.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+import time
+from dataclasses import dataclass
+
+RECORD_SIZE = 128  # room to grow a record without moving the others
+_SEQ = struct.Struct("<Q")
+# heartbeat (monotonic s), token, job started (monotonic s), job timeout (s), job id
+_CHILD = struct.Struct("<Qdqdd36s")
+# heartbeat (monotonic s), live workers, scheduler alive, scripts loaded
+_SUPERVISOR = struct.Struct("<Qdiii")
+_READ_ATTEMPTS = 100
+
+
+class _SeqRecord:
+    """One fixed-size record in the shared region, written by one process, read by others."""
+
+    def __init__(self, region: mmap.mmap, offset: int, layout: struct.Struct) -> None:
+        self._region = region
+        self._offset = offset
+        self._layout = layout
+
+    def write(self, *fields: object) -> None:
+        seq = _SEQ.unpack_from(self._region, self._offset)[0]
+        # Odd while writing: a reader that sees an odd or changed sequence reads again.
+        _SEQ.pack_into(self._region, self._offset, seq + 1)
+        self._layout.pack_into(self._region, self._offset, seq + 1, *fields)
+        _SEQ.pack_into(self._region, self._offset, seq + 2)
+
+    def read(self) -> tuple[object, ...] | None:
+        for _ in range(_READ_ATTEMPTS):
+            before = _SEQ.unpack_from(self._region, self._offset)[0]
+            record = self._layout.unpack_from(self._region, self._offset)
+            after = _SEQ.unpack_from(self._region, self._offset)[0]
+            if before == after == record[0] and before % 2 == 0:
+                return record[1:]
+        return None
+
+
+@dataclass(frozen=True)
+class SlotState:
+    """One consistent reading of a child's slot."""
+
+    heartbeat: float
+    job_id: str | None
+    token: int  # the running job's token; 0 between jobs; -1 until the child's first beat
+    job_started: float
+    job_timeout: float
+
+    @property
+    def booting(self) -> bool:
+        """Tell whether the child has not yet beaten once (still starting up)."""
+        return self.token < 0
+
+
+class Slot:
+    """One child's record: written by the child, read by the supervisor."""
+
+    def __init__(self, record: _SeqRecord) -> None:
+        self._record = record
+
+    def reset(self, *, booting: bool) -> None:
+        """Clear the slot before forking its child; while booting the token reads -1."""
+        self._record.write(time.monotonic(), -1 if booting else 0, 0.0, 0.0, b"")
+
+    def beat(self) -> None:
+        """Record that the child is alive and between jobs."""
+        self._record.write(time.monotonic(), 0, 0.0, 0.0, b"")
+
+    def start_job(self, job_id: str, token: int, timeout: float) -> None:
+        """Record the job the child is about to run (its lease is renewed from here on)."""
+        now = time.monotonic()
+        self._record.write(now, token, now, timeout, job_id.encode())
+
+    def read(self) -> SlotState | None:
+        """Return a consistent reading, or None if the child kept writing (read next tick)."""
+        record = self._record.read()
+        if record is None:
+            return None
+        heartbeat, token, started, timeout, raw_id = record
+        job_id = raw_id.rstrip(b"\0").decode() or None  # type: ignore[union-attr]
+        return SlotState(heartbeat, job_id, token, started, timeout)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class SupervisorStatus:
+    """What the supervisor last published about its children."""
+
+    heartbeat: float
+    live_workers: int
+    scheduler_alive: bool
+    scripts_loaded: bool
+
+
+class SlotTable:
+    """The shared region: one slot per child plus the supervisor's status. Create before fork."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._region = mmap.mmap(-1, (count + 1) * RECORD_SIZE)
+        self._status = _SeqRecord(self._region, count * RECORD_SIZE, _SUPERVISOR)
+
+    def slot(self, index: int) -> Slot:
+        """Return the slot at `index`."""
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        return Slot(_SeqRecord(self._region, index * RECORD_SIZE, _CHILD))
+
+    def publish_status(
+        self, live_workers: int, scheduler_alive: bool, scripts_loaded: bool
+    ) -> None:
+        """Record the supervisor's view of its children (supervisor side)."""
+        self._status.write(time.monotonic(), live_workers, scheduler_alive, scripts_loaded)
+
+    def status(self) -> SupervisorStatus | None:
+        """Return the supervisor's last published status (observability server side)."""
+        record = self._status.read()
+        if record is None:
+            return None
+        heartbeat, live, scheduler, loaded = record
+        return SupervisorStatus(heartbeat, live, bool(scheduler), bool(loaded))  # type: ignore[arg-type]

@@ -1,0 +1,489 @@
+"""The supervisor: forks the workers, the scheduler and the observability server, and keeps
+them honest — modelled on gunicorn's arbiter.
+
+One thread, one loop. Signal handlers only record the signal and wake the loop through a
+self-pipe; reaping, renewing, killing and spawning happen in :meth:`Supervisor.step`. No
+threads ever: a forked copy of a threaded process can inherit a lock held by a thread that did
+not come along. The supervisor renews the leases of its workers' jobs (one call per tick for
+all of them), so a handler stuck in one long C call keeps its lease while its process lives;
+when a worker dies mid-job the supervisor sees it at once and requeues the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import select
+import signal
+import socket
+import time
+from types import FrameType
+from wsgiref.simple_server import WSGIServer
+
+import redis
+
+from shared import metrics
+from shared.config import Settings
+from shared.keys import Keys
+from shared.redis_conn import connect
+from shared.scripts import Code, Policy, Scripts
+from workerd import notify
+from workerd.children import (
+    OBSERVER,
+    SCHEDULER,
+    WORKER,
+    Child,
+    describe_exit,
+    die_with_parent,
+    process_stopped,
+    signal_child,
+)
+from workerd.obs import ObservabilityApp, ObservabilityServer
+from workerd.scheduler import SchedulerProcess
+from workerd.slots import SlotTable
+from workerd.worker import WorkerProcess
+
+log = logging.getLogger(__name__)
+
+TICK = 0.1  # seconds between loop iterations when nothing wakes the loop sooner
+REGISTRY_INTERVAL = 2.0
+BOOT_FAILURE_LIMIT = 5  # consecutive children dying before they are up → halt
+SCHEDULER_STOP_GRACE = 5.0
+FINAL_ACK_WINDOW = 5.0  # at exit, how long to keep trying to requeue jobs of killed workers
+
+
+class Halt(Exception):
+    """The supervisor cannot run (children keep failing to boot); exit non-zero."""
+
+
+@dataclasses.dataclass
+class PendingAck:
+    """A job whose worker is gone and whose fate still has to reach Redis."""
+
+    job_id: str
+    token: int
+    action: str  # "worker died", "drain" (shutdown) or "timeout"
+    timeout: float = 0.0
+
+
+class Supervisor:
+    """Keeps WORKER_COUNT workers, one scheduler and one observability server running."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        listener: WSGIServer | None = None,
+        silence_timeout: float = 30.0,
+    ) -> None:
+        self.settings = settings
+        self.silence_timeout = silence_timeout
+        self.listener = listener
+        self.pid = os.getpid()
+        self.name = f"{socket.gethostname()}-{self.pid}"
+        kinds = [WORKER] * settings.worker_count + [SCHEDULER] + ([OBSERVER] if listener else [])
+        self.kinds = kinds  # slot index -> kind of child
+        self.table = SlotTable(len(kinds))
+        self.children: dict[int, Child] = {}
+        self.respawn_at: dict[int, float] = {}
+        self.failures: dict[int, int] = {}
+        self.boot_failures = 0
+        self.generation = 0
+        self.pending_acks: list[PendingAck] = []
+        self.signals: list[int] = []
+        self.stopping = False
+        self.drain_deadline = 0.0
+        self.next_renew = 0.0
+        self.next_registry = 0.0
+        self.ready_sent = False
+        self.scripts_loaded = False
+        self.lease = settings.visibility_timeout
+        self.renew_interval = min(1.0, self.lease / 4)
+        self.scripts = Scripts(
+            self._redis(), Keys(settings.key_prefix), Policy.from_settings(settings)
+        )
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+
+    def _redis(self) -> redis.Redis:
+        # Short timeouts: a Redis outage must not stall reaping and respawning for long.
+        quick = dataclasses.replace(
+            self.settings,
+            redis_socket_timeout=min(1.0, self.settings.redis_socket_timeout),
+            redis_connect_timeout=min(0.5, self.settings.redis_connect_timeout),
+        )
+        return connect(quick, role="supervisor")
+
+    # -- signals -----------------------------------------------------------------------------
+
+    def install_signals(self) -> None:
+        """Record signals and wake the loop; everything else happens in step()."""
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+            signal.signal(sig, self._record_signal)
+
+    def _record_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.signals.append(signum)
+        with contextlib.suppress(BlockingIOError):  # a full pipe: the loop is already due to wake
+            os.write(self._wake_w, b"!")
+
+    def _handle_signals(self, now: float) -> None:
+        while self.signals:
+            signum = self.signals.pop(0)
+            if signum in (signal.SIGTERM, signal.SIGINT):
+                self._begin_shutdown(now, signal.Signals(signum).name)
+
+    def _begin_shutdown(self, now: float, cause: str) -> None:
+        if self.stopping:
+            log.warning("supervisor_hurry", extra={"signal": cause})
+            self.drain_deadline = now  # a second signal: kill what is still running
+            return
+        self.stopping = True
+        self.drain_deadline = now + self.settings.drain_grace
+        notify.notify("STOPPING=1")
+        log.info(
+            "supervisor_stopping", extra={"signal": cause, "grace_s": self.settings.drain_grace}
+        )
+        for child in self._of_kind(WORKER):
+            signal_child(child.pid, signal.SIGTERM)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until shut down; return the exit code (0 clean, 3 halted on boot failures)."""
+        self.install_signals()
+        self._load_scripts()
+        log.info(
+            "supervisor_started",
+            extra={"workers": self.settings.worker_count, "supervisor": self.name},
+        )
+        try:
+            while not self._finished():
+                self.step(time.monotonic())
+                self._sleep()
+        except Halt as exc:
+            log.error("supervisor_halted", extra={"reason": str(exc)})
+            self._kill_everything()
+            return 3
+        self._stop_helpers()
+        self._flush_acks(deadline=time.monotonic() + FINAL_ACK_WINDOW)
+        self._leave_registry()
+        log.info("supervisor_stopped")
+        return 0
+
+    def step(self, now: float) -> None:
+        """Do one iteration: signals, reaping, lease renewal, policing, spawning, reporting."""
+        self._handle_signals(now)
+        self._reap(now)
+        if self.stopping and now >= self.drain_deadline:
+            self._kill_workers("drain grace over")
+        self._police(now)
+        if now >= self.next_renew:
+            self.next_renew = now + self.renew_interval
+            self._renew()
+        self._flush_acks()
+        if not self.stopping:
+            self._spawn_missing(now)
+        self._report(now)
+
+    def _sleep(self) -> None:
+        select.select([self._wake_r], [], [], TICK)
+        try:
+            while os.read(self._wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _finished(self) -> bool:
+        return self.stopping and not self._of_kind(WORKER)
+
+    def _of_kind(self, kind: str) -> list[Child]:
+        return [c for c in self.children.values() if c.kind == kind]
+
+    def _load_scripts(self) -> None:
+        try:
+            self.scripts.load()
+            self.scripts_loaded = True
+        except redis.RedisError as exc:
+            # Not fatal: scripts load on first use (EVALSHA falls back on NOSCRIPT).
+            log.warning("scripts_not_loaded", extra={"error": repr(exc)})
+
+    # -- children ----------------------------------------------------------------------------
+
+    def _spawn_missing(self, now: float) -> None:
+        running = {child.index for child in self.children.values()}
+        for index, kind in enumerate(self.kinds):
+            if index not in running and now >= self.respawn_at.get(index, 0.0):
+                self._spawn(index, kind, now)
+
+    def _spawn(self, index: int, kind: str, now: float) -> None:
+        self.generation += 1
+        name = f"{self.name}-{kind}{index}-{self.generation}"
+        slot = self.table.slot(index)
+        slot.reset(booting=True)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = self._child(Child(kind, index, os.getpid(), name, now))
+            except BaseException:
+                log.exception("child_crashed", extra={"child": name})
+            finally:
+                os._exit(code)
+        self.children[pid] = Child(kind, index, pid, name, now)
+        log.info("child_spawned", extra={"child": name, "kind": kind, "child_pid": pid})
+
+    def _child(self, child: Child) -> int:
+        """Run in the forked child: detach from the supervisor's plumbing, then run its loop."""
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        die_with_parent(self.pid)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        if self.listener is not None and child.kind != OBSERVER:
+            self.listener.server_close()
+        client = connect(self.settings, role=child.kind)
+        scripts = Scripts(client, self.scripts.keys, self.scripts.policy)
+        slot = self.table.slot(child.index)
+        if child.kind == WORKER:
+            process = WorkerProcess(self.settings, scripts, slot, child.name, self.pid)
+        elif child.kind == SCHEDULER:
+            grace = 2 * self.renew_interval + 1.0
+            process = SchedulerProcess(scripts, slot, self.pid, reconnect_grace=grace)
+        else:
+            assert self.listener is not None
+            app = ObservabilityApp(scripts, self.table)
+            process = ObservabilityServer(self.listener, app, slot, self.pid)
+        process.install_signals()
+        return process.run()
+
+    def _reap(self, now: float) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is not None:
+                self._child_exited(child, status, now)
+
+    def _child_exited(self, child: Child, status: int, now: float) -> None:
+        cause, code, _ = describe_exit(status)
+        state = self.table.slot(child.index).read()
+        booting = state is not None and state.booting
+        expected = child.kill_reason == "shutdown" or (self.stopping and code == 0)
+        level = logging.INFO if expected or child.kill_reason else logging.ERROR
+        log.log(
+            level,
+            "child_exited",
+            extra={
+                "child": child.name,
+                "kind": child.kind,
+                "child_pid": child.pid,
+                "cause": cause,
+                "killed_for": child.kill_reason,
+            },
+        )
+        metrics.mark_dead(child.pid)
+        if child.kind == WORKER:
+            self._requeue_job_of(child, state)
+        failed = booting or (child.kill_reason is None and not expected and code != 0)
+        self._plan_respawn(child, now, failed=failed, booting=booting)
+
+    def _requeue_job_of(self, child: Child, state: object) -> None:
+        """Queue the fate of the job a dead worker was running (it reaches Redis in _flush_acks)."""
+        if child.killed_job is not None:
+            job_id, token, timeout = child.killed_job
+        elif state is not None and state.job_id:  # type: ignore[attr-defined]
+            job_id, token, timeout = state.job_id, state.token, state.job_timeout  # type: ignore[attr-defined]
+        else:
+            return
+        if child.kill_reason == "lease lost":
+            return  # the job is someone else's now
+        if child.kill_reason == "timeout":
+            action = "timeout"
+        elif self.stopping:
+            action = "drain"
+        else:
+            action = "worker died"
+        self.pending_acks.append(PendingAck(job_id, token, action, timeout))
+
+    def _plan_respawn(self, child: Child, now: float, *, failed: bool, booting: bool) -> None:
+        if booting:
+            self.boot_failures += 1
+            if self.boot_failures >= BOOT_FAILURE_LIMIT:
+                raise Halt(
+                    f"{self.boot_failures} children in a row died before they were up; "
+                    "see the child_crashed lines above"
+                )
+        elif child.kind == WORKER:
+            self.boot_failures = 0
+        if now - child.started > 10.0 or not failed:
+            self.failures[child.index] = 0
+        failures = self.failures.get(child.index, 0) + (1 if failed else 0)
+        self.failures[child.index] = failures
+        delay = 0.0 if failures <= 1 else min(5.0, 0.1 * 2 ** (failures - 2))
+        self.respawn_at[child.index] = now + delay
+
+    def _kill(self, child: Child, reason: str, sig: signal.Signals = signal.SIGKILL) -> None:
+        if child.kill_reason is None:
+            child.kill_reason = reason
+        signal_child(child.pid, sig)
+
+    def _kill_workers(self, reason: str) -> None:
+        for child in self._of_kind(WORKER):
+            if child.kill_reason is None:
+                log.warning("child_killed", extra={"child": child.name, "reason": reason})
+                self._kill(child, "drain")
+
+    def _kill_everything(self) -> None:
+        for child in list(self.children.values()):
+            self._kill(child, "halt")
+        deadline = time.monotonic() + 5
+        while self.children and time.monotonic() < deadline:
+            self._reap_blocking(deadline)
+
+    def _reap_blocking(self, deadline: float) -> None:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            self.children.clear()
+            return
+        if pid:
+            self.children.pop(pid, None)
+        else:
+            select.select([self._wake_r], [], [], min(TICK, max(0.0, deadline - time.monotonic())))
+
+    def _stop_helpers(self) -> None:
+        """Stop the scheduler and the observability server, after the workers are gone."""
+        for child in self.children.values():
+            self._kill(child, "shutdown", signal.SIGTERM)
+        deadline = time.monotonic() + SCHEDULER_STOP_GRACE
+        while self.children and time.monotonic() < deadline:
+            self._reap(time.monotonic())
+            if self.children:
+                select.select([self._wake_r], [], [], TICK)
+        for child in list(self.children.values()):
+            self._kill(child, "shutdown")
+        deadline = time.monotonic() + SCHEDULER_STOP_GRACE
+        while self.children and time.monotonic() < deadline:
+            self._reap_blocking(deadline)
+
+    # -- leases, timeouts, silence ---------------------------------------------------------------
+
+    def _police(self, now: float) -> None:
+        """Kill workers past their job's timeout and children silent outside a job."""
+        for child in list(self.children.values()):
+            state = self.table.slot(child.index).read()
+            if state is None or child.kill_reason is not None:
+                continue
+            if state.job_id:
+                if state.job_timeout > 0 and now - state.job_started > state.job_timeout:
+                    child.killed_job = (state.job_id, state.token, state.job_timeout)
+                    log.warning(
+                        "job_timed_out",
+                        extra={
+                            "job_id": state.job_id,
+                            "child": child.name,
+                            "timeout_s": state.job_timeout,
+                        },
+                    )
+                    self._kill(child, "timeout")
+            elif now - state.heartbeat > self.silence_timeout:
+                log.error(
+                    "child_silent", extra={"child": child.name, "silent_s": now - state.heartbeat}
+                )
+                self._kill(child, "silent")
+
+    def _renew(self) -> None:
+        """Extend the lease of every running job in one call; stop workers that lost theirs."""
+        running: list[tuple[Child, str, int]] = []
+        for child in self._of_kind(WORKER):
+            state = self.table.slot(child.index).read()
+            if state is None or not state.job_id or child.kill_reason is not None:
+                continue
+            if process_stopped(child.pid):
+                continue  # a stopped process is not working on its job: let the lease run out
+            running.append((child, state.job_id, state.token))
+        if not running:
+            return
+        try:
+            codes = self.scripts.renew([(job_id, token) for _, job_id, token in running])
+        except redis.RedisError as exc:
+            log.warning("lease_renewal_failed", extra={"error": repr(exc), "jobs": len(running)})
+            return
+        for (child, job_id, _), code in zip(running, codes, strict=True):
+            if code in (Code.STALE_TOKEN, Code.NOT_FOUND):
+                log.error("lease_lost", extra={"job_id": job_id, "child": child.name})
+                self._kill(child, "lease lost")
+
+    def _flush_acks(self, deadline: float | None = None) -> None:
+        """Send queued requeues/failures to Redis; keep the ones an outage blocks for later."""
+        while self.pending_acks:
+            ack = self.pending_acks[0]
+            try:
+                self._apply(ack)
+            except redis.RedisError as exc:
+                if deadline is None or time.monotonic() >= deadline:
+                    if deadline is not None:
+                        log.error(
+                            "requeue_abandoned",
+                            extra={
+                                "job_id": ack.job_id,
+                                "error": repr(exc),
+                                "note": "its lease will expire and a scheduler recovers it",
+                            },
+                        )
+                        self.pending_acks.pop(0)
+                        continue
+                    return
+                time.sleep(0.1)
+                continue
+            self.pending_acks.pop(0)
+
+    def _apply(self, ack: PendingAck) -> None:
+        fields = {"job_id": ack.job_id}
+        if ack.action == "timeout":
+            error = f"timed out after {ack.timeout:g}s"
+            result = self.scripts.fail(ack.job_id, ack.token, error)
+            metrics.count("timed_out", metrics.OTHER_TYPE)
+            log.warning("job_timed_out", extra={**fields, "result": result.code.name.lower()})
+            return
+        outcome = self.scripts.release(ack.job_id, ack.token, drained=ack.action == "drain")
+        if outcome.code is Code.DONE:
+            metrics.count("released" if ack.action == "drain" else "recovered", metrics.OTHER_TYPE)
+            event = "job_released" if ack.action == "drain" else "job_recovered"
+            log.warning(event, extra={**fields, "reason": ack.action})
+        elif outcome.code is Code.DEAD:
+            metrics.count("dead", metrics.OTHER_TYPE)
+            log.error("job_dead", extra={**fields, "reason": "recovery cap"})
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def _report(self, now: float) -> None:
+        workers = [c for c in self._of_kind(WORKER) if c.kill_reason is None]
+        live = sum(1 for c in workers if (s := self.table.slot(c.index).read()) and not s.booting)
+        scheduler_up = any(c.kill_reason is None for c in self._of_kind(SCHEDULER))
+        self.table.publish_status(live, scheduler_up, self.scripts_loaded)
+        if not self.ready_sent and live == self.settings.worker_count and scheduler_up:
+            self.ready_sent = True
+            notify.notify(f"READY=1\nSTATUS={live} workers running")
+            log.info("supervisor_ready", extra={"workers": live})
+        if now >= self.next_registry:
+            self.next_registry = now + REGISTRY_INTERVAL
+            busy = sum(1 for c in workers if (s := self.table.slot(c.index).read()) and s.job_id)
+            # The registry is informational; an outage is logged by the loops it stops.
+            with contextlib.suppress(redis.RedisError):
+                self.scripts.heartbeat(
+                    self.name,
+                    {"host": socket.gethostname(), "pid": self.pid, "workers": live, "busy": busy},
+                    ttl_ms=int(REGISTRY_INTERVAL * 5 * 1000),
+                )
+
+    def _leave_registry(self) -> None:
+        with contextlib.suppress(redis.RedisError):  # else the record expires on its own
+            self.scripts.heartbeat(self.name, {}, ttl_ms=1, leaving=True)

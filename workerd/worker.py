@@ -1,0 +1,223 @@
+"""A worker process: claim → run the handler → complete or fail → claim again.
+
+While there is work, completing a job and claiming the next is one Redis call. With no work
+the process blocks on the wake-up list (BLPOP, 1 s) instead of polling, so an idle worker costs
+about one Redis command a second. The supervisor, not this process, renews the lease of the
+running job: a handler that holds the GIL for minutes cannot starve its own lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from types import FrameType
+
+import redis
+
+from shared import metrics
+from shared.config import Settings
+from shared.jobs import Job, dump_json
+from shared.log import error_text
+from shared.scripts import Code, Scripts
+from workerd.backoff import Backoff
+from workerd.registry import JobContext, PermanentError, lookup
+from workerd.slots import Slot
+
+log = logging.getLogger(__name__)
+
+WAKE_TIMEOUT_SECONDS = 1
+# An idle worker claims without a hint every this many empty waits: a safety net should a hint
+# ever be lost (popped by a worker that died before claiming), at ~0.2 extra commands a second.
+CLAIM_ANYWAY_EVERY = 5
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one execution ended, before it is recorded in Redis."""
+
+    ok: bool
+    result_json: str = "null"
+    # The message goes to Redis (last_error, the job owner's own data); logs get only the kind,
+    # because a handler's message can echo its payload.
+    error: str = ""
+    error_kind: str = ""
+    permanent: bool = False
+
+
+class WorkerProcess:
+    """Runs jobs one at a time until told to stop, recycled, or orphaned."""
+
+    def __init__(
+        self, settings: Settings, scripts: Scripts, slot: Slot, worker_id: str, parent_pid: int
+    ) -> None:
+        self.settings = settings
+        self.scripts = scripts
+        self.slot = slot
+        self.worker_id = worker_id
+        self.parent_pid = parent_pid
+        self.stopping = False
+        self.exit_reason = ""
+        self.jobs_done = 0
+        self.idle_waits = 0
+        self.next_job: Job | None = None
+        self.backoff = Backoff("worker")
+
+    def install_signals(self) -> None:
+        """Replace the supervisor's handlers: SIGTERM/SIGINT finish the current job, then exit."""
+        signal.signal(signal.SIGTERM, self._request_stop)
+        signal.signal(signal.SIGINT, self._request_stop)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+    def _request_stop(self, signum: int, _frame: FrameType | None) -> None:
+        self.stopping = True
+        self.exit_reason = f"signal {signal.Signals(signum).name}"
+
+    def run(self) -> int:
+        """Loop until stopped; return the process exit code (0: a clean exit)."""
+        metrics.ACTIVE_WORKERS.set(1)
+        log.info("worker_started", extra={"worker_id": self.worker_id})
+        while self.keep_going():
+            self.step()
+        log.info("worker_stopped", extra={"worker_id": self.worker_id, "reason": self.exit_reason})
+        return 0
+
+    def keep_going(self) -> bool:
+        """Tell whether to run another step: not stopping, parent alive, not due for recycling."""
+        if os.getppid() != self.parent_pid:
+            self.stopping, self.exit_reason = True, "supervisor gone"
+        elif self._due_for_recycling():
+            self.stopping = True
+        return not self.stopping
+
+    def step(self) -> None:
+        """Run one job if one is claimable, else wait (bounded) for a wake-up hint."""
+        self.slot.beat()
+        try:
+            job, self.next_job = self.next_job or self.scripts.claim(self.worker_id), None
+            if job is None:
+                self._wait_for_work()
+            else:
+                self.next_job = self._execute(job)
+            self.backoff.succeeded()
+        except redis.RedisError as exc:
+            self.backoff.wait(exc)
+
+    def _wait_for_work(self) -> None:
+        hint = self.scripts.redis.blpop([self.scripts.keys.wake], timeout=WAKE_TIMEOUT_SECONDS)
+        self.idle_waits += 1
+        if hint is not None or self.idle_waits % CLAIM_ANYWAY_EVERY == 0:
+            self.next_job = self.scripts.claim(self.worker_id)
+
+    def _execute(self, job: Job) -> Job | None:
+        """Run one claimed job and record its outcome; return the next job if one was claimed."""
+        timeout = job.timeout or self.settings.default_job_timeout
+        self.slot.start_job(job.id, job.token, timeout)
+        metrics.BUSY_WORKERS.set(1)
+        fields = {"job_id": job.id, "type": job.type, "attempt": job.attempts}
+        log.info("job_claimed", extra={**fields, "worker_id": self.worker_id})
+        log.info("job_started", extra={**fields, "worker_id": self.worker_id})
+        started = time.perf_counter()
+        outcome = run_handler(job, self.settings.result_max_bytes)
+        duration = time.perf_counter() - started
+        metrics.HANDLER_SECONDS.labels(type=metrics.type_label(job.type)).observe(duration)
+        fields["duration_ms"] = round(duration * 1000, 3)
+        next_job = self._record(job, outcome, fields)
+        self.jobs_done += 1
+        metrics.BUSY_WORKERS.set(0)
+        self.slot.beat()
+        return next_job
+
+    def _record(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> Job | None:
+        """Write the outcome to Redis, retrying through an outage; return the next job."""
+        claim_next = None if self.stopping or self._due_for_recycling() else self.worker_id
+        while True:
+            try:
+                if outcome.ok:
+                    ack = self.scripts.complete(
+                        job.id, job.token, outcome.result_json, claim_next_for=claim_next
+                    )
+                    self._log_completion(job, ack.code, fields)
+                    return ack.next_job
+                self._fail(job, outcome, fields)
+                return None
+            except redis.RedisError as exc:
+                # The job ran; its outcome must reach Redis. The supervisor keeps its lease.
+                self.backoff.wait(exc)
+                if os.getppid() != self.parent_pid:
+                    return None
+
+    def _log_completion(self, job: Job, code: Code, fields: dict[str, object]) -> None:
+        if code is Code.DONE:
+            metrics.count("completed", job.type)
+            log.info("job_completed", extra=fields)
+        else:
+            metrics.count("stale_acks", job.type)
+            log.warning("job_stale_ack", extra={**fields, "result": code.name.lower()})
+
+    def _fail(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
+        result = self.scripts.fail(job.id, job.token, outcome.error, permanent=outcome.permanent)
+        metrics.count("failed", job.type)
+        extra = {**fields, "error": outcome.error_kind}
+        if result.code is Code.RETRYING:
+            metrics.count("retried", job.type)
+            log.info("job_retry_scheduled", extra={**extra, "next_retry_at": result.next_retry_at})
+        elif result.code is Code.DEAD:
+            metrics.count("dead", job.type)
+            log.warning("job_dead", extra=extra)
+        else:
+            metrics.count("stale_acks", job.type)
+            log.warning("job_stale_ack", extra={**extra, "result": result.code.name.lower()})
+
+    def _due_for_recycling(self) -> bool:
+        limit = self.settings.worker_max_jobs
+        if limit and self.jobs_done >= limit:
+            self.exit_reason = f"recycled after {self.jobs_done} jobs"
+            return True
+        rss_limit = self.settings.worker_max_rss_mb
+        if rss_limit and resident_mb() > rss_limit:
+            self.exit_reason = f"recycled at {resident_mb():.0f} MB resident"
+            return True
+        return False
+
+
+def run_handler(job: Job, result_max_bytes: int) -> Outcome:
+    """Call the job's handler; turn every exception into a recorded failure, never a crash."""
+    handler = lookup(job.type)
+    if handler is None:
+        return Outcome(
+            ok=False, error=f"no handler for job type {job.type!r}", error_kind="NoHandler"
+        )
+    context = JobContext(
+        id=job.id,
+        type=job.type,
+        attempt=job.attempts,
+        max_retries=job.max_retries,
+        priority=job.priority,
+        recoveries=job.recoveries,
+    )
+    try:
+        result = handler(job.payload, context)
+    except PermanentError as exc:
+        return Outcome(False, error=error_text(exc), error_kind=type(exc).__name__, permanent=True)
+    except Exception as exc:  # the handler boundary: any failure is the job's, not ours
+        return Outcome(False, error=error_text(exc), error_kind=type(exc).__name__)
+    try:
+        result_json = dump_json(result)
+    except (TypeError, ValueError) as exc:
+        error = f"result is not JSON-serialisable: {error_text(exc)}"
+        return Outcome(False, error=error, error_kind="ResultNotSerialisable")
+    size = len(result_json.encode())
+    if size > result_max_bytes:
+        error = f"result is {size} bytes, over the {result_max_bytes} cap"
+        return Outcome(False, error=error, error_kind="ResultTooLarge")
+    return Outcome(ok=True, result_json=result_json)
+
+
+def resident_mb() -> float:
+    """Return this process's resident memory in MiB (Linux /proc)."""
+    with open("/proc/self/statm") as statm:
+        pages = int(statm.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20

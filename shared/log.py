@@ -41,6 +41,25 @@ EVENTS: frozenset[str] = frozenset(
         "supervisor_stopped",
         "gateway_started",
         "gateway_stopped",
+        # workerd's supervision and outage events
+        "supervisor_ready",
+        "supervisor_stopping",
+        "supervisor_hurry",
+        "supervisor_halted",
+        "child_spawned",
+        "child_exited",
+        "child_killed",
+        "child_silent",
+        "child_crashed",
+        "lease_lost",
+        "lease_renewal_failed",
+        "requeue_abandoned",
+        "job_promoted",
+        "redis_unavailable",
+        "redis_available",
+        "scripts_not_loaded",
+        "config_warning",
+        "redis_url_defaulted",
     }
 )
 

@@ -1,0 +1,1 @@
+"""TaskForge's tests: run them with bin/test."""

@@ -1,0 +1,40 @@
+"""Fixtures shared by all tests: a private redis-server, a client on it, settings for it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from shared.config import Settings
+from tests._tools import RedisServer, require_tool
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """Run one private redis-server on a free port for the whole session."""
+    server = RedisServer(require_tool("redis-server"), tmp_path_factory.mktemp("redis"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """Return a client of the private server, emptied first (FLUSHALL: it is ours alone)."""
+    redis_server.start()  # a crash test before us may have left it down
+    client = redis.Redis.from_url(redis_server.url, decode_responses=False)
+    client.flushall()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def settings(redis_server: RedisServer) -> Settings:
+    """Return default settings pointed at the private server."""
+    return Settings.from_env({"REDIS_URL": redis_server.url})

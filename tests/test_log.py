@@ -1,0 +1,150 @@
+"""JSON-lines logging: one schema, extras kept, payloads dropped, error text capped."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared import log
+
+TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """Put the root logger back as it was, so configure() does not leak into other tests."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    log._configured = None
+
+
+def lines(out: str) -> list[dict[str, Any]]:
+    """Parse captured stdout: every line must be one JSON object."""
+    return [json.loads(line) for line in out.splitlines()]
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_every_line_is_one_json_object_with_the_schema_fields_first(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log.configure("gateway")
+    logging.getLogger("taskforge.test").info(
+        "job_enqueued", extra={"job_id": "j1", "type": "echo", "attempt": 1}
+    )
+    logging.getLogger("other").warning("job_dead", extra={"error": "ValueError: x"})
+    first, second = lines(capsys.readouterr().out)
+    assert list(first)[:6] == ["ts", "level", "event", "logger", "service", "pid"]
+    assert TS.fullmatch(first["ts"])
+    assert first["level"] == "INFO"
+    assert first["event"] == "job_enqueued"
+    assert first["logger"] == "taskforge.test"
+    assert first["service"] == "gateway"
+    assert first["pid"] == os.getpid()
+    assert (first["job_id"], first["type"], first["attempt"]) == ("j1", "echo", 1)
+    assert (second["level"], second["event"], second["error"]) == (
+        "WARNING",
+        "job_dead",
+        "ValueError: x",
+    )
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_payload_extra_is_dropped(capsys: pytest.CaptureFixture[str]) -> None:
+    log.configure("workerd")
+    logging.getLogger("t").info("job_started", extra={"job_id": "j2", "payload": {"card": "4111"}})
+    (record,) = lines(capsys.readouterr().out)
+    assert "payload" not in record
+    assert "4111" not in json.dumps(record)
+    assert record["job_id"] == "j2"
+
+
+def test_drop_payload_filter_removes_the_attribute_and_keeps_the_record() -> None:
+    record = logging.LogRecord("t", logging.INFO, __file__, 1, "job_started", None, None)
+    record.payload = {"secret": 1}
+    assert log.DropPayload().filter(record) is True
+    assert not hasattr(record, "payload")
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_level_filters_and_configure_is_idempotent(capsys: pytest.CaptureFixture[str]) -> None:
+    log.configure("workerd", "warning")
+    root_handlers = logging.getLogger().handlers[:]
+    log.configure("workerd", "WARNING")
+    assert logging.getLogger().handlers == root_handlers
+    logging.getLogger("t").info("job_claimed")
+    logging.getLogger("t").error("job_timed_out")
+    assert [r["event"] for r in lines(capsys.readouterr().out)] == ["job_timed_out"]
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_loggers_created_before_configure_still_log(capsys: pytest.CaptureFixture[str]) -> None:
+    early = logging.getLogger("shared.early_module")
+    log.configure("gateway")
+    early.info("gateway_started")
+    assert lines(capsys.readouterr().out)[0]["logger"] == "shared.early_module"
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_exception_traceback_stays_inside_the_json_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log.configure("workerd")
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        logging.getLogger("t").exception("job_dead")
+    (record,) = lines(capsys.readouterr().out)
+    assert "RuntimeError: boom" in str(record["exc_info"])
+
+
+def test_events_hold_the_lifecycle_vocabulary() -> None:
+    assert {"job_enqueued", "job_stale_ack", "supervisor_stopped", "gateway_started"} <= log.EVENTS
+    assert all(re.fullmatch(r"[a-z]+(_[a-z]+)+", event) for event in log.EVENTS)
+
+
+def test_every_event_the_code_logs_is_in_the_vocabulary() -> None:
+    root = Path(__file__).resolve().parent.parent
+    call = re.compile(
+        r'log\.(?:debug|info|warning|error|exception|log)\((?:logging\.[A-Z]+,\s*)?"([a-z_]+)"'
+    )
+    used = {
+        event
+        for package in ("shared", "gateway", "workerd")
+        for source in (root / package).rglob("*.py")
+        for event in call.findall(source.read_text())
+    }
+    assert used, "the pattern found no log call: it is out of date"
+    assert used <= log.EVENTS, (
+        f"log events missing from shared.log.EVENTS: {sorted(used - log.EVENTS)}"
+    )
+
+
+def test_error_text_names_the_type_and_message() -> None:
+    assert log.error_text(ValueError("bad input")) == "ValueError: bad input"
+    assert log.error_text(KeyError()) == "KeyError"
+
+
+def test_error_text_caps_length_with_an_ellipsis() -> None:
+    text = log.error_text(RuntimeError("x" * 10_000))
+    assert len(text) == log.ERROR_TEXT_LIMIT == 500
+    assert text.startswith("RuntimeError: xxx")
+    assert text.endswith("…")
+    assert len(log.error_text(RuntimeError("y" * 100), limit=20)) == 20
+
+
+def test_error_text_survives_a_broken_str() -> None:
+    class Nasty(Exception):
+        def __str__(self) -> str:
+            raise TypeError("no")
+
+    assert log.error_text(Nasty()) == "Nasty: <unprintable>"

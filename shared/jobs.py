@@ -112,13 +112,21 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
+)
+
+
 def parse_rfc3339_ms(text: str) -> int:
     """Return epoch milliseconds for an RFC 3339 timestamp that names its zone."""
-    if not isinstance(text, str) or len(text) > 64 or "T" not in text.upper():
-        raise ValueError("must be an RFC 3339 timestamp such as 2026-08-19T15:30:00Z")
-    moment = datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        raise ValueError("must include a time zone (Z or ±hh:mm)")
+    # fromisoformat alone also takes ISO 8601 forms RFC 3339 excludes (week dates, no seconds).
+    if not isinstance(text, str) or not RFC3339.fullmatch(text):
+        raise ValueError("must be an RFC 3339 timestamp with a zone, such as 2026-08-19T15:30:00Z")
+    date, _, rest = text.upper().partition("T")
+    fraction = re.search(r"\.(\d+)", rest)
+    if fraction:  # Python takes at most 6 fractional digits; milliseconds need only 3
+        rest = rest.replace(fraction.group(0), "." + fraction.group(1)[:6].ljust(6, "0"))
+    moment = datetime.fromisoformat(f"{date}T{rest.replace('Z', '+00:00')}")
     return math.floor(moment.timestamp() * 1000)
 
 

@@ -10,7 +10,7 @@ import redis
 from shared.jobs import Job, JobState
 from shared.keys import Keys
 
-CURSOR_PATTERN = re.compile(r"(\d{1,16})-([0-9a-f-]{36})")
+CURSOR_PATTERN = re.compile(r"([0-9]{1,16})-([0-9a-f-]{36})")
 
 
 class BadCursor(ValueError):

@@ -55,9 +55,11 @@ if ARGV[7] == '1' or attempts >= tonumber(state[5]) then
   return {DEAD}
 end
 
-local delay = math.min(tonumber(ARGV[3]) * 2 ^ (attempts - 1), tonumber(ARGV[4]))
+-- The maximum is a hard ceiling: jitter spreads retries below it, never past it.
+local max_delay = tonumber(ARGV[4])
+local delay = math.min(tonumber(ARGV[3]) * 2 ^ (attempts - 1), max_delay)
 delay = delay + delay * tonumber(ARGV[5]) * (2 * tonumber(ARGV[6]) - 1)
-local due = now + math.max(0, math.floor(delay))
+local due = now + math.floor(math.max(0, math.min(delay, max_delay)))
 redis.call('HSET', KEYS[1], 'status', 'retrying', 'last_error', ARGV[2], 'next_retry_at', due,
   'updated_at', now)
 redis.call('ZADD', KEYS[3], due, job_id)

@@ -2,7 +2,8 @@
 -- promote: make due scheduled and retrying jobs claimable (the one deferred path).
 --
 -- Invariant: a job leaves `scheduled`/`retrying` only into `pending`, and only once it is due.
--- Jobs due at the same moment are promoted in job-id order (zset ties sort by member). Two
+-- Due jobs from both sets are promoted in (due time, job id) order, so jobs due at the same
+-- moment enter the queue in job-id order. Two
 -- schedulers running this at once promote each job once: the ZREM and the move are one step.
 --
 -- KEYS[1] -> {prefix}scheduled       zset, id -> scheduled_at (ms)
@@ -28,23 +29,35 @@ local prefix, limit, wake_cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms(ARGV[4])
 local pending_keys = {KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
 
-local function promote_from(index_key, expected_status)
-  local ids, lateness = {}, {}
-  local due = redis.call('ZRANGEBYSCORE', index_key, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
-  for i = 1, #due, 2 do
-    local job_id = due[i]
-    local job_key = prefix .. job_id
-    redis.call('ZREM', index_key, job_id)
-    if redis.call('HGET', job_key, 'status') == expected_status then
-      redis.call('HDEL', job_key, 'next_retry_at')
-      make_pending(pending_keys, job_key, job_id, now, wake_cap)
-      ids[#ids + 1] = job_id
-      lateness[#lateness + 1] = now - tonumber(due[i + 1])
-    end
+-- Both sets are one deferred path: gather what is due in each, then promote in one order,
+-- (due time, job id), so a retry due earlier is never queued behind a later scheduled job.
+local due = {}
+for _, source in ipairs({{KEYS[1], 'scheduled'}, {KEYS[2], 'retrying'}}) do
+  local entries = redis.call('ZRANGEBYSCORE', source[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+    limit)
+  for i = 1, #entries, 2 do
+    due[#due + 1] = {id = entries[i], at = tonumber(entries[i + 1]), index = source[1],
+      status = source[2]}
   end
-  return ids, lateness
 end
+table.sort(due, function(a, b)
+  if a.at ~= b.at then
+    return a.at < b.at
+  end
+  return a.id < b.id
+end)
 
-local scheduled_ids, scheduled_lateness = promote_from(KEYS[1], 'scheduled')
-local retrying_ids, retrying_lateness = promote_from(KEYS[2], 'retrying')
-return {scheduled_ids, retrying_ids, scheduled_lateness, retrying_lateness}
+local promoted = {scheduled = {{}, {}}, retrying = {{}, {}}}
+for _, entry in ipairs(due) do
+  local job_key = prefix .. entry.id
+  redis.call('ZREM', entry.index, entry.id)
+  if redis.call('HGET', job_key, 'status') == entry.status then
+    redis.call('HDEL', job_key, 'next_retry_at')
+    make_pending(pending_keys, job_key, entry.id, now, wake_cap)
+    local out = promoted[entry.status]
+    out[1][#out[1] + 1] = entry.id
+    out[2][#out[2] + 1] = now - entry.at
+  end
+end
+return {promoted.scheduled[1], promoted.retrying[1], promoted.scheduled[2],
+  promoted.retrying[2]}

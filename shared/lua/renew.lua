@@ -2,7 +2,8 @@
 -- renew: extend the leases of running jobs, many per call (the supervisor's tick).
 --
 -- Invariant: only the holder of a job's current fencing token can extend its lease, and only
--- while the job is processing; a lease is never created here (ZADD XX).
+-- while the job is processing (a processing job always has a lease: a missing entry, which
+-- only a hand edit can cause, is written back rather than left unrecoverable).
 --
 -- KEYS[1]    -> {prefix}processing   zset, id -> lease deadline (ms)
 -- KEYS[2..n] -> {prefix}job:<id>     the jobs whose leases to extend
@@ -27,7 +28,7 @@ for i = 2, #KEYS do
   elseif state[2] ~= ARGV[i + 1] then
     results[#results + 1] = STALE_TOKEN
   elseif state[1] == 'processing' then
-    redis.call('ZADD', KEYS[1], 'XX', deadline, state[3])
+    redis.call('ZADD', KEYS[1], deadline, state[3])
     results[#results + 1] = DONE
   else
     results[#results + 1] = WRONG_STATE

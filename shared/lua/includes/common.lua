@@ -20,12 +20,14 @@ end
 -- keys = {pending, pending_since, seq, wake}. keep_place: reuse the job's sequence number, so a
 -- job that lost its worker goes back to its place in line rather than to the back.
 local function make_pending(keys, job_key, job_id, now, wake_cap, keep_place)
-  local state = redis.call('HMGET', job_key, 'priority', 'seq')
+  local state = redis.call('HMGET', job_key, 'priority', 'seq', 'eligible_at')
   local priority = tonumber(state[1])
   local seq = keep_place and tonumber(state[2]) or redis.call('INCR', keys[3])
+  -- Back in its place, the job has been waiting since it first became claimable.
+  local since = keep_place and tonumber(state[3]) or now
   redis.call('ZADD', keys[1], -priority, pending_member(seq, job_id))
-  redis.call('ZADD', keys[2], now, job_id)
-  redis.call('HSET', job_key, 'status', 'pending', 'seq', seq, 'eligible_at', now,
+  redis.call('ZADD', keys[2], since, job_id)
+  redis.call('HSET', job_key, 'status', 'pending', 'seq', seq, 'eligible_at', since,
     'updated_at', now)
   redis.call('LPUSH', keys[4], '1')
   -- A hint only needs to wake a worker; past the cap, extra hints would only cause empty claims.

@@ -1,0 +1,178 @@
+"""complete.lua: record success, fenced by the token; optionally claim the next job."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import redis
+
+from shared.jobs import JobState
+from shared.scripts import AckResult, Code, Scripts
+from tests.engine.conftest import (
+    FINISHED_TTL_MS,
+    J1,
+    J2,
+    J3,
+    POLICY,
+    T0,
+    K,
+    assert_ttl,
+    changed,
+    enqueue,
+    job,
+    snapshot,
+    start,
+)
+
+
+def test_complete_records_the_result_and_touches_exactly_its_keys(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    token = start(scripts, J1).token
+    now = T0 + 500
+    before = snapshot(r)
+
+    result = scripts.complete(J1, token, '{"ok":true}', now_ms=now)
+
+    after = snapshot(r)
+    assert result == AckResult(Code.DONE)
+    assert changed(before, after) == {K.job(J1), K.processing, K.completed}
+    assert K.processing not in after
+    assert after[K.completed] == [(J1, now)]
+    assert after[K.job(J1)] == before[K.job(J1)] | {
+        "status": "completed",
+        "result": '{"ok":true}',
+        "finished_at": now,
+        "updated_at": now,
+    }
+    assert_ttl(r, K.job(J1), FINISHED_TTL_MS)
+    assert job(r, J1).to_json()["result"] == {"ok": True}
+
+
+def test_complete_without_a_result_stores_json_null(r: redis.Redis, scripts: Scripts) -> None:
+    token = start(scripts, J1).token
+
+    scripts.complete(J1, token, now_ms=T0)
+
+    assert r.hget(K.job(J1), "result") == b"null"
+    assert job(r, J1).to_json()["result"] is None
+
+
+def test_complete_with_a_stale_token_changes_nothing_and_says_so(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    old = start(scripts, J1).token
+    scripts.recover(now_ms=T0 + POLICY.lease_ms + 1)
+    scripts.claim("w2", now_ms=T0 + POLICY.lease_ms + 2)
+    before = snapshot(r)
+
+    result = scripts.complete(J1, old, "1", now_ms=T0 + 20_000)
+
+    assert result == AckResult(Code.STALE_TOKEN, "processing")
+    assert changed(before, snapshot(r)) == set()
+
+
+def test_complete_with_a_stale_token_after_recovery_reports_pending(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    old = start(scripts, J1).token
+    scripts.recover(now_ms=T0 + POLICY.lease_ms + 1)
+    before = snapshot(r)
+
+    assert scripts.complete(J1, old, now_ms=T0 + 20_000) == AckResult(Code.STALE_TOKEN, "pending")
+    assert changed(before, snapshot(r)) == set()
+
+
+def test_repeated_complete_with_the_same_token_answers_done_and_changes_nothing(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    token = start(scripts, J1).token
+    scripts.complete(J1, token, '"first"', now_ms=T0 + 1)
+    before = snapshot(r)
+
+    again = scripts.complete(J1, token, '"second"', now_ms=T0 + 2)
+
+    assert again == AckResult(Code.DONE)
+    assert changed(before, snapshot(r)) == set()
+    assert job(r, J1).finished_at == T0 + 1
+
+
+def test_complete_of_a_missing_job_is_not_found(r: redis.Redis, scripts: Scripts) -> None:
+    assert scripts.complete(J1, 1, now_ms=T0) == AckResult(Code.NOT_FOUND)
+    assert snapshot(r) == {}
+
+
+def test_complete_of_a_job_that_is_not_running_is_refused(r: redis.Redis, scripts: Scripts) -> None:
+    enqueue(scripts, J1)  # token 0: never claimed
+    before = snapshot(r)
+
+    assert scripts.complete(J1, 0, now_ms=T0) == AckResult(Code.STALE_TOKEN, "pending")
+    assert changed(before, snapshot(r)) == set()
+
+
+def test_complete_claims_the_workers_next_job_in_the_same_step(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    token = start(scripts, J1).token
+    enqueue(scripts, J2)
+    now = T0 + 100
+    before = snapshot(r)
+
+    result = scripts.complete(J1, token, claim_next_for="w1", now_ms=now)
+
+    after = snapshot(r)
+    assert result.code is Code.DONE
+    assert result.next_job == job(r, J2)
+    assert (result.next_job.status, result.next_job.attempts) == (JobState.PROCESSING, 1)
+    assert changed(before, after) == {
+        K.job(J1),
+        K.job(J2),
+        K.processing,
+        K.completed,
+        K.pending,
+        K.pending_since,
+        K.last_claim("w1"),
+    }
+    assert after[K.processing] == [(J2, now + POLICY.lease_ms)]
+    assert after[K.completed] == [(J1, now)]
+
+
+def test_complete_with_claim_and_nothing_pending_returns_no_next_job(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    token = start(scripts, J1).token
+
+    result = scripts.complete(J1, token, claim_next_for="w1", now_ms=T0)
+
+    assert result == AckResult(Code.DONE)
+    assert job(r, J1).status is JobState.COMPLETED
+
+
+def test_refused_complete_claims_nothing(r: redis.Redis, scripts: Scripts) -> None:
+    token = start(scripts, J1).token
+    enqueue(scripts, J2)
+    before = snapshot(r)
+
+    result = scripts.complete(J1, token + 1, claim_next_for="w1", now_ms=T0)
+
+    assert result == AckResult(Code.STALE_TOKEN, "processing")
+    assert changed(before, snapshot(r)) == set()
+
+
+def test_repeated_complete_with_claim_returns_the_same_next_job(
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
+) -> None:
+    token = start(scripts, J1).token
+    enqueue(scripts, J2)
+    enqueue(scripts, J3)
+    pin_request_id("req-1")
+    first = scripts.complete(J1, token, claim_next_for="w1", now_ms=T0 + 1)
+    before = snapshot(r)
+
+    # The reply was lost; redis-py sends the very same call (same request id) again.
+    again = scripts.complete(J1, token, claim_next_for="w1", now_ms=T0 + 2)
+
+    assert first.next_job is not None and first.next_job.id == J2
+    assert again == first
+    assert changed(before, snapshot(r)) == set()
+    assert job(r, J3).status is JobState.PENDING

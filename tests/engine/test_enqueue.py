@@ -1,0 +1,264 @@
+"""enqueue.lua: a new job is pending (or scheduled), once per job id and per idempotency key."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from shared.jobs import JobState, format_ms
+from shared.queries import get_job
+from shared.scripts import EnqueueResult, IdempotencyConflict, Scripts
+from tests.engine.conftest import (
+    J1,
+    J2,
+    J3,
+    J4,
+    POLICY,
+    T0,
+    K,
+    assert_ttl,
+    changed,
+    claim,
+    enqueue,
+    job,
+    pending_member,
+    request,
+    snapshot,
+)
+
+
+def test_enqueue_makes_a_pending_job_and_touches_exactly_its_keys(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    before = snapshot(r)
+
+    result = scripts.enqueue(request(payload={"a": [1, 2]}, priority=5), J1, now_ms=T0)
+
+    after = snapshot(r)
+    assert result == EnqueueResult(J1, JobState.PENDING, created=True)
+    assert changed(before, after) == {K.job(J1), K.pending, K.pending_since, K.seq, K.wake}
+    assert after[K.pending] == [(pending_member(1, J1), -5)]
+    assert after[K.pending_since] == [(J1, T0)]
+    assert after[K.seq] == 1
+    assert after[K.wake] == [1]
+    assert after[K.job(J1)] == {
+        "id": J1,
+        "type": "t",
+        "payload": '{"a":[1,2]}',
+        "priority": 5,
+        "max_retries": 3,
+        "attempts": 0,
+        "recoveries": 0,
+        "token": 0,
+        "status": "pending",
+        "seq": 1,
+        "created_at": T0,
+        "updated_at": T0,
+        "eligible_at": T0,
+    }
+    assert r.pttl(K.job(J1)) == -1
+
+
+def test_enqueue_with_future_scheduled_at_waits_in_scheduled_without_a_wake_hint(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    due = T0 + 5_000
+    before = snapshot(r)
+
+    result = scripts.enqueue(request(scheduled_at=format_ms(due)), J1, now_ms=T0)
+
+    after = snapshot(r)
+    assert result == EnqueueResult(J1, JobState.SCHEDULED, created=True)
+    assert changed(before, after) == {K.job(J1), K.scheduled}
+    assert after[K.scheduled] == [(J1, due)]
+    stored = after[K.job(J1)]
+    assert stored["status"] == "scheduled"
+    assert stored["scheduled_at"] == due
+    assert "seq" not in stored
+
+
+@pytest.mark.parametrize("offset_ms", [0, -1, -86_400_000], ids=["now", "1ms-ago", "a-day-ago"])
+def test_enqueue_with_scheduled_at_now_or_past_is_pending_at_once(
+    r: redis.Redis, scripts: Scripts, offset_ms: int
+) -> None:
+    due = T0 + offset_ms
+    before = snapshot(r)
+
+    result = scripts.enqueue(request(scheduled_at=format_ms(due)), J1, now_ms=T0)
+
+    after = snapshot(r)
+    assert result.status is JobState.PENDING
+    assert changed(before, after) == {K.job(J1), K.pending, K.pending_since, K.seq, K.wake}
+    assert after[K.job(J1)]["status"] == "pending"
+    assert after[K.job(J1)]["scheduled_at"] == due
+    assert after[K.pending] == [(pending_member(1, J1), 0)]
+    assert after[K.wake] == [1]
+
+
+def test_enqueue_repeated_with_the_same_job_id_creates_nothing_new(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    scripts.enqueue(request(), J1, now_ms=T0)
+    before = snapshot(r)
+
+    # redis-py resends the same call when its reply was lost: same id, same answer, no effect.
+    again = scripts.enqueue(request(), J1, now_ms=T0 + 10)
+
+    assert again == EnqueueResult(J1, JobState.PENDING, created=True)
+    assert changed(before, snapshot(r)) == set()
+
+
+def test_enqueue_with_idempotency_key_remembers_the_job_for_the_key_ttl(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    before = snapshot(r)
+
+    scripts.enqueue(request(), J1, idempotency_key="order-7", now_ms=T0)
+
+    after = snapshot(r)
+    idem = K.idempotency("order-7")
+    assert changed(before, after) == {
+        K.job(J1),
+        K.pending,
+        K.pending_since,
+        K.seq,
+        K.wake,
+        idem,
+    }
+    assert after[idem]["job_id"] == J1
+    assert len(after[idem]["digest"]) == 64
+    assert_ttl(r, idem, POLICY.idempotency_ttl_ms)
+
+
+def test_enqueue_same_idempotency_key_and_request_returns_the_first_job(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    scripts.enqueue(request(payload={"n": 1}), J1, idempotency_key="k", now_ms=T0)
+    before = snapshot(r)
+
+    # Same meaning, different spelling: key order in the payload does not matter.
+    second = scripts.enqueue(request(payload={"n": 1}), J2, idempotency_key="k", now_ms=T0 + 1)
+
+    assert second == EnqueueResult(J1, JobState.PENDING, created=False)
+    assert changed(before, snapshot(r)) == set()
+
+
+def test_enqueue_duplicate_reports_the_first_jobs_current_status(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    scripts.enqueue(request(), J1, idempotency_key="k", now_ms=T0)
+    claim(scripts, J1, now=T0 + 1)
+
+    second = scripts.enqueue(request(), J2, idempotency_key="k", now_ms=T0 + 2)
+
+    assert second == EnqueueResult(J1, JobState.PROCESSING, created=False)
+    assert get_job(r, K, J2) is None
+
+
+def test_enqueue_same_idempotency_key_with_a_different_request_conflicts(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    scripts.enqueue(request(priority=1), J1, idempotency_key="k", now_ms=T0)
+    before = snapshot(r)
+
+    with pytest.raises(IdempotencyConflict) as raised:
+        scripts.enqueue(request(priority=2), J2, idempotency_key="k", now_ms=T0 + 1)
+
+    assert raised.value.job_id == J1
+    assert changed(before, snapshot(r)) == set()
+
+
+def test_enqueue_idempotency_key_whose_job_was_deleted_creates_a_new_job(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    body = request(max_retries=1)
+    scripts.enqueue(body, J1, idempotency_key="k", now_ms=T0)
+    token = claim(scripts, J1).token
+    scripts.fail(J1, token, "boom", now_ms=T0)
+    scripts.purge(J1)
+    before = snapshot(r)
+
+    again = scripts.enqueue(body, J2, idempotency_key="k", now_ms=T0 + 1)
+
+    after = snapshot(r)
+    assert again == EnqueueResult(J2, JobState.PENDING, created=True)
+    assert K.job(J2) in changed(before, after)
+    assert after[K.idempotency("k")]["job_id"] == J2
+    assert_ttl(r, K.idempotency("k"), POLICY.idempotency_ttl_ms)
+
+
+def test_enqueue_without_idempotency_key_writes_no_key_entry(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    scripts.enqueue(request(), J1, now_ms=T0)
+    scripts.enqueue(request(), J2, now_ms=T0)
+
+    assert not [key for key in snapshot(r) if ":idem:" in key]
+    assert job(r, J2).status is JobState.PENDING
+
+
+def test_enqueue_wake_hints_are_capped(r: redis.Redis, scripts: Scripts) -> None:
+    for n, jid in enumerate((J1, J2, J3, J4)):
+        enqueue(scripts, jid, now=T0 + n)
+
+    assert r.llen(K.wake) == POLICY.wake_cap
+
+
+def test_enqueue_keeps_extreme_priorities_exact_as_scores(r: redis.Redis, scripts: Scripts) -> None:
+    enqueue(scripts, J1, priority=2**31)
+    enqueue(scripts, J2, priority=-(2**31))
+
+    assert snapshot(r)[K.pending] == [
+        (pending_member(1, J1), -(2**31)),
+        (pending_member(2, J2), 2**31),
+    ]
+    assert job(r, J1).priority == 2**31
+    assert job(r, J2).priority == -(2**31)
+
+
+def test_enqueue_round_trips_timeout_and_a_far_scheduled_at(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    # Year 9999: more digits than Lua's default number format keeps (%.14g).
+    far = request(scheduled_at="9999-12-31T23:59:59.999Z", timeout=2.5, payload=[1, "é"])
+
+    scripts.enqueue(far, J1, now_ms=T0)
+
+    stored = job(r, J1)
+    assert stored.scheduled_at == far.scheduled_at_ms == 253_402_300_799_999
+    assert r.zscore(K.scheduled, J1) == far.scheduled_at_ms
+    assert stored.timeout == 2.5
+    assert stored.payload == [1, "é"]
+
+
+def test_enqueue_many_creates_every_job_in_the_given_order(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    batch = [
+        (request(priority=1), J3),
+        (request(), J1),
+        (request(scheduled_at=format_ms(T0 + 9)), J2),
+    ]
+
+    results = scripts.enqueue_many(batch, now_ms=T0)
+
+    after = snapshot(r)
+    assert results == [
+        EnqueueResult(J3, JobState.PENDING, created=True),
+        EnqueueResult(J1, JobState.PENDING, created=True),
+        EnqueueResult(J2, JobState.SCHEDULED, created=True),
+    ]
+    assert after[K.pending] == [(pending_member(1, J3), -1), (pending_member(2, J1), 0)]
+    assert after[K.scheduled] == [(J2, T0 + 9)]
+    assert after[K.wake] == [1, 1]
+
+
+def test_enqueue_many_sent_again_creates_nothing_new(r: redis.Redis, scripts: Scripts) -> None:
+    batch = [(request(), J1), (request(), J2)]
+    scripts.enqueue_many(batch, now_ms=T0)
+    before = snapshot(r)
+
+    again = scripts.enqueue_many(batch, now_ms=T0 + 1)
+
+    assert [result.job_id for result in again] == [J1, J2]
+    assert changed(before, snapshot(r)) == set()

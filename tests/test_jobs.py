@@ -1,0 +1,363 @@
+"""shared.jobs: validation of an enqueue request, and the job's JSON shape."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from shared.jobs import (
+    LIFECYCLE_FIELDS,
+    EnqueueRequest,
+    Job,
+    JobState,
+    ValidationError,
+    format_ms,
+    validate_enqueue,
+)
+
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def errors_of(body: Any) -> dict[str, str]:
+    """Return field → message for every problem validate_enqueue finds in `body`."""
+    with pytest.raises(ValidationError) as raised:
+        validate_enqueue(body)
+    return {e.field: e.message for e in raised.value.errors}
+
+
+def test_job_states_are_the_seven_canonical_strings() -> None:
+    assert [str(s) for s in JobState] == [
+        "pending",
+        "scheduled",
+        "processing",
+        "retrying",
+        "completed",
+        "dead",
+        "canceled",
+    ]
+
+
+def test_a_minimal_request_gets_every_default() -> None:
+    assert validate_enqueue({"type": "email.send"}) == EnqueueRequest(
+        type="email.send",
+        payload_json="{}",
+        priority=0,
+        max_retries=3,
+        scheduled_at_ms=None,
+        timeout=None,
+    )
+
+
+def test_a_full_request_is_normalised() -> None:
+    body = {
+        "type": "a.b:c-d_E9",
+        "payload": {"to": "x@example.com", "n": [1, 2]},
+        "priority": -7,
+        "max_retries": 10,
+        "scheduled_at": "2026-01-01T01:00:00+01:00",
+        "timeout": 30,
+    }
+
+    assert validate_enqueue(body) == EnqueueRequest(
+        type="a.b:c-d_E9",
+        payload_json='{"to":"x@example.com","n":[1,2]}',
+        priority=-7,
+        max_retries=10,
+        scheduled_at_ms=T0,
+        timeout=30.0,
+    )
+
+
+@pytest.mark.parametrize("body", [[], "x", None, 3, [("type", "t")]])
+def test_a_body_that_is_not_an_object_is_refused(body: Any) -> None:
+    assert errors_of(body) == {"body": "must be a JSON object"}
+
+
+def test_type_is_required() -> None:
+    assert errors_of({"payload": {}}) == {"type": "is required"}
+
+
+@pytest.mark.parametrize(
+    "job_type",
+    ["", "a b", "x" * 129, "é", "a/b", "a\n", 7, True, ["t"], {"t": 1}],
+    ids=repr,
+)
+def test_type_outside_the_safe_grammar_is_refused(job_type: Any) -> None:
+    assert "type" in errors_of({"type": job_type})
+
+
+@pytest.mark.parametrize("job_type", ["t", "x" * 128, "A-Z_a.z:0-9", "-", "..."])
+def test_type_inside_the_safe_grammar_is_accepted(job_type: str) -> None:
+    assert validate_enqueue({"type": job_type}).type == job_type
+
+
+@pytest.mark.parametrize("payload", [{}, [], None, 0, "text", {"a": {"b": [None, 1.5]}}])
+def test_payload_may_be_any_json(payload: Any) -> None:
+    request = validate_enqueue({"type": "t", "payload": payload})
+
+    assert json.loads(request.payload_json) == payload
+
+
+@pytest.mark.parametrize("payload", [float("nan"), {"x": float("inf")}, {"x": object()}])
+def test_payload_that_is_not_json_is_refused(payload: Any) -> None:
+    assert "payload" in errors_of({"type": "t", "payload": payload})
+
+
+@pytest.mark.parametrize("priority", [0, 1, -1, 2**31, -(2**31)])
+def test_priority_within_plus_minus_2_to_the_31_is_accepted(priority: int) -> None:
+    assert validate_enqueue({"type": "t", "priority": priority}).priority == priority
+
+
+@pytest.mark.parametrize(
+    "priority", [2**31 + 1, -(2**31) - 1, 2**53, True, False, 1.0, 1.5, "1", None]
+)
+def test_priority_that_is_not_an_integer_in_bounds_is_refused(priority: Any) -> None:
+    assert "priority" in errors_of({"type": "t", "priority": priority})
+
+
+@pytest.mark.parametrize("max_retries", [1, 2, 100])
+def test_max_retries_from_1_to_100_is_accepted(max_retries: int) -> None:
+    assert validate_enqueue({"type": "t", "max_retries": max_retries}).max_retries == max_retries
+
+
+@pytest.mark.parametrize("max_retries", [0, -1, 101, True, 3.0, "3", None])
+def test_max_retries_outside_1_to_100_or_not_an_integer_is_refused(max_retries: Any) -> None:
+    assert "max_retries" in errors_of({"type": "t", "max_retries": max_retries})
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("2026-01-01T00:00:00Z", T0),
+        ("2026-01-01T00:00:00z", T0),
+        ("2026-01-01t00:00:00Z", T0),
+        ("2026-01-01T00:00:00.123Z", T0 + 123),
+        ("2026-01-01T00:00:00.999Z", T0 + 999),
+        ("2026-01-01T00:00:00+00:00", T0),
+        ("2026-01-01T02:30:00+02:30", T0),
+        ("2025-12-31T19:00:00-05:00", T0),
+    ],
+)
+def test_scheduled_at_with_a_zone_is_read_to_the_millisecond(text: str, ms: int) -> None:
+    assert validate_enqueue({"type": "t", "scheduled_at": text}).scheduled_at_ms == ms
+
+
+def test_scheduled_at_null_means_now() -> None:
+    assert validate_enqueue({"type": "t", "scheduled_at": None}).scheduled_at_ms is None
+
+
+def test_scheduled_at_without_a_zone_is_refused_with_a_message_that_says_so() -> None:
+    message = errors_of({"type": "t", "scheduled_at": "2026-01-01T00:00:00"})["scheduled_at"]
+
+    assert "zone" in message
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["garbage", "", "2026-01-01", "2026-13-01T00:00:00Z", "2026-01-01 00:00:00Z", "T", 17, []],
+    ids=repr,
+)
+def test_scheduled_at_that_is_not_a_timestamp_is_refused(text: Any) -> None:
+    assert "scheduled_at" in errors_of({"type": "t", "scheduled_at": text})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2026-W01-4T00:00:00Z",  # ISO week date
+        "20260101T000000Z",  # ISO basic format
+        "2026-01-01T00:00Z",  # no seconds
+        "2026-01-01T00Z",  # hour only
+        "2026-01-01T00:00:00+01",  # offset without minutes
+    ],
+)
+def test_scheduled_at_in_iso_forms_that_are_not_rfc3339_is_refused(text: str) -> None:
+    assert "scheduled_at" in errors_of({"type": "t", "scheduled_at": text})
+
+
+@pytest.mark.parametrize("timeout", [0.001, 1, 2.5, 7 * 24 * 3600])
+def test_timeout_above_zero_and_at_most_a_week_is_accepted(timeout: float) -> None:
+    assert validate_enqueue({"type": "t", "timeout": timeout}).timeout == float(timeout)
+
+
+@pytest.mark.parametrize(
+    "timeout", [0, -1, 7 * 24 * 3600 + 1, True, "5", float("nan"), float("inf")], ids=repr
+)
+def test_timeout_out_of_bounds_or_not_a_number_is_refused(timeout: Any) -> None:
+    assert "timeout" in errors_of({"type": "t", "timeout": timeout})
+
+
+def test_unknown_fields_are_refused_with_a_message_naming_them() -> None:
+    errors = errors_of({"type": "t", "queue": "q", "delay": 5})
+
+    assert errors == {"delay,queue": "unknown field"}
+
+
+@pytest.mark.parametrize("name", sorted(LIFECYCLE_FIELDS))
+def test_each_lifecycle_field_is_refused_by_name(name: str) -> None:
+    errors = errors_of({"type": "t", name: "x"})
+
+    assert list(errors) == [name]
+    assert "server" in errors[name]
+
+
+def test_lifecycle_fields_are_named_together_and_apart_from_unknown_ones() -> None:
+    errors = errors_of({"type": "t", "status": "done", "id": "x", "colour": "red"})
+
+    assert errors == {
+        "id,status": "set by the server and cannot be given by a client",
+        "colour": "unknown field",
+    }
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    body = {
+        "priority": True,
+        "max_retries": 0,
+        "scheduled_at": "soon",
+        "timeout": -1,
+        "attempts": 2,
+        "extra": 1,
+        "payload": float("nan"),
+    }
+
+    with pytest.raises(ValidationError) as raised:
+        validate_enqueue(body)
+
+    fields = [e.field for e in raised.value.errors]
+    assert sorted(fields) == sorted(
+        [
+            "attempts",
+            "extra",
+            "type",
+            "payload",
+            "priority",
+            "max_retries",
+            "scheduled_at",
+            "timeout",
+        ]
+    )
+    for name in fields:
+        assert name in str(raised.value)
+
+
+def test_canonical_is_equal_exactly_when_two_requests_mean_the_same() -> None:
+    def canonical(**body: Any) -> str:
+        return validate_enqueue({"type": "t", **body}).canonical()
+
+    base = canonical(payload={"a": 1, "b": [1, 2]}, scheduled_at="2026-01-01T00:00:00Z")
+    assert base == canonical(
+        payload={"b": [1, 2], "a": 1},
+        priority=0,
+        max_retries=3,
+        scheduled_at="2026-01-01T01:00:00+01:00",
+    )
+    assert canonical(timeout=5) == canonical(timeout=5.0)
+    assert canonical() == canonical(payload={})
+    different = [
+        canonical(payload={"a": 2, "b": [1, 2]}, scheduled_at="2026-01-01T00:00:00Z"),
+        canonical(payload={"a": 1, "b": [2, 1]}, scheduled_at="2026-01-01T00:00:00Z"),
+        canonical(payload={"a": 1, "b": [1, 2]}, scheduled_at="2026-01-01T00:00:00.001Z"),
+        canonical(payload={"a": 1, "b": [1, 2]}),
+    ]
+    assert base not in different
+    assert len({canonical(), canonical(priority=1), canonical(max_retries=4)}) == 3
+    assert canonical(timeout=5) != canonical()
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [
+        (0, "1970-01-01T00:00:00.000Z"),
+        (T0, "2026-01-01T00:00:00.000Z"),
+        (T0 + 7, "2026-01-01T00:00:00.007Z"),
+        (T0 + 86_399_999, "2026-01-01T23:59:59.999Z"),
+        (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+    ],
+)
+def test_format_ms_writes_rfc3339_utc_with_milliseconds(ms: int, text: str) -> None:
+    assert format_ms(ms) == text
+    assert validate_enqueue({"type": "t", "scheduled_at": text}).scheduled_at_ms == ms
+
+
+def test_format_ms_of_none_is_none() -> None:
+    assert format_ms(None) is None
+
+
+def stored(**fields: str) -> dict[bytes, bytes]:
+    """Return a job hash as HGETALL gives it (bytes), for a pending job plus `fields`."""
+    base = {
+        "id": "00000000-0000-4000-8000-000000000001",
+        "type": "t",
+        "status": "pending",
+        "priority": "0",
+        "max_retries": "3",
+        "attempts": "0",
+        "recoveries": "0",
+        "token": "0",
+        "payload": '{"a":1}',
+        "created_at": str(T0),
+        "updated_at": str(T0 + 1),
+        "seq": "1",
+    }
+    return {k.encode(): v.encode() for k, v in (base | fields).items()}
+
+
+def test_to_json_of_a_new_job_has_only_the_fields_that_apply() -> None:
+    doc = Job.from_hash(stored()).to_json()
+
+    assert doc == {
+        "id": "00000000-0000-4000-8000-000000000001",
+        "type": "t",
+        "status": "pending",
+        "priority": 0,
+        "max_retries": 3,
+        "attempts": 0,
+        "recoveries": 0,
+        "payload": {"a": 1},
+        "created_at": "2026-01-01T00:00:00.000Z",
+        "updated_at": "2026-01-01T00:00:00.001Z",
+    }
+    assert json.loads(json.dumps(doc)) == doc
+
+
+def test_to_json_of_a_finished_job_carries_its_timings_error_and_result() -> None:
+    doc = Job.from_hash(
+        stored(
+            status="completed",
+            attempts="2",
+            scheduled_at=str(T0 + 1_000),
+            started_at=str(T0 + 2_000),
+            finished_at=str(T0 + 3_500),
+            last_error="ValueError: x",
+            result='{"ok":true}',
+            timeout="2.5",
+            worker_id="w1",
+            token="2",
+        )
+    ).to_json()
+
+    assert doc["status"] == "completed"
+    assert doc["attempts"] == 2
+    assert doc["scheduled_at"] == "2026-01-01T00:00:01.000Z"
+    assert doc["started_at"] == "2026-01-01T00:00:02.000Z"
+    assert doc["finished_at"] == "2026-01-01T00:00:03.500Z"
+    assert doc["last_error"] == "ValueError: x"
+    assert doc["result"] == {"ok": True}
+    assert doc["timeout"] == 2.5
+    # Internal fencing and routing details stay internal.
+    assert not {"token", "worker_id", "seq"} & set(doc)
+
+
+def test_to_json_shows_a_null_result_as_null() -> None:
+    doc = Job.from_hash(stored(status="completed", result="null")).to_json()
+
+    assert "result" in doc and doc["result"] is None
+
+
+def test_to_json_of_a_retrying_job_says_when_it_runs_next() -> None:
+    doc = Job.from_hash(stored(status="retrying", next_retry_at=str(T0 + 2_000))).to_json()
+
+    assert doc["next_retry_at"] == "2026-01-01T00:00:02.000Z"

@@ -63,6 +63,7 @@ class Settings:
     dlq_max_age: float
     idempotency_ttl: float
     drain_grace: float
+    heartbeat_timeout: float
     worker_max_jobs: int
     worker_max_rss_mb: int
     handlers: tuple[str, ...]
@@ -277,6 +278,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("WORKER_DRAIN_GRACE", "drain_grace", "25s",
              "On SIGTERM, how long running jobs may finish before they are released",
              _duration(positive=False)),
+    Variable("WORKER_HEARTBEAT_TIMEOUT", "heartbeat_timeout", "30s",
+             "A child process silent this long outside a job is killed and replaced",
+             _duration(positive=True)),
     Variable("WORKER_MAX_JOBS", "worker_max_jobs", "0",
              "Jobs a worker process runs before it is replaced; 0 = unlimited", _integer(0)),
     Variable("WORKER_MAX_RSS_MB", "worker_max_rss_mb", "0",

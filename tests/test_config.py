@@ -32,6 +32,7 @@ DEFAULTS = {
     "dlq_max_age": 7 * 86400.0,
     "idempotency_ttl": 86400.0,
     "drain_grace": 25.0,
+    "heartbeat_timeout": 30.0,
     "worker_max_jobs": 0,
     "worker_max_rss_mb": 0,
     "handlers": (),

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 RECORD_SIZE = 128  # room to grow a record without moving the others
 _SEQ = struct.Struct("<Q")
+# Each record is the sequence counter, then these fields (at offset + 8).
 # heartbeat (monotonic s), token, job started (monotonic s), job timeout (s), job id
-_CHILD = struct.Struct("<Qdqdd36s")
+_CHILD = struct.Struct("<dqdd36s")
 # heartbeat (monotonic s), live workers, scheduler alive, scripts loaded
-_SUPERVISOR = struct.Struct("<Qdiii")
+_SUPERVISOR = struct.Struct("<diii")
 _READ_ATTEMPTS = 100
 
 
@@ -33,18 +34,22 @@ class _SeqRecord:
 
     def write(self, *fields: object) -> None:
         seq = _SEQ.unpack_from(self._region, self._offset)[0]
-        # Odd while writing: a reader that sees an odd or changed sequence reads again.
-        _SEQ.pack_into(self._region, self._offset, seq + 1)
-        self._layout.pack_into(self._region, self._offset, seq + 1, *fields)
-        _SEQ.pack_into(self._region, self._offset, seq + 2)
+        # Odd while writing: a reader that sees an odd or changed sequence reads again. `| 1`
+        # also heals a record whose last writer was killed mid-write (left odd forever).
+        begin = (seq + 1) | 1
+        _SEQ.pack_into(self._region, self._offset, begin)
+        # Only the fields: pack_into zero-fills its target first, which must never include the
+        # counter (a reader would see sequence 0, even, and take a blank record as valid).
+        self._layout.pack_into(self._region, self._offset + _SEQ.size, *fields)
+        _SEQ.pack_into(self._region, self._offset, begin + 1)
 
     def read(self) -> tuple[object, ...] | None:
         for _ in range(_READ_ATTEMPTS):
             before = _SEQ.unpack_from(self._region, self._offset)[0]
-            record = self._layout.unpack_from(self._region, self._offset)
+            record = self._layout.unpack_from(self._region, self._offset + _SEQ.size)
             after = _SEQ.unpack_from(self._region, self._offset)[0]
-            if before == after == record[0] and before % 2 == 0:
-                return record[1:]
+            if before == after and before % 2 == 0:
+                return record
         return None
 
 

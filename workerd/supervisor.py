@@ -76,10 +76,9 @@ class Supervisor:
         settings: Settings,
         *,
         listener: WSGIServer | None = None,
-        silence_timeout: float = 30.0,
     ) -> None:
         self.settings = settings
-        self.silence_timeout = silence_timeout
+        self.silence_timeout = settings.heartbeat_timeout
         self.listener = listener
         self.pid = os.getpid()
         self.name = f"{socket.gethostname()}-{self.pid}"
@@ -275,7 +274,9 @@ class Supervisor:
         cause, code, _ = describe_exit(status)
         state = self.table.slot(child.index).read()
         booting = state is not None and state.booting
-        expected = child.kill_reason == "shutdown" or (self.stopping and code == 0)
+        # A clean exit (recycled, drained) is routine; only the supervisor's own kills explain
+        # a signal.
+        expected = child.kill_reason == "shutdown" or code == 0
         level = logging.INFO if expected or child.kill_reason else logging.ERROR
         log.log(
             level,
@@ -467,7 +468,10 @@ class Supervisor:
     def _report(self, now: float) -> None:
         workers = [c for c in self._of_kind(WORKER) if c.kill_reason is None]
         live = sum(1 for c in workers if (s := self.table.slot(c.index).read()) and not s.booting)
-        scheduler_up = any(c.kill_reason is None for c in self._of_kind(SCHEDULER))
+        scheduler_up = any(
+            c.kill_reason is None and (s := self.table.slot(c.index).read()) and not s.booting
+            for c in self._of_kind(SCHEDULER)
+        )
         self.table.publish_status(live, scheduler_up, self.scripts_loaded)
         if not self.ready_sent and live == self.settings.worker_count and scheduler_up:
             self.ready_sent = True

@@ -62,6 +62,7 @@ class WorkerProcess:
         self.exit_reason = ""
         self.jobs_done = 0
         self.idle_waits = 0
+        self.claim_now = True
         self.next_job: Job | None = None
         self.backoff = Backoff("worker")
 
@@ -81,6 +82,7 @@ class WorkerProcess:
         log.info("worker_started", extra={"worker_id": self.worker_id})
         while self.keep_going():
             self.step()
+        self._hand_back_unstarted_job()
         log.info("worker_stopped", extra={"worker_id": self.worker_id, "reason": self.exit_reason})
         return 0
 
@@ -96,20 +98,38 @@ class WorkerProcess:
         """Run one job if one is claimable, else wait (bounded) for a wake-up hint."""
         self.slot.beat()
         try:
-            job, self.next_job = self.next_job or self.scripts.claim(self.worker_id), None
+            job, self.next_job = self.next_job, None
+            if job is None and self.claim_now:
+                job = self.scripts.claim(self.worker_id)
             if job is None:
-                self._wait_for_work()
+                # Idle: one BLPOP a second, and a claim only when a hint says there is work.
+                self.claim_now = self._wait_for_work()
             else:
                 self.next_job = self._execute(job)
             self.backoff.succeeded()
         except redis.RedisError as exc:
+            self.claim_now = True
             self.backoff.wait(exc)
 
-    def _wait_for_work(self) -> None:
+    def _wait_for_work(self) -> bool:
+        """Block on the wake list; return whether to claim (a hint came, or it is time anyway)."""
         hint = self.scripts.redis.blpop([self.scripts.keys.wake], timeout=WAKE_TIMEOUT_SECONDS)
         self.idle_waits += 1
-        if hint is not None or self.idle_waits % CLAIM_ANYWAY_EVERY == 0:
-            self.next_job = self.scripts.claim(self.worker_id)
+        return hint is not None or self.idle_waits % CLAIM_ANYWAY_EVERY == 0
+
+    def _hand_back_unstarted_job(self) -> None:
+        """Requeue a job claimed for this worker that it will not run (it is stopping)."""
+        job, self.next_job = self.next_job, None
+        if job is None:
+            return
+        for _ in range(3):
+            try:
+                self.scripts.release(job.id, job.token, drained=True)
+                log.info("job_released", extra={"job_id": job.id, "type": job.type})
+                return
+            except redis.RedisError as exc:
+                self.backoff.wait(exc)
+        # Still unreachable: the lease expires and a scheduler recovers the job.
 
     def _execute(self, job: Job) -> Job | None:
         """Run one claimed job and record its outcome; return the next job if one was claimed."""
@@ -124,8 +144,8 @@ class WorkerProcess:
         duration = time.perf_counter() - started
         metrics.HANDLER_SECONDS.labels(type=metrics.type_label(job.type)).observe(duration)
         fields["duration_ms"] = round(duration * 1000, 3)
+        self.jobs_done += 1  # before recording: the last job before recycling claims no next
         next_job = self._record(job, outcome, fields)
-        self.jobs_done += 1
         metrics.BUSY_WORKERS.set(0)
         self.slot.beat()
         return next_job
@@ -133,6 +153,8 @@ class WorkerProcess:
     def _record(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> Job | None:
         """Write the outcome to Redis, retrying through an outage; return the next job."""
         claim_next = None if self.stopping or self._due_for_recycling() else self.worker_id
+        # Asked for the next job and got none: the queue was empty, so wait rather than claim.
+        self.claim_now = claim_next is None or not outcome.ok
         while True:
             try:
                 if outcome.ok:

@@ -1,0 +1,94 @@
+"""Redis goes away (stopped, or frozen with SIGSTOP) under a running workerd, then returns.
+
+The session's redis-server is shared by every test: each test here restores it in a finally.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+
+from shared.jobs import JobState
+from tests._tools import RedisServer
+from tests.workerd.conftest import Engine, Journal, Workerd, alive, wait_until
+
+
+def _outage(seconds: float) -> None:
+    """Keep the injected fault in place for `seconds` (a fault's length, not a wait for state)."""
+    time.sleep(seconds)
+
+
+@pytest.mark.slow
+def test_redis_stopped_and_restarted_every_process_keeps_running_and_work_resumes(
+    start_workerd: Callable[..., Workerd],
+    engine: Engine,
+    journal: Journal,
+    redis_server: RedisServer,
+) -> None:
+    workerd = start_workerd(WORKER_COUNT="2")
+    before = engine.enqueue("journal", {"file": journal.file})
+    engine.wait_for(before, JobState.COMPLETED)
+    children = sorted(workerd.children())
+
+    redis_server.stop()
+    try:
+        for component in ("worker", "scheduler"):
+            workerd.wait_for("redis_unavailable", component=component, timeout=10)
+        status, _, _ = workerd.http("/health")
+        assert status == 503
+        _outage(3.0)
+        assert workerd.proc.poll() is None
+        assert all(alive(pid) for pid in children)
+    finally:
+        redis_server.start()  # empty: the server keeps nothing on disk
+
+    restarted = time.monotonic()
+    job_id = engine.enqueue("journal", {"file": journal.file})
+    engine.wait_for(job_id, JobState.COMPLETED, timeout=10)
+    took = time.monotonic() - restarted
+    print(f"\nRedis restarted → new job completed in {took:.2f} s")
+    assert took < 5, f"work resumed only {took:.2f}s after Redis came back"
+    workerd.wait_for("redis_available", component="scheduler", timeout=10)
+    wait_until(lambda: workerd.http("/health")[0] == 200, 5, "/health back to 200")
+    workerd.wait_ready(timeout=5)
+    assert sorted(workerd.children()) == children  # nobody crashed or was replaced
+    assert workerd.events("child_exited") == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "freeze",
+    [3.0, 7.0],
+    # 3 leases; then past REDIS_SOCKET_TIMEOUT (5 s), so every client times out and reconnects.
+    ids=["3_leases", "past_socket_timeout"],
+)
+def test_redis_frozen_longer_than_the_lease_does_not_recover_a_running_job(
+    start_workerd: Callable[..., Workerd],
+    engine: Engine,
+    journal: Journal,
+    redis_server: RedisServer,
+    freeze: float,
+) -> None:
+    workerd = start_workerd(WORKER_COUNT="1", TASK_VISIBILITY_TIMEOUT="1s")
+    job_id = engine.enqueue("journal", {"file": journal.file, "sleep": freeze + 1.0})
+    journal.wait_for("start", job_id)
+    assert redis_server.process is not None
+    redis_pid = redis_server.process.pid
+
+    os.kill(redis_pid, signal.SIGSTOP)
+    try:
+        _outage(freeze)
+    finally:
+        os.kill(redis_pid, signal.SIGCONT)
+
+    job = engine.wait_for(job_id, [JobState.COMPLETED, JobState.DEAD], timeout=15)
+    assert workerd.events("job_recovered") == []
+    assert workerd.events("lease_lost") == []
+    assert job.status is JobState.COMPLETED
+    assert (job.attempts, job.recoveries) == (1, 0)
+    assert len(journal.entries("start", job_id)) == 1
+    assert len(journal.entries("end", job_id)) == 1

@@ -1,0 +1,92 @@
+"""Two supervisors on one Redis (two hosts): schedulers that race, die, and cover for each other."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from shared.jobs import JobState, format_ms
+from tests.workerd.conftest import Engine, Journal, Workerd, wait_until
+
+
+def _enqueue_due_soon(engine: Engine, journal: Journal, count: int, after: float) -> list[str]:
+    """Enqueue `count` scheduled jobs due 50 ms apart, starting `after` seconds from now."""
+    now_ms = int(time.time() * 1000)
+    return [
+        engine.enqueue(
+            "journal",
+            {"file": journal.file},
+            scheduled_at=format_ms(now_ms + int(after * 1000) + 50 * i),
+        )
+        for i in range(count)
+    ]
+
+
+def _promotions(*supervisors: Workerd) -> Counter[str]:
+    return Counter(
+        rec["job_id"] for workerd in supervisors for rec in workerd.events("job_promoted")
+    )
+
+
+@pytest.mark.slow
+def test_two_schedulers_promote_each_job_once_and_one_carries_on_when_the_other_is_killed(
+    start_workerd: Callable[..., Workerd], engine: Engine, journal: Journal
+) -> None:
+    # DEBUG: each promotion is logged (job_promoted), so we can count who promoted what.
+    a = start_workerd(WORKER_COUNT="1", LOG_LEVEL="DEBUG")
+    b = start_workerd(WORKER_COUNT="1", LOG_LEVEL="DEBUG")
+
+    first = _enqueue_due_soon(engine, journal, 20, after=0.5)
+    jobs = engine.wait_all(first, [JobState.COMPLETED, JobState.DEAD], timeout=15)
+    assert {job.status for job in jobs.values()} == {JobState.COMPLETED}
+    promoted = _promotions(a, b)
+    assert {job_id: promoted[job_id] for job_id in first} == dict.fromkeys(first, 1)
+    started = Counter(entry["id"] for entry in journal.entries("start"))
+    assert {job_id: started[job_id] for job_id in first} == dict.fromkeys(first, 1)
+
+    [killed] = a.children("scheduler")
+    os.kill(killed, signal.SIGKILL)
+    second = _enqueue_due_soon(engine, journal, 20, after=0.3)
+
+    jobs = engine.wait_all(second, [JobState.COMPLETED, JobState.DEAD], timeout=15)
+    assert {job.status for job in jobs.values()} == {JobState.COMPLETED}
+    promoted = _promotions(a, b)
+    assert {job_id: promoted[job_id] for job_id in second} == dict.fromkeys(second, 1)
+    by_b = {rec["job_id"] for rec in b.events("job_promoted")}
+    assert by_b & set(second), "the surviving scheduler promoted none of the later jobs"
+    [exited] = a.events("child_exited", child_pid=killed)
+    assert exited["cause"].startswith("killed by SIGKILL")
+    wait_until(lambda: a.children("scheduler"), 5, "the killed scheduler to be respawned")
+    assert a.children("scheduler") != [killed]
+    assert a.events("job_recovered") == b.events("job_recovered") == []
+
+
+@pytest.mark.slow
+def test_sigkilled_supervisor_takes_its_children_along_and_another_recovers_its_job(
+    start_workerd: Callable[..., Workerd], engine: Engine, journal: Journal
+) -> None:
+    a = start_workerd(WORKER_COUNT="1")
+    job_id = engine.enqueue("journal", {"file": journal.file, "sleep": 1.5})
+    [first] = journal.wait_for("start", job_id)
+    assert first["pid"] in a.children("worker")
+    b = start_workerd(WORKER_COUNT="1")
+
+    a.proc.kill()
+    killed_at = time.monotonic()
+    assert a.wait_exit(timeout=5) == -signal.SIGKILL
+
+    a.wait_no_processes(timeout=5)  # every child noticed and exited: none keeps the job
+    job = engine.wait_for(job_id, JobState.COMPLETED, timeout=15)
+    took = time.monotonic() - killed_at
+    print(f"\nsupervisor SIGKILL → job completed elsewhere: {took:.2f} s")
+    assert (job.attempts, job.recoveries) == (1, 1)
+    [recovered] = b.events("job_recovered", job_id=job_id)
+    assert recovered["reason"] == "lease expired"
+    [end] = journal.entries("end", job_id)
+    assert end["pid"] in b.children("worker")
+    assert len(journal.entries("start", job_id)) == 2

@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 
 WAKE_TIMEOUT_SECONDS = 1
 # An idle worker claims without a hint every this many empty waits: a safety net should a hint
-# ever be lost (popped by a worker that died before claiming), at ~0.2 extra commands a second.
-CLAIM_ANYWAY_EVERY = 5
+# ever be lost (popped by a worker that died before claiming), at ~0.1 extra commands a second.
+CLAIM_ANYWAY_EVERY = 10
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,10 @@ class Keys:
         """Return the short-lived marker a purge leaves so a repeated purge still succeeds."""
         return f"{self.prefix}purged:{job_id}"
 
+    def reply(self, request_id: str) -> str:
+        """Return the key that keeps a batch script's answer for a repeated call (one minute)."""
+        return f"{self.prefix}reply:{request_id}"
+
     def last_claim(self, worker_id: str) -> str:
         """Return the key that makes a worker's repeated claim call return the same job."""
         return f"{self.prefix}claim:{worker_id}"

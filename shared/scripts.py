@@ -394,7 +394,15 @@ class Scripts:
         k = self.keys
         reply = self._call(
             "promote",
-            [k.scheduled, k.retrying, k.pending, k.pending_since, k.seq, k.wake],
+            [
+                k.scheduled,
+                k.retrying,
+                k.pending,
+                k.pending_since,
+                k.seq,
+                k.wake,
+                k.reply(_request_id()),
+            ],
             [k.job_prefix, limit or self.policy.batch_limit, self.policy.wake_cap, _now(now_ms)],
         )
         return PromoteResult(
@@ -409,7 +417,15 @@ class Scripts:
         k, p = self.keys, self.policy
         reply = self._call(
             "recover",
-            [k.processing, k.pending, k.pending_since, k.seq, k.wake, k.dead],
+            [
+                k.processing,
+                k.pending,
+                k.pending_since,
+                k.seq,
+                k.wake,
+                k.dead,
+                k.reply(_request_id()),
+            ],
             [
                 k.job_prefix,
                 limit or p.batch_limit,
@@ -476,7 +492,7 @@ class Scripts:
         k, p = self.keys, self.policy
         reply = self._call(
             "trim",
-            [k.completed, k.canceled, k.dead],
+            [k.completed, k.canceled, k.dead, k.reply(_request_id())],
             [
                 k.job_prefix,
                 p.finished_retention_ms,

@@ -12,6 +12,7 @@
 -- KEYS[4] -> {prefix}pending_since   zset, id -> claimable since (ms)
 -- KEYS[5] -> {prefix}seq             FIFO counter
 -- KEYS[6] -> {prefix}wake            capped list of wake-up hints
+-- KEYS[7] -> {prefix}reply:<request>  this call's answer, kept a minute for a repeated call
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1..2] are built from
 --            it, inside the same hash tag
@@ -25,6 +26,10 @@
 --- @include "codes"
 --- @include "common"
 
+local saved = remembered_reply(KEYS[7])
+if saved then
+  return saved
+end
 local prefix, limit, wake_cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local now = now_ms(ARGV[4])
 local pending_keys = {KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
@@ -59,5 +64,9 @@ for _, entry in ipairs(due) do
     out[2][#out[2] + 1] = now - entry.at
   end
 end
-return {promoted.scheduled[1], promoted.retrying[1], promoted.scheduled[2],
+local reply = {promoted.scheduled[1], promoted.retrying[1], promoted.scheduled[2],
   promoted.retrying[2]}
+if #due > 0 then
+  remember_reply(KEYS[7], reply)
+end
+return reply

@@ -13,6 +13,7 @@
 -- KEYS[4] -> {prefix}seq             FIFO counter
 -- KEYS[5] -> {prefix}wake            capped list of wake-up hints
 -- KEYS[6] -> {prefix}dead            zset, id -> time of death (ms)
+-- KEYS[7] -> {prefix}reply:<request>  this call's answer, kept a minute for a repeated call
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1] are built from it
 -- ARGV[2] -> most jobs to recover in this call
@@ -26,6 +27,10 @@
 --- @include "codes"
 --- @include "common"
 
+local saved = remembered_reply(KEYS[7])
+if saved then
+  return saved
+end
 local prefix = ARGV[1]
 local now = now_ms(ARGV[6])
 local loss_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
@@ -45,5 +50,8 @@ for _, job_id in ipairs(expired) do
       requeued[#requeued + 1] = job_id
     end
   end
+end
+if #expired > 0 then
+  remember_reply(KEYS[7], {requeued, dead})
 end
 return {requeued, dead}

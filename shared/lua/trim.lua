@@ -9,6 +9,7 @@
 -- KEYS[1] -> {prefix}completed   zset, id -> finished_at (ms)
 -- KEYS[2] -> {prefix}canceled    zset, id -> canceled at (ms)
 -- KEYS[3] -> {prefix}dead        zset, id -> time of death (ms)
+-- KEYS[4] -> {prefix}reply:<request>  this call's answer, kept a minute for a repeated call
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from the indexes are built from
 --            it, inside the same hash tag
@@ -23,6 +24,10 @@
 --- @include "codes"
 --- @include "common"
 
+local saved = remembered_reply(KEYS[4])
+if saved then
+  return saved
+end
 local prefix, limit = ARGV[1], tonumber(ARGV[5])
 local now = now_ms(ARGV[6])
 
@@ -49,5 +54,8 @@ local excess = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[4])
 if excess > 0 then
   dead = dead + forget(KEYS[3], 'dead',
     redis.call('ZRANGE', KEYS[3], 0, math.min(excess, limit) - 1))
+end
+if completed + canceled + dead > 0 then
+  remember_reply(KEYS[4], {completed, canceled, dead})
 end
 return {completed, canceled, dead}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import redis
 
 from shared.jobs import JobState, format_ms
@@ -33,10 +35,11 @@ def schedule(scripts: Scripts, jid: str, due: int = DUE, **fields: object) -> st
 
 
 def test_promote_makes_a_due_scheduled_job_pending_and_touches_exactly_its_keys(
-    r: redis.Redis, scripts: Scripts
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
 ) -> None:
     schedule(scripts, J1, priority=4)
     now = DUE + 250
+    pin_request_id("pinned")
     before = snapshot(r)
 
     result = scripts.promote(now_ms=now)
@@ -44,6 +47,7 @@ def test_promote_makes_a_due_scheduled_job_pending_and_touches_exactly_its_keys(
     after = snapshot(r)
     assert result == PromoteResult([J1], [], [250], [])
     assert changed(before, after) == {
+        K.reply("pinned"),
         K.job(J1),
         K.scheduled,
         K.pending,
@@ -114,11 +118,12 @@ def test_once_promoted_priority_applies_as_usual(scripts: Scripts) -> None:
 
 
 def test_promote_makes_a_due_retry_pending_and_clears_next_retry_at(
-    r: redis.Redis, scripts: Scripts
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
 ) -> None:
     failed = fail_to_retrying(scripts, J1)
     enqueue(scripts, J2)  # seq 2: the retry goes behind it, as a new arrival
     due = failed.next_retry_at
+    pin_request_id("pinned")
     before = snapshot(r)
 
     result = scripts.promote(now_ms=due + 5)
@@ -126,6 +131,7 @@ def test_promote_makes_a_due_retry_pending_and_clears_next_retry_at(
     after = snapshot(r)
     assert result == PromoteResult([], [J1], [], [5])
     assert changed(before, after) == {
+        K.reply("pinned"),
         K.job(J1),
         K.retrying,
         K.pending,
@@ -177,16 +183,17 @@ def test_promote_run_twice_promotes_each_job_once(r: redis.Redis, scripts: Scrip
 
 
 def test_promote_drops_an_entry_whose_job_is_no_longer_in_that_state(
-    r: redis.Redis, scripts: Scripts
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
 ) -> None:
     enqueue(scripts, J1)
     r.zadd(K.scheduled, {J1: DUE})  # a leftover entry (an operator's edit)
+    pin_request_id("pinned")
     before = snapshot(r)
 
     assert scripts.promote(now_ms=DUE).scheduled == []
 
     after = snapshot(r)
-    assert changed(before, after) == {K.scheduled}
+    assert changed(before, after) == {K.reply("pinned"), K.scheduled}
     assert after[K.pending] == before[K.pending]
 
 
@@ -201,3 +208,19 @@ def test_promote_takes_due_retries_and_scheduled_jobs_in_one_due_time_order(
 
     # The retry was due first, so it is first in line, whichever set it came from.
     assert [scripts.claim("w1", now_ms=DUE).id for _ in range(2)] == [J1, J2]
+
+
+def test_a_repeated_promote_reports_what_the_first_call_moved_and_moves_nothing_more(
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
+) -> None:
+    schedule(scripts, J1)
+    pin_request_id("lost-reply")  # a retried call resends the same request id
+    first = scripts.promote(now_ms=DUE)
+    before = snapshot(r)
+
+    again = scripts.promote(now_ms=DUE + 1)
+
+    assert again == first
+    assert first.scheduled == [J1]
+    assert changed(before, snapshot(r)) == set()
+    assert 0 < r.pttl(K.reply("lost-reply")) <= 60_000

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import redis
 
 from shared.jobs import JobState
@@ -27,10 +29,11 @@ LEASE_END = T0 + POLICY.lease_ms
 
 
 def test_recover_requeues_an_expired_lease_and_gives_its_attempt_back(
-    r: redis.Redis, scripts: Scripts
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
 ) -> None:
     start(scripts, J1, priority=2)
     now = LEASE_END + 1
+    pin_request_id("pinned")
     before = snapshot(r)
 
     result = scripts.recover(now_ms=now)
@@ -39,6 +42,7 @@ def test_recover_requeues_an_expired_lease_and_gives_its_attempt_back(
     assert result == RecoverResult(requeued=[J1], dead=[])
     # Same seq: no new sequence number is drawn.
     assert changed(before, after) == {
+        K.reply("pinned"),
         K.job(J1),
         K.processing,
         K.pending,
@@ -96,7 +100,7 @@ def test_recover_fences_off_the_lost_worker(r: redis.Redis, scripts: Scripts) ->
 
 
 def test_recover_past_the_cap_is_dead_with_an_error_that_says_why(
-    r: redis.Redis, scripts: Scripts
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
 ) -> None:
     # Cap 2: the first two losses requeue, the third is a poison pill.
     now = T0
@@ -108,13 +112,14 @@ def test_recover_past_the_cap_is_dead_with_an_error_that_says_why(
     claim(scripts, J1, now=now)
     now += POLICY.lease_ms + 1
     wake_before = r.llen(K.wake)
+    pin_request_id("pinned")
     before = snapshot(r)
 
     result = scripts.recover(now_ms=now)
 
     after = snapshot(r)
     assert result == RecoverResult(requeued=[], dead=[J1])
-    assert changed(before, after) == {K.job(J1), K.processing, K.dead}
+    assert changed(before, after) == {K.reply("pinned"), K.job(J1), K.processing, K.dead}
     assert after[K.dead] == [(J1, now)]
     assert r.llen(K.wake) == wake_before  # dead is not claimable: no hint
     dead = after[K.job(J1)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import redis
 
 from shared.jobs import JobState
@@ -30,57 +32,63 @@ DLQ_AGE = POLICY.dlq_max_age_ms
 
 
 def test_trim_forgets_completed_jobs_past_retention_with_their_hashes(
-    r: redis.Redis, scripts: Scripts
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
 ) -> None:
     finish(scripts, J1, now=T0)
     finish(scripts, J2, now=T0 + 1)  # exactly at retention when trimmed: kept
+    pin_request_id("pinned")
     before = snapshot(r)
 
     result = scripts.trim(now_ms=T0 + 1 + RETENTION)
 
     after = snapshot(r)
     assert result == TrimResult(completed=1, canceled=0, dead=0)
-    assert changed(before, after) == {K.job(J1), K.completed}
+    assert changed(before, after) == {K.reply("pinned"), K.job(J1), K.completed}
     assert K.job(J1) not in after
     assert after[K.completed] == [(J2, T0 + 1)]
 
 
 def test_trim_forgets_canceled_jobs_past_retention_with_their_hashes(
-    r: redis.Redis, scripts: Scripts
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
 ) -> None:
     enqueue(scripts, J1)
     enqueue(scripts, J2)
     scripts.cancel(J1, now_ms=T0)
     scripts.cancel(J2, now_ms=T0 + 5)
+    pin_request_id("pinned")
     before = snapshot(r)
 
     result = scripts.trim(now_ms=T0 + 1 + RETENTION)
 
     after = snapshot(r)
     assert result == TrimResult(completed=0, canceled=1, dead=0)
-    assert changed(before, after) == {K.job(J1), K.canceled}
+    assert changed(before, after) == {K.reply("pinned"), K.job(J1), K.canceled}
     assert after[K.canceled] == [(J2, T0 + 5)]
 
 
 def test_trim_forgets_dead_jobs_past_the_dlq_max_age_with_their_hashes(
-    r: redis.Redis, scripts: Scripts
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
 ) -> None:
     kill(scripts, J1, now=T0)
     kill(scripts, J2, now=T0 + 10)
+    pin_request_id("pinned")
     before = snapshot(r)
 
     result = scripts.trim(now_ms=T0 + 1 + DLQ_AGE)
 
     after = snapshot(r)
     assert result == TrimResult(completed=0, canceled=0, dead=1)
-    assert changed(before, after) == {K.job(J1), K.dead}
+    assert changed(before, after) == {K.reply("pinned"), K.job(J1), K.dead}
     assert after[K.dead] == [(J2, T0 + 10)]
 
 
-def test_trim_caps_the_dlq_by_count_oldest_first(r: redis.Redis, scripts: Scripts) -> None:
+def test_trim_caps_the_dlq_by_count_oldest_first(
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
+) -> None:
     jobs = [J1, J2, J3, J4, J5, J6]
     for n, jid in enumerate(reversed(jobs)):  # J6 died first, J1 last
         kill(scripts, jid, now=T0 + n)
+    pin_request_id("pinned")
     before = snapshot(r)
 
     result = scripts.trim(now_ms=T0 + 10)
@@ -88,7 +96,7 @@ def test_trim_caps_the_dlq_by_count_oldest_first(r: redis.Redis, scripts: Script
     after = snapshot(r)
     assert POLICY.dlq_max_jobs == 4
     assert result == TrimResult(completed=0, canceled=0, dead=2)
-    assert changed(before, after) == {K.job(J6), K.job(J5), K.dead}
+    assert changed(before, after) == {K.reply("pinned"), K.job(J6), K.job(J5), K.dead}
     assert [m for m, _ in after[K.dead]] == [J4, J3, J2, J1]
 
 

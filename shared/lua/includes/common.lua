@@ -67,3 +67,20 @@ local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake
   make_pending({keys[1], keys[2], keys[3], keys[4]}, job_key, job_id, now, wake_cap, true)
   return DONE
 end
+
+-- Batch scripts (promote, recover, trim) act on whatever is due, so a repeated call (its reply
+-- was lost, redis-py retried) would find nothing left and answer "nothing": the caller would
+-- never log or count what the first call did. They keep their answer for a minute under the
+-- request id and give it again to a repeat.
+local function remembered_reply(reply_key)
+  local saved = redis.call('GET', reply_key)
+  if saved then
+    return cjson.decode(saved)
+  end
+  return nil
+end
+
+local function remember_reply(reply_key, reply)
+  redis.call('SET', reply_key, cjson.encode(reply), 'PX', 60000)
+  return reply
+end

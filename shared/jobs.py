@@ -176,6 +176,9 @@ def validate_enqueue(body: Any) -> EnqueueRequest:
             scheduled_at_ms = parse_rfc3339_ms(body["scheduled_at"])
         except (TypeError, ValueError, OverflowError) as exc:
             errors.append(FieldError("scheduled_at", str(exc) or "is not a valid timestamp"))
+        else:
+            if scheduled_at_ms < 0:  # before 1970 means "now" anyway; refuse the odd value
+                errors.append(FieldError("scheduled_at", "must be 1970-01-01T00:00:00Z or later"))
 
     timeout = body.get("timeout")
     if timeout is not None:
@@ -202,7 +205,8 @@ def format_ms(ms: int | None) -> str | None:
     if ms is None:
         return None
     moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    # strftime's %Y does not pad years before 1000; RFC 3339 needs four digits.
+    return f"{moment.year:04d}-" + moment.strftime("%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 def _text(raw: Mapping[bytes, bytes], name: str) -> str | None:

@@ -60,6 +60,9 @@ EVENTS: frozenset[str] = frozenset(
         "scripts_not_loaded",
         "config_warning",
         "redis_url_defaulted",
+        # the gateway's own lines
+        "unhandled_error",
+        "http_request",
     }
 )
 

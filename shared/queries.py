@@ -31,6 +31,15 @@ class QueueCounts:
 
 
 @dataclass(frozen=True)
+class WorkerCounts:
+    """workerd hosts in the registry, and their live and busy worker processes."""
+
+    hosts: int
+    live: int
+    busy: int
+
+
+@dataclass(frozen=True)
 class DeadPage:
     """One page of the DLQ, newest first, and the cursor of the next page (None at the end)."""
 
@@ -89,3 +98,21 @@ def dead_page(client: redis.Redis, keys: Keys, limit: int, cursor: str | None = 
         member, score = page[-1]
         next_cursor = f"{int(score)}-{member.decode()}"
     return DeadPage(jobs=jobs, next_cursor=next_cursor)
+
+
+def worker_counts(client: redis.Redis, keys: Keys) -> WorkerCounts:
+    """Return fleet-wide worker counts from the supervisors' registry records."""
+    # Each workerd supervisor heartbeats one record {host, pid, workers, busy} that expires
+    # when it goes silent; the registry zset forgets it at the next heartbeat of any host.
+    ids = client.zrange(keys.workers, 0, -1)
+    if not ids:
+        return WorkerCounts(0, 0, 0)
+    pipe = client.pipeline(transaction=False)
+    for worker_id in ids:
+        pipe.hmget(keys.worker(worker_id.decode()), "workers", "busy")
+    records = [(live, busy) for live, busy in pipe.execute() if live is not None]
+    return WorkerCounts(
+        hosts=len(records),
+        live=sum(int(live) for live, _ in records),
+        busy=sum(int(busy or 0) for _, busy in records),
+    )

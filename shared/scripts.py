@@ -132,6 +132,7 @@ class EnqueueResult:
     job_id: str
     status: JobState
     created: bool
+    created_at_ms: int
 
 
 @dataclass(frozen=True)
@@ -150,6 +151,14 @@ class AckResult:
     code: Code
     status: str | None = None
     next_job: Job | None = None
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """The canceled job, and whether this call canceled it (False: it already was)."""
+
+    job: Job
+    changed: bool
 
 
 @dataclass(frozen=True)
@@ -227,6 +236,18 @@ class Scripts:
         """Load every script into Redis now, so a broken script fails start-up, not a job."""
         for script in self._scripts.values():
             self.redis.script_load(script.script)
+
+    def ensure_loaded(self) -> bool:
+        """Load the scripts if Redis lacks any (one SCRIPT EXISTS when it has them all).
+
+        Returns whether they were all there already. Readiness probes call this: a Redis
+        restart or failover empties the script cache.
+        """
+        shas = [script.sha for script in self._scripts.values()]
+        if all(self.redis.script_exists(*shas)):
+            return True
+        self.load()
+        return False
 
     def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         return self._scripts[name](keys=keys, args=args)
@@ -467,7 +488,7 @@ class Scripts:
         )
         return _job(_checked(reply)[1])
 
-    def cancel(self, job_id: str, *, now_ms: int | None = None) -> Job:
+    def cancel(self, job_id: str, *, now_ms: int | None = None) -> CancelResult:
         """Cancel a job that has not started; raise JobNotFound or WrongState."""
         k = self.keys
         reply = self._call(
@@ -475,7 +496,8 @@ class Scripts:
             [k.job(job_id), k.pending, k.pending_since, k.scheduled, k.retrying, k.canceled],
             [self._finished_ttl_ms(), _now(now_ms)],
         )
-        return _job(_checked(reply)[1])
+        _checked(reply)
+        return CancelResult(_job(reply[1]), changed=reply[0] == Code.DONE)
 
     def purge(self, job_id: str) -> None:
         """Delete a dead job; raise JobNotFound or WrongState."""
@@ -533,7 +555,10 @@ def _enqueue_result(reply: list[Any]) -> EnqueueResult:
     if code is Code.CONFLICT:
         raise IdempotencyConflict(reply[1].decode())
     return EnqueueResult(
-        job_id=reply[1].decode(), status=JobState(reply[2].decode()), created=code is Code.DONE
+        job_id=reply[1].decode(),
+        status=JobState(reply[2].decode()),
+        created=code is Code.DONE,
+        created_at_ms=int(reply[3]),
     )
 
 

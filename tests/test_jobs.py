@@ -361,3 +361,13 @@ def test_to_json_of_a_retrying_job_says_when_it_runs_next() -> None:
     doc = Job.from_hash(stored(status="retrying", next_retry_at=str(T0 + 2_000))).to_json()
 
     assert doc["next_retry_at"] == "2026-01-01T00:00:02.000Z"
+
+
+def test_format_ms_pads_years_before_1000_to_four_digits() -> None:
+    assert format_ms(-62_000_000_000_000) == "0005-04-19T09:46:40.000Z"
+    assert format_ms(0) == "1970-01-01T00:00:00.000Z"
+
+
+def test_scheduled_at_before_1970_is_refused() -> None:
+    with pytest.raises(ValidationError, match="scheduled_at"):
+        validate_enqueue({"type": "t", "scheduled_at": "1969-12-31T23:59:59Z"})

@@ -66,7 +66,7 @@ class ObservabilityApp:
         """Answer 200 when Redis answers, scripts are loaded, and the children are up."""
         try:
             self.scripts.redis.ping()
-            self.scripts.load()  # cheap when cached; reloads after a Redis restart
+            self.scripts.ensure_loaded()  # reloads them after a Redis restart
         except redis.RedisError:
             return _json(start, 503, {"status": "not ready", "redis": "unreachable"})
         status = self.table.status()

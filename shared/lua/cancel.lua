@@ -15,7 +15,8 @@
 -- ARGV[1] -> TTL of the job hash (ms): retention plus a margin, a backstop behind trim.lua
 -- ARGV[2] -> now (ms) override, or '' for Redis TIME
 --
--- Returns {DONE, HGETALL of the job}, {NOT_FOUND}, or {WRONG_STATE, current status}.
+-- Returns {DONE, HGETALL of the job}, {DUPLICATE, HGETALL} when it was already canceled,
+-- {NOT_FOUND}, or {WRONG_STATE, current status}.
 
 --- @include "codes"
 --- @include "common"
@@ -26,7 +27,7 @@ if not status then
   return {NOT_FOUND}
 end
 if status == 'canceled' then
-  return {DONE, redis.call('HGETALL', KEYS[1])}
+  return {DUPLICATE, redis.call('HGETALL', KEYS[1])}
 end
 if status == 'pending' then
   redis.call('ZREM', KEYS[2], pending_member(tonumber(state[3]), job_id))

@@ -28,8 +28,9 @@
 -- ARGV[12] -> job key prefix ({prefix}job:), to look up the job an idempotency key names: the
 --             one key built here, inside the same hash tag, because only Redis knows that id
 --
--- Returns {DONE, id, status} for a new job (also when this exact call is repeated),
---         {DUPLICATE, existing id, status} when the key already names a job for this request,
+-- Returns {DONE, id, status, created_at} for a new job (also when this call is repeated),
+--         {DUPLICATE, existing id, status, created_at} when the key already names a job for
+--         this request,
 --         {CONFLICT, existing id} when the key names a job for a different request.
 
 --- @include "codes"
@@ -41,19 +42,20 @@ local digest = ARGV[8]
 local now = now_ms(ARGV[11])
 
 if redis.call('EXISTS', job_key) == 1 then
-  return {DONE, job_id, redis.call('HGET', job_key, 'status')}
+  local state = redis.call('HMGET', job_key, 'status', 'created_at')
+  return {DONE, job_id, state[1], tonumber(state[2])}
 end
 
 if digest ~= '' then
   local prior = redis.call('HMGET', KEYS[7], 'digest', 'job_id')
   if prior[1] then
-    local prior_status = redis.call('HGET', ARGV[12] .. prior[2], 'status')
+    local prior_job = redis.call('HMGET', ARGV[12] .. prior[2], 'status', 'created_at')
     -- A key whose job was already deleted (retention, purge) is forgotten: enqueue anew.
-    if prior_status then
+    if prior_job[1] then
       if prior[1] ~= digest then
         return {CONFLICT, prior[2]}
       end
-      return {DUPLICATE, prior[2], prior_status}
+      return {DUPLICATE, prior[2], prior_job[1], tonumber(prior_job[2])}
     end
   end
 end
@@ -83,4 +85,4 @@ if digest ~= '' then
   redis.call('HSET', KEYS[7], 'digest', digest, 'job_id', job_id)
   redis.call('PEXPIRE', KEYS[7], ARGV[9])
 end
-return {DONE, job_id, status}
+return {DONE, job_id, status, now}

@@ -202,3 +202,14 @@ def test_workers_drain_the_queue_when_redis_is_out_of_memory(
     assert scripts.complete(J1, token, now_ms=T0).code is Code.DONE
     assert scripts.promote(now_ms=T0 + 1).scheduled == [J2]
     assert scripts.claim("w1", now_ms=T0 + 1) is not None
+
+
+def test_ensure_loaded_reloads_scripts_after_the_cache_was_flushed(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    assert scripts.ensure_loaded() is True  # the fixture loaded them
+
+    r.script_flush()  # what a Redis restart or failover does to the cache
+
+    assert scripts.ensure_loaded() is False
+    assert scripts.ensure_loaded() is True

@@ -35,7 +35,7 @@ def test_enqueue_makes_a_pending_job_and_touches_exactly_its_keys(
     result = scripts.enqueue(request(payload={"a": [1, 2]}, priority=5), J1, now_ms=T0)
 
     after = snapshot(r)
-    assert result == EnqueueResult(J1, JobState.PENDING, created=True)
+    assert result == EnqueueResult(J1, JobState.PENDING, created=True, created_at_ms=T0)
     assert changed(before, after) == {K.job(J1), K.pending, K.pending_since, K.seq, K.wake}
     assert after[K.pending] == [(pending_member(1, J1), -5)]
     assert after[K.pending_since] == [(J1, T0)]
@@ -68,7 +68,7 @@ def test_enqueue_with_future_scheduled_at_waits_in_scheduled_without_a_wake_hint
     result = scripts.enqueue(request(scheduled_at=format_ms(due)), J1, now_ms=T0)
 
     after = snapshot(r)
-    assert result == EnqueueResult(J1, JobState.SCHEDULED, created=True)
+    assert result == EnqueueResult(J1, JobState.SCHEDULED, created=True, created_at_ms=T0)
     assert changed(before, after) == {K.job(J1), K.scheduled}
     assert after[K.scheduled] == [(J1, due)]
     stored = after[K.job(J1)]
@@ -104,7 +104,7 @@ def test_enqueue_repeated_with_the_same_job_id_creates_nothing_new(
     # redis-py resends the same call when its reply was lost: same id, same answer, no effect.
     again = scripts.enqueue(request(), J1, now_ms=T0 + 10)
 
-    assert again == EnqueueResult(J1, JobState.PENDING, created=True)
+    assert again == EnqueueResult(J1, JobState.PENDING, created=True, created_at_ms=T0)
     assert changed(before, snapshot(r)) == set()
 
 
@@ -139,7 +139,7 @@ def test_enqueue_same_idempotency_key_and_request_returns_the_first_job(
     # Same meaning, different spelling: key order in the payload does not matter.
     second = scripts.enqueue(request(payload={"n": 1}), J2, idempotency_key="k", now_ms=T0 + 1)
 
-    assert second == EnqueueResult(J1, JobState.PENDING, created=False)
+    assert second == EnqueueResult(J1, JobState.PENDING, created=False, created_at_ms=T0)
     assert changed(before, snapshot(r)) == set()
 
 
@@ -151,7 +151,7 @@ def test_enqueue_duplicate_reports_the_first_jobs_current_status(
 
     second = scripts.enqueue(request(), J2, idempotency_key="k", now_ms=T0 + 2)
 
-    assert second == EnqueueResult(J1, JobState.PROCESSING, created=False)
+    assert second == EnqueueResult(J1, JobState.PROCESSING, created=False, created_at_ms=T0)
     assert get_job(r, K, J2) is None
 
 
@@ -181,7 +181,7 @@ def test_enqueue_idempotency_key_whose_job_was_deleted_creates_a_new_job(
     again = scripts.enqueue(body, J2, idempotency_key="k", now_ms=T0 + 1)
 
     after = snapshot(r)
-    assert again == EnqueueResult(J2, JobState.PENDING, created=True)
+    assert again == EnqueueResult(J2, JobState.PENDING, created=True, created_at_ms=T0 + 1)
     assert K.job(J2) in changed(before, after)
     assert after[K.idempotency("k")]["job_id"] == J2
     assert_ttl(r, K.idempotency("k"), POLICY.idempotency_ttl_ms)
@@ -244,9 +244,9 @@ def test_enqueue_many_creates_every_job_in_the_given_order(
 
     after = snapshot(r)
     assert results == [
-        EnqueueResult(J3, JobState.PENDING, created=True),
-        EnqueueResult(J1, JobState.PENDING, created=True),
-        EnqueueResult(J2, JobState.SCHEDULED, created=True),
+        EnqueueResult(J3, JobState.PENDING, created=True, created_at_ms=T0),
+        EnqueueResult(J1, JobState.PENDING, created=True, created_at_ms=T0),
+        EnqueueResult(J2, JobState.SCHEDULED, created=True, created_at_ms=T0),
     ]
     assert after[K.pending] == [(pending_member(1, J3), -1), (pending_member(2, J1), 0)]
     assert after[K.scheduled] == [(J2, T0 + 9)]

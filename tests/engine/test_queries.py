@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from shared.jobs import JobState, format_ms
-from shared.queries import BadCursor, dead_page, get_job, queue_counts
+from shared.queries import BadCursor, WorkerCounts, dead_page, get_job, queue_counts, worker_counts
 from shared.scripts import Scripts
 from tests.engine.conftest import (
     J1,
@@ -206,3 +206,13 @@ def test_claimed_job_counts_move_between_states(r: redis.Redis, scripts: Scripts
     after = queue_counts(r, K).by_state
     assert (before[JobState.PENDING], before[JobState.PROCESSING]) == (1, 0)
     assert (after[JobState.PENDING], after[JobState.PROCESSING]) == (0, 1)
+
+
+def test_worker_counts_sum_the_live_supervisors_records(r: redis.Redis, scripts: Scripts) -> None:
+    assert worker_counts(r, K) == WorkerCounts(hosts=0, live=0, busy=0)
+    scripts.heartbeat("host-a", {"workers": 3, "busy": 1}, ttl_ms=60_000, now_ms=T0)
+    scripts.heartbeat("host-b", {"workers": 2, "busy": 2}, ttl_ms=60_000, now_ms=T0)
+    r.delete(K.worker("host-c"))  # an id whose record expired is not counted
+    r.zadd(K.workers, {"host-c": T0})
+
+    assert worker_counts(r, K) == WorkerCounts(hosts=2, live=5, busy=3)

@@ -1,0 +1,144 @@
+"""gunicorn settings for the gateway: ``gunicorn -c deploy/gunicorn.conf.py 'gateway:create_app()'``.
+
+Environment: PORT (Heroku) else PORT_PRODUCER else 8080; WEB_CONCURRENCY worker processes;
+GUNICORN_THREADS threads per worker; PROMETHEUS_MULTIPROC_DIR (default: a directory per port
+under the temp dir). Command-line flags still override anything set here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from typing import Any
+
+from shared.multiproc import prepare_multiprocess_dir
+
+# --- where to listen ------------------------------------------------------------------------
+
+
+def _port() -> int:
+    for name in ("PORT", "PORT_PRODUCER"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            if not value.isdigit() or not 1 <= int(value) <= 65535:
+                raise SystemExit(f"gunicorn.conf.py: {name}={value!r} is not a port (1..65535)")
+            return int(value)
+    return 8080
+
+
+def _count(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise SystemExit(f"gunicorn.conf.py: {name}={value!r} is not a count (1 or more)")
+    return int(value)
+
+
+PORT = _port()
+bind = [f"0.0.0.0:{PORT}"]
+
+# --- Prometheus multiprocess mode -----------------------------------------------------------
+# prometheus_client picks its value storage when first imported, so the directory must be in
+# the environment before anything imports it: here, in the config body, before gunicorn loads
+# the logger class or the app. It is wiped in on_starting, not here: this body runs again on
+# every reload (SIGHUP), and a reload must not forget the counters of running workers.
+METRICS_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "").strip() or os.path.join(
+    tempfile.gettempdir(), f"taskforge-gateway-{PORT}-metrics"
+)
+prepare_multiprocess_dir(METRICS_DIR, wipe=False)
+
+# Only now may prometheus_client be imported (shared.metrics does). Importing here, not in
+# child_exit, matters too: gunicorn runs child_exit from its SIGCHLD handler, which can
+# interrupt another import halfway.
+from gateway.body import MAX_BODY_BYTES  # noqa: E402
+from gateway.server import install_json_errors  # noqa: E402
+from shared.metrics import mark_dead  # noqa: E402
+
+# --- workers --------------------------------------------------------------------------------
+# gthread, chosen by measurement: `python -m bench.gateway --compare --seconds 3 --rounds 3`
+# (2-core VM shared with other sessions' tests, load average 2-6; 16 keep-alive clients POST
+# /enqueue from another process, Redis on the same machine; medians of 3 interleaved rounds;
+# "slow" = 16 more clients that trickle their request one byte every 0.5 s):
+#
+#   class    workers threads   req/s   worker CPU µs/req   req/s with 16 slow clients
+#   sync        2       1      1,047          850                       0
+#   sync        4       1        511        1,597                       0
+#   gthread     2       2      1,091          899                   1,070
+#   gthread     2       4      1,082          810                   1,159
+#   gthread     2       8      1,040          839                     855  (0 in another run)
+#   gthread     2      16        999          945                     927
+#   gthread     2      32        999          871                     885
+#   gthread     3       8      1,070          816                     809
+#
+# Without slow clients the classes cost about the same CPU per request (a Redis-free 404
+# costs ~450 µs of worker CPU either way: gunicorn and Flask dominate on this machine), and
+# their throughput differs by less than the machine's noise (two earlier runs: sync 2 at
+# 775 and 1,499; gthread 2x2 at 1,148 and 1,427). Slow clients decide it: a client that
+# trickles its request holds a sync worker, so as many slow clients as workers stop the
+# service (0 req/s in every run); under gthread each holds one thread and the rest keep
+# serving, until slow clients outnumber all threads (2x8 = 16 threads: 0 req/s in one run).
+# Keep-alive (gthread only) also spares each request a TCP handshake. Threads: throughput is
+# flat from 2 to 32 within the noise, so 32 per worker: 64 threads outlast many slow
+# clients. Redis connections do not grow with them: gateway/app.py caps its pool at 8 per
+# worker. A buffering proxy in front remains the real cure for slow clients.
+worker_class = "gthread"
+workers = _count("WEB_CONCURRENCY", 2)
+threads = _count("GUNICORN_THREADS", 32)
+# gthread: keep-alive connections wait in the worker's poller, not in a thread.
+worker_connections = 1000
+
+# --- limits and timeouts --------------------------------------------------------------------
+limit_request_line = 4094  # bytes of "POST /path?query HTTP/1.1"
+limit_request_fields = 50  # headers per request
+limit_request_field_size = 8190  # bytes per header (a bearer token fits many times)
+# Bodies are limited to 1 MiB by the app, which refuses a larger Content-Length unread.
+timeout = 30  # a worker silent this long (stuck) is killed and replaced
+graceful_timeout = 25  # after SIGTERM: Heroku sends SIGKILL 30 s after its SIGTERM
+keepalive = 5  # seconds an idle keep-alive connection is kept
+max_requests = 20_000  # replace workers now and then: a slow leak never grows unbounded
+max_requests_jitter = 2_000  # ... and not all at once
+if os.path.isdir("/dev/shm"):
+    # The heartbeat file is touched constantly; on a disk-backed /tmp a slow fsync can make
+    # the master think a busy worker hung (gunicorn's own advice for containers).
+    worker_tmp_dir = "/dev/shm"
+
+# --- logs -----------------------------------------------------------------------------------
+# One JSON line per request and per gunicorn message, on stdout, in the shared log schema.
+logger_class = "gateway.server.JsonLogger"
+accesslog = "-"
+errorlog = "-"
+loglevel = os.environ.get("LOG_LEVEL", "info").strip().lower() or "info"
+proc_name = "taskforge-gateway"
+
+
+# --- hooks ----------------------------------------------------------------------------------
+def on_starting(server: Any) -> None:
+    """Wipe the metrics directory of a previous run; answer gunicorn's own errors in JSON."""
+    prepare_multiprocess_dir(METRICS_DIR, wipe=True)
+    install_json_errors()
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    """Log the worker's departure in the shared schema."""
+    logging.getLogger("gateway").info("gateway_stopped", extra={"worker_pid": worker.pid})
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """Forget a dead worker's live gauges (its counters stay in the totals)."""
+    mark_dead(worker.pid)
+
+
+def pre_request(worker: Any, req: Any) -> None:
+    """Close the connection after a body the app may refuse unread (over 1 MiB, or chunked).
+
+    With keep-alive, gunicorn would otherwise read and discard the rest of such a body before
+    the next request on the connection: up to its full size, in a thread that serves no one.
+    """
+    for name, value in req.headers:
+        if name == "TRANSFER-ENCODING" or (
+            name == "CONTENT-LENGTH" and value.isdigit() and int(value) > MAX_BODY_BYTES
+        ):
+            req.force_close()
+            return

@@ -1,0 +1,113 @@
+"""The gateway's Flask application factory."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import redis
+import redis.exceptions
+from flask import Flask
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from gateway import auth, dlq, errors, jobs, ops
+from gateway.body import MAX_BODY_BYTES
+from gateway.context import Gateway
+from shared import log as shared_log
+from shared.config import Settings, load_or_exit
+from shared.keys import Keys
+from shared.redis_conn import connect, describe
+from shared.scripts import Policy, Scripts
+
+log = logging.getLogger(__name__)
+
+# A request must get its 503 within about a second when Redis is gone or hung: a gunicorn
+# worker (or thread) waiting on Redis serves nobody else meanwhile. These cap the settings.
+SOCKET_TIMEOUT = 1.0
+CONNECT_TIMEOUT = 0.5
+# gunicorn runs many threads per worker so slow clients cannot occupy them all; those threads
+# must not open as many Redis connections (small hosted plans allow 20 in all). A request
+# holds a connection for well under a millisecond, so a few per process serve them all.
+POOL_SIZE = 8
+POOL_WAIT = 1.0  # seconds a thread waits for a free connection before answering 503
+AUTH_DISABLED = "TASKFORGE_API_TOKEN is unset: every endpoint is open to anyone"
+
+
+def gateway_client(settings: Settings) -> redis.Redis:
+    """Return a Redis client with short timeouts, one immediate retry of a refused call, and
+    at most POOL_SIZE connections (threads beyond that wait up to POOL_WAIT, then 503)."""
+    fast = dataclasses.replace(
+        settings,
+        redis_socket_timeout=min(settings.redis_socket_timeout, SOCKET_TIMEOUT),
+        redis_connect_timeout=min(settings.redis_connect_timeout, CONNECT_TIMEOUT),
+    )
+    client = connect(fast, role="gateway")
+    # One retry without backoff rides out a pooled connection that Redis closed (a restart);
+    # a timeout is not retried: the request already waited its full second.
+    client.set_retry(Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,)))
+    pool = client.connection_pool
+    # A bounded pool with the same connection options (TLS, name, timeouts, retry).
+    bounded = redis.BlockingConnectionPool(
+        max_connections=POOL_SIZE,
+        timeout=POOL_WAIT,
+        connection_class=pool.connection_class,
+        **pool.connection_kwargs,
+    )
+    return redis.Redis(connection_pool=bounded)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    scripts: Scripts | None = None,
+    client: redis.Redis | None = None,
+) -> Flask:
+    """Build the gateway; tests inject `scripts` (fakeredis) or `client` (a private server)."""
+    settings = settings or load_or_exit()
+    shared_log.configure("gateway", settings.log_level)
+    if scripts is None:
+        scripts = Scripts(
+            client or gateway_client(settings),
+            Keys(settings.key_prefix),
+            Policy.from_settings(settings),
+        )
+        _check_redis(scripts)
+    app = Flask(__name__)
+    # A backstop for request.stream (Content-Length and chunked bodies alike); body.py enforces
+    # the exact limit. One byte more, because Werkzeug cannot tell a body that ends at its
+    # limit from one that goes on: it refuses the read that would find the end.
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES + 1
+    app.json.sort_keys = False  # keep the job's documented field order
+    app.extensions[Gateway.EXTENSION] = Gateway(settings, scripts)
+    errors.register(app)
+    auth.install(app, settings.api_token)
+    for blueprint in (jobs.bp, dlq.bp, ops.bp):
+        app.register_blueprint(blueprint)
+    warnings = list(settings.warnings)
+    if settings.api_token is None:
+        warnings.append(AUTH_DISABLED)
+    for warning in warnings:
+        log.warning("config_warning", extra={"warning": warning})
+    log.info(
+        "gateway_started",
+        extra={"redis": describe(settings.redis_url), "auth": settings.api_token is not None},
+    )
+    return app
+
+
+def _check_redis(scripts: Scripts) -> None:
+    """Load the scripts (a broken one fails start-up) and warn about an evicting Redis."""
+    try:
+        scripts.load()
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        # Start anyway: requests answer 503 until Redis is back, and /ready says so.
+        log.warning("redis_unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
+        return
+    try:
+        policy = scripts.redis.config_get("maxmemory-policy").get(b"maxmemory-policy")
+    except redis.exceptions.RedisError:
+        return  # CONFIG is disabled on some managed Redis services
+    if policy not in (None, b"noeviction"):
+        warning = f"Redis maxmemory-policy is {policy.decode()}: it may silently delete queue keys"
+        log.warning("config_warning", extra={"warning": warning})

@@ -1,0 +1,53 @@
+"""Bearer-token authentication for every endpoint but the health checks."""
+
+from __future__ import annotations
+
+import hmac
+
+from flask import Flask, request
+
+from gateway.errors import ApiError
+
+# Load balancers and platform probes call these without credentials; they reveal nothing.
+OPEN_ENDPOINTS = frozenset({"ops.health", "ops.ready"})
+REALM = 'Bearer realm="taskforge"'
+
+
+def _credentials() -> bytes | None:
+    """Return the token of an ``Authorization: Bearer <token>`` header, if there is one."""
+    header = request.headers.get("Authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    # WSGI gives header values as latin-1 text: this recovers the bytes the client sent.
+    return token.strip().encode("latin-1", errors="replace")
+
+
+def install(app: Flask, token: str | None) -> None:
+    """Require `token` on every request to `app` except OPEN_ENDPOINTS; do nothing when None."""
+    if token is None:
+        return
+    expected = token.encode("utf-8")
+
+    @app.before_request
+    def require_token() -> None:
+        """Refuse the request with 401 unless it carries the token."""
+        # Unknown paths (endpoint None) are refused too: a stranger learns no routes.
+        if request.endpoint in OPEN_ENDPOINTS:
+            return
+        given = _credentials()
+        if given is None:
+            raise ApiError(
+                401,
+                "authentication required: send Authorization: Bearer <token>",
+                headers={"WWW-Authenticate": REALM},
+            )
+        # Constant time: the comparison must not reveal how much of a guess was right.
+        if not hmac.compare_digest(given, expected):
+            raise ApiError(
+                401,
+                "invalid bearer token",
+                headers={"WWW-Authenticate": f'{REALM}, error="invalid_token"'},
+            )

@@ -1,0 +1,38 @@
+"""What the views share: the settings and the engine, one set per process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import redis
+from flask import current_app
+
+from shared.config import Settings
+from shared.keys import Keys
+from shared.scripts import Scripts
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """The per-process engine handle stored in ``app.extensions``."""
+
+    EXTENSION: ClassVar[str] = "taskforge"
+
+    settings: Settings
+    scripts: Scripts
+
+    @property
+    def redis(self) -> redis.Redis:
+        """Return the process's Redis client."""
+        return self.scripts.redis
+
+    @property
+    def keys(self) -> Keys:
+        """Return the key builder."""
+        return self.scripts.keys
+
+
+def gateway() -> Gateway:
+    """Return the current app's Gateway."""
+    return current_app.extensions[Gateway.EXTENSION]

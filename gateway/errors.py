@@ -1,0 +1,103 @@
+"""Every error the gateway answers, as JSON ``{"error": "..."}`` with the right status."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis.exceptions
+from flask import Flask, Response, jsonify, request
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
+
+from gateway.body import BodyError, too_large
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_SECONDS = 1
+# Redis answers these when it cannot serve now but will soon: loading a dump after a restart,
+# a replica without its master, a script running too long, memory full under noeviction.
+_TRANSIENT_REPLIES = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "OOM")
+
+
+class ApiError(Exception):
+    """An answer other than success: a status, a message, and optional extra JSON fields."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        /,
+        *,
+        headers: dict[str, str] | None = None,
+        **fields: Any,
+    ) -> None:
+        super().__init__(message)
+        self.http_status = status
+        self.message = message
+        self.headers = headers or {}
+        self.fields = fields
+
+
+def json_error(
+    status: int, message: str, headers: dict[str, str] | None = None, /, **fields: Any
+) -> Response:
+    """Return a JSON error response."""
+    response = jsonify({"error": message, **fields})
+    response.status_code = status
+    response.headers.update(headers or {})
+    return response
+
+
+def redis_unavailable(exc: BaseException) -> bool:
+    """Tell whether a Redis error means "not reachable now" (503) rather than a bug (500)."""
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+        return True
+    if isinstance(exc, redis.exceptions.ReadOnlyError | redis.exceptions.OutOfMemoryError):
+        return True
+    return isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith(
+        _TRANSIENT_REPLIES
+    )
+
+
+def unavailable_response(exc: BaseException) -> Response:
+    """Return the 503 that tells a client to try again shortly."""
+    log.warning("redis_unavailable", extra={"error": f"{type(exc).__name__}: {exc}"[:300]})
+    return json_error(
+        503,
+        "Redis is unavailable; try again shortly",
+        {"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+def _http_error(exc: HTTPException) -> Response | HTTPException:
+    if exc.code is None or exc.code < 400:
+        return exc  # a routing redirect, not an error
+    headers = {}
+    messages = {
+        404: "no such endpoint; GET /openapi.json lists them",
+        413: str(too_large()),
+    }
+    if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
+        headers["Allow"] = ", ".join(sorted(exc.valid_methods))
+        messages[405] = f"{request.method} is not allowed here; use {headers['Allow']}"
+    return json_error(exc.code, messages.get(exc.code, exc.description or exc.name), headers)
+
+
+def _unexpected(exc: Exception) -> Response | HTTPException:
+    if isinstance(exc, HTTPException):
+        return _http_error(exc)
+    if isinstance(exc, redis.exceptions.RedisError) and redis_unavailable(exc):
+        return unavailable_response(exc)
+    # A bug: the traceback goes to the log, never to the client.
+    log.exception("unhandled_error", extra={"error": type(exc).__name__})
+    return json_error(500, "internal error; it has been logged")
+
+
+def register(app: Flask) -> None:
+    """Install the JSON error handlers on `app`."""
+    app.register_error_handler(
+        ApiError, lambda e: json_error(e.http_status, e.message, e.headers, **e.fields)
+    )
+    app.register_error_handler(BodyError, lambda e: json_error(e.status, str(e)))
+    app.register_error_handler(HTTPException, _http_error)
+    app.register_error_handler(Exception, _unexpected)

@@ -1,0 +1,116 @@
+"""Validation of what a request brings besides an enqueue body: ids, headers, query, batch."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from flask import request
+
+from gateway.body import MAX_BODY_BYTES, parse_json, read_limited, too_large
+from gateway.errors import ApiError
+from shared.jobs import (
+    JOB_ID_PATTERN,
+    EnqueueRequest,
+    ValidationError,
+    validate_enqueue,
+)
+
+MAX_BATCH = 1000
+DLQ_LIMIT_RANGE = (1, 100)
+# Stripe's bound; printable ASCII without spaces, so a key survives any proxy and log intact.
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+LISTED_ERRORS = 20  # per message; the "errors" list always names every one
+
+
+def json_body() -> Any:
+    """Return the request's JSON document, whatever its Content-Type says."""
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding != "identity":
+        raise ApiError(415, f"Content-Encoding {encoding!r} is not supported; send plain JSON")
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise too_large()  # before request.stream, whose own check words it differently
+    return parse_json(read_limited(request.stream, request.content_length))
+
+
+def job_id(raw: str) -> str:
+    """Return a job id from the path, lower-cased (UUIDs are case-insensitive on input)."""
+    candidate = raw.lower()
+    if not JOB_ID_PATTERN.fullmatch(candidate):
+        raise ApiError(400, f"malformed job id {raw[:64]!r}: expected a UUIDv4")
+    return candidate
+
+
+def idempotency_key() -> str | None:
+    """Return the Idempotency-Key header, or None; refuse a malformed one."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not IDEMPOTENCY_KEY.fullmatch(key):
+        raise ApiError(
+            400, "Idempotency-Key must be 1 to 255 printable ASCII characters without spaces"
+        )
+    return key
+
+
+def no_idempotency_key() -> None:
+    """Refuse an Idempotency-Key where it would silently protect nothing."""
+    if "Idempotency-Key" in request.headers:
+        raise ApiError(
+            400,
+            "Idempotency-Key is supported on POST /enqueue only; a batch is all or none, "
+            "so retry it whole or enqueue its jobs one by one with keys",
+        )
+
+
+def enqueue_request(body: Any) -> EnqueueRequest:
+    """Validate one enqueue body; raise 400 naming every bad field."""
+    try:
+        return validate_enqueue(body)
+    except ValidationError as exc:
+        fields = [{"field": e.field, "message": e.message} for e in exc.errors]
+        raise ApiError(400, f"invalid job: {exc}", fields=fields) from None
+
+
+def batch_requests(body: Any) -> list[EnqueueRequest]:
+    """Validate a batch body; raise 400 naming the index and field of every bad job."""
+    if not isinstance(body, dict) or set(body) != {"jobs"}:
+        raise ApiError(400, 'the body must be {"jobs": [ ... ]} and nothing else')
+    jobs = body["jobs"]
+    if not isinstance(jobs, list) or not 1 <= len(jobs) <= MAX_BATCH:
+        raise ApiError(400, f"jobs must be an array of 1 to {MAX_BATCH} enqueue bodies")
+    requests: list[EnqueueRequest] = []
+    errors: list[dict[str, Any]] = []
+    for index, item in enumerate(jobs):
+        try:
+            requests.append(validate_enqueue(item))
+        except ValidationError as exc:
+            errors += [{"index": index, "field": e.field, "message": e.message} for e in exc.errors]
+    if errors:
+        bad = len({e["index"] for e in errors})
+        listed = "; ".join(
+            f"jobs[{e['index']}].{e['field']}: {e['message']}" for e in errors[:LISTED_ERRORS]
+        )
+        more = f"; and {len(errors) - LISTED_ERRORS} more" if len(errors) > LISTED_ERRORS else ""
+        raise ApiError(
+            400,
+            f"{bad} of {len(jobs)} jobs are invalid, nothing was enqueued: {listed}{more}",
+            errors=errors,
+        )
+    return requests
+
+
+def dlq_query() -> tuple[int, str | None]:
+    """Return the DLQ page size and cursor from the query string."""
+    low, high = DLQ_LIMIT_RANGE
+    limits = request.args.getlist("limit")
+    cursors = request.args.getlist("cursor")
+    if len(limits) > 1 or len(cursors) > 1:
+        raise ApiError(400, "give limit and cursor at most once each")
+    limit = high
+    if limits:
+        text = limits[0]
+        if not (len(text) <= 3 and text.isascii() and text.isdigit() and low <= int(text) <= high):
+            raise ApiError(400, f"limit must be an integer from {low} to {high}, got {text[:20]!r}")
+        limit = int(text)
+    return limit, cursors[0] if cursors else None

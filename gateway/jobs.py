@@ -1,0 +1,84 @@
+"""Job endpoints: enqueue one or a batch, read one, cancel one."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from flask import Blueprint
+
+from gateway import inputs, service
+from gateway.context import gateway
+from gateway.errors import ApiError
+from gateway.routes import route
+from shared import metrics
+from shared.queries import get_job
+from shared.scripts import IdempotencyConflict, JobNotFound, WrongState
+
+log = logging.getLogger(__name__)
+bp = Blueprint("jobs", __name__)
+
+CANCELABLE = "pending, scheduled or retrying"
+Reply = tuple[dict[str, Any], int, dict[str, str]]
+
+
+@route(bp, "POST", "/enqueue")
+def enqueue() -> Reply:
+    """Create one job: 201 with Location, or 200 with the job an Idempotency-Key already made."""
+    started = time.perf_counter()
+    body = inputs.json_body()
+    key = inputs.idempotency_key()
+    request = inputs.enqueue_request(body)
+    try:
+        doc, created = service.enqueue_one(gateway(), request, key)
+    except IdempotencyConflict as exc:
+        raise ApiError(
+            409,
+            f"Idempotency-Key was already used for job {exc.job_id} with a different body",
+            job_id=exc.job_id,
+        ) from None
+    metrics.ENQUEUE_SECONDS.observe(time.perf_counter() - started)
+    return doc, 201 if created else 200, {"Location": f"/jobs/{doc['id']}"}
+
+
+@route(bp, "POST", "/enqueue/batch")
+def enqueue_batch() -> tuple[dict[str, Any], int]:
+    """Create 1 to 1,000 jobs, all or none: 201 with the jobs in the order given."""
+    started = time.perf_counter()
+    inputs.no_idempotency_key()
+    requests = inputs.batch_requests(inputs.json_body())
+    docs = service.enqueue_batch(gateway(), requests)
+    metrics.ENQUEUE_SECONDS.observe(time.perf_counter() - started)
+    return {"jobs": docs}, 201
+
+
+@route(bp, "GET", "/jobs/<job_id>")
+def get(job_id: str) -> dict[str, Any]:
+    """Return one job."""
+    gw = gateway()
+    job = get_job(gw.redis, gw.keys, inputs.job_id(job_id))
+    if job is None:
+        raise ApiError(404, "job not found")
+    return job.to_json()
+
+
+@route(bp, "POST", "/jobs/<job_id>/cancel")
+def cancel(job_id: str) -> dict[str, Any]:
+    """Cancel a job that has not started (canceling a canceled job changes nothing)."""
+    job_id = inputs.job_id(job_id)
+    try:
+        outcome = gateway().scripts.cancel(job_id)
+    except JobNotFound:
+        raise ApiError(404, "job not found") from None
+    except WrongState as exc:
+        raise ApiError(
+            409,
+            f"job is {exc.status}: only {CANCELABLE} jobs can be canceled",
+            status=exc.status,
+        ) from None
+    job = outcome.job
+    if outcome.changed:  # a repeated cancel is answered the same but not counted again
+        log.info("job_canceled", extra={"job_id": job.id, "type": job.type})
+        metrics.count("canceled", job.type)
+    return job.to_json()

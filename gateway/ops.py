@@ -1,0 +1,73 @@
+"""Operations endpoints: stats, metrics, health, readiness, the OpenAPI document."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import redis.exceptions
+from flask import Blueprint, Response
+
+from gateway.context import gateway
+from gateway.errors import json_error, redis_unavailable
+from gateway.openapi import document
+from gateway.routes import route
+from shared import metrics
+from shared.queries import queue_counts, worker_counts
+
+bp = Blueprint("ops", __name__)
+
+
+@route(bp, "GET", "/stats")
+def stats() -> dict[str, Any]:
+    """Return jobs per state, the oldest pending job's age, and workerd's worker counts."""
+    gw = gateway()
+    counts = queue_counts(gw.redis, gw.keys)
+    age = counts.oldest_pending_age_ms
+    return {
+        "jobs": {str(state): n for state, n in counts.by_state.items()},
+        "total": counts.total,
+        "oldest_pending_age_seconds": None if age is None else age / 1000,
+        "workers": dataclasses.asdict(worker_counts(gw.redis, gw.keys)),
+    }
+
+
+@route(bp, "GET", "/metrics")
+def prometheus() -> Response:
+    """Return the Prometheus exposition: this server's counters, queue gauges from Redis."""
+    gw = gateway()
+    body, content_type = metrics.render(lambda: queue_counts(gw.redis, gw.keys))
+    return Response(body, content_type=content_type)
+
+
+def _probe(status: str, check: Callable[[], object]) -> tuple[dict[str, str], int] | Response:
+    """Answer a probe: 200 when `check` succeeds, 503 when Redis is unreachable."""
+    try:
+        check()
+    except redis.exceptions.RedisError as exc:
+        if not redis_unavailable(exc):
+            raise
+        return json_error(
+            503, "Redis is unavailable", {"Retry-After": "1"}, status="unavailable", redis="error"
+        )
+    return {"status": status, "redis": "ok"}, 200
+
+
+@route(bp, "GET", "/health")
+def health() -> tuple[dict[str, str], int] | Response:
+    """Return 200 when this gateway can reach Redis, 503 otherwise."""
+    return _probe("ok", gateway().redis.ping)
+
+
+@route(bp, "GET", "/ready")
+def ready() -> tuple[dict[str, str], int] | Response:
+    """Return 200 when this gateway can serve requests: Redis answers and holds our scripts."""
+    # One SCRIPT EXISTS; it loads them again after a Redis restart emptied the cache.
+    return _probe("ready", gateway().scripts.ensure_loaded)
+
+
+@route(bp, "GET", "/openapi.json")
+def openapi() -> dict[str, Any]:
+    """Return the OpenAPI 3 document of every route."""
+    return document()

@@ -1,0 +1,396 @@
+"""Every other endpoint, the error handlers and authentication, through app.test_client()."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+import redis
+from flask.testing import FlaskClient
+
+from gateway.app import AUTH_DISABLED, POOL_SIZE, gateway_client
+from shared.config import Settings
+from shared.keys import Keys
+from shared.scripts import Scripts
+from tests._tools import free_port
+from tests.gateway import helpers
+from tests.gateway.conftest import TOKEN, make_app
+
+UNKNOWN = "00000000-0000-4000-8000-000000000000"
+
+
+def test_get_job_returns_it(client: FlaskClient, scripts: Scripts) -> None:
+    job_id = helpers.enqueue(scripts, payload={"n": 1})
+    doc = client.get(f"/jobs/{job_id}").get_json()
+    assert doc["id"] == job_id and doc["payload"] == {"n": 1}
+
+
+def test_get_job_accepts_an_upper_case_id(client: FlaskClient, scripts: Scripts) -> None:
+    job_id = helpers.enqueue(scripts)
+    assert client.get(f"/jobs/{job_id.upper()}").get_json()["id"] == job_id
+
+
+def test_get_unknown_job_is_404_job_not_found(client: FlaskClient) -> None:
+    response = client.get(f"/jobs/{UNKNOWN}")
+    assert response.status_code == 404
+    assert response.get_json() == {"error": "job not found"}
+
+
+@pytest.mark.parametrize(
+    "job_id", ["42", "not-a-uuid", UNKNOWN.replace("-4000-", "-1000-"), "%00", "x" * 500]
+)
+@pytest.mark.parametrize("route", ["GET /jobs/{}", "POST /jobs/{}/cancel", "POST /dlq/{}/retry"])
+def test_a_malformed_job_id_is_400(client: FlaskClient, job_id: str, route: str) -> None:
+    method, path = route.split()
+    response = client.open(path.format(job_id), method=method)
+    assert response.status_code == 400
+    assert "malformed job id" in response.get_json()["error"]
+
+
+def test_delete_with_a_malformed_id_is_400(client: FlaskClient) -> None:
+    assert client.delete("/dlq/nope").status_code == 400
+
+
+# --- cancel ------------------------------------------------------------------------------
+
+
+def test_cancel_a_pending_job_then_again(client: FlaskClient, scripts: Scripts) -> None:
+    job_id = helpers.enqueue(scripts)
+    first = client.post(f"/jobs/{job_id}/cancel")
+    again = client.post(f"/jobs/{job_id}/cancel")
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert first.get_json()["status"] == again.get_json()["status"] == "canceled"
+
+
+@pytest.mark.parametrize(
+    ("seed", "status"),
+    [(helpers.processing, "processing"), (helpers.completed, "completed"), (helpers.dead, "dead")],
+)
+def test_cancel_a_started_job_is_409_with_its_status(
+    client: FlaskClient, scripts: Scripts, seed: Any, status: str
+) -> None:
+    response = client.post(f"/jobs/{seed(scripts)}/cancel")
+    assert response.status_code == 409
+    assert response.get_json()["status"] == status
+    assert status in response.get_json()["error"]
+
+
+def test_cancel_an_unknown_job_is_404(client: FlaskClient) -> None:
+    assert client.post(f"/jobs/{UNKNOWN}/cancel").get_json() == {"error": "job not found"}
+
+
+# --- DLQ ---------------------------------------------------------------------------------
+
+
+def test_dlq_pages_newest_first_with_a_cursor(client: FlaskClient, scripts: Scripts) -> None:
+    ids = [helpers.dead(scripts, now_ms=1_767_225_600_000 + n) for n in range(5)]
+    first = client.get("/dlq?limit=2").get_json()
+    assert [j["id"] for j in first["jobs"]] == ids[::-1][:2]
+    second = client.get(f"/dlq?limit=2&cursor={first['next_cursor']}").get_json()
+    third = client.get(f"/dlq?limit=2&cursor={second['next_cursor']}").get_json()
+    assert [j["id"] for j in second["jobs"] + third["jobs"]] == ids[::-1][2:]
+    assert third["next_cursor"] is None
+    assert all(j["status"] == "dead" and j["last_error"] == "boom" for j in first["jobs"])
+
+
+def test_dlq_defaults_to_100(client: FlaskClient, scripts: Scripts) -> None:
+    assert client.get("/dlq").get_json() == {"jobs": [], "next_cursor": None}
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["limit=0", "limit=101", "limit=-1", "limit=1.5", "limit=ten", "limit=", "limit=1&limit=2"],
+)
+def test_a_bad_dlq_limit_is_400(client: FlaskClient, query: str) -> None:
+    response = client.get(f"/dlq?{query}")
+    assert response.status_code == 400
+    assert "limit" in response.get_json()["error"]
+
+
+@pytest.mark.parametrize("cursor", ["x", "", "12-zz", "1-" + "g" * 36, "1" * 17 + "-" + "a" * 36])
+def test_a_bad_dlq_cursor_is_400(client: FlaskClient, cursor: str) -> None:
+    response = client.get(f"/dlq?cursor={cursor}")
+    assert response.status_code == 400
+    assert "cursor" in response.get_json()["error"]
+
+
+def test_retry_replays_a_dead_job(client: FlaskClient, scripts: Scripts) -> None:
+    job_id = helpers.dead(scripts)
+    response = client.post(f"/dlq/{job_id}/retry")
+    assert response.status_code == 200
+    doc = response.get_json()
+    assert (doc["status"], doc["attempts"]) == ("pending", 0)
+    assert "last_error" not in doc
+    assert client.post(f"/dlq/{job_id}/retry").status_code == 409
+
+
+def test_retry_a_pending_job_is_409_and_unknown_is_404(
+    client: FlaskClient, scripts: Scripts
+) -> None:
+    response = client.post(f"/dlq/{helpers.enqueue(scripts)}/retry")
+    assert response.status_code == 409
+    assert response.get_json()["status"] == "pending"
+    assert client.post(f"/dlq/{UNKNOWN}/retry").status_code == 404
+
+
+def test_delete_purges_a_dead_job(client: FlaskClient, scripts: Scripts) -> None:
+    job_id = helpers.dead(scripts)
+    response = client.delete(f"/dlq/{job_id}")
+    assert response.status_code == 204
+    assert response.data == b""
+    assert client.get(f"/jobs/{job_id}").status_code == 404
+    assert client.get("/dlq").get_json()["jobs"] == []
+
+
+def test_delete_refuses_a_live_job_and_an_unknown_one(
+    client: FlaskClient, scripts: Scripts
+) -> None:
+    job_id = helpers.enqueue(scripts)
+    assert client.delete(f"/dlq/{job_id}").status_code == 409
+    assert client.get(f"/jobs/{job_id}").status_code == 200
+    assert client.delete(f"/dlq/{UNKNOWN}").get_json() == {"error": "job not found"}
+
+
+def test_lifecycle_logs_carry_ids_and_types_only(
+    client: FlaskClient, scripts: Scripts, capsys: pytest.CaptureFixture[str]
+) -> None:
+    canceled = helpers.enqueue(scripts, payload={"secret": "hunter2"})
+    client.post(f"/jobs/{canceled}/cancel")
+    replayed, purged = helpers.dead(scripts), helpers.dead(scripts)
+    client.post(f"/dlq/{replayed}/retry")
+    client.delete(f"/dlq/{purged}")
+    out = capsys.readouterr().out
+    assert "hunter2" not in out
+    events = {json.loads(line)["event"]: json.loads(line) for line in out.splitlines()}
+    assert events["job_canceled"]["job_id"] == canceled
+    assert events["job_replayed"]["job_id"] == replayed
+    assert (events["job_purged"]["job_id"], events["job_purged"]["type"]) == (purged, "seed")
+
+
+# --- ops ---------------------------------------------------------------------------------
+
+
+def test_stats_counts_jobs_per_state(client: FlaskClient, scripts: Scripts) -> None:
+    helpers.enqueue(scripts)
+    helpers.enqueue(scripts)
+    helpers.dead(scripts)
+    doc = client.get("/stats").get_json()
+    assert doc["jobs"]["pending"] == 2 and doc["jobs"]["dead"] == 1
+    assert doc["total"] == 3
+    assert doc["oldest_pending_age_seconds"] >= 0
+
+
+def test_stats_has_no_age_and_no_workers_when_idle(client: FlaskClient) -> None:
+    doc = client.get("/stats").get_json()
+    assert doc["oldest_pending_age_seconds"] is None
+    assert doc["workers"] == {"hosts": 0, "live": 0, "busy": 0}
+
+
+def test_stats_sums_the_worker_registry(client: FlaskClient, scripts: Scripts) -> None:
+    scripts.heartbeat("host-a", {"host": "a", "pid": 1, "workers": 3, "busy": 1}, ttl_ms=10_000)
+    scripts.heartbeat("host-b", {"host": "b", "pid": 2, "workers": 2, "busy": 2}, ttl_ms=10_000)
+    scripts.heartbeat("host-c", {"workers": 4, "busy": 0}, ttl_ms=10_000, leaving=True)
+    assert client.get("/stats").get_json()["workers"] == {"hosts": 2, "live": 5, "busy": 3}
+
+
+def test_metrics_exports_counters_and_queue_gauges(client: FlaskClient, scripts: Scripts) -> None:
+    client.post("/enqueue", data='{"type": "metered"}')
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.content_type.startswith("text/plain")
+    text = response.get_data(as_text=True)
+    assert 'taskforge_jobs{state="pending"} 1.0' in text
+    assert 'taskforge_jobs_enqueued_total{type="metered"}' in text
+    assert "taskforge_enqueue_request_duration_seconds_count" in text
+
+
+def test_health_and_ready_answer_ok(client: FlaskClient) -> None:
+    assert client.get("/health").get_json() == {"status": "ok", "redis": "ok"}
+    assert client.get("/ready").get_json() == {"status": "ready", "redis": "ok"}
+
+
+def test_every_route_is_in_the_openapi_document(client: FlaskClient) -> None:
+    document = client.get("/openapi.json").get_json()
+    assert document["openapi"].startswith("3.")
+    app = client.application
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint == "static":
+            continue
+        path = rule.rule.replace("<", "{").replace(">", "}")
+        assert path in document["paths"], path
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            assert method.lower() in document["paths"][path], (method, path)
+    routes = {r.rule.replace("<", "{").replace(">", "}") for r in app.url_map.iter_rules()}
+    assert set(document["paths"]) <= routes
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def test_an_unknown_path_is_a_json_404(client: FlaskClient) -> None:
+    response = client.get("/nowhere")
+    assert response.status_code == 404
+    assert "no such endpoint" in response.get_json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("GET", "/enqueue", "POST"),
+        ("PUT", "/jobs/" + UNKNOWN, "GET, HEAD"),
+        ("DELETE", "/stats", "GET, HEAD"),
+        ("OPTIONS", "/health", "GET, HEAD"),
+        ("GET", "/dlq/" + UNKNOWN, "DELETE"),
+    ],
+)
+def test_a_wrong_method_is_a_json_405_with_allow(
+    client: FlaskClient, method: str, path: str, allow: str
+) -> None:
+    response = client.open(path, method=method)
+    assert response.status_code == 405
+    assert response.headers["Allow"] == allow
+    assert response.get_json()["error"]
+
+
+def test_head_answers_wherever_get_does(client: FlaskClient) -> None:
+    response = client.head("/stats")
+    assert response.status_code == 200
+    assert response.data == b""
+
+
+class BrokenScripts(Scripts):
+    """Scripts whose enqueue has a bug."""
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> Any:
+        raise KeyError("secret internal detail")
+
+
+def test_a_bug_is_a_500_logged_with_its_traceback_and_not_shown(
+    scripts: Scripts, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = BrokenScripts(scripts.redis, scripts.keys, scripts.policy)
+    client = make_app(broken).test_client()
+    capsys.readouterr()
+    response = client.post("/enqueue", data='{"type": "a"}')
+    assert response.status_code == 500
+    assert "secret internal detail" not in response.get_data(as_text=True)
+    assert response.get_json() == {"error": "internal error; it has been logged"}
+    logged = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    error = next(line for line in logged if line["event"] == "unhandled_error")
+    assert "Traceback" in error["exc_info"] and "secret internal detail" in error["exc_info"]
+
+
+def test_the_gateway_client_is_bounded_and_quick_to_give_up() -> None:
+    settings = Settings.from_env({"REDIS_URL": "redis://127.0.0.1:1/0"})
+    client = gateway_client(settings)
+    pool = client.connection_pool
+    assert isinstance(pool, redis.BlockingConnectionPool)
+    assert (pool.max_connections, pool.timeout) == (POOL_SIZE, 1.0)
+    kwargs = pool.connection_kwargs
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (1.0, 0.5)
+    assert kwargs["client_name"].startswith("taskforge-gateway-")
+    assert client.get_retry() is not None and client.get_retry().get_retries() == 1
+
+
+@pytest.fixture
+def down_client() -> FlaskClient:
+    """Return a gateway whose Redis port has nothing listening."""
+    settings = Settings.from_env({"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
+    scripts = Scripts(gateway_client(settings), Keys())
+    return make_app(scripts).test_client()
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/enqueue"),
+        ("POST", "/enqueue/batch"),
+        ("GET", f"/jobs/{UNKNOWN}"),
+        ("POST", f"/jobs/{UNKNOWN}/cancel"),
+        ("GET", "/dlq"),
+        ("POST", f"/dlq/{UNKNOWN}/retry"),
+        ("DELETE", f"/dlq/{UNKNOWN}"),
+        ("GET", "/stats"),
+        ("GET", "/metrics"),
+        ("GET", "/health"),
+        ("GET", "/ready"),
+    ],
+)
+def test_redis_down_is_503_with_retry_after(
+    down_client: FlaskClient, method: str, path: str
+) -> None:
+    body = '{"jobs": [{"type": "a"}]}' if path.endswith("batch") else '{"type": "a"}'
+    started = time.monotonic()
+    response = down_client.open(path, method=method, data=body if method == "POST" else None)
+    assert time.monotonic() - started < 1.5
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert "unavailable" in response.get_json()["error"]
+
+
+def test_a_redis_reply_error_that_is_a_bug_stays_500(scripts: Scripts) -> None:
+    class Refusing(Scripts):
+        def cancel(self, *args: Any, **kwargs: Any) -> Any:
+            raise redis.exceptions.ResponseError("WRONGTYPE Operation against a key")
+
+    client = make_app(Refusing(scripts.redis, scripts.keys, scripts.policy)).test_client()
+    assert client.post(f"/jobs/{UNKNOWN}/cancel").status_code == 500
+
+
+# --- authentication ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def locked(scripts: Scripts) -> FlaskClient:
+    """Return a test client of a gateway that requires TOKEN."""
+    return make_app(scripts, TASKFORGE_API_TOKEN=TOKEN).test_client()
+
+
+@pytest.mark.parametrize(
+    "path", ["/stats", "/metrics", "/openapi.json", "/dlq", f"/jobs/{UNKNOWN}", "/nowhere"]
+)
+def test_without_a_token_every_endpoint_is_401(locked: FlaskClient, path: str) -> None:
+    response = locked.get(path)
+    assert response.status_code == 401
+    assert response.headers["WWW-Authenticate"] == 'Bearer realm="taskforge"'
+    assert "Authorization: Bearer" in response.get_json()["error"]
+
+
+@pytest.mark.parametrize(
+    "header", [f"Bearer {TOKEN}x", f"Bearer {TOKEN[:-1]}", "Bearer ", f"Basic {TOKEN}", TOKEN]
+)
+def test_a_wrong_token_is_401(locked: FlaskClient, scripts: Scripts, header: str) -> None:
+    response = locked.post("/enqueue", data='{"type": "a"}', headers={"Authorization": header})
+    assert response.status_code == 401
+    assert response.headers["WWW-Authenticate"].startswith('Bearer realm="taskforge"')
+    assert helpers.count_jobs(scripts) == 0
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER"])
+def test_the_right_token_opens_every_endpoint(locked: FlaskClient, scheme: str) -> None:
+    headers = {"Authorization": f"{scheme} {TOKEN}"}
+    assert locked.post("/enqueue", data='{"type": "a"}', headers=headers).status_code == 201
+    assert locked.get("/stats", headers=headers).status_code == 200
+
+
+def test_health_and_ready_need_no_token(locked: FlaskClient) -> None:
+    assert locked.get("/health").status_code == 200
+    assert locked.get("/ready").status_code == 200
+
+
+def test_an_unset_token_leaves_the_gateway_open_and_warns(
+    scripts: Scripts, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client = make_app(scripts).test_client()
+    assert client.get("/stats").status_code == 200
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert any(
+        line["event"] == "config_warning" and line["warning"] == AUTH_DISABLED for line in lines
+    )
+
+
+def test_a_set_token_does_not_warn(scripts: Scripts, capsys: pytest.CaptureFixture[str]) -> None:
+    make_app(scripts, TASKFORGE_API_TOKEN=TOKEN)
+    assert AUTH_DISABLED not in capsys.readouterr().out

@@ -1,0 +1,251 @@
+"""Every row of the API table under real gunicorn (deploy/gunicorn.conf.py) and a real Redis."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from gateway.app import AUTH_DISABLED
+from shared.jobs import JobState
+from shared.keys import Keys
+from shared.scripts import Scripts
+from tests._tools import RedisServer
+from tests.gateway import helpers
+from tests.gateway.conftest import TOKEN, Gunicorn
+
+UNKNOWN = "00000000-0000-4000-8000-000000000000"
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture
+def engine(r: redis.Redis) -> Scripts:
+    """Return engine scripts on the private server (emptied by `r`)."""
+    return Scripts(r, Keys())
+
+
+def jobs_in_redis(r: redis.Redis) -> int:
+    """Return how many jobs Redis holds in any state."""
+    return sum(r.zcard(Keys().state_index(state)) for state in JobState)
+
+
+def test_enqueue_is_201_with_location_and_the_job_is_in_redis(gw: Gunicorn, r: redis.Redis) -> None:
+    # As `curl -d '{...}' URL` sends it: form-encoded Content-Type, JSON body.
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    status, hdrs, doc = gw.request("POST", "/enqueue", '{"type": "pdf", "priority": 5}', headers)
+    assert status == 201
+    assert hdrs["location"] == f"/jobs/{doc['id']}"
+    assert (doc["status"], doc["priority"]) == ("pending", 5)
+    assert r.hget(Keys().job(doc["id"]), "type") == b"pdf"
+    assert gw.request("GET", hdrs["location"])[2] == doc
+
+
+def test_batch_is_201_in_order_and_a_bad_item_enqueues_nothing(
+    gw: Gunicorn, r: redis.Redis
+) -> None:
+    status, _, doc = gw.request(
+        "POST", "/enqueue/batch", {"jobs": [{"type": f"t{i}"} for i in range(3)]}
+    )
+    assert status == 201
+    assert [job["type"] for job in doc["jobs"]] == ["t0", "t1", "t2"]
+    status, _, doc = gw.request("POST", "/enqueue/batch", {"jobs": [{"type": "ok"}, {"type": 1}]})
+    assert status == 400
+    assert doc["errors"] == [{"index": 1, "field": "type", "message": doc["errors"][0]["message"]}]
+    assert jobs_in_redis(r) == 3
+
+
+def test_get_job_rows(gw: Gunicorn, engine: Scripts) -> None:
+    job_id = helpers.enqueue(engine)
+    assert gw.request("GET", f"/jobs/{job_id}")[0] == 200
+    assert gw.request("GET", "/jobs/nope")[0] == 400
+    assert gw.request("GET", f"/jobs/{UNKNOWN}")[::2] == (404, {"error": "job not found"})
+
+
+def test_cancel_rows(gw: Gunicorn, engine: Scripts) -> None:
+    pending, running = helpers.enqueue(engine), helpers.processing(engine)
+    assert gw.request("POST", f"/jobs/{pending}/cancel")[2]["status"] == "canceled"
+    assert gw.request("POST", f"/jobs/{pending}/cancel")[0] == 200
+    status, _, doc = gw.request("POST", f"/jobs/{running}/cancel")
+    assert (status, doc["status"]) == (409, "processing")
+    assert gw.request("POST", f"/jobs/{UNKNOWN}/cancel")[0] == 404
+
+
+def test_dlq_rows(gw: Gunicorn, engine: Scripts) -> None:
+    first, second, pending = helpers.dead(engine), helpers.dead(engine), helpers.enqueue(engine)
+    status, _, page = gw.request("GET", "/dlq?limit=1")
+    assert status == 200 and len(page["jobs"]) == 1 and page["next_cursor"]
+    rest = gw.request("GET", f"/dlq?limit=100&cursor={page['next_cursor']}")[2]
+    assert {page["jobs"][0]["id"], rest["jobs"][0]["id"]} == {first, second}
+    assert gw.request("GET", "/dlq?limit=101")[0] == 400
+    assert gw.request("GET", "/dlq?cursor=bogus")[0] == 400
+    assert gw.request("POST", f"/dlq/{first}/retry")[2]["status"] == "pending"
+    assert gw.request("POST", f"/dlq/{pending}/retry")[0] == 409
+    assert gw.request("POST", f"/dlq/{UNKNOWN}/retry")[0] == 404
+    status, _, body = gw.request("DELETE", f"/dlq/{second}")
+    assert (status, body) == (204, b"")
+    assert gw.request("DELETE", f"/dlq/{pending}")[0] == 409
+    assert gw.request("DELETE", f"/dlq/{UNKNOWN}")[0] == 404
+
+
+def enqueued_total(gw: Gunicorn) -> float:
+    """Return the sum over job types of the enqueue counter that /metrics exports."""
+    text = gw.request("GET", "/metrics")[2].decode()
+    prefix = "taskforge_jobs_enqueued_total{"
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix)
+    )
+
+
+def test_stats_metrics_health_ready_openapi(gw: Gunicorn, engine: Scripts) -> None:
+    # Summed over types: past 50 types (the fuzzer makes many) a worker counts "other".
+    before = enqueued_total(gw)
+    for _ in range(6):  # several connections: both workers serve some
+        gw.request("POST", "/enqueue", {"type": "counted"})
+    stats = gw.request("GET", "/stats")[2]
+    assert stats["jobs"]["pending"] == 6 and stats["total"] == 6
+    status, hdrs, text = gw.request("GET", "/metrics")
+    assert status == 200 and hdrs["content-type"].startswith("text/plain")
+    assert b'taskforge_jobs{state="pending"} 6.0' in text
+    # Counters of every worker are summed (multiprocess mode).
+    assert enqueued_total(gw) - before == 6
+    assert gw.request("GET", "/health")[2] == {"status": "ok", "redis": "ok"}
+    assert gw.request("GET", "/ready")[2] == {"status": "ready", "redis": "ok"}
+    assert "/enqueue" in gw.request("GET", "/openapi.json")[2]["paths"]
+
+
+def test_unknown_path_wrong_method_and_head(gw: Gunicorn) -> None:
+    status, _, doc = gw.request("GET", "/nowhere")
+    assert status == 404 and "error" in doc
+    status, hdrs, doc = gw.request("DELETE", "/enqueue")
+    assert (status, hdrs["allow"]) == (405, "POST") and "error" in doc
+    status, hdrs, _ = gw.request("OPTIONS", "/stats")
+    assert (status, hdrs["allow"]) == (405, "GET, HEAD")
+    assert gw.request("HEAD", "/health")[0] == 200
+
+
+def test_gunicorns_own_errors_are_json_too(gw: Gunicorn) -> None:
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as sock:
+        sock.sendall(b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400")
+    assert "too large" in json.loads(body)["error"]
+
+
+def test_every_request_is_one_json_access_line(gw: Gunicorn) -> None:
+    gw.request("GET", "/stats", headers={"User-Agent": "probe/1", "X-Request-Id": "req-42"})
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        lines = [line for line in gw.log_lines() if line.get("request_id") == "req-42"]
+        if lines:
+            break
+        time.sleep(0.02)
+    assert lines, "no access line"
+    line = lines[0]
+    assert (line["event"], line["method"], line["path"], line["status"]) == (
+        "http_request",
+        "GET",
+        "/stats",
+        200,
+    )
+    assert line["user_agent"] == "probe/1" and line["duration_ms"] >= 0
+
+
+def test_idempotency_conflict_is_409(gw: Gunicorn) -> None:
+    key = {"Idempotency-Key": "conflict-1"}
+    first = gw.request("POST", "/enqueue", {"type": "a"}, key)
+    assert first[0] == 201
+    assert gw.request("POST", "/enqueue", {"type": "a"}, key)[2]["id"] == first[2]["id"]
+    status, _, doc = gw.request("POST", "/enqueue", {"type": "b"}, key)
+    assert (status, doc["job_id"]) == (409, first[2]["id"])
+
+
+def test_fifty_concurrent_requests_with_one_key_create_one_job(
+    gw: Gunicorn, r: redis.Redis
+) -> None:
+    body = json.dumps({"type": "race", "payload": {"n": 1}}).encode()
+    request = (
+        b"POST /enqueue HTTP/1.1\r\nHost: x\r\nIdempotency-Key: race-1\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body
+    )
+    socks = [socket.create_connection(("127.0.0.1", gw.port), timeout=10) for _ in range(50)]
+    barrier = threading.Barrier(50, timeout=10)
+    replies: list[bytes] = [b""] * 50
+
+    def send(i: int) -> None:
+        barrier.wait()
+        socks[i].sendall(request)
+        while chunk := socks[i].recv(65536):
+            replies[i] += chunk
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(50)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    for sock in socks:
+        sock.close()
+    assert not any(thread.is_alive() for thread in threads)
+    # Counted in Redis, not from the answers.
+    assert jobs_in_redis(r) == 1
+    statuses = sorted(int(reply[9:12]) for reply in replies)
+    assert statuses == [200] * 49 + [201]
+    ids = {json.loads(reply.partition(b"\r\n\r\n")[2])["id"] for reply in replies}
+    assert len(ids) == 1
+
+
+# --- authentication under gunicorn -----------------------------------------------------------
+
+
+def test_auth_on_wrong_and_right_token(start_gateway: Any, r: redis.Redis) -> None:
+    with start_gateway(TASKFORGE_API_TOKEN=TOKEN) as locked:
+        status, hdrs, _ = locked.request("POST", "/enqueue", {"type": "a"})
+        assert status == 401 and hdrs["www-authenticate"].startswith("Bearer")
+        wrong = {"Authorization": "Bearer nope"}
+        status, hdrs, _ = locked.request("POST", "/enqueue", {"type": "a"}, wrong)
+        assert status == 401 and 'error="invalid_token"' in hdrs["www-authenticate"]
+        right = {"Authorization": f"Bearer {TOKEN}"}
+        assert locked.request("POST", "/enqueue", {"type": "a"}, right)[0] == 201
+        assert locked.request("GET", "/health")[0] == 200
+        assert locked.request("GET", "/ready")[0] == 200
+        assert locked.request("GET", "/metrics")[0] == 401
+        assert not any(line.get("warning") == AUTH_DISABLED for line in locked.log_lines())
+    assert jobs_in_redis(r) == 1
+
+
+def test_auth_off_is_open_and_warned_at_start(gw: Gunicorn) -> None:
+    assert gw.request("GET", "/stats")[0] == 200
+    assert any(line.get("warning") == AUTH_DISABLED for line in gw.log_lines())
+
+
+# --- Redis outage ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_redis_down_is_503_within_a_second_and_recovers(
+    gw: Gunicorn, redis_server: RedisServer
+) -> None:
+    assert gw.request("POST", "/enqueue", {"type": "a"})[0] == 201
+    redis_server.stop()
+    try:
+        for method, path in [("POST", "/enqueue"), ("GET", "/stats"), ("GET", "/health")]:
+            started = time.monotonic()
+            status, hdrs, doc = gw.request(
+                method, path, {"type": "a"} if method == "POST" else None
+            )
+            assert time.monotonic() - started < 1.0
+            assert (status, hdrs["retry-after"]) == (503, "1")
+            assert "error" in doc
+        assert gw.request("GET", "/metrics")[0] == 503
+    finally:
+        redis_server.start()
+    # Pooled connections to the old server are dead: the first call per connection retries.
+    assert [gw.request("POST", "/enqueue", {"type": "a"})[0] for _ in range(4)] == [201] * 4
+    assert gw.request("GET", "/ready")[0] == 200

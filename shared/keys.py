@@ -86,7 +86,7 @@ class Keys:
         return f"{self.prefix}purged:{job_id}"
 
     def reply(self, request_id: str) -> str:
-        """Return the key that keeps a batch script's answer for a repeated call (one minute)."""
+        """Return the key that keeps a batch script's answer for a repeated call (15 s)."""
         return f"{self.prefix}reply:{request_id}"
 
     def last_claim(self, worker_id: str) -> str:

@@ -18,7 +18,7 @@ import random
 import re
 import secrets
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cache
 from importlib import resources
@@ -151,6 +151,8 @@ class AckResult:
     code: Code
     status: str | None = None
     next_job: Job | None = None
+    # release only: the job's type when it was requeued (DONE) or declared dead (DEAD).
+    job_type: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,8 @@ class PromoteResult:
     retrying: list[str]
     scheduled_lateness_ms: list[int]
     retrying_lateness_ms: list[int]
+    scheduled_types: list[str] = field(default_factory=list, compare=False)
+    retrying_types: list[str] = field(default_factory=list, compare=False)
 
 
 @dataclass(frozen=True)
@@ -177,6 +181,8 @@ class RecoverResult:
 
     requeued: list[str]
     dead: list[str]
+    requeued_types: list[str] = field(default_factory=list, compare=False)
+    dead_types: list[str] = field(default_factory=list, compare=False)
 
 
 @dataclass(frozen=True)
@@ -207,8 +213,19 @@ def _text(value: bytes | str | None) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 
+# Hash fields a Job carries in ``extra``: when it became claimable (ms; the queue-wait
+# histogram reads it from the claim reply, no extra call) and its W3C trace context.
+EXTRA_FIELDS = ("eligible_at", "traceparent")
+
+
 def _job(flat: Sequence[bytes]) -> Job:
-    return Job.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
+    raw = dict(zip(flat[::2], flat[1::2], strict=True))
+    job = Job.from_hash(raw)
+    for name in EXTRA_FIELDS:
+        value = raw.get(name.encode())
+        if value is not None:
+            job.extra[name] = value.decode()
+    return job
 
 
 def _ids(values: Iterable[bytes]) -> list[str]:
@@ -259,19 +276,24 @@ class Scripts:
         *,
         idempotency_key: str | None = None,
         now_ms: int | None = None,
+        traceparent: str | None = None,
     ) -> EnqueueResult:
         """Create a job (pending, or scheduled when scheduled_at is in the future)."""
-        keys, args = self._enqueue_call(request, job_id, idempotency_key, now_ms)
+        keys, args = self._enqueue_call(request, job_id, idempotency_key, now_ms, traceparent)
         return _enqueue_result(self._call("enqueue", keys, args))
 
     def enqueue_many(
-        self, requests: Sequence[tuple[EnqueueRequest, str]], *, now_ms: int | None = None
+        self,
+        requests: Sequence[tuple[EnqueueRequest, str]],
+        *,
+        now_ms: int | None = None,
+        traceparent: str | None = None,
     ) -> list[EnqueueResult]:
         """Create several jobs, all or none (one MULTI/EXEC round trip), in the given order."""
         script = self._scripts["enqueue"]
         pipe = self.redis.pipeline(transaction=True)
         for request, job_id in requests:
-            keys, args = self._enqueue_call(request, job_id, None, now_ms)
+            keys, args = self._enqueue_call(request, job_id, None, now_ms, traceparent)
             script(keys=keys, args=args, client=pipe)
         return [_enqueue_result(reply) for reply in pipe.execute()]
 
@@ -281,6 +303,7 @@ class Scripts:
         job_id: str,
         idempotency_key: str | None,
         now_ms: int | None,
+        traceparent: str | None = None,
     ) -> tuple[list[str], list[Any]]:
         k = self.keys
         digest = ""
@@ -308,6 +331,7 @@ class Scripts:
             self.policy.wake_cap,
             _now(now_ms),
             k.job_prefix,
+            traceparent or "",
         ]
         return keys, args
 
@@ -431,6 +455,8 @@ class Scripts:
             retrying=_ids(reply[1]),
             scheduled_lateness_ms=[int(v) for v in reply[2]],
             retrying_lateness_ms=[int(v) for v in reply[3]],
+            scheduled_types=_ids(reply[4]),
+            retrying_types=_ids(reply[5]),
         )
 
     def recover(self, *, limit: int | None = None, now_ms: int | None = None) -> RecoverResult:
@@ -456,7 +482,12 @@ class Scripts:
                 _now(now_ms),
             ],
         )
-        return RecoverResult(requeued=_ids(reply[0]), dead=_ids(reply[1]))
+        return RecoverResult(
+            requeued=_ids(reply[0]),
+            dead=_ids(reply[1]),
+            requeued_types=_ids(reply[2]),
+            dead_types=_ids(reply[3]),
+        )
 
     def release(
         self, job_id: str, token: int, *, drained: bool = False, now_ms: int | None = None
@@ -476,7 +507,11 @@ class Scripts:
                 _now(now_ms),
             ],
         )
-        return AckResult(Code(reply[0]), _text(reply[1]) if len(reply) > 1 else None)
+        code = Code(reply[0])
+        detail = _text(reply[1]) if len(reply) > 1 else None
+        if code in (Code.DONE, Code.DEAD):
+            return AckResult(code, job_type=detail)
+        return AckResult(code, detail)
 
     def replay(self, job_id: str, *, now_ms: int | None = None) -> Job:
         """Return a dead job to pending with attempts 0; raise JobNotFound or WrongState."""
@@ -494,7 +529,7 @@ class Scripts:
         reply = self._call(
             "cancel",
             [k.job(job_id), k.pending, k.pending_since, k.scheduled, k.retrying, k.canceled],
-            [self._finished_ttl_ms(), _now(now_ms)],
+            [self._finished_ttl_ms(), _now(now_ms), _request_id()],
         )
         _checked(reply)
         return CancelResult(_job(reply[1]), changed=reply[0] == Code.DONE)

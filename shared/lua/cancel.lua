@@ -14,6 +14,7 @@
 --
 -- ARGV[1] -> TTL of the job hash (ms): retention plus a margin, a backstop behind trim.lua
 -- ARGV[2] -> now (ms) override, or '' for Redis TIME
+-- ARGV[3] -> request id: a repeat of the call that canceled the job answers DONE again
 --
 -- Returns {DONE, HGETALL of the job}, {DUPLICATE, HGETALL} when it was already canceled,
 -- {NOT_FOUND}, or {WRONG_STATE, current status}.
@@ -21,13 +22,13 @@
 --- @include "codes"
 --- @include "common"
 
-local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'seq')
+local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'seq', 'last_cancel')
 local status, job_id = state[1], state[2]
 if not status then
   return {NOT_FOUND}
 end
 if status == 'canceled' then
-  return {DUPLICATE, redis.call('HGETALL', KEYS[1])}
+  return {state[4] == ARGV[3] and DONE or DUPLICATE, redis.call('HGETALL', KEYS[1])}
 end
 if status == 'pending' then
   redis.call('ZREM', KEYS[2], pending_member(tonumber(state[3]), job_id))
@@ -41,7 +42,8 @@ else
 end
 
 local now = now_ms(ARGV[2])
-redis.call('HSET', KEYS[1], 'status', 'canceled', 'finished_at', now, 'updated_at', now)
+redis.call('HSET', KEYS[1], 'status', 'canceled', 'finished_at', now, 'updated_at', now,
+  'last_cancel', ARGV[3])
 redis.call('HDEL', KEYS[1], 'seq', 'next_retry_at')
 redis.call('ZADD', KEYS[6], now, job_id)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])

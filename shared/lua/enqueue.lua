@@ -27,6 +27,8 @@
 -- ARGV[11] -> now (ms) override, or '' for Redis TIME
 -- ARGV[12] -> job key prefix ({prefix}job:), to look up the job an idempotency key names: the
 --             one key built here, inside the same hash tag, because only Redis knows that id
+-- ARGV[13] -> optional: W3C traceparent of the enqueue span, stored as field `traceparent`
+--             (absent or '' when tracing is off: nothing is stored)
 --
 -- Returns {DONE, id, status, created_at} for a new job (also when this call is repeated),
 --         {DUPLICATE, existing id, status, created_at} when the key already names a job for
@@ -65,6 +67,9 @@ redis.call('HSET', job_key, 'id', job_id, 'type', ARGV[2], 'payload', ARGV[3],
   'created_at', now, 'updated_at', now)
 if ARGV[7] ~= '' then
   redis.call('HSET', job_key, 'timeout', ARGV[7])
+end
+if ARGV[13] and ARGV[13] ~= '' then
+  redis.call('HSET', job_key, 'traceparent', ARGV[13])
 end
 
 local status = 'pending'

@@ -12,7 +12,7 @@
 -- KEYS[4] -> {prefix}pending_since   zset, id -> claimable since (ms)
 -- KEYS[5] -> {prefix}seq             FIFO counter
 -- KEYS[6] -> {prefix}wake            capped list of wake-up hints
--- KEYS[7] -> {prefix}reply:<request>  this call's answer, kept a minute for a repeated call
+-- KEYS[7] -> {prefix}reply:<request>  this call's answer, kept 15 s for a repeated call
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1..2] are built from
 --            it, inside the same hash tag
@@ -20,8 +20,9 @@
 -- ARGV[3] -> wake list cap
 -- ARGV[4] -> now (ms) override, or '' for Redis TIME
 --
--- Returns {scheduled ids, retrying ids, scheduled lateness (ms), retrying lateness (ms)}:
--- lateness = now - due time, one entry per promoted id, in the same order.
+-- Returns {scheduled ids, retrying ids, scheduled lateness (ms), retrying lateness (ms),
+-- scheduled types, retrying types}: lateness = now - due time, and type = the job's type, one
+-- entry per promoted id, in the same order.
 
 --- @include "codes"
 --- @include "common"
@@ -52,20 +53,22 @@ table.sort(due, function(a, b)
   return a.id < b.id
 end)
 
-local promoted = {scheduled = {{}, {}}, retrying = {{}, {}}}
+local promoted = {scheduled = {{}, {}, {}}, retrying = {{}, {}, {}}}
 for _, entry in ipairs(due) do
   local job_key = prefix .. entry.id
   redis.call('ZREM', entry.index, entry.id)
-  if redis.call('HGET', job_key, 'status') == entry.status then
+  local state = redis.call('HMGET', job_key, 'status', 'type')
+  if state[1] == entry.status then
     redis.call('HDEL', job_key, 'next_retry_at')
     make_pending(pending_keys, job_key, entry.id, now, wake_cap)
     local out = promoted[entry.status]
     out[1][#out[1] + 1] = entry.id
     out[2][#out[2] + 1] = now - entry.at
+    out[3][#out[3] + 1] = state[2]
   end
 end
 local reply = {promoted.scheduled[1], promoted.retrying[1], promoted.scheduled[2],
-  promoted.retrying[2]}
+  promoted.retrying[2], promoted.scheduled[3], promoted.retrying[3]}
 if #due > 0 then
   remember_reply(KEYS[7], reply)
 end

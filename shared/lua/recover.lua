@@ -13,7 +13,7 @@
 -- KEYS[4] -> {prefix}seq             FIFO counter
 -- KEYS[5] -> {prefix}wake            capped list of wake-up hints
 -- KEYS[6] -> {prefix}dead            zset, id -> time of death (ms)
--- KEYS[7] -> {prefix}reply:<request>  this call's answer, kept a minute for a repeated call
+-- KEYS[7] -> {prefix}reply:<request>  this call's answer, kept 15 s for a repeated call
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1] are built from it
 -- ARGV[2] -> most jobs to recover in this call
@@ -22,7 +22,8 @@
 -- ARGV[5] -> wake list cap
 -- ARGV[6] -> now (ms) override, or '' for Redis TIME
 --
--- Returns {requeued ids, dead ids}.
+-- Returns {requeued ids, dead ids, requeued types, dead types}: each types list holds the job
+-- type of the id at the same position (for per-type counters, without a read per job).
 
 --- @include "codes"
 --- @include "common"
@@ -34,24 +35,28 @@ end
 local prefix = ARGV[1]
 local now = now_ms(ARGV[6])
 local loss_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
-local requeued, dead = {}, {}
+local requeued, dead, requeued_types, dead_types = {}, {}, {}, {}
 
 -- A lease that ends exactly now is still held: expired means deadline < now.
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. now, 'LIMIT', 0, ARGV[2])
 for _, job_id in ipairs(expired) do
   local job_key = prefix .. job_id
   redis.call('ZREM', KEYS[1], job_id)
-  if redis.call('HGET', job_key, 'status') == 'processing' then
+  local state = redis.call('HMGET', job_key, 'status', 'type')
+  if state[1] == 'processing' then
     local outcome = lose_worker(loss_keys, job_key, job_id, true, tonumber(ARGV[3]), ARGV[4],
       tonumber(ARGV[5]), now)
     if outcome == DEAD then
       dead[#dead + 1] = job_id
+      dead_types[#dead_types + 1] = state[2]
     else
       requeued[#requeued + 1] = job_id
+      requeued_types[#requeued_types + 1] = state[2]
     end
   end
 end
+local reply = {requeued, dead, requeued_types, dead_types}
 if #expired > 0 then
-  remember_reply(KEYS[7], {requeued, dead})
+  remember_reply(KEYS[7], reply)
 end
-return {requeued, dead}
+return reply

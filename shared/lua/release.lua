@@ -22,17 +22,17 @@
 -- ARGV[6] -> request id
 -- ARGV[7] -> now (ms) override, or '' for Redis TIME
 --
--- Returns {DONE} (requeued), {DEAD}, {NOT_FOUND}, or {STALE_TOKEN, current status}.
+-- Returns {DONE, type} (requeued), {DEAD, type}, {NOT_FOUND}, or {STALE_TOKEN, current status}.
 
 --- @include "codes"
 --- @include "common"
 
-local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'last_release')
+local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'last_release', 'type')
 if not state[1] then
   return {NOT_FOUND}
 end
 if state[4] == ARGV[6] then
-  return {state[1] == 'dead' and DEAD or DONE}
+  return {state[1] == 'dead' and DEAD or DONE, state[5]}
 end
 if state[1] ~= 'processing' or state[2] ~= ARGV[1] then
   return {STALE_TOKEN, state[1]}
@@ -43,4 +43,4 @@ redis.call('ZREM', KEYS[2], state[3])
 redis.call('HSET', KEYS[1], 'last_release', ARGV[6])
 local outcome = lose_worker({KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, KEYS[1], state[3],
   ARGV[2] == 'crash', tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), now)
-return {outcome}
+return {outcome, state[5]}

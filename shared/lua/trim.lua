@@ -9,7 +9,7 @@
 -- KEYS[1] -> {prefix}completed   zset, id -> finished_at (ms)
 -- KEYS[2] -> {prefix}canceled    zset, id -> canceled at (ms)
 -- KEYS[3] -> {prefix}dead        zset, id -> time of death (ms)
--- KEYS[4] -> {prefix}reply:<request>  this call's answer, kept a minute for a repeated call
+-- KEYS[4] -> {prefix}reply:<request>  this call's answer, kept 15 s for a repeated call
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from the indexes are built from
 --            it, inside the same hash tag

@@ -197,6 +197,22 @@ def test_enqueue_without_idempotency_key_writes_no_key_entry(
     assert job(r, J2).status is JobState.PENDING
 
 
+def test_enqueue_stores_a_traceparent_only_when_given_and_claim_hands_it_on(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    scripts.enqueue(request(), J1, now_ms=T0, traceparent=parent)
+    scripts.enqueue(request(), J2, now_ms=T0)
+    scripts.enqueue_many([(request(), J3)], now_ms=T0, traceparent=parent)
+
+    assert r.hget(K.job(J1), "traceparent") == parent.encode()
+    assert not r.hexists(K.job(J2), "traceparent")
+    assert r.hget(K.job(J3), "traceparent") == parent.encode()
+    claimed = claim(scripts, J1, now=T0 + 5)
+    assert claimed.extra == {"traceparent": parent, "eligible_at": str(T0)}
+    assert claimed.started_at == T0 + 5
+
+
 def test_enqueue_wake_hints_are_capped(r: redis.Redis, scripts: Scripts) -> None:
     for n, jid in enumerate((J1, J2, J3, J4)):
         enqueue(scripts, jid, now=T0 + n)

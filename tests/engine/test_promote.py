@@ -46,6 +46,7 @@ def test_promote_makes_a_due_scheduled_job_pending_and_touches_exactly_its_keys(
 
     after = snapshot(r)
     assert result == PromoteResult([J1], [], [250], [])
+    assert (result.scheduled_types, result.retrying_types) == (["t"], [])
     assert changed(before, after) == {
         K.reply("pinned"),
         K.job(J1),
@@ -130,6 +131,7 @@ def test_promote_makes_a_due_retry_pending_and_clears_next_retry_at(
 
     after = snapshot(r)
     assert result == PromoteResult([], [J1], [], [5])
+    assert (result.scheduled_types, result.retrying_types) == ([], ["t"])
     assert changed(before, after) == {
         K.reply("pinned"),
         K.job(J1),
@@ -223,4 +225,4 @@ def test_a_repeated_promote_reports_what_the_first_call_moved_and_moves_nothing_
     assert again == first
     assert first.scheduled == [J1]
     assert changed(before, snapshot(r)) == set()
-    assert 0 < r.pttl(K.reply("lost-reply")) <= 60_000
+    assert 0 < r.pttl(K.reply("lost-reply")) <= 15_000

@@ -40,6 +40,7 @@ def test_recover_requeues_an_expired_lease_and_gives_its_attempt_back(
 
     after = snapshot(r)
     assert result == RecoverResult(requeued=[J1], dead=[])
+    assert (result.requeued_types, result.dead_types) == (["t"], [])
     # Same seq: no new sequence number is drawn.
     assert changed(before, after) == {
         K.reply("pinned"),
@@ -119,6 +120,7 @@ def test_recover_past_the_cap_is_dead_with_an_error_that_says_why(
 
     after = snapshot(r)
     assert result == RecoverResult(requeued=[], dead=[J1])
+    assert (result.requeued_types, result.dead_types) == ([], ["t"])
     assert changed(before, after) == {K.reply("pinned"), K.job(J1), K.processing, K.dead}
     assert after[K.dead] == [(J1, now)]
     assert r.llen(K.wake) == wake_before  # dead is not claimable: no hint

@@ -47,6 +47,7 @@ def test_release_after_a_crash_requeues_at_once_gives_the_attempt_back_and_count
 
     after = snapshot(r)
     assert result == AckResult(Code.DONE)
+    assert result.job_type == "t"
     assert changed(before, after) == {
         K.job(J1),
         K.processing,
@@ -135,6 +136,7 @@ def test_release_after_a_crash_past_the_cap_is_dead_with_an_error_that_says_why(
 
     after = snapshot(r)
     assert result == AckResult(Code.DEAD)
+    assert result.job_type == "t"
     assert changed(before, after) == {K.job(J1), K.processing, K.dead}
     assert after[K.dead] == [(J1, now + 1)]
     stored = after[K.job(J1)]
@@ -188,6 +190,7 @@ def test_repeated_release_with_the_same_request_id_returns_the_first_outcome(
     again = scripts.release(J1, token, now_ms=T0 + 2)
 
     assert first == again == AckResult(Code.DONE)
+    assert first.job_type == again.job_type == "t"
     assert changed(before, snapshot(r)) == set()
     assert job(r, J1).recoveries == 1
 

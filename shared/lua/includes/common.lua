@@ -70,8 +70,8 @@ end
 
 -- Batch scripts (promote, recover, trim) act on whatever is due, so a repeated call (its reply
 -- was lost, redis-py retried) would find nothing left and answer "nothing": the caller would
--- never log or count what the first call did. They keep their answer for a minute under the
--- request id and give it again to a repeat.
+-- never log or count what the first call did. They keep their answer for 15 s (redis-py
+-- retries within a second or two) under the request id and give it again to a repeat.
 local function remembered_reply(reply_key)
   local saved = redis.call('GET', reply_key)
   if saved then
@@ -81,6 +81,6 @@ local function remembered_reply(reply_key)
 end
 
 local function remember_reply(reply_key, reply)
-  redis.call('SET', reply_key, cjson.encode(reply), 'PX', 60000)
+  redis.call('SET', reply_key, cjson.encode(reply), 'PX', 15000)
   return reply
 end

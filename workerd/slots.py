@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 RECORD_SIZE = 128  # room to grow a record without moving the others
-_SEQ = struct.Struct("<Q")
+_WORD = 8  # the sequence counter: one aligned 64-bit word at the start of each record
 # Each record is the sequence counter, then these fields (at offset + 8).
 # heartbeat (monotonic s), token, job started (monotonic s), job timeout (s), job id
 _CHILD = struct.Struct("<dqdd36s")
@@ -25,29 +25,36 @@ _READ_ATTEMPTS = 100
 
 
 class _SeqRecord:
-    """One fixed-size record in the shared region, written by one process, read by others."""
+    """One fixed-size record in the shared region, written by one process, read by others.
 
-    def __init__(self, region: mmap.mmap, offset: int, layout: struct.Struct) -> None:
+    The counter goes through a memoryview of 64-bit words: one aligned 8-byte load or store
+    (x86-64, arm64). struct.pack_into would not do: it zero-fills its target before writing,
+    so readers could see the counter pass through 0 — even — on every update, and CPython packs
+    standard-size integers a byte at a time.
+    """
+
+    def __init__(
+        self, region: mmap.mmap, words: memoryview, offset: int, layout: struct.Struct
+    ) -> None:
         self._region = region
-        self._offset = offset
+        self._words = words
+        self._index = offset // _WORD
+        self._fields_at = offset + _WORD
         self._layout = layout
 
     def write(self, *fields: object) -> None:
-        seq = _SEQ.unpack_from(self._region, self._offset)[0]
         # Odd while writing: a reader that sees an odd or changed sequence reads again. `| 1`
         # also heals a record whose last writer was killed mid-write (left odd forever).
-        begin = (seq + 1) | 1
-        _SEQ.pack_into(self._region, self._offset, begin)
-        # Only the fields: pack_into zero-fills its target first, which must never include the
-        # counter (a reader would see sequence 0, even, and take a blank record as valid).
-        self._layout.pack_into(self._region, self._offset + _SEQ.size, *fields)
-        _SEQ.pack_into(self._region, self._offset, begin + 1)
+        begin = (self._words[self._index] + 1) | 1
+        self._words[self._index] = begin
+        self._layout.pack_into(self._region, self._fields_at, *fields)
+        self._words[self._index] = begin + 1
 
     def read(self) -> tuple[object, ...] | None:
         for _ in range(_READ_ATTEMPTS):
-            before = _SEQ.unpack_from(self._region, self._offset)[0]
-            record = self._layout.unpack_from(self._region, self._offset + _SEQ.size)
-            after = _SEQ.unpack_from(self._region, self._offset)[0]
+            before = self._words[self._index]
+            record = self._layout.unpack_from(self._region, self._fields_at)
+            after = self._words[self._index]
             if before == after and before % 2 == 0:
                 return record
         return None
@@ -114,13 +121,14 @@ class SlotTable:
     def __init__(self, count: int) -> None:
         self.count = count
         self._region = mmap.mmap(-1, (count + 1) * RECORD_SIZE)
-        self._status = _SeqRecord(self._region, count * RECORD_SIZE, _SUPERVISOR)
+        self._words = memoryview(self._region).cast("Q")
+        self._status = _SeqRecord(self._region, self._words, count * RECORD_SIZE, _SUPERVISOR)
 
     def slot(self, index: int) -> Slot:
         """Return the slot at `index`."""
         if not 0 <= index < self.count:
             raise IndexError(index)
-        return Slot(_SeqRecord(self._region, index * RECORD_SIZE, _CHILD))
+        return Slot(_SeqRecord(self._region, self._words, index * RECORD_SIZE, _CHILD))
 
     def publish_status(
         self, live_workers: int, scheduler_alive: bool, scripts_loaded: bool

@@ -6,6 +6,7 @@ import logging
 import time
 from typing import Any
 
+import flask
 from flask import Blueprint
 
 from gateway import inputs, service
@@ -23,6 +24,11 @@ CANCELABLE = "pending, scheduled or retrying"
 Reply = tuple[dict[str, Any], int, dict[str, str]]
 
 
+def _client_trace() -> str | None:
+    """Return the client's W3C traceparent header, if any (a malformed one starts a new trace)."""
+    return flask.request.headers.get("traceparent")
+
+
 @route(bp, "POST", "/enqueue")
 def enqueue() -> Reply:
     """Create one job: 201 with Location, or 200 with the job an Idempotency-Key already made."""
@@ -31,7 +37,7 @@ def enqueue() -> Reply:
     key = inputs.idempotency_key()
     request = inputs.enqueue_request(body)
     try:
-        doc, created = service.enqueue_one(gateway(), request, key)
+        doc, created = service.enqueue_one(gateway(), request, key, _client_trace())
     except IdempotencyConflict as exc:
         raise ApiError(
             409,
@@ -48,7 +54,7 @@ def enqueue_batch() -> tuple[dict[str, Any], int]:
     started = time.perf_counter()
     inputs.no_idempotency_key()
     requests = inputs.batch_requests(inputs.json_body())
-    docs = service.enqueue_batch(gateway(), requests)
+    docs = service.enqueue_batch(gateway(), requests, _client_trace())
     metrics.ENQUEUE_SECONDS.observe(time.perf_counter() - started)
     return {"jobs": docs}, 201
 

@@ -14,7 +14,6 @@ from gateway.errors import json_error, redis_unavailable
 from gateway.openapi import document
 from gateway.routes import route
 from shared import metrics
-from shared.queries import queue_counts, worker_counts
 
 bp = Blueprint("ops", __name__)
 
@@ -22,22 +21,20 @@ bp = Blueprint("ops", __name__)
 @route(bp, "GET", "/stats")
 def stats() -> dict[str, Any]:
     """Return jobs per state, the oldest pending job's age, and workerd's worker counts."""
-    gw = gateway()
-    counts = queue_counts(gw.redis, gw.keys)
+    counts, workers = gateway().scripts.stats()  # one round trip
     age = counts.oldest_pending_age_ms
     return {
         "jobs": {str(state): n for state, n in counts.by_state.items()},
         "total": counts.total,
         "oldest_pending_age_seconds": None if age is None else age / 1000,
-        "workers": dataclasses.asdict(worker_counts(gw.redis, gw.keys)),
+        "workers": dataclasses.asdict(workers),
     }
 
 
 @route(bp, "GET", "/metrics")
 def prometheus() -> Response:
     """Return the Prometheus exposition: this server's counters, queue gauges from Redis."""
-    gw = gateway()
-    body, content_type = metrics.render(lambda: queue_counts(gw.redis, gw.keys))
+    body, content_type = metrics.render(*gateway().scripts.stats())
     return Response(body, content_type=content_type)
 
 

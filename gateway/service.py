@@ -10,12 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.context import Gateway
-from shared import metrics
+from shared import metrics, tracing
 from shared.jobs import EnqueueRequest, format_ms
 from shared.queries import get_job
 from shared.scripts import EnqueueResult
 
 log = logging.getLogger(__name__)
+tracing.configure(tracing.PRODUCER)
 
 
 def new_job_ids(count: int) -> list[str]:
@@ -76,10 +77,21 @@ def as_created(request: EnqueueRequest, result: EnqueueResult, created: str | No
 
 
 def enqueue_one(
-    gw: Gateway, request: EnqueueRequest, idempotency_key: str | None
+    gw: Gateway, request: EnqueueRequest, idempotency_key: str | None, client_trace: str | None
 ) -> tuple[dict[str, Any], bool]:
     """Create one job (or find the one its idempotency key names); return its JSON, created."""
-    result = gw.scripts.enqueue(request, new_job_ids(1)[0], idempotency_key=idempotency_key)
+    job_id = new_job_ids(1)[0]
+    # The client's traceparent is only a parent: the job stores our enqueue span's own.
+    attributes = tracing.job_attributes(job_id, request.type)
+    with tracing.span("task.enqueue", client_trace, attributes) as span:
+        result = gw.scripts.enqueue(
+            request,
+            job_id,
+            idempotency_key=idempotency_key,
+            traceparent=tracing.current_traceparent(),
+        )
+        if span is not None and not result.created:
+            span.set_attribute("taskforge.duplicate_of", result.job_id)
     if not result.created:
         # The key named an earlier job (same body): answer with that job as it is now.
         job = get_job(gw.redis, gw.keys, result.job_id)
@@ -90,10 +102,16 @@ def enqueue_one(
     return created_docs([request], [result])[0], True
 
 
-def enqueue_batch(gw: Gateway, requests: Sequence[EnqueueRequest]) -> list[dict[str, Any]]:
+def enqueue_batch(
+    gw: Gateway, requests: Sequence[EnqueueRequest], client_trace: str | None
+) -> list[dict[str, Any]]:
     """Create every job of a batch, all or none; return their JSON in order."""
     ids = new_job_ids(len(requests))
-    results = gw.scripts.enqueue_many(list(zip(requests, ids, strict=True)))
+    # One span for the batch: its jobs share one trace parent.
+    with tracing.span("task.enqueue", client_trace, {"taskforge.batch_size": len(ids)}):
+        results = gw.scripts.enqueue_many(
+            list(zip(requests, ids, strict=True)), traceparent=tracing.current_traceparent()
+        )
     # One line for the batch, naming every id: a line per job would cost more than the enqueue.
     types = Counter(request.type for request in requests)
     log.info(

@@ -98,6 +98,11 @@ class Keys:
         """Return the zset of worker ids scored by last heartbeat (ms)."""
         return f"{self.prefix}workers"
 
+    @property
+    def worker_prefix(self) -> str:
+        """Return the prefix the stats script builds worker record keys from."""
+        return f"{self.prefix}worker:"
+
     def worker(self, worker_id: str) -> str:
         """Return the hash describing one worker process."""
         return f"{self.prefix}worker:{worker_id}"

@@ -16,6 +16,8 @@ from typing import Any, TextIO
 
 from pythonjsonlogger.json import JsonFormatter
 
+from shared import tracing
+
 # Lifecycle events: the ``event`` of every log line about a job or a process's life uses
 # one of these names, so operators can grep and alert on a closed vocabulary.
 EVENTS: frozenset[str] = frozenset(
@@ -84,6 +86,17 @@ class DropPayload(logging.Filter):
         return True
 
 
+class TraceIds(logging.Filter):
+    """Add ``trace_id`` and ``span_id`` to a record made inside an active span."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Tag the record with the active span's ids, if any; let it through."""
+        ids = tracing.current_ids()
+        if ids is not None:
+            record.trace_id, record.span_id = ids
+        return True
+
+
 class _Formatter(JsonFormatter):
     """Render a record as one JSON object whose first keys are always ``_HEAD``."""
 
@@ -125,7 +138,7 @@ def configure(service: str, level: str = "INFO") -> None:
             "version": 1,
             # Module loggers (log = logging.getLogger(__name__)) exist before this runs.
             "disable_existing_loggers": False,
-            "filters": {"drop_payload": {"()": DropPayload}},
+            "filters": {"drop_payload": {"()": DropPayload}, "trace_ids": {"()": TraceIds}},
             "formatters": {
                 "json": {
                     "()": _Formatter,
@@ -138,7 +151,7 @@ def configure(service: str, level: str = "INFO") -> None:
                 "stdout": {
                     "()": _StdoutHandler,
                     "formatter": "json",
-                    "filters": ["drop_payload"],
+                    "filters": ["drop_payload", "trace_ids"],
                 }
             },
             "root": {"level": level.upper(), "handlers": ["stdout"]},

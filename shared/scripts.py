@@ -28,6 +28,7 @@ import redis
 
 from shared.jobs import EnqueueRequest, Job, JobState
 from shared.keys import Keys
+from shared.queries import QueueCounts, WorkerCounts
 
 INCLUDE = re.compile(r'^--- @include "([a-z_]+)"$', re.MULTILINE)
 SCRIPT_NAMES = (
@@ -44,6 +45,7 @@ SCRIPT_NAMES = (
     "purge",
     "trim",
     "heartbeat",
+    "stats",
 )
 # Hashes of finished jobs outlive their index entry by this much: trim.lua deletes both at
 # retention; the TTL only matters if trimming stopped (no scheduler running).
@@ -580,6 +582,19 @@ class Scripts:
                 [worker_id, ttl_ms, "1" if leaving else "0", _now(now_ms), *pairs],
             )
         )
+
+    def stats(self) -> tuple[QueueCounts, WorkerCounts]:
+        """Return jobs per state and fleet-wide worker counts, read in one round trip."""
+        k = self.keys
+        reply = self._call(
+            "stats",
+            [*(k.state_index(state) for state in JobState), k.pending_since, k.workers],
+            [k.worker_prefix],
+        )
+        cards, oldest, now, hosts, live, busy = reply
+        age = None if oldest < 0 else max(0, now - oldest)
+        counts = QueueCounts(dict(zip(JobState, cards, strict=True)), oldest_pending_age_ms=age)
+        return counts, WorkerCounts(hosts=hosts, live=live, busy=busy)
 
     def _finished_ttl_ms(self) -> int:
         return self.policy.finished_retention_ms + HASH_TTL_MARGIN_MS

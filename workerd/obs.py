@@ -20,7 +20,6 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import redis
 
 from shared import metrics
-from shared.queries import queue_counts
 from shared.scripts import Scripts
 from workerd.slots import Slot, SlotTable
 
@@ -85,9 +84,7 @@ class ObservabilityApp:
     def metrics(self, start: StartResponse) -> Iterable[bytes]:
         """Answer Prometheus text: every child's counters plus queue depths read now."""
         try:
-            body, content_type = metrics.render(
-                lambda: queue_counts(self.scripts.redis, self.scripts.keys)
-            )
+            body, content_type = metrics.render(*self.scripts.stats())  # one round trip
         except redis.RedisError:
             return _json(start, 503, {"error": "redis unavailable"})
         start("200 OK", [("Content-Type", content_type), ("Content-Length", str(len(body)))])

@@ -16,7 +16,7 @@ from types import FrameType
 
 import redis
 
-from shared import metrics
+from shared import metrics, tracing
 from shared.scripts import PromoteResult, Scripts
 from workerd.backoff import Backoff
 from workerd.slots import Slot
@@ -71,6 +71,7 @@ class SchedulerProcess:
                 self.recover_not_before = float("inf")  # until Redis answers again
                 self.backoff.wait(exc)
         log.info("scheduler_stopped")
+        tracing.shutdown()
         return 0
 
     def _recovered_from_outage(self) -> None:
@@ -89,22 +90,39 @@ class SchedulerProcess:
 
     def _promote(self, now_ms: int | None) -> PromoteResult:
         result = self.scripts.promote(now_ms=now_ms)
-        for kind, ids, lateness in (
-            ("scheduled", result.scheduled, result.scheduled_lateness_ms),
-            ("retry", result.retrying, result.retrying_lateness_ms),
+        for kind, ids, lateness, types in (
+            ("scheduled", result.scheduled, result.scheduled_lateness_ms, result.scheduled_types),
+            ("retry", result.retrying, result.retrying_lateness_ms, result.retrying_types),
         ):
-            for job_id, late_ms in zip(ids, lateness, strict=True):
+            traces = tracing.traceparents(self.scripts.redis, self.scripts.keys, ids)
+            span = "task.schedule.promote" if kind == "scheduled" else "task.retry.promote"
+            for job_id, late_ms, job_type, trace in zip(ids, lateness, types, traces, strict=True):
                 metrics.SCHEDULE_LATENESS_SECONDS.labels(kind=kind).observe(late_ms / 1000)
+                attributes = {"taskforge.lateness_ms": late_ms}
+                tracing.record(span, trace, tracing.job_attributes(job_id, job_type, **attributes))
                 log.debug(
-                    "job_promoted", extra={"job_id": job_id, "kind": kind, "late_ms": late_ms}
+                    "job_promoted",
+                    extra={"job_id": job_id, "type": job_type, "kind": kind, "late_ms": late_ms},
                 )
         return result
 
     def _recover(self, now_ms: int | None) -> None:
         result = self.scripts.recover(now_ms=now_ms)
-        for job_id in result.requeued:
-            metrics.count("recovered", metrics.OTHER_TYPE)
-            log.warning("job_recovered", extra={"job_id": job_id, "reason": "lease expired"})
-        for job_id in result.dead:
-            metrics.count("dead", metrics.OTHER_TYPE)
-            log.error("job_dead", extra={"job_id": job_id, "reason": "recovery cap"})
+        ids = result.requeued + result.dead
+        spans = ["task.recover"] * len(result.requeued) + ["task.dlq.transition"] * len(result.dead)
+        traces = tracing.traceparents(self.scripts.redis, self.scripts.keys, ids)
+        types = result.requeued_types + result.dead_types
+        for job_id, job_type, span, trace in zip(ids, types, spans, traces, strict=True):
+            attributes = tracing.job_attributes(job_id, job_type, **{"taskforge.reason": "lease"})
+            tracing.record(span, trace, attributes)
+        for job_id, job_type in zip(result.requeued, result.requeued_types, strict=True):
+            metrics.count("recovered", job_type)
+            log.warning(
+                "job_recovered",
+                extra={"job_id": job_id, "type": job_type, "reason": "lease expired"},
+            )
+        for job_id, job_type in zip(result.dead, result.dead_types, strict=True):
+            metrics.count("dead", job_type)
+            log.error(
+                "job_dead", extra={"job_id": job_id, "type": job_type, "reason": "recovery cap"}
+            )

@@ -27,6 +27,7 @@ import redis
 from shared import metrics
 from shared.config import Settings
 from shared.keys import Keys
+from shared.redis_checks import warn_about_redis
 from shared.redis_conn import connect
 from shared.scripts import Code, Policy, Scripts
 from workerd import notify
@@ -205,6 +206,7 @@ class Supervisor:
         try:
             self.scripts.load()
             self.scripts_loaded = True
+            warn_about_redis(self.scripts.redis, log)  # eviction or no persistence loses jobs
         except redis.RedisError as exc:
             # Not fatal: scripts load on first use (EVALSHA falls back on NOSCRIPT).
             log.warning("scripts_not_loaded", extra={"error": repr(exc)})
@@ -450,17 +452,28 @@ class Supervisor:
         fields = {"job_id": ack.job_id}
         if ack.action == "timeout":
             error = f"timed out after {ack.timeout:g}s"
+            # A timeout is rare and off the hot path: one read for the counter's type label.
+            raw_type = self.scripts.redis.hget(self.scripts.keys.job(ack.job_id), "type")
+            job_type = raw_type.decode() if raw_type else None
             result = self.scripts.fail(ack.job_id, ack.token, error)
-            metrics.count("timed_out", metrics.OTHER_TYPE)
-            log.warning("job_timed_out", extra={**fields, "result": result.code.name.lower()})
+            metrics.count("timed_out", job_type)
+            if result.code is Code.RETRYING:
+                metrics.count("retried", job_type)
+            elif result.code is Code.DEAD:
+                metrics.count("dead", job_type)
+            log.warning(
+                "job_timed_out",
+                extra={**fields, "type": job_type, "result": result.code.name.lower()},
+            )
             return
         outcome = self.scripts.release(ack.job_id, ack.token, drained=ack.action == "drain")
+        fields["type"] = outcome.job_type
         if outcome.code is Code.DONE:
-            metrics.count("released" if ack.action == "drain" else "recovered", metrics.OTHER_TYPE)
+            metrics.count("released" if ack.action == "drain" else "recovered", outcome.job_type)
             event = "job_released" if ack.action == "drain" else "job_recovered"
             log.warning(event, extra={**fields, "reason": ack.action})
         elif outcome.code is Code.DEAD:
-            metrics.count("dead", metrics.OTHER_TYPE)
+            metrics.count("dead", outcome.job_type)
             log.error("job_dead", extra={**fields, "reason": "recovery cap"})
 
     # -- reporting ---------------------------------------------------------------------------

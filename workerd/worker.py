@@ -17,7 +17,7 @@ from types import FrameType
 
 import redis
 
-from shared import metrics
+from shared import metrics, tracing
 from shared.config import Settings
 from shared.jobs import Job, dump_json
 from shared.log import error_text
@@ -27,6 +27,7 @@ from workerd.registry import JobContext, PermanentError, lookup
 from workerd.slots import Slot
 
 log = logging.getLogger(__name__)
+tracing.configure(tracing.WORKER)
 
 WAKE_TIMEOUT_SECONDS = 1
 # An idle worker claims without a hint every this many empty waits: a safety net should a hint
@@ -84,6 +85,7 @@ class WorkerProcess:
             self.step()
         self._hand_back_unstarted_job()
         log.info("worker_stopped", extra={"worker_id": self.worker_id, "reason": self.exit_reason})
+        tracing.shutdown()
         return 0
 
     def keep_going(self) -> bool:
@@ -124,7 +126,8 @@ class WorkerProcess:
             return
         for _ in range(3):
             try:
-                self.scripts.release(job.id, job.token, drained=True)
+                if self.scripts.release(job.id, job.token, drained=True).code is Code.DONE:
+                    metrics.count("released", job.type)
                 log.info("job_released", extra={"job_id": job.id, "type": job.type})
                 return
             except redis.RedisError as exc:
@@ -136,11 +139,20 @@ class WorkerProcess:
         timeout = job.timeout or self.settings.default_job_timeout
         self.slot.start_job(job.id, job.token, timeout)
         metrics.BUSY_WORKERS.set(1)
+        metrics.count("claimed", job.type)
+        eligible_at = int(job.extra["eligible_at"]) if "eligible_at" in job.extra else None
+        metrics.observe_queue_wait(job.type, eligible_at, job.started_at)
         fields = {"job_id": job.id, "type": job.type, "attempt": job.attempts}
         log.info("job_claimed", extra={**fields, "worker_id": self.worker_id})
         log.info("job_started", extra={**fields, "worker_id": self.worker_id})
+        trace, attributes = job.extra.get("traceparent"), _span_attributes(job)
+        # The claim span covers the queue wait: claimable → claimed, on Redis's clock.
+        tracing.record("task.claim", trace, attributes, start_ms=eligible_at, end_ms=job.started_at)
         started = time.perf_counter()
-        outcome = run_handler(job, self.settings.result_max_bytes)
+        with tracing.span("task.execute", trace, attributes) as span:
+            outcome = run_handler(job, self.settings.result_max_bytes)
+            if not outcome.ok:
+                tracing.failed(span, outcome.error_kind)
         duration = time.perf_counter() - started
         metrics.HANDLER_SECONDS.labels(type=metrics.type_label(job.type)).observe(duration)
         fields["duration_ms"] = round(duration * 1000, 3)
@@ -155,6 +167,12 @@ class WorkerProcess:
         claim_next = None if self.stopping or self._due_for_recycling() else self.worker_id
         # Asked for the next job and got none: the queue was empty, so wait rather than claim.
         self.claim_now = claim_next is None or not outcome.ok
+        with tracing.span("task.acknowledge", job.extra.get("traceparent"), _span_attributes(job)):
+            return self._write_outcome(job, outcome, fields, claim_next)
+
+    def _write_outcome(
+        self, job: Job, outcome: Outcome, fields: dict[str, object], claim_next: str | None
+    ) -> Job | None:
         while True:
             try:
                 if outcome.ok:
@@ -186,9 +204,12 @@ class WorkerProcess:
         if result.code is Code.RETRYING:
             metrics.count("retried", job.type)
             log.info("job_retry_scheduled", extra={**extra, "next_retry_at": result.next_retry_at})
+            attributes = {**_span_attributes(job), "taskforge.next_retry_at": result.next_retry_at}
+            tracing.record("task.retry.schedule", None, attributes)  # child of acknowledge
         elif result.code is Code.DEAD:
             metrics.count("dead", job.type)
             log.warning("job_dead", extra=extra)
+            tracing.record("task.dlq.transition", None, _span_attributes(job))
         else:
             metrics.count("stale_acks", job.type)
             log.warning("job_stale_ack", extra={**extra, "result": result.code.name.lower()})
@@ -203,6 +224,11 @@ class WorkerProcess:
             self.exit_reason = f"recycled at {resident_mb():.0f} MB resident"
             return True
         return False
+
+
+def _span_attributes(job: Job) -> dict[str, object]:
+    more = {"taskforge.attempt": job.attempts, "taskforge.recoveries": job.recoveries}
+    return tracing.job_attributes(job.id, job.type, **more)
 
 
 def run_handler(job: Job, result_max_bytes: int) -> Outcome:

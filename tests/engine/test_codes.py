@@ -153,6 +153,7 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
             action(J1)
     scripts.trim(now_ms=T0)
     scripts.heartbeat("w1", {"host": "h", "pid": 1}, 1_000, now_ms=T0)
+    scripts.stats()
 
     assert set(sent) == set(SCRIPT_NAMES)
     for name, counts in sent.items():

@@ -216,3 +216,22 @@ def test_worker_counts_sum_the_live_supervisors_records(r: redis.Redis, scripts:
     r.zadd(K.workers, {"host-c": T0})
 
     assert worker_counts(r, K) == WorkerCounts(hosts=2, live=5, busy=3)
+
+
+def test_stats_reads_states_oldest_age_and_workers_in_one_script(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    enqueue(scripts, job_id(1), now=T0)
+    enqueue(scripts, job_id(2), now=T0 + 5, scheduled_at=format_ms(T0 + 60_000))
+    scripts.heartbeat("host-a", {"workers": 3, "busy": 1}, ttl_ms=60_000)
+    r.config_resetstat()
+
+    counts, workers = scripts.stats()
+
+    assert counts.by_state == queue_counts(r, K).by_state
+    assert counts.by_state[JobState.PENDING] == 1
+    assert counts.by_state[JobState.SCHEDULED] == 1
+    assert counts.oldest_pending_age_ms is not None and counts.oldest_pending_age_ms > 0
+    assert workers == worker_counts(r, K) == WorkerCounts(hosts=1, live=3, busy=1)
+    calls = {name: stat["calls"] for name, stat in r.info("commandstats").items()}
+    assert calls.get("cmdstat_evalsha") == 1  # one round trip

@@ -65,11 +65,17 @@ def test_idle_workers_use_under_1_percent_cpu_and_about_one_redis_command_a_seco
         lambda: len(workerd.events("worker_started")) == 2, 5, "both workers to start"
     )
     client = redis.Redis.from_url(redis_server.url, socket_timeout=2)
-    names = {
-        f"{c['addr']}": c["name"]
-        for c in client.client_list()
-        if c["name"].startswith("taskforge-")
+    expected = {f"taskforge-worker-{pid}" for pid in workers} | {
+        f"taskforge-scheduler-{workerd.children('scheduler')[0]}",
+        f"taskforge-supervisor-{workerd.pid}",
     }
+
+    def named_connections() -> dict[str, str]:
+        listed = {c["addr"]: c["name"] for c in client.client_list() if c["name"]}
+        return listed if expected <= set(listed.values()) else {}
+
+    # Every child must have connected before the window opens, or its commands look anonymous.
+    names = wait_until(named_connections, 10, "every child's named Redis connection")
     pids = {"supervisor": workerd.pid, "scheduler": workerd.children("scheduler")[0]}
     pids |= {f"worker-{pid}": pid for pid in workers}
     cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}

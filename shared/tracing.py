@@ -1,0 +1,198 @@
+"""Optional OpenTelemetry tracing: off unless OTEL_TRACING_ENABLED=true and an OTLP endpoint.
+
+Off (the default), every helper here is a no-op: no SDK, no exporter, no thread, no import
+of the OpenTelemetry packages (an optional extra: ``pip install .[tracing]``). On, each
+process creates its SDK lazily at its first span, so it happens after the fork in gunicorn
+workers and workerd children (the SDK's export thread must not cross a fork); the pid is
+checked, so a child never reuses its parent's provider.
+
+What a span carries: job id, type, attempt, outcome, an exception's type name. Never a
+payload, a result, an error message (it can echo the payload) or a credential. A job keeps
+only the W3C ``traceparent`` of its ``task.enqueue`` span (hash field ``traceparent``);
+every later span of the job — claim, execute, acknowledge, retries, recovery, replay —
+is a child of it, so one job's whole life is one trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ENABLED_ENV = "OTEL_TRACING_ENABLED"
+ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+PRODUCER = "taskforge-producer"
+WORKER = "taskforge-worker"
+
+_service = WORKER
+_state: tuple[int, Any, Any] | None = None  # (pid, provider, tracer) once set up here
+_test_exporter: Any = None
+
+
+def configure(default_service: str) -> None:
+    """Name this process kind's default service; the SDK itself is created at first use."""
+    global _service
+    _service = default_service
+
+
+def enabled(env: Mapping[str, str] = os.environ) -> bool:
+    """Tell whether tracing is switched on (both variables are needed)."""
+    on = env.get(ENABLED_ENV, "").strip().lower() == "true"
+    return _test_exporter is not None or (on and bool(env.get(ENDPOINT_ENV, "").strip()))
+
+
+def use_exporter_for_tests(exporter: Any) -> None:
+    """Send spans to `exporter` synchronously (an InMemorySpanExporter), or None to turn off."""
+    global _test_exporter, _state
+    _test_exporter, _state = exporter, None
+
+
+def _tracer() -> Any:
+    """Return this process's tracer, creating the SDK on first use after a fork; None when off."""
+    global _state
+    if not enabled():
+        return None
+    if _state is not None and _state[0] == os.getpid():
+        return _state[2]
+    try:
+        provider = _new_provider()
+    except ImportError as exc:
+        warning = f"tracing is on but OpenTelemetry is missing ({exc.name}): pip install .[tracing]"
+        log.warning("config_warning", extra={"warning": warning})
+        _state = (os.getpid(), None, None)  # warn once per process
+        return None
+    _state = (os.getpid(), provider, provider.get_tracer("taskforge"))
+    return _state[2]
+
+
+def _new_provider() -> Any:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+    service = os.environ.get("OTEL_SERVICE_NAME", "").strip() or _service
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    if _test_exporter is not None:
+        provider.add_span_processor(SimpleSpanProcessor(_test_exporter))
+        return provider
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    insecure = os.environ.get("OTEL_EXPORTER_OTLP_INSECURE", "true").strip().lower() != "false"
+    exporter = OTLPSpanExporter(endpoint=os.environ[ENDPOINT_ENV].strip(), insecure=insecure)
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def shutdown() -> None:
+    """Flush and stop this process's exporter (children leave through os._exit, not atexit)."""
+    global _state
+    if _state is not None and _state[0] == os.getpid() and _state[1] is not None:
+        _state[1].shutdown()
+    _state = None
+
+
+def _context(traceparent: str | None) -> Any:
+    if not traceparent:
+        return None
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    return TraceContextTextMapPropagator().extract({"traceparent": traceparent})
+
+
+@contextlib.contextmanager
+def span(
+    name: str,
+    traceparent: str | None = None,
+    attributes: Mapping[str, Any] | None = None,
+    *,
+    start_ms: int | None = None,
+) -> Iterator[Any]:
+    """Run the block in a span, child of `traceparent` if given; yield it (None when off)."""
+    tracer = _tracer()
+    if tracer is None:
+        yield None
+        return
+    start = None if start_ms is None else start_ms * 1_000_000
+    with tracer.start_as_current_span(
+        name,
+        context=_context(traceparent),
+        attributes=dict(attributes or {}),
+        start_time=start,
+        record_exception=False,  # an exception's message can echo the payload
+        set_status_on_exception=False,
+    ) as current:
+        yield current
+
+
+def record(
+    name: str,
+    traceparent: str | None,
+    attributes: Mapping[str, Any] | None = None,
+    *,
+    start_ms: int | None = None,
+    end_ms: int | None = None,
+) -> None:
+    """Emit one finished span (an event already past, such as a promotion or a claim)."""
+    tracer = _tracer()
+    if tracer is None:
+        return
+    start = None if start_ms is None else start_ms * 1_000_000
+    current = tracer.start_span(
+        name, context=_context(traceparent), attributes=dict(attributes or {}), start_time=start
+    )
+    current.end(end_time=None if end_ms is None else end_ms * 1_000_000)
+
+
+def failed(current: Any, kind: str) -> None:
+    """Mark a span as failed with an error type name only (never its message)."""
+    if current is None:
+        return
+    from opentelemetry.trace import Status, StatusCode
+
+    current.set_status(Status(StatusCode.ERROR, kind))
+    current.set_attribute("error.type", kind)
+
+
+def current_traceparent() -> str | None:
+    """Return the W3C traceparent of the active span, or None when tracing is off."""
+    if _tracer() is None:
+        return None
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(carrier)
+    return carrier.get("traceparent")
+
+
+def current_ids() -> tuple[str, str] | None:
+    """Return (trace_id, span_id) of the active span in hex, or None (off, or no span).
+
+    Cheap when tracing is off: nothing is imported unless this process created its SDK.
+    """
+    if _state is None or _state[2] is None or _state[0] != os.getpid():
+        return None
+    from opentelemetry import trace
+
+    context = trace.get_current_span().get_span_context()
+    if not context.is_valid:
+        return None
+    return f"{context.trace_id:032x}", f"{context.span_id:016x}"
+
+
+def job_attributes(job_id: str, job_type: str, **more: Any) -> dict[str, Any]:
+    """Return the attributes every job span carries (identifiers only, never data)."""
+    return {"taskforge.job_id": job_id, "taskforge.job_type": job_type, **more}
+
+
+def traceparents(client: Any, keys: Any, job_ids: list[str]) -> list[str | None]:
+    """Read the stored traceparent of each job (one round trip; only when tracing is on)."""
+    if not job_ids or not enabled():
+        return [None] * len(job_ids)
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hget(keys.job(job_id), "traceparent")
+    return [value.decode() if value else None for value in pipe.execute()]

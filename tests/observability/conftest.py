@@ -1,0 +1,52 @@
+"""Reuse the real-process fixtures: workerd (``start_workerd``, ``engine``) and gunicorn."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.gateway.conftest import start_gateway  # noqa: F401 (a fixture)
+from tests.workerd.conftest import engine, start_workerd  # noqa: F401 (fixtures)
+
+T = TypeVar("T")
+
+# The engine's index keys, spelled out here on purpose: the agreement test reads Redis
+# without going through shared.keys or shared.queries, the code it checks.
+PREFIX = "{taskforge}:v1:"
+STATES = ("pending", "processing", "scheduled", "retrying", "completed", "dead", "canceled")
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Parse Prometheus text into {(sample name, sorted labels): value}."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def total(parsed: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str) -> float:
+    """Sum a sample over all its label sets."""
+    return sum(value for (sample, _), value in parsed.items() if sample == name)
+
+
+def poll(condition: Callable[[], T], timeout: float, what: str) -> T:
+    """Poll `condition` until truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def gauge(text: str, name: str) -> float | None:
+    """Return an unlabelled sample's value from Prometheus text."""
+    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    return float(match.group(1)) if match else None

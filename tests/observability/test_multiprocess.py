@@ -1,0 +1,136 @@
+"""Multiprocess metrics: counters outlive the processes that counted, and scrapes stay fast.
+
+Each workerd child writes its own files in PROMETHEUS_MULTIPROC_DIR; when one exits the
+supervisor calls mark_process_dead, which drops its live gauges but keeps its counters and
+histograms, so totals never go down. The cost: a scrape reads one counter and one histogram
+file per process that ever lived since the server started (the directory is wiped at start),
+so scrape time grows linearly with restarts — measured here after 300.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from shared.jobs import JobState
+from tests.observability.conftest import poll, samples, total
+from tests.workerd.conftest import ROOT, Engine, Workerd
+
+RESTARTS = 300
+
+
+def _scrape(workerd: Workerd) -> tuple[dict, float]:
+    started = time.perf_counter()
+    status, _, body = workerd.http("/metrics")
+    elapsed = time.perf_counter() - started
+    assert status == 200
+    return samples(body.decode()), elapsed
+
+
+def test_counters_survive_recycled_and_killed_workers(
+    start_workerd: Callable[..., Workerd], engine: Engine
+) -> None:
+    workerd = start_workerd(WORKER_COUNT="2", WORKER_MAX_JOBS="1")
+    jobs = [engine.enqueue("noop") for _ in range(10)]
+    engine.wait_all(jobs, {JobState.COMPLETED}, timeout=30)
+    # The last worker may still be exiting; its counts were written before it acked.
+    parsed, _ = _scrape(workerd)
+    assert total(parsed, "taskforge_jobs_completed_total") == 10
+    assert total(parsed, "taskforge_jobs_claimed_total") == 10
+    spawned = len(workerd.events("child_spawned", kind="worker"))
+    assert spawned >= 10  # every job ran in a fresh worker process
+
+    victim = workerd.children("worker")[0]
+    os.kill(victim, signal.SIGKILL)
+    workerd.wait_for("child_exited", child_pid=victim)
+    workerd.wait_for("child_spawned", kind="worker", count=spawned + 1)
+    poll(lambda: _scrape(workerd)[0][("taskforge_active_workers", ())] == 2, 10, "2 workers")
+    parsed, _ = _scrape(workerd)
+    assert total(parsed, "taskforge_jobs_completed_total") == 10
+    assert total(parsed, "taskforge_jobs_claimed_total") == 10
+    assert total(parsed, "taskforge_handler_duration_seconds_count") == 10
+
+
+@pytest.mark.slow
+def test_a_scrape_after_300_worker_restarts_answers_well_under_a_second(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
+) -> None:
+    metrics_dir = tmp_path / "metrics"
+    workerd = start_workerd(
+        WORKER_COUNT="2", WORKER_MAX_JOBS="1", PROMETHEUS_MULTIPROC_DIR=str(metrics_dir)
+    )
+    jobs = [engine.enqueue("noop") for _ in range(RESTARTS)]
+    engine.wait_all(jobs, {JobState.COMPLETED}, timeout=240)
+    assert len(workerd.events("child_spawned", kind="worker")) >= RESTARTS
+    timings = []
+    for _ in range(5):
+        parsed, elapsed = _scrape(workerd)
+        timings.append(elapsed)
+    assert total(parsed, "taskforge_jobs_completed_total") == RESTARTS
+    files = len(list(metrics_dir.glob("*.db")))
+    best, worst = min(timings) * 1000, max(timings) * 1000
+    print(f"\nscrape after {RESTARTS} worker restarts ({files} files): {best:.0f}-{worst:.0f} ms")
+    assert max(timings) < 0.5
+
+
+SIMULATION = textwrap.dedent(
+    """
+    import os, sys, time
+    from shared.multiproc import prepare_multiprocess_dir
+    prepare_multiprocess_dir(sys.argv[1], wipe=True)
+    from shared import metrics
+    from shared.jobs import JobState
+    from shared.queries import QueueCounts
+
+    for _ in range(int(sys.argv[2])):
+        pid = os.fork()
+        if pid == 0:  # a worker's life: gauges set, every counter and histogram written
+            metrics.ACTIVE_WORKERS.set(1)
+            for job_type in ("a", "b", "c"):
+                for event in metrics.LIFECYCLE_EVENTS:
+                    metrics.count(event, job_type)
+                metrics.HANDLER_SECONDS.labels(type=job_type).observe(0.01)
+                metrics.observe_queue_wait(job_type, 0, 5)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        metrics.mark_dead(pid)
+    counts = QueueCounts({state: 0 for state in JobState}, None)
+    timings = []
+    for _ in range(5):
+        started = time.perf_counter()
+        body, _ = metrics.render(counts)
+        timings.append(time.perf_counter() - started)
+    sys.stdout.write(f"{max(timings)}\\n{body.decode()}")
+    """
+)
+
+
+@pytest.mark.slow
+def test_300_dead_processes_files_keep_their_counts_and_scrape_fast(tmp_path: Path) -> None:
+    # A fresh interpreter: prometheus_client must first be imported with the directory set.
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", SIMULATION, str(tmp_path / "metrics"), str(RESTARTS)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    worst, text = done.stdout.split("\n", 1)
+    parsed = samples(text)
+    print(f"\nscrape after {RESTARTS} simulated dead workers: {float(worst) * 1000:.0f} ms")
+    assert parsed[("taskforge_jobs_completed_total", (("type", "a"),))] == RESTARTS
+    assert total(parsed, "taskforge_queue_wait_seconds_count") == 3 * RESTARTS
+    assert parsed[("taskforge_active_workers", ())] == 0  # every one marked dead
+    assert float(worst) < 0.5

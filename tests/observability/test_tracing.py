@@ -1,0 +1,241 @@
+"""Tracing: off by default; on, each job's life is one span tree, with no payload in it.
+
+The gateway app, a worker and a scheduler run in this process on the private Redis, their
+loops stepped by hand; spans go to an in-memory exporter (shared.tracing's test hook).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+# Imported outright, not importorskip: the test command installs the SDK, and a missing one must
+# fail under CI rather than skip.
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+from opentelemetry.trace import StatusCode
+
+import workerd.demo  # noqa: F401 (registers the demo handlers)
+from shared import tracing
+from shared.config import Settings
+from shared.scripts import Policy, Scripts
+from tests._tools import RedisServer
+from tests.gateway.conftest import make_app
+from tests.observability.conftest import PREFIX
+from tests.workerd.conftest import ROOT
+from workerd.scheduler import SchedulerProcess
+from workerd.worker import WorkerProcess
+
+CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CLIENT_SPAN = "00f067aa0ba902b7"
+HOUR_MS = 3_600_000
+
+
+class _Slot:
+    """The shared-memory slot a worker reports to, reduced to what the worker calls."""
+
+    def beat(self) -> None:
+        pass
+
+    def start_job(self, job_id: str, token: int, timeout: float) -> None:
+        pass
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    tracing.use_exporter_for_tests(exporter)
+    try:
+        yield exporter
+    finally:
+        tracing.use_exporter_for_tests(None)
+
+
+@pytest.fixture
+def stack(r: redis.Redis) -> dict[str, Any]:
+    scripts = Scripts(r, policy=Policy(retry_base_ms=1, retry_max_ms=1))
+    scripts.load()
+    settings = Settings.from_env({})
+    worker = WorkerProcess(settings, scripts, _Slot(), "w1", os.getppid())
+    scheduler = SchedulerProcess(scripts, _Slot(), os.getppid(), reconnect_grace=0)
+    return {"app": make_app(scripts).test_client(), "worker": worker, "sched": scheduler}
+
+
+def _run_one(worker: WorkerProcess) -> None:
+    """Step the worker until it has run one job (bounded)."""
+    deadline = time.monotonic() + 5
+    before = worker.jobs_done
+    while worker.jobs_done == before:
+        assert time.monotonic() < deadline, "the worker ran no job"
+        worker.step()
+    worker.next_job = None  # a claimed next job would be run by the next _run_one anyway
+
+
+def _promote_all(scheduler: SchedulerProcess) -> None:
+    scheduler.step(-1.0, now_ms=int(time.time() * 1000) + HOUR_MS)  # promote only
+
+
+def _tree(exporter: InMemorySpanExporter, trace_id: int) -> list[tuple[str, str | None]]:
+    """Return (span, parent span name) for every span of one trace, in end order."""
+    found = [s for s in exporter.get_finished_spans() if s.context.trace_id == trace_id]
+    names = {s.context.span_id: s.name for s in found}
+    return [(s.name, names.get(s.parent.span_id) if s.parent else None) for s in found]
+
+
+def _enqueue(app: Any, body: dict[str, Any], headers: dict[str, str] | None = None) -> str:
+    reply = app.post("/enqueue", json=body, headers=headers or {})
+    assert reply.status_code == 201, reply.get_json()
+    return reply.get_json()["id"]
+
+
+def _trace_of(r: redis.Redis, job_id: str) -> tuple[int, str]:
+    traceparent = r.hget(f"{PREFIX}job:{job_id}", "traceparent").decode()
+    _, trace_id, span_id, _ = traceparent.split("-")
+    return int(trace_id, 16), span_id
+
+
+def test_a_normal_job_continues_the_clients_trace(
+    r: redis.Redis, spans: InMemorySpanExporter, stack: dict[str, Any]
+) -> None:
+    header = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
+    job_id = _enqueue(stack["app"], {"type": "noop", "payload": {"x": 1}}, header)
+    trace_id, enqueue_span = _trace_of(r, job_id)
+    assert trace_id == int(CLIENT_TRACE, 16)  # the stored traceparent is ours, in their trace
+    assert enqueue_span != CLIENT_SPAN
+    _run_one(stack["worker"])
+
+    assert _tree(spans, trace_id) == [
+        ("task.enqueue", None),  # its parent is the client's span, not exported here
+        ("task.claim", "task.enqueue"),
+        ("task.execute", "task.enqueue"),
+        ("task.acknowledge", "task.enqueue"),
+    ]
+    enqueue = spans.get_finished_spans()[0]
+    assert enqueue.parent.span_id == int(CLIENT_SPAN, 16)
+    assert {s.attributes["taskforge.job_id"] for s in spans.get_finished_spans()} == {job_id}
+
+
+def test_a_retried_then_dead_then_replayed_job_is_one_trace(
+    r: redis.Redis, spans: InMemorySpanExporter, stack: dict[str, Any]
+) -> None:
+    canary = f"sk_live_CANARY{uuid.uuid4().hex}"
+    body = {"type": "fail", "payload": {"error": canary}, "max_retries": 2}
+    job_id = _enqueue(stack["app"], body)
+    trace_id, _ = _trace_of(r, job_id)
+    _run_one(stack["worker"])  # fails: retrying
+    _promote_all(stack["sched"])
+    _run_one(stack["worker"])  # fails again: dead
+    assert stack["app"].post(f"/dlq/{job_id}/retry").status_code == 200
+    _run_one(stack["worker"])  # the replay runs (and fails: retrying again)
+
+    run = [("task.claim", "task.enqueue"), ("task.execute", "task.enqueue")]
+    assert _tree(spans, trace_id) == [
+        ("task.enqueue", None),
+        *run,
+        ("task.retry.schedule", "task.acknowledge"),
+        ("task.acknowledge", "task.enqueue"),
+        ("task.retry.promote", "task.enqueue"),
+        *run,
+        ("task.dlq.transition", "task.acknowledge"),
+        ("task.acknowledge", "task.enqueue"),
+        ("task.replay", "task.enqueue"),
+        *run,
+        ("task.retry.schedule", "task.acknowledge"),
+        ("task.acknowledge", "task.enqueue"),
+    ]
+    executions = [s for s in spans.get_finished_spans() if s.name == "task.execute"]
+    assert [s.status.status_code for s in executions] == [StatusCode.ERROR] * 3
+    assert {s.status.description for s in executions} == {"RuntimeError"}
+    # Nothing of the payload or the error message in any span.
+    for span in spans.get_finished_spans():
+        text = repr(dict(span.attributes)) + repr(span.status.description) + repr(span.events)
+        assert canary not in text, span.name
+
+
+def test_a_scheduled_job_and_a_recovered_job_continue_their_traces(
+    r: redis.Redis, spans: InMemorySpanExporter, stack: dict[str, Any]
+) -> None:
+    scheduled = _enqueue(stack["app"], {"type": "noop", "scheduled_at": "2099-01-01T00:00:00Z"})
+    sched_trace, _ = _trace_of(r, scheduled)
+    stack["sched"].step(-1.0, now_ms=4_102_444_800_000 + 1)  # 2100-01-01: due, promote only
+    _run_one(stack["worker"])
+    assert [name for name, _ in _tree(spans, sched_trace)] == [
+        "task.enqueue",
+        "task.schedule.promote",
+        "task.claim",
+        "task.execute",
+        "task.acknowledge",
+    ]
+
+    lost = _enqueue(stack["app"], {"type": "noop"})
+    lost_trace, _ = _trace_of(r, lost)
+    scripts: Scripts = stack["worker"].scripts
+    assert scripts.claim("a-worker-that-dies").id == lost
+    lease_over = int(time.time() * 1000) + scripts.policy.lease_ms + 1000
+    stack["sched"].step(time.monotonic(), now_ms=lease_over)
+    assert ("task.recover", "task.enqueue") in _tree(spans, lost_trace)
+
+
+def test_tracing_is_off_by_default_with_nothing_imported_or_stored(
+    r: redis.Redis, redis_server: RedisServer
+) -> None:
+    # A fresh interpreter, as a deployment without the variables sees it.
+    script = textwrap.dedent(
+        """
+        import sys
+        import redis
+        from shared import tracing
+        from shared.scripts import Scripts
+        from shared.jobs import validate_enqueue
+        import gateway.service, workerd.worker
+        assert not tracing.enabled()
+        with tracing.span("task.enqueue") as span:
+            assert span is None and tracing.current_traceparent() is None
+        scripts = Scripts(redis.Redis.from_url(sys.argv[1]))
+        request = validate_enqueue({"type": "noop"})
+        scripts.enqueue(request, "off-job", traceparent=tracing.current_traceparent())
+        # (redis-py imports the OpenTelemetry API itself when it is installed.)
+        assert tracing._state is None, "an SDK was created"
+        assert not [m for m in sys.modules if m.startswith("opentelemetry.exporter")]
+        import threading
+        assert threading.active_count() == 1, "a thread was started"
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["PYTHONPATH"] = str(ROOT)
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = "http://127.0.0.1:4317"  # set, but not enabled
+    command = [sys.executable, "-c", script, redis_server.url]
+    subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=30)
+    assert r.hexists(f"{PREFIX}job:off-job", "id")
+    assert not r.hexists(f"{PREFIX}job:off-job", "traceparent")
+
+
+def test_log_lines_inside_a_span_carry_its_trace_and_span_ids(
+    spans: InMemorySpanExporter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+    import logging
+
+    from shared import log as shared_log
+
+    shared_log.configure("tracing-test", "INFO")
+    logger = logging.getLogger("tests.tracing")
+    with tracing.span("task.execute", None, {"taskforge.job_id": "j"}) as current:
+        logger.info("job_started")
+    logger.info("job_completed")  # outside any span: no ids
+
+    inside, outside = (json.loads(line) for line in capsys.readouterr().out.splitlines()[-2:])
+    context = current.get_span_context()
+    assert inside["trace_id"] == f"{context.trace_id:032x}"
+    assert inside["span_id"] == f"{context.span_id:016x}"
+    assert "trace_id" not in outside and "span_id" not in outside

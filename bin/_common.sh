@@ -61,3 +61,25 @@ tf_ensure_redis() {
   fi
   tf_die "redis-server (Redis 7+) is not on PATH: install it (Debian/Ubuntu: sudo apt-get install redis-server) and retry"
 }
+
+# Make sure the tools that tests call (not Python packages) are on PATH: systemd-analyze
+# (package systemd) for tests/deploy. Installed with apt when we can; otherwise say so and go
+# on: those tests skip on a laptop and fail under CI (tests/_tools.py require_tool).
+tf_ensure_tools() {
+  local pair tool package missing=()
+  for pair in systemd-analyze:systemd; do
+    tool=${pair%%:*} package=${pair#*:}
+    command -v "$tool" >/dev/null || missing+=("$package")
+  done
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "Installing ${missing[*]} with apt-get ..." >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${missing[@]}" >/dev/null ||
+      tf_die "apt-get install ${missing[*]} failed (see above)"
+    return 0
+  fi
+  echo "bin/${0##*/}: missing ${missing[*]} (Debian/Ubuntu: sudo apt-get install ${missing[*]});" \
+    "the tests that need them skip, or fail under CI" >&2
+}

@@ -17,6 +17,7 @@ from gateway.context import Gateway
 from shared import log as shared_log
 from shared.config import Settings, load_or_exit
 from shared.keys import Keys
+from shared.redis_checks import warn_about_redis
 from shared.redis_conn import connect, describe
 from shared.scripts import Policy, Scripts
 
@@ -97,17 +98,11 @@ def create_app(
 
 
 def _check_redis(scripts: Scripts) -> None:
-    """Load the scripts (a broken one fails start-up) and warn about an evicting Redis."""
+    """Load the scripts (a broken one fails start-up) and warn about a Redis that can lose jobs."""
     try:
         scripts.load()
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         # Start anyway: requests answer 503 until Redis is back, and /ready says so.
         log.warning("redis_unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
         return
-    try:
-        policy = scripts.redis.config_get("maxmemory-policy").get(b"maxmemory-policy")
-    except redis.exceptions.RedisError:
-        return  # CONFIG is disabled on some managed Redis services
-    if policy not in (None, b"noeviction"):
-        warning = f"Redis maxmemory-policy is {policy.decode()}: it may silently delete queue keys"
-        log.warning("config_warning", extra={"warning": warning})
+    warn_about_redis(scripts.redis, log)  # eviction or no persistence can lose jobs

@@ -1,0 +1,102 @@
+"""Start-up check of the Redis the queue lives in: can it evict queue keys, does it persist?
+
+Both entry points call :func:`warn_about_redis` once at start. Each problem found is logged as
+a ``config_warning`` line and exported as ``taskforge_redis_unsafe_config{problem=...}`` = 1
+(0 once checked and fine). Managed services that refuse ``CONFIG`` leave both unknown: no
+sample, and one warning that says what to verify with the provider instead.
+
+prometheus_client is imported inside the function, never at module level: entry points may
+import this module before they set up the multiprocess directory (see shared/multiproc.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.exceptions
+
+EVICTION = "eviction"
+PERSISTENCE = "persistence"
+METRIC = "taskforge_redis_unsafe_config"
+UNCHECKED = (
+    "Redis refused CONFIG GET, so its eviction and persistence settings were not checked: "
+    "make sure the service uses maxmemory-policy noeviction and keeps its data on restart"
+)
+
+_gauge: Any = None  # the Gauge, created on first use (see the module docstring)
+
+
+@dataclass(frozen=True)
+class RedisCheck:
+    """What CONFIG GET told about eviction and persistence; None fields when it was refused."""
+
+    maxmemory_policy: str | None
+    appendonly: bool | None
+    save: str | None
+    problems: dict[str, str]
+
+    @property
+    def checked(self) -> bool:
+        """Tell whether Redis answered CONFIG GET."""
+        return self.maxmemory_policy is not None
+
+
+def check_redis(client: redis.Redis) -> RedisCheck:
+    """Read the eviction and persistence settings; describe each problem (never raises)."""
+    try:
+        config: dict[Any, Any] = {}
+        for name in ("maxmemory-policy", "appendonly", "save"):
+            config.update(client.config_get(name))
+    except redis.exceptions.RedisError:
+        # CONFIG disabled or renamed (many managed services), no permission, or no Redis.
+        return RedisCheck(None, None, None, {})
+    text = {_str(k): _str(v) for k, v in config.items()}
+    policy, save = text.get("maxmemory-policy", ""), text.get("save", "")
+    appendonly = text.get("appendonly", "no") == "yes"
+    problems = {}
+    if policy != "noeviction":
+        problems[EVICTION] = (
+            f"Redis maxmemory-policy is {policy}: when memory runs out it may silently "
+            "delete queue keys, losing jobs; set maxmemory-policy noeviction"
+        )
+    if not appendonly and not save.strip():
+        problems[PERSISTENCE] = (
+            "Redis persistence is off (appendonly no, no save points): a Redis restart "
+            "loses every job; set appendonly yes"
+        )
+    return RedisCheck(policy, appendonly, save, problems)
+
+
+def warn_about_redis(client: redis.Redis, log: logging.Logger) -> RedisCheck:
+    """Check the Redis configuration; log and export each problem; return what was found."""
+    found = check_redis(client)
+    if not found.checked:
+        log.warning("config_warning", extra={"warning": UNCHECKED})
+        return found
+    gauge = _unsafe_config_gauge()
+    for problem in (EVICTION, PERSISTENCE):
+        gauge.labels(problem=problem).set(1 if problem in found.problems else 0)
+    for warning in found.problems.values():
+        log.warning("config_warning", extra={"warning": warning})
+    return found
+
+
+def _unsafe_config_gauge() -> Any:
+    global _gauge
+    if _gauge is None:
+        from prometheus_client import Gauge
+
+        _gauge = Gauge(
+            METRIC,
+            "1 when Redis's configuration can lose jobs (eviction, persistence), checked at start.",
+            ["problem"],
+            multiprocess_mode="max",
+        )
+    return _gauge
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,213 @@
+"""The Procfile under honcho, as on a Heroku-style host: start, serve, stop on SIGTERM.
+
+honcho passes SIGTERM to every process type's process group at once, as Heroku does to every
+process of a dyno (Heroku follows with SIGKILL after 30 s, honcho after only 5 s: the drain
+grace here is shorter than both, and the test checks honcho never needed its SIGKILL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import redis
+import yaml
+
+from shared.config import VARIABLES
+from shared.jobs import JobState
+from shared.keys import Keys
+from tests._tools import RedisServer, free_port
+from tests.deploy.conftest import DEPLOY, ROOT
+from tests.workerd.conftest import MARKER_ENV, Engine, marked_processes
+
+T = TypeVar("T")
+
+READY_TIMEOUT = 30.0
+JOB_TIMEOUT = 15.0
+STOP_TIMEOUT = 20.0
+POLL = 0.05
+
+
+def _wait(condition: Callable[[], T], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(POLL)
+
+
+def _request(url: str, body: Any = None) -> tuple[int, Any]:
+    """Send GET (or POST with a JSON body); return the status and the decoded JSON reply."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return reply.status, json.loads(reply.read() or b"null")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+    except OSError:
+        return 0, None  # not listening yet
+
+
+class Stack:
+    """`honcho start web worker` from the repository root, every process marked."""
+
+    def __init__(self, redis_url: str, tmp_path: Path, drain_grace: str) -> None:
+        self.marker = uuid.uuid4().hex
+        self.web_port, self.worker_port = free_port(), free_port()
+        self.log_path = tmp_path / "honcho.log"
+        ours = {v.env for v in VARIABLES} | {"PORT", "NOTIFY_SOCKET", "PROMETHEUS_MULTIPROC_DIR"}
+        env = {k: v for k, v in os.environ.items() if k not in ours}
+        venv_bin = str(Path(sys.executable).parent)
+        env.update(
+            {
+                "PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
+                "TMPDIR": str(tmp_path),  # gunicorn's default metrics directory goes there
+                "REDIS_URL": redis_url,
+                "PORT": str(self.web_port),  # honcho's base port: the first type, web, gets it
+                "PORT_WORKER": str(self.worker_port),
+                "WORKER_COUNT": "2",
+                "WEB_CONCURRENCY": "1",
+                "WORKER_DRAIN_GRACE": drain_grace,
+                "TASK_VISIBILITY_TIMEOUT": "2s",
+                MARKER_ENV: self.marker,
+            }
+        )
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [os.path.join(venv_bin, "honcho"), "--no-colour", "start", "web", "worker"],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    @property
+    def web(self) -> str:
+        return f"http://127.0.0.1:{self.web_port}"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def processes(self) -> list[int]:
+        return marked_processes(self.marker)
+
+    def wait_ready(self) -> None:
+        for port in (self.web_port, self.worker_port):
+            url = f"http://127.0.0.1:{port}/ready"
+
+            def ready(url: str = url) -> bool:
+                assert self.proc.poll() is None, f"honcho exited early:\n{self.log()}"
+                return _request(url)[0] == 200
+
+            _wait(ready, READY_TIMEOUT, url)
+
+    def stop(self) -> None:
+        """Stop honcho with SIGTERM, as a host does, and wait until every process is gone."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=STOP_TIMEOUT)
+        _wait(lambda: not self.processes(), STOP_TIMEOUT, f"every process to exit\n{self.log()}")
+
+    def kill(self) -> list[int]:
+        """Kill whatever is left (honcho and every marked process); return what was left."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        leftovers = self.processes()
+        for pid in leftovers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return leftovers
+
+
+@pytest.fixture
+def stack(
+    r: redis.Redis, redis_server: RedisServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Stack]:
+    """Start the Procfile's web and worker under honcho on the private, emptied Redis.
+
+    The drain grace (3 s unless a test says otherwise through indirect parametrization)
+    stays under honcho's 5 s between SIGTERM and SIGKILL, as 25 s stays under Heroku's 30 s.
+    """
+    stack = Stack(redis_server.url, tmp_path, getattr(request, "param", "3s"))
+    try:
+        stack.wait_ready()
+        yield stack
+        stack.stop()
+    finally:
+        leftovers = stack.kill()
+    assert not leftovers, f"processes left after the test: {leftovers}\n{stack.log()}"
+
+
+def _enqueue(stack: Stack, body: dict[str, Any]) -> str:
+    status, job = _request(f"{stack.web}/enqueue", body)
+    assert status == 201, (status, job)
+    return job["id"]
+
+
+def _status(stack: Stack, job_id: str) -> str:
+    status, job = _request(f"{stack.web}/jobs/{job_id}")
+    assert status == 200, (status, job)
+    return job["status"]
+
+
+def test_honcho_serves_jobs_and_stops_on_sigterm_without_losing_one(
+    stack: Stack, r: redis.Redis
+) -> None:
+    ids = [_enqueue(stack, {"type": "noop", "payload": {"n": n}}) for n in range(3)]
+    for job_id in ids:
+        _wait(lambda j=job_id: _status(stack, j) == "completed", JOB_TIMEOUT, f"{job_id} done")
+
+    sleeper = _enqueue(stack, {"type": "sleep", "payload": {"seconds": 2}})
+    _wait(lambda: _status(stack, sleeper) == "processing", JOB_TIMEOUT, "the sleep job to run")
+    stack.stop()
+    log = stack.log()
+    assert "sending SIGKILL" not in log, log  # all exited on SIGTERM, within honcho's 5 s
+    job = Engine(r).job(sleeper)
+    assert job.status in (JobState.COMPLETED, JobState.PENDING), job
+    assert r.zcard(Keys().processing) == 0  # nothing left claimed by a process that is gone
+
+
+@pytest.mark.parametrize("stack", ["1s"], indirect=True)
+def test_honcho_sigterm_during_a_job_longer_than_the_grace_puts_it_back_to_pending(
+    stack: Stack, r: redis.Redis
+) -> None:
+    job_id = _enqueue(stack, {"type": "sleep", "payload": {"seconds": 30}})
+    _wait(lambda: _status(stack, job_id) == "processing", JOB_TIMEOUT, "the sleep job to run")
+    stack.stop()
+    log = stack.log()
+    assert "sending SIGKILL" not in log, log  # released after the grace, before honcho's SIGKILL
+    job = Engine(r).job(job_id)
+    assert (job.status, job.attempts, job.recoveries) == (JobState.PENDING, 0, 0), job
+    assert r.zcard(Keys().processing) == 0
+
+
+def test_compose_health_checks_pass_against_the_running_services(stack: Stack) -> None:
+    # The compose file's health check commands, run here against the same two servers.
+    services = yaml.safe_load((DEPLOY / "compose.yaml").read_text())["services"]
+    ports = {"gateway": (8080, stack.web_port), "workerd": (8081, stack.worker_port)}
+    for name, (compose_port, port) in ports.items():
+        kind, *command = services[name]["healthcheck"]["test"]
+        assert kind == "CMD" and command[0] == "python"
+        command = [
+            sys.executable,
+            *(a.replace(f":{compose_port}/", f":{port}/") for a in command[1:]),
+        ]
+        assert subprocess.run(command, timeout=10, check=False).returncode == 0, name

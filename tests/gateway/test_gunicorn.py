@@ -135,7 +135,8 @@ def test_gunicorns_own_errors_are_json_too(gw: Gunicorn) -> None:
         while chunk := sock.recv(65536):
             reply += chunk
     head, _, body = reply.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 400")
+    # gunicorn 23 answers 400 for an over-long request line, gunicorn 27 answers 414.
+    assert head.startswith((b"HTTP/1.1 400", b"HTTP/1.1 414"))
     assert "too large" in json.loads(body)["error"]
 
 

@@ -148,7 +148,15 @@ def test_job_past_its_timeout_is_killed_failed_and_retried_by_policy(
     starts = journal.entries("start", job_id)
     assert [s["attempt"] for s in starts] == [1, 2]
     assert journal.entries("end", job_id) == []
-    outcomes = [rec["result"] for rec in workerd.events("job_timed_out") if "result" in rec]
+    # The supervisor logs each outcome just after writing it to Redis: wait for the line.
+    outcomes = wait_until(
+        lambda: (
+            [r["result"] for r in workerd.events("job_timed_out") if "result" in r][1:]
+            and [r["result"] for r in workerd.events("job_timed_out") if "result" in r]
+        ),
+        5,
+        "both timeout outcomes in the log",
+    )
     assert outcomes == ["retrying", "dead"]
     for start in starts:
         [exited] = workerd.events("child_exited", child_pid=start["pid"])

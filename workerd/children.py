@@ -8,11 +8,31 @@ import logging
 import os
 import signal
 from dataclasses import dataclass, field
+from types import FrameType
 
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
 WORKER, SCHEDULER, OBSERVER = "worker", "scheduler", "observer"
+
+
+class StopOnSignal:
+    """What every child loop shares: SIGTERM or SIGINT asks it to stop after its current step.
+
+    Installed first thing after the fork, replacing the supervisor's handlers (which would
+    record the signal in the supervisor's state, in this process's copy of it).
+    """
+
+    stopping: bool = False
+
+    def install_signals(self) -> None:
+        """Stop at the end of the current step on SIGTERM/SIGINT; default SIGCHLD."""
+        signal.signal(signal.SIGTERM, self._request_stop)
+        signal.signal(signal.SIGINT, self._request_stop)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+    def _request_stop(self, signum: int, _frame: FrameType | None) -> None:
+        self.stopping = True
 
 
 @dataclass

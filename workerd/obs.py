@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import time
 from collections.abc import Callable, Iterable
-from types import FrameType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -21,6 +19,7 @@ import redis
 
 from shared import metrics
 from shared.scripts import Scripts
+from workerd.children import StopOnSignal
 from workerd.slots import Slot, SlotTable
 
 log = logging.getLogger(__name__)
@@ -114,7 +113,7 @@ def _unavailable(_environ: dict[str, Any], start: StartResponse) -> Iterable[byt
     return _json(start, 503, {"error": "starting"})
 
 
-class ObservabilityServer:
+class ObservabilityServer(StopOnSignal):
     """Serves the app on the inherited socket until SIGTERM or until the supervisor is gone."""
 
     def __init__(self, server: WSGIServer, app: ObservabilityApp, slot: Slot, parent_pid: int):
@@ -123,15 +122,6 @@ class ObservabilityServer:
         self.slot = slot
         self.parent_pid = parent_pid
         self.stopping = False
-
-    def install_signals(self) -> None:
-        """Stop after the current request on SIGTERM/SIGINT."""
-        signal.signal(signal.SIGTERM, self._request_stop)
-        signal.signal(signal.SIGINT, self._request_stop)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-
-    def _request_stop(self, _signum: int, _frame: FrameType | None) -> None:
-        self.stopping = True
 
     def run(self) -> int:
         """Serve until stopped or orphaned; return the exit code."""

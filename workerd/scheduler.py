@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import time
-from types import FrameType
 
 import redis
 
 from shared import metrics, tracing
 from shared.scripts import PromoteResult, Scripts
 from workerd.backoff import Backoff
+from workerd.children import StopOnSignal
 from workerd.slots import Slot
 
 log = logging.getLogger(__name__)
@@ -27,7 +26,7 @@ PROMOTE_INTERVAL = 0.05
 RECOVER_INTERVAL = 1.0
 
 
-class SchedulerProcess:
+class SchedulerProcess(StopOnSignal):
     """One loop around :meth:`step`, which tests can call directly with their own clock."""
 
     def __init__(
@@ -48,15 +47,6 @@ class SchedulerProcess:
         self.next_recover = 0.0
         self.stopping = False
         self.backoff = Backoff("scheduler")
-
-    def install_signals(self) -> None:
-        """Stop at the end of the current step on SIGTERM/SIGINT."""
-        signal.signal(signal.SIGTERM, self._request_stop)
-        signal.signal(signal.SIGINT, self._request_stop)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-
-    def _request_stop(self, _signum: int, _frame: FrameType | None) -> None:
-        self.stopping = True
 
     def run(self) -> int:
         """Loop until stopped or orphaned; return the exit code."""

@@ -23,6 +23,7 @@ from shared.jobs import Job, dump_json
 from shared.log import error_text
 from shared.scripts import Code, Scripts
 from workerd.backoff import Backoff
+from workerd.children import StopOnSignal
 from workerd.registry import JobContext, PermanentError, lookup
 from workerd.slots import Slot
 
@@ -48,7 +49,7 @@ class Outcome:
     permanent: bool = False
 
 
-class WorkerProcess:
+class WorkerProcess(StopOnSignal):
     """Runs jobs one at a time until told to stop, recycled, or orphaned."""
 
     def __init__(
@@ -67,14 +68,9 @@ class WorkerProcess:
         self.next_job: Job | None = None
         self.backoff = Backoff("worker")
 
-    def install_signals(self) -> None:
-        """Replace the supervisor's handlers: SIGTERM/SIGINT finish the current job, then exit."""
-        signal.signal(signal.SIGTERM, self._request_stop)
-        signal.signal(signal.SIGINT, self._request_stop)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-
-    def _request_stop(self, signum: int, _frame: FrameType | None) -> None:
-        self.stopping = True
+    def _request_stop(self, signum: int, frame: FrameType | None) -> None:
+        """SIGTERM/SIGINT: finish the current job, then exit (and say which signal)."""
+        super()._request_stop(signum, frame)
         self.exit_reason = f"signal {signal.Signals(signum).name}"
 
     def run(self) -> int:

@@ -67,6 +67,8 @@ class PendingAck:
     token: int
     action: str  # "worker died", "drain" (shutdown) or "timeout"
     timeout: float = 0.0
+    # Set instead of job_id/token: "the job this worker claimed last, if it still holds it".
+    claimed_by: str | None = None
 
 
 class Supervisor:
@@ -299,21 +301,20 @@ class Supervisor:
 
     def _requeue_job_of(self, child: Child, state: object) -> None:
         """Queue the fate of the job a dead worker was running (it reaches Redis in _flush_acks)."""
-        if child.killed_job is not None:
-            job_id, token, timeout = child.killed_job
-        elif state is not None and state.job_id:  # type: ignore[attr-defined]
-            job_id, token, timeout = state.job_id, state.token, state.job_timeout  # type: ignore[attr-defined]
-        else:
-            return
         if child.kill_reason == "lease lost":
             return  # the job is someone else's now
-        if child.kill_reason == "timeout":
-            action = "timeout"
-        elif self.stopping:
-            action = "drain"
-        else:
-            action = "worker died"
-        self.pending_acks.append(PendingAck(job_id, token, action, timeout))
+        action = "drain" if self.stopping else "worker died"
+        if child.killed_job is not None:
+            job_id, token, timeout = child.killed_job
+            if child.kill_reason == "timeout":
+                action = "timeout"
+            self.pending_acks.append(PendingAck(job_id, token, action, timeout))
+        elif state is not None and state.job_id:  # type: ignore[attr-defined]
+            job_id, token, timeout = state.job_id, state.token, state.job_timeout  # type: ignore[attr-defined]
+            self.pending_acks.append(PendingAck(job_id, token, action, timeout))
+        # A worker that died inside a claim (or a complete that claims the next job) holds a
+        # job its slot never showed: Redis knows it, under the worker's last claim.
+        self.pending_acks.append(PendingAck("", 0, action, claimed_by=child.name))
 
     def _plan_respawn(self, child: Child, now: float, *, failed: bool, booting: bool) -> None:
         if booting:
@@ -449,6 +450,10 @@ class Supervisor:
             self.pending_acks.pop(0)
 
     def _apply(self, ack: PendingAck) -> None:
+        if ack.claimed_by is not None:
+            ack = self._last_claim_of(ack)
+            if not ack.job_id:
+                return
         fields = {"job_id": ack.job_id}
         if ack.action == "timeout":
             error = f"timed out after {ack.timeout:g}s"
@@ -475,6 +480,19 @@ class Supervisor:
         elif outcome.code is Code.DEAD:
             metrics.count("dead", outcome.job_type)
             log.error("job_dead", extra={**fields, "reason": "recovery cap"})
+
+    def _last_claim_of(self, ack: PendingAck) -> PendingAck:
+        """Resolve "the job this dead worker claimed last" to that job, if it still holds it."""
+        keys, client = self.scripts.keys, self.scripts.redis
+        last = client.get(keys.last_claim(ack.claimed_by or ""))
+        if last is None:
+            return dataclasses.replace(ack, job_id="")
+        job_id = last.decode().partition("|")[2]
+        status, worker, token = client.hmget(keys.job(job_id), "status", "worker_id", "token")
+        if status != b"processing" or worker is None or worker.decode() != ack.claimed_by:
+            return dataclasses.replace(ack, job_id="")  # finished, requeued, or claimed anew
+        # release checks the token again, inside its script: a claim since then is left alone.
+        return dataclasses.replace(ack, job_id=job_id, token=int(token))
 
     # -- reporting ---------------------------------------------------------------------------
 

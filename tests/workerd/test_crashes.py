@@ -246,3 +246,25 @@ def test_a_child_silent_outside_a_job_is_killed_and_replaced(
     wait_until(
         lambda: [p for p in workerd.children("worker") if p != worker], 5, "a replacement worker"
     )
+
+
+def test_a_worker_killed_holding_a_job_its_slot_never_showed_gives_it_back_at_once(
+    start_workerd: Callable[..., Workerd], engine: Engine
+) -> None:
+    # A worker can die inside its claim (or inside the complete that claims its next job):
+    # Redis has given it a job its shared-memory slot does not show yet. Stand in for that
+    # moment: freeze the idle worker and claim a job in its name, then kill it.
+    workerd = start_workerd(WORKER_COUNT="1", TASK_VISIBILITY_TIMEOUT="30s")
+    [worker] = workerd.children("worker")
+    [started] = workerd.wait_for("worker_started", pid=worker)
+    os.kill(worker, signal.SIGSTOP)
+    job_id = engine.enqueue("noop")
+    claimed = engine.scripts.claim(started["worker_id"])
+    assert claimed is not None and claimed.id == job_id
+
+    os.kill(worker, signal.SIGKILL)
+
+    # Back and done long before its 30 s lease could expire.
+    job = engine.wait_for(job_id, JobState.COMPLETED, timeout=5)
+    assert (job.attempts, job.recoveries) == (1, 1)
+    workerd.wait_for("job_recovered", job_id=job_id)

@@ -1,0 +1,251 @@
+"""Account for every job of a fault run, and check the Redis invariants from raw Redis.
+
+Inputs: the client's enqueue records (job id and ok / failed / unknown), the journal the
+``journaled`` handler wrote (one line per execution that produced its side effect), and a
+Redis client. Nothing here goes through shared.queries: the invariants are read key by key,
+so a bug in the engine's own read path cannot hide one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from shared.keys import Keys
+
+OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
+LIVE_STATES = ("pending", "scheduled", "processing", "retrying")
+FINISHED_STATES = ("completed", "canceled", "dead")
+STATES = LIVE_STATES + FINISHED_STATES
+# An acknowledged job that reached one of these is accounted for (canceled only on request).
+SETTLED = frozenset(FINISHED_STATES)
+
+
+@dataclass(frozen=True)
+class EnqueueRecord:
+    """What the client knows about one enqueue call."""
+
+    job_id: str
+    outcome: str  # OK (acknowledged), FAILED (definite error) or UNKNOWN (timeout / reset)
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One journal line: an execution that produced its side effect."""
+
+    job_id: str
+    start: float
+    end: float
+    pid: int | None = None
+    attempt: int | None = None
+    outcome: str = OK
+
+
+@dataclass
+class Report:
+    """The accounting of one run."""
+
+    acknowledged: int = 0
+    executions: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    lost: list[str] = field(default_factory=list)
+    # Executions beyond one per job; each is either overlapping an earlier one or sequential.
+    duplicates: int = 0
+    overlapping: list[str] = field(default_factory=list)  # job ids, one per overlapping run
+    sequential: list[str] = field(default_factory=list)  # job ids, one per sequential rerun
+    unexpected: list[str] = field(default_factory=list)  # executed, never acknowledged
+    completed_unexecuted: list[str] = field(default_factory=list)  # completed, no side effect
+    violations: list[str] = field(default_factory=list)  # Redis invariants broken
+
+    @property
+    def overlapping_duplicates(self) -> int:
+        """Return how many executions overlapped an earlier execution of the same job."""
+        return len(self.overlapping)
+
+    @property
+    def sequential_duplicates(self) -> int:
+        """Return how many executions re-ran a job after an earlier execution ended."""
+        return len(self.sequential)
+
+    def summary(self) -> dict[str, Any]:
+        """Return the figures as a flat dict (for printing and docs/RELIABILITY.md)."""
+        return {
+            "acknowledged": self.acknowledged,
+            "executions": self.executions,
+            "lost": len(self.lost),
+            "duplicates": self.duplicates,
+            "overlapping": self.overlapping_duplicates,
+            "sequential": self.sequential_duplicates,
+            "unexpected": len(self.unexpected),
+            "completed_unexecuted": len(self.completed_unexecuted),
+            "violations": len(self.violations),
+            "statuses": dict(sorted(self.statuses.items())),
+        }
+
+
+def read_journal(path: Path | str) -> list[Execution]:
+    """Read the complete lines of a journal (a missing file is an empty journal)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    executions = []
+    for line in path.read_text().split("\n")[:-1]:  # a torn last line is not an execution
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        executions.append(
+            Execution(
+                job_id=rec["id"],
+                start=float(rec["start"]),
+                end=float(rec["end"]),
+                pid=rec.get("pid"),
+                attempt=rec.get("attempt"),
+                outcome=rec.get("outcome", OK),
+            )
+        )
+    return executions
+
+
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _statuses(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> dict[str, str | None]:
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hget(keys.job(job_id), "status")
+    return {i: _text(s) for i, s in zip(job_ids, pipe.execute(), strict=True)}
+
+
+def account(
+    records: Iterable[EnqueueRecord], executions: Iterable[Execution]
+) -> tuple[list[str], list[str], list[str], dict[str, list[Execution]]]:
+    """Split duplicates: return (overlapping ids, sequential ids, unexpected ids, by job)."""
+    acked = {r.job_id for r in records if r.outcome == OK}
+    by_job: dict[str, list[Execution]] = defaultdict(list)
+    for ex in executions:
+        by_job[ex.job_id].append(ex)
+    overlapping, sequential = [], []
+    for job_id, runs in by_job.items():
+        runs.sort(key=lambda e: (e.start, e.end))
+        latest_end = runs[0].end
+        for run in runs[1:]:
+            # Intervals are closed: a rerun that starts before an earlier one ended overlaps.
+            (overlapping if run.start < latest_end else sequential).append(job_id)
+            latest_end = max(latest_end, run.end)
+    unexpected = sorted(j for j in by_job if j not in acked)
+    return overlapping, sequential, unexpected, by_job
+
+
+def check(
+    records: Sequence[EnqueueRecord],
+    executions: Sequence[Execution],
+    client: redis.Redis,
+    keys: Keys | None = None,
+    *,
+    journaled: Iterable[str] | None = None,
+) -> Report:
+    """Account for every job and check the invariants; `journaled` = ids whose handler journals.
+
+    By default every acknowledged job is expected to journal its execution; pass the ids that
+    do (e.g. all but a poison pill) to limit the completed-without-side-effect check.
+    """
+    keys = keys or Keys()
+    report = Report(executions=len(executions))
+    acked = [r.job_id for r in records if r.outcome == OK]
+    report.acknowledged = len(acked)
+    overlapping, sequential, unexpected, by_job = account(records, executions)
+    report.overlapping, report.sequential, report.unexpected = overlapping, sequential, unexpected
+    report.duplicates = len(overlapping) + len(sequential)
+    statuses = _statuses(client, keys, acked)
+    report.statuses = dict(Counter(s or "missing" for s in statuses.values()))
+    report.lost = sorted(j for j, s in statuses.items() if s not in SETTLED)
+    expect_effect = set(acked if journaled is None else journaled)
+    report.completed_unexecuted = sorted(
+        j
+        for j, s in statuses.items()
+        if s == "completed" and j in expect_effect and j not in by_job
+    )
+    report.violations = invariant_violations(client, keys)
+    return report
+
+
+def _scan(client: redis.Redis) -> list[str]:
+    return [_text(k) for k in client.scan_iter(match="*", count=1000)]  # type: ignore[misc]
+
+
+def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[str]:
+    """Return every broken invariant, read from raw Redis (an empty list when all hold).
+
+    - no key outside the prefix;
+    - each job hash is in exactly one state index, the one its status names (pending also
+      in pending_since), and a live job's index entry has a job hash;
+    - every processing job has a lease (a score in processing) and a non-empty token;
+    - every key that is not live state (indexes, counters, live jobs) has a TTL.
+    """
+    keys = keys or Keys()
+    problems: list[str] = []
+    all_keys = _scan(client)
+    problems += [
+        f"key outside the prefix: {k!r}" for k in all_keys if not k.startswith(keys.prefix)
+    ]
+
+    members: dict[str, dict[str, float]] = {}
+    for state in STATES:
+        raw = client.zrange(keys.state_index(state), 0, -1, withscores=True)
+        ids: dict[str, float] = {}
+        for member, score in raw:
+            text = _text(member) or ""
+            job_id = text.split(":", 1)[1] if state == "pending" else text
+            ids[job_id] = score
+        members[state] = ids
+    since = {_text(m) for m in client.zrange(keys.pending_since, 0, -1)}
+    if since != set(members["pending"]):
+        problems.append(
+            f"pending and pending_since disagree: {sorted(since ^ set(members['pending']))}"
+        )
+
+    fixed = {keys.state_index(s) for s in STATES}
+    fixed |= {keys.pending_since, keys.seq, keys.wake, keys.workers}
+    job_keys = [k for k in all_keys if k.startswith(keys.job_prefix)]
+    pipe = client.pipeline(transaction=False)
+    for k in job_keys:
+        pipe.hmget(k, "status", "token")
+        pipe.pttl(k)
+    replies = pipe.execute()
+    hashed: set[str] = set()
+    for n, k in enumerate(job_keys):
+        status, token = (_text(v) for v in replies[2 * n])
+        ttl = replies[2 * n + 1]
+        job_id = k[len(keys.job_prefix) :]
+        hashed.add(job_id)
+        where = [s for s in STATES if job_id in members[s]]
+        if len(where) != 1 or where[0] != status:
+            problems.append(f"job {job_id} has status {status!r} but is in indexes {where}")
+        if status == "processing" and job_id not in members["processing"]:
+            problems.append(f"processing job {job_id} has no lease")
+        if status == "processing" and not token:
+            problems.append(f"processing job {job_id} has no token")
+        if status not in LIVE_STATES and ttl == -1:
+            problems.append(f"{status or 'unknown'} job {job_id} has no TTL")
+    for state in LIVE_STATES:
+        for job_id in members[state]:
+            if job_id not in hashed:
+                problems.append(f"{state} index holds {job_id}, which has no job hash")
+
+    others = [k for k in all_keys if k.startswith(keys.prefix) and k not in fixed]
+    others = [k for k in others if not k.startswith(keys.job_prefix)]
+    if others:
+        pipe = client.pipeline(transaction=False)
+        for k in others:
+            pipe.pttl(k)
+        for k, ttl in zip(others, pipe.execute(), strict=True):
+            if ttl == -1:
+                problems.append(f"key without a TTL: {k!r}")
+    return problems

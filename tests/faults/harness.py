@@ -1,0 +1,171 @@
+"""The fault harness: enqueue with records, inject faults into a real workerd, measure.
+
+Builds on tests/workerd/conftest.py (the ``start_workerd`` factory, leftover-process checks by
+marker) and tests/support/tcp_proxy.py. Every wait polls a condition against a deadline; the
+only sleeps are the deliberate fault cadence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from shared.jobs import validate_enqueue
+from shared.keys import Keys
+from shared.scripts import Scripts
+from tests.faults.checker import OK, SETTLED, UNKNOWN, EnqueueRecord
+from tests.workerd.conftest import Workerd, alive, wait_until
+
+HANDLERS = "workerd.demo,tests.faults.handlers_for_faults"
+# The settings of the issue: a 2 s visibility timeout so a lost lease is recovered quickly.
+FAULT_ENV = {
+    "WORKER_COUNT": "2",
+    "TASK_VISIBILITY_TIMEOUT": "2s",
+    "TASKFORGE_HANDLERS": HANDLERS,
+}
+
+
+def enqueue_journaled(
+    scripts: Scripts, count: int, journal: Path, *, sleep: float = 0.0
+) -> list[EnqueueRecord]:
+    """Enqueue `count` journaled jobs through the engine; record each as ok or unknown."""
+    records = []
+    for _ in range(count):
+        body = {"type": "journaled", "payload": {"file": str(journal), "sleep": sleep}}
+        records.append(enqueue_one(scripts, body))
+    return records
+
+
+def enqueue_one(scripts: Scripts, body: dict[str, Any]) -> EnqueueRecord:
+    """Enqueue one job under a fresh id; a connection error leaves its outcome unknown."""
+    job_id = str(uuid.uuid4())
+    try:
+        result = scripts.enqueue(validate_enqueue(body), job_id)
+    except (redis.ConnectionError, redis.TimeoutError):
+        return EnqueueRecord(job_id, UNKNOWN)
+    assert result.created, result
+    return EnqueueRecord(job_id, OK)
+
+
+def settled(client: redis.Redis, job_ids: Sequence[str], keys: Keys | None = None) -> bool:
+    """Return whether every job is completed, canceled or dead (raw HGETs in one pipeline)."""
+    keys = keys or Keys()
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hget(keys.job(job_id), "status")
+    return all(s is not None and s.decode() in SETTLED for s in pipe.execute())
+
+
+def wait_settled(
+    client: redis.Redis, job_ids: Sequence[str], timeout: float, workerd: Workerd | None = None
+) -> float:
+    """Wait until every job is finished; return when that was seen (time.monotonic())."""
+
+    def done() -> bool:
+        if workerd is not None and workerd.proc.poll() is not None:
+            raise AssertionError(f"workerd exited ({workerd.proc.returncode})\n{workerd.tail()}")
+        return settled(client, job_ids)
+
+    wait_until(done, timeout, f"{len(job_ids)} jobs to finish")
+    return time.monotonic()
+
+
+@dataclass
+class Kill:
+    """One SIGKILL the harness sent."""
+
+    pid: int
+    at: float  # time.time()
+    job_id: str | None  # the job the worker last started, per its log
+
+
+def _ts(record: dict[str, Any]) -> float:
+    return datetime.fromisoformat(record["ts"].replace("Z", "+00:00")).timestamp()
+
+
+# A worker's log events that end its current job (it is then idle until the next job_started).
+FINISH_EVENTS = frozenset(
+    {"job_completed", "job_retry_scheduled", "job_dead", "job_released", "job_stale_ack"}
+)
+
+
+def busy_workers(workerd: Workerd) -> dict[int, str]:
+    """Return live worker pids running a job (started, not yet finished), with the job."""
+    started: dict[int, str] = {}
+    for rec in workerd.logs():
+        if rec.get("event") == "job_started":
+            started[rec["pid"]] = rec["job_id"]
+        elif rec.get("event") in FINISH_EVENTS and started.get(rec.get("pid", -1)) == rec.get(
+            "job_id"
+        ):
+            del started[rec["pid"]]
+    return {pid: started[pid] for pid in workerd.children("worker") if pid in started}
+
+
+def kill_workers(
+    workerd: Workerd,
+    *,
+    duration: float,
+    interval: float,
+    rng: random.Random,
+    stop_when: Any = None,
+) -> list[Kill]:
+    """SIGKILL a random worker that is mid-job every `interval` s for `duration` s.
+
+    Only workers that already started a job are chosen, so no child dies while booting (the
+    supervisor halts after five boot failures in a row, which is not this fault).
+    """
+    kills: list[Kill] = []
+    deadline = time.monotonic() + duration
+    while time.monotonic() < deadline:
+        if stop_when is not None and stop_when():
+            break
+        candidates = busy_workers(workerd)
+        if candidates:
+            pid = rng.choice(sorted(candidates))
+            if alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    kills.append(Kill(pid, time.time(), candidates[pid]))
+        time.sleep(interval)  # the fault cadence, not a synchronisation
+    return kills
+
+
+def recovery_times(workerd: Workerd, kills: Iterable[Kill]) -> list[float]:
+    """For each kill, seconds until the killed job started again in another process."""
+    started = [(rec["job_id"], rec["pid"], _ts(rec)) for rec in workerd.events("job_started")]
+    times = []
+    for kill in kills:
+        again = [
+            t
+            for job_id, pid, t in started
+            if job_id == kill.job_id and pid != kill.pid and t >= kill.at - 0.001
+        ]
+        if again:
+            times.append(max(0.0, min(again) - kill.at))
+    return times
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Return the q-quantile (0..1, nearest rank) of `values`, None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def print_figures(scenario: str, figures: dict[str, Any]) -> None:
+    """Print one scenario's figures as a single JSON line (``pytest -s`` shows them)."""
+    print(f"\nFAULT-FIGURES {scenario} " + json.dumps(figures, sort_keys=True, default=str))

@@ -1,0 +1,201 @@
+"""Unit tests of the checker: hand-made journals and a seeded private Redis."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import redis
+
+from shared.jobs import validate_enqueue
+from shared.keys import Keys
+from shared.scripts import Scripts
+from tests.faults.checker import (
+    FAILED,
+    OK,
+    UNKNOWN,
+    EnqueueRecord,
+    Execution,
+    check,
+    invariant_violations,
+    read_journal,
+)
+
+KEYS = Keys()
+
+
+def enqueue(scripts: Scripts) -> str:
+    job_id = str(uuid.uuid4())
+    assert scripts.enqueue(validate_enqueue({"type": "journaled"}), job_id).created
+    return job_id
+
+
+def complete(scripts: Scripts, job_id: str) -> None:
+    job = scripts.claim("w1")
+    assert job is not None and job.id == job_id
+    scripts.complete(job.id, job.token, "{}")
+
+
+def test_clean_run_has_nothing_to_report(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    a, b = enqueue(scripts), enqueue(scripts)
+    complete(scripts, a)
+    complete(scripts, b)
+    records = [EnqueueRecord(a, OK), EnqueueRecord(b, OK)]
+    runs = [Execution(a, 1.0, 2.0), Execution(b, 2.0, 3.0)]
+    report = check(records, runs, r)
+    assert report.summary()["lost"] == 0
+    assert report.lost == [] and report.duplicates == 0 and report.unexpected == []
+    assert report.violations == [], report.violations
+    assert report.statuses == {"completed": 2}
+
+
+def test_acknowledged_job_never_finished_is_lost(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    done, stuck = enqueue(scripts), enqueue(scripts)
+    complete(scripts, done)
+    records = [EnqueueRecord(done, OK), EnqueueRecord(stuck, OK)]
+    report = check(records, [Execution(done, 1.0, 2.0)], r)
+    assert report.lost == [stuck]
+    assert report.violations == []  # a pending job is a consistent state, just not finished
+
+
+def test_acknowledged_job_whose_hash_vanished_is_lost(r: redis.Redis) -> None:
+    gone = str(uuid.uuid4())
+    report = check([EnqueueRecord(gone, OK)], [], r)
+    assert report.lost == [gone]
+    assert report.statuses == {"missing": 1}
+
+
+def test_overlapping_and_sequential_duplicates_are_told_apart(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    twice, thrice = enqueue(scripts), enqueue(scripts)
+    complete(scripts, twice)
+    complete(scripts, thrice)
+    records = [EnqueueRecord(twice, OK), EnqueueRecord(thrice, OK)]
+    runs = [
+        Execution(twice, 1.0, 3.0),
+        Execution(twice, 2.0, 4.0),  # starts before the first ended: overlapping
+        Execution(thrice, 1.0, 2.0),
+        Execution(thrice, 5.0, 6.0),  # after: sequential
+        Execution(thrice, 7.0, 8.0),  # sequential again
+    ]
+    report = check(records, runs, r)
+    assert report.overlapping == [twice]
+    assert sorted(report.sequential) == [thrice, thrice]
+    assert report.duplicates == 3
+    assert report.lost == []
+
+
+def test_overlap_is_found_against_any_earlier_execution(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job = enqueue(scripts)
+    complete(scripts, job)
+    # The third run starts after the second ended but before the long first one did.
+    runs = [Execution(job, 0.0, 10.0), Execution(job, 1.0, 2.0), Execution(job, 3.0, 4.0)]
+    report = check([EnqueueRecord(job, OK)], runs, r)
+    assert report.overlapping_duplicates == 2
+    assert report.sequential_duplicates == 0
+
+
+def test_execution_never_acknowledged_is_unexpected(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    acked, unknown = enqueue(scripts), enqueue(scripts)
+    complete(scripts, acked)
+    complete(scripts, unknown)
+    stranger = str(uuid.uuid4())
+    records = [EnqueueRecord(acked, OK), EnqueueRecord(unknown, UNKNOWN)]
+    runs = [Execution(acked, 1, 2), Execution(unknown, 1, 2), Execution(stranger, 1, 2)]
+    report = check(records, runs, r)
+    assert report.unexpected == sorted([unknown, stranger])
+    assert report.acknowledged == 1
+
+
+def test_failed_enqueue_is_not_counted_as_acknowledged(r: redis.Redis) -> None:
+    report = check([EnqueueRecord(str(uuid.uuid4()), FAILED)], [], r)
+    assert report.acknowledged == 0 and report.lost == []
+
+
+def test_completed_without_side_effect_is_reported(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job = enqueue(scripts)
+    complete(scripts, job)
+    report = check([EnqueueRecord(job, OK)], [], r)
+    assert report.completed_unexecuted == [job]
+    assert check([EnqueueRecord(job, OK)], [], r, journaled=[]).completed_unexecuted == []
+
+
+def test_job_in_two_indexes_is_flagged(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job = enqueue(scripts)
+    complete(scripts, job)
+    r.zadd(KEYS.dead, {job: 1})
+    problems = invariant_violations(r)
+    assert any(job in p and "indexes" in p for p in problems), problems
+
+
+def test_status_disagreeing_with_its_index_is_flagged(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job = enqueue(scripts)
+    r.hset(KEYS.job(job), "status", "retrying")
+    problems = invariant_violations(r)
+    assert any(job in p and "'retrying'" in p for p in problems), problems
+
+
+def test_processing_job_without_lease_is_flagged(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job = enqueue(scripts)
+    claimed = scripts.claim("w1")
+    assert claimed is not None and claimed.id == job
+    assert invariant_violations(r) == []
+    r.zrem(KEYS.processing, job)
+    problems = invariant_violations(r)
+    assert f"processing job {job} has no lease" in problems, problems
+
+
+def test_processing_job_without_token_is_flagged(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job = enqueue(scripts)
+    assert scripts.claim("w1") is not None
+    r.hdel(KEYS.job(job), "token")
+    assert f"processing job {job} has no token" in invariant_violations(r)
+
+
+def test_job_hash_without_index_entry_is_flagged(r: redis.Redis) -> None:
+    orphan = str(uuid.uuid4())
+    r.hset(KEYS.job(orphan), mapping={"status": "pending", "id": orphan})
+    problems = invariant_violations(r)
+    assert any(orphan in p and "[]" in p for p in problems), problems
+
+
+def test_live_index_entry_without_job_hash_is_flagged(r: redis.Redis) -> None:
+    ghost = str(uuid.uuid4())
+    r.zadd(KEYS.processing, {ghost: 1})
+    problems = invariant_violations(r)
+    assert f"processing index holds {ghost}, which has no job hash" in problems, problems
+
+
+def test_key_outside_prefix_and_key_without_ttl_are_flagged(r: redis.Redis) -> None:
+    r.set("stray", "1")
+    r.set(KEYS.idempotency("k"), "1")  # non-live, yet no TTL
+    problems = invariant_violations(r)
+    assert "key outside the prefix: 'stray'" in problems, problems
+    assert f"key without a TTL: {KEYS.idempotency('k')!r}" in problems, problems
+
+
+def test_finished_job_without_ttl_is_flagged(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job = enqueue(scripts)
+    complete(scripts, job)
+    assert invariant_violations(r) == []
+    r.persist(KEYS.job(job))
+    assert f"completed job {job} has no TTL" in invariant_violations(r)
+
+
+def test_read_journal_skips_a_torn_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    line = {"id": "a", "start": 1.0, "end": 2.0, "pid": 7, "attempt": 1, "outcome": "ok"}
+    path.write_text(json.dumps(line) + "\n" + '{"id": "b", "sta')
+    assert read_journal(path) == [Execution("a", 1.0, 2.0, pid=7, attempt=1)]
+    assert read_journal(tmp_path / "missing.jsonl") == []

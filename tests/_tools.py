@@ -7,13 +7,18 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import redis
 
 START_TIMEOUT = 10.0  # seconds for a fresh redis-server to answer PING
+POLL_INTERVAL = 0.01
+
+T = TypeVar("T")
 
 
 def in_ci() -> bool:
@@ -30,6 +35,20 @@ def require_tool(name: str) -> str:
             pytest.fail(f"{message} (CI must provide it: bin/test installs what it can)")
         pytest.skip(message)
     return path
+
+
+def wait_until(
+    condition: Callable[[], T], timeout: float, what: str, interval: float = POLL_INTERVAL
+) -> T:
+    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
 
 
 def free_port() -> int:

@@ -9,17 +9,16 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
-from tests._tools import free_port, in_ci, require_tool
+from tests._tools import free_port, in_ci, require_tool, wait_until
 from tests.workerd.conftest import MARKER_ENV, marked_processes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,9 +27,7 @@ DEMO_PORTS = (8080, 8081)  # the demo's curl commands name these ports
 READY_TIMEOUT = 90.0  # bin/run may first install the .venv dependencies
 DEMO_TIMEOUT = 60.0  # the demo sleeps about 5 s; the rest is curl against localhost
 STOP_TIMEOUT = 45.0  # bin/run gives each part 30 s, then SIGKILLs it
-POLL = 0.1
 
-T = TypeVar("T")
 
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.MULTILINE | re.DOTALL)
 
@@ -48,17 +45,6 @@ def shell_blocks(heading: str) -> list[str]:
     blocks = [body for lang, body in FENCE.findall(_section(heading)) if lang in ("sh", "bash")]
     assert blocks, f"README.md's '{heading}' section has no sh block"
     return blocks
-
-
-def _wait(condition: Callable[[], T], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(POLL)
 
 
 def _port_taken(port: int) -> bool:
@@ -134,7 +120,7 @@ def stack() -> Iterator[subprocess.Popen[str]]:
         )
         try:
             try:
-                _wait(
+                wait_until(
                     lambda: run.poll() is not None or all(_ready(p) for p in DEMO_PORTS),
                     READY_TIMEOUT,
                     "gateway and workerd /ready",
@@ -149,7 +135,7 @@ def stack() -> Iterator[subprocess.Popen[str]]:
                 assert run.wait(timeout=STOP_TIMEOUT) == 0
             except subprocess.TimeoutExpired:
                 raise AssertionError(f"bin/run did not stop within {STOP_TIMEOUT:g}s") from None
-            _wait(lambda: not marked_processes(marker), 5, "every bin/run process to exit")
+            wait_until(lambda: not marked_processes(marker), 5, "every bin/run process to exit")
         finally:
             if run.poll() is None:
                 os.killpg(run.pid, signal.SIGKILL)

@@ -13,13 +13,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import redis
@@ -28,27 +27,13 @@ import yaml
 from shared.config import VARIABLES
 from shared.jobs import JobState
 from shared.keys import Keys
-from tests._tools import RedisServer, free_port
+from tests._tools import RedisServer, free_port, wait_until
 from tests.deploy.conftest import DEPLOY, ROOT
 from tests.workerd.conftest import MARKER_ENV, Engine, marked_processes
-
-T = TypeVar("T")
 
 READY_TIMEOUT = 30.0
 JOB_TIMEOUT = 15.0
 STOP_TIMEOUT = 20.0
-POLL = 0.05
-
-
-def _wait(condition: Callable[[], T], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(POLL)
 
 
 def _request(url: str, body: Any = None) -> tuple[int, Any]:
@@ -116,14 +101,16 @@ class Stack:
                 assert self.proc.poll() is None, f"honcho exited early:\n{self.log()}"
                 return _request(url)[0] == 200
 
-            _wait(ready, READY_TIMEOUT, url)
+            wait_until(ready, READY_TIMEOUT, url)
 
     def stop(self) -> None:
         """Stop honcho with SIGTERM, as a host does, and wait until every process is gone."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(timeout=STOP_TIMEOUT)
-        _wait(lambda: not self.processes(), STOP_TIMEOUT, f"every process to exit\n{self.log()}")
+        wait_until(
+            lambda: not self.processes(), STOP_TIMEOUT, f"every process to exit\n{self.log()}"
+        )
 
     def kill(self) -> list[int]:
         """Kill whatever is left (honcho and every marked process); return what was left."""
@@ -173,10 +160,10 @@ def test_honcho_serves_jobs_and_stops_on_sigterm_without_losing_one(
 ) -> None:
     ids = [_enqueue(stack, {"type": "noop", "payload": {"n": n}}) for n in range(3)]
     for job_id in ids:
-        _wait(lambda j=job_id: _status(stack, j) == "completed", JOB_TIMEOUT, f"{job_id} done")
+        wait_until(lambda j=job_id: _status(stack, j) == "completed", JOB_TIMEOUT, f"{job_id} done")
 
     sleeper = _enqueue(stack, {"type": "sleep", "payload": {"seconds": 2}})
-    _wait(lambda: _status(stack, sleeper) == "processing", JOB_TIMEOUT, "the sleep job to run")
+    wait_until(lambda: _status(stack, sleeper) == "processing", JOB_TIMEOUT, "the sleep job to run")
     stack.stop()
     log = stack.log()
     assert "sending SIGKILL" not in log, log  # all exited on SIGTERM, within honcho's 5 s
@@ -190,7 +177,7 @@ def test_honcho_sigterm_during_a_job_longer_than_the_grace_puts_it_back_to_pendi
     stack: Stack, r: redis.Redis
 ) -> None:
     job_id = _enqueue(stack, {"type": "sleep", "payload": {"seconds": 30}})
-    _wait(lambda: _status(stack, job_id) == "processing", JOB_TIMEOUT, "the sleep job to run")
+    wait_until(lambda: _status(stack, job_id) == "processing", JOB_TIMEOUT, "the sleep job to run")
     stack.stop()
     log = stack.log()
     assert "sending SIGKILL" not in log, log  # released after the grace, before honcho's SIGKILL

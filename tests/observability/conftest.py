@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable
 from typing import TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests._tools import wait_until
 from tests.gateway.conftest import start_gateway  # noqa: F401 (a fixture)
 from tests.workerd.conftest import engine, start_workerd  # noqa: F401 (fixtures)
 
@@ -34,16 +33,7 @@ def total(parsed: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: st
     return sum(value for (sample, _), value in parsed.items() if sample == name)
 
 
-def poll(condition: Callable[[], T], timeout: float, what: str) -> T:
-    """Poll `condition` until truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(0.02)
+poll = wait_until  # the name these tests use
 
 
 def gauge(text: str, name: str) -> float | None:

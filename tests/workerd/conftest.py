@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from shared.jobs import Job, JobState, validate_enqueue
 from shared.keys import Keys
 from shared.queries import get_job
 from shared.scripts import Scripts
-from tests._tools import RedisServer, free_port
+from tests._tools import RedisServer, free_port, wait_until
 
 T = TypeVar("T")
 
@@ -54,19 +53,6 @@ READY_TIMEOUT = 15.0
 # SIGTERM to exit: drain grace + the supervisor's helper stop and final-ack windows (5 s each).
 STOP_TIMEOUT = 20.0
 LEFTOVER_TIMEOUT = 5.0
-POLL_INTERVAL = 0.01
-
-
-def wait_until(condition: Callable[[], T], timeout: float, what: str) -> T:
-    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        time.sleep(POLL_INTERVAL)
 
 
 def marked_processes(marker: str) -> list[int]:

@@ -349,9 +349,11 @@ class Supervisor:
             self._kill(child, "halt")
         deadline = time.monotonic() + 5
         while self.children and time.monotonic() < deadline:
-            self._reap_blocking(deadline)
+            self._reap_quietly(deadline)
 
-    def _reap_blocking(self, deadline: float) -> None:
+    def _reap_quietly(self, deadline: float) -> None:
+        # Not _reap: after a halt, a child's exit must not plan a respawn or count (and raise)
+        # another boot failure.
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
@@ -364,18 +366,14 @@ class Supervisor:
 
     def _stop_helpers(self) -> None:
         """Stop the scheduler and the observability server, after the workers are gone."""
-        for child in self.children.values():
-            self._kill(child, "shutdown", signal.SIGTERM)
-        deadline = time.monotonic() + SCHEDULER_STOP_GRACE
-        while self.children and time.monotonic() < deadline:
-            self._reap(time.monotonic())
-            if self.children:
-                select.select([self._wake_r], [], [], TICK)
-        for child in list(self.children.values()):
-            self._kill(child, "shutdown")
-        deadline = time.monotonic() + SCHEDULER_STOP_GRACE
-        while self.children and time.monotonic() < deadline:
-            self._reap_blocking(deadline)
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # ask, then insist
+            for child in list(self.children.values()):
+                self._kill(child, "shutdown", sig)
+            deadline = time.monotonic() + SCHEDULER_STOP_GRACE
+            while self.children and time.monotonic() < deadline:
+                self._reap(time.monotonic())
+                if self.children:
+                    select.select([self._wake_r], [], [], TICK)
 
     # -- leases, timeouts, silence ---------------------------------------------------------------
 

@@ -51,6 +51,14 @@ log = logging.getLogger(__name__)
 TICK = 0.1  # seconds between loop iterations when nothing wakes the loop sooner
 REGISTRY_INTERVAL = 2.0
 BOOT_FAILURE_LIMIT = 5  # consecutive children dying before they are up → halt
+# Respawn delays double from 0.1 s per quick death of a slot. A child that dies while booting
+# waits up to 5 s (a crash loop; the halt above ends it). A child that was up and serving --
+# killed by the OOM killer, an operator, or a handler that crashes the process -- waits at
+# most 1 s: its job is already back in the queue, and an empty slot only slows the queue
+# down. The poison pill that kills every worker it meets is bounded by the recovery cap.
+RESPAWN_FIRST = 0.1
+RESPAWN_CAP_BOOTING = 5.0
+RESPAWN_CAP_UP = 1.0
 SCHEDULER_STOP_GRACE = 5.0
 FINAL_ACK_WINDOW = 5.0  # at exit, how long to keep trying to requeue jobs of killed workers
 
@@ -330,7 +338,8 @@ class Supervisor:
             self.failures[child.index] = 0
         failures = self.failures.get(child.index, 0) + (1 if failed else 0)
         self.failures[child.index] = failures
-        delay = 0.0 if failures <= 1 else min(5.0, 0.1 * 2 ** (failures - 2))
+        cap = RESPAWN_CAP_BOOTING if booting else RESPAWN_CAP_UP
+        delay = 0.0 if failures <= 1 else min(cap, RESPAWN_FIRST * 2 ** (failures - 2))
         self.respawn_at[child.index] = now + delay
 
     def _kill(self, child: Child, reason: str, sig: signal.Signals = signal.SIGKILL) -> None:

@@ -372,3 +372,34 @@ def test_process_stopped_tells_a_sigstopped_process() -> None:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     assert not process_stopped(pid)  # gone
+
+
+# --- respawn delays ----------------------------------------------------------------------------
+
+
+def _respawn_delays(*, booting: bool, deaths: int) -> list[float]:
+    """Plan `deaths` quick deaths of slot 0 and return the respawn delay after each."""
+    from shared.config import Settings
+    from workerd.children import Child
+    from workerd.supervisor import Supervisor
+
+    supervisor = Supervisor(Settings.from_env({"REDIS_URL": "redis://127.0.0.1:1/0"}))
+    delays = []
+    for n in range(deaths):
+        now = 100.0 + n  # each child lived one second: a quick death
+        child = Child("worker", 0, 1000 + n, f"w{n}", started=now - 1.0)
+        supervisor._plan_respawn(child, now, failed=True, booting=booting)
+        delays.append(round(supervisor.respawn_at[0] - now, 3))
+    return delays
+
+
+def test_a_worker_killed_while_serving_waits_at_most_a_second_to_come_back() -> None:
+    assert _respawn_delays(booting=False, deaths=8) == [0.0, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
+
+
+def test_a_child_dying_while_booting_backs_off_up_to_five_seconds() -> None:
+    from workerd.supervisor import Halt
+
+    assert _respawn_delays(booting=True, deaths=4) == [0.0, 0.1, 0.2, 0.4]
+    with pytest.raises(Halt):
+        _respawn_delays(booting=True, deaths=5)

@@ -14,6 +14,7 @@ from redis.retry import Retry
 from gateway import auth, dlq, errors, jobs, ops
 from gateway.body import MAX_BODY_BYTES
 from gateway.context import Gateway
+from gateway.fastpath import FastEnqueue
 from shared import log as shared_log
 from shared.config import Settings, load_or_exit
 from shared.keys import Keys
@@ -85,6 +86,7 @@ def create_app(
     auth.install(app, settings.api_token)
     for blueprint in (jobs.bp, dlq.bp, ops.bp):
         app.register_blueprint(blueprint)
+    app.wsgi_app = FastEnqueue(app)  # type: ignore[method-assign]  # POST /enqueue, lean
     warnings = list(settings.warnings)
     if settings.api_token is None:
         warnings.append(AUTH_DISABLED)

@@ -13,9 +13,8 @@ OPEN_ENDPOINTS = frozenset({"ops.health", "ops.ready"})
 REALM = 'Bearer realm="taskforge"'
 
 
-def _credentials() -> bytes | None:
-    """Return the token of an ``Authorization: Bearer <token>`` header, if there is one."""
-    header = request.headers.get("Authorization")
+def bearer_token(header: str | None) -> bytes | None:
+    """Return the token of an ``Authorization: Bearer <token>`` header value, if there is one."""
     if header is None:
         return None
     scheme, _, token = header.strip().partition(" ")
@@ -37,7 +36,7 @@ def install(app: Flask, token: str | None) -> None:
         # Unknown paths (endpoint None) are refused too: a stranger learns no routes.
         if request.endpoint in OPEN_ENDPOINTS:
             return
-        given = _credentials()
+        given = bearer_token(request.headers.get("Authorization"))
         if given is None:
             raise ApiError(
                 401,

@@ -83,7 +83,13 @@ def _http_error(exc: HTTPException) -> Response | HTTPException:
     return json_error(exc.code, messages.get(exc.code, exc.description or exc.name), headers)
 
 
-def _unexpected(exc: Exception) -> Response | HTTPException:
+def api_error_response(exc: ApiError) -> Response:
+    """Return the JSON answer of an ApiError."""
+    return json_error(exc.http_status, exc.message, exc.headers, **exc.fields)
+
+
+def unexpected_response(exc: Exception) -> Response | HTTPException:
+    """Return the answer to an exception no view handled: 503 for Redis outages, else 500."""
     if isinstance(exc, HTTPException):
         return _http_error(exc)
     if isinstance(exc, redis.exceptions.RedisError) and redis_unavailable(exc):
@@ -95,9 +101,7 @@ def _unexpected(exc: Exception) -> Response | HTTPException:
 
 def register(app: Flask) -> None:
     """Install the JSON error handlers on `app`."""
-    app.register_error_handler(
-        ApiError, lambda e: json_error(e.http_status, e.message, e.headers, **e.fields)
-    )
+    app.register_error_handler(ApiError, api_error_response)
     app.register_error_handler(BodyError, lambda e: json_error(e.status, str(e)))
     app.register_error_handler(HTTPException, _http_error)
-    app.register_error_handler(Exception, _unexpected)
+    app.register_error_handler(Exception, unexpected_response)

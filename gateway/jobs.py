@@ -39,13 +39,18 @@ def enqueue() -> Reply:
     try:
         doc, created = service.enqueue_one(gateway(), request, key, _client_trace())
     except IdempotencyConflict as exc:
-        raise ApiError(
-            409,
-            f"Idempotency-Key was already used for job {exc.job_id} with a different body",
-            job_id=exc.job_id,
-        ) from None
+        raise key_conflict(exc) from None
     metrics.ENQUEUE_SECONDS.observe(time.perf_counter() - started)
     return doc, 201 if created else 200, {"Location": f"/jobs/{doc['id']}"}
+
+
+def key_conflict(exc: IdempotencyConflict) -> ApiError:
+    """Return the 409 for an Idempotency-Key reused with a different body."""
+    return ApiError(
+        409,
+        f"Idempotency-Key was already used for job {exc.job_id} with a different body",
+        job_id=exc.job_id,
+    )
 
 
 @route(bp, "POST", "/enqueue/batch")

@@ -1,0 +1,183 @@
+"""Every configuration compared: how to start its workers and what it guarantees.
+
+Controller side (TaskForge's .venv): this module imports no peer library. Each configuration
+names the virtualenv its producer and workers run in (bench.peers.venvs), the producer module
+(run as ``python -m``), and the worker processes to start for N one-job-at-a-time workers.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.peers import venvs
+
+Argv = list[str]
+
+
+@dataclass(frozen=True)
+class Config:
+    """One system in one configuration."""
+
+    key: str
+    label: str
+    system: str  # "taskforge" or a peer's venv name (bench.peers.venvs.PINS)
+    producer: str  # module run with `python -m` for enqueue / fill / warm / latency
+    workers: Callable[[int], list[Argv]]  # N worker processes → commands to start
+    guarantee: str
+    config: str  # the settings, in words, for the configuration table
+    env: dict[str, str] = field(default_factory=dict)
+    gateway: bool = False  # also run the HTTP gateway; the producer POSTs /enqueue
+    jobs: int | None = None  # drain size when it must differ from the run's (say why)
+    jobs_note: str = ""
+
+    def bin(self, name: str) -> str:
+        """Return the path of an executable in this configuration's environment."""
+        if self.system == "taskforge":
+            return str(Path(sys.executable).parent / name)
+        return str(venvs.venv_dir(self.system) / "bin" / name)
+
+
+def _rq(worker_class: str | None) -> Callable[[int], list[Argv]]:
+    def commands(n: int) -> list[Argv]:
+        argv = ["{bin}/rq", "worker", "-u", "{url}", "--logging_level", "INFO"]
+        if worker_class:
+            argv += ["-w", worker_class]
+        return [[*argv, "bench"] for _ in range(n)]
+
+    return commands
+
+
+def _celery(n: int) -> list[Argv]:
+    app = ["{bin}/celery", "-A", "bench.peers.celery_bench", "worker", "-P", "prefork"]
+    return [[*app, "-c", str(n), "-l", "INFO", "--prefetch-multiplier", "1"]]
+
+
+def _dramatiq(threads: int) -> Callable[[int], list[Argv]]:
+    def commands(n: int) -> list[Argv]:
+        return [["{bin}/dramatiq", "bench.peers.dramatiq_bench", "-p", str(n), "-t", str(threads)]]
+
+    return commands
+
+
+def _huey(n: int) -> list[Argv]:
+    return [["{bin}/huey_consumer", "bench.peers.huey_bench.huey", "-k", "process", "-w", str(n)]]
+
+
+def _workerd(n: int) -> list[Argv]:
+    return [["{bin}/python", "-m", "workerd"]]  # WORKER_COUNT comes from the environment
+
+
+AT_LEAST_ONCE_TF = (
+    "at least once: a dead worker's job is given back at once by its supervisor, or when "
+    "its lease expires"
+)
+
+CONFIGS: tuple[Config, ...] = (
+    Config(
+        "taskforge",
+        "TaskForge",
+        "taskforge",
+        "bench.peers.taskforge_bench",
+        _workerd,
+        AT_LEAST_ONCE_TF,
+        "workerd, WORKER_COUNT=N, LOG_LEVEL=INFO, handler `bench_stamp`",
+    ),
+    Config(
+        "taskforge-http",
+        "TaskForge (HTTP)",
+        "taskforge",
+        "bench.peers.taskforge_bench",
+        _workerd,
+        AT_LEAST_ONCE_TF,
+        "as above, jobs sent by `POST /enqueue` to the gateway under gunicorn "
+        "(deploy/gunicorn.conf.py: 2 gthread workers × 32 threads), LOG_LEVEL=INFO",
+        gateway=True,
+    ),
+    Config(
+        "rq-fork",
+        "RQ (fork)",
+        "rq",
+        "bench.peers.rq_bench",
+        _rq(None),
+        "at most once: a job whose worker dies is not re-run; RQ marks it failed "
+        "(work horse killed, or abandoned once its StartedJobRegistry entry expires)",
+        "N × `rq worker` (default Worker: forks a work horse per job), --logging_level INFO",
+    ),
+    Config(
+        "rq-simple",
+        "RQ (no fork)",
+        "rq",
+        "bench.peers.rq_bench",
+        _rq("rq.worker.SimpleWorker"),
+        "at most once (as RQ fork)",
+        "N × `rq worker -w rq.worker.SimpleWorker` (runs jobs in the worker process), "
+        "--logging_level INFO",
+    ),
+    Config(
+        "celery",
+        "Celery (early ack)",
+        "celery",
+        "bench.peers.celery_bench",
+        _celery,
+        "at most once: the message is acknowledged before the task runs (Celery's default)",
+        "`celery worker -P prefork -c N --prefetch-multiplier 1 -l INFO`, Redis broker, "
+        "no result backend, task_acks_late=False (default)",
+    ),
+    Config(
+        "celery-late",
+        "Celery (acks_late)",
+        "celery",
+        "bench.peers.celery_bench",
+        _celery,
+        "at least once: acknowledged after the task; an unacknowledged message is "
+        "redelivered after the broker's visibility_timeout (1 h by default)",
+        "as Celery (early ack) with task_acks_late=True",
+        env={"BENCH_CELERY_ACKS_LATE": "1"},
+    ),
+    Config(
+        "dramatiq",
+        "Dramatiq (1 thread)",
+        "dramatiq",
+        "bench.peers.dramatiq_bench",
+        _dramatiq(1),
+        "at least once: acknowledged after the actor ran; a dead worker's messages are "
+        "requeued by another worker's heartbeat check",
+        "`dramatiq bench.peers.dramatiq_bench -p N -t 1`, RedisBroker, default middleware",
+    ),
+    Config(
+        "dramatiq-8",
+        "Dramatiq (8 threads)",
+        "dramatiq",
+        "bench.peers.dramatiq_bench",
+        _dramatiq(8),
+        "at least once (as Dramatiq, 1 thread)",
+        "`dramatiq … -p N -t 8` (Dramatiq's default thread count): up to 8 jobs at once per "
+        "process — not one at a time",
+    ),
+    Config(
+        "huey",
+        "Huey",
+        "huey",
+        "bench.peers.huey_bench",
+        _huey,
+        "none: a task is removed from Redis when dequeued; a killed worker loses it",
+        "`huey_consumer bench.peers.huey_bench.huey -k process -w N` (RedisHuey, blocking "
+        "dequeue), default log level INFO",
+    ),
+)
+
+BY_KEY = {config.key: config for config in CONFIGS}
+SYSTEMS = ("taskforge", "rq", "celery", "dramatiq", "huey")
+
+
+def selected(only: list[str] | None) -> list[Config]:
+    """Return the configurations named by --only (a system or a configuration key)."""
+    if not only:
+        return list(CONFIGS)
+    unknown = set(only) - set(BY_KEY) - set(SYSTEMS)
+    if unknown:
+        raise SystemExit(f"--only: unknown {sorted(unknown)}; choose from {sorted(BY_KEY)}")
+    return [c for c in CONFIGS if c.key in only or c.system in only]

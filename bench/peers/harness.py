@@ -1,0 +1,336 @@
+"""Run one configuration's workloads: drain, enqueue-to-start latency, enqueue, Redis cost.
+
+Controller side (TaskForge's .venv). Every process it starts gets its own process group and
+is stopped (SIGTERM, then SIGKILL after STOP_GRACE) when its block ends, error or not; every
+wait has a deadline.
+
+Methods (the same for every system, TaskForge included):
+
+- **drain**: pre-fill N jobs (untimed), start N workers, wait until N task records exist.
+  Rate = N / (last task end − first task start), from the records the task bodies wrote
+  (bench.peers.stamp): first job start to last job finish, excluding worker start-up. The
+  count of records must be exactly N (a lost or doubled job fails the run).
+- **Redis cost**: ``INFO`` before the workers start and as soon as the last record appears.
+  commands/job = Δ(sum of commandstats calls) / N, counting commands run inside Lua scripts
+  and MULTI/EXEC; round trips/job ≈ Δ total_reads_processed / N (the client requests Redis
+  read: a pipeline or a script call is one); CPU µs/job = Δ(used_cpu_sys + used_cpu_user) / N.
+  The window includes the workers' start-up and idle polling, which N jobs amortise.
+- **latency**: two idle workers; after warm-up jobs, the producer sends jobs 10 ms apart,
+  each carrying time.time() at sending; latency = the task's time.time() at start − that.
+- **enqueue**: one producer process, the library's call in a loop (and its bulk API), timed
+  by the producer around the calls, after one warm-up call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import redis
+
+from bench.peers.configs import Config
+from bench.peers.stamp import LINE
+from bench.redis_server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+STOP_GRACE = 10.0
+START_TIMEOUT = 60.0
+PRODUCER_TIMEOUT = 600.0
+
+
+def percentile(values: list[float], share: float) -> float:
+    """Return the `share` quantile by nearest rank (as bench.workers does)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
+
+
+def base_env(config: Config, url: str, stamps: Path) -> dict[str, str]:
+    """Return the environment of a configuration's processes."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("OTEL_", "PROMETHEUS_", "VIRTUAL_ENV", "PYTHON"))
+        and key not in ("REDIS_URL", "TASKFORGE_API_TOKEN")
+    }
+    env.update(config.env)
+    env.update(
+        BENCH_REDIS_URL=url,
+        BENCH_STAMP_DIR=str(stamps),
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+        OTEL_TRACING_ENABLED="false",
+    )
+    if config.system == "taskforge":
+        env.update(
+            REDIS_URL=url, LOG_LEVEL="INFO", TASKFORGE_HANDLERS="bench.peers.taskforge_tasks"
+        )
+    return env
+
+
+def python(config: Config) -> str:
+    """Return the interpreter of a configuration's environment."""
+    return config.bin("python")
+
+
+def produce(
+    config: Config, env: dict[str, str], *args: str, timeout: float = PRODUCER_TIMEOUT
+) -> dict:
+    """Run the configuration's producer with `args`; return the JSON it printed."""
+    out = subprocess.run(
+        [python(config), "-m", "bench.peers.runner", config.producer, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        start_new_session=True,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{config.key} producer {args} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+class Group:
+    """Processes started in their own process groups; stop() ends every one of them."""
+
+    def __init__(self, log: Path) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.log = log
+
+    def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        with self.log.open("ab") as out:
+            proc = subprocess.Popen(
+                argv,
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.procs.append(proc)
+        return proc
+
+    def check(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is not None:
+                tail = self.log.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{proc.args[:3]} exited with {proc.returncode}:\n{tail}")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            # Whatever is left of the group (children of a master that exited, too) is killed.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+        self.procs.clear()
+
+
+@contextlib.contextmanager
+def running(
+    config: Config, url: str, env: dict[str, str], workers: int, log: Path
+) -> Iterator[Group]:
+    """Start the configuration's workers (and gateway); stop them all when the block ends."""
+    group = Group(log)
+    try:
+        env = dict(env)
+        if config.system == "taskforge":
+            env.update(WORKER_COUNT=str(workers), PORT_WORKER=str(free_port()))
+        for argv in config.workers(workers):
+            argv = [arg.format(bin=str(Path(config.bin("python")).parent), url=url) for arg in argv]
+            group.start(argv, env)
+        if config.gateway:
+            port = free_port()
+            metrics = tempfile.mkdtemp(prefix="taskforge-bench-metrics-")
+            genv = dict(env, PORT=str(port), PROMETHEUS_MULTIPROC_DIR=metrics)
+            group.start(
+                [
+                    python(config),
+                    "-m",
+                    "gunicorn",
+                    "-c",
+                    "deploy/gunicorn.conf.py",
+                    "gateway:create_app()",
+                ],
+                genv,
+            )
+            env["BENCH_GATEWAY_URL"] = f"http://127.0.0.1:{port}"
+            wait_http(f"http://127.0.0.1:{port}/ready", group)
+        group.env = env  # type: ignore[attr-defined]
+        yield group
+    finally:
+        group.stop()
+
+
+def wait_http(url: str, group: Group) -> None:
+    """Wait until `url` answers 200."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            group.check()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not answer") from None
+            time.sleep(0.05)
+
+
+def stamp_count(stamps: Path) -> int:
+    """Return how many task records the stamp files hold."""
+    return sum(entry.stat().st_size for entry in os.scandir(stamps)) // LINE
+
+
+def read_stamps(stamps: Path) -> list[tuple[float, float, float]]:
+    """Return every (sent, started, ended) record."""
+    rows = []
+    for entry in os.scandir(stamps):
+        for line in Path(entry.path).read_text().splitlines():
+            sent, started, ended = line.split()
+            rows.append((float(sent), float(started), float(ended)))
+    return rows
+
+
+def wait_stamps(stamps: Path, count: int, timeout: float, group: Group, what: str) -> None:
+    """Poll the stamp files until `count` records exist (or raise after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while stamp_count(stamps) < count:
+        group.check()
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{what}: {stamp_count(stamps)} of {count} jobs ran in {timeout:.0f} s"
+            )
+        time.sleep(0.01)
+
+
+def redis_info(client: redis.Redis) -> dict[str, float]:
+    """Return the counters the Redis cost is computed from."""
+    info = client.info("all")
+    calls = sum(v["calls"] for k, v in info.items() if k.startswith("cmdstat_"))
+    by_command = {k[8:]: v["calls"] for k, v in info.items() if k.startswith("cmdstat_")}
+    return {
+        "calls": calls,
+        "reads": info["total_reads_processed"],
+        "cpu": info["used_cpu_sys"] + info["used_cpu_user"],
+        "by_command": by_command,  # type: ignore[dict-item]
+    }
+
+
+def redis_cost(before: dict, after: dict, jobs: int) -> dict[str, object]:
+    """Return commands, round trips and CPU per job between two redis_info snapshots."""
+    commands = {
+        name: after["by_command"][name] - before["by_command"].get(name, 0)
+        for name in after["by_command"]
+    }
+    commands["info"] = commands.get("info", 0) - 1  # the snapshot itself
+    return {
+        "commands_per_job": (after["calls"] - before["calls"] - 1) / jobs,
+        "round_trips_per_job": (after["reads"] - before["reads"] - 1) / jobs,
+        "redis_cpu_us_per_job": (after["cpu"] - before["cpu"]) * 1e6 / jobs,
+        "commands": {k: round(v / jobs, 3) for k, v in sorted(commands.items()) if v > 0},
+    }
+
+
+class Workspace:
+    """One configuration's scratch space: stamp directories and a worker log."""
+
+    def __init__(self, config: Config) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix=f"taskforge-compare-{config.key}-"))
+        self.log = self.dir / "workers.log"
+        self.count = 0
+
+    def stamps(self) -> Path:
+        self.count += 1
+        path = self.dir / f"stamps-{self.count}"
+        path.mkdir()
+        return path
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def drain(config: Config, url: str, jobs: int, workers: int, ws: Workspace) -> dict[str, object]:
+    """Drain `jobs` pre-filled jobs with `workers` processes; return rate and Redis cost."""
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    stamps = ws.stamps()
+    env = base_env(config, url, stamps)
+    produce(config, env, "enqueue", "fill", str(jobs))
+    before = redis_info(client)
+    timeout = max(120.0, jobs / 20)
+    with running(config, url, env, workers, ws.log) as group:
+        wait_stamps(stamps, jobs, timeout, group, f"{config.key} drain ×{workers}")
+        after = redis_info(client)
+    ran = stamp_count(stamps)
+    if ran != jobs:
+        raise RuntimeError(f"{config.key}: {ran} task runs for {jobs} jobs")
+    rows = read_stamps(stamps)
+    first = min(row[1] for row in rows)
+    last = max(row[2] for row in rows)
+    return {
+        "jobs": jobs,
+        "seconds": last - first,
+        "jobs_per_s": jobs / (last - first),
+        **redis_cost(before, after, jobs),
+    }
+
+
+def latency(
+    config: Config, url: str, count: int, interval: float, ws: Workspace, workers: int = 2
+) -> dict[str, object]:
+    """Enqueue-to-start latency (ms) of `count` jobs `interval` s apart, idle workers."""
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    stamps = ws.stamps()
+    env = base_env(config, url, stamps)
+    warm = 2 * workers
+    with running(config, url, env, workers, ws.log) as group:
+        produce(config, group.env, "warm", str(warm), timeout=START_TIMEOUT)  # type: ignore[attr-defined]
+        wait_stamps(stamps, warm, START_TIMEOUT, group, f"{config.key} start-up")
+        time.sleep(1.0)  # every worker idle and waiting
+        produce(
+            config, group.env, "latency", str(count), str(interval), timeout=count * interval + 120
+        )  # type: ignore[attr-defined]
+        wait_stamps(stamps, warm + count, 60.0, group, f"{config.key} latency jobs")
+    values = [(started - sent) * 1000 for sent, started, _ in read_stamps(stamps) if sent > 0]
+    if len(values) != count:
+        raise RuntimeError(f"{config.key}: {len(values)} latency records for {count} jobs")
+    return {
+        "jobs": count,
+        "p50_ms": percentile(values, 0.50),
+        "p95_ms": percentile(values, 0.95),
+        "p99_ms": percentile(values, 0.99),
+        "max_ms": max(values),
+    }
+
+
+def enqueue(config: Config, url: str, mode: str, jobs: int, ws: Workspace) -> dict[str, float]:
+    """One producer enqueueing `jobs` (mode single or bulk); return jobs/s."""
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    env = base_env(config, url, ws.stamps())
+    out = produce(config, env, "enqueue", mode, str(jobs))
+    client.flushall()
+    return {"jobs": jobs, "seconds": out["seconds"], "jobs_per_s": jobs / out["seconds"]}
+
+
+def check_python() -> None:
+    """Refuse to run outside TaskForge's environment (the controller imports shared/)."""
+    if not (ROOT / ".venv").exists() or Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
+        print("note: run with .venv/bin/python (TaskForge's environment)", file=sys.stderr)

@@ -11,6 +11,7 @@ interleaved (every configuration once, then again), so a busy moment on the mach
 every system alike.
 
     .venv/bin/python -m bench.compare            # the full run (about 25 minutes)
+    .venv/bin/python -m bench.compare --full-size  # 10,000-job drains everywhere (~40 min)
     .venv/bin/python -m bench.compare --quick    # a smoke run: small, one repetition
     .venv/bin/python -m bench.compare --only taskforge huey
 
@@ -42,9 +43,6 @@ QUICK_RESULTS = ROOT / "bench" / "results" / "compare-quick.json"
 DOC = ROOT / "docs" / "BENCHMARKS.md"
 CHART = ROOT / "docs" / "benchmarks.png"
 BENCH_TIMEOUT = 900.0
-# RQ's default worker forks a work horse per job (tens of jobs/s here): 10,000 jobs at 1, 2
-# and 4 workers, three times, would take longer than the whole run's budget on this machine.
-RQ_FORK_JOBS = 1_000
 
 
 def log(message: str) -> None:
@@ -141,9 +139,9 @@ def run_config(
 
 
 def drain_jobs(config: configs.Config, args: argparse.Namespace) -> int:
-    """Return the drain size of a configuration (RQ's fork worker drains fewer)."""
-    if config.key == "rq-fork":
-        return min(args.jobs, args.rq_fork_jobs)
+    """Return the drain size of a configuration: the slowest drain fewer (see configs.py)."""
+    if config.jobs and not args.full_size:
+        return min(args.jobs, config.jobs)
     return args.jobs
 
 
@@ -156,7 +154,11 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", metavar="NAME", help="systems or configuration keys")
     parser.add_argument("--jobs", type=int, help="jobs per enqueue and drain run (10,000)")
     parser.add_argument("--repeat", type=int, help="repetitions (3); median and range shown")
-    parser.add_argument("--rq-fork-jobs", type=int, default=RQ_FORK_JOBS)
+    parser.add_argument(
+        "--full-size",
+        action="store_true",
+        help="drain --jobs in every configuration, the slow ones too (about 40 minutes)",
+    )
     parser.add_argument("--latency-jobs", type=int, help="jobs 10 ms apart (300)")
     parser.add_argument("--http-seconds", type=float, help="bench.gateway --seconds (5)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
@@ -242,7 +244,7 @@ def main() -> None:
         "settings": {
             "jobs": args.jobs,
             "repeat": args.repeat,
-            "rq_fork_jobs": min(args.jobs, args.rq_fork_jobs),
+            "full_size": args.full_size,
             "latency_jobs": args.latency_jobs,
             "latency_interval_ms": 10,
             "latency_workers": 2,

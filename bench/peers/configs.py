@@ -30,8 +30,7 @@ class Config:
     config: str  # the settings, in words, for the configuration table
     env: dict[str, str] = field(default_factory=dict)
     gateway: bool = False  # also run the HTTP gateway; the producer POSTs /enqueue
-    jobs: int | None = None  # drain size when it must differ from the run's (say why)
-    jobs_note: str = ""
+    jobs: int | None = None  # a smaller drain size (see SLOW_JOBS)
 
     def bin(self, name: str) -> str:
         """Return the path of an executable in this configuration's environment."""
@@ -70,6 +69,16 @@ def _workerd(n: int) -> list[Argv]:
     return [["{bin}/python", "-m", "workerd"]]  # WORKER_COUNT comes from the environment
 
 
+# Drain sizes of the slowest configurations. At their rates on this 2-core machine (tens to
+# a few hundred jobs/s), 10,000-job drains at 1, 2 and 4 workers, three times, would take
+# about 40 minutes in all; the whole run's budget is 25. A rate measured from the first job's
+# start to the last job's end over thousands of jobs does not depend on the queue's length,
+# so these drain fewer (the tables say how many); `bench.compare --full-size` drains 10,000.
+RQ_FORK_JOBS = 500
+SLOW_JOBS = 3_000
+MEDIUM_JOBS = 5_000
+
+
 AT_LEAST_ONCE_TF = (
     "at least once: a dead worker's job is given back at once by its supervisor, or when "
     "its lease expires"
@@ -105,6 +114,7 @@ CONFIGS: tuple[Config, ...] = (
         "at most once: a job whose worker dies is not re-run; RQ marks it failed "
         "(work horse killed, or abandoned once its StartedJobRegistry entry expires)",
         "N × `rq worker` (default Worker: forks a work horse per job), --logging_level INFO",
+        jobs=RQ_FORK_JOBS,
     ),
     Config(
         "rq-simple",
@@ -115,6 +125,7 @@ CONFIGS: tuple[Config, ...] = (
         "at most once (as RQ fork)",
         "N × `rq worker -w rq.worker.SimpleWorker` (runs jobs in the worker process), "
         "--logging_level INFO",
+        jobs=SLOW_JOBS,
     ),
     Config(
         "celery",
@@ -125,6 +136,7 @@ CONFIGS: tuple[Config, ...] = (
         "at most once: the message is acknowledged before the task runs (Celery's default)",
         "`celery worker -P prefork -c N --prefetch-multiplier 1 -l INFO`, Redis broker, "
         "no result backend, task_acks_late=False (default)",
+        jobs=MEDIUM_JOBS,
     ),
     Config(
         "celery-late",
@@ -136,6 +148,7 @@ CONFIGS: tuple[Config, ...] = (
         "redelivered after the broker's visibility_timeout (1 h by default)",
         "as Celery (early ack) with task_acks_late=True",
         env={"BENCH_CELERY_ACKS_LATE": "1"},
+        jobs=MEDIUM_JOBS,
     ),
     Config(
         "dramatiq",
@@ -146,6 +159,7 @@ CONFIGS: tuple[Config, ...] = (
         "at least once: acknowledged after the actor ran; a dead worker's messages are "
         "requeued by another worker's heartbeat check",
         "`dramatiq bench.peers.dramatiq_bench -p N -t 1`, RedisBroker, default middleware",
+        jobs=MEDIUM_JOBS,
     ),
     Config(
         "dramatiq-8",

@@ -148,3 +148,50 @@ def test_error_text_survives_a_broken_str() -> None:
             raise TypeError("no")
 
     assert log.error_text(Nasty()) == "Nasty: <unprintable>"
+
+
+def test_lines_are_what_python_json_logger_would_write_for_them() -> None:
+    """Our formatter replaced JsonFormatter for speed; the text of every line stays the same."""
+    import datetime
+    import enum
+    import sys
+
+    from pythonjsonlogger.json import JsonFormatter
+
+    class Reference(JsonFormatter):
+        """The formatter as configured before: renamed fields, then head fields first."""
+
+        def add_fields(self, data: dict[str, Any], record: Any, message: dict[str, Any]) -> None:
+            super().add_fields(data, record, message)
+            head = {"ts": log._Formatter("x")._ts(record)}
+            head.update(
+                (key, data.pop(key, None)) for key in ("level", "event", "logger", "service", "pid")
+            )
+            rest = dict(data)
+            data.clear()
+            data.update(head, **rest)
+
+    renames = {"levelname": "level", "message": "event", "name": "logger", "process": "pid"}
+    reference = Reference(
+        "%(levelname)s %(message)s %(name)s %(process)d",
+        rename_fields=renames,
+        static_fields={"service": "gateway"},
+    )
+    ours = log._Formatter("gateway")
+
+    class Color(enum.Enum):
+        RED = "red"
+
+    logger = logging.getLogger("tests.reference")
+    extra = {"job_id": "j", "n": 3, "items": [1, "é"], "color": Color.RED, "raw": b"\x00\xff"}
+    extra["when"] = datetime.datetime(2026, 1, 2, 3, 4, 5)
+    records = [logger.makeRecord("tests.reference", 20, "f", 1, "job_enqueued", (), None, extra)]
+    try:
+        raise ZeroDivisionError("boom")
+    except ZeroDivisionError:
+        records.append(
+            logger.makeRecord("t", 40, "f", 1, "unhandled_error", (), sys.exc_info(), {"e": 1})
+        )
+    records.append(logger.makeRecord("t", 30, "f", 1, "a %s", ("b",), None, sinfo="Stack: x"))
+    for record in records:
+        assert ours.format(record) == reference.format(record)

@@ -8,9 +8,12 @@ which fails the test if any process of the run is left behind.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
+import signal
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -154,5 +157,111 @@ def test_lost_replies_on_claim_and_complete(
     assert report.overlapping_duplicates == 0, report.overlapping
     assert report.sequential_duplicates <= total_drops, figures
     assert report.completed_unexecuted == []
+    assert report.statuses == {"completed": len(ids)}, report.statuses
+    assert report.violations == [], report.violations
+
+
+AIMED_HANDLERS = f"{FAULT_ENV['TASKFORGE_HANDLERS']},tests.faults.handlers_aimed"
+
+
+@pytest.mark.parametrize("kill_at", ["start", "after_effect"])
+def test_sigkill_at_aimed_points(
+    start_workerd: Callable[..., Workerd],  # noqa: F811
+    r: redis.Redis,
+    tmp_path: Path,
+    kill_at: str,
+) -> None:
+    """Scenario 1, aimed: 30 of 90 jobs kill their own worker right after the claim, or after
+    the side effect and before the ack, on their first execution.
+
+    After the claim, nothing happened yet: the rerun is the only execution. After the side
+    effect, the rerun repeats it: exactly one sequential duplicate per kill, never overlapping.
+    """
+    journal, markers = tmp_path / "journal.jsonl", tmp_path / "markers"
+    markers.mkdir()
+    workerd = start_workerd(**{**FAULT_ENV, "TASKFORGE_HANDLERS": AIMED_HANDLERS})
+    scripts = Scripts(r, KEYS)
+    records, killers = [], []
+    for n in range(90):
+        if n % 3 == 0:
+            marker = str(markers / f"job-{n}")
+            payload = {"file": str(journal), "kill_at": kill_at, "marker": marker}
+            record = enqueue_one(scripts, {"type": "journaled_kill", "payload": payload})
+            killers.append((record.job_id, marker))
+        else:
+            body = {"type": "journaled", "payload": {"file": str(journal), "sleep": 0.01}}
+            record = enqueue_one(scripts, body)
+        records.append(record)
+    ids = [rec.job_id for rec in records]
+    wait_settled(r, ids, timeout=40.0, workerd=workerd)
+    report = check(records, read_journal(journal), r)
+    # Recovery: from the kill (the time the dying execution wrote) to the rerun's start.
+    restarted = {}
+    for rec in workerd.events("job_started"):
+        restarted.setdefault(rec["job_id"], []).append(rec["ts"])
+    recovery = []
+    for job_id, marker in killers:
+        killed_at = float(Path(marker).read_text())
+        starts = [_epoch(ts) for ts in restarted.get(job_id, [])]
+        again = [t for t in starts if t > killed_at]
+        assert again, f"job {job_id} never started again after its worker died"
+        recovery.append(min(again) - killed_at)
+    figures = {
+        **report.summary(),
+        "kill_at": kill_at,
+        "jobs": len(ids),
+        "kills": len(killers),
+        "recovery_s_p50": percentile(recovery, 0.5),
+        "recovery_s_p99": percentile(recovery, 0.99),
+        "recovery_s_max": max(recovery),
+    }
+    print_figures(f"sigkill_aimed_{kill_at}", figures)
+    assert report.lost == [], report.lost
+    assert report.overlapping_duplicates == 0, report.overlapping
+    expected_reruns = len(killers) if kill_at == "after_effect" else 0
+    assert report.sequential_duplicates == expected_reruns, figures
+    assert sorted(report.sequential) == sorted(j for j, _ in killers)[:expected_reruns]
+    assert report.statuses == {"completed": len(ids)}, report.statuses
+    assert report.unexpected == []
+    assert report.violations == [], report.violations
+
+
+def _epoch(ts: str) -> float:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+
+def test_sigkill_during_the_ack(
+    start_workerd: Callable[..., Workerd],  # noqa: F811
+    r: redis.Redis,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """Scenario 1, during the ack: the complete reached Redis (and claimed the next job for
+    the worker), its reply is dropped, and the worker is SIGKILLed while it waits.
+
+    The job is completed once; the next job, claimed by a worker that never learned of it,
+    is given back at once by the supervisor and runs once.
+    """
+    journal = tmp_path / "journal.jsonl"
+    scripts = Scripts(r, KEYS)
+    kills = 0
+    with TcpProxy(redis_server.host, redis_server.port) as proxy:
+        env = {**FAULT_ENV, "WORKER_COUNT": "1"}
+        workerd = start_workerd(**env, REDIS_URL=f"redis://{proxy.host}:{proxy.port}/0")
+        records = enqueue_journaled(scripts, 120, journal, sleep=0.01)
+        for _ in range(5):
+            dropped = proxy.drop_next_reply(_sha("complete"))
+            assert dropped.wait(timeout=10.0), f"no complete within 10 s\n{workerd.tail()}"
+            (worker,) = workerd.children("worker")
+            os.kill(worker, signal.SIGKILL)
+            kills += 1
+            workerd.wait_for("child_exited", child_pid=worker)
+        ids = [rec.job_id for rec in records]
+        wait_settled(r, ids, timeout=30.0, workerd=workerd)
+    report = check(records, read_journal(journal), r)
+    figures = {**report.summary(), "jobs": len(ids), "kills_during_ack": kills}
+    print_figures("sigkill_during_ack", figures)
+    assert report.lost == [], report.lost
+    assert report.duplicates == 0, figures  # the ack had landed: nothing runs twice
     assert report.statuses == {"completed": len(ids)}, report.statuses
     assert report.violations == [], report.violations

@@ -63,6 +63,7 @@ def test_sigkill_workers_mid_job(
         "jobs": len(ids),
         "kills": len(kills),
         "recovery_s_p50": percentile(recovery, 0.5),
+        "recovery_s_p99": percentile(recovery, 0.99),
         "recovery_s_max": max(recovery, default=None),
         "recovered_measured": len(recovery),
         "throughput_jobs_per_s": round(len(ids) / (finished - began), 1),

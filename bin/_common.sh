@@ -63,11 +63,12 @@ tf_ensure_redis() {
 }
 
 # Make sure the tools that tests call (not Python packages) are on PATH: systemd-analyze
-# (package systemd) for tests/deploy. Installed with apt when we can; otherwise say so and go
-# on: those tests skip on a laptop and fail under CI (tests/_tools.py require_tool).
+# (package systemd) for tests/deploy, faketime for tests/faults (a skewed host clock).
+# Installed with apt when we can; otherwise say so and go on: those tests skip on a laptop
+# and fail under CI (tests/_tools.py require_tool).
 tf_ensure_tools() {
   local pair tool package missing=()
-  for pair in systemd-analyze:systemd; do
+  for pair in systemd-analyze:systemd faketime:faketime; do
     tool=${pair%%:*} package=${pair#*:}
     command -v "$tool" >/dev/null || missing+=("$package")
   done

@@ -248,6 +248,7 @@ def test_lost_enqueue_replies_through_gateway(
     unknown = [req for req in requests if req.first_outcome == UNKNOWN]
     figures = {
         **report.summary(),
+        "jobs": len(all_ids),
         "requests": len(requests),
         "keyed": sum(req.keyed for req in requests),
         "first_outcomes": dict(sorted(outcomes.items())),
@@ -351,7 +352,7 @@ def test_lost_fail_replies_count_each_attempt_once(
         "replies_lost": chains[1] + 3 * chains[3],
         "retries_scheduled_logged": sum(scheduled.values()),
         "dead_logged": sum(dead.values()),
-        "late_resends_refused": sum(stale.values()),
+        "stale_writes_rejected": sum(stale.values()),
         "resending_workers_stopped": sum(stopped.values()),
         "attempts_equal_executions": sum(
             1 for j in ids if int(state[j][1]) == len(runs[j]) == max_retries
@@ -513,6 +514,7 @@ def test_skewed_host_clock_moves_no_lease_or_schedule(
     lease_lost = workerd.events("lease_lost")
     figures = {
         **report.summary(),
+        "jobs": len(all_ids),
         "host_clock_offset": offset,
         "observed_skew_s": {
             "probe": round(probe_skew, 2),

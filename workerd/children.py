@@ -58,11 +58,15 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(0)
 
 
-def describe_exit(status: int) -> tuple[str, int | None, str | None]:
-    """Return (cause text, exit code, signal name) for a waitpid status."""
+def describe_exit(status: int, killed_for: str | None = None) -> tuple[str, int | None, str | None]:
+    """Return (cause text, exit code, signal name) for a waitpid status.
+
+    An unexplained SIGKILL is most often the kernel's OOM killer, so the text says so; not
+    when the supervisor itself sent it (`killed_for`: timeout, lease lost, ...).
+    """
     if os.WIFSIGNALED(status):
         sig = signal.Signals(os.WTERMSIG(status)).name
-        hint = " (out of memory?)" if sig == "SIGKILL" else ""
+        hint = " (out of memory?)" if sig == "SIGKILL" and killed_for is None else ""
         return f"killed by {sig}{hint}", None, sig
     code = os.WEXITSTATUS(status)
     return f"exited with code {code}", code, None

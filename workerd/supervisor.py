@@ -283,7 +283,7 @@ class Supervisor:
                 self._child_exited(child, status, now)
 
     def _child_exited(self, child: Child, status: int, now: float) -> None:
-        cause, code, _ = describe_exit(status)
+        cause, code, _ = describe_exit(status, child.kill_reason)
         state = self.table.slot(child.index).read()
         booting = state is not None and state.booting
         # A clean exit (recycled, drained) is routine; only the supervisor's own kills explain

@@ -355,6 +355,11 @@ def test_describe_exit_names_the_code_or_the_signal(
     assert describe_exit(_status_of_child(action)) == expected
 
 
+def test_a_sigkill_the_supervisor_sent_is_not_blamed_on_memory() -> None:
+    status = _status_of_child("SIGKILL")
+    assert describe_exit(status, "lease lost") == ("killed by SIGKILL", None, "SIGKILL")
+
+
 def test_process_stopped_tells_a_sigstopped_process() -> None:
     pid = os.fork()
     if pid == 0:

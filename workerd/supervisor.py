@@ -309,9 +309,13 @@ class Supervisor:
 
     def _requeue_job_of(self, child: Child, state: object) -> None:
         """Queue the fate of the job a dead worker was running (it reaches Redis in _flush_acks)."""
-        if child.kill_reason == "lease lost":
-            return  # the job is someone else's now
         action = "drain" if self.stopping else "worker died"
+        if child.kill_reason == "lease lost":
+            # The job its slot shows is someone else's now. But a worker that ran on after its
+            # lease was lost (resumed after SIGSTOP) may have claimed another job before it
+            # was killed: that one is still its own, found by its last claim.
+            self.pending_acks.append(PendingAck("", 0, action, claimed_by=child.name))
+            return
         if child.killed_job is not None:
             job_id, token, timeout = child.killed_job
             if child.kill_reason == "timeout":

@@ -408,3 +408,16 @@ def test_a_child_dying_while_booting_backs_off_up_to_five_seconds() -> None:
     assert _respawn_delays(booting=True, deaths=4) == [0.0, 0.1, 0.2, 0.4]
     with pytest.raises(Halt):
         _respawn_delays(booting=True, deaths=5)
+
+
+def test_a_worker_killed_for_a_lost_lease_still_gives_back_the_job_it_claimed_since() -> None:
+    """Its slot's job belongs to another worker now, but a job it claimed after resuming
+    (SIGSTOP, SIGCONT, a refused complete, a new claim) is still its own: release that one."""
+    from shared.config import Settings
+    from workerd.children import Child
+    from workerd.supervisor import PendingAck, Supervisor
+
+    supervisor = Supervisor(Settings.from_env({"REDIS_URL": "redis://127.0.0.1:1/0"}))
+    child = Child("worker", 0, 4242, "host-1-w0", started=0.0, kill_reason="lease lost")
+    supervisor._requeue_job_of(child, None)
+    assert supervisor.pending_acks == [PendingAck("", 0, "worker died", claimed_by="host-1-w0")]

@@ -120,6 +120,20 @@ def test_drop_next_reply_runs_the_command_and_loses_its_reply(
     assert via_proxy.incr("counter") == 2, "one-shot: the next matching reply arrives"
 
 
+def test_drop_next_replies_loses_count_replies_in_a_row(
+    r: redis.Redis, proxy: TcpProxy, via_proxy: redis.Redis
+) -> None:
+    lost = proxy.drop_next_reply(b"INCR", count=2)
+    with pytest.raises(redis.ConnectionError):
+        via_proxy.incr("counter")
+    assert not lost.is_set(), "set only when the last of the two replies is lost"
+    with pytest.raises(redis.ConnectionError):
+        via_proxy.incr("counter")
+    assert lost.is_set()
+    assert r.get("counter") == b"2", "both commands ran"
+    assert via_proxy.incr("counter") == 3
+
+
 def test_stop_ends_every_thread_and_the_listener(
     redis_server: RedisServer,
 ) -> None:

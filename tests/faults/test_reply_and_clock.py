@@ -39,7 +39,7 @@ from tests.faults.harness import (
     wait_settled,
 )
 from tests.gateway.conftest import run_gunicorn
-from tests.support.tcp_proxy import MAX_MATCH, TcpProxy
+from tests.support.tcp_proxy import TcpProxy
 from tests.workerd.conftest import Workerd, start_workerd  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
@@ -51,45 +51,6 @@ def _sha(script: str) -> bytes:
 
 
 # -- a proxy that loses several replies in a row ---------------------------------------------
-
-
-class _ChainedLoss(threading.Event):
-    """Set once `count` replies were lost; until then every loss re-arms the proxy."""
-
-    def __init__(self, proxy: LosingProxy, match: bytes, count: int) -> None:
-        super().__init__()
-        self.proxy, self.match, self.count = proxy, match, count
-        self.lost = 0
-
-    def set(self) -> None:
-        # The reply pump calls this before it hangs up on the client: re-armed here, the
-        # client's retry (which can only start after the hang-up) is the next request matched.
-        self.lost += 1
-        if self.lost < self.count:
-            self.proxy.arm(self.match, self)
-        else:
-            super().set()
-
-
-class LosingProxy(TcpProxy):
-    """TcpProxy that can lose the replies of `count` matching requests in a row.
-
-    One lost reply is absorbed by redis-py's own retry; losing the retry's reply too is what a
-    caller sees as an error. (A candidate for tests/support/tcp_proxy.py.)
-    """
-
-    def drop_replies(self, match: bytes, count: int) -> threading.Event:
-        """Lose the replies of the next `count` requests containing `match`; set when done."""
-        chain = _ChainedLoss(self, match, count)
-        self.arm(match, chain)
-        return chain
-
-    def arm(self, match: bytes, lost: threading.Event) -> None:
-        """Arm the one-shot drop of TcpProxy.drop_next_reply with a caller-made event."""
-        if not match or len(match) > MAX_MATCH:
-            raise ValueError(f"match must be 1..{MAX_MATCH} bytes")
-        with self._cond:
-            self._armed = (bytes(match), lost)
 
 
 # -- scenario 9 (i): lost replies on enqueue, through the real gateway -----------------------
@@ -143,13 +104,13 @@ def post_enqueue(
     return UNKNOWN, None, response.status  # 503 after a lost reply: it may have run
 
 
-def send_with_fault(proxy: LosingProxy, port: int, req: Request) -> None:
+def send_with_fault(proxy: TcpProxy, port: int, req: Request) -> None:
     """Send one request while the proxy injects `req.fault`; record the outcome."""
     key = req.tag if req.keyed else None
     timeout = CLIENT_TIMEOUT if req.fault == "client_timeout" else PATIENT_TIMEOUT
     chain = None
     if req.fault in ("drop1", "drop2"):
-        chain = proxy.drop_replies(ENQUEUE_SHA, 1 if req.fault == "drop1" else 2)
+        chain = proxy.drop_next_reply(ENQUEUE_SHA, 1 if req.fault == "drop1" else 2)
     elif req.fault == "client_timeout":
         proxy.set_latency(LATENCY)
     elif req.fault == "paused":
@@ -223,7 +184,7 @@ def test_lost_enqueue_replies_through_gateway(
     began = time.monotonic()
     workerd = start_workerd(**FAULT_ENV)  # straight to Redis: only the gateway is faulted
     requests = plan_requests(journal, careful)
-    with LosingProxy(redis_server.host, redis_server.port) as proxy:
+    with TcpProxy(redis_server.host, redis_server.port) as proxy:
         redis_url = f"redis://{proxy.host}:{proxy.port}/0"
         with run_gunicorn(redis_url, tmp_path) as gateway:
             for req in requests:
@@ -300,7 +261,7 @@ def test_lost_fail_replies_count_each_attempt_once(
     max_retries, jobs = 3, 24
     scripts = Scripts(r, KEYS)  # the test's own client goes straight to Redis
     began = time.monotonic()
-    with LosingProxy(redis_server.host, redis_server.port) as proxy:
+    with TcpProxy(redis_server.host, redis_server.port) as proxy:
         workerd = start_workerd(
             **FAULT_ENV,
             REDIS_URL=f"redis://{proxy.host}:{proxy.port}/0",
@@ -320,7 +281,7 @@ def test_lost_fail_replies_count_each_attempt_once(
         chains = {1: 0, 3: 0}
         for round_ in range(16):
             count = 1 if round_ % 2 == 0 else 3
-            lost = proxy.drop_replies(FAIL_SHA, count)
+            lost = proxy.drop_next_reply(FAIL_SHA, count)
 
             def lost_or_done(lost: threading.Event = lost) -> bool:
                 return lost.is_set() or settled(r, ids)

@@ -85,7 +85,7 @@ class TcpProxy:
         self._paused = False
         self._latency = 0.0
         self._stopping = False
-        self._armed: tuple[bytes, threading.Event] | None = None
+        self._armed: tuple[bytes, threading.Event, int] | None = None
         self._links: set[_Link] = set()
         self._threads: list[threading.Thread] = []
         self._accepter: threading.Thread | None = None
@@ -172,17 +172,21 @@ class TcpProxy:
             self._latency = float(seconds)
             self._cond.notify_all()
 
-    def drop_next_reply(self, match: bytes) -> threading.Event:
-        """Lose the reply to the next request containing ``match``; the event is set once lost.
+    def drop_next_reply(self, match: bytes, count: int = 1) -> threading.Event:
+        """Lose the replies to the next `count` requests containing ``match``; the event is
+        set once the last of them is lost.
 
-        The request reaches the server (so the command runs); the reply is swallowed and the
-        client connection closed. One-shot: arming again replaces a pending arm.
+        Each request reaches the server (so the command runs); its reply is swallowed and the
+        client connection closed. A count above 1 also loses the client's resends (redis-py
+        resends a command once when its connection drops). Arming again replaces an arm.
         """
         if not match or len(match) > MAX_MATCH:
             raise ValueError(f"match must be 1..{MAX_MATCH} bytes")
+        if count < 1:
+            raise ValueError("count must be >= 1")
         lost = threading.Event()
         with self._cond:
-            self._armed = (bytes(match), lost)
+            self._armed = (bytes(match), lost, count)
         return lost
 
     # -- threads -----------------------------------------------------------------------------
@@ -234,12 +238,13 @@ class TcpProxy:
                 window = tail + data
                 with self._cond:
                     if self._armed is not None:
-                        match, lost = self._armed
+                        match, lost, left = self._armed
                         # Only a match that ends in the new bytes: one wholly in `tail` was in
                         # a request already forwarded before the proxy was armed.
                         if window.find(match, max(0, len(tail) - len(match) + 1)) != -1:
-                            self._armed = None
-                            link.lose_reply = lost
+                            self._armed = (match, lost, left - 1) if left > 1 else None
+                            # Only the last loss sets the caller's event.
+                            link.lose_reply = lost if left == 1 else threading.Event()
                 tail = window[-MAX_MATCH:]
                 if not self._forwarding(link) or not _send(link.upstream, data):
                     return

@@ -64,13 +64,7 @@ def machine() -> dict[str, object]:
     redis_version = sh(shutil.which("redis-server") or "redis-server", "--version")
     return {
         "commit": sh("git", "-C", str(ROOT), "rev-parse", "HEAD"),
-        "dirty": [
-            line[3:]
-            for line in sh(
-                "git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"
-            ).splitlines()
-            if line[3:]
-        ],
+        "dirty": sh("git", "-C", str(ROOT), "diff", "--name-only", "HEAD").split(),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu_model": lscpu.get("Model name", "?").strip(),
         "cpus": os.cpu_count(),
@@ -179,6 +173,12 @@ def main() -> None:
 
     if args.from_json:
         results = json.loads(args.from_json.read_text())
+        # Descriptions (not measurements) come from the code as it is now.
+        for key, described in results.get("configs", {}).items():
+            if key in configs.BY_KEY:
+                c = configs.BY_KEY[key]
+                described.update(label=c.label, config=c.config, guarantee=c.guarantee)
+        results["summary"] = report.summarize(results)
         write_doc(results, args.doc or DOC)
         return
 

@@ -111,8 +111,9 @@ CONFIGS: tuple[Config, ...] = (
         "rq",
         "bench.peers.rq_bench",
         _rq(None),
-        "at most once: a job whose worker dies is not re-run; RQ marks it failed "
-        "(work horse killed, or abandoned once its StartedJobRegistry entry expires)",
+        "at most once (no `Retry` given, the default): a job whose worker dies is not re-run "
+        "but moved to the FailedJobRegistry — at once when a work horse is killed, as "
+        "AbandonedJobError once its StartedJobRegistry entry expires when the whole worker is",
         "N × `rq worker` (default Worker: forks a work horse per job), --logging_level INFO",
         jobs=RQ_FORK_JOBS,
     ),

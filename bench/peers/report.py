@@ -365,6 +365,47 @@ def task12_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def taskforge_table(results: dict) -> str:
+    """Every figure of TaskForge's own benchmarks (bench.engine, bench.gateway, bench.workers)."""
+    s = results.get("summary") or summarize(results)
+    tf = s.get("tf") or {}
+    if not tf:
+        return "_TaskForge's own benchmarks were not run._"
+    rows_ = (
+        ("bench.engine: enqueue, 1 / 2 processes (jobs/s)", ("engine_enqueue", "engine_enqueue_2")),
+        (
+            "bench.engine: claim + complete as two calls, 1 process (jobs/s)",
+            ("engine_claim_complete",),
+        ),
+        (
+            "bench.engine: complete-and-claim-next in one call, 1 process (jobs/s)",
+            ("engine_fused",),
+        ),
+        ("bench.gateway: `POST /enqueue`, 16 clients (req/s)", ("http_single",)),
+        ("bench.gateway: gunicorn workers' CPU per request (µs)", ("http_single_cpu_us",)),
+        (
+            "bench.gateway: `/enqueue/batch`, 100 / 1,000 jobs a request, 4 clients (jobs/s)",
+            ("http_batch_100", "http_batch_1000"),
+        ),
+        (
+            "bench.workers: drain, 1 / 2 / 4 / 8 workers (jobs/s)",
+            ("drain_1", "drain_2", "drain_4", "drain_8"),
+        ),
+        (
+            "bench.workers: enqueue→start p50 / p99, 2 idle workers (ms)",
+            ("latency_p50", "latency_p99"),
+        ),
+        (
+            "bench.workers: 1,000 jobs due at once, promotion lateness p99 (ms)",
+            ("promotion_lateness_p99",),
+        ),
+    )
+    lines = ["| figure | median (min–max) |", "|---|---|"]
+    for label, names in rows_:
+        lines.append(f"| {label} | {' / '.join(cell(tf.get(n)) for n in names)} |")
+    return "\n".join(lines)
+
+
 def latency_table(results: dict) -> str:
     """enqueue→start latency of every configuration by the shared method, with ranges."""
     s = results.get("summary") or summarize(results)
@@ -478,7 +519,7 @@ def document(results: dict, chart_name: str = "benchmarks.png") -> str:
 One command measured every system below on the same machine, in the same run, each against
 its own private `redis-server`, with no-op jobs, tracing off and every system at log level
 INFO (TaskForge's production default; the peers' default or `-l INFO`). Figures are medians
-of {st.get("repeat", 3)} repetitions with the (min–max) range; repetitions were interleaved
+of {st.get("repeat", 3)} repetition(s) with the (min–max) range; repetitions were interleaved
 (every configuration once, then again) so a busy moment hits every system alike.
 
 ```sh
@@ -524,6 +565,10 @@ the Redis rows, which come from the peers' method below (TaskForge cross-check t
 ### Where TaskForge does not lead
 
 {lag_text}
+
+### TaskForge's own benchmarks, every figure
+
+{taskforge_table(results)}
 
 ### enqueue→start latency, every configuration by the same method
 

@@ -269,7 +269,13 @@ class Scripts:
         return False
 
     def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        return self._scripts[name](keys=keys, args=args)
+        script = self._scripts[name]
+        try:
+            return script(keys=keys, args=args)
+        except redis.exceptions.NoScriptError:
+            # redis-py reloads a missing script and tries once more; the cache emptied again in
+            # between (SCRIPT FLUSH, restart, failover). The script did not run: once more.
+            return script(keys=keys, args=args)
 
     def enqueue(
         self,
@@ -292,6 +298,20 @@ class Scripts:
         traceparent: str | None = None,
     ) -> list[EnqueueResult]:
         """Create several jobs, all or none (one MULTI/EXEC round trip), in the given order."""
+        try:
+            return self._enqueue_transaction(requests, now_ms, traceparent)
+        except redis.exceptions.NoScriptError:
+            # The cache emptied (SCRIPT FLUSH, restart, failover) between the pipeline's SCRIPT
+            # EXISTS and its EXEC: every EVALSHA failed alike, so nothing was written. Once
+            # more: the pipeline loads the script again first.
+            return self._enqueue_transaction(requests, now_ms, traceparent)
+
+    def _enqueue_transaction(
+        self,
+        requests: Sequence[tuple[EnqueueRequest, str]],
+        now_ms: int | None,
+        traceparent: str | None,
+    ) -> list[EnqueueResult]:
         script = self._scripts["enqueue"]
         pipe = self.redis.pipeline(transaction=True)
         for request, job_id in requests:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 
 import redis
 
@@ -24,6 +25,10 @@ log = logging.getLogger(__name__)
 
 PROMOTE_INTERVAL = 0.05
 RECOVER_INTERVAL = 1.0
+# A promote takes about a millisecond. One that took this long hung on Redis (frozen, or cut
+# off without a reset) and answered at last: no error surfaced, since redis-py's retries
+# outlast such a hang, but the supervisors' lease renewals hung just the same.
+HUNG_CALL_SECONDS = 1.0
 
 
 class SchedulerProcess(StopOnSignal):
@@ -36,6 +41,7 @@ class SchedulerProcess(StopOnSignal):
         parent_pid: int,
         *,
         reconnect_grace: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.scripts = scripts
         self.slot = slot
@@ -43,6 +49,7 @@ class SchedulerProcess(StopOnSignal):
         # After an outage, leases look expired only because renewals could not reach Redis
         # either; give the supervisors time to renew before recovering anything.
         self.reconnect_grace = reconnect_grace
+        self.clock = clock
         self.recover_not_before = 0.0
         self.next_recover = 0.0
         self.stopping = False
@@ -54,7 +61,7 @@ class SchedulerProcess(StopOnSignal):
         while not self.stopping and os.getppid() == self.parent_pid:
             self.slot.beat()
             try:
-                self.step(time.monotonic())
+                self.step(self.clock())
                 self._recovered_from_outage()
                 time.sleep(PROMOTE_INTERVAL)
             except redis.RedisError as exc:
@@ -67,12 +74,15 @@ class SchedulerProcess(StopOnSignal):
     def _recovered_from_outage(self) -> None:
         if self.backoff.failures:
             # This step only promoted (recovery was held back); start the grace now.
-            self.recover_not_before = time.monotonic() + self.reconnect_grace
+            self.recover_not_before = self.clock() + self.reconnect_grace
         self.backoff.succeeded()
 
     def step(self, now: float, *, now_ms: int | None = None) -> None:
         """Promote due jobs; once a second (and outside a reconnect grace) recover and trim."""
+        began = self.clock()
         self._promote(now_ms)
+        if self.clock() - began > HUNG_CALL_SECONDS:
+            self.recover_not_before = self.clock() + self.reconnect_grace  # as after an outage
         if now >= self.next_recover and now >= self.recover_not_before:
             self.next_recover = now + RECOVER_INTERVAL
             self._recover(now_ms)

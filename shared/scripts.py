@@ -234,7 +234,8 @@ def _ids(values: Iterable[bytes]) -> list[str]:
     return [v.decode() for v in values]
 
 
-def _request_id() -> str:
+def new_request_id() -> str:
+    """Return a fresh request id: a script answers a repeat of the same id as the first call."""
     return secrets.token_hex(8)
 
 
@@ -357,13 +358,20 @@ class Scripts:
         ]
         return keys, args
 
-    def claim(self, worker_id: str, *, now_ms: int | None = None) -> Job | None:
-        """Start the best pending job for this worker, or return None when there is none."""
+    def claim(
+        self, worker_id: str, *, request_id: str | None = None, now_ms: int | None = None
+    ) -> Job | None:
+        """Start the best pending job for this worker, or return None when there is none.
+
+        A caller that retries a claim that raised passes the same `request_id` again: if the
+        first call did reach Redis, the retry gets the job it claimed instead of a second one.
+        """
         k = self.keys
+        request_id = request_id or new_request_id()
         reply = self._call(
             "claim",
             [k.pending, k.pending_since, k.processing, k.last_claim(worker_id)],
-            [k.job_prefix, worker_id, self.policy.lease_ms, _request_id(), _now(now_ms)],
+            [k.job_prefix, worker_id, self.policy.lease_ms, request_id, _now(now_ms)],
         )
         return _job(reply[1]) if reply[0] == Code.DONE else None
 
@@ -390,12 +398,14 @@ class Scripts:
         result_json: str = "null",
         *,
         claim_next_for: str | None = None,
+        claim_request_id: str | None = None,
         now_ms: int | None = None,
     ) -> AckResult:
         """Record success with the job's result (JSON text); optionally claim the next job.
 
         With `claim_next_for` (a worker id) the worker's next job comes back in
-        ``AckResult.next_job`` from the same round trip, as :meth:`claim` would return it.
+        ``AckResult.next_job`` from the same round trip, as :meth:`claim` would return it;
+        `claim_request_id` plays the part it plays in :meth:`claim` for a retried call.
         """
         k, p = self.keys, self.policy
         worker = claim_next_for or ""
@@ -417,7 +427,7 @@ class Scripts:
                 k.job_prefix,
                 worker,
                 p.lease_ms,
-                _request_id(),
+                claim_request_id or new_request_id(),
             ],
         )
         code = Code(reply[0])
@@ -468,7 +478,7 @@ class Scripts:
                 k.pending_since,
                 k.seq,
                 k.wake,
-                k.reply(_request_id()),
+                k.reply(new_request_id()),
             ],
             [k.job_prefix, limit or self.policy.batch_limit, self.policy.wake_cap, _now(now_ms)],
         )
@@ -493,7 +503,7 @@ class Scripts:
                 k.seq,
                 k.wake,
                 k.dead,
-                k.reply(_request_id()),
+                k.reply(new_request_id()),
             ],
             [
                 k.job_prefix,
@@ -525,7 +535,7 @@ class Scripts:
                 p.max_recoveries,
                 p.dlq_max_age_ms,
                 p.wake_cap,
-                _request_id(),
+                new_request_id(),
                 _now(now_ms),
             ],
         )
@@ -541,7 +551,7 @@ class Scripts:
         reply = self._call(
             "replay",
             [k.job(job_id), k.dead, k.pending, k.pending_since, k.seq, k.wake],
-            [_request_id(), self.policy.wake_cap, _now(now_ms)],
+            [new_request_id(), self.policy.wake_cap, _now(now_ms)],
         )
         return _job(_checked(reply)[1])
 
@@ -551,7 +561,7 @@ class Scripts:
         reply = self._call(
             "cancel",
             [k.job(job_id), k.pending, k.pending_since, k.scheduled, k.retrying, k.canceled],
-            [self._finished_ttl_ms(), _now(now_ms), _request_id()],
+            [self._finished_ttl_ms(), _now(now_ms), new_request_id()],
         )
         _checked(reply)
         return CancelResult(_job(reply[1]), changed=reply[0] == Code.DONE)
@@ -562,7 +572,7 @@ class Scripts:
         reply = self._call(
             "purge",
             [k.job(job_id), k.dead, k.tombstone(job_id)],
-            [_request_id(), TOMBSTONE_TTL_MS],
+            [new_request_id(), TOMBSTONE_TTL_MS],
         )
         _checked(reply)
 
@@ -571,7 +581,7 @@ class Scripts:
         k, p = self.keys, self.policy
         reply = self._call(
             "trim",
-            [k.completed, k.canceled, k.dead, k.reply(_request_id())],
+            [k.completed, k.canceled, k.dead, k.reply(new_request_id())],
             [
                 k.job_prefix,
                 p.finished_retention_ms,

@@ -21,7 +21,7 @@ from shared import metrics, tracing
 from shared.config import Settings
 from shared.jobs import Job, dump_json
 from shared.log import error_text
-from shared.scripts import Code, Scripts
+from shared.scripts import Code, Scripts, new_request_id
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.registry import JobContext, PermanentError, lookup
@@ -66,6 +66,9 @@ class WorkerProcess(StopOnSignal):
         self.idle_waits = 0
         self.claim_now = True
         self.next_job: Job | None = None
+        # The id of a claim that raised: it may have reached Redis (only its reply was lost),
+        # so the next claim repeats it and gets that job back instead of orphaning it.
+        self.claim_request_id: str | None = None
         self.backoff = Backoff("worker")
 
     def _request_stop(self, signum: int, frame: FrameType | None) -> None:
@@ -98,7 +101,9 @@ class WorkerProcess(StopOnSignal):
         try:
             job, self.next_job = self.next_job, None
             if job is None and self.claim_now:
-                job = self.scripts.claim(self.worker_id)
+                self.claim_request_id = self.claim_request_id or new_request_id()
+                job = self.scripts.claim(self.worker_id, request_id=self.claim_request_id)
+                self.claim_request_id = None
             if job is None:
                 # Idle: one BLPOP a second, and a claim only when a hint says there is work.
                 self.claim_now = self._wait_for_work()
@@ -169,11 +174,17 @@ class WorkerProcess(StopOnSignal):
     def _write_outcome(
         self, job: Job, outcome: Outcome, fields: dict[str, object], claim_next: str | None
     ) -> Job | None:
+        # One claim request id for every try: a try whose reply was lost claimed a job.
+        claim_id = new_request_id()
         while True:
             try:
                 if outcome.ok:
                     ack = self.scripts.complete(
-                        job.id, job.token, outcome.result_json, claim_next_for=claim_next
+                        job.id,
+                        job.token,
+                        outcome.result_json,
+                        claim_next_for=claim_next,
+                        claim_request_id=claim_id,
                     )
                     self._log_completion(job, ack.code, fields)
                     return ack.next_job

@@ -91,7 +91,7 @@ def pin_request_id(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
     redis-py's retry of a call whose reply was lost does."""
 
     def pin(request_id: str) -> None:
-        monkeypatch.setattr("shared.scripts._request_id", lambda: request_id)
+        monkeypatch.setattr("shared.scripts.new_request_id", lambda: request_id)
 
     return pin
 

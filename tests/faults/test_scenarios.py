@@ -271,3 +271,38 @@ def test_sigkill_during_the_ack(
     assert report.duplicates == 0, figures  # the ack had landed: nothing runs twice
     assert report.statuses == {"completed": len(ids)}, report.statuses
     assert report.violations == [], report.violations
+
+
+@pytest.mark.parametrize("script", ["claim", "complete"])
+def test_a_claim_whose_every_reply_is_lost_is_not_orphaned(
+    start_workerd: Callable[..., Workerd],  # noqa: F811
+    r: redis.Redis,
+    redis_server: RedisServer,
+    tmp_path: Path,
+    script: str,
+) -> None:
+    """Scenario 9, past redis-py's retries: three replies in a row are lost, so the worker
+    itself sees the claim (or the complete that claims its next job) fail, and tries again.
+
+    The lost call did claim a job. The worker's next try repeats its request id and gets that
+    job back; with a fresh id it would claim another, and the first would sit leased to
+    nobody until its 30 s lease ran out.
+    """
+    journal = tmp_path / "journal.jsonl"
+    scripts = Scripts(r, KEYS)
+    with TcpProxy(redis_server.host, redis_server.port) as proxy:
+        env = {**FAULT_ENV, "WORKER_COUNT": "1", "TASK_VISIBILITY_TIMEOUT": "30s"}
+        workerd = start_workerd(**env, REDIS_URL=f"redis://{proxy.host}:{proxy.port}/0")
+        lost = proxy.drop_next_reply(_sha(script), count=3)
+        records = enqueue_journaled(scripts, 20, journal, sleep=0.01)
+        assert lost.wait(timeout=10.0), f"no {script} went through the proxy\n{workerd.tail()}"
+        ids = [rec.job_id for rec in records]
+        wait_settled(r, ids, timeout=15.0, workerd=workerd)  # well inside one 30 s lease
+    report = check(records, read_journal(journal), r)
+    recoveries = [int(r.hget(KEYS.job(i), "recoveries") or 0) for i in ids]
+    figures = {**report.summary(), "jobs": len(ids), "replies_lost_in_a_row": 3}
+    figures["recovered"] = sum(recoveries)
+    print_figures(f"lost_{script}_replies_past_retries", figures)
+    assert report.lost == [] and report.duplicates == 0, figures
+    assert sum(recoveries) == 0, "a job waited out its lease"
+    assert report.violations == [], report.violations

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
+import threading
+import time
 from typing import Any
 
 import redis.exceptions
@@ -59,14 +62,47 @@ def redis_unavailable(exc: BaseException) -> bool:
     )
 
 
+class OutageLog:
+    """At most one ``redis_unavailable`` line per QUIET seconds per process.
+
+    In an outage every request fails alike: a line per refused request (hundreds a second)
+    would bury the one that matters. The next line says how many it left out.
+    """
+
+    QUIET = 5.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = -math.inf
+        self._left_out = 0
+
+    def warn(self, exc: BaseException) -> None:
+        """Log `exc` unless a line went out less than QUIET seconds ago (then count it)."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._last < self.QUIET:
+                self._left_out += 1
+                return
+            self._last, left_out, self._left_out = now, self._left_out, 0
+        error = f"{type(exc).__name__}: {exc}"[:300]
+        log.warning("redis_unavailable", extra={"error": error, "refused_unlogged": left_out})
+
+
+OUTAGES = OutageLog()
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, redis.exceptions.OutOfMemoryError) or str(exc).startswith("OOM")
+
+
 def unavailable_response(exc: BaseException) -> Response:
     """Return the 503 that tells a client to try again shortly."""
-    log.warning("redis_unavailable", extra={"error": f"{type(exc).__name__}: {exc}"[:300]})
-    return json_error(
-        503,
-        "Redis is unavailable; try again shortly",
-        {"Retry-After": str(RETRY_AFTER_SECONDS)},
-    )
+    OUTAGES.warn(exc)
+    message = "Redis is unavailable; try again shortly"
+    if _out_of_memory(exc):
+        # noeviction at maxmemory: Redis refused the write whole. It frees up as workers drain.
+        message = "Redis is full (maxmemory reached) and refused the job; try again shortly"
+    return json_error(503, message, {"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 def _http_error(exc: HTTPException) -> Response | HTTPException:

@@ -285,10 +285,10 @@ def test_redis_unavailable_for_10s(
         assert len(during) >= 10, figures
         assert all(r.status == 503 for r in during), statuses(during)
         assert all("error" in r.body for r in during), during[0].body
-        # The gateway's Redis socket timeout is 1 s: a 503 within about a second (the margin
-        # is for two shared cores; a request that waited for Redis itself would take 10 s).
-        assert figures["outage_latency_p50_s"] < 1.2, figures
-        assert figures["outage_latency_max_s"] < 2.0, figures
+        # The gateway's Redis socket timeout is 0.75 s (plus at most 0.2 s waiting for a
+        # pooled connection): a 503 in under a second, where waiting for Redis would be 10 s.
+        assert figures["outage_latency_p50_s"] < 1.0, figures
+        assert figures["outage_latency_max_s"] < 1.5, figures  # margin for two shared cores
         assert workerd.proc.poll() is None, workerd.tail()
         workerd.wait_ready()
         if mode == "stopped":
@@ -453,8 +453,10 @@ def test_redis_at_maxmemory_refuses_enqueues_and_drains(
     print_figures("redis_maxmemory_noeviction", figures)
     assert all(status == 503 for status, _, _ in refused), figures["refused_statuses"]
     assert all(h.get("retry-after") == "1" for _, h, _ in refused)
-    assert all("try again" in doc["error"] for _, _, doc in refused), refused[0]
-    assert len(oom_lines) == len(refused), "the gateway log must name the cause"
+    assert all("Redis is full" in doc["error"] for _, _, doc in refused), refused[0]
+    # At most one line per gateway process per quiet period (not one per refused request),
+    # naming the cause.
+    assert oom_lines, "the gateway log must name the cause"
     assert hashes_when_full == len(queued), "a refused enqueue left a job hash behind"
     assert problems_when_full == []
     assert still_full, "the limit was lifted before the queue drained"

@@ -287,9 +287,9 @@ def test_the_gateway_client_is_bounded_and_quick_to_give_up() -> None:
     client = gateway_client(settings)
     pool = client.connection_pool
     assert isinstance(pool, redis.BlockingConnectionPool)
-    assert (pool.max_connections, pool.timeout) == (POOL_SIZE, 1.0)
+    assert (pool.max_connections, pool.timeout) == (POOL_SIZE, 0.2)
     kwargs = pool.connection_kwargs
-    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (1.0, 0.5)
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.75, 0.5)
     assert kwargs["client_name"].startswith("taskforge-gateway-")
     assert client.get_retry() is not None and client.get_retry().get_retries() == 1
 

@@ -33,6 +33,14 @@ TARGETS = (
     ("enqueue→start p50, HTTP", "taskforge-http.latency_p50", "<=", 3, "ms"),
     ("enqueue→start p99, HTTP", "taskforge-http.latency_p99", "<=", 6, "ms"),
 )
+# What a peer configuration's lead is worth: its guarantee and concurrency, in a few words.
+CAVEAT = {
+    "huey": "no delivery guarantee",
+    "dramatiq-8": "8 jobs at once per process",
+    "celery": "at most once",
+    "rq-simple": "at most once",
+    "rq-fork": "at most once",
+}
 SPEC_TASK12 = {
     "concurrent_enqueue": ("Concurrent enqueue", 48, 472.6),
     "concurrent_priority_claims": ("Concurrent priority claims", 48, 745.3),
@@ -326,7 +334,8 @@ def not_leading(results: dict) -> list[str]:
                 if higher
                 else (theirs["median"] < ours["median"])
             ):
-                better.append(f"{labels.get(key, key)} {fmt(theirs['median'])}")
+                tag = f" ({CAVEAT[key]})" if key in CAVEAT else ""
+                better.append(f"{labels.get(key, key)} {fmt(theirs['median'])}{tag}")
         if better:
             out.append(
                 f"{label}: TaskForge {fmt(ours['median'])}; ahead of it: {', '.join(better)}"
@@ -556,7 +565,10 @@ enqueue→start latency with 2 idle worker processes, {st.get("latency_jobs", 30
 TaskForge's column comes from its own benchmarks (`bench.engine`: engine enqueue;
 `bench.gateway`: HTTP, {st.get("http_seconds", 5):g} s per figure with 16 keep-alive clients for single
 requests and 4 for batches; `bench.workers`: drain and p50/p99 latency), except p95 and
-the Redis rows, which come from the peers' method below (TaskForge cross-check table).
+the Redis rows, which come from the peers' method (the cost table below shows TaskForge's
+drain by that method too). "Redis commands per job" counts the commands run inside Lua
+scripts: TaskForge's run inside about one script call per job (see round trips), so that row
+and Redis CPU measure the work Redis does for a job, not network traffic.
 
 ### Targets of issue 8 (TaskForge)
 
@@ -623,8 +635,10 @@ ahead), so it measures the engine's work: three executions, two retries and the 
   its two workers cannot keep up, so its latency row measures a growing queue, not an idle
   worker's start-up.
 - Dramatiq with 8 threads runs up to 8 jobs at once per process: it is the configuration
-  Dramatiq recommends, not a one-job-at-a-time one. An idle Dramatiq consumer backs off
-  between polls (up to its worker timeout), which is what its latency shows.
+  Dramatiq recommends, not a one-job-at-a-time one. Dramatiq's Redis consumer polls: finding
+  its queue empty, it sleeps 5 ms doubling (with jitter) up to `dramatiq_worker_timeout`
+  (1,000 ms by default) before it fetches again (`dramatiq/brokers/redis.py`,
+  `compute_backoff`), which is what its p95 and p99 show.
 - The HTTP rows are TaskForge-only: the peers have no HTTP front end.
 - The enqueue figure of a peer is shared by its configurations (the producer is the same).
 """

@@ -63,8 +63,11 @@ def machine() -> dict[str, object]:
     lscpu = dict(line.split(":", 1) for line in sh("lscpu").splitlines() if ":" in line)
     redis_version = sh(shutil.which("redis-server") or "redis-server", "--version")
     return {
-        "commit": sh("git", "-C", str(ROOT), "rev-parse", "HEAD"),
+        # A frozen export (git archive) has no .git: its commit comes from the environment.
+        "commit": sh("git", "-C", str(ROOT), "rev-parse", "HEAD")
+        or os.environ.get("TASKFORGE_BENCH_COMMIT", "?"),
         "dirty": sh("git", "-C", str(ROOT), "diff", "--name-only", "HEAD").split(),
+        "frozen_export": not (ROOT / ".git").exists(),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu_model": lscpu.get("Model name", "?").strip(),
         "cpus": os.cpu_count(),

@@ -476,6 +476,8 @@ def config_table(results: dict) -> str:
 def machine_lines(results: dict) -> str:
     m = results.get("meta", {})
     changed = m.get("dirty") or []
+    if m.get("frozen_export"):
+        changed = []
     dirty = (
         f" plus uncommitted changes to {', '.join(f'`{f}`' for f in changed)} (others' work in "
         "progress in the shared work tree)"
@@ -484,7 +486,9 @@ def machine_lines(results: dict) -> str:
     )
     return "\n".join(
         [
-            f"- Commit `{m.get('commit', '?')}`{dirty}, measured {m.get('date', '?')}, "
+            f"- Commit `{m.get('commit', '?')}`{dirty}"
+            + (" (run from a clean `git archive` export of it)" if m.get("frozen_export") else "")
+            + f", measured {m.get('date', '?')}, "
             f"run time {m.get('minutes', '?')} minutes",
             f"- CPU: {m.get('cpu_model', '?')}, {m.get('cpus', '?')} cores; "
             f"{m.get('memory_gib', '?')} GiB memory; Linux {m.get('kernel', '?')}",

@@ -501,6 +501,14 @@ def machine_lines(results: dict) -> str:
     )
 
 
+def notes_section(results: dict) -> str:
+    """Notes recorded beside the run (side checks), as a section; empty when there are none."""
+    notes = results.get("notes") or []
+    if not notes:
+        return ""
+    return "## Notes\n\n" + "\n".join(f"- {note}" for note in notes) + "\n\n"
+
+
 def document(results: dict, chart_name: str = "benchmarks.png") -> str:
     """docs/BENCHMARKS.md."""
     st = results.get("settings", {})
@@ -607,7 +615,7 @@ ahead), so it measures the engine's work: three executions, two retries and the 
 
 {task12_table(results)}
 
-## Method
+{notes_section(results)}## Method
 
 - **enqueue**: one producer process; the library's normal call in a loop (RQ
   `Queue.enqueue`, Celery `task.delay`, Dramatiq `actor.send`, Huey calling the task,

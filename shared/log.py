@@ -99,7 +99,7 @@ class TraceIds(logging.Filter):
 
 
 class _Formatter(logging.Formatter):
-    """Render a record as one JSON object: the ``_HEAD`` fields in order, then the extras.
+    """Render a record as one JSON object: ts, level, event, logger, service, pid, extras.
 
     python-json-logger's JsonFormatter produced the same lines at about three times the cost
     (it rebuilt, renamed and re-ordered a dict per record): workers write three lines per
@@ -111,15 +111,18 @@ class _Formatter(logging.Formatter):
         super().__init__()
         self.service = service
         self.encoder = JsonEncoder()  # the stdlib defaults: ASCII, ", " and ": "
-        self._second = -1
-        self._stamp = ""
+        # (second, its text): strftime once a second, not once a line. One tuple, replaced
+        # whole, so threads logging across a second's turn never pair a second with another
+        # second's text.
+        self._stamp: tuple[int, str] = (-1, "")
 
     def _ts(self, record: logging.LogRecord) -> str:
-        second = int(record.created)
-        if second != self._second:  # strftime once a second, not once a line
-            self._stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._second = second
-        return f"{self._stamp}.{int(record.msecs):03d}Z"
+        second, text = self._stamp
+        if second != int(record.created):
+            second = int(record.created)
+            text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._stamp = (second, text)
+        return f"{text}.{int(record.msecs):03d}Z"
 
     def format(self, record: logging.LogRecord) -> str:
         """Return the record as one line of JSON."""

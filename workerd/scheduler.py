@@ -81,8 +81,9 @@ class SchedulerProcess(StopOnSignal):
         """Promote due jobs; once a second (and outside a reconnect grace) recover and trim."""
         began = self.clock()
         self._promote(now_ms)
-        if self.clock() - began > HUNG_CALL_SECONDS:
-            self.recover_not_before = self.clock() + self.reconnect_grace  # as after an outage
+        ended = self.clock()
+        if ended - began > HUNG_CALL_SECONDS:
+            self.recover_not_before = ended + self.reconnect_grace  # as after an outage
         if now >= self.next_recover and now >= self.recover_not_before:
             self.next_recover = now + RECOVER_INTERVAL
             self._recover(now_ms)

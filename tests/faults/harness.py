@@ -8,6 +8,7 @@ only sleeps are the deliberate fault cadence.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -24,7 +25,7 @@ import redis
 
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.scripts import Scripts, load_source
 from tests.faults.checker import OK, SETTLED, UNKNOWN, EnqueueRecord
 from tests.workerd.conftest import Workerd, alive, wait_until
 
@@ -43,9 +44,13 @@ def enqueue_journaled(
     """Enqueue `count` journaled jobs through the engine; record each as ok or unknown."""
     records = []
     for _ in range(count):
-        body = {"type": "journaled", "payload": {"file": str(journal), "sleep": sleep}}
-        records.append(enqueue_one(scripts, body))
+        records.append(enqueue_one(scripts, journaled_body(journal, sleep)))
     return records
+
+
+def journaled_body(journal: Path, sleep: float = 0.0) -> dict[str, Any]:
+    """Return the enqueue body of one journaled job."""
+    return {"type": "journaled", "payload": {"file": str(journal), "sleep": sleep}}
 
 
 def enqueue_one(scripts: Scripts, body: dict[str, Any]) -> EnqueueRecord:
@@ -91,8 +96,14 @@ class Kill:
     job_id: str | None  # the job the worker last started, per its log
 
 
-def _ts(record: dict[str, Any]) -> float:
+def log_time(record: dict[str, Any]) -> float:
+    """Return a JSON log line's ``ts`` as seconds since the epoch."""
     return datetime.fromisoformat(record["ts"].replace("Z", "+00:00")).timestamp()
+
+
+def script_sha(name: str) -> bytes:
+    """Return the SHA1 Redis knows a script by: what an EVALSHA request of it contains."""
+    return hashlib.sha1(load_source(name).encode()).hexdigest().encode()
 
 
 # A worker's log events that end its current job (it is then idle until the next job_started).
@@ -145,7 +156,7 @@ def kill_workers(
 
 def recovery_times(workerd: Workerd, kills: Iterable[Kill]) -> list[float]:
     """For each kill, seconds until the killed job started again in another process."""
-    started = [(rec["job_id"], rec["pid"], _ts(rec)) for rec in workerd.events("job_started")]
+    started = [(rec["job_id"], rec["pid"], log_time(rec)) for rec in workerd.events("job_started")]
     times = []
     for kill in kills:
         again = [

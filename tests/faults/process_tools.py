@@ -19,7 +19,6 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,13 @@ from shared.jobs import validate_enqueue
 from shared.keys import Keys
 from shared.scripts import Policy, Scripts
 from tests.faults.checker import EnqueueRecord, Execution
-from tests.faults.harness import FINISH_EVENTS, Kill, busy_workers, enqueue_one
+from tests.faults.harness import (
+    FINISH_EVENTS,
+    Kill,
+    busy_workers,
+    enqueue_one,
+    journaled_body,
+)
 from tests.workerd.conftest import Workerd, alive
 
 KEYS = Keys()
@@ -125,11 +130,6 @@ def jobs_held_at_death(workerd: Workerd, kills: Sequence[Kill]) -> list[Kill]:
 # -- seeding many jobs ---------------------------------------------------------------------------
 
 
-def journaled_body(journal: Path, sleep: float = 0.0) -> dict[str, Any]:
-    """Return the enqueue body of one journaled job."""
-    return {"type": "journaled", "payload": {"file": str(journal), "sleep": sleep}}
-
-
 def enqueue_bulk(
     scripts: Scripts, count: int, journal: Path, *, due_ms: int | None = None
 ) -> list[EnqueueRecord]:
@@ -208,11 +208,6 @@ class LogTail:
                 if isinstance(record, dict):
                     records.append(record)
         return records
-
-
-def log_time(record: dict[str, Any]) -> float:
-    """Return a log line's timestamp as time.time() seconds."""
-    return datetime.fromisoformat(record["ts"].replace("Z", "+00:00")).timestamp()
 
 
 def event_counts(workerds: Iterable[Workerd], event: str, **match: Any) -> Counter[str]:

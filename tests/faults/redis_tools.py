@@ -19,7 +19,6 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from shared.keys import Keys
 from shared.scripts import Scripts
 from tests._tools import RedisServer, wait_until
 from tests.faults.checker import OK, EnqueueRecord
-from tests.faults.harness import enqueue_one, percentile
+from tests.faults.harness import enqueue_one, journaled_body, log_time, percentile
 
 # What deploy/redis.conf sets for durability and memory; a scenario overrides what it tests.
 PRODUCTION_LIKE = {
@@ -95,11 +94,6 @@ def _proc_state(pid: int) -> str:
         return ""
 
 
-def log_time(record: dict[str, Any]) -> float:
-    """Return a JSON log line's ``ts`` as a Unix time."""
-    return datetime.fromisoformat(record["ts"].replace("Z", "+00:00")).timestamp()
-
-
 def between(records: Iterable[dict[str, Any]], start: float, end: float) -> list[dict[str, Any]]:
     """Return the log records stamped in [start, end] (Unix times)."""
     return [rec for rec in records if start <= log_time(rec) <= end]
@@ -128,7 +122,7 @@ class EngineLoad:
             url, socket_timeout=1.0, socket_connect_timeout=0.5, retry=NO_RETRY
         )
         self.scripts = Scripts(self.client)
-        self.body = {"type": "journaled", "payload": {"file": str(journal), "sleep": sleep}}
+        self.body = journaled_body(journal, sleep)
         self.interval = interval
         self.sent: list[Sent] = []
         self._lock = threading.Lock()

@@ -29,6 +29,7 @@ from tests.faults.harness import (
     Kill,
     busy_workers,
     enqueue_journaled,
+    log_time,
     percentile,
     print_figures,
     recovery_times,
@@ -48,7 +49,6 @@ from tests.faults.process_tools import (
     explained_by_freeze,
     job_fields,
     jobs_held_at_death,
-    log_time,
     tally,
 )
 from tests.workerd.conftest import Workerd, alive, start_workerd, wait_until  # noqa: F401

@@ -36,7 +36,7 @@ from tests.faults.checker import (
     invariant_violations,
     read_journal,
 )
-from tests.faults.harness import FAULT_ENV, print_figures, settled, wait_settled
+from tests.faults.harness import FAULT_ENV, log_time, print_figures, settled, wait_settled
 from tests.faults.redis_tools import (
     PRODUCTION_LIKE,
     EngineLoad,
@@ -44,7 +44,6 @@ from tests.faults.redis_tools import (
     PrivateRedis,
     between,
     latency_figures,
-    log_time,
     requests_of,
     statuses,
 )

@@ -8,7 +8,6 @@ tests/gateway/conftest.py's ``run_gunicorn`` (always stopped, SIGTERM then SIGKI
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import threading
@@ -17,7 +16,6 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +24,17 @@ import redis
 
 from shared.jobs import format_ms
 from shared.keys import Keys
-from shared.scripts import Scripts, load_source
+from shared.scripts import Scripts
 from tests._tools import RedisServer, wait_until
 from tests.faults.checker import FAILED, OK, UNKNOWN, EnqueueRecord, check, read_journal
 from tests.faults.clock_tools import faketime_env, observed_offset, redis_now_ms
 from tests.faults.harness import (
     FAULT_ENV,
     enqueue_one,
+    log_time,
     percentile,
     print_figures,
+    script_sha,
     settled,
     wait_settled,
 )
@@ -46,16 +46,12 @@ pytestmark = pytest.mark.slow
 KEYS = Keys()
 
 
-def _sha(script: str) -> bytes:
-    return hashlib.sha1(load_source(script).encode()).hexdigest().encode()
-
-
 # -- a proxy that loses several replies in a row ---------------------------------------------
 
 
 # -- scenario 9 (i): lost replies on enqueue, through the real gateway -----------------------
 
-ENQUEUE_SHA = _sha("enqueue")
+ENQUEUE_SHA = script_sha("enqueue")
 LATENCY = 0.6  # s the proxy holds Redis's reply to the gateway in a `client_timeout` fault
 CLIENT_TIMEOUT = 0.3  # s an impatient client waits in that fault (the gateway still answers)
 PATIENT_TIMEOUT = 10.0  # s a client waits otherwise (the gateway answers 503 within ~2 s)
@@ -247,7 +243,7 @@ def test_lost_enqueue_replies_through_gateway(
 
 # -- scenario 9 (ii): lost replies on fail ---------------------------------------------------
 
-FAIL_SHA = _sha("fail")
+FAIL_SHA = script_sha("fail")
 
 
 def test_lost_fail_replies_count_each_attempt_once(
@@ -359,10 +355,6 @@ def _hash(client: redis.Redis, job_id: str) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in client.hgetall(KEYS.job(job_id)).items()}
 
 
-def _log_ts(record: dict[str, Any]) -> float:
-    return datetime.fromisoformat(record["ts"].replace("Z", "+00:00")).timestamp()
-
-
 @dataclass
 class LeaseWatch:
     """Samples, on Redis's clock, how long the leases of running jobs have left."""
@@ -464,7 +456,7 @@ def test_skewed_host_clock_moves_no_lease_or_schedule(
     executions = read_journal(journal)
     worker_skew = [ex.start - int(jobs[ex.job_id]["started_at"]) / 1000 for ex in executions]
     gateway_skew = [
-        _log_ts(rec) - int(jobs[rec["job_id"]]["created_at"]) / 1000
+        log_time(rec) - int(jobs[rec["job_id"]]["created_at"]) / 1000
         for rec in gateway_logs
         if rec.get("event") == "job_enqueued" and rec.get("job_id") in jobs
     ]

@@ -7,30 +7,31 @@ which fails the test if any process of the run is left behind.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import signal
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 import redis
 
 from shared.keys import Keys
-from shared.scripts import Scripts, load_source
+from shared.scripts import Scripts
 from tests._tools import RedisServer
 from tests.faults.checker import check, read_journal
 from tests.faults.harness import (
     FAULT_ENV,
     enqueue_journaled,
     enqueue_one,
+    journaled_body,
     kill_workers,
+    log_time,
     percentile,
     print_figures,
     recovery_times,
+    script_sha,
     settled,
     wait_settled,
 )
@@ -119,10 +120,6 @@ def test_poison_pill_goes_dead_others_flow(
     assert report.violations == [], report.violations
 
 
-def _sha(script: str) -> bytes:
-    return hashlib.sha1(load_source(script).encode()).hexdigest().encode()
-
-
 def test_lost_replies_on_claim_and_complete(
     start_workerd: Callable[..., Workerd],  # noqa: F811
     r: redis.Redis,
@@ -141,7 +138,7 @@ def test_lost_replies_on_claim_and_complete(
         for round_ in range(6):
             records += enqueue_journaled(scripts, 50, journal, sleep=0.01)
             name = targets[round_ % 2].decode()
-            lost = proxy.drop_next_reply(_sha(name))
+            lost = proxy.drop_next_reply(script_sha(name))
             if lost.wait(timeout=10.0):
                 drops[name] += 1
             else:
@@ -195,8 +192,7 @@ def test_sigkill_at_aimed_points(
             record = enqueue_one(scripts, {"type": "journaled_kill", "payload": payload})
             killers.append((record.job_id, marker))
         else:
-            body = {"type": "journaled", "payload": {"file": str(journal), "sleep": 0.01}}
-            record = enqueue_one(scripts, body)
+            record = enqueue_one(scripts, journaled_body(journal, 0.01))
         records.append(record)
     ids = [rec.job_id for rec in records]
     wait_settled(r, ids, timeout=40.0, workerd=workerd)
@@ -204,11 +200,11 @@ def test_sigkill_at_aimed_points(
     # Recovery: from the kill (the time the dying execution wrote) to the rerun's start.
     restarted = {}
     for rec in workerd.events("job_started"):
-        restarted.setdefault(rec["job_id"], []).append(rec["ts"])
+        restarted.setdefault(rec["job_id"], []).append(rec)
     recovery = []
     for job_id, marker in killers:
         killed_at = float(Path(marker).read_text())
-        starts = [_epoch(ts) for ts in restarted.get(job_id, [])]
+        starts = [log_time(rec) for rec in restarted.get(job_id, [])]
         again = [t for t in starts if t > killed_at]
         assert again, f"job {job_id} never started again after its worker died"
         recovery.append(min(again) - killed_at)
@@ -232,10 +228,6 @@ def test_sigkill_at_aimed_points(
     assert report.violations == [], report.violations
 
 
-def _epoch(ts: str) -> float:
-    return datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
-
-
 def test_sigkill_during_the_ack(
     start_workerd: Callable[..., Workerd],  # noqa: F811
     r: redis.Redis,
@@ -256,7 +248,7 @@ def test_sigkill_during_the_ack(
         workerd = start_workerd(**env, REDIS_URL=f"redis://{proxy.host}:{proxy.port}/0")
         records = enqueue_journaled(scripts, 120, journal, sleep=0.01)
         for _ in range(5):
-            dropped = proxy.drop_next_reply(_sha("complete"))
+            dropped = proxy.drop_next_reply(script_sha("complete"))
             assert dropped.wait(timeout=10.0), f"no complete within 10 s\n{workerd.tail()}"
             (worker,) = workerd.children("worker")
             os.kill(worker, signal.SIGKILL)
@@ -293,7 +285,7 @@ def test_a_claim_whose_every_reply_is_lost_is_not_orphaned(
     with TcpProxy(redis_server.host, redis_server.port) as proxy:
         env = {**FAULT_ENV, "WORKER_COUNT": "1", "TASK_VISIBILITY_TIMEOUT": "30s"}
         workerd = start_workerd(**env, REDIS_URL=f"redis://{proxy.host}:{proxy.port}/0")
-        lost = proxy.drop_next_reply(_sha(script), count=3)
+        lost = proxy.drop_next_reply(script_sha(script), count=3)
         records = enqueue_journaled(scripts, 20, journal, sleep=0.01)
         assert lost.wait(timeout=10.0), f"no {script} went through the proxy\n{workerd.tail()}"
         ids = [rec.job_id for rec in records]

@@ -163,7 +163,12 @@ def _choice(options: tuple[str, ...], *, upper: bool = False) -> Callable[[str],
 
 
 def _worker_count(text: str) -> int:
-    """Parse WORKER_COUNT leniently: the spec says a bad value falls back to 3, not an error."""
+    """Parse WORKER_COUNT leniently: a bad value falls back to 3 (or the cap) with a warning.
+
+    Unlike every other variable, whose bad value stops the process: a mistyped worker count
+    still leaves the host serving the queue at the default size, and the start-up warning
+    names the value. TaskForge's Go original treated WORKER_COUNT the same way.
+    """
     try:
         count = _integer(1)(text)
     except ValueError:

@@ -7,7 +7,9 @@ import math
 import re
 from typing import IO, Any
 
-MAX_BODY_BYTES = 1024 * 1024  # 1 MiB, as the primary spec says
+# 1 MiB: ample for a job's arguments (pass big data by reference), and a bound on what one
+# request can make a gunicorn thread read and hold; a larger body is refused with 413.
+MAX_BODY_BYTES = 1024 * 1024
 READ_CHUNK = 64 * 1024
 MAX_DEPTH = 64
 # A "\udXXX" escape in the text is the only way a lone surrogate gets into a decoded string

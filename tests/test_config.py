@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import re
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,6 +23,7 @@ DEFAULTS = {
     "redis_connect_timeout": 1.0,
     "port_producer": 8080,
     "port_worker": 8081,
+    "bind_host": "0.0.0.0",
     "worker_count": 3,
     "visibility_timeout": 30.0,
     "retry_base_delay": 2.0,
@@ -230,13 +235,30 @@ def test_load_or_exit_returns_settings_when_valid() -> None:
 
 
 def test_markdown_table_lists_every_variable_with_its_default() -> None:
-    table = markdown_table().splitlines()
-    assert table[0] == "| Variable | Default | Meaning |"
-    rows = table[2:]
-    assert len(rows) == len(VARIABLES)
-    for row, var in zip(rows, VARIABLES, strict=True):
-        assert row.startswith(f"| `{var.env}` | ")
-        assert (f"`{var.default}`" if var.default else "(unset)") in row
+    rows = [line for line in markdown_table().splitlines() if line.startswith("| `")]
+    assert len(rows) == len(config.table_rows())
+    shown = {row.split(" | ")[0].removeprefix("| `").removesuffix("`"): row for row in rows}
+    for var in VARIABLES:
+        default = f"`{var.default}`" if var.default else "(unset)"
+        assert shown[var.env].split(" | ")[1] == default
+
+
+def test_markdown_table_has_a_heading_and_a_header_row_per_section() -> None:
+    lines = markdown_table().splitlines()
+    for section in config.SECTIONS:
+        at = lines.index(f"### {section.title}")
+        assert lines[at + 2] == "| Variable | Default | Meaning | Read by |"
+
+
+def test_table_lists_each_settings_variable_once_and_externals_outside_settings() -> None:
+    settings_rows = [
+        r.env for s in config.SECTIONS for r in s.rows if isinstance(r, config.Setting)
+    ]
+    externals = [r.env for s in config.SECTIONS for r in s.rows if isinstance(r, config.External)]
+    assert sorted(settings_rows) == sorted(var.env for var in VARIABLES)
+    assert len(set(externals)) == len(externals)
+    assert not set(externals) & set(settings_rows)
+    assert not set(config.NOT_OURS) & (set(externals) | set(settings_rows))
 
 
 def test_readme_holds_the_generated_table() -> None:
@@ -261,3 +283,317 @@ def test_cli_prints_effective_settings_without_secrets(
     assert "TASKFORGE_API_TOKEN=(set)" in out.splitlines()
     assert "pw123" not in out and "tok456" not in out
     assert "warning: WORKER_COUNT='x'" in err
+
+
+# --- every environment variable read is in the table, and nothing else is -------------------
+# The readers are the programs' own source: gateway/, workerd/, shared/ (Python), deploy/*.py
+# (gunicorn's config file) and bin/* (bash). systemd units, the compose file and the env
+# example are deployment: they set variables, they do not read them.
+
+ROOT = Path(__file__).resolve().parent.parent
+SHELL_READ = re.compile(r"\$\{?([A-Z_][A-Z0-9_]*)")
+# A name bash itself declares local or read-only is the script's own, not the environment's.
+SHELL_OWN = re.compile(r"^\s*(?:readonly|local|declare(?:\s+-\w+)?)\s+([A-Z_][A-Z0-9_]*)=", re.M)
+# A comment starts at a '#' that begins a word ("${#array[@]}" and "$#" are not comments).
+SHELL_COMMENT = re.compile(r"(?:^|(?<=\s))#.*$", re.M)
+# The one read the scanner cannot name by itself: Settings.from_env's loop over VARIABLES.
+SETTINGS_LOOP = ("shared/config.py", "var.env")
+
+
+@dataclass(frozen=True)
+class Read:
+    """One environment read: the variable (or the unresolved expression), file and line."""
+
+    name: str
+    path: str
+    line: int
+    resolved: bool = True
+
+
+def is_reader_source(path: str) -> bool:
+    """Tell whether ``path`` (relative, posix) is a program that may read the environment."""
+    top, _, rest = path.partition("/")
+    if top in ("gateway", "workerd", "shared"):
+        return path.endswith(".py")
+    if top == "deploy":
+        return path.endswith(".py") and "/" not in rest
+    return top == "bin" and "/" not in rest
+
+
+def reader_sources() -> list[str]:
+    """Return the tracked reader sources (every file on disk when this is no git checkout)."""
+    try:
+        listing = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=30
+        ).stdout.decode()
+        paths = [path for path in listing.split("\0") if path]
+    except (OSError, subprocess.CalledProcessError):
+        paths = [path.relative_to(ROOT).as_posix() for path in ROOT.rglob("*") if path.is_file()]
+    return sorted(path for path in paths if is_reader_source(path))
+
+
+def programs_of(path: str) -> set[str]:
+    """Return the programs that run ``path``: shared/ runs in the gateway and in workerd."""
+    top = path.partition("/")[0]
+    if top == "shared":
+        return {config.GATEWAY, config.WORKERD}
+    if top in ("gateway", "workerd"):
+        return {top}
+    if path == "bin/_common.sh":
+        return {config.BIN_RUN, config.BIN_TEST}
+    return {path}
+
+
+def module_strings(tree: ast.Module) -> dict[str, str]:
+    """Return the module-level ``NAME = "text"`` constants of ``tree``."""
+    found = {}
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            found.update({t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)})
+    return found
+
+
+class PythonReads:
+    """Find the environment reads of one Python module and name their variables."""
+
+    def __init__(self, source: str, path: str, imported: dict[str, dict[str, str]]) -> None:
+        self.path = path
+        self.tree = ast.parse(source)
+        self.strings = module_strings(self.tree)
+        for node in self.tree.body:  # constants imported from other scanned modules
+            if isinstance(node, ast.ImportFrom) and node.module in imported:
+                for alias in node.names:
+                    if alias.name in imported[node.module]:
+                        self.strings[alias.asname or alias.name] = imported[node.module][alias.name]
+        self.parent = {c: p for p in ast.walk(self.tree) for c in ast.iter_child_nodes(p)}
+        # "from os import environ, getenv": what those names are called here
+        self.from_os = {
+            alias.asname or alias.name: alias.name
+            for node in ast.walk(self.tree)
+            if isinstance(node, ast.ImportFrom) and node.module == "os"
+            for alias in node.names
+        }
+
+    def reads(self) -> list[Read]:
+        """Return every read of os.environ / os.getenv / a mapping called ``env``."""
+        found = []
+        for node in ast.walk(self.tree):
+            key = self._key(node)
+            if key is None:
+                continue
+            names = self._names(key, node)
+            if names is None:
+                found.append(Read(ast.unparse(key), self.path, node.lineno, resolved=False))
+            else:
+                found += [Read(name, self.path, node.lineno) for name in sorted(names)]
+        return found
+
+    def _is_os(self, node: ast.AST, name: str) -> bool:
+        """Tell whether ``node`` is ``os.<name>`` or ``<name>`` imported from os."""
+        if isinstance(node, ast.Attribute) and node.attr == name:
+            return isinstance(node.value, ast.Name) and node.value.id == "os"
+        return isinstance(node, ast.Name) and self.from_os.get(node.id) == name
+
+    def _is_environ(self, node: ast.AST) -> bool:
+        """Tell whether ``node`` is the process environment, or a mapping called ``env``."""
+        return self._is_os(node, "environ") or (isinstance(node, ast.Name) and node.id == "env")
+
+    def _key(self, node: ast.AST) -> ast.expr | None:
+        """Return the key expression if ``node`` reads the environment."""
+        if isinstance(node, ast.Call) and node.args:
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr == "get":
+                return node.args[0] if self._is_environ(func.value) else None
+            return node.args[0] if self._is_os(func, "getenv") else None
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            return node.slice if self._is_environ(node.value) else None
+        if (
+            isinstance(node, ast.Compare)
+            and isinstance(node.ops[0], ast.In | ast.NotIn)
+            and self._is_environ(node.comparators[0])
+        ):
+            return node.left
+        return None
+
+    def _names(self, key: ast.expr, at: ast.AST) -> set[str] | None:
+        """Name the variables ``key`` can hold at ``at``, or None when it cannot be told."""
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            return {key.value}
+        if not isinstance(key, ast.Name):
+            return None
+        scope: ast.AST | None = at
+        while scope is not None:  # innermost binding first: a loop over literals, a parameter
+            target = scope.target if isinstance(scope, ast.For) else None
+            if isinstance(target, ast.Name) and target.id == key.id:
+                return self._literals(scope.iter)  # type: ignore[attr-defined]
+            if isinstance(scope, ast.FunctionDef) and key.id in [a.arg for a in scope.args.args]:
+                return self._call_site_names(scope, key.id)
+            scope = self.parent.get(scope)
+        return {self.strings[key.id]} if key.id in self.strings else None
+
+    def _literals(self, node: ast.expr) -> set[str] | None:
+        """Return the strings of a literal tuple or list of strings (or module constants)."""
+        if not isinstance(node, ast.Tuple | ast.List):
+            return None
+        names = [self._names(element, node) for element in node.elts]
+        return None if any(n is None for n in names) else set().union(*names)  # type: ignore[arg-type]
+
+    def _call_site_names(self, func: ast.FunctionDef, param: str) -> set[str] | None:
+        """Resolve a parameter through every call of ``func`` in this module."""
+        index = [a.arg for a in func.args.args].index(param)
+        calls = [
+            n
+            for n in ast.walk(self.tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == func.name
+        ]
+        names: set[str] = set()
+        for call in calls:
+            given = {kw.arg: kw.value for kw in call.keywords}.get(param)
+            arg = call.args[index] if index < len(call.args) else given
+            found = self._names(arg, call) if arg is not None else None
+            if found is None:
+                return None
+            names |= found
+        return names or None
+
+
+def shell_reads(source: str, path: str) -> list[Read]:
+    """Return the ``$X`` / ``${X`` reads of upper-case names a bash script does not own."""
+    own = set(SHELL_OWN.findall(source))
+    found = []
+    for number, line in enumerate(source.splitlines(), start=1):
+        code = SHELL_COMMENT.sub("", line)
+        found += [Read(n, path, number) for n in SHELL_READ.findall(code) if n not in own]
+    return found
+
+
+def environment_reads(paths: list[str]) -> list[Read]:
+    """Return every environment read in ``paths`` (relative to the repository root)."""
+    sources = {path: (ROOT / path).read_text() for path in paths}
+    python = [path for path in paths if path.endswith(".py")]
+    imported = {
+        path.removesuffix(".py").replace("/", "."): module_strings(ast.parse(sources[path]))
+        for path in python
+    }
+    reads = []
+    for path in paths:
+        first_line = sources[path].partition("\n")[0]
+        if path in python:
+            reads += PythonReads(sources[path], path, imported).reads()
+        elif path.endswith(".sh") or (first_line.startswith("#!") and "bash" in first_line):
+            reads += shell_reads(sources[path], path)
+        else:  # a new kind of program needs its own scanner, not silence
+            raise AssertionError(f"{path}: neither Python nor bash; teach this scan to read it")
+    return reads
+
+
+@pytest.fixture(scope="module")
+def reads() -> list[Read]:
+    found = environment_reads(reader_sources())
+    assert found, "the scan found no environment read at all: is it looking in the right place?"
+    return found
+
+
+def table_readers() -> dict[str, tuple[str, ...]]:
+    return {row.env: row.read_by for section in config.SECTIONS for row in section.rows}
+
+
+def test_every_environment_read_names_its_variable(reads: list[Read]) -> None:
+    unresolved = [
+        f"{r.path}:{r.line}: {r.name}"
+        for r in reads
+        if not r.resolved and (r.path, r.name) != SETTINGS_LOOP
+    ]
+    assert not unresolved, (
+        "cannot tell which variable these read; use a literal, a module constant, a loop over "
+        f"literals or a parameter given literals: {unresolved}"
+    )
+    assert any((r.path, r.name) == SETTINGS_LOOP for r in reads), "Settings.from_env moved?"
+
+
+def test_every_variable_read_is_in_the_configuration_table(reads: list[Read]) -> None:
+    documented = set(table_readers()) | set(config.NOT_OURS)
+    missing = sorted(
+        {f"{r.name} ({r.path}:{r.line})" for r in reads if r.resolved and r.name not in documented}
+    )
+    assert not missing, f"read but not in shared/config.py's SECTIONS (or NOT_OURS): {missing}"
+
+
+def test_every_table_entry_is_read_somewhere(reads: list[Read]) -> None:
+    read = {r.name for r in reads if r.resolved}
+    if any((r.path, r.name) == SETTINGS_LOOP for r in reads):
+        read |= {var.env for var in VARIABLES}
+    stale = sorted((set(table_readers()) | set(config.NOT_OURS)) - read)
+    assert not stale, f"in the configuration table but read by nothing: {stale}"
+
+
+def test_table_names_a_program_that_runs_each_read(reads: list[Read]) -> None:
+    readers = table_readers()
+    wrong = [
+        f"{r.name}: {r.path}:{r.line} runs in {sorted(programs_of(r.path))}, "
+        f"the table says {list(readers[r.name])}"
+        for r in reads
+        if r.resolved and r.name in readers and not programs_of(r.path) & set(readers[r.name])
+    ]
+    assert not wrong, wrong
+
+
+def test_scanner_finds_each_form_of_python_read() -> None:
+    source = """
+import os
+from os import environ as process_env, getenv
+from shared.somewhere import IMPORTED
+CONSTANT = "E_CONST"
+
+def count(name, default):
+    return os.environ.get(name, default)
+
+a = os.environ.get("A_GET")
+b = os.environ["B_ITEM"]
+c = os.getenv("C_GETENV")
+d = lambda env: env.get("D_ENV")
+e = os.environ.get(CONSTANT)
+f = [os.environ.get(n) for n in ()]
+for name in ("F_LOOP", "G_LOOP"):
+    os.environ.get(name)
+count("H_PARAM", 1)
+i = "I_IN" in os.environ
+j = os.environ.get(IMPORTED)
+os.environ["NOT_A_READ"] = "x"
+l = process_env.get("L_FROM_OS") or getenv("M_GETENV")
+request_environ = {}
+request_environ.get("PATH_INFO")
+k = os.environ.get(unknown)
+"""
+    imported = {"shared.somewhere": {"IMPORTED": "J_IMPORTED"}}
+    found = PythonReads(source, "x.py", imported).reads()
+    names = {r.name for r in found if r.resolved}
+    assert names == {
+        "A_GET", "B_ITEM", "C_GETENV", "D_ENV", "E_CONST", "F_LOOP", "G_LOOP", "H_PARAM",
+        "I_IN", "J_IMPORTED", "L_FROM_OS", "M_GETENV",
+    }  # fmt: skip
+    assert sorted(r.name for r in found if not r.resolved) == ["n", "unknown"]
+
+
+def test_scanner_finds_shell_reads_but_not_comments_or_script_constants() -> None:
+    source = """#!/usr/bin/env bash
+# REDIS_URL in a comment, even as $COMMENTED, is no read
+readonly STOP_TIMEOUT=30
+port=${REDIS_PORT:-6399} count=${#names[@]}
+echo "$HOST:$port $# $1" # trailing $ALSO_COMMENTED
+sleep "$STOP_TIMEOUT"
+"""
+    assert [(r.name, r.line) for r in shell_reads(source, "bin/x")] == [
+        ("REDIS_PORT", 4),
+        ("HOST", 5),
+    ]
+
+
+def test_is_reader_source_takes_programs_not_deployment_files() -> None:
+    takes = ["gateway/app.py", "shared/tracing.py", "deploy/gunicorn.conf.py", "bin/run"]
+    leaves = ["deploy/compose.yaml", "deploy/systemd/taskforge.env.example", "tests/_tools.py"]
+    assert [is_reader_source(p) for p in takes + leaves] == [True] * 4 + [False] * 3

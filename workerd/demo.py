@@ -1,4 +1,4 @@
-"""The primary spec's demo job types, plus job types that tests and demos use to misbehave.
+"""The README demo's job types (generate_pdf, send_email, resize_image), plus misbehaving ones.
 
 Loaded when TASKFORGE_HANDLERS is unset; importable by name (``workerd.demo``) when it is set.
 """

@@ -344,7 +344,7 @@ def not_leading(results: dict) -> list[str]:
 
 
 def task12_table(results: dict) -> str:
-    """The primary spec's Task 12 table beside TaskForge's figures at its size and 10,000."""
+    """The Go original's "Task 12" benchmark table beside TaskForge's figures at its size and 10,000."""
     data = (results.get("task12") or {}).get("results")
     s = results.get("summary") or summarize(results)
     if not data:

@@ -1,7 +1,7 @@
-"""The primary spec's Task 12 table, reproduced for TaskForge's engine at 10,000 jobs.
+"""The Go original's benchmark table ("Task 12" in its README), reproduced for TaskForge's engine.
 
-The spec measured 48 jobs (16 for retry-then-DLQ, 32 for scheduled promotion) in Go. Here
-every workload runs at the spec's size and at 10,000 jobs, against a private redis-server,
+The Go version of TaskForge measured 48 jobs (16 for retry-then-DLQ, 32 for scheduled promotion).
+Here every workload runs at that size and at 10,000 jobs, against a private redis-server,
 through the engine calls workers and the gateway make (shared.scripts), no-op jobs:
 
 - concurrent enqueue: PROCESSES producer processes share the jobs, one engine call per job;
@@ -76,7 +76,7 @@ def in_processes(work: Callable[[int], None], processes: int) -> float:
 
 
 def figure(jobs: int, seconds: float) -> dict[str, float]:
-    """Return the spec's two columns: jobs/s and average time per job (ns)."""
+    """Return the Go table's two columns: jobs/s and average time per job (ns)."""
     return {"jobs": jobs, "jobs_per_s": jobs / seconds, "ns_per_job": seconds / jobs * 1e9}
 
 

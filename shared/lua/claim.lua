@@ -2,8 +2,9 @@
 -- claim: pop the best pending job and start it, in one step.
 --
 -- Invariant: a job leaves `pending` only by becoming `processing` with attempts+1, started_at,
--- the worker's id, a lease deadline in `processing` and a fresh fencing token, all at once: no
--- crash window between the pop and the metadata (the primary spec's documented gap).
+-- the worker's id, a lease deadline in `processing` and a fresh fencing token, all at once.
+-- Were the pop and the metadata update two steps, a worker dying between them would leave a
+-- job out of `pending` but still marked pending, where no recovery looks for it.
 -- Best = highest priority, then lowest sequence (FIFO). A repeated call with the same request
 -- id (a reply lost and retried) returns the job that request already claimed instead of
 -- claiming a second one. The job keeps its `seq` field: if its worker is lost it goes back to

@@ -1,7 +1,7 @@
 """Random sequences of every transition, checked against an independent model of the engine.
 
-The model below is written from the specification (DESIGN.md, issue 2 §5, the primary spec and
-the scripts' documented contracts), with plain dicts and no engine code: max_retries is the
+The model below is written from the documented behaviour (the README's job rules and the
+scripts' header contracts), with plain dicts and no engine code: max_retries is the
 maximum number of executions; a retry waits base × 2^(attempts−1), capped; a lost worker gives
 its execution back (attempts − 1), counts a recovery (a drain counts none) and the job returns
 to its old place and age in line, or is dead past the recovery cap; claims take the highest
@@ -141,7 +141,7 @@ class ModelJob:
 
 
 class Model:
-    """The engine's expected behaviour, re-derived from the spec with plain data."""
+    """The engine's expected behaviour, re-derived from the documented rules with plain data."""
 
     def __init__(self) -> None:
         self.now = START

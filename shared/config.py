@@ -7,6 +7,7 @@ One table, ``VARIABLES``, drives both the parsing and the README's configuration
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import re
 import sys
@@ -24,6 +25,7 @@ SSL_CERT_REQS = ("required", "optional", "none")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)?")
 _URL_PARTS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)(.*)", re.DOTALL)
 _QUERY_PASSWORD = re.compile(r"([?&]password=)[^&#]*")
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -50,6 +52,7 @@ class Settings:
     redis_connect_timeout: float
     port_producer: int
     port_worker: int
+    bind_host: str
     worker_count: int
     visibility_timeout: float
     retry_base_delay: float
@@ -201,6 +204,18 @@ def _redis_url(text: str) -> str:
     return text
 
 
+def _host(text: str) -> str:
+    """Accept an IP address (v4 or v6) or a hostname to listen on."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    labels = text.rstrip(".").split(".")
+    if len(text) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        raise ValueError("an IP address or a hostname, e.g. 127.0.0.1 or 0.0.0.0")
+    return text
+
+
 def _handlers(text: str) -> tuple[str, ...]:
     """Parse a comma-separated list of importable module names."""
     names = tuple(name.strip() for name in text.split(",") if name.strip())
@@ -249,6 +264,9 @@ VARIABLES: tuple[Variable, ...] = (
              "Port of the HTTP gateway", _integer(1, 65535)),
     Variable("PORT_WORKER", "port_worker", "8081",
              "Port of workerd's /metrics, /health and /ready", _integer(1, 65535)),
+    Variable("TASKFORGE_BIND_HOST", "bind_host", "0.0.0.0",
+             "Interface the gateway and workerd's /metrics, /health and /ready listen on; 127.0.0.1 keeps them on this machine",
+             _host),
     Variable("WORKER_COUNT", "worker_count", str(WORKER_COUNT_DEFAULT),
              f"Worker processes per workerd host, at most {WORKER_COUNT_MAX}; a bad value falls back to {WORKER_COUNT_DEFAULT} with a warning",
              _worker_count),

@@ -19,6 +19,7 @@ DEFAULTS = {
     "redis_connect_timeout": 1.0,
     "port_producer": 8080,
     "port_worker": 8081,
+    "bind_host": "0.0.0.0",
     "worker_count": 3,
     "visibility_timeout": 30.0,
     "retry_base_delay": 2.0,

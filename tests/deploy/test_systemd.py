@@ -274,6 +274,7 @@ def test_workerd_stop_as_killmode_mixed_does_it_ends_well_inside_timeoutstopsec(
     assert job.status is JobState.PENDING and job.attempts == 0  # released, not lost
 
 
+@pytest.mark.slow
 def test_workerd_reload_as_systemd_runs_it_reports_reloading_then_ready_from_the_main_pid(
     start_workerd: Callable[..., Workerd], engine: Engine, journal: Journal
 ) -> None:

@@ -2,24 +2,114 @@
 
 from __future__ import annotations
 
+import argparse
+import configparser
 import importlib
+import importlib.metadata
 import logging
 import os
 import shutil
 import sys
 import tempfile
+import textwrap
+from pathlib import Path
 
 from shared import log as logsetup
-from shared.config import load_or_exit, redact_url
+from shared.config import VARIABLES, Settings, load_or_exit, redact_url
 from shared.multiproc import MULTIPROC_ENV, prepare_multiprocess_dir
+from workerd import reload
 
 log = logging.getLogger("workerd")
-DEFAULT_HANDLERS = ("workerd.demo",)
+NO_HANDLERS = (
+    "workerd: no handler modules: set TASKFORGE_HANDLERS to your handler modules "
+    "(comma-separated, e.g. TASKFORGE_HANDLERS=myapp.tasks); "
+    "TASKFORGE_HANDLERS=workerd.demo runs the demo handlers"
+)
+# The variables --help shows; every other one is in `python -m shared.config --markdown`.
+HELP_VARIABLES = (
+    "TASKFORGE_HANDLERS",
+    "REDIS_URL",
+    "WORKER_COUNT",
+    "PORT_WORKER",
+    "TASKFORGE_BIND_HOST",
+    "WORKER_DRAIN_GRACE",
+    "LOG_LEVEL",
+)
+DESCRIPTION = """\
+Run TaskForge's worker daemon: a supervisor that forks WORKER_COUNT worker processes (each
+claims jobs from Redis and runs the handler registered for the job's type), a scheduler
+(due and retrying jobs, expired leases, retention) and an HTTP server for /health, /ready
+and /metrics. Settings come from the environment only."""
+SIGNALS = """\
+signals:
+  TERM, INT  drain: stop claiming, let running jobs finish for up to WORKER_DRAIN_GRACE,
+             put the rest back to pending (not counted against them), exit 0; a second
+             one ends the grace at once
+  HUP        reload: check that the handler modules import (if not, log reload_failed and
+             keep running), drain as above, then re-exec in place (same pid, same port)
+             with freshly imported code
+
+exit codes:
+  0  stopped cleanly; or --help, --version, or --check-config found nothing wrong
+  2  configuration error: a bad variable, TASKFORGE_HANDLERS unset, a handler module that
+     does not import, the port in use, or a bad command line
+  3  halted: child processes kept dying before they were up"""
+
+
+def version() -> str:
+    """Return TaskForge's version: the installed distribution's, else setup.cfg's beside us."""
+    try:
+        return importlib.metadata.version("taskforge")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    setup_cfg = Path(__file__).resolve().parents[1] / "setup.cfg"
+    config = configparser.ConfigParser()
+    if config.read(setup_cfg) and config.has_option("metadata", "version"):
+        return config.get("metadata", "version")
+    return "unknown"
+
+
+def _variables_help() -> str:
+    by_name = {var.env: var for var in VARIABLES}
+    lines = ["main environment variables (all of them: python -m shared.config --markdown):"]
+    for name in HELP_VARIABLES:
+        var = by_name[name]
+        text = f"{var.meaning} (default {var.default})" if var.default else var.meaning
+        if name == "TASKFORGE_HANDLERS":
+            text += "; required, e.g. myapp.tasks (workerd.demo: the demo handlers)"
+        indent = " " * 23
+        lines.append(
+            textwrap.fill(text, 92, initial_indent=f"  {name:<20} ", subsequent_indent=indent)
+        )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line: --help, --version, --check-config; anything else exits 2."""
+    invoked_as = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    parser = argparse.ArgumentParser(
+        prog="python -m workerd" if invoked_as in ("__main__.py", "") else invoked_as,
+        description=DESCRIPTION,
+        epilog=f"{_variables_help()}\n\n{SIGNALS}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"taskforge {version()}",
+        help="print the version and exit",
+    )
+    parser.add_argument(
+        "--check-config",
+        action="store_true",
+        help="check the settings and import the handler modules, then exit (0 fine, 2 not)",
+    )
+    return parser.parse_args(argv)
 
 
 def import_handlers(modules: tuple[str, ...]) -> None:
     """Import the handler modules before forking, so every worker inherits the registry."""
-    for module in modules or DEFAULT_HANDLERS:
+    for module in modules:
         try:
             importlib.import_module(module)
         except Exception as exc:  # any import failure is a configuration error: say which
@@ -27,29 +117,67 @@ def import_handlers(modules: tuple[str, ...]) -> None:
             sys.exit(2)
 
 
-def main() -> int:
+def check_config(settings: Settings) -> int:
+    """Import the handler modules without touching the live metrics directory; return 0."""
+    # A handler module may import prometheus_client, which writes per-process files into
+    # PROMETHEUS_MULTIPROC_DIR: keep this process's files out of a running workerd's.
+    with tempfile.TemporaryDirectory(prefix="taskforge-workerd-check-") as scratch:
+        os.environ[MULTIPROC_ENV] = scratch
+        import_handlers(settings.handlers)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
     """Configure, load handlers, bind the observability port, and run the supervisor."""
+    args = parse_args(argv)
+    inherited_fd, generation = reload.inherited()
     settings = load_or_exit()
+    if not settings.handlers:
+        # A workerd without handlers would claim every job and fail it.
+        print(NO_HANDLERS, file=sys.stderr)
+        return 2
+    if args.check_config:
+        return check_config(settings)
     logsetup.configure("workerd", settings.log_level)
     own_metrics_dir = not os.environ.get(MULTIPROC_ENV)
     metrics_dir = os.environ.get(MULTIPROC_ENV) or tempfile.mkdtemp(prefix="taskforge-workerd-")
     prepare_multiprocess_dir(metrics_dir, wipe=True)
     import_handlers(settings.handlers)
 
-    from workerd.obs import bind  # imports prometheus_client: only after the directory is set
-    from workerd.supervisor import Supervisor
+    from workerd.obs import bind, listens_beyond_loopback  # imports prometheus_client: after
+    from workerd.supervisor import Supervisor  # the metrics directory is set
 
     for warning in settings.warnings:
         log.warning("config_warning", extra={"warning": warning})
     if settings.redis_url_defaulted:
         log.warning("redis_url_defaulted", extra={"redis_url": redact_url(settings.redis_url)})
+    address = f"{settings.bind_host}:{settings.port_worker}"
     try:
-        listener = bind("0.0.0.0", settings.port_worker)
+        listener = bind(settings.bind_host, settings.port_worker, inherited_fd=inherited_fd)
     except OSError as exc:
-        print(f"workerd: cannot listen on port {settings.port_worker}: {exc}", file=sys.stderr)
+        print(f"workerd: cannot listen on {address}: {exc}", file=sys.stderr)
         return 2
+    if listens_beyond_loopback(listener):
+        log.warning(
+            "config_warning",
+            extra={
+                "warning": f"workerd serves /metrics, /health and /ready unauthenticated on "
+                f"{address}, reachable beyond this machine; TASKFORGE_BIND_HOST=127.0.0.1 "
+                "keeps them local"
+            },
+        )
+    supervisor = Supervisor(
+        settings, listener=listener, generation=generation, reloaded=inherited_fd is not None
+    )
     try:
-        return Supervisor(settings, listener=listener).run()
+        code = supervisor.run()
+        if code == 0 and supervisor.reloading:
+            if own_metrics_dir:  # the new image makes its own
+                shutil.rmtree(metrics_dir, ignore_errors=True)
+            error = reload.reexec(listener.socket.fileno(), supervisor.generation)
+            log.error("reload_failed", extra={"reason": f"cannot re-exec: {error}"})
+            return 1
+        return code
     finally:
         listener.server_close()
         if own_metrics_dir:

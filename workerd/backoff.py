@@ -6,14 +6,20 @@ import logging
 import random
 import time
 
+from shared.config import redact_url
+from shared.log import error_text
+
 log = logging.getLogger(__name__)
 
 
 class Backoff:
     """Waits longer after each consecutive failure: 0.1 s doubling to a cap, with jitter."""
 
-    def __init__(self, what: str, *, first: float = 0.1, cap: float = 3.0) -> None:
+    def __init__(
+        self, what: str, *, redis_url: str = "", first: float = 0.1, cap: float = 3.0
+    ) -> None:
         self.what = what
+        self.redis_url = redact_url(redis_url)  # names host and port in the outage line
         self.first = first
         self.cap = cap
         self.failures = 0
@@ -27,7 +33,10 @@ class Backoff:
         """Record a failure, log it if it starts an outage, and return the wait before retrying."""
         self.failures += 1
         if self.failures == 1:
-            log.warning("redis_unavailable", extra={"component": self.what, "error": repr(exc)})
+            log.warning(
+                "redis_unavailable",
+                extra={"component": self.what, "redis": self.redis_url, "error": error_text(exc)},
+            )
         return self.delay()
 
     def wait(self, exc: BaseException) -> None:

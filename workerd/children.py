@@ -26,13 +26,20 @@ class StopOnSignal:
     stopping: bool = False
 
     def install_signals(self) -> None:
-        """Stop at the end of the current step on SIGTERM/SIGINT; default SIGCHLD."""
+        """Stop at the end of the current step on SIGTERM/SIGINT; default SIGCHLD; skip SIGHUP."""
         signal.signal(signal.SIGTERM, self._request_stop)
         signal.signal(signal.SIGINT, self._request_stop)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        # SIGHUP asks the supervisor to reload; sent to the whole process group it must not
+        # kill a child mid-job. A handler, not SIG_IGN: programs a handler runs get the default.
+        signal.signal(signal.SIGHUP, _ignore)
 
     def _request_stop(self, signum: int, _frame: FrameType | None) -> None:
         self.stopping = True
+
+
+def _ignore(_signum: int, _frame: FrameType | None) -> None:
+    pass
 
 
 @dataclass

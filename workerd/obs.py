@@ -7,9 +7,11 @@ shared memory, and reads queue depths from Redis at scrape time.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -102,11 +104,43 @@ def _json(
     return [data]
 
 
-def bind(host: str, port: int) -> WSGIServer:
-    """Bind the listening socket in the supervisor, before forking: a port in use fails start-up."""
-    server = make_server(host, port, _unavailable, handler_class=_QuietHandler)
+class _WSGIServer6(WSGIServer):
+    address_family = socket.AF_INET6
+
+
+def _server_class(host: str) -> type[WSGIServer]:
+    try:
+        ipv6 = ipaddress.ip_address(host).version == 6
+    except ValueError:
+        ipv6 = False  # a hostname: wsgiref resolves it for IPv4
+    return _WSGIServer6 if ipv6 else WSGIServer
+
+
+def bind(host: str, port: int, *, inherited_fd: int | None = None) -> WSGIServer:
+    """Bind the listening socket in the supervisor, before forking: a port in use fails start-up.
+
+    With `inherited_fd` (a reload: the socket came through exec) the server adopts that socket
+    instead, so the port stays bound across the reload and no probe is refused meanwhile.
+    """
+    server_class = _server_class(host)
+    if inherited_fd is None:
+        server = make_server(host, port, _unavailable, server_class, _QuietHandler)
+    else:
+        server = server_class((host, port), _QuietHandler, bind_and_activate=False)
+        server.socket.close()
+        server.socket = socket.socket(fileno=inherited_fd)
+        server.socket.set_inheritable(False)
+        server.server_address = server.socket.getsockname()
+        server.server_name, server.server_port = host, server.server_address[1]
+        server.setup_environ()
+        server.set_app(_unavailable)
     server.timeout = 0.5
     return server
+
+
+def listens_beyond_loopback(server: WSGIServer) -> bool:
+    """Tell whether the server's socket is reachable from other machines (not 127.x or ::1)."""
+    return not ipaddress.ip_address(server.socket.getsockname()[0]).is_loopback
 
 
 def _unavailable(_environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:

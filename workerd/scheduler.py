@@ -42,6 +42,7 @@ class SchedulerProcess(StopOnSignal):
         *,
         reconnect_grace: float,
         clock: Callable[[], float] = time.monotonic,
+        redis_url: str = "",
     ) -> None:
         self.scripts = scripts
         self.slot = slot
@@ -53,7 +54,7 @@ class SchedulerProcess(StopOnSignal):
         self.recover_not_before = 0.0
         self.next_recover = 0.0
         self.stopping = False
-        self.backoff = Backoff("scheduler")
+        self.backoff = Backoff("scheduler", redis_url=redis_url)
 
     def run(self) -> int:
         """Loop until stopped or orphaned; return the exit code."""

@@ -25,12 +25,14 @@ from wsgiref.simple_server import WSGIServer
 import redis
 
 from shared import metrics
-from shared.config import Settings
+from shared.config import Settings, redact_url
 from shared.keys import Keys
+from shared.log import error_text
 from shared.redis_checks import warn_about_redis
 from shared.redis_conn import connect
 from shared.scripts import Code, Policy, Scripts
 from workerd import notify
+from workerd.backoff import Backoff
 from workerd.children import (
     OBSERVER,
     SCHEDULER,
@@ -42,6 +44,7 @@ from workerd.children import (
     signal_child,
 )
 from workerd.obs import ObservabilityApp, ObservabilityServer
+from workerd.reload import ImportCheck
 from workerd.scheduler import SchedulerProcess
 from workerd.slots import SlotTable
 from workerd.worker import WorkerProcess
@@ -87,8 +90,11 @@ class Supervisor:
         settings: Settings,
         *,
         listener: WSGIServer | None = None,
+        generation: int = 0,
+        reloaded: bool = False,
     ) -> None:
         self.settings = settings
+        self.redis_url = redact_url(settings.redis_url)
         self.silence_timeout = settings.heartbeat_timeout
         self.listener = listener
         self.pid = os.getpid()
@@ -100,15 +106,23 @@ class Supervisor:
         self.respawn_at: dict[int, float] = {}
         self.failures: dict[int, int] = {}
         self.boot_failures = 0
-        self.generation = 0
+        # Child names go on counting across a reload: the pid stays, names must not repeat.
+        self.generation = generation
+        self.reloaded = reloaded  # this image was started by a reload (SIGHUP)
         self.pending_acks: list[PendingAck] = []
         self.signals: list[int] = []
         self.stopping = False
+        self.reloading = False  # the drain under way ends in a re-exec, not an exit
+        self.check: ImportCheck | None = None
         self.drain_deadline = 0.0
         self.next_renew = 0.0
         self.next_registry = 0.0
         self.ready_sent = False
+        # Ready means Redis has answered: the scripts are loaded at start and, while Redis is
+        # unreachable, again with backoff until they are.
         self.scripts_loaded = False
+        self.next_script_load = 0.0
+        self.redis_backoff = Backoff("supervisor", redis_url=settings.redis_url)
         self.lease = settings.visibility_timeout
         self.renew_interval = min(1.0, self.lease / 4)
         self.scripts = Scripts(
@@ -144,30 +158,91 @@ class Supervisor:
             signum = self.signals.pop(0)
             if signum in (signal.SIGTERM, signal.SIGINT):
                 self._begin_shutdown(now, signal.Signals(signum).name)
+            elif signum == signal.SIGHUP:
+                self._request_reload(now)
 
     def _begin_shutdown(self, now: float, cause: str) -> None:
-        if self.stopping:
+        if self.reloading:
+            # Stop instead of reloading: the drain under way serves both.
+            self.reloading = False
+        elif self.stopping:
             log.warning("supervisor_hurry", extra={"signal": cause})
             self.drain_deadline = now  # a second signal: kill what is still running
             return
-        self.stopping = True
-        self.drain_deadline = now + self.settings.drain_grace
+        else:
+            self._begin_drain(now)
         notify.notify("STOPPING=1")
         log.info(
             "supervisor_stopping", extra={"signal": cause, "grace_s": self.settings.drain_grace}
         )
+
+    def _begin_drain(self, now: float) -> None:
+        """Stop claiming: workers finish their job (up to the grace), then exit."""
+        self.stopping = True
+        self.drain_deadline = now + self.settings.drain_grace
         for child in self._of_kind(WORKER):
             signal_child(child.pid, signal.SIGTERM)
+
+    # -- reload (SIGHUP) -----------------------------------------------------------------------
+
+    def _request_reload(self, now: float) -> None:
+        """SIGHUP: check that the code imports; the drain and re-exec follow in _poll_check."""
+        if self.stopping and not self.reloading:
+            log.warning("reload_failed", extra={"reason": "shutting down"})
+            return
+        if self.reloading or self.check is not None:
+            return  # under way: the re-exec imports the code as it is then
+        try:
+            self.check = ImportCheck.start(now)
+        except OSError as exc:
+            log.error("reload_failed", extra={"reason": f"cannot run the check: {exc}"})
+            return
+        log.info("reload_check", extra={"check_pid": self.check.pid})
+
+    def _poll_check(self, now: float) -> None:
+        check = self.check
+        if check is None:
+            return
+        if check.status is None:
+            if now < check.deadline:
+                return
+            check.kill()
+            self.check = None
+            log.error("reload_failed", extra={"reason": "the import check timed out"})
+            return
+        self.check = None
+        error = check.error()
+        check.close()
+        if error:
+            # The running code stays: a typo in a handler must not take workerd down.
+            log.error("reload_failed", extra={"reason": error})
+            return
+        if self.stopping:
+            return  # SIGTERM came while the check ran
+        self.reloading = True
+        self._begin_drain(now)
+        # systemd: reloading until the new image sends READY=1 (MONOTONIC_USEC since v253).
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        notify.notify(f"RELOADING=1\nMONOTONIC_USEC={usec}")
+        log.info("supervisor_reloading", extra={"grace_s": self.settings.drain_grace})
 
     # -- the loop ----------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until shut down; return the exit code (0 clean, 3 halted on boot failures)."""
+        """Run until shut down or due to reload; return the exit code (0 clean, 3 halted).
+
+        After a 0, :attr:`reloading` tells the caller to re-exec rather than exit.
+        """
         self.install_signals()
-        self._load_scripts()
         log.info(
             "supervisor_started",
-            extra={"workers": self.settings.worker_count, "supervisor": self.name},
+            extra={
+                "workers": self.settings.worker_count,
+                "supervisor": self.name,
+                "redis": self.redis_url,
+                "handlers": list(self.settings.handlers),
+                "reloaded": self.reloaded,
+            },
         )
         try:
             while not self._finished():
@@ -177,8 +252,14 @@ class Supervisor:
             log.error("supervisor_halted", extra={"reason": str(exc)})
             self._kill_everything()
             return 3
+        finally:
+            if self.check is not None:
+                self.check.kill()
+                self.check = None
         self._stop_helpers()
         self._flush_acks(deadline=time.monotonic() + FINAL_ACK_WINDOW)
+        if self.reloading:
+            return 0  # the same name comes back after the exec: stay in the registry
         self._leave_registry()
         log.info("supervisor_stopped")
         return 0
@@ -187,6 +268,9 @@ class Supervisor:
         """Do one iteration: signals, reaping, lease renewal, policing, spawning, reporting."""
         self._handle_signals(now)
         self._reap(now)
+        self._poll_check(now)
+        if not self.scripts_loaded and now >= self.next_script_load:
+            self._load_scripts(now)
         if self.stopping and now >= self.drain_deadline:
             self._kill_workers("drain grace over")
         self._police(now)
@@ -212,14 +296,15 @@ class Supervisor:
     def _of_kind(self, kind: str) -> list[Child]:
         return [c for c in self.children.values() if c.kind == kind]
 
-    def _load_scripts(self) -> None:
+    def _load_scripts(self, now: float) -> None:
         try:
             self.scripts.load()
             self.scripts_loaded = True
+            self.redis_backoff.succeeded()
             warn_about_redis(self.scripts.redis, log)  # eviction or no persistence loses jobs
         except redis.RedisError as exc:
-            # Not fatal: scripts load on first use (EVALSHA falls back on NOSCRIPT).
-            log.warning("scripts_not_loaded", extra={"error": repr(exc)})
+            # Not fatal: the children back off and retry on their own, and so does this.
+            self.next_script_load = now + self.redis_backoff.failed(exc)
 
     # -- children ----------------------------------------------------------------------------
 
@@ -262,7 +347,9 @@ class Supervisor:
             process = WorkerProcess(self.settings, scripts, slot, child.name, self.pid)
         elif child.kind == SCHEDULER:
             grace = 2 * self.renew_interval + 1.0
-            process = SchedulerProcess(scripts, slot, self.pid, reconnect_grace=grace)
+            process = SchedulerProcess(
+                scripts, slot, self.pid, reconnect_grace=grace, redis_url=self.settings.redis_url
+            )
         else:
             assert self.listener is not None
             app = ObservabilityApp(scripts, self.table)
@@ -281,6 +368,8 @@ class Supervisor:
             child = self.children.pop(pid, None)
             if child is not None:
                 self._child_exited(child, status, now)
+            elif self.check is not None and pid == self.check.pid:
+                self.check.status = status
 
     def _child_exited(self, child: Child, status: int, now: float) -> None:
         cause, code, _ = describe_exit(status, child.kill_reason)
@@ -429,7 +518,10 @@ class Supervisor:
         try:
             codes = self.scripts.renew([(job_id, token) for _, job_id, token in running])
         except redis.RedisError as exc:
-            log.warning("lease_renewal_failed", extra={"error": repr(exc), "jobs": len(running)})
+            log.warning(
+                "lease_renewal_failed",
+                extra={"redis": self.redis_url, "error": error_text(exc), "jobs": len(running)},
+            )
             return
         for (child, job_id, _), code in zip(running, codes, strict=True):
             if code in (Code.STALE_TOKEN, Code.NOT_FOUND):
@@ -449,7 +541,8 @@ class Supervisor:
                             "requeue_abandoned",
                             extra={
                                 "job_id": ack.job_id,
-                                "error": repr(exc),
+                                "redis": self.redis_url,
+                                "error": error_text(exc),
                                 "note": "its lease will expire and a scheduler recovers it",
                             },
                         )
@@ -515,10 +608,11 @@ class Supervisor:
             for c in self._of_kind(SCHEDULER)
         )
         self.table.publish_status(live, scheduler_up, self.scripts_loaded)
-        if not self.ready_sent and live == self.settings.worker_count and scheduler_up:
+        up = live == self.settings.worker_count and scheduler_up
+        if not self.ready_sent and up and self.scripts_loaded and not self.stopping:
             self.ready_sent = True
             notify.notify(f"READY=1\nSTATUS={live} workers running")
-            log.info("supervisor_ready", extra={"workers": live})
+            log.info("supervisor_ready", extra={"workers": live, "reloaded": self.reloaded})
         if now >= self.next_registry:
             self.next_registry = now + REGISTRY_INTERVAL
             busy = sum(1 for c in workers if (s := self.table.slot(c.index).read()) and s.job_id)

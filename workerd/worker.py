@@ -69,7 +69,7 @@ class WorkerProcess(StopOnSignal):
         # The id of a claim that raised: it may have reached Redis (only its reply was lost),
         # so the next claim repeats it and gets that job back instead of orphaning it.
         self.claim_request_id: str | None = None
-        self.backoff = Backoff("worker")
+        self.backoff = Backoff("worker", redis_url=settings.redis_url)
 
     def _request_stop(self, signum: int, frame: FrameType | None) -> None:
         """SIGTERM/SIGINT: finish the current job, then exit (and say which signal)."""

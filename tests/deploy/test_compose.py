@@ -93,13 +93,35 @@ def test_services_publish_their_port_and_check_ready_on_it(
     compose: dict[str, Any], service: str, port: int
 ) -> None:
     spec = compose["services"][service]
-    assert spec["ports"] == [f"{port}:{port}"]
+    # Published on the host's loopback only: the gateway has no token by default, and
+    # workerd's endpoints never have one.
+    assert spec["ports"] == [f"127.0.0.1:{port}:{port}"]
     test = spec["healthcheck"]["test"]
     assert test[0] == "CMD"
     assert f"http://127.0.0.1:{port}/ready" in " ".join(test)
     env = _environment(spec)
     listens = env.get("PORT") or env.get("PORT_WORKER")
     assert listens == str(port)
+
+
+def test_workerd_runs_the_demo_handlers_by_default_the_only_ones_in_the_image(
+    compose: dict[str, Any],
+) -> None:
+    # workerd refuses to start without TASKFORGE_HANDLERS: compose must set it.
+    env = compose["services"]["workerd"]["environment"]
+    assert env["TASKFORGE_HANDLERS"] == "${TASKFORGE_HANDLERS:-workerd.demo}"
+    copied = {
+        source for keyword, args in _dockerfile() if keyword == "COPY" for source in args.split()
+    }
+    assert "workerd" in copied and (ROOT / "workerd" / "demo.py").is_file()
+
+
+@pytest.mark.parametrize("service", ["gateway", "workerd"])
+def test_services_listen_on_every_interface_of_the_container(
+    compose: dict[str, Any], service: str
+) -> None:
+    # Docker's port mapping forwards to the container's own address, never to its loopback.
+    assert _environment(compose["services"][service])["TASKFORGE_BIND_HOST"] == "0.0.0.0"
 
 
 def test_workerd_runs_four_workers_by_default_overridable_from_the_shell(

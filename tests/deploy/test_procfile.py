@@ -67,6 +67,7 @@ class Stack:
                 "PORT": str(self.web_port),  # honcho's base port: the first type, web, gets it
                 "PORT_WORKER": str(self.worker_port),
                 "WORKER_COUNT": "2",
+                "TASKFORGE_HANDLERS": "workerd.demo",  # the tests enqueue noop and sleep
                 "WEB_CONCURRENCY": "1",
                 "WORKER_DRAIN_GRACE": drain_grace,
                 "TASK_VISIBILITY_TIMEOUT": "2s",

@@ -50,6 +50,7 @@ HARDENING = {
     "CapabilityBoundingSet": "",
 }
 DEFAULT_GRACE = next(v for v in VARIABLES if v.env == "WORKER_DRAIN_GRACE")
+RELOAD_COMMAND = "/bin/kill -HUP $MAINPID"
 # gunicorn's graceful_timeout in deploy/gunicorn.conf.py.
 GUNICORN_GRACEFUL_TIMEOUT = 25.0
 BOOT_TIMEOUT = 15.0
@@ -176,6 +177,11 @@ def test_unit_runs_the_procfile_command_from_the_virtualenv(unit: str, process: 
     assert _one(unit, "WorkingDirectory") == PREFIX
 
 
+@pytest.mark.parametrize("unit", ["taskforge-workerd.service", "taskforge-workerd@.service"])
+def test_workerd_units_reload_with_sighup_to_the_supervisor(unit: str) -> None:
+    assert _one(unit, "ExecReload") == RELOAD_COMMAND
+
+
 def test_template_instances_get_their_own_port_and_runtime_directory() -> None:
     unit = "taskforge-workerd@.service"
     assert "%i" in _one(unit, "RuntimeDirectory")
@@ -189,6 +195,14 @@ def test_env_example_sets_the_default_drain_grace_the_units_were_sized_for() -> 
     assert settings["WORKER_DRAIN_GRACE"] == DEFAULT_GRACE.default
     known = {v.env for v in VARIABLES} | {"WEB_CONCURRENCY"}
     assert set(settings) <= known, set(settings) - known
+
+
+def test_env_example_sets_the_handler_modules_workerd_requires_and_not_the_demo() -> None:
+    text = (SYSTEMD / "taskforge.env.example").read_text()
+    [line] = [line for line in text.splitlines() if line.startswith("TASKFORGE_HANDLERS=")]
+    modules = line.partition("=")[2].split(",")
+    assert modules and "workerd.demo" not in modules
+    assert "refuses to start without it" in text
 
 
 # --- the stop they configure, emulated --------------------------------------------------------
@@ -258,6 +272,32 @@ def test_workerd_stop_as_killmode_mixed_does_it_ends_well_inside_timeoutstopsec(
     assert DEFAULT_GRACE.parse(DEFAULT_GRACE.default) + overhead < budget - 5, took
     job = engine.job(job_id)
     assert job.status is JobState.PENDING and job.attempts == 0  # released, not lost
+
+
+@pytest.mark.slow
+def test_workerd_reload_as_systemd_runs_it_reports_reloading_then_ready_from_the_main_pid(
+    start_workerd: Callable[..., Workerd], engine: Engine, journal: Journal
+) -> None:
+    with _notify_socket() as sock:
+        workerd = start_workerd(wait_ready=False, NOTIFY_SOCKET=sock.getsockname())
+        sender, lines = _receive(sock)
+        assert "READY=1" in lines and sender == workerd.pid
+
+        # ExecReload= exactly as the unit writes it, $MAINPID expanded as systemd does.
+        reload_argv = shlex.split(_one("taskforge-workerd.service", "ExecReload"))
+        reload_argv = [arg.replace("$MAINPID", str(workerd.pid)) for arg in reload_argv]
+        subprocess.run(reload_argv, check=True, timeout=10)
+
+        sender, lines = _receive(sock)
+        assert lines[0] == "RELOADING=1" and sender == workerd.pid, lines
+        # systemd 253+ wants the reload's start on CLOCK_MONOTONIC with RELOADING=1.
+        [usec] = [line.partition("=")[2] for line in lines if line.startswith("MONOTONIC_USEC=")]
+        assert abs(int(usec) / 1e6 - time.monotonic()) < BOOT_TIMEOUT
+        sender, lines = _receive(sock)
+        assert "READY=1" in lines and sender == workerd.pid  # same main pid: NotifyAccess=main
+    job_id = engine.enqueue("journal", {"file": journal.file})
+    assert engine.wait_for(job_id, JobState.COMPLETED).attempts == 1
+    assert workerd.stop() == 0
 
 
 @pytest.mark.parametrize("kill_mode", ["mixed", "control-group"])

@@ -48,6 +48,8 @@ BASE_ENV = {
     "TASK_RETRY_BASE_DELAY": "100ms",
     "WORKER_DRAIN_GRACE": "2s",
     "LOG_LEVEL": "INFO",
+    # Loopback: nothing here is for other machines (the default 0.0.0.0 has its own test).
+    "TASKFORGE_BIND_HOST": "127.0.0.1",
 }
 READY_TIMEOUT = 15.0
 # SIGTERM to exit: drain grace + the supervisor's helper stop and final-ack windows (5 s each).
@@ -248,8 +250,9 @@ def start_workerd(
 ) -> Iterator[Callable[..., Workerd]]:
     """Return a factory that starts ``python -m workerd`` on the private Redis.
 
-    Keyword arguments are environment variables (None unsets one of the defaults);
-    ``wait_ready=False`` returns at once, ``new_session=True`` gives it its own process group.
+    Keyword arguments are environment variables (None unsets one of the defaults; a
+    PYTHONPATH is searched after the repository); ``wait_ready=False`` returns at once,
+    ``new_session=True`` gives it its own process group.
     """
     started: list[Workerd] = []
 
@@ -266,7 +269,8 @@ def start_workerd(
         }
         full_env = _scrubbed_environment()
         full_env.update({k: v for k, v in settings.items() if v is not None})
-        full_env.update({MARKER_ENV: marker, "PYTHONPATH": str(ROOT)})
+        path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+        full_env.update({MARKER_ENV: marker, "PYTHONPATH": path})
         log_path, err_path = tmp_path / f"workerd{index}.log", tmp_path / f"workerd{index}.err"
         with open(log_path, "ab") as out, open(err_path, "ab") as err:
             proc = subprocess.Popen(

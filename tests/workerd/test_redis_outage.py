@@ -7,14 +7,22 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+import redis
 
 from shared.jobs import JobState
-from tests._tools import RedisServer
+from tests._tools import RedisServer, free_port
 from tests.workerd.conftest import Engine, Journal, Workerd, alive, wait_until
+
+PASSWORD = "hunter2-not-for-logs"
+# How long READY=1 must stay away while Redis is down (an absence is checked over a window).
+NOT_READY_WINDOW = 1.0
 
 
 def _outage(seconds: float) -> None:
@@ -92,3 +100,51 @@ def test_redis_frozen_longer_than_the_lease_does_not_recover_a_running_job(
     assert (job.attempts, job.recoveries) == (1, 0)
     assert len(journal.entries("start", job_id)) == 1
     assert len(journal.entries("end", job_id)) == 1
+
+
+@pytest.mark.slow
+def test_ready_waits_for_redis_and_every_redis_error_names_the_server_not_the_password(
+    start_workerd: Callable[..., Workerd], redis_server: RedisServer, tmp_path: Path
+) -> None:
+    port = free_port()  # nothing listens there yet
+    shown = f"redis://:***@127.0.0.1:{port}/0"
+    late = RedisServer(redis_server.binary, tmp_path / "late", port=port)
+    late.dir.mkdir()
+    # A short directory: AF_UNIX paths are limited to 108 bytes.
+    with (
+        tempfile.TemporaryDirectory(prefix="tf-notify-") as directory,
+        socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock,
+    ):
+        sock.bind(str(Path(directory) / "notify.sock"))
+        workerd = start_workerd(
+            wait_ready=False,
+            WORKER_COUNT="2",
+            REDIS_URL=f"redis://:{PASSWORD}@127.0.0.1:{port}/0",
+            NOTIFY_SOCKET=sock.getsockname(),
+        )
+        try:
+            [started] = workerd.wait_for("supervisor_started")
+            assert started["redis"] == shown
+            for component, count in (("supervisor", 1), ("scheduler", 1), ("worker", 2)):
+                for down in workerd.wait_for("redis_unavailable", component=component, count=count):
+                    assert down["redis"] == shown
+                    assert down["error"].startswith("ConnectionError: ")
+            # Every child is up and has beaten (each logged the outage after its first beat),
+            # so without Redis in the condition READY=1 would come at the next tick.
+            sock.settimeout(NOT_READY_WINDOW)
+            with pytest.raises(TimeoutError):
+                sock.recv(4096)
+            assert workerd.events("supervisor_ready") == []
+
+            late.start()
+            redis.Redis(port=port).config_set("requirepass", PASSWORD)
+            sock.settimeout(15)
+            assert "READY=1" in sock.recv(4096).decode().splitlines()
+            workerd.wait_for("supervisor_ready")
+            workerd.wait_ready()
+            assert workerd.stop() == 0
+        finally:
+            workerd.stop()
+            late.stop()
+    output = workerd.log_path.read_text() + workerd.stderr()
+    assert PASSWORD not in output

@@ -32,6 +32,9 @@ MAX_RETRIES_RANGE = (1, 100)
 DEFAULT_MAX_RETRIES = 3
 # A week: longer per-job limits are almost always a unit mistake (ms given as seconds).
 MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
+# A handler's traceback is kept with its job up to this many bytes (UTF-8), cut from the start:
+# the innermost frames and the exception line, at its end, are what explains a failure.
+TRACEBACK_LIMIT = 8 * 1024
 
 REQUEST_FIELDS = frozenset(
     {"type", "payload", "priority", "max_retries", "scheduled_at", "timeout"}
@@ -48,6 +51,7 @@ LIFECYCLE_FIELDS = frozenset(
         "finished_at",
         "next_retry_at",
         "last_error",
+        "traceback",
         "result",
         "token",
         "worker_id",
@@ -200,6 +204,28 @@ def validate_enqueue(body: Any) -> EnqueueRequest:
     )
 
 
+def cap_traceback(text: str, limit: int = TRACEBACK_LIMIT) -> str:
+    """Return a traceback within `limit` UTF-8 bytes: its end kept, and a first line saying so."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    # The note's length depends on the number it holds: reserve room for the largest.
+    budget = limit - len(_cut_note(limit, len(data)).encode())
+    tail = data[len(data) - budget :]
+    # Start on a whole frame (its "File" line), else on a whole line, when the tail has one.
+    for mark in (b'\n  File "', b"\n"):
+        start = tail.find(mark)
+        if 0 <= start < len(tail) - len(mark):
+            tail = tail[start + 1 :]
+            break
+    kept = tail.decode(errors="ignore")  # a character cut in two at the start is dropped
+    return _cut_note(limit, len(data) - len(kept.encode())) + kept
+
+
+def _cut_note(limit: int, cut_bytes: int) -> str:
+    return f"[traceback cut to {limit} bytes: its first {cut_bytes} bytes are left out]\n"
+
+
 def format_ms(ms: int | None) -> str | None:
     """Return epoch milliseconds as RFC 3339 UTC with millisecond precision."""
     if ms is None:
@@ -239,6 +265,7 @@ class Job:
     finished_at: int | None = None
     next_retry_at: int | None = None
     last_error: str | None = None
+    traceback: str | None = None
     result_json: str | None = None
     timeout: float | None = None
     worker_id: str | None = None
@@ -265,6 +292,7 @@ class Job:
             finished_at=_int(raw, "finished_at"),
             next_retry_at=_int(raw, "next_retry_at"),
             last_error=_text(raw, "last_error"),
+            traceback=_text(raw, "traceback"),
             result_json=_text(raw, "result"),
             timeout=float(timeout) if timeout is not None else None,
             worker_id=_text(raw, "worker_id"),
@@ -276,7 +304,10 @@ class Job:
         return json.loads(self.payload_json)
 
     def to_json(self) -> dict[str, Any]:
-        """Return the job's public JSON shape; optional fields only when they apply."""
+        """Return the job's public JSON shape; optional fields only when they apply.
+
+        ``traceback`` is always there (null when the last failure had none, or none failed).
+        """
         doc: dict[str, Any] = {
             "id": self.id,
             "type": self.type,
@@ -288,6 +319,7 @@ class Job:
             "payload": self.payload,
             "created_at": format_ms(self.created_at),
             "updated_at": format_ms(self.updated_at),
+            "traceback": self.traceback,
         }
         optional = {
             "scheduled_at": format_ms(self.scheduled_at),

@@ -9,10 +9,12 @@ import pytest
 
 from shared.jobs import (
     LIFECYCLE_FIELDS,
+    TRACEBACK_LIMIT,
     EnqueueRequest,
     Job,
     JobState,
     ValidationError,
+    cap_traceback,
     format_ms,
     validate_enqueue,
 )
@@ -319,6 +321,7 @@ def test_to_json_of_a_new_job_has_only_the_fields_that_apply() -> None:
         "payload": {"a": 1},
         "created_at": "2026-01-01T00:00:00.000Z",
         "updated_at": "2026-01-01T00:00:00.001Z",
+        "traceback": None,  # always there: null until a handler's exception is recorded
     }
     assert json.loads(json.dumps(doc)) == doc
 
@@ -371,3 +374,53 @@ def test_format_ms_pads_years_before_1000_to_four_digits() -> None:
 def test_scheduled_at_before_1970_is_refused() -> None:
     with pytest.raises(ValidationError, match="scheduled_at"):
         validate_enqueue({"type": "t", "scheduled_at": "1969-12-31T23:59:59Z"})
+
+
+def test_to_json_carries_the_stored_traceback() -> None:
+    text = 'Traceback (most recent call last):\n  File "h.py", line 1, in h\nValueError: x\n'
+    doc = Job.from_hash(stored(status="dead", last_error="ValueError: x", traceback=text)).to_json()
+
+    assert (doc["last_error"], doc["traceback"]) == ("ValueError: x", text)
+
+
+def _deep_traceback(frames: int, last_line: str) -> str:
+    lines = ["Traceback (most recent call last):\n"]
+    lines += [
+        f'  File "/app/tasks.py", line {i}, in step_{i}\n    step_{i + 1}()\n'
+        for i in range(frames)
+    ]
+    return "".join(lines) + last_line
+
+
+def test_a_traceback_within_the_cap_is_kept_whole() -> None:
+    text = _deep_traceback(3, "ValueError: é\n")
+
+    assert cap_traceback(text) == text
+    exactly = "x" * (TRACEBACK_LIMIT - 1) + "\n"
+    assert cap_traceback(exactly) == exactly
+
+
+def test_a_long_traceback_keeps_its_end_from_a_whole_frame_and_says_what_was_cut() -> None:
+    text = _deep_traceback(2_000, "RecursionError: maximum recursion depth exceeded\n")
+
+    capped = cap_traceback(text)
+
+    assert len(capped.encode()) <= TRACEBACK_LIMIT
+    note, first, *_ = capped.split("\n")
+    kept = capped[len(note) + 1 :]
+    assert text.endswith(kept)  # the end, unchanged: innermost frames and the exception
+    assert kept.endswith(
+        "in step_1999\n    step_2000()\nRecursionError: maximum recursion depth exceeded\n"
+    )
+    assert first.startswith('  File "/app/tasks.py"')  # a whole frame, not half of one
+    cut = len(text.encode()) - len(kept.encode())
+    assert note == f"[traceback cut to {TRACEBACK_LIMIT} bytes: its first {cut} bytes are left out]"
+    assert len(capped.encode()) > TRACEBACK_LIMIT - 200  # cut only as much as needed
+
+
+def test_a_capped_traceback_never_splits_a_character() -> None:
+    capped = cap_traceback("é" * TRACEBACK_LIMIT, limit=101)  # no line to start from
+
+    assert len(capped.encode()) <= 101
+    assert capped.endswith("é") and "\ufffd" not in capped
+    assert capped.startswith("[traceback cut to 101 bytes: its first ")

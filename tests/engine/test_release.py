@@ -141,7 +141,9 @@ def test_release_after_a_crash_past_the_cap_is_dead_with_an_error_that_says_why(
     assert after[K.dead] == [(J1, now + 1)]
     stored = after[K.job(J1)]
     assert (stored["status"], stored["recoveries"]) == ("dead", POLICY.max_recoveries + 1)
-    assert "worker lost 3 times (recovery cap 2)" in stored["last_error"]
+    assert stored["last_error"] == (
+        "WorkerLost: worker lost 3 times (recovery cap 2): the job may be killing its worker"
+    )
     assert_ttl(r, K.job(J1), POLICY.dlq_max_age_ms)
 
 

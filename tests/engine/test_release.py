@@ -99,6 +99,8 @@ def test_drained_releases_never_make_a_job_dead(r: redis.Redis, scripts: Scripts
 
     stored = job(r, J1)
     assert (stored.status, stored.recoveries) == (JobState.PENDING, 0)
+    # A drain is not a failure: it writes no last_error (and no traceback) at all.
+    assert (stored.last_error, stored.traceback) == (None, None)
 
 
 def test_a_drained_execution_does_not_use_up_max_retries(scripts: Scripts) -> None:

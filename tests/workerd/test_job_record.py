@@ -138,3 +138,20 @@ def test_every_last_error_reads_type_colon_message_whichever_path_wrote_it(
     assert recorded == expected
     for path, (last_error, _) in recorded.items():
         assert last_error is not None and LAST_ERROR.fullmatch(last_error), path
+
+
+@pytest.mark.slow
+def test_job_claimed_shows_priorities_highest_first_as_the_readme_demo_says(
+    start_workerd: Callable[..., Workerd], engine: Engine
+) -> None:
+    # README demo step 6 with one worker, so the claim order is the log order: keep it busy,
+    # enqueue priorities 1, 10, 5, and read job_claimed.
+    workerd = start_workerd(WORKER_COUNT="1")
+    busy = engine.enqueue("sleep", {"seconds": 1})
+    workerd.wait_for("job_started", job_id=busy)
+    waiting = [engine.enqueue("send_email", priority=p) for p in (1, 10, 5)]
+
+    claims = workerd.wait_for("job_claimed", type="send_email", count=3, timeout=15)
+
+    assert [rec["priority"] for rec in claims] == [10, 5, 1]
+    assert [rec["job_id"] for rec in claims] == [waiting[1], waiting[2], waiting[0]]

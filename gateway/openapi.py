@@ -7,7 +7,14 @@ from typing import Any
 
 from gateway.body import MAX_BODY_BYTES
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
-from shared.jobs import MAX_RETRIES_RANGE, MAX_TIMEOUT_SECONDS, PRIORITY_LIMIT, JobState
+from shared.jobs import (
+    MAX_RETRIES_RANGE,
+    MAX_TIMEOUT_SECONDS,
+    PRIORITY_LIMIT,
+    TIMEOUT_PATTERN,
+    TRACEBACK_LIMIT,
+    JobState,
+)
 
 JOB_ID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"
 TIMESTAMP = {"type": "string", "format": "date-time"}
@@ -34,14 +41,22 @@ def _enqueue_schema() -> dict[str, Any]:
         "required": ["type"],
         "properties": {
             "type": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$"},
-            "payload": {"description": "Any JSON value, handed to the handler."},
+            "payload": {
+                "type": "object",
+                "description": "A JSON object, handed to the handler; absent means {}.",
+            },
             "priority": {"type": "integer", "minimum": -PRIORITY_LIMIT, "maximum": PRIORITY_LIMIT},
             "max_retries": {"type": "integer", "minimum": low, "maximum": high},
             "scheduled_at": {"type": ["string", "null"], "format": "date-time"},
             "timeout": {
-                "type": ["number", "null"],
-                "exclusiveMinimum": 0,
-                "maximum": MAX_TIMEOUT_SECONDS,
+                "description": "Seconds (a number), or a duration as the environment takes one "
+                "(500ms, 2s, 1m, 1h, 1d, bare seconds as text): above 0, at most 7 days. The "
+                "job shows it in seconds.",
+                "oneOf": [
+                    {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_SECONDS},
+                    {"type": "string", "pattern": TIMEOUT_PATTERN},
+                    {"type": "null"},
+                ],
             },
         },
     }
@@ -49,7 +64,7 @@ def _enqueue_schema() -> dict[str, Any]:
 
 def _job_schema() -> dict[str, Any]:
     required = ["id", "type", "status", "priority", "max_retries", "attempts"]
-    required += ["recoveries", "payload", "created_at", "updated_at"]
+    required += ["recoveries", "payload", "created_at", "updated_at", "traceback"]
     return {
         "type": "object",
         "required": required,
@@ -68,7 +83,12 @@ def _job_schema() -> dict[str, Any]:
             "started_at": TIMESTAMP,
             "finished_at": TIMESTAMP,
             "next_retry_at": TIMESTAMP,
-            "last_error": {"type": "string"},
+            "last_error": {"type": "string", "description": '"Type: message"'},
+            "traceback": {
+                "type": ["string", "null"],
+                "description": "The traceback of the handler's exception behind last_error "
+                f"(null when none), cut to its last {TRACEBACK_LIMIT} bytes.",
+            },
             "result": {},
             "timeout": {"type": "number"},
         },

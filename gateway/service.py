@@ -68,6 +68,7 @@ def as_created(request: EnqueueRequest, result: EnqueueResult, created: str | No
         "payload": json.loads(request.payload_json),
         "created_at": created,
         "updated_at": created,
+        "traceback": None,
     }
     if request.scheduled_at_ms is not None:
         doc["scheduled_at"] = format_ms(request.scheduled_at_ms)

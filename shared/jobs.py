@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -10,6 +11,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
+
+# The enqueue body's timeout takes every form an environment duration takes (500ms, 2s, 1m,
+# 1h, 1d, bare seconds): one parser, so the two cannot drift apart.
+from shared.config import _duration
 
 
 class JobState(StrEnum):
@@ -32,6 +37,14 @@ MAX_RETRIES_RANGE = (1, 100)
 DEFAULT_MAX_RETRIES = 3
 # A week: longer per-job limits are almost always a unit mistake (ms given as seconds).
 MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
+_parse_duration = _duration(positive=True)
+TIMEOUT_RULE = (
+    "must be seconds (a number) or a duration such as 500ms, 2s, 1m, 1h or 1d, "
+    f"above 0 and at most {MAX_TIMEOUT_SECONDS} seconds (7d), with at most 9 decimals"
+)
+# A handler's traceback is kept with its job up to this many bytes (UTF-8), cut from the start:
+# the innermost frames and the exception line, at its end, are what explains a failure.
+TRACEBACK_LIMIT = 8 * 1024
 
 REQUEST_FIELDS = frozenset(
     {"type", "payload", "priority", "max_retries", "scheduled_at", "timeout"}
@@ -48,6 +61,7 @@ LIFECYCLE_FIELDS = frozenset(
         "finished_at",
         "next_retry_at",
         "last_error",
+        "traceback",
         "result",
         "token",
         "worker_id",
@@ -150,12 +164,15 @@ def validate_enqueue(body: Any) -> EnqueueRequest:
     elif not isinstance(job_type, str) or not TYPE_PATTERN.fullmatch(job_type):
         errors.append(FieldError("type", "must be 1-128 characters of A-Z a-z 0-9 _ . : -"))
 
-    payload_json = "{}"
+    payload_json = "{}"  # absent means an empty object: a handler always gets a mapping
     if "payload" in body:
-        try:
-            payload_json = dump_json(body["payload"])
-        except (TypeError, ValueError):
-            errors.append(FieldError("payload", "must be JSON (no NaN or Infinity)"))
+        if not isinstance(body["payload"], Mapping):
+            errors.append(FieldError("payload", "must be a JSON object"))
+        else:
+            try:
+                payload_json = dump_json(body["payload"])
+            except (TypeError, ValueError):
+                errors.append(FieldError("payload", "must be JSON (no NaN or Infinity)"))
 
     priority = body.get("priority", 0)
     if not _is_int(priority) or not -PRIORITY_LIMIT <= priority <= PRIORITY_LIMIT:
@@ -180,13 +197,12 @@ def validate_enqueue(body: Any) -> EnqueueRequest:
             if scheduled_at_ms < 0:  # before 1970 means "now" anyway; refuse the odd value
                 errors.append(FieldError("scheduled_at", "must be 1970-01-01T00:00:00Z or later"))
 
-    timeout = body.get("timeout")
-    if timeout is not None:
-        valid = isinstance(timeout, int | float) and not isinstance(timeout, bool)
-        if not valid or not math.isfinite(timeout) or not 0 < timeout <= MAX_TIMEOUT_SECONDS:
-            errors.append(
-                FieldError("timeout", f"must be seconds, above 0 and at most {MAX_TIMEOUT_SECONDS}")
-            )
+    timeout = None
+    if body.get("timeout") is not None:
+        try:
+            timeout = parse_timeout(body["timeout"])
+        except ValueError as exc:
+            errors.append(FieldError("timeout", str(exc)))
 
     if errors:
         raise ValidationError(errors)
@@ -196,8 +212,73 @@ def validate_enqueue(body: Any) -> EnqueueRequest:
         priority=priority,
         max_retries=max_retries,
         scheduled_at_ms=scheduled_at_ms,
-        timeout=float(timeout) if timeout is not None else None,
+        timeout=timeout,
     )
+
+
+def _below(limit: int) -> str:
+    """Return a regex of the whole numbers 1 to limit - 1 written without leading zeros."""
+    top = str(limit - 1)
+    options = [f"[1-9][0-9]{{0,{len(top) - 2}}}"] if len(top) > 1 else []
+    for i, digit in enumerate(top):  # same length: a prefix of top, then a smaller digit
+        low, rest = (1 if i == 0 else 0), len(top) - i - 1
+        if int(digit) > low:
+            tail = f"[0-9]{{{rest}}}" if rest else ""
+            options.append(f"{top[:i]}[{low}-{int(digit) - 1}]{tail}")
+    options.append(top)
+    return "|".join(options)
+
+
+def _duration_pattern(bound: int, unit: str) -> str:
+    """Return a regex of the decimals above 0 and at most `bound` (whole), then `unit`."""
+    fraction = r"(\.[0-9]{1,9})?"
+    under_one = "|".join(f"{'0' * k}[1-9][0-9]{{0,{8 - k}}}" for k in range(9))
+    number = f"0*({_below(bound)}){fraction}|0*{bound}(\\.0{{1,9}})?|0+\\.({under_one})"
+    return f"({number}){unit}"
+
+
+# The duration texts a timeout may be, exactly: the forms of shared.config's parser, above 0,
+# at most a week and with at most 9 decimals. A regex, so the OpenAPI document states the
+# bound precisely (a client or fuzzer generating from it never meets a surprise refusal).
+_WEEK = {"ms": MAX_TIMEOUT_SECONDS * 1000, "s": MAX_TIMEOUT_SECONDS, "": MAX_TIMEOUT_SECONDS}
+_WEEK |= {"m": MAX_TIMEOUT_SECONDS // 60, "h": MAX_TIMEOUT_SECONDS // 3600, "d": 7}
+TIMEOUT_PATTERN = "^(" + "|".join(_duration_pattern(b, u) for u, b in _WEEK.items()) + ")$"
+_TIMEOUT_TEXT = re.compile(TIMEOUT_PATTERN)
+
+
+def parse_timeout(value: Any) -> float:
+    """Return a job timeout in seconds: a number of seconds or a duration text such as "5s"."""
+    seconds = -1.0  # refused unless one of the forms below gives a value
+    if isinstance(value, str) and _TIMEOUT_TEXT.fullmatch(value):
+        seconds = _parse_duration(value)  # within the bounds, as the pattern guarantees
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError):  # an integer past any float
+            seconds = float(value)
+    if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_SECONDS):
+        raise ValueError(TIMEOUT_RULE)
+    return seconds
+
+
+def cap_traceback(text: str, limit: int = TRACEBACK_LIMIT) -> str:
+    """Return a traceback within `limit` UTF-8 bytes: its end kept, and a first line saying so."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    # The note's length depends on the number it holds: reserve room for the largest.
+    budget = limit - len(_cut_note(limit, len(data)).encode())
+    tail = data[len(data) - budget :]
+    # Start on a whole frame (its "File" line), else on a whole line, when the tail has one.
+    for mark in (b'\n  File "', b"\n"):
+        start = tail.find(mark)
+        if 0 <= start < len(tail) - len(mark):
+            tail = tail[start + 1 :]
+            break
+    kept = tail.decode(errors="ignore")  # a character cut in two at the start is dropped
+    return _cut_note(limit, len(data) - len(kept.encode())) + kept
+
+
+def _cut_note(limit: int, cut_bytes: int) -> str:
+    return f"[traceback cut to {limit} bytes: its first {cut_bytes} bytes are left out]\n"
 
 
 def format_ms(ms: int | None) -> str | None:
@@ -239,6 +320,7 @@ class Job:
     finished_at: int | None = None
     next_retry_at: int | None = None
     last_error: str | None = None
+    traceback: str | None = None
     result_json: str | None = None
     timeout: float | None = None
     worker_id: str | None = None
@@ -265,6 +347,7 @@ class Job:
             finished_at=_int(raw, "finished_at"),
             next_retry_at=_int(raw, "next_retry_at"),
             last_error=_text(raw, "last_error"),
+            traceback=_text(raw, "traceback"),
             result_json=_text(raw, "result"),
             timeout=float(timeout) if timeout is not None else None,
             worker_id=_text(raw, "worker_id"),
@@ -276,7 +359,10 @@ class Job:
         return json.loads(self.payload_json)
 
     def to_json(self) -> dict[str, Any]:
-        """Return the job's public JSON shape; optional fields only when they apply."""
+        """Return the job's public JSON shape; optional fields only when they apply.
+
+        ``traceback`` is always there (null when the last failure had none, or none failed).
+        """
         doc: dict[str, Any] = {
             "id": self.id,
             "type": self.type,
@@ -288,6 +374,7 @@ class Job:
             "payload": self.payload,
             "created_at": format_ms(self.created_at),
             "updated_at": format_ms(self.updated_at),
+            "traceback": self.traceback,
         }
         optional = {
             "scheduled_at": format_ms(self.scheduled_at),

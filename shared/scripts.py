@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from shared.jobs import EnqueueRequest, Job, JobState
+from shared.jobs import EnqueueRequest, Job, JobState, cap_traceback
 from shared.keys import Keys
 from shared.queries import QueueCounts, WorkerCounts
 
@@ -442,9 +442,14 @@ class Scripts:
         error: str,
         *,
         permanent: bool = False,
+        traceback: str = "",
         now_ms: int | None = None,
     ) -> FailResult:
-        """Record a failed execution: retry after the backoff, or dead when attempts are spent."""
+        """Record a failed execution: retry after the backoff, or dead when attempts are spent.
+
+        `error` is ``"Type: message"``; `traceback` (a handler's, "" for none) is stored with
+        it, cut to shared.jobs.TRACEBACK_LIMIT bytes.
+        """
         k, p = self.keys, self.policy
         reply = self._call(
             "fail",
@@ -459,6 +464,7 @@ class Scripts:
                 "1" if permanent else "0",
                 p.dlq_max_age_ms,
                 _now(now_ms),
+                cap_traceback(traceback),
             ],
         )
         code = Code(reply[0])

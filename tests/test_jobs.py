@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import json
+import re
+from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from shared.config import Settings
 from shared.jobs import (
     LIFECYCLE_FIELDS,
+    MAX_TIMEOUT_SECONDS,
+    TIMEOUT_PATTERN,
+    TRACEBACK_LIMIT,
     EnqueueRequest,
     Job,
     JobState,
     ValidationError,
+    cap_traceback,
     format_ms,
     validate_enqueue,
 )
@@ -93,11 +102,22 @@ def test_type_inside_the_safe_grammar_is_accepted(job_type: str) -> None:
     assert validate_enqueue({"type": job_type}).type == job_type
 
 
-@pytest.mark.parametrize("payload", [{}, [], None, 0, "text", {"a": {"b": [None, 1.5]}}])
-def test_payload_may_be_any_json(payload: Any) -> None:
+@pytest.mark.parametrize("payload", [{}, {"a": {"b": [None, 1.5]}}, {"": [[], "x", 0]}])
+def test_payload_may_be_any_json_object(payload: Any) -> None:
     request = validate_enqueue({"type": "t", "payload": payload})
 
     assert json.loads(request.payload_json) == payload
+
+
+def test_an_absent_payload_is_an_empty_object() -> None:
+    assert validate_enqueue({"type": "t"}).payload_json == "{}"
+
+
+# A handler reads its payload as a mapping (`"customer" not in payload`): anything else would
+# raise inside it and be retried, so it is refused at the door instead.
+@pytest.mark.parametrize("payload", [None, [], [{"a": 1}], "text", "", 0, 1.5, True], ids=repr)
+def test_payload_that_is_not_an_object_is_refused_naming_the_field(payload: Any) -> None:
+    assert errors_of({"type": "t", "payload": payload}) == {"payload": "must be a JSON object"}
 
 
 @pytest.mark.parametrize("payload", [float("nan"), {"x": float("inf")}, {"x": object()}])
@@ -183,10 +203,68 @@ def test_timeout_above_zero_and_at_most_a_week_is_accepted(timeout: float) -> No
 
 
 @pytest.mark.parametrize(
-    "timeout", [0, -1, 7 * 24 * 3600 + 1, True, "5", float("nan"), float("inf")], ids=repr
+    ("timeout", "seconds"),
+    [
+        ("500ms", 0.5),
+        ("2s", 2.0),
+        ("1m", 60.0),
+        ("1h", 3600.0),
+        ("1d", 86400.0),
+        ("7d", 7 * 24 * 3600.0),
+        ("1.5m", 90.0),
+        ("5", 5.0),  # bare seconds as text, as an environment variable holds them
+        ("0.25", 0.25),
+    ],
 )
-def test_timeout_out_of_bounds_or_not_a_number_is_refused(timeout: Any) -> None:
-    assert "timeout" in errors_of({"type": "t", "timeout": timeout})
+def test_timeout_takes_every_form_an_environment_duration_takes(
+    timeout: str, seconds: float
+) -> None:
+    # The same text in TASK_DEFAULT_TIMEOUT means the same number of seconds.
+    from_env = Settings.from_env({"TASK_DEFAULT_TIMEOUT": timeout}).default_job_timeout
+
+    assert validate_enqueue({"type": "t", "timeout": timeout}).timeout == seconds == from_env
+
+
+def test_a_timeout_given_as_text_and_as_seconds_is_the_same_request() -> None:
+    as_text = validate_enqueue({"type": "t", "timeout": "2m"})
+    as_number = validate_enqueue({"type": "t", "timeout": 120})
+
+    assert as_text.canonical() == as_number.canonical()
+
+
+@pytest.mark.parametrize(
+    "timeout",
+    [
+        0,
+        -1,
+        7 * 24 * 3600 + 1,
+        10**400,
+        True,
+        float("nan"),
+        float("inf"),
+        "0s",
+        "0",
+        "8d",
+        "604801",
+        "-1s",
+        "5 s",
+        " 5s",
+        "5S",
+        "1w",
+        "1e3",
+        ".5s",
+        "",
+        "s",
+        "\u0663s",  # ARABIC-INDIC DIGIT THREE: a digit to `\d`, not to the API
+        [5],
+        {"seconds": 5},
+    ],
+    ids=repr,
+)
+def test_timeout_out_of_bounds_or_in_no_duration_form_is_refused_naming_it(timeout: Any) -> None:
+    message = errors_of({"type": "t", "timeout": timeout})["timeout"]
+
+    assert "500ms, 2s, 1m, 1h or 1d" in message and "604800" in message
 
 
 def test_unknown_fields_are_refused_with_a_message_naming_them() -> None:
@@ -319,6 +397,7 @@ def test_to_json_of_a_new_job_has_only_the_fields_that_apply() -> None:
         "payload": {"a": 1},
         "created_at": "2026-01-01T00:00:00.000Z",
         "updated_at": "2026-01-01T00:00:00.001Z",
+        "traceback": None,  # always there: null until a handler's exception is recorded
     }
     assert json.loads(json.dumps(doc)) == doc
 
@@ -371,3 +450,89 @@ def test_format_ms_pads_years_before_1000_to_four_digits() -> None:
 def test_scheduled_at_before_1970_is_refused() -> None:
     with pytest.raises(ValidationError, match="scheduled_at"):
         validate_enqueue({"type": "t", "scheduled_at": "1969-12-31T23:59:59Z"})
+
+
+def test_to_json_carries_the_stored_traceback() -> None:
+    text = 'Traceback (most recent call last):\n  File "h.py", line 1, in h\nValueError: x\n'
+    doc = Job.from_hash(stored(status="dead", last_error="ValueError: x", traceback=text)).to_json()
+
+    assert (doc["last_error"], doc["traceback"]) == ("ValueError: x", text)
+
+
+def _deep_traceback(frames: int, last_line: str) -> str:
+    lines = ["Traceback (most recent call last):\n"]
+    lines += [
+        f'  File "/app/tasks.py", line {i}, in step_{i}\n    step_{i + 1}()\n'
+        for i in range(frames)
+    ]
+    return "".join(lines) + last_line
+
+
+def test_a_traceback_within_the_cap_is_kept_whole() -> None:
+    text = _deep_traceback(3, "ValueError: é\n")
+
+    assert cap_traceback(text) == text
+    exactly = "x" * (TRACEBACK_LIMIT - 1) + "\n"
+    assert cap_traceback(exactly) == exactly
+
+
+def test_a_long_traceback_keeps_its_end_from_a_whole_frame_and_says_what_was_cut() -> None:
+    text = _deep_traceback(2_000, "RecursionError: maximum recursion depth exceeded\n")
+
+    capped = cap_traceback(text)
+
+    assert len(capped.encode()) <= TRACEBACK_LIMIT
+    note, first, *_ = capped.split("\n")
+    kept = capped[len(note) + 1 :]
+    assert text.endswith(kept)  # the end, unchanged: innermost frames and the exception
+    assert kept.endswith(
+        "in step_1999\n    step_2000()\nRecursionError: maximum recursion depth exceeded\n"
+    )
+    assert first.startswith('  File "/app/tasks.py"')  # a whole frame, not half of one
+    cut = len(text.encode()) - len(kept.encode())
+    assert note == f"[traceback cut to {TRACEBACK_LIMIT} bytes: its first {cut} bytes are left out]"
+    assert len(capped.encode()) > TRACEBACK_LIMIT - 200  # cut only as much as needed
+
+
+def test_a_capped_traceback_never_splits_a_character() -> None:
+    capped = cap_traceback("é" * TRACEBACK_LIMIT, limit=101)  # no line to start from
+
+    assert len(capped.encode()) <= 101
+    assert capped.endswith("é") and "\ufffd" not in capped
+    assert capped.startswith("[traceback cut to 101 bytes: its first ")
+
+
+UNIT_SECONDS = {"ms": Decimal("0.001"), "s": Decimal(1), "": Decimal(1), "m": Decimal(60)}
+UNIT_SECONDS |= {"h": Decimal(3600), "d": Decimal(86400)}
+
+
+@settings(max_examples=2_000, deadline=None)
+@given(
+    whole=st.from_regex(r"[0-9]{1,11}", fullmatch=True),
+    decimals=st.none() | st.from_regex(r"[0-9]{1,11}", fullmatch=True),
+    unit=st.sampled_from(sorted(UNIT_SECONDS)),
+)
+def test_the_timeout_pattern_accepts_exactly_the_durations_within_the_bounds(
+    whole: str, decimals: str | None, unit: str
+) -> None:
+    # The OpenAPI document publishes TIMEOUT_PATTERN: it must say exactly what is accepted.
+    text = whole + ("" if decimals is None else "." + decimals) + unit
+    seconds = Decimal(text.removesuffix(unit)) * UNIT_SECONDS[unit]
+    inside = 0 < seconds <= MAX_TIMEOUT_SECONDS and len(decimals or "") <= 9
+
+    assert bool(re.fullmatch(TIMEOUT_PATTERN, text)) == inside, text
+    if inside:
+        # The same seconds as the same text in the environment: one parser.
+        from_env = Settings.from_env({"TASK_DEFAULT_TIMEOUT": text}).default_job_timeout
+        assert validate_enqueue({"type": "t", "timeout": text}).timeout == from_env
+    else:
+        assert "timeout" in errors_of({"type": "t", "timeout": text})
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["7d", "168h", "10080m", "604800", "604800s", "604800000ms", "7.000000000d", "0.000000001ms"],
+)
+def test_the_timeout_pattern_takes_its_edges(text: str) -> None:
+    assert re.fullmatch(TIMEOUT_PATTERN, text)
+    assert 0 < (validate_enqueue({"type": "t", "timeout": text}).timeout or 0) <= 604800

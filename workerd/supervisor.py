@@ -560,7 +560,7 @@ class Supervisor:
                 return
         fields = {"job_id": ack.job_id}
         if ack.action == "timeout":
-            error = f"timed out after {ack.timeout:g}s"
+            error = f"Timeout: timed out after {ack.timeout:g}s; its worker was killed"
             # A timeout is rare and off the hot path: one read for the counter's type label.
             raw_type = self.scripts.redis.hget(self.scripts.keys.job(ack.job_id), "type")
             job_type = raw_type.decode() if raw_type else None

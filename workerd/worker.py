@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import time
+import traceback
 from dataclasses import dataclass
 from types import FrameType
 
@@ -19,8 +20,8 @@ import redis
 
 from shared import metrics, tracing
 from shared.config import Settings
-from shared.jobs import Job, dump_json
-from shared.log import error_text
+from shared.jobs import Job, dump_json, format_ms
+from shared.log import ERROR_TEXT_LIMIT, error_text
 from shared.scripts import Code, Scripts, new_request_id
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
@@ -42,11 +43,12 @@ class Outcome:
 
     ok: bool
     result_json: str = "null"
-    # The message goes to Redis (last_error, the job owner's own data); logs get only the kind,
-    # because a handler's message can echo its payload.
-    error: str = ""
+    # The message and traceback go to Redis (last_error and traceback, the job owner's own
+    # data); logs get only the kind, because a handler's message can echo its payload.
+    error: str = ""  # "Kind: message", the one format of last_error
     error_kind: str = ""
     permanent: bool = False
+    traceback: str = ""
 
 
 class WorkerProcess(StopOnSignal):
@@ -144,7 +146,9 @@ class WorkerProcess(StopOnSignal):
         eligible_at = int(job.extra["eligible_at"]) if "eligible_at" in job.extra else None
         metrics.observe_queue_wait(job.type, eligible_at, job.started_at)
         fields = {"job_id": job.id, "type": job.type, "attempt": job.attempts}
-        log.info("job_claimed", extra={**fields, "worker_id": self.worker_id})
+        log.info(
+            "job_claimed", extra={**fields, "priority": job.priority, "worker_id": self.worker_id}
+        )
         log.info("job_started", extra={**fields, "worker_id": self.worker_id})
         trace, attributes = job.extra.get("traceparent"), _span_attributes(job)
         # The claim span covers the queue wait: claimable → claimed, on Redis's clock.
@@ -205,13 +209,21 @@ class WorkerProcess(StopOnSignal):
             log.warning("job_stale_ack", extra={**fields, "result": code.name.lower()})
 
     def _fail(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
-        result = self.scripts.fail(job.id, job.token, outcome.error, permanent=outcome.permanent)
+        result = self.scripts.fail(
+            job.id,
+            job.token,
+            outcome.error,
+            permanent=outcome.permanent,
+            traceback=outcome.traceback,
+        )
         metrics.count("failed", job.type)
         extra = {**fields, "error": outcome.error_kind}
         if result.code is Code.RETRYING:
             metrics.count("retried", job.type)
-            log.info("job_retry_scheduled", extra={**extra, "next_retry_at": result.next_retry_at})
-            attributes = {**_span_attributes(job), "taskforge.next_retry_at": result.next_retry_at}
+            # RFC 3339 UTC, as in the job's JSON: one time format on every surface.
+            retry_at = format_ms(result.next_retry_at)
+            log.info("job_retry_scheduled", extra={**extra, "next_retry_at": retry_at})
+            attributes = {**_span_attributes(job), "taskforge.next_retry_at": retry_at}
             tracing.record("task.retry.schedule", None, attributes)  # child of acknowledge
         elif result.code is Code.DEAD:
             metrics.count("dead", job.type)
@@ -242,9 +254,7 @@ def run_handler(job: Job, result_max_bytes: int) -> Outcome:
     """Call the job's handler; turn every exception into a recorded failure, never a crash."""
     handler = lookup(job.type)
     if handler is None:
-        return Outcome(
-            ok=False, error=f"no handler for job type {job.type!r}", error_kind="NoHandler"
-        )
+        return _refused("NoHandler", f"no handler for job type {job.type!r}")
     context = JobContext(
         id=job.id,
         type=job.type,
@@ -255,20 +265,41 @@ def run_handler(job: Job, result_max_bytes: int) -> Outcome:
     )
     try:
         result = handler(job.payload, context)
-    except PermanentError as exc:
-        return Outcome(False, error=error_text(exc), error_kind=type(exc).__name__, permanent=True)
     except Exception as exc:  # the handler boundary: any failure is the job's, not ours
-        return Outcome(False, error=error_text(exc), error_kind=type(exc).__name__)
+        return Outcome(
+            False,
+            error=error_text(exc),
+            error_kind=type(exc).__name__,
+            permanent=isinstance(exc, PermanentError),
+            traceback=handler_traceback(exc),
+        )
     try:
         result_json = dump_json(result)
     except (TypeError, ValueError) as exc:
-        error = f"result is not JSON-serialisable: {error_text(exc)}"
-        return Outcome(False, error=error, error_kind="ResultNotSerialisable")
+        return _refused(
+            "ResultNotSerialisable", f"result is not JSON-serialisable ({error_text(exc)})"
+        )
     size = len(result_json.encode())
     if size > result_max_bytes:
-        error = f"result is {size} bytes, over the {result_max_bytes} cap"
-        return Outcome(False, error=error, error_kind="ResultTooLarge")
+        return _refused(
+            "ResultTooLarge", f"result is {size} bytes, over the {result_max_bytes} cap"
+        )
     return Outcome(ok=True, result_json=result_json)
+
+
+def _refused(kind: str, message: str) -> Outcome:
+    """Return a failure the worker itself decided, worded as error_text words an exception."""
+    text = f"{kind}: {message}"
+    if len(text) > ERROR_TEXT_LIMIT:
+        text = text[: ERROR_TEXT_LIMIT - 1] + "…"
+    return Outcome(False, error=text, error_kind=kind)
+
+
+def handler_traceback(exc: BaseException) -> str:
+    """Return the traceback of an exception a handler raised, from the handler's frame down."""
+    # The first frame is run_handler's own call of the handler: not the job owner's code.
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def resident_mb() -> float:

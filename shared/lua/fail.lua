@@ -5,7 +5,7 @@
 -- max_retries (or a permanent failure) is dead and enters the DLQ exactly once; an earlier one
 -- waits in `retrying` for base * 2^(attempts-1) ms, capped, with optional jitter. Only the
 -- holder of the current token can fail the job; a repeated call with that token returns the
--- first call's outcome.
+-- first call's outcome and writes nothing (the error and traceback are stored once).
 --
 -- KEYS[1] -> {prefix}job:<id>
 -- KEYS[2] -> {prefix}processing   zset, id -> lease deadline (ms)
@@ -13,7 +13,7 @@
 -- KEYS[4] -> {prefix}dead         zset, id -> time of death (ms)
 --
 -- ARGV[1] -> fencing token
--- ARGV[2] -> error text (already length-capped by the caller)
+-- ARGV[2] -> error text, "Type: message" (already length-capped by the caller)
 -- ARGV[3] -> base delay (ms)
 -- ARGV[4] -> maximum delay (ms)
 -- ARGV[5] -> jitter fraction (0..1): the delay moves by up to ± this share of itself
@@ -21,6 +21,7 @@
 -- ARGV[7] -> '1' for a permanent failure (dead now, whatever attempts remain), else '0'
 -- ARGV[8] -> TTL of a dead job's hash (ms): the DLQ's maximum age
 -- ARGV[9] -> now (ms) override, or '' for Redis TIME
+-- ARGV[10] -> the handler's traceback (already capped by the caller), or '' for none
 --
 -- Returns {RETRYING, next_retry_at}, {DEAD}, {NOT_FOUND}, or {STALE_TOKEN, current status}.
 
@@ -51,7 +52,7 @@ local now = now_ms(ARGV[9])
 redis.call('ZREM', KEYS[2], job_id)
 
 if ARGV[7] == '1' or attempts >= tonumber(state[5]) then
-  make_dead(KEYS[4], KEYS[1], job_id, ARGV[2], now, ARGV[8])
+  make_dead(KEYS[4], KEYS[1], job_id, ARGV[2], ARGV[10], now, ARGV[8])
   return {DEAD}
 end
 
@@ -60,7 +61,7 @@ local max_delay = tonumber(ARGV[4])
 local delay = math.min(tonumber(ARGV[3]) * 2 ^ (attempts - 1), max_delay)
 delay = delay + delay * tonumber(ARGV[5]) * (2 * tonumber(ARGV[6]) - 1)
 local due = now + math.floor(math.max(0, math.min(delay, max_delay)))
-redis.call('HSET', KEYS[1], 'status', 'retrying', 'last_error', ARGV[2], 'next_retry_at', due,
-  'updated_at', now)
+record_error(KEYS[1], ARGV[2], ARGV[10])
+redis.call('HSET', KEYS[1], 'status', 'retrying', 'next_retry_at', due, 'updated_at', now)
 redis.call('ZADD', KEYS[3], due, job_id)
 return {RETRYING, due}

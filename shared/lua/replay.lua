@@ -2,8 +2,9 @@
 -- replay: give a dead job a fresh start (an operator's explicit decision).
 --
 -- Invariant: only a dead job is replayed; it leaves the DLQ and becomes pending with attempts
--- and recoveries at 0, its error, result and timings cleared, its original priority kept and
--- its hash no longer expiring. A repeated call with the same request id returns the job again.
+-- and recoveries at 0, its error, traceback, result and timings cleared, its original
+-- priority kept and its hash no longer expiring. A repeated call with the same request id
+-- returns the job again.
 --
 -- KEYS[1] -> {prefix}job:<id>
 -- KEYS[2] -> {prefix}dead            zset, id -> time of death (ms)
@@ -36,7 +37,7 @@ local now = now_ms(ARGV[3])
 redis.call('ZREM', KEYS[2], state[2])
 redis.call('PERSIST', KEYS[1])
 redis.call('HSET', KEYS[1], 'attempts', 0, 'recoveries', 0, 'last_replay', ARGV[1])
-redis.call('HDEL', KEYS[1], 'last_error', 'result', 'started_at', 'finished_at', 'next_retry_at',
-  'worker_id')
+redis.call('HDEL', KEYS[1], 'last_error', 'traceback', 'result', 'started_at', 'finished_at',
+  'next_retry_at', 'worker_id')
 make_pending({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, KEYS[1], state[2], now, tonumber(ARGV[2]))
 return {DONE, redis.call('HGETALL', KEYS[1])}

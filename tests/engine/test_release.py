@@ -99,6 +99,8 @@ def test_drained_releases_never_make_a_job_dead(r: redis.Redis, scripts: Scripts
 
     stored = job(r, J1)
     assert (stored.status, stored.recoveries) == (JobState.PENDING, 0)
+    # A drain is not a failure: it writes no last_error (and no traceback) at all.
+    assert (stored.last_error, stored.traceback) == (None, None)
 
 
 def test_a_drained_execution_does_not_use_up_max_retries(scripts: Scripts) -> None:
@@ -141,7 +143,9 @@ def test_release_after_a_crash_past_the_cap_is_dead_with_an_error_that_says_why(
     assert after[K.dead] == [(J1, now + 1)]
     stored = after[K.job(J1)]
     assert (stored["status"], stored["recoveries"]) == ("dead", POLICY.max_recoveries + 1)
-    assert "worker lost 3 times (recovery cap 2)" in stored["last_error"]
+    assert stored["last_error"] == (
+        "WorkerLost: worker lost 3 times (recovery cap 2): the job may be killing its worker"
+    )
     assert_ttl(r, K.job(J1), POLICY.dlq_max_age_ms)
 
 

@@ -30,12 +30,12 @@ from tests.engine.conftest import (
 
 
 def make_dead_after_a_crash(scripts: Scripts, jid: str, priority: int = 0) -> None:
-    """Dead with attempts, a recovery, an error, a start and a finish to clear."""
+    """Dead with attempts, a recovery, an error and traceback, a start and a finish to clear."""
     enqueue(scripts, jid, priority=priority, max_retries=2)
     token = claim(scripts, jid).token
     scripts.release(jid, token, now_ms=T0 + 1)  # recoveries 1
     token = claim(scripts, jid, now=T0 + 2).token
-    scripts.fail(jid, token, "boom", permanent=True, now_ms=T0 + 3)
+    scripts.fail(jid, token, "boom", permanent=True, traceback="Traceback ...\n", now_ms=T0 + 3)
     assert job(scripts.redis, jid).status is JobState.DEAD
 
 
@@ -66,7 +66,7 @@ def test_replay_returns_a_dead_job_to_pending_fresh_and_touches_exactly_its_keys
     assert K.job(J1) not in after.expiring  # no longer expiring with the DLQ
     assert stored["status"] == "pending"
     assert (stored["attempts"], stored["recoveries"], stored["priority"]) == (0, 0, 7)
-    for cleared in ("last_error", "result", "started_at", "finished_at", "worker_id"):
+    for cleared in ("last_error", "traceback", "result", "started_at", "finished_at", "worker_id"):
         assert cleared not in stored
     assert stored["token"] == before[K.job(J1)]["token"]  # tokens never go backwards
     assert replayed == job(r, J1)

@@ -52,6 +52,7 @@ POLICY = Policy(
     max_recoveries=1,
     finished_retention_ms=1_000,
 )
+TRACEBACK = 'Traceback (most recent call last):\n  File "t.py", line 1, in h\nValueError: boom\n'
 WAIT = 5.0  # seconds: socket timeouts of the proxied client, so a proxy bug fails, not hangs
 
 
@@ -301,11 +302,12 @@ def test_complete_and_claim_next_claims_one_job(
 def test_fail_schedules_one_retry(r: redis.Redis, engine: Scripts, lossy: LossyEngine) -> None:
     job_id, token = claimed(engine)
     with lossy.reply_lost("fail"):
-        result = lossy.scripts.fail(job_id, token, "boom", now_ms=NOW + 10)
+        result = lossy.scripts.fail(job_id, token, "boom", traceback=TRACEBACK, now_ms=NOW + 10)
     due = NOW + 10 + POLICY.retry_base_ms  # attempt 1: base × 2^0
     assert result == FailResult(Code.RETRYING, next_retry_at=due)
     job = fields(r, job_id)
     assert (job["status"], job["attempts"], job["next_retry_at"]) == ("retrying", "1", str(due))
+    assert job["traceback"] == TRACEBACK  # stored once, unchanged by the repeat
     assert r.zrange(KEYS.retrying, 0, -1, withscores=True) == [(job_id.encode(), due)]
     assert r.zcard(KEYS.processing) == 0
 
@@ -316,11 +318,14 @@ def test_fail_enters_the_dlq_once(
 ) -> None:
     job_id, token = claimed(engine, max_retries=1 if not permanent else 3)
     with lossy.reply_lost("fail"):
-        result = lossy.scripts.fail(job_id, token, "boom", permanent=permanent, now_ms=NOW + 10)
+        result = lossy.scripts.fail(
+            job_id, token, "boom", permanent=permanent, traceback=TRACEBACK, now_ms=NOW + 10
+        )
     assert result == FailResult(Code.DEAD)
     assert r.zrange(KEYS.dead, 0, -1, withscores=True) == [(job_id.encode(), NOW + 10)]
     job = fields(r, job_id)
     assert (job["status"], job["attempts"], job["last_error"]) == ("dead", "1", "boom")
+    assert job["traceback"] == TRACEBACK
     assert r.zcard(KEYS.retrying) == 0
 
 

@@ -78,7 +78,9 @@ KEYS = Keys()
 STATES = ("pending", "scheduled", "processing", "retrying", "completed", "dead", "canceled")
 FINISHED = ("completed", "canceled", "dead")
 WORKERS = ("w1", "w2", "w3")
-LOST_WORKER = "worker lost"  # how the recovery cap's error starts (issue 2 §5.5: "says why")
+# How the recovery cap's error starts (issue 2 §5.5: "says why"; "Type: message" like every
+# last_error).
+LOST_WORKER = "WorkerLost: worker lost"
 
 job_ids = st.uuids(version=4).map(str)
 requests = st.builds(
@@ -137,6 +139,7 @@ class ModelJob:
     started: int | None = None
     worker: str | None = None
     error: str | None = None
+    traceback: str | None = None  # the last failure's, if it had one (never a lost worker's)
     result: str | None = None
 
 
@@ -165,8 +168,9 @@ class Model:
         job.status, job.lease, job.due = "pending", None, None
         self.wake = min(WAKE_CAP, self.wake + 1)
 
-    def make_dead(self, job: ModelJob, error: str) -> None:
+    def make_dead(self, job: ModelJob, error: str, traceback: str | None = None) -> None:
         job.status, job.error, job.finished = "dead", error, self.now
+        job.traceback = traceback
         job.seq = job.since = job.lease = job.due = None
 
     def lose_worker(self, job: ModelJob, *, counts: bool) -> str:
@@ -247,7 +251,9 @@ class Model:
             event("complete: repeated by the token holder")
         return Code.DONE, None
 
-    def fail(self, job_id: str, token: int, error: str, permanent: bool) -> FailResult:
+    def fail(
+        self, job_id: str, token: int, error: str, traceback: str, permanent: bool
+    ) -> FailResult:
         job = self.jobs.get(job_id)
         if job is None:
             return FailResult(Code.NOT_FOUND)
@@ -261,13 +267,14 @@ class Model:
             return FailResult(Code.STALE_TOKEN, status=job.status)
         job.lease = None
         if permanent or job.attempts >= job.request.max_retries:
-            self.make_dead(job, error)
+            self.make_dead(job, error, traceback or None)
             return FailResult(Code.DEAD)
         delay = BASE * 2 ** (job.attempts - 1)
         if delay > CAP:
             event("fail: retry delay capped")
             delay = CAP
         job.status, job.error, job.due = "retrying", error, self.now + delay
+        job.traceback = traceback or None
         return FailResult(Code.RETRYING, next_retry_at=job.due)
 
     def promote(self, limit: int | None) -> tuple[list[str], list[str], list[int], list[int]]:
@@ -320,7 +327,7 @@ class Model:
         if job.status != "dead":
             return job.status
         job.attempts = job.recoveries = 0
-        job.error = job.result = job.started = job.finished = job.worker = None
+        job.error = job.traceback = job.result = job.started = job.finished = job.worker = None
         self.make_pending(job)
         return ""
 
@@ -582,9 +589,13 @@ class EngineMachine(RuleBasedStateMachine):
 
     def _fail(self, job_id: str, token: int, permanent: bool) -> None:
         self.failures += 1
-        error = f"boom {self.failures}"
-        expected = self.model.fail(job_id, token, error, permanent)
-        got = self.scripts.fail(job_id, token, error, permanent=permanent, now_ms=self.now)
+        error = f"RuntimeError: boom {self.failures}"
+        # Every third failure has no traceback, as a timeout has none: it must clear the last.
+        traceback = f"Traceback {self.failures}\n" if self.failures % 3 else ""
+        expected = self.model.fail(job_id, token, error, traceback, permanent)
+        got = self.scripts.fail(
+            job_id, token, error, permanent=permanent, traceback=traceback, now_ms=self.now
+        )
         assert got == expected
 
     def _release(self, job_id: str, token: int, drained: bool) -> None:
@@ -662,7 +673,7 @@ class EngineMachine(RuleBasedStateMachine):
             return
         assert expected == "", f"replay should have been refused: {expected}"
         self._check_returned(job, self.model.jobs[job_id])
-        assert job.last_error is None and job.finished_at is None
+        assert job.last_error is None and job.traceback is None and job.finished_at is None
 
     @precondition(_any_job)
     @rule(data=st.data())
@@ -797,6 +808,7 @@ def check_job(raw: RawState, job: ModelJob) -> None:
         "started_at": _text(job.started),
         "worker_id": job.worker,
         "result": job.result,
+        "traceback": job.traceback,
     }
     if job.status in ("pending", "processing"):
         expected["seq"] = str(job.seq)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import redis
 
-from shared.jobs import format_ms
+from shared.jobs import format_ms, parse_rfc3339_ms
 from shared.keys import Keys
 from shared.scripts import Scripts
 from tests._tools import RedisServer, wait_until
@@ -448,9 +448,11 @@ def test_skewed_host_clock_moves_no_lease_or_schedule(
         int(jobs[j]["started_at"]) - int(jobs[j]["scheduled_at"]) for j, _, _ in scheduled_ids
     ]
     retries = workerd.events("job_retry_scheduled")
-    retry_delay = [rec["next_retry_at"] - int(jobs[rec["job_id"]]["created_at"]) for rec in retries]
+    # The log line writes the time in RFC 3339 (milliseconds), as the job's JSON does.
+    retry_at = [(rec["job_id"], parse_rfc3339_ms(rec["next_retry_at"])) for rec in retries]
+    retry_delay = [at - int(jobs[job_id]["created_at"]) for job_id, at in retry_at]
     # The retry's claim is the job's last start (max_retries 2: it then failed for good).
-    retry_late = [int(jobs[rec["job_id"]]["started_at"]) - rec["next_retry_at"] for rec in retries]
+    retry_late = [int(jobs[job_id]["started_at"]) - at for job_id, at in retry_at]
     # Proof that the processes really ran on the skewed clock: their own timestamps against
     # Redis's record of the same moment.
     executions = read_journal(journal)

@@ -42,7 +42,7 @@ def test_enqueue_answers_201_with_the_job_and_its_location(
 def test_enqueue_answer_matches_what_get_returns_for_every_field(client: FlaskClient) -> None:
     body = {
         "type": "report",
-        "payload": [1, "two", {"3": None}],
+        "payload": {"list": [1, "two", {"3": None}]},
         "priority": -7,
         "max_retries": 5,
         "scheduled_at": "2099-01-01T00:00:00+02:00",
@@ -96,6 +96,13 @@ def test_a_past_scheduled_at_is_pending_at_once(client: FlaskClient) -> None:
         ({"type": "a", "timeout": -1}, ["timeout"]),
         ({"type": "a", "timeout": 10**9}, ["timeout"]),
         ({"type": "a", "timeout": True}, ["timeout"]),
+        ({"type": "a", "timeout": "8d"}, ["timeout"]),
+        ({"type": "a", "timeout": "5 s"}, ["timeout"]),
+        ({"type": "a", "timeout": "soon"}, ["timeout"]),
+        ({"type": "a", "payload": None}, ["payload"]),
+        ({"type": "a", "payload": [1]}, ["payload"]),
+        ({"type": "a", "payload": "text"}, ["payload"]),
+        ({"type": "a", "payload": 5}, ["payload"]),
         ({"type": "a", "colour": "red"}, ["colour"]),
         ({"type": "a", "id": "x", "status": "done"}, ["id,status"]),
         ({"priority": "x", "max_retries": 0}, ["type", "priority", "max_retries"]),
@@ -109,6 +116,74 @@ def test_an_invalid_job_is_400_naming_every_bad_field(
     doc = response.get_json()
     assert doc["error"].startswith("invalid job: ")
     assert sorted(f["field"] for f in doc["fields"]) == sorted(fields)
+    assert count_jobs(scripts) == 0
+
+
+# --- payload and timeout: the forms each takes --------------------------------------------------
+
+
+@pytest.mark.parametrize("payload", ["null", "[]", '["a", 1]', '"text"', '""', "0", "1.5", "true"])
+def test_a_payload_that_is_not_an_object_is_400_naming_it(
+    client: FlaskClient, scripts: Scripts, payload: str
+) -> None:
+    one = post(client, "/enqueue", '{"type": "a", "payload": ' + payload + "}")
+    batch = post(client, "/enqueue/batch", '{"jobs": [{"type": "a", "payload": ' + payload + "}]}")
+
+    assert (one.status_code, batch.status_code) == (400, 400)
+    assert one.get_json()["fields"] == [{"field": "payload", "message": "must be a JSON object"}]
+    assert "payload: must be a JSON object" in one.get_json()["error"]
+    assert batch.get_json()["errors"] == [
+        {"index": 0, "field": "payload", "message": "must be a JSON object"}
+    ]
+    assert count_jobs(scripts) == 0
+
+
+def test_an_absent_payload_is_an_empty_object(client: FlaskClient) -> None:
+    created = post(client, "/enqueue", {"type": "a"}).get_json()
+
+    assert created["payload"] == {}
+    assert client.get(f"/jobs/{created['id']}").get_json()["payload"] == {}
+
+
+@pytest.mark.parametrize(
+    ("timeout", "seconds"),
+    [
+        ("500ms", 0.5),
+        ("2s", 2.0),
+        ("1m", 60.0),
+        ("1h", 3600.0),
+        ("1d", 86400.0),
+        ("90", 90.0),
+        (90, 90.0),
+        (2.5, 2.5),
+    ],
+)
+def test_timeout_takes_durations_and_bare_seconds_and_is_shown_in_seconds(
+    client: FlaskClient, timeout: Any, seconds: float
+) -> None:
+    one = post(client, "/enqueue", {"type": "a", "timeout": timeout})
+    batch = post(client, "/enqueue/batch", {"jobs": [{"type": "a", "timeout": timeout}]})
+
+    assert (one.status_code, batch.status_code) == (201, 201)
+    created = one.get_json()
+    assert created["timeout"] == seconds
+    assert batch.get_json()["jobs"][0]["timeout"] == seconds
+    assert client.get(f"/jobs/{created['id']}").get_json()["timeout"] == seconds
+
+
+@pytest.mark.parametrize(
+    "timeout", ["0s", "0", "8d", "604801", "-5s", "5 s", "5sec", "1w", "", "\u0661s", [5], {}]
+)
+def test_a_bad_timeout_is_400_naming_it_single_and_batch(
+    client: FlaskClient, scripts: Scripts, timeout: Any
+) -> None:
+    one = post(client, "/enqueue", {"type": "a", "timeout": timeout})
+    batch = post(client, "/enqueue/batch", {"jobs": [{"type": "a", "timeout": timeout}]})
+
+    assert (one.status_code, batch.status_code) == (400, 400)
+    [field] = one.get_json()["fields"]
+    assert field["field"] == "timeout" and "500ms, 2s, 1m, 1h or 1d" in field["message"]
+    assert [e["field"] for e in batch.get_json()["errors"]] == ["timeout"]
     assert count_jobs(scripts) == 0
 
 
@@ -148,8 +223,8 @@ def test_a_body_over_one_mebibyte_is_413(client: FlaskClient) -> None:
 
 
 def test_a_body_of_exactly_one_mebibyte_is_read(client: FlaskClient) -> None:
-    body = json.dumps({"type": "a", "payload": ""}).encode()
-    body = body[:-2] + b"x" * (MAX_BODY_BYTES - len(body)) + body[-2:]
+    body = json.dumps({"type": "a", "payload": {"k": ""}}).encode()
+    body = body[:-3] + b"x" * (MAX_BODY_BYTES - len(body)) + body[-3:]
     assert len(body) == MAX_BODY_BYTES
     assert post(client, "/enqueue", body).status_code == 201
 

@@ -60,6 +60,11 @@ def test_a_valid_enqueue_never_reaches_the_flask_view(scripts: Scripts) -> None:
         (JOB, {"Idempotency-Key": "has space"}, 400),
         (JOB, {"Content-Encoding": "gzip"}, 415),
         (b'{"a": 1, "a": 2}', {}, 400),
+        ({"type": "a", "payload": None}, {}, 400),
+        ({"type": "a", "payload": ["x"]}, {}, 400),
+        ({"type": "a", "payload": "x"}, {}, 400),
+        ({"type": "a", "timeout": "8d"}, {}, 400),
+        ({"type": "a", "timeout": "2 s"}, {}, 400),
     ],
 )
 def test_a_refusal_is_handed_to_flask_with_the_body_intact(
@@ -72,6 +77,21 @@ def test_a_refusal_is_handed_to_flask_with_the_body_intact(
     assert "error" in response.get_json()
     assert calls == [1]  # Flask's view ran, on the body the fast path had already read
     assert count_jobs(scripts) == 0
+
+
+@pytest.mark.parametrize(("timeout", "seconds"), [("500ms", 0.5), ("2m", 120.0), ("7", 7.0)])
+def test_a_timeout_given_as_a_duration_is_served_by_the_fast_path_in_seconds(
+    scripts: Scripts, timeout: str, seconds: float
+) -> None:
+    app = make_app(scripts)
+    calls = _flask_view_calls(app)
+
+    response = _post(app, {**JOB, "timeout": timeout})
+
+    assert response.status_code == 201
+    assert calls == []  # the same rule as the Flask view, applied without it
+    assert response.get_json()["timeout"] == seconds
+    assert app.test_client().get(response.headers["Location"]).get_json() == response.get_json()
 
 
 def test_a_missing_or_wrong_token_is_refused_by_flask(scripts: Scripts) -> None:

@@ -25,7 +25,7 @@ RSS_SLACK_KIB = 3 * 1024
 
 def body_of_size(size: int) -> bytes:
     """Return a valid enqueue body of exactly `size` bytes."""
-    head, tail = b'{"type": "big", "payload": "', b'"}'
+    head, tail = b'{"type": "big", "payload": {"k": "', b'"}}'
     return head + b"x" * (size - len(head) - len(tail)) + tail
 
 

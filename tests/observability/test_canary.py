@@ -2,9 +2,10 @@
 
 How error text is recorded: a handler's exception becomes ``"TypeName: message"`` cut to
 shared.log.ERROR_TEXT_LIMIT (500) characters, stored only in the job's Redis hash
-(``last_error``, the job owner's own data, readable through GET /jobs/<id> and /dlq). Log lines
-carry only the exception's type (``"error": "RuntimeError"``), because a message can echo the
-payload — as the ``fail`` handler here does on purpose.
+(``last_error``, the job owner's own data, readable through GET /jobs/<id> and /dlq), and so is
+its traceback (``traceback``, capped at shared.jobs.TRACEBACK_LIMIT, 8 KiB), whose last line
+repeats the message. Log lines carry only the exception's type (``"error": "RuntimeError"``),
+because a message can echo the payload — as the ``fail`` handler here does on purpose.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def test_a_canary_in_payloads_and_error_messages_appears_in_no_log_line(
     with start_gateway(LOG_LEVEL="DEBUG") as gw:
         ok = _enqueue(gw, {"type": "noop", "payload": {"api_key": canary}})
         batch_status, _, batch = gw.request(
-            "POST", "/enqueue/batch", {"jobs": [{"type": "noop", "payload": [canary]}]}
+            "POST", "/enqueue/batch", {"jobs": [{"type": "noop", "payload": {"keys": [canary]}}]}
         )
         assert batch_status == 201, batch
         # Fails with the canary in its message: retried, then dead.
@@ -69,6 +70,9 @@ def test_a_canary_in_payloads_and_error_messages_appears_in_no_log_line(
         # The message is the job owner's data: kept, capped, in Redis only.
         assert canary in dead["last_error"] and dead["last_error"].startswith("RuntimeError: ")
         assert len(r.hget(f"{PREFIX}job:{echoed}", "last_error")) <= 500
+        # The traceback too: the handler's frame, and the message (with the canary) at its end.
+        assert ", in fail\n" in dead["traceback"]
+        assert dead["traceback"].endswith(f"RuntimeError: {canary}\n")
 
         # Through the DLQ: replay (it fails again and dies again), then purge.
         status, _, _ = gw.request("POST", f"/dlq/{echoed}/retry")
@@ -81,6 +85,8 @@ def test_a_canary_in_payloads_and_error_messages_appears_in_no_log_line(
         assert status == 200
         status, _, listing = gw.request("GET", "/dlq")
         assert status == 200 and canary in str(listing)  # the API still serves the owner
+        [listed] = [job for job in listing["jobs"] if job["id"] == echoed]
+        assert canary in listed["traceback"]
 
         gateway_log = gw.log_path.read_text(errors="replace")
         gateway_events = {line.get("event") for line in gw.log_lines()}

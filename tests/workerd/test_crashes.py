@@ -87,7 +87,7 @@ def test_handler_failures_follow_the_retry_policy_and_never_kill_the_worker(
     assert (jobs[permanent].status, jobs[permanent].attempts) == (JobState.DEAD, 1)
     assert jobs[permanent].last_error == "PermanentError: card declined"
     assert (jobs[unknown].status, jobs[unknown].attempts) == (JobState.DEAD, 2)
-    assert jobs[unknown].last_error == "no handler for job type 'no_such_type'"
+    assert jobs[unknown].last_error == "NoHandler: no handler for job type 'no_such_type'"
     assert (jobs[flaky].status, jobs[flaky].attempts) == (JobState.COMPLETED, 2)
     assert len(workerd.events("job_retry_scheduled")) == 2 + 1 + 1
     assert workerd.children("worker") == workers
@@ -143,7 +143,7 @@ def test_job_past_its_timeout_is_killed_failed_and_retried_by_policy(
 
     job = engine.wait_for(job_id, JobState.DEAD, timeout=15)
 
-    assert job.last_error == "timed out after 0.5s"
+    assert job.last_error == "Timeout: timed out after 0.5s; its worker was killed"
     assert (job.attempts, job.recoveries) == (2, 0)  # each timeout counted an attempt
     starts = journal.entries("start", job_id)
     assert [s["attempt"] for s in starts] == [1, 2]

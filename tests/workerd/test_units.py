@@ -259,7 +259,7 @@ def test_permanent_error_is_a_permanent_failure() -> None:
 def test_a_type_without_handler_is_an_application_failure() -> None:
     outcome = run_handler(_job("units.nobody_handles_this"), 65536)
     assert not outcome.ok and not outcome.permanent
-    assert outcome.error == "no handler for job type 'units.nobody_handles_this'"
+    assert outcome.error == "NoHandler: no handler for job type 'units.nobody_handles_this'"
     assert outcome.error_kind == "NoHandler"
 
 
@@ -267,7 +267,7 @@ def test_a_type_without_handler_is_an_application_failure() -> None:
 def test_a_result_that_is_not_json_is_a_failure_that_says_so(kind: str) -> None:
     outcome = run_handler(_job("units.unserialisable", f'{{"kind": "{kind}"}}'), 65536)
     assert not outcome.ok and not outcome.permanent
-    assert outcome.error.startswith("result is not JSON-serialisable: ")
+    assert outcome.error.startswith("ResultNotSerialisable: result is not JSON-serialisable (")
     assert outcome.error_kind == "ResultNotSerialisable"
 
 
@@ -276,7 +276,7 @@ def test_a_result_over_the_size_cap_is_a_failure_that_says_so() -> None:
     assert fits.ok
     outcome = run_handler(_job("units.big", '{"size": 99}'), 100)
     assert not outcome.ok and not outcome.permanent
-    assert outcome.error == "result is 101 bytes, over the 100 cap"
+    assert outcome.error == "ResultTooLarge: result is 101 bytes, over the 100 cap"
     assert outcome.error_kind == "ResultTooLarge"
 
 

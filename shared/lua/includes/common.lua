@@ -34,11 +34,23 @@ local function make_pending(keys, job_key, job_id, now, wake_cap, keep_place)
   redis.call('LTRIM', keys[4], 0, wake_cap - 1)
 end
 
+-- Record why the job's last execution failed ("Type: message") and, for a handler's exception,
+-- its traceback. A failure without one (a timeout, a lost worker) removes the previous
+-- failure's traceback: the two fields always describe the same failure.
+local function record_error(job_key, error_text, traceback)
+  if traceback ~= '' then
+    redis.call('HSET', job_key, 'last_error', error_text, 'traceback', traceback)
+  else
+    redis.call('HSET', job_key, 'last_error', error_text)
+    redis.call('HDEL', job_key, 'traceback')
+  end
+end
+
 -- Move a job to the dead-letter queue. Its hash expires after the DLQ's maximum age; trim.lua
 -- removes it (and its index entry) earlier when the DLQ is over its count cap.
-local function make_dead(dead_key, job_key, job_id, error_text, now, ttl_ms)
-  redis.call('HSET', job_key, 'status', 'dead', 'last_error', error_text, 'finished_at', now,
-    'updated_at', now)
+local function make_dead(dead_key, job_key, job_id, error_text, traceback, now, ttl_ms)
+  record_error(job_key, error_text, traceback)
+  redis.call('HSET', job_key, 'status', 'dead', 'finished_at', now, 'updated_at', now)
   redis.call('HDEL', job_key, 'next_retry_at', 'seq')
   redis.call('ZADD', dead_key, now, job_id)
   redis.call('PEXPIRE', job_key, ttl_ms)
@@ -59,8 +71,8 @@ local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake
     local recoveries = redis.call('HINCRBY', job_key, 'recoveries', 1)
     if recoveries > cap then
       make_dead(keys[5], job_key, job_id,
-        'worker lost ' .. recoveries .. ' times (recovery cap ' .. cap .. '): ' ..
-        'the job may be killing its worker', now, dead_ttl_ms)
+        'WorkerLost: worker lost ' .. recoveries .. ' times (recovery cap ' .. cap .. '): ' ..
+        'the job may be killing its worker', '', now, dead_ttl_ms)
       return DEAD
     end
   end

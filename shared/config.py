@@ -121,7 +121,7 @@ class Variable:
             raise ConfigError(f"{self.env}={shown} is invalid: expected {exc}") from None
 
 
-def _duration(*, positive: bool) -> Callable[[str], float]:
+def duration_parser(*, positive: bool) -> Callable[[str], float]:
     """Return a parser of ``500ms``/``2s``/``1m``/``1h``/``1d``/bare seconds into float seconds."""
     bound = "greater than 0" if positive else "0 or more"
     expected = f"a duration such as 500ms, 2s, 1m, 1h, 1d or bare seconds, {bound}"
@@ -130,7 +130,8 @@ def _duration(*, positive: bool) -> Callable[[str], float]:
         match = _DURATION.fullmatch(text)
         if not match:
             raise ValueError(expected)
-        seconds = float(match[1]) * _UNIT_SECONDS[match[2] or "s"]
+        # Rounded so that "0.41m" is 24.6, not the 24.599999999999998 a float product gives.
+        seconds = round(float(match[1]) * _UNIT_SECONDS[match[2] or "s"], 9)
         if positive and seconds <= 0:
             raise ValueError(expected)
         return seconds
@@ -264,9 +265,9 @@ VARIABLES: tuple[Variable, ...] = (
              "TLS certificate check for rediss://: required, optional or none (a self-signed certificate, as on Heroku, needs none)",
              _choice(SSL_CERT_REQS)),
     Variable("REDIS_SOCKET_TIMEOUT", "redis_socket_timeout", "5s",
-             "Longest wait for a Redis reply", _duration(positive=True)),
+             "Longest wait for a Redis reply", duration_parser(positive=True)),
     Variable("REDIS_CONNECT_TIMEOUT", "redis_connect_timeout", "1s",
-             "Longest wait to connect to Redis", _duration(positive=True)),
+             "Longest wait to connect to Redis", duration_parser(positive=True)),
     Variable("PORT_PRODUCER", "port_producer", "8080",
              "Port of the HTTP gateway", _integer(1, 65535)),
     Variable("PORT_WORKER", "port_worker", "8081",
@@ -279,40 +280,41 @@ VARIABLES: tuple[Variable, ...] = (
              _worker_count),
     Variable("TASK_VISIBILITY_TIMEOUT", "visibility_timeout", "30s",
              "Lease length: a job whose lease is not renewed for this long goes back to pending",
-             _duration(positive=True)),
+             duration_parser(positive=True)),
     Variable("TASK_RETRY_BASE_DELAY", "retry_base_delay", "2s",
-             "First retry delay; attempt n waits base × 2^(n−1)", _duration(positive=False)),
+             "First retry delay; attempt n waits base × 2^(n−1)", duration_parser(positive=False)),
     Variable("TASK_RETRY_MAX_DELAY", "retry_max_delay", "1h",
-             "Cap on the retry delay", _duration(positive=False)),
+             "Cap on the retry delay", duration_parser(positive=False)),
     Variable("TASK_RETRY_JITTER", "retry_jitter", "0",
              "Random spread of a retry delay, as a fraction 0..1 (0.1 = ±10 %)", _fraction),
     Variable("TASK_MAX_RECOVERIES", "max_recoveries", "5",
              "Times a job may lose its worker (crash, lost lease) before it is dead", _integer(1)),
     Variable("TASK_DEFAULT_TIMEOUT", "default_job_timeout", "10m",
-             "Run-time limit of a job that sets none; 0 = no limit", _duration(positive=False)),
+             "Run-time limit of a job that sets none; 0 = no limit", duration_parser(positive=False)),
     Variable("TASK_RESULT_MAX_BYTES", "result_max_bytes", "65536",
              "Largest handler result stored, in bytes of JSON", _integer(1)),
     Variable("TASK_FINISHED_RETENTION", "finished_retention", "1d",
-             "How long completed and canceled jobs are kept", _duration(positive=True)),
+             "How long completed and canceled jobs are kept", duration_parser(positive=True)),
     Variable("TASK_DLQ_MAX_JOBS", "dlq_max_jobs", "10000",
              "Dead jobs kept at most; the oldest go first", _integer(1)),
     Variable("TASK_DLQ_MAX_AGE", "dlq_max_age", "7d",
-             "How long a dead job is kept", _duration(positive=True)),
+             "How long a dead job is kept", duration_parser(positive=True)),
     Variable("TASK_IDEMPOTENCY_TTL", "idempotency_ttl", "1d",
-             "How long an idempotency key maps to its job", _duration(positive=True)),
+             "How long an idempotency key maps to its job", duration_parser(positive=True)),
     Variable("WORKER_DRAIN_GRACE", "drain_grace", "25s",
-             "On SIGTERM, how long running jobs may finish before they are released",
-             _duration(positive=False)),
+             "On SIGTERM or SIGHUP (reload), how long running jobs may finish before they are released",
+             duration_parser(positive=False)),
     Variable("WORKER_HEARTBEAT_TIMEOUT", "heartbeat_timeout", "30s",
              "A child process silent this long outside a job is killed and replaced",
-             _duration(positive=True)),
+             duration_parser(positive=True)),
     Variable("WORKER_MAX_JOBS", "worker_max_jobs", "0",
              "Jobs a worker process runs before it is replaced; 0 = unlimited", _integer(0)),
     Variable("WORKER_MAX_RSS_MB", "worker_max_rss_mb", "0",
              "Resident memory (MiB) above which a worker process is replaced; 0 = no limit",
              _integer(0)),
     Variable("TASKFORGE_HANDLERS", "handlers", "",
-             "Comma-separated modules imported at start to register handlers", _handlers),
+             "Comma-separated handler modules workerd imports at start; required (workerd.demo: the demo handlers)",
+             _handlers),
     Variable("TASKFORGE_KEY_PREFIX", "key_prefix", "{taskforge}:v1:",
              "Prefix of every Redis key: a {hash tag} for Cluster, a schema version, ending in ':'",
              _key_prefix),

@@ -14,7 +14,7 @@ from typing import Any
 
 # The enqueue body's timeout takes every form an environment duration takes (500ms, 2s, 1m,
 # 1h, 1d, bare seconds): one parser, so the two cannot drift apart.
-from shared.config import _duration
+from shared.config import duration_parser
 
 
 class JobState(StrEnum):
@@ -37,7 +37,7 @@ MAX_RETRIES_RANGE = (1, 100)
 DEFAULT_MAX_RETRIES = 3
 # A week: longer per-job limits are almost always a unit mistake (ms given as seconds).
 MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
-_parse_duration = _duration(positive=True)
+_parse_duration = duration_parser(positive=True)
 TIMEOUT_RULE = (
     "must be seconds (a number) or a duration such as 500ms, 2s, 1m, 1h or 1d, "
     f"above 0 and at most {MAX_TIMEOUT_SECONDS} seconds (7d), with at most 9 decimals"

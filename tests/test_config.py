@@ -1,4 +1,4 @@
-"""Settings: defaults, parsing, validation and the README table."""
+"""Settings: defaults, parsing, validation and the table in docs/CONFIGURATION.md."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from shared import config
 from shared.config import VARIABLES, ConfigError, Settings, load_or_exit, markdown_table
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+CONFIG_DOC = Path(__file__).resolve().parent.parent / "docs" / "CONFIGURATION.md"
 
 DEFAULTS = {
     "redis_url": "redis://localhost:6379/0",
@@ -261,9 +261,9 @@ def test_table_lists_each_settings_variable_once_and_externals_outside_settings(
     assert not set(config.NOT_OURS) & (set(externals) | set(settings_rows))
 
 
-def test_readme_holds_the_generated_table() -> None:
+def test_configuration_doc_holds_the_generated_table() -> None:
     # Regenerate with: python -m shared.config --markdown
-    assert markdown_table() in README.read_text()
+    assert markdown_table() in CONFIG_DOC.read_text()
 
 
 def test_cli_prints_markdown(capsys: pytest.CaptureFixture[str]) -> None:

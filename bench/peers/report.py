@@ -350,7 +350,7 @@ def task12_table(results: dict) -> str:
     if not data:
         return "_Task 12 not measured in this run._"
     lines = [
-        "| workload | batch | spec (Go, Task 12) jobs/s | TaskForge jobs/s | TaskForge ns per job |",
+        "| workload | batch | Go original (Task 12) jobs/s | TaskForge jobs/s | TaskForge ns per job |",
         "|---|---|---|---|---|",
     ]
     for name, (label, spec_n, spec_rate) in SPEC_TASK12.items():
@@ -364,7 +364,7 @@ def task12_table(results: dict) -> str:
                 )
     lines += [
         "",
-        "| worker scaling (workerd, 10,000 no-op jobs) | spec (48 jobs) jobs/s | TaskForge jobs/s |",
+        "| worker scaling (workerd, 10,000 no-op jobs) | Go original (48 jobs) jobs/s | TaskForge jobs/s |",
         "|---|---|---|",
     ]
     for w, spec in SPEC_SCALING.items():
@@ -606,10 +606,10 @@ and Redis CPU measure the work Redis does for a job, not network traffic.
 
 {cost_table(results)}
 
-## The primary spec's Task 12 table, for TaskForge
+## The Go original's Task 12 table, for TaskForge
 
-The spec measured 48 jobs in Go; TaskForge's engine (4 concurrent processes for the
-concurrent rows, one process otherwise) at the spec's batch size and at {jobs:,} jobs. The
+The Go original measured 48 jobs; TaskForge's engine (4 concurrent processes for the
+concurrent rows, one process otherwise) at its batch size and at {jobs:,} jobs. The
 retry-then-DLQ row skips the configured backoff wait (it promotes with a clock an hour
 ahead), so it measures the engine's work: three executions, two retries and the DLQ.
 

@@ -165,7 +165,7 @@ def test_document_has_every_section(results: dict) -> None:
         "## Machine",
         "## Configurations",
         "## Results",
-        "## The primary spec's Task 12",
+        "## The Go original's Task 12",
         "## Method",
         "## Caveats",
     ):

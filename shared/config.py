@@ -130,8 +130,7 @@ def duration_parser(*, positive: bool) -> Callable[[str], float]:
         match = _DURATION.fullmatch(text)
         if not match:
             raise ValueError(expected)
-        # Rounded so that "0.41m" is 24.6, not the 24.599999999999998 a float product gives.
-        seconds = round(float(match[1]) * _UNIT_SECONDS[match[2] or "s"], 9)
+        seconds = float(match[1]) * _UNIT_SECONDS[match[2] or "s"]
         if positive and seconds <= 0:
             raise ValueError(expected)
         return seconds

@@ -226,6 +226,59 @@ def test_every_route_is_in_the_openapi_document(client: FlaskClient) -> None:
     assert set(document["paths"]) <= routes
 
 
+# --- query parameters --------------------------------------------------------------------
+
+
+ROUTES = [
+    ("POST", "/enqueue"),
+    ("POST", "/enqueue/batch"),
+    ("GET", f"/jobs/{UNKNOWN}"),
+    ("POST", f"/jobs/{UNKNOWN}/cancel"),
+    ("GET", "/dlq"),
+    ("POST", f"/dlq/{UNKNOWN}/retry"),
+    ("DELETE", f"/dlq/{UNKNOWN}"),
+    ("GET", "/stats"),
+    ("GET", "/metrics"),
+    ("GET", "/health"),
+    ("GET", "/ready"),
+    ("GET", "/openapi.json"),
+]
+
+
+def test_routes_lists_every_route(client: FlaskClient) -> None:
+    rules = {
+        (method, rule.rule)
+        for rule in client.application.url_map.iter_rules()
+        for method in rule.methods - {"HEAD", "OPTIONS"}
+        if rule.endpoint != "static"
+    }
+    assert {(m, p.replace(UNKNOWN, "<job_id>")) for m, p in ROUTES} == rules
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+def test_an_unknown_query_parameter_is_a_400_naming_it(
+    client: FlaskClient, scripts: Scripts, method: str, path: str
+) -> None:
+    body = '{"jobs": [{"type": "a"}]}' if path.endswith("batch") else '{"type": "a"}'
+    response = client.open(f"{path}?type=x", method=method, data=body if method == "POST" else None)
+    assert response.status_code == 400
+    doc = response.get_json()
+    assert "unknown query parameter 'type'" in doc["error"]
+    assert doc["fields"] == [{"field": "type", "message": "unknown query parameter"}]
+    assert helpers.count_jobs(scripts) == 0  # POST /enqueue's fast path handed it to Flask
+
+
+def test_the_dlq_names_what_it_takes_and_every_unknown_parameter(client: FlaskClient) -> None:
+    response = client.get("/dlq?limit=5&type=x&status=dead")
+    assert response.status_code == 400
+    error = response.get_json()["error"]
+    assert "parameters 'status', 'type'" in error and "takes only cursor, limit" in error
+
+
+def test_without_a_token_an_unknown_query_parameter_is_still_401(locked: FlaskClient) -> None:
+    assert locked.get("/dlq?type=x").status_code == 401
+
+
 # --- errors ------------------------------------------------------------------------------
 
 

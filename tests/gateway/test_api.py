@@ -279,6 +279,29 @@ def test_without_a_token_an_unknown_query_parameter_is_still_401(locked: FlaskCl
     assert locked.get("/dlq?type=x").status_code == 401
 
 
+# --- integers written with a fraction of zero ----------------------------------------------
+
+
+def test_integers_written_as_8_0_are_accepted_on_both_enqueue_paths(
+    client: FlaskClient, scripts: Scripts
+) -> None:
+    one = client.post("/enqueue", data='{"type": "a", "priority": -7595.0, "max_retries": 8.0}')
+    assert one.status_code == 201
+    assert (one.get_json()["priority"], one.get_json()["max_retries"]) == (-7595, 8)
+    stored = client.get(f"/jobs/{one.get_json()['id']}").get_json()
+    assert (stored["priority"], stored["max_retries"]) == (-7595, 8)
+    batch = client.post("/enqueue/batch", data='{"jobs": [{"type": "a", "priority": 1e2}]}')
+    assert batch.status_code == 201 and batch.get_json()["jobs"][0]["priority"] == 100
+
+
+def test_an_idempotency_key_sees_5_and_5_0_as_the_same_body(client: FlaskClient) -> None:
+    key = {"Idempotency-Key": "same-number"}
+    first = client.post("/enqueue", data='{"type": "a", "priority": 5}', headers=key)
+    again = client.post("/enqueue", data='{"type": "a", "priority": 5.0}', headers=key)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.get_json()["id"] == first.get_json()["id"]
+
+
 # --- errors ------------------------------------------------------------------------------
 
 

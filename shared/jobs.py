@@ -120,6 +120,9 @@ def _integer(value: Any) -> int | None:
 RFC3339 = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
 )
+# 9999-12-31T23:59:59.999Z: a later moment (9999-12-31T23:59:59-00:01) has no RFC 3339 form
+# to answer with, and formatting it failed every read of the job with a 500.
+LATEST_MS = 253_402_300_799_999
 
 
 def parse_rfc3339_ms(text: str) -> int:
@@ -180,8 +183,10 @@ def validate_enqueue(body: Any) -> EnqueueRequest:
         except (TypeError, ValueError, OverflowError) as exc:
             errors.append(FieldError("scheduled_at", str(exc) or "is not a valid timestamp"))
         else:
-            if scheduled_at_ms < 0:  # before 1970 means "now" anyway; refuse the odd value
-                errors.append(FieldError("scheduled_at", "must be 1970-01-01T00:00:00Z or later"))
+            if not 0 <= scheduled_at_ms <= LATEST_MS:  # before 1970 means "now" anyway
+                errors.append(
+                    FieldError("scheduled_at", "must be from 1970 to 9999-12-31T23:59:59.999Z")
+                )
 
     timeout = body.get("timeout")
     if timeout is not None:

@@ -226,6 +226,18 @@ def test_every_route_is_in_the_openapi_document(client: FlaskClient) -> None:
     assert set(document["paths"]) <= routes
 
 
+def test_a_scheduled_at_past_year_9999_in_utc_is_a_400_not_a_job_nobody_can_read(
+    client: FlaskClient, scripts: Scripts
+) -> None:
+    # 9999-12-31T23:59:59-00:01 is 10000-01-01T00:00:59Z: it was stored, then every read of
+    # the job (and the enqueue's own answer) failed to format it with a 500.
+    body = '{"type": "a", "scheduled_at": "9999-12-31T23:59:59-00:01"}'
+    response = client.post("/enqueue", data=body)
+    assert response.status_code == 400
+    assert response.get_json()["fields"][0]["field"] == "scheduled_at"
+    assert helpers.count_jobs(scripts) == 0
+
+
 # --- query parameters --------------------------------------------------------------------
 
 

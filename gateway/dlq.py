@@ -30,7 +30,7 @@ def _attributes(job: Job) -> dict[str, object]:
     return tracing.job_attributes(job.id, job.type)
 
 
-@route(bp, "GET", "/dlq")
+@route(bp, "GET", "/dlq", query=inputs.DLQ_QUERY)
 def list_dead() -> dict[str, Any]:
     """Return a page of dead jobs, newest first, with the cursor of the next page."""
     limit, cursor = inputs.dlq_query()

@@ -7,10 +7,10 @@ itself, with the same parsing, validation, engine call, metrics and logs as the 
 (``gateway.jobs.enqueue``), and passes everything else to Flask.
 
 What it will not answer it hands to Flask untouched, so every refusal keeps one source:
-a missing or wrong token, a Content-Encoding, a chunked or oversized body, a malformed
-Idempotency-Key, bad JSON, an invalid job. The body it has read is put back for Flask.
-That hand-over happens only *before* the engine is called: once an enqueue may have reached
-Redis, the answer (a 409 conflict, a 503 outage) is rendered here from the same error
+a missing or wrong token, a query string, a Content-Encoding, a chunked or oversized body,
+a malformed Idempotency-Key, bad JSON, an invalid job. The body it has read is put back for
+Flask. That hand-over happens only *before* the engine is called: once an enqueue may have
+reached Redis, the answer (a 409 conflict, a 503 outage) is rendered here from the same error
 helpers, because running the enqueue a second time could create a second job.
 """
 
@@ -80,6 +80,8 @@ class FastEnqueue:
 
     def _accept(self, environ: dict[str, Any]) -> tuple[EnqueueRequest, str | None] | None:
         """Return the job and Idempotency-Key of a request Flask would accept, else None."""
+        if environ.get("QUERY_STRING"):
+            return None  # Flask refuses query parameters /enqueue does not take
         if self.token is not None:
             given = bearer_token(environ.get("HTTP_AUTHORIZATION"))
             if given is None or not hmac.compare_digest(given, self.token):

@@ -18,6 +18,7 @@ from shared.jobs import (
 
 MAX_BATCH = 1000
 DLQ_LIMIT_RANGE = (1, 100)
+DLQ_QUERY = ("limit", "cursor")
 # Stripe's bound; printable ASCII without spaces, so a key survives any proxy and log intact.
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 LISTED_ERRORS = 20  # per message; the "errors" list always names every one
@@ -100,11 +101,26 @@ def batch_requests(body: Any) -> list[EnqueueRequest]:
     return requests
 
 
+def refuse_unknown_query(allowed: frozenset[str]) -> None:
+    """Refuse with 400 a query parameter the route does not read, naming every such one."""
+    unknown = sorted(set(request.args) - allowed)
+    if not unknown:
+        return
+    names = ", ".join(repr(name[:64]) for name in unknown[:LISTED_ERRORS])
+    plural = "s" if len(unknown) > 1 else ""
+    takes = f"it takes only {', '.join(sorted(allowed))}" if allowed else "it takes none"
+    fields = [{"field": name[:64], "message": "unknown query parameter"} for name in unknown]
+    raise ApiError(
+        400,
+        f"unknown query parameter{plural} {names} for {request.method} {request.path}; {takes}",
+        fields=fields,
+    )
+
+
 def dlq_query() -> tuple[int, str | None]:
     """Return the DLQ page size and cursor from the query string."""
     low, high = DLQ_LIMIT_RANGE
-    limits = request.args.getlist("limit")
-    cursors = request.args.getlist("cursor")
+    limits, cursors = (request.args.getlist(name) for name in DLQ_QUERY)
     if len(limits) > 1 or len(cursors) > 1:
         raise ApiError(400, "give limit and cursor at most once each")
     limit = high

@@ -1,7 +1,12 @@
-"""The OpenAPI 3.1 document of the gateway: every route, its inputs and every answer."""
+"""The OpenAPI 3.1 document of the gateway: every route, its inputs and every answer.
+
+The document states what the server enforces, no more and no less: tests/gateway/
+test_schemathesis.py fuzzes real gunicorn from it and fails on any disagreement either way.
+"""
 
 from __future__ import annotations
 
+import copy
 from functools import cache
 from typing import Any
 
@@ -13,12 +18,35 @@ from shared.jobs import (
     PRIORITY_LIMIT,
     TIMEOUT_PATTERN,
     TRACEBACK_LIMIT,
+    TYPE_PATTERN,
     JobState,
 )
+from shared.queries import CURSOR_PATTERN
 
 JOB_ID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"
 TIMESTAMP = {"type": "string", "format": "date-time"}
 STATES = [str(state) for state in JobState]
+
+
+def _scheduled_at_pattern() -> str:
+    """Return the pattern of the date-times validate_enqueue accepts for scheduled_at.
+
+    On top of RFC 3339 it refuses a moment before 1970-01-01T00:00:00Z or after
+    9999-12-31T23:59:59.999Z, a leap second, and more than 9 fractional digits. On the first
+    and the last day an offset can cross those bounds; a regex cannot weigh the time against
+    the offset, so there only the offsets that cannot cross are documented.
+    """
+    time = r"[Tt]\d{2}:\d{2}:[0-5]\d(\.\d{1,9})?"
+    years = r"(19[89]\d|197[1-9]|[2-8]\d{3}|9[0-8]\d{2}|99[0-8]\d|999[0-8])-\d{2}-\d{2}"
+    in_1970 = r"1970-(0[2-9]|1[0-2])-\d{2}|1970-01-(0[2-9]|[12]\d|3[01])"
+    in_9999 = r"9999-(0\d|1[01])-\d{2}|9999-12-([0-2]\d|30)"
+    first_day = rf"1970-01-01{time}([Zz]|-\d{{2}}:\d{{2}}|\+00:00)"
+    last_day = rf"9999-12-31{time}([Zz]|\+\d{{2}}:\d{{2}}|-00:00)"
+    any_zone = r"([Zz]|[+-]\d{2}:\d{2})"
+    return rf"^(({years}|{in_1970}|{in_9999}){time}{any_zone}|{first_day}|{last_day})$"
+
+
+SCHEDULED_AT = _scheduled_at_pattern()
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -39,15 +67,25 @@ def _enqueue_schema() -> dict[str, Any]:
         "type": "object",
         "additionalProperties": False,
         "required": ["type"],
+        "examples": [{"type": "send_email", "payload": {"to": "ada@example.com"}, "priority": 5}],
         "properties": {
-            "type": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$"},
+            "type": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
             "payload": {
                 "type": "object",
                 "description": "A JSON object, handed to the handler; absent means {}.",
             },
+            # An integer may be written 8 or 8.0 (JSON Schema's integer): both are accepted.
             "priority": {"type": "integer", "minimum": -PRIORITY_LIMIT, "maximum": PRIORITY_LIMIT},
             "max_retries": {"type": "integer", "minimum": low, "maximum": high},
-            "scheduled_at": {"type": ["string", "null"], "format": "date-time"},
+            "scheduled_at": {
+                "type": ["string", "null"],
+                "format": "date-time",
+                "pattern": SCHEDULED_AT,
+                "description": (
+                    "When to run it: RFC 3339 with a zone, from 1970-01-01T00:00:00Z to "
+                    "9999-12-31T23:59:59.999Z. A moment already past, null or none: now."
+                ),
+            },
             "timeout": {
                 "description": "Seconds (a number), or a duration as the environment takes one "
                 "(500ms, 2s, 1m, 1h, 1d, bare seconds as text): above 0, at most 7 days. The "
@@ -170,8 +208,8 @@ def _parameters() -> dict[str, Any]:
         "Cursor": {
             "name": "cursor",
             "in": "query",
-            "description": "The next_cursor of the previous page.",
-            "schema": {"type": "string"},
+            "description": "The next_cursor of the previous page, as it was returned.",
+            "schema": {"type": "string", "pattern": f"^{CURSOR_PATTERN.pattern}$"},
         },
         "IdempotencyKey": {
             "name": "Idempotency-Key",
@@ -347,9 +385,30 @@ def _ops_paths() -> dict[str, Any]:
     }
 
 
+def _without_auth(doc: dict[str, Any]) -> dict[str, Any]:
+    """Return `doc` for a gateway without a token: no security requirement, no 401."""
+    doc = copy.deepcopy(doc)
+    del doc["security"], doc["components"]["securitySchemes"]
+    del doc["components"]["responses"]["Unauthorized"]
+    for item in doc["paths"].values():
+        for operation in item.values():
+            operation.pop("security", None)
+            operation["responses"].pop("401", None)
+    return doc
+
+
 @cache
-def document() -> dict[str, Any]:
-    """Return the OpenAPI document (built once per process)."""
+def document(auth: bool) -> dict[str, Any]:
+    """Return the OpenAPI document of a gateway with or without a token (built once each).
+
+    An open gateway's document names no security scheme: a client, or a fuzzer, told to send
+    a token the server never checks would be told something untrue.
+    """
+    doc = _document()
+    return doc if auth else _without_auth(doc)
+
+
+def _document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {
@@ -358,7 +417,8 @@ def document() -> dict[str, Any]:
             "description": (
                 "Enqueue background jobs and follow them. Errors are JSON "
                 '{"error": "..."}; unsupported methods get 405 with Allow; HEAD works '
-                "wherever GET does; OPTIONS is not supported."
+                "wherever GET does; OPTIONS is not supported. A query parameter an operation "
+                "does not list is refused with 400."
             ),
         },
         "servers": [{"url": "/"}],

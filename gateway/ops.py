@@ -66,5 +66,5 @@ def ready() -> tuple[dict[str, str], int] | Response:
 
 @route(bp, "GET", "/openapi.json")
 def openapi() -> dict[str, Any]:
-    """Return the OpenAPI 3 document of every route."""
-    return document()
+    """Return the OpenAPI 3 document of every route, as this gateway's token setting makes it."""
+    return document(gateway().settings.api_token is not None)

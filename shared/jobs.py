@@ -121,14 +121,22 @@ def dump_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def _is_int(value: Any) -> bool:
-    # bool is a subclass of int in Python, but `true` is not a priority.
-    return isinstance(value, int) and not isinstance(value, bool)
+def _integer(value: Any) -> int | None:
+    """Return `value` as an int when JSON Schema calls it an integer, else None."""
+    # JSON Schema's integer is any number without a fraction, so 8.0 is one: clients that hold
+    # numbers as doubles (JavaScript, Go's float64) may write it so. bool is a Python int, but
+    # `true` is not a priority.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 RFC3339 = re.compile(
     r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})", re.ASCII
 )
+# 9999-12-31T23:59:59.999Z: a later moment (9999-12-31T23:59:59-00:01) has no RFC 3339 form
+# to answer with, and formatting it failed every read of the job with a 500.
+LATEST_MS = 253_402_300_799_999
 
 
 def parse_rfc3339_ms(text: str) -> int:
@@ -174,17 +182,15 @@ def validate_enqueue(body: Any) -> EnqueueRequest:
             except (TypeError, ValueError):
                 errors.append(FieldError("payload", "must be JSON (no NaN or Infinity)"))
 
-    priority = body.get("priority", 0)
-    if not _is_int(priority) or not -PRIORITY_LIMIT <= priority <= PRIORITY_LIMIT:
-        errors.append(
-            FieldError("priority", f"must be an integer from -2^31 to 2^31 ({priority!r})")
-        )
+    priority = _integer(given := body.get("priority", 0))
+    if priority is None or not -PRIORITY_LIMIT <= priority <= PRIORITY_LIMIT:
+        errors.append(FieldError("priority", f"must be an integer from -2^31 to 2^31 ({given!r})"))
 
-    max_retries = body.get("max_retries", DEFAULT_MAX_RETRIES)
+    max_retries = _integer(given := body.get("max_retries", DEFAULT_MAX_RETRIES))
     low, high = MAX_RETRIES_RANGE
-    if not _is_int(max_retries) or not low <= max_retries <= high:
+    if max_retries is None or not low <= max_retries <= high:
         errors.append(
-            FieldError("max_retries", f"must be an integer from {low} to {high} ({max_retries!r})")
+            FieldError("max_retries", f"must be an integer from {low} to {high} ({given!r})")
         )
 
     scheduled_at_ms = None
@@ -194,8 +200,10 @@ def validate_enqueue(body: Any) -> EnqueueRequest:
         except (TypeError, ValueError, OverflowError) as exc:
             errors.append(FieldError("scheduled_at", str(exc) or "is not a valid timestamp"))
         else:
-            if scheduled_at_ms < 0:  # before 1970 means "now" anyway; refuse the odd value
-                errors.append(FieldError("scheduled_at", "must be 1970-01-01T00:00:00Z or later"))
+            if not 0 <= scheduled_at_ms <= LATEST_MS:  # before 1970 means "now" anyway
+                errors.append(
+                    FieldError("scheduled_at", "must be from 1970 to 9999-12-31T23:59:59.999Z")
+                )
 
     timeout = None
     if body.get("timeout") is not None:

@@ -131,10 +131,29 @@ def test_priority_within_plus_minus_2_to_the_31_is_accepted(priority: int) -> No
 
 
 @pytest.mark.parametrize(
-    "priority", [2**31 + 1, -(2**31) - 1, 2**53, True, False, 1.0, 1.5, "1", None]
+    "priority", [2**31 + 1, -(2**31) - 1, 2**53, 2.0**31 + 2, 1e300, True, False, 1.5, "1", None]
 )
 def test_priority_that_is_not_an_integer_in_bounds_is_refused(priority: Any) -> None:
     assert "priority" in errors_of({"type": "t", "priority": priority})
+
+
+@pytest.mark.parametrize(
+    ("field", "given", "stored"),
+    [
+        ("priority", 8.0, 8),
+        ("priority", -7595.0, -7595),
+        ("priority", -0.0, 0),
+        ("priority", 1e2, 100),
+        ("max_retries", 8.0, 8),
+        ("max_retries", 1e2, 100),
+    ],
+)
+def test_an_integer_written_with_a_zero_fraction_is_that_integer(
+    field: str, given: float, stored: int
+) -> None:
+    # JSON Schema's integer, which the OpenAPI document promises: 8.0 is the integer 8.
+    value = getattr(validate_enqueue({"type": "t", field: given}), field)
+    assert (value, type(value)) == (stored, int)
 
 
 @pytest.mark.parametrize("max_retries", [1, 2, 100])
@@ -142,7 +161,7 @@ def test_max_retries_from_1_to_100_is_accepted(max_retries: int) -> None:
     assert validate_enqueue({"type": "t", "max_retries": max_retries}).max_retries == max_retries
 
 
-@pytest.mark.parametrize("max_retries", [0, -1, 101, True, 3.0, "3", None])
+@pytest.mark.parametrize("max_retries", [0, -1, 101, True, 3.5, 101.0, "3", None])
 def test_max_retries_outside_1_to_100_or_not_an_integer_is_refused(max_retries: Any) -> None:
     assert "max_retries" in errors_of({"type": "t", "max_retries": max_retries})
 

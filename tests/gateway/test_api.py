@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -11,8 +12,11 @@ import redis
 from flask.testing import FlaskClient
 
 from gateway.app import AUTH_DISABLED, POOL_SIZE, gateway_client
+from gateway.openapi import SCHEDULED_AT, document
 from shared.config import Settings
+from shared.jobs import ValidationError, validate_enqueue
 from shared.keys import Keys
+from shared.queries import BadCursor, dead_page
 from shared.scripts import Scripts
 from tests._tools import free_port
 from tests.gateway import helpers
@@ -224,6 +228,188 @@ def test_every_route_is_in_the_openapi_document(client: FlaskClient) -> None:
             assert method.lower() in document["paths"][path], (method, path)
     routes = {r.rule.replace("<", "{").replace(">", "}") for r in app.url_map.iter_rules()}
     assert set(document["paths"]) <= routes
+
+
+def test_every_route_takes_the_query_parameters_its_document_names(client: FlaskClient) -> None:
+    doc = document(auth=True)
+    app = client.application
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint == "static":
+            continue
+        path = rule.rule.replace("<", "{").replace(">", "}")
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            operation = doc["paths"][path][method.lower()]
+            params = [resolve(doc, p) for p in operation.get("parameters", [])]
+            named = {p["name"] for p in params if p["in"] == "query"}
+            assert app.view_functions[rule.endpoint].query == named, (method, path)
+
+
+def resolve(doc: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """Return the node a local $ref points to (or the node itself)."""
+    if "$ref" not in node:
+        return node
+    target: Any = doc
+    for part in node["$ref"].removeprefix("#/").split("/"):
+        target = target[part]
+    return target
+
+
+def test_an_open_gateway_documents_no_security_and_no_401(client: FlaskClient) -> None:
+    doc = client.get("/openapi.json").get_json()
+    text = json.dumps(doc)
+    assert "security" not in text and "bearer" not in text
+    assert all(
+        "401" not in op["responses"] for item in doc["paths"].values() for op in item.values()
+    )
+
+
+def test_a_locked_gateway_documents_its_bearer_scheme_and_401s(locked: FlaskClient) -> None:
+    doc = locked.get("/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"}).get_json()
+    assert doc["security"] == [{"bearer": []}]
+    assert doc["components"]["securitySchemes"]["bearer"] == {"type": "http", "scheme": "bearer"}
+    for path, item in doc["paths"].items():
+        for op in item.values():
+            is_open = path in ("/health", "/ready")
+            assert op.get("security") == ([] if is_open else None), path
+            assert ("401" in op["responses"]) is not is_open, path
+
+
+# The documented pattern of scheduled_at against what validate_enqueue accepts, edge by edge.
+SCHEDULED_AT_CASES = [
+    "1970-01-01T00:00:00Z",
+    "1970-01-01T00:00:00+00:00",
+    "1970-01-01T00:00:00-05:00",
+    "1970-01-02T00:00:00+05:00",
+    "1970-02-01t00:00:00.123456789z",
+    "2026-08-19T15:30:00.5+02:00",
+    "9998-12-31T23:59:59-23:59",
+    "9999-12-31T23:59:59.999+01:00",
+    "9999-12-31T23:59:59.999-00:00",
+    "1969-12-31T23:59:59.999Z",
+    "1970-01-01T00:00:00+05:00",
+    "0000-01-01T00:00:00Z",
+    "2026-08-19T15:30:00.1234567890Z",
+    "2026-12-31T23:59:60Z",
+    "9999-12-31T23:59:59-00:01",
+    "2026-08-19T15:30:00",
+]
+
+
+def accepts_scheduled_at(text: str) -> bool:
+    """Return whether validate_enqueue takes `text` as scheduled_at."""
+    try:
+        validate_enqueue({"type": "t", "scheduled_at": text})
+    except ValidationError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("text", SCHEDULED_AT_CASES)
+def test_the_documented_scheduled_at_pattern_is_what_the_server_accepts(text: str) -> None:
+    assert bool(re.search(SCHEDULED_AT, text)) == accepts_scheduled_at(text)
+
+
+def test_a_scheduled_at_past_year_9999_in_utc_is_a_400_not_a_job_nobody_can_read(
+    client: FlaskClient, scripts: Scripts
+) -> None:
+    # 9999-12-31T23:59:59-00:01 is 10000-01-01T00:00:59Z: it was stored, then every read of
+    # the job (and the enqueue's own answer) failed to format it with a 500.
+    body = '{"type": "a", "scheduled_at": "9999-12-31T23:59:59-00:01"}'
+    response = client.post("/enqueue", data=body)
+    assert response.status_code == 400
+    assert response.get_json()["fields"][0]["field"] == "scheduled_at"
+    assert helpers.count_jobs(scripts) == 0
+
+
+@pytest.mark.parametrize(
+    "cursor", ["1-" + "a" * 36, "12-zz", "", "x", "1" * 17 + "-" + "a" * 36, "1-" + "a" * 37]
+)
+def test_the_documented_cursor_pattern_is_what_the_server_accepts(
+    cursor: str, scripts: Scripts
+) -> None:
+    pattern = resolve(document(auth=False), {"$ref": "#/components/parameters/Cursor"})
+    try:
+        dead_page(scripts.redis, scripts.keys, 1, cursor)
+        accepted = True
+    except BadCursor:
+        accepted = False
+    assert bool(re.search(pattern["schema"]["pattern"], cursor)) == accepted
+
+
+# --- query parameters --------------------------------------------------------------------
+
+
+ROUTES = [
+    ("POST", "/enqueue"),
+    ("POST", "/enqueue/batch"),
+    ("GET", f"/jobs/{UNKNOWN}"),
+    ("POST", f"/jobs/{UNKNOWN}/cancel"),
+    ("GET", "/dlq"),
+    ("POST", f"/dlq/{UNKNOWN}/retry"),
+    ("DELETE", f"/dlq/{UNKNOWN}"),
+    ("GET", "/stats"),
+    ("GET", "/metrics"),
+    ("GET", "/health"),
+    ("GET", "/ready"),
+    ("GET", "/openapi.json"),
+]
+
+
+def test_routes_lists_every_route(client: FlaskClient) -> None:
+    rules = {
+        (method, rule.rule)
+        for rule in client.application.url_map.iter_rules()
+        for method in rule.methods - {"HEAD", "OPTIONS"}
+        if rule.endpoint != "static"
+    }
+    assert {(m, p.replace(UNKNOWN, "<job_id>")) for m, p in ROUTES} == rules
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+def test_an_unknown_query_parameter_is_a_400_naming_it(
+    client: FlaskClient, scripts: Scripts, method: str, path: str
+) -> None:
+    body = '{"jobs": [{"type": "a"}]}' if path.endswith("batch") else '{"type": "a"}'
+    response = client.open(f"{path}?type=x", method=method, data=body if method == "POST" else None)
+    assert response.status_code == 400
+    doc = response.get_json()
+    assert "unknown query parameter 'type'" in doc["error"]
+    assert doc["fields"] == [{"field": "type", "message": "unknown query parameter"}]
+    assert helpers.count_jobs(scripts) == 0  # POST /enqueue's fast path handed it to Flask
+
+
+def test_the_dlq_names_what_it_takes_and_every_unknown_parameter(client: FlaskClient) -> None:
+    response = client.get("/dlq?limit=5&type=x&status=dead")
+    assert response.status_code == 400
+    error = response.get_json()["error"]
+    assert "parameters 'status', 'type'" in error and "takes only cursor, limit" in error
+
+
+def test_without_a_token_an_unknown_query_parameter_is_still_401(locked: FlaskClient) -> None:
+    assert locked.get("/dlq?type=x").status_code == 401
+
+
+# --- integers written with a fraction of zero ----------------------------------------------
+
+
+def test_integers_written_as_8_0_are_accepted_on_both_enqueue_paths(
+    client: FlaskClient, scripts: Scripts
+) -> None:
+    one = client.post("/enqueue", data='{"type": "a", "priority": -7595.0, "max_retries": 8.0}')
+    assert one.status_code == 201
+    assert (one.get_json()["priority"], one.get_json()["max_retries"]) == (-7595, 8)
+    stored = client.get(f"/jobs/{one.get_json()['id']}").get_json()
+    assert (stored["priority"], stored["max_retries"]) == (-7595, 8)
+    batch = client.post("/enqueue/batch", data='{"jobs": [{"type": "a", "priority": 1e2}]}')
+    assert batch.status_code == 201 and batch.get_json()["jobs"][0]["priority"] == 100
+
+
+def test_an_idempotency_key_sees_5_and_5_0_as_the_same_body(client: FlaskClient) -> None:
+    key = {"Idempotency-Key": "same-number"}
+    first = client.post("/enqueue", data='{"type": "a", "priority": 5}', headers=key)
+    again = client.post("/enqueue", data='{"type": "a", "priority": 5.0}', headers=key)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.get_json()["id"] == first.get_json()["id"]
 
 
 # --- errors ------------------------------------------------------------------------------

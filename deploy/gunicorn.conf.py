@@ -16,6 +16,11 @@ import os
 import socket
 from typing import Any
 
+# Standard library only (no prometheus_client, see below): safe to import this early.
+from shared.config import VARIABLES, ConfigError
+
+_BIND_HOST = next(v for v in VARIABLES if v.env == "TASKFORGE_BIND_HOST")
+
 # --- where to listen ------------------------------------------------------------------------
 
 
@@ -30,16 +35,12 @@ def _port() -> int:
 
 
 def _host() -> str:
-    # 0.0.0.0 by default: a platform (Heroku, a container) routes to the dyno's interface.
-    # bin/run sets 127.0.0.1, so a laptop's open gateway is not open to its network.
-    value = os.environ.get("TASKFORGE_BIND_HOST", "").strip() or "0.0.0.0"
+    # Parsed as workerd parses it (an IP address or a hostname; default 0.0.0.0, which a
+    # platform's router or a container's port mapping needs). bin/run sets 127.0.0.1.
     try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        raise SystemExit(
-            f"gunicorn.conf.py: TASKFORGE_BIND_HOST={value!r} is not an IP address"
-        ) from None
-    return value
+        return _BIND_HOST.value(os.environ.get("TASKFORGE_BIND_HOST", "").strip(), [])
+    except ConfigError as exc:
+        raise SystemExit(f"gunicorn.conf.py: {exc}") from None
 
 
 def _address(host: str, port: int) -> str:
@@ -94,7 +95,7 @@ prepare_multiprocess_dir(METRICS_DIR, wipe=False)
 from gateway import app as gateway_app  # noqa: E402
 from gateway.body import MAX_BODY_BYTES  # noqa: E402
 from gateway.server import install_json_errors  # noqa: E402
-from shared.config import ConfigError, Settings  # noqa: E402
+from shared.config import Settings  # noqa: E402
 from shared.metrics import mark_dead  # noqa: E402
 
 gateway_app.leave_open_warning_to_server()

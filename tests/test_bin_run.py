@@ -186,6 +186,17 @@ def test_port_bin_run_prints_the_loopback_address_gunicorn_bound(tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_bin_run_beyond_loopback_without_a_token_is_said_once_naming_the_address(
+    tmp_path: Path,
+) -> None:
+    with bin_run("TASKFORGE_BIND_HOST=0.0.0.0 bin/run", tmp_path) as run:
+        port = run.env["PORT_PRODUCER"]
+        assert run.line("gateway") == f"bin/run: gateway  http://0.0.0.0:{port}  (every interface)"
+        warnings = [line for line in run.log_lines() if line.get("warning") == AUTH_DISABLED]
+        assert [w["address"] for w in warnings] == [f"0.0.0.0:{port}"], warnings
+
+
+@pytest.mark.slow
 def test_bin_run_names_workerd_pid_its_file_the_reload_command_and_the_demo_handlers(
     tmp_path: Path,
 ) -> None:

@@ -59,7 +59,12 @@ def test_bind_prefers_port_then_port_producer_then_8080(
 
 @pytest.mark.parametrize(
     ("host", "bind"),
-    [("127.0.0.1", "127.0.0.1:8080"), ("::1", "[::1]:8080"), ("  ", "0.0.0.0:8080")],
+    [
+        ("127.0.0.1", "127.0.0.1:8080"),
+        ("::1", "[::1]:8080"),
+        ("localhost", "localhost:8080"),
+        ("  ", "0.0.0.0:8080"),
+    ],
 )
 def test_bind_host_comes_from_taskforge_bind_host(tmp_path: Path, host: str, bind: str) -> None:
     assert read_config(tmp_path, TASKFORGE_BIND_HOST=host)["bind"] == [bind]
@@ -100,7 +105,7 @@ def test_worker_counts_come_from_the_environment(tmp_path: Path) -> None:
         {"PORT": "http"},
         {"PORT": "70000"},
         {"WEB_CONCURRENCY": "0"},
-        {"TASKFORGE_BIND_HOST": "localhost"},
+        {"TASKFORGE_BIND_HOST": "my host"},
         {"TASKFORGE_BIND_HOST": "0.0.0.0:80"},
     ],
 )

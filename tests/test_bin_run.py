@@ -149,9 +149,13 @@ def bin_run(command: str, tmp_path: Path, **env: str) -> Iterator[BinRun]:
         wait_until(lambda: not marked_processes(marker), 10, "every bin/run process to exit")
     finally:
         watchdog.cancel()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:  # a failed test: stop it as a user would, SIGKILL as a last resort
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         for pid in marked_processes(marker):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

@@ -1,4 +1,5 @@
-# Shared by bin/test and bin/run (sourced, not executed): repo root, venv, redis-server.
+# Shared by bin/test and bin/run (sourced, not executed): repo root, venv, lint files,
+# redis-server.
 # shellcheck shell=bash
 
 tf_die() {
@@ -15,20 +16,24 @@ tf_python_ok() {
   "$1" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
 }
 
-# Hash of everything that decides what the venv holds; a change means reinstall. The list
-# of top-level packages counts too: the editable install maps only those it saw.
+# Hash of the files that decide what a level of the venv holds ("run" or "test"); a change
+# means reinstall. Which of the project's packages exist counts too: the editable install maps
+# only those it saw (setup.cfg includes shared, gateway and workerd; a user's myapp/ is none).
 tf_requirements_hash() {
+  local files=(requirements.txt setup.cfg pyproject.toml)
+  [ "$1" = run ] || files+=(requirements-test.txt)
   {
-    cat requirements.txt requirements-test.txt setup.cfg pyproject.toml
-    ls -d -- */__init__.py 2>/dev/null
+    cat "${files[@]}"
+    ls -d -- shared/__init__.py gateway/__init__.py workerd/__init__.py 2>/dev/null || true
   } | sha256sum | cut -d' ' -f1
 }
 
-# Create .venv if needed and install the test requirements and the project (editable) into
-# it, unless the stamp shows the same requirements were installed already. bin/run uses the
-# same venv: one environment, one stamp, no second install to drift.
+# Create .venv if needed and install a level into it: "run" (bin/run) is requirements.txt and
+# the project (editable), "test" (bin/test) adds requirements-test.txt. One venv, one stamp per
+# level: the test level holds the run level, so after bin/test, bin/run installs nothing; after
+# bin/run, bin/test installs the test tools once.
 tf_ensure_venv() {
-  local py=${PYTHON:-python3} stamp=.venv/.test-stamp want
+  local level=$1 py=${PYTHON:-python3} want requirements
   if [ ! -x .venv/bin/python ] || ! tf_python_ok .venv/bin/python; then
     command -v "$py" >/dev/null || tf_die "$py not found: install Python 3.11 or newer"
     tf_python_ok "$py" ||
@@ -37,14 +42,38 @@ tf_ensure_venv() {
     "$py" -m venv .venv ||
       tf_die "'$py -m venv' failed (on Debian/Ubuntu: apt-get install python3-venv)"
   fi
-  want=$(tf_requirements_hash)
-  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    echo "Installing Python dependencies into .venv ..." >&2
-    .venv/bin/python -m pip install -q --disable-pip-version-check \
-      -r requirements-test.txt -e . || tf_die "pip install failed (see above)"
-    echo "$want" >"$stamp"
-  fi
   export PATH="$PWD/.venv/bin:$PATH"
+  want=$(tf_requirements_hash "$level")
+  [ "$(cat ".venv/.$level-stamp" 2>/dev/null)" != "$want" ] || return 0
+  if [ "$level" = run ] &&
+    [ "$(cat .venv/.test-stamp 2>/dev/null)" = "$(tf_requirements_hash test)" ]; then
+    echo "$want" >.venv/.run-stamp
+    return 0
+  fi
+  requirements=requirements.txt
+  [ "$level" = run ] || requirements=requirements-test.txt
+  echo "Installing Python dependencies ($requirements) into .venv ..." >&2
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r "$requirements" -e . ||
+    tf_die "pip install failed (see above)"
+  echo "$want" >".venv/.$level-stamp"
+  # requirements-test.txt includes requirements.txt: the run level is now installed too.
+  [ "$level" = run ] || tf_requirements_hash run >.venv/.run-stamp
+}
+
+# Print, NUL-separated, the Python files ruff should see: those git tracks when this is a git
+# checkout (a user's untracked myapp/ is theirs to lint), else every one under the root (an
+# export made with git archive or from a tarball has no .git).
+tf_lint_files() {
+  local top file
+  top=$(git rev-parse --show-toplevel 2>/dev/null) || top=""
+  if [ -n "$top" ] && [ "$(cd "$top" && pwd -P)" = "$(pwd -P)" ]; then
+    # A tracked file deleted in the work tree but not yet in the index: nothing to lint.
+    git ls-files -z -- '*.py' '*.pyi' | while IFS= read -r -d '' file; do
+      [ ! -f "$file" ] || printf '%s\0' "$file"
+    done
+  else
+    printf '.\0'
+  fi
 }
 
 # Make sure redis-server and redis-cli are on PATH, installing them with apt when we can.

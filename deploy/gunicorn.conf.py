@@ -1,18 +1,25 @@
 """gunicorn settings for the gateway: ``gunicorn -c deploy/gunicorn.conf.py 'gateway:create_app()'``.
 
-Environment: PORT (Heroku) else PORT_PRODUCER else 8080; WEB_CONCURRENCY worker processes;
-GUNICORN_THREADS threads per worker; PROMETHEUS_MULTIPROC_DIR (default: a directory per port
-under the temp dir). Command-line flags still override anything set here.
+Environment: TASKFORGE_BIND_HOST (default 0.0.0.0) and PORT (Heroku) else PORT_PRODUCER else
+8080 say where to listen; WEB_CONCURRENCY worker processes; GUNICORN_THREADS threads per
+worker; PROMETHEUS_MULTIPROC_DIR (default: a fresh directory under the temp dir, removed when
+gunicorn exits). Command-line flags still override anything set here.
+
+``python deploy/gunicorn.conf.py`` prints the address gunicorn would bind (bin/run shows it).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
-import tempfile
+import socket
 from typing import Any
 
-from shared.multiproc import prepare_multiprocess_dir
+# Standard library only (no prometheus_client, see below): safe to import this early.
+from shared.config import VARIABLES, ConfigError
+
+_BIND_HOST = next(v for v in VARIABLES if v.env == "TASKFORGE_BIND_HOST")
 
 # --- where to listen ------------------------------------------------------------------------
 
@@ -27,6 +34,19 @@ def _port() -> int:
     return 8080
 
 
+def _host() -> str:
+    # Parsed as workerd parses it (an IP address or a hostname; default 0.0.0.0, which a
+    # platform's router or a container's port mapping needs). bin/run sets 127.0.0.1.
+    try:
+        return _BIND_HOST.value(os.environ.get("TASKFORGE_BIND_HOST", "").strip(), [])
+    except ConfigError as exc:
+        raise SystemExit(f"gunicorn.conf.py: {exc}") from None
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _count(name: str, default: int) -> int:
     value = os.environ.get(name, "").strip()
     if not value:
@@ -37,24 +57,48 @@ def _count(name: str, default: int) -> int:
 
 
 PORT = _port()
-bind = [f"0.0.0.0:{PORT}"]
+bind = [_address(_host(), PORT)]
+
+if __name__ == "__main__":
+    # gunicorn loads this file as "__config__", never as "__main__". bin/run asks here, so
+    # the address it announces is the one computed above, not a copy of this logic.
+    print(bind[0])
+    raise SystemExit(0)
 
 # --- Prometheus multiprocess mode -----------------------------------------------------------
 # prometheus_client picks its value storage when first imported, so the directory must be in
 # the environment before anything imports it: here, in the config body, before gunicorn loads
-# the logger class or the app. It is wiped in on_starting, not here: this body runs again on
-# every reload (SIGHUP), and a reload must not forget the counters of running workers.
-METRICS_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "").strip() or os.path.join(
-    tempfile.gettempdir(), f"taskforge-gateway-{PORT}-metrics"
+# the logger class or the app. This body runs again on every reload (SIGHUP), and a reload
+# must not forget the counters of running workers: a reload finds the directory in the
+# environment, and shared.multiproc remembers (across reloads) whether this process made it.
+#
+# A PROMETHEUS_MULTIPROC_DIR set by the user is theirs: wiped at start, kept at exit. Without
+# one, each start gets a fresh directory of its own (two gateways on one port no longer share
+# and empty each other's), removed on exit.
+from shared.multiproc import (  # noqa: E402
+    MULTIPROC_ENV,
+    is_private_multiprocess_dir,
+    prepare_multiprocess_dir,
+    private_multiprocess_dir,
+    remove_private_multiprocess_dir,
+)
+
+METRICS_DIR = os.environ.get(MULTIPROC_ENV, "").strip() or str(
+    private_multiprocess_dir(f"taskforge-gateway-{PORT}-")
 )
 prepare_multiprocess_dir(METRICS_DIR, wipe=False)
 
 # Only now may prometheus_client be imported (shared.metrics does). Importing here, not in
 # child_exit, matters too: gunicorn runs child_exit from its SIGCHLD handler, which can
-# interrupt another import halfway.
+# interrupt another import halfway. gateway.app (Flask) is imported here for the same reason,
+# and so that its workers leave the open-gateway warning to when_ready below.
+from gateway import app as gateway_app  # noqa: E402
 from gateway.body import MAX_BODY_BYTES  # noqa: E402
 from gateway.server import install_json_errors  # noqa: E402
+from shared.config import Settings  # noqa: E402
 from shared.metrics import mark_dead  # noqa: E402
+
+gateway_app.leave_open_warning_to_server()
 
 # --- workers --------------------------------------------------------------------------------
 # gthread, chosen by measurement: `python -m bench.gateway --compare --seconds 3 --rounds 3`
@@ -116,8 +160,37 @@ proc_name = "taskforge-gateway"
 # --- hooks ----------------------------------------------------------------------------------
 def on_starting(server: Any) -> None:
     """Wipe the metrics directory of a previous run; answer gunicorn's own errors in JSON."""
-    prepare_multiprocess_dir(METRICS_DIR, wipe=True)
+    # A fresh private directory is empty; wiping it would only recreate it with laxer modes.
+    prepare_multiprocess_dir(METRICS_DIR, wipe=not is_private_multiprocess_dir(METRICS_DIR))
     install_json_errors()
+
+
+def when_ready(server: Any) -> None:
+    """Say once per start, naming the address, when anyone beyond this host may call the API."""
+    try:
+        if Settings.from_env(os.environ).api_token is not None:
+            return
+    except ConfigError:
+        return  # every worker refuses to boot and says why; no second message here
+    exposed = [address for lnr in server.LISTENERS if (address := _beyond_loopback(lnr.sock))]
+    if exposed:
+        logging.getLogger("gateway").warning(
+            "config_warning",
+            extra={"warning": gateway_app.AUTH_DISABLED, "address": ", ".join(exposed)},
+        )
+
+
+def _beyond_loopback(sock: socket.socket) -> str | None:
+    """Return the bound address of a TCP listener not on loopback, else None."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return None  # a unix socket: only this host can connect
+    host, port = sock.getsockname()[:2]
+    return None if ipaddress.ip_address(host).is_loopback else _address(host, port)
+
+
+def on_exit(server: Any) -> None:
+    """Remove the metrics directory this gunicorn made for itself (a user's stays)."""
+    remove_private_multiprocess_dir()
 
 
 def worker_exit(server: Any, worker: Any) -> None:

@@ -36,6 +36,16 @@ CONNECT_TIMEOUT = 0.5
 POOL_SIZE = 8
 POOL_WAIT = 0.2  # seconds a thread waits for a free connection before answering 503
 AUTH_DISABLED = "TASKFORGE_API_TOKEN is unset: every endpoint is open to anyone"
+# Whether create_app warns AUTH_DISABLED itself. Under deploy/gunicorn.conf.py the master says
+# it instead, once per start and naming the address it bound: create_app runs in every worker,
+# and cannot tell loopback from the world.
+_app_warns_when_open = True
+
+
+def leave_open_warning_to_server() -> None:
+    """Let the server warn once (naming its address) instead of every create_app call."""
+    global _app_warns_when_open
+    _app_warns_when_open = False
 
 
 def gateway_client(settings: Settings) -> redis.Redis:
@@ -90,7 +100,7 @@ def create_app(
         app.register_blueprint(blueprint)
     app.wsgi_app = FastEnqueue(app)  # type: ignore[method-assign]  # POST /enqueue, lean
     warnings = list(settings.warnings)
-    if settings.api_token is None:
+    if settings.api_token is None and _app_warns_when_open:
         warnings.append(AUTH_DISABLED)
     for warning in warnings:
         log.warning("config_warning", extra={"warning": warning})

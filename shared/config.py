@@ -427,7 +427,8 @@ SECTIONS: tuple[Section, ...] = (
     Section("workerd", (
         Setting("PORT_WORKER", (WORKERD, BIN_RUN)),
         Setting("WORKER_COUNT", (WORKERD,)),
-        Setting("TASKFORGE_HANDLERS", (WORKERD,)),
+        Setting("TASKFORGE_HANDLERS", (WORKERD, BIN_RUN),
+                "bin/run sets workerd.demo unless it is set"),
         Setting("WORKER_DRAIN_GRACE", (WORKERD,)),
         Setting("WORKER_HEARTBEAT_TIMEOUT", (WORKERD,)),
         Setting("WORKER_MAX_JOBS", (WORKERD,)),
@@ -450,8 +451,8 @@ SECTIONS: tuple[Section, ...] = (
     )),
     Section("Logs, metrics and traces", (
         Setting("LOG_LEVEL", (*_BOTH, GUNICORN_CONF), "gunicorn's own lines follow it too"),
-        External("PROMETHEUS_MULTIPROC_DIR", "a directory under the temp dir",
-                 "Where the processes of one gateway or one workerd keep their metric files; each server empties it at start, so never share one between servers",
+        External("PROMETHEUS_MULTIPROC_DIR", "a new directory under the temp dir per start, removed at exit",
+                 "Where the processes of one gateway or one workerd keep their metric files; each server empties a directory set here at start and leaves it at exit, so never share one between servers",
                  (*_BOTH, GUNICORN_CONF)),
         External("OTEL_TRACING_ENABLED", "(unset)",
                  "`true` turns OpenTelemetry tracing on, with OTEL_EXPORTER_OTLP_ENDPOINT (needs `pip install .[tracing]`)",

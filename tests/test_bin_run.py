@@ -1,19 +1,37 @@
-"""bin/run: starts a private Redis, and Ctrl-C leaves nothing running."""
+"""bin/run and bin/test as a user types them: addresses, handlers, Ctrl-C, installs, lint."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import re
+import shutil
 import signal
 import subprocess
+import sys
 import threading
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
-from tests._tools import free_port, require_tool
+from gateway.app import AUTH_DISABLED
+from tests._tools import free_port, require_tool, wait_until
+from tests.workerd.conftest import MARKER_ENV, marked_processes
 
 ROOT = Path(__file__).resolve().parent.parent
+RUNNING = "bin/run: running; Ctrl-C stops everything."
+START_TIMEOUT = 60.0  # the whole start; bin/run may first install into .venv
+STOP_TIMEOUT = 45.0  # bin/run gives each part 30 s, then SIGKILLs it
+# The environment bin/run and its parts read; a test gives each of them explicitly.
+OURS = ("REDIS_URL", "PORT", "PORT_PRODUCER", "PORT_WORKER", "PROMETHEUS_MULTIPROC_DIR")
 
 
 def port_answers(port: int) -> bool:
@@ -27,47 +45,346 @@ def port_answers(port: int) -> bool:
         client.close()
 
 
-@pytest.mark.slow
-def test_bin_run_starts_private_redis_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
+def http(method: str, url: str, body: Any = None) -> tuple[int, Any]:
+    """Send one request with an optional JSON body; return the status and decoded JSON."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+    except OSError:
+        return 0, None  # not listening (yet)
+
+
+@dataclass
+class BinRun:
+    """A running bin/run: what it said up to "running;", its parts' output, its ports."""
+
+    env: dict[str, str]
+    log_path: Path
+    said: list[str] = field(default_factory=list)
+    rest: str = ""  # what it said after Ctrl-C
+    returncode: int | None = None
+
+    def line(self, part: str) -> str:
+        """Return bin/run's line about `part` (gateway, workerd, handlers, redis)."""
+        found = [line for line in self.said if line.startswith(f"bin/run: {part} ")]
+        assert len(found) == 1, self.said
+        return found[0]
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        """Return the JSON lines the parts wrote so far."""
+        lines = []
+        for text in self.log_path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                lines.append(json.loads(text))
+        return lines
+
+    @property
+    def gateway(self) -> str:
+        """Return the gateway's URL as bin/run printed it."""
+        return self.line("gateway").split()[2]
+
+    def wait_ready(self) -> None:
+        """Wait until the gateway and workerd answer /ready and both gateway workers run.
+
+        bin/run says "running" sooner. And a gunicorn worker still forking when SIGTERM comes
+        misses it (gunicorn's race), holding the stop for its 25 s graceful timeout.
+        """
+        for url in (self.gateway, f"http://127.0.0.1:{self.env['PORT_WORKER']}"):
+            wait_until(lambda url=url: http("GET", f"{url}/ready")[0] == 200, 20, f"{url}/ready")
+        wait_until(
+            lambda: sum(line["event"] == "gateway_started" for line in self.log_lines()) >= 2,
+            20,
+            "both gateway workers",
+        )
+
+
+@contextlib.contextmanager
+def bin_run(command: str, tmp_path: Path, **env: str) -> Iterator[BinRun]:
+    """Run `command` (a shell line that starts bin/run) from the repository root until it says
+    it runs; on leaving, press Ctrl-C and wait until every process it started is gone."""
     require_tool("redis-server")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    env |= {
-        "TASKFORGE_REDIS_PORT": str(port),
+    marker = uuid.uuid4().hex
+    base = {k: v for k, v in os.environ.items() if k not in OURS and not k.startswith("TASKFORGE_")}
+    # Every port a free one: never a developer's 8080, 8081 or 6399.
+    base |= {
+        "TASKFORGE_REDIS_PORT": str(free_port()),
         "TASKFORGE_REDIS_DIR": str(tmp_path / "redis"),
-        # Whatever parts exist start too: keep them off ports a developer may be using.
         "PORT_PRODUCER": str(free_port()),
         "PORT_WORKER": str(free_port()),
+        MARKER_ENV: marker,
     }
-    # Its own process group, like a terminal job: we signal only the script, as Ctrl-C would.
-    run = subprocess.Popen(
-        [str(ROOT / "bin/run")],
-        cwd=ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    # Bounds the whole test: a hung bin/run is killed, which ends the read loop below.
-    watchdog = threading.Timer(60, os.killpg, (run.pid, signal.SIGKILL))
+    run = BinRun(base | env, tmp_path / "parts.log")
+    with run.log_path.open("w") as log:
+        # Its own process group, like a terminal's foreground job, so Ctrl-C is a killpg.
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=ROOT,
+            env=run.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    # Bounds the whole run: a hung bin/run is killed, which ends the read loops below.
+    watchdog = threading.Timer(START_TIMEOUT + STOP_TIMEOUT, os.killpg, (proc.pid, signal.SIGKILL))
     watchdog.start()
     try:
-        seen = []
-        for line in run.stderr:  # type: ignore[union-attr]
-            seen.append(line)
-            if "running; Ctrl-C stops everything." in line:
+        for text in proc.stderr:  # type: ignore[union-attr]
+            run.said.append(text.rstrip("\n"))
+            if text.startswith(RUNNING):
                 break
-        assert any(f"redis://127.0.0.1:{port}/0" in line for line in seen), seen
-        assert port_answers(port)
-        run.send_signal(signal.SIGINT)
-        _, rest = run.communicate(timeout=60)
+        else:
+            proc.wait()
+            raise AssertionError(f"bin/run exited ({proc.returncode}) before running: {run.said}")
+        run.wait_ready()
+        yield run
+        os.killpg(proc.pid, signal.SIGINT)
+        run.rest = proc.communicate(timeout=STOP_TIMEOUT)[1]
+        run.returncode = proc.returncode
+        wait_until(lambda: not marked_processes(marker), 10, "every bin/run process to exit")
     finally:
         watchdog.cancel()
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait()
-    assert run.returncode == 0, [*seen, rest]
-    assert "stopped." in rest
+        if proc.poll() is None:  # a failed test: stop it as a user would, SIGKILL as a last resort
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for pid in marked_processes(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_bin_run_starts_private_redis_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
+    with bin_run("bin/run", tmp_path) as run:
+        port = int(run.env["TASKFORGE_REDIS_PORT"])
+        assert f"redis://127.0.0.1:{port}/0" in run.line("redis"), run.said
+        assert port_answers(port)
+    assert run.returncode == 0, [*run.said, run.rest]
+    assert "stopped." in run.rest
     assert not port_answers(port)
     assert (tmp_path / "redis" / "appendonlydir").is_dir()
+
+
+@pytest.mark.slow
+def test_port_bin_run_prints_the_loopback_address_gunicorn_bound(tmp_path: Path) -> None:
+    port = free_port()
+    with bin_run(f"PORT={port} bin/run", tmp_path) as run:
+        assert run.line("gateway") == f"bin/run: gateway  http://127.0.0.1:{port}"
+        # Read back from gunicorn itself: the address it says it listens at.
+        listening = wait_until(
+            lambda: [line["event"] for line in run.log_lines() if "Listening at" in line["event"]],
+            10,
+            "gunicorn to say where it listens",
+        )
+        assert re.fullmatch(rf"Listening at: http://127\.0\.0\.1:{port} \(\d+\)", listening[0])
+        # Loopback only: no open-gateway warning.
+        assert not [line for line in run.log_lines() if line.get("warning") == AUTH_DISABLED]
+
+
+@pytest.mark.slow
+def test_bin_run_beyond_loopback_without_a_token_is_said_once_naming_the_address(
+    tmp_path: Path,
+) -> None:
+    with bin_run("TASKFORGE_BIND_HOST=0.0.0.0 bin/run", tmp_path) as run:
+        port = run.env["PORT_PRODUCER"]
+        assert run.line("gateway") == f"bin/run: gateway  http://0.0.0.0:{port}  (every interface)"
+        warnings = [line for line in run.log_lines() if line.get("warning") == AUTH_DISABLED]
+        assert [w["address"] for w in warnings] == [f"0.0.0.0:{port}"], warnings
+
+
+@pytest.mark.slow
+def test_bin_run_names_workerd_pid_its_file_the_reload_command_and_the_demo_handlers(
+    tmp_path: Path,
+) -> None:
+    with bin_run("bin/run", tmp_path) as run:
+        worker_port = run.env["PORT_WORKER"]
+        match = re.fullmatch(
+            rf"bin/run: workerd  http://127\.0\.0\.1:{worker_port}/health  "
+            rf"\(pid (\d+) in (var/run/workerd-{worker_port}\.pid): kill -HUP \1 reloads your handlers\)",
+            run.line("workerd"),
+        )
+        assert match, run.said
+        pid, pidfile = match[1], ROOT / match[2]
+        assert pidfile.read_text().strip() == pid
+        assert b"workerd" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert run.line("handlers").startswith("bin/run: handlers workerd.demo  (bin/run's default")
+    assert run.returncode == 0, [*run.said, run.rest]
+    assert not pidfile.exists()
+
+
+HANDLER_MODULE = """
+from workerd import handler
+
+
+@handler("{job_type}")
+def echo(payload, job):
+    return {{"echo": payload["n"], "attempt": job.attempt}}
+"""
+
+
+@pytest.mark.slow
+def test_taskforge_handlers_myapp_tasks_bin_run_runs_your_handler(tmp_path: Path) -> None:
+    # As the README says: your package in the repository root (bin/run runs from there). A
+    # unique name, so a developer's own myapp/ is never touched.
+    name = f"myapp_{uuid.uuid4().hex[:8]}"
+    package = ROOT / name
+    package.mkdir()
+    try:
+        (package / "__init__.py").write_text("")
+        (package / "tasks.py").write_text(HANDLER_MODULE.format(job_type=name))
+        with bin_run(f"TASKFORGE_HANDLERS={name}.tasks bin/run", tmp_path) as run:
+            assert run.line("handlers") == f"bin/run: handlers {name}.tasks  (TASKFORGE_HANDLERS)"
+            status, job = http(
+                "POST", f"{run.gateway}/enqueue", {"type": name, "payload": {"n": 7}}
+            )
+            assert status == 201, job
+
+            def finished() -> dict[str, Any] | None:
+                job_now = http("GET", f"{run.gateway}/jobs/{job['id']}")[1]
+                return job_now if job_now["status"] not in ("pending", "processing") else None
+
+            done = wait_until(finished, 15, "the job to finish")
+            assert (done["status"], done["result"]) == ("completed", {"echo": 7, "attempt": 1})
+        assert run.returncode == 0, [*run.said, run.rest]
+    finally:
+        shutil.rmtree(package)
+
+
+# --- installs and lint, in a copy of the scripts with a recording pip -------------------------
+
+FAKE_PYTHON = """#!/bin/sh
+# Records pip installs instead of making them; anything else runs the real interpreter.
+if [ "$1" = -m ] && [ "$2" = pip ]; then shift 2; echo "$*" >>"$SANDBOX_LOG"; exit 0; fi
+exec {python} "$@"
+"""
+RECORDER = '#!/bin/sh\necho "$(basename "$0") $*" >>"$SANDBOX_LOG"\n'
+COPIED = ["bin", "shared", "requirements.txt", "requirements-test.txt", "setup.cfg"]
+COPIED += ["pyproject.toml", "ruff.toml"]
+
+
+@dataclass
+class Sandbox:
+    """A git checkout of the scripts and packaging files whose .venv records what pip installs."""
+
+    root: Path
+    log: Path
+
+    def run(self, command: str) -> subprocess.CompletedProcess[str]:
+        """Run a shell command line in the checkout, as a user would."""
+        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", *OURS)}
+        return subprocess.run(
+            ["bash", "-c", command],
+            cwd=self.root,
+            env=env | {"SANDBOX_LOG": str(self.log)},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def installs(self) -> list[str]:
+        """Return the requirements file of every pip install so far, in order."""
+        lines = self.log.read_text().splitlines() if self.log.exists() else []
+        return [line.split(" -r ")[1].split()[0] for line in lines if line.startswith("install")]
+
+    def git(self, *args: str) -> None:
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            cwd=self.root,
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    require_tool("git")
+    root = tmp_path / "taskforge"
+    root.mkdir()
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(source, root / name)
+    bin_dir = root / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(FAKE_PYTHON.format(python=sys.executable))
+    # Tools bin/test looks for or runs: recorded, except ruff, which is the real one.
+    for tool in ("pytest", "redis-server", "redis-cli", "systemd-analyze", "faketime"):
+        (bin_dir / tool).write_text(RECORDER)
+    for script in bin_dir.iterdir():
+        script.chmod(0o755)
+    (bin_dir / "ruff").symlink_to(Path(sys.executable).parent / "ruff")
+    box = Sandbox(root, tmp_path / "recorded.log")
+    box.git("init", "-q")
+    box.git("add", "-A")
+    box.git("commit", "-q", "-m", "copy")
+    return box
+
+
+# REDIS_URL set and no gateway/ or workerd/: bin/run sets up .venv, then has nothing to start.
+RUN = "REDIS_URL=redis://127.0.0.1:1/0 bin/run"
+
+
+@pytest.mark.slow
+def test_bin_run_installs_the_runtime_requirements_and_bin_test_the_test_ones_once(
+    sandbox: Sandbox,
+) -> None:
+    def after(command: str) -> list[str]:
+        done = sandbox.run(command)
+        assert done.returncode == 0, done.stderr
+        return sandbox.installs()
+
+    assert after(RUN) == ["requirements.txt"]
+    assert after(RUN) == ["requirements.txt"]
+    assert after("bin/test") == ["requirements.txt", "requirements-test.txt"]
+    # Switching back and forth installs nothing more.
+    assert after(RUN) == after("bin/test") == ["requirements.txt", "requirements-test.txt"]
+    # A change to the test list concerns bin/test only; one to the runtime list, both.
+    with (sandbox.root / "requirements-test.txt").open("a") as extra:
+        extra.write("# one more line\n")
+    assert after(RUN) == ["requirements.txt", "requirements-test.txt"]
+    assert after("bin/test")[2:] == ["requirements-test.txt"]
+    with (sandbox.root / "requirements.txt").open("a") as extra:
+        extra.write("# one more line\n")
+    assert after(RUN)[3:] == ["requirements.txt"]
+    assert after("bin/test")[4:] == ["requirements-test.txt"]
+    # A user's own package in the root is no reason to reinstall the project.
+    (sandbox.root / "myapp").mkdir()
+    (sandbox.root / "myapp" / "__init__.py").write_text("")
+    assert after(RUN)[5:] == after("bin/test")[5:] == []
+
+
+def test_bin_test_lints_what_git_tracks_and_the_whole_tree_of_an_export(
+    sandbox: Sandbox,
+) -> None:
+    # Unused import, unformatted: ruff check and ruff format --check would both refuse it.
+    mine = sandbox.root / "myapp" / "tasks.py"
+    mine.parent.mkdir()
+    mine.write_text("import os\nx=1\n")
+    (sandbox.root / "shared" / "keys.py").unlink()  # tracked, deleted, not yet committed
+    done = sandbox.run("bin/test -q")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "pytest -q" in sandbox.log.read_text()  # it got as far as the tests
+
+    sandbox.git("add", "myapp")
+    done = sandbox.run("bin/test")
+    assert done.returncode != 0 and "myapp/tasks.py" in done.stdout, done.stdout
+
+    sandbox.git("rm", "-q", "--cached", "-r", "myapp")
+    shutil.rmtree(sandbox.root / ".git")  # an export: no git, so every file is the project's
+    done = sandbox.run("bin/test")
+    assert done.returncode != 0 and "myapp/tasks.py" in done.stdout, done.stdout
+    shutil.rmtree(mine.parent)
+    done = sandbox.run("bin/test")
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -3,6 +3,9 @@
 honcho passes SIGTERM to every process type's process group at once, as Heroku does to every
 process of a dyno (Heroku follows with SIGKILL after 30 s, honcho after only 5 s: the drain
 grace here is shorter than both, and the test checks honcho never needed its SIGKILL).
+
+Every test runs HONCHO_LINE, the README's command, through a shell from the repository root
+with no virtualenv active; only the one that checks the README's ports keeps `-p 8080`.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -24,13 +28,19 @@ import pytest
 import redis
 import yaml
 
+from gateway.app import AUTH_DISABLED
 from shared.config import VARIABLES
 from shared.jobs import JobState
 from shared.keys import Keys
-from tests._tools import RedisServer, free_port, wait_until
+from tests._tools import RedisServer, free_port, in_ci, wait_until
 from tests.deploy.conftest import DEPLOY, ROOT
 from tests.workerd.conftest import MARKER_ENV, Engine, marked_processes
 
+# The README's line, verbatim (tests/test_readme.py checks it is there). honcho and the
+# Procfile's gunicorn and python come from .venv without activating it; -p sets honcho's base
+# port, the web process's PORT, which the README's curl commands use (honcho's default: 5000).
+HONCHO_LINE = 'PATH="$PWD/.venv/bin:$PATH" honcho start -p 8080 web worker'
+README_PORTS = (8080, 8081)  # the gateway (-p) and workerd (PORT_WORKER's default)
 READY_TIMEOUT = 30.0
 JOB_TIMEOUT = 15.0
 STOP_TIMEOUT = 20.0
@@ -50,22 +60,38 @@ def _request(url: str, body: Any = None) -> tuple[int, Any]:
 
 
 class Stack:
-    """`honcho start web worker` from the repository root, every process marked."""
+    """HONCHO_LINE from the repository root, every process marked; `port` replaces 8080."""
 
-    def __init__(self, redis_url: str, tmp_path: Path, drain_grace: str) -> None:
+    def __init__(
+        self, redis_url: str, tmp_path: Path, drain_grace: str, port: int | None = None
+    ) -> None:
+        venv_bin = ROOT / ".venv" / "bin"
+        if not (venv_bin / "honcho").exists():
+            message = f"{venv_bin}/honcho is missing: bin/test creates .venv"
+            if in_ci():
+                pytest.fail(message)
+            pytest.skip(message)
+        line = HONCHO_LINE
+        self.web_port, self.worker_port = README_PORTS
+        if port is not None:
+            line = HONCHO_LINE.replace("-p 8080 ", f"-p {port} ")
+            assert line != HONCHO_LINE
+            self.web_port, self.worker_port = port, free_port()
         self.marker = uuid.uuid4().hex
-        self.web_port, self.worker_port = free_port(), free_port()
         self.log_path = tmp_path / "honcho.log"
+        self.temp = tmp_path / "tmp"  # where gunicorn makes its metrics directory
+        self.temp.mkdir()
         ours = {v.env for v in VARIABLES} | {"PORT", "NOTIFY_SOCKET", "PROMETHEUS_MULTIPROC_DIR"}
+        ours |= {"VIRTUAL_ENV", "PWD"}  # no active virtualenv; the shell sets PWD itself
         env = {k: v for k, v in os.environ.items() if k not in ours}
-        venv_bin = str(Path(sys.executable).parent)
+        # As a user's shell without an activated venv: none of ours on PATH.
+        not_ours = {str(venv_bin), str(Path(sys.executable).parent)}
+        path = [d for d in env.get("PATH", "").split(os.pathsep) if d not in not_ours]
         env.update(
             {
-                "PATH": f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
-                "TMPDIR": str(tmp_path),  # gunicorn's default metrics directory goes there
+                "PATH": os.pathsep.join(path),
+                "TMPDIR": str(self.temp),
                 "REDIS_URL": redis_url,
-                "PORT": str(self.web_port),  # honcho's base port: the first type, web, gets it
-                "PORT_WORKER": str(self.worker_port),
                 "WORKER_COUNT": "2",
                 "TASKFORGE_HANDLERS": "workerd.demo",  # the tests enqueue noop and sleep
                 "WEB_CONCURRENCY": "1",
@@ -74,9 +100,12 @@ class Stack:
                 MARKER_ENV: self.marker,
             }
         )
+        if port is not None:
+            env["PORT_WORKER"] = str(self.worker_port)
         with open(self.log_path, "wb") as log:
+            # bash runs a one-command line by exec: SIGTERM to this pid reaches honcho.
             self.proc = subprocess.Popen(
-                [os.path.join(venv_bin, "honcho"), "--no-colour", "start", "web", "worker"],
+                ["bash", "-c", line],
                 cwd=ROOT,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -134,7 +163,7 @@ def stack(
     The drain grace (3 s unless a test says otherwise through indirect parametrization)
     stays under honcho's 5 s between SIGTERM and SIGKILL, as 25 s stays under Heroku's 30 s.
     """
-    stack = Stack(redis_server.url, tmp_path, getattr(request, "param", "3s"))
+    stack = Stack(redis_server.url, tmp_path, getattr(request, "param", "3s"), free_port())
     try:
         stack.wait_ready()
         yield stack
@@ -199,3 +228,52 @@ def test_compose_health_checks_pass_against_the_running_services(stack: Stack) -
             *(a.replace(f":{compose_port}/", f":{port}/") for a in command[1:]),
         ]
         assert subprocess.run(command, timeout=10, check=False).returncode == 0, name
+
+
+def _port_taken(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.slow
+def test_the_readme_line_serves_8080_and_8081_warns_once_and_cleans_up(
+    r: redis.Redis, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    taken = [port for port in README_PORTS if _port_taken(port)]
+    if taken:
+        message = f"the README's honcho line needs ports {README_PORTS}, but {taken} are in use"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    stack = Stack(redis_server.url, tmp_path, "3s")
+    try:
+        stack.wait_ready()
+        assert stack.web == "http://127.0.0.1:8080"
+        # The README's first curl, as its later ones do: localhost:8080.
+        status, health = _request("http://localhost:8080/health")
+        assert (status, health["status"]) == (200, "ok")
+        job_id = _enqueue(stack, {"type": "noop"})
+        wait_until(lambda: _status(stack, job_id) == "completed", JOB_TIMEOUT, "the job to finish")
+        # The Procfile keeps 0.0.0.0 (a platform routes to it) and no token is set: said once.
+        warnings = [
+            line for line in _json_lines(stack.log()) if line.get("warning") == AUTH_DISABLED
+        ]
+        assert [w["address"] for w in warnings] == ["0.0.0.0:8080"], warnings
+        stack.stop()
+        log = stack.log()
+        assert "sending SIGKILL" not in log, log
+        assert list(stack.temp.iterdir()) == []  # gunicorn's and workerd's metrics went with them
+    finally:
+        leftovers = stack.kill()
+    assert not leftovers, f"processes left after the test: {leftovers}\n{stack.log()}"
+
+
+def _json_lines(log: str) -> list[dict[str, Any]]:
+    """Return the JSON objects in honcho's output (each line after honcho's prefix)."""
+    found = []
+    for line in log.splitlines():
+        _, brace, rest = line.partition("{")
+        with contextlib.suppress(ValueError):
+            found.append(json.loads(brace + rest))
+    return found

@@ -57,6 +57,7 @@ class Gunicorn:
     port: int
     process: subprocess.Popen[bytes]
     log_path: Path
+    host: str = "127.0.0.1"
 
     def request(
         self,
@@ -69,7 +70,7 @@ class Gunicorn:
         """Send one request on a new connection; return status, headers, decoded body."""
         if isinstance(body, dict):
             body = json.dumps(body)
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
             conn.request(method, path, body=body, headers=headers or {})
             response = conn.getresponse()
@@ -111,9 +112,13 @@ def _wait_ready(server: Gunicorn) -> None:
 
 
 @contextlib.contextmanager
-def run_gunicorn(redis_url: str, tmp: Path, **env: str) -> Iterator[Gunicorn]:
-    """Run deploy/gunicorn.conf.py on a free port; always stop it (SIGTERM, then SIGKILL)."""
-    port = free_port()
+def run_gunicorn(
+    redis_url: str, tmp: Path, *, port: int | None = None, host: str = "127.0.0.1", **env: str
+) -> Iterator[Gunicorn]:
+    """Run deploy/gunicorn.conf.py (on a free port unless given); always stop it (SIGTERM,
+    then SIGKILL). `host` is where requests go; TASKFORGE_BIND_HOST in `env` is where it binds.
+    """
+    port = port or free_port()
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TASKFORGE_")}
     full_env.update(
         PORT=str(port),
@@ -121,8 +126,8 @@ def run_gunicorn(redis_url: str, tmp: Path, **env: str) -> Iterator[Gunicorn]:
         WEB_CONCURRENCY="2",
         PROMETHEUS_MULTIPROC_DIR=str(tmp / "metrics"),
         PYTHONPATH=str(ROOT),
-        **env,
     )
+    full_env.update(env)  # a test may replace any of the above
     log_path = tmp / f"gunicorn-{port}.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
@@ -140,7 +145,7 @@ def run_gunicorn(redis_url: str, tmp: Path, **env: str) -> Iterator[Gunicorn]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    server = Gunicorn(port, process, log_path)
+    server = Gunicorn(port, process, log_path, host)
     try:
         _wait_ready(server)
         yield server

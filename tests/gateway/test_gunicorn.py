@@ -6,6 +6,7 @@ import json
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +16,9 @@ from gateway.app import AUTH_DISABLED
 from shared.jobs import JobState
 from shared.keys import Keys
 from shared.scripts import Scripts
-from tests._tools import RedisServer
+from tests._tools import RedisServer, free_port, wait_until
 from tests.gateway import helpers
-from tests.gateway.conftest import TOKEN, Gunicorn
+from tests.gateway.conftest import TOKEN, Gunicorn, run_gunicorn
 
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 JSON = {"Content-Type": "application/json"}
@@ -221,9 +222,76 @@ def test_auth_on_wrong_and_right_token(start_gateway: Any, r: redis.Redis) -> No
     assert jobs_in_redis(r) == 1
 
 
-def test_auth_off_is_open_and_warned_at_start(gw: Gunicorn) -> None:
-    assert gw.request("GET", "/stats")[0] == 200
-    assert any(line.get("warning") == AUTH_DISABLED for line in gw.log_lines())
+def open_warnings(server: Gunicorn) -> list[dict[str, Any]]:
+    """Return the log lines that warn about a gateway without a token."""
+    return [line for line in server.log_lines() if line.get("warning") == AUTH_DISABLED]
+
+
+def wait_for_workers(server: Gunicorn, count: int) -> None:
+    """Wait until `count` workers have built the app (each logs gateway_started)."""
+    wait_until(
+        lambda: sum(line.get("event") == "gateway_started" for line in server.log_lines()) >= count,
+        15,
+        f"{count} gateway workers to start",
+    )
+
+
+def test_auth_off_beyond_loopback_is_warned_once_per_start_naming_the_address(
+    start_gateway: Any,
+) -> None:
+    # Three workers build the app three times: the warning comes from gunicorn's master.
+    with start_gateway(WEB_CONCURRENCY="3") as open_gw:
+        assert open_gw.request("GET", "/stats")[0] == 200
+        wait_for_workers(open_gw, 3)
+        warnings = open_warnings(open_gw)
+        assert [(w["event"], w["address"]) for w in warnings] == [
+            ("config_warning", f"0.0.0.0:{open_gw.port}")
+        ], warnings
+
+
+def test_auth_off_on_loopback_only_is_not_warned(start_gateway: Any) -> None:
+    with start_gateway(TASKFORGE_BIND_HOST="127.0.0.1") as local:
+        assert local.request("GET", "/stats")[0] == 200
+        wait_for_workers(local, 2)
+        assert open_warnings(local) == []
+
+
+# --- the Prometheus multiprocess directory ---------------------------------------------------
+
+
+@pytest.mark.slow
+def test_each_start_has_its_own_metrics_directory_removed_on_a_clean_exit(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # Two gateways on one port (two loopback addresses): once they shared one directory, and
+    # the second start emptied the first one's counters.
+    temp, port = tmp_path / "tmp", free_port()
+    temp.mkdir()
+    env = {"TMPDIR": str(temp), "PROMETHEUS_MULTIPROC_DIR": ""}
+
+    def directories() -> list[Path]:
+        return sorted(temp.glob(f"taskforge-gateway-{port}-*-metrics"))
+
+    def start(host: str) -> Any:
+        (tmp_path / host).mkdir()
+        return run_gunicorn(
+            redis_server.url, tmp_path / host, port=port, host=host, TASKFORGE_BIND_HOST=host, **env
+        )
+
+    with start("127.0.0.1") as first:
+        assert first.request("POST", "/enqueue", {"type": "a"})[0] == 201
+        [first_dir] = directories()
+        with start("127.0.0.2") as second:
+            # A worker still forking when SIGTERM comes misses it (gunicorn's race) and holds
+            # the exit for the 25 s graceful timeout: stop only a fully started gateway.
+            wait_for_workers(second, 2)
+            assert second.request("POST", "/enqueue", {"type": "a"})[0] == 201
+            assert len(directories()) == 2
+            assert enqueued_total(first) == enqueued_total(second) == 1
+        assert second.process.returncode == 0  # a clean exit
+        assert directories() == [first_dir]
+        assert enqueued_total(first) == 1
+    assert directories() == []
 
 
 # --- Redis outage ----------------------------------------------------------------------------

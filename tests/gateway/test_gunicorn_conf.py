@@ -15,6 +15,8 @@ import pytest
 
 from tests.gateway.conftest import ROOT
 
+PROMETHEUS = "PROMETHEUS_MULTIPROC_DIR"
+
 READ_CONFIG = """
 import json, runpy
 conf = runpy.run_path("deploy/gunicorn.conf.py")
@@ -25,7 +27,7 @@ print(json.dumps({k: conf[k] for k in keys}))
 
 def read_config(tmp_path: Path, **env: str) -> dict[str, Any]:
     """Return the settings the config file computes under `env`."""
-    names = ("PORT", "PORT_PRODUCER", "WEB_CONCURRENCY", "GUNICORN_THREADS")
+    names = ("PORT", "PORT_PRODUCER", "TASKFORGE_BIND_HOST", "WEB_CONCURRENCY", "GUNICORN_THREADS")
     base = {k: v for k, v in os.environ.items() if k not in names}
     base.update(PYTHONPATH=str(ROOT), PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "m"), **env)
     done = subprocess.run(
@@ -55,18 +57,64 @@ def test_bind_prefers_port_then_port_producer_then_8080(
     assert read_config(tmp_path, **env)["bind"] == [bind]
 
 
+@pytest.mark.parametrize(
+    ("host", "bind"),
+    [
+        ("127.0.0.1", "127.0.0.1:8080"),
+        ("::1", "[::1]:8080"),
+        ("localhost", "localhost:8080"),
+        ("  ", "0.0.0.0:8080"),
+    ],
+)
+def test_bind_host_comes_from_taskforge_bind_host(tmp_path: Path, host: str, bind: str) -> None:
+    assert read_config(tmp_path, TASKFORGE_BIND_HOST=host)["bind"] == [bind]
+
+
+@pytest.mark.parametrize(
+    "env", [{}, {"PORT": "5055", "TASKFORGE_BIND_HOST": "127.0.0.1"}, {"PORT_PRODUCER": "5002"}]
+)
+def test_run_as_a_script_it_prints_the_address_gunicorn_binds(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    # bin/run announces this output: it must be the bind gunicorn gets, not a second opinion.
+    names = ("PORT", "PORT_PRODUCER", "TASKFORGE_BIND_HOST", PROMETHEUS)
+    base = {k: v for k, v in os.environ.items() if k not in names}
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    printed = subprocess.run(
+        [sys.executable, "deploy/gunicorn.conf.py"],
+        cwd=ROOT,
+        env={**base, "TMPDIR": str(temp), **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    assert printed.splitlines() == read_config(tmp_path, **env)["bind"]
+    assert not list(temp.iterdir())  # and it made no metrics directory on the way
+
+
 def test_worker_counts_come_from_the_environment(tmp_path: Path) -> None:
     conf = read_config(tmp_path, WEB_CONCURRENCY="5", GUNICORN_THREADS="3")
     assert (conf["workers"], conf["threads"], conf["worker_class"]) == (5, 3, "gthread")
 
 
-@pytest.mark.parametrize("env", [{"PORT": "http"}, {"PORT": "70000"}, {"WEB_CONCURRENCY": "0"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"PORT": "http"},
+        {"PORT": "70000"},
+        {"WEB_CONCURRENCY": "0"},
+        {"TASKFORGE_BIND_HOST": "my host"},
+        {"TASKFORGE_BIND_HOST": "0.0.0.0:80"},
+    ],
+)
 def test_a_bad_value_stops_gunicorn_with_its_name(tmp_path: Path, env: dict[str, str]) -> None:
     error = read_config(tmp_path, **env)["error"]
     assert next(iter(env)) in error
 
 
-def test_start_wipes_stale_metrics_and_a_killed_worker_is_replaced(
+def test_start_wipes_stale_metrics_a_killed_worker_is_replaced_and_the_directory_stays(
     start_gateway: Any, tmp_path: Path
 ) -> None:
     stale = tmp_path / "metrics" / "counter_999999.db"
@@ -83,3 +131,5 @@ def test_start_wipes_stale_metrics_and_a_killed_worker_is_replaced(
             assert time.monotonic() < deadline, "the killed worker was not replaced"
             time.sleep(0.05)
         assert gw.request("GET", "/metrics")[0] == 200
+    # PROMETHEUS_MULTIPROC_DIR was set: the directory is the user's and outlives gunicorn.
+    assert gw.process.returncode == 0 and stale.parent.is_dir()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -87,29 +88,40 @@ def test_quickstart_commands_exist_and_are_executable() -> None:
         assert os.access(path, os.X_OK), f"{command} named in the README is not executable"
 
 
-@pytest.fixture
-def stack() -> Iterator[subprocess.Popen[str]]:
-    """bin/run from the repo root, as the README says, with a fresh private Redis."""
+@contextlib.contextmanager
+def running_stack(command: str, extra_env: dict[str, str] | None = None) -> Iterator[Path]:
+    """Run a README command line that starts bin/run, from the repo root, with a fresh private
+    Redis; yield the path of its output once gateway and workerd are ready; stop it as Ctrl-C
+    would and check that nothing it started is left."""
     require_tool("redis-server")
     taken = [port for port in DEMO_PORTS if _port_taken(port)]
     if taken:
-        message = f"the README demo needs ports {DEMO_PORTS}, but {taken} are in use"
+        message = f"the README needs ports {DEMO_PORTS}, but {taken} are in use"
         if in_ci():
             pytest.fail(message)
         pytest.skip(message)
     marker = uuid.uuid4().hex
     with tempfile.TemporaryDirectory(prefix="taskforge-readme-") as tmp:
         env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-        for name in ("PORT_PRODUCER", "PORT_WORKER", "PORT", "PROMETHEUS_MULTIPROC_DIR"):
+        for name in (
+            "PORT_PRODUCER",
+            "PORT_WORKER",
+            "PORT",
+            "PROMETHEUS_MULTIPROC_DIR",
+            "TASKFORGE_HANDLERS",
+            "TASKFORGE_BIND_HOST",
+        ):
             env.pop(name, None)
         env |= {
             "TASKFORGE_REDIS_PORT": str(free_port()),
             "TASKFORGE_REDIS_DIR": str(Path(tmp) / "redis"),
             MARKER_ENV: marker,
         }
-        log = open(Path(tmp) / "bin-run.log", "w+")  # noqa: SIM115 - closed below
+        env |= extra_env or {}
+        log_path = Path(tmp) / "bin-run.log"
+        log = open(log_path, "w+")  # noqa: SIM115 - closed below
         run = subprocess.Popen(
-            [str(ROOT / "bin/run")],
+            ["bash", "-c", command],
             cwd=ROOT,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -127,10 +139,11 @@ def stack() -> Iterator[subprocess.Popen[str]]:
                 )
                 assert run.poll() is None, "bin/run exited early"
             except AssertionError:
-                log.seek(0)
-                raise AssertionError(f"bin/run did not get ready:\n{log.read()[-4000:]}") from None
-            yield run
-            run.send_signal(signal.SIGTERM)  # as Ctrl-C would: bin/run stops what it started
+                raise AssertionError(
+                    f"bin/run did not get ready:\n{log_path.read_text()[-4000:]}"
+                ) from None
+            yield log_path
+            os.killpg(run.pid, signal.SIGINT)  # Ctrl-C: bin/run stops what it started
             try:
                 assert run.wait(timeout=STOP_TIMEOUT) == 0
             except subprocess.TimeoutExpired:
@@ -145,8 +158,15 @@ def stack() -> Iterator[subprocess.Popen[str]]:
             log.close()
 
 
+@pytest.fixture
+def stack() -> Iterator[Path]:
+    """bin/run from the repo root, exactly as the Quickstart says."""
+    with running_stack("bin/run") as log_path:
+        yield log_path
+
+
 @pytest.mark.slow
-def test_five_minute_demo_runs_verbatim_against_bin_run(stack: subprocess.Popen[str]) -> None:
+def test_five_minute_demo_runs_verbatim_against_bin_run(stack: Path) -> None:
     script = "\n".join(shell_blocks("Five-minute demo"))
     try:
         demo = subprocess.run(
@@ -177,3 +197,119 @@ def test_five_minute_demo_runs_verbatim_against_bin_run(stack: subprocess.Popen[
         and job["attempts"] == 0
         for job in jobs
     ), report
+    assert dead[0]["last_error"].startswith("NoHandler: "), report
+    assert "traceback" in dead[0], report
+
+    # Step 6: once the sleeps free the workers, send_email is claimed by priority.
+    def claimed_priorities() -> list[int]:
+        lines = [
+            json.loads(line)
+            for line in stack.read_text().splitlines()
+            if '"job_claimed"' in line and '"send_email"' in line
+        ]
+        return [line["priority"] for line in lines]
+
+    wait_until(lambda: len(claimed_priorities()) >= 3, 15, "three send_email claims")
+    assert claimed_priorities() == [10, 5, 1]
+
+
+# Every ```sh block of the README is run by a test: this names which, by section.
+SECTIONS_RUN = {
+    "Quickstart": "test_quickstart_commands_exist_and_are_executable, and every test here",
+    "Five-minute demo": "test_five_minute_demo_runs_verbatim_against_bin_run",
+    "Writing and running a handler": "test_handler_loop_runs_verbatim_against_bin_run",
+}
+
+
+def test_every_shell_block_of_the_readme_is_run_by_a_test() -> None:
+    headings = re.findall(r"^## (.+)$", README.read_text(), re.M)
+    with_blocks = [
+        h for h in headings if any(lang in ("sh", "bash") for lang, _ in FENCE.findall(_section(h)))
+    ]
+    assert sorted(with_blocks) == sorted(SECTIONS_RUN), (
+        "a README section with a sh block that no test runs (or a test of a block that is gone)"
+    )
+
+
+def _python_block(heading: str) -> str:
+    blocks = [body for lang, body in FENCE.findall(_section(heading)) if lang == "python"]
+    assert len(blocks) == 1, f"README.md's '{heading}' section should have one python block"
+    return blocks[0]
+
+
+def _post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:8080{path}", data=json.dumps(body).encode(), method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=5) as reply:
+        return json.loads(reply.read())
+
+
+def _job(job_id: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:8080/jobs/{job_id}", timeout=5) as reply:
+        return json.loads(reply.read())
+
+
+def _finished(job_id: str) -> dict[str, Any] | None:
+    job = _job(job_id)
+    return job if job["status"] in ("completed", "dead") else None
+
+
+def _run_to_end(body: dict[str, Any]) -> dict[str, Any]:
+    job_id = _post("/enqueue", body)["id"]
+    wait_until(lambda: _finished(job_id), 15, f"job {job_id} to finish")
+    job = _finished(job_id)
+    assert job is not None
+    return job
+
+
+@pytest.mark.slow
+def test_handler_loop_runs_verbatim_against_bin_run(tmp_path: Path) -> None:
+    """The README's handler, run with its own command lines: the job runs, a failure keeps its
+    traceback, and an edit is picked up by the reload line without failing a job."""
+    start_line, reload_line = [
+        line.split("  #", 1)[0].strip()
+        for line in shell_blocks("Writing and running a handler")[0].splitlines()
+        if line.strip()
+    ]
+    package = tmp_path / "myapp"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    tasks = package / "tasks.py"
+    source = _python_block("Writing and running a handler")
+    tasks.write_text(source)
+    # "put its parent on PYTHONPATH", as the README offers: the checkout stays untouched.
+    with running_stack(start_line, {"PYTHONPATH": str(tmp_path)}) as log_path:
+        assert "myapp.tasks" in log_path.read_text()
+        done = _run_to_end({"type": "send_invoice", "payload": {"customer": "ada"}})
+        assert (done["status"], done["result"]) == ("completed", {"sent": True})
+
+        dead = _run_to_end({"type": "send_invoice", "payload": {}})
+        assert dead["status"] == "dead" and dead["attempts"] == 1  # PermanentError: no retry
+        assert dead["last_error"] == "PermanentError: no customer: retrying cannot help"
+        assert "in send_invoice" in dead["traceback"]
+
+        edited = source.replace('return {"sent": True}', 'return {"sent": "edited"}')
+        assert edited != source, "the README handler no longer returns {'sent': True}"
+        tasks.write_text(edited)
+        pid_before = Path(ROOT / "var/run/workerd-8081.pid").read_text().strip()
+        subprocess.run(["bash", "-c", reload_line], cwd=ROOT, check=True, timeout=10)
+
+        results = []
+
+        def reloaded() -> bool:
+            job = _run_to_end({"type": "send_invoice", "payload": {"customer": "ada"}})
+            assert job["status"] == "completed", job  # no job fails across the reload
+            results.append(job["result"]["sent"])
+            return job["result"] == {"sent": "edited"}
+
+        wait_until(reloaded, 60, "the edited handler to run after the reload")
+        assert set(results) <= {True, "edited"}
+        assert Path(ROOT / "var/run/workerd-8081.pid").read_text().strip() == pid_before
+        assert '"supervisor_reloading"' in log_path.read_text()
+
+
+def test_the_honcho_line_tested_is_the_one_documented() -> None:
+    from tests.deploy.test_procfile import HONCHO_LINE
+
+    assert HONCHO_LINE in (ROOT / "docs" / "DEPLOYMENT.md").read_text()

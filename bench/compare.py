@@ -1,4 +1,4 @@
-"""Compare TaskForge with RQ, Celery, Dramatiq and Huey in one run (issue 8).
+"""Compare TaskForge with RQ, Celery, Dramatiq and Huey in one run.
 
 Every peer is installed by this command in its own virtualenv under var/bench-venvs/ (pinned
 in bench/peers/venvs.py; never in requirements.txt) and runs against its own private

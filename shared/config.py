@@ -1,6 +1,6 @@
 """Read TaskForge's settings from the environment into one frozen dataclass.
 
-One table, ``VARIABLES``, drives the parsing and its rows of the README's configuration table
+One table, ``VARIABLES``, drives the parsing and its rows of docs/CONFIGURATION.md's table
 (``python -m shared.config --markdown``), so the two cannot drift apart. ``SECTIONS`` adds the
 variables other code reads directly (gunicorn's config, tracing, bin/run) and who reads each;
 tests/test_config.py holds it to the environment reads it finds in the source.
@@ -501,7 +501,7 @@ def table_rows() -> list[tuple[str, str, str, str, str]]:
 
 
 def markdown_table() -> str:
-    """Render the configuration table for the README: one small table per section."""
+    """Render the configuration table for docs/CONFIGURATION.md: one small table per section."""
     rows = table_rows()
     parts = []
     for section in SECTIONS:
@@ -526,14 +526,20 @@ def summary(settings: Settings) -> list[str]:
             value = "(set)" if value else "(unset)"
         elif var.env == "REDIS_URL":
             value = redact_url(value)
+        elif isinstance(value, tuple):
+            value = ",".join(value) or "(unset)"
+        elif isinstance(value, float) and re.fullmatch(r"[0-9.]+(ms|s|m|h|d)", var.default):
+            value = f"{value:g}s"  # a duration: say its unit, as the variable is written
         lines.append(f"{var.env}={value}")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the effective settings, or with --markdown the README's configuration table."""
+    """Print the effective settings, or with --markdown docs/CONFIGURATION.md's tables."""
     parser = argparse.ArgumentParser(prog="python -m shared.config", description=main.__doc__)
-    parser.add_argument("--markdown", action="store_true", help="print the README table")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the tables of docs/CONFIGURATION.md"
+    )
     args = parser.parse_args(argv)
     if args.markdown:
         print(markdown_table())

@@ -152,24 +152,29 @@ def parse_rfc3339_ms(text: str) -> int:
     return math.floor(moment.timestamp() * 1000)
 
 
+def _shown(value: Any) -> str:
+    """Return a refused value as the client wrote it (JSON), cut short: errors quote, not echo."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def validate_enqueue(body: Any) -> EnqueueRequest:
     """Validate the body of ``POST /enqueue``; raise ValidationError naming every bad field."""
     if not isinstance(body, Mapping):
         raise ValidationError([FieldError("body", "must be a JSON object")])
     errors: list[FieldError] = []
-    lifecycle = sorted(set(body) & LIFECYCLE_FIELDS)
-    if lifecycle:
-        errors.append(
-            FieldError(",".join(lifecycle), "set by the server and cannot be given by a client")
-        )
-    unknown = sorted(set(body) - REQUEST_FIELDS - LIFECYCLE_FIELDS)
-    if unknown:
-        errors.append(FieldError(",".join(unknown), "unknown field"))
+    # One entry per field, so a client matching on field names finds each.
+    for name in sorted(set(body) & LIFECYCLE_FIELDS):
+        errors.append(FieldError(name, "set by the server and cannot be given by a client"))
+    for name in sorted(set(body) - REQUEST_FIELDS - LIFECYCLE_FIELDS):
+        errors.append(FieldError(name, "unknown field"))
 
     job_type = body.get("type")
     if job_type is None:
         errors.append(FieldError("type", "is required"))
-    elif not isinstance(job_type, str) or not TYPE_PATTERN.fullmatch(job_type):
+    elif not isinstance(job_type, str):
+        errors.append(FieldError("type", f"must be a string, not {_shown(job_type)}"))
+    elif not TYPE_PATTERN.fullmatch(job_type):
         errors.append(FieldError("type", "must be 1-128 characters of A-Z a-z 0-9 _ . : -"))
 
     payload_json = "{}"  # absent means an empty object: a handler always gets a mapping
@@ -184,13 +189,17 @@ def validate_enqueue(body: Any) -> EnqueueRequest:
 
     priority = _integer(given := body.get("priority", 0))
     if priority is None or not -PRIORITY_LIMIT <= priority <= PRIORITY_LIMIT:
-        errors.append(FieldError("priority", f"must be an integer from -2^31 to 2^31 ({given!r})"))
+        errors.append(
+            FieldError("priority", f"must be an integer from -2^31 to 2^31, not {_shown(given)}")
+        )
 
     max_retries = _integer(given := body.get("max_retries", DEFAULT_MAX_RETRIES))
     low, high = MAX_RETRIES_RANGE
     if max_retries is None or not low <= max_retries <= high:
         errors.append(
-            FieldError("max_retries", f"must be an integer from {low} to {high} ({given!r})")
+            FieldError(
+                "max_retries", f"must be an integer from {low} to {high}, not {_shown(given)}"
+            )
         )
 
     scheduled_at_ms = None

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
+from types import FrameType
 
 import pytest
 import redis
 
 from shared.config import Settings
 from tests._tools import RedisServer, require_tool
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Treat SIGTERM (`timeout`, a CI runner giving up) like Ctrl-C: pytest then still runs the
+    fixtures' teardown, so no redis-server, gunicorn or workerd a test started outlives it."""
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -27,7 +28,7 @@ from tests._tools import free_port, require_tool, wait_until
 from tests.workerd.conftest import MARKER_ENV, marked_processes
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNNING = "bin/run: running; Ctrl-C stops everything."
+RUNNING = "bin/run: ready; Ctrl-C stops everything."
 START_TIMEOUT = 60.0  # the whole start; bin/run may first install into .venv
 STOP_TIMEOUT = 45.0  # bin/run gives each part 30 s, then SIGKILLs it
 # The environment bin/run and its parts read; a test gives each of them explicitly.
@@ -195,7 +196,7 @@ def test_bin_run_beyond_loopback_without_a_token_is_said_once_naming_the_address
 ) -> None:
     with bin_run("TASKFORGE_BIND_HOST=0.0.0.0 bin/run", tmp_path) as run:
         port = run.env["PORT_PRODUCER"]
-        assert run.line("gateway") == f"bin/run: gateway  http://0.0.0.0:{port}  (every interface)"
+        assert run.line("gateway") == f"bin/run: gateway  http://0.0.0.0:{port} (every interface)"
         warnings = [line for line in run.log_lines() if line.get("warning") == AUTH_DISABLED]
         assert [w["address"] for w in warnings] == [f"0.0.0.0:{port}"], warnings
 
@@ -388,3 +389,55 @@ def test_bin_test_lints_what_git_tracks_and_the_whole_tree_of_an_export(
     shutil.rmtree(mine.parent)
     done = sandbox.run("bin/test")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _bin_run_until_exit(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run bin/run with free ports (overridden by `env`) and return once it exits by itself."""
+    require_tool("redis-server")
+    base = {k: v for k, v in os.environ.items() if k not in OURS and not k.startswith("TASKFORGE_")}
+    base |= {
+        "TASKFORGE_REDIS_PORT": str(free_port()),
+        "TASKFORGE_REDIS_DIR": str(tmp_path / "redis"),
+        "PORT_PRODUCER": str(free_port()),
+        "PORT_WORKER": str(free_port()),
+    }
+    return subprocess.run(
+        [str(ROOT / "bin/run")],
+        cwd=ROOT,
+        env=base | env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT + STOP_TIMEOUT,
+        start_new_session=True,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variable", ["PORT_PRODUCER", "PORT_WORKER"])
+def test_a_port_in_use_stops_bin_run_before_it_starts_that_part(
+    tmp_path: Path, variable: str
+) -> None:
+    with contextlib.closing(socket.socket()) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _bin_run_until_exit(tmp_path, **{variable: str(port)})
+    assert result.returncode == 1, result.stderr
+    assert f"127.0.0.1:{port} is already in use" in result.stderr
+    assert f"set {variable}" in result.stderr
+    assert "ready;" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_handler_module_that_does_not_import_stops_bin_run_before_it_says_ready(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "broken_tasks.py").write_text("def broken(:\n    pass\n")
+    result = _bin_run_until_exit(
+        tmp_path, TASKFORGE_HANDLERS="broken_tasks", PYTHONPATH=str(tmp_path)
+    )
+    assert result.returncode == 2, result.stderr
+    assert "broken_tasks.py:1: SyntaxError" in result.stderr
+    assert "ready;" not in result.stderr
+    assert "workerd exited on its own (status 2)" in result.stderr

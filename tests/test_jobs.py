@@ -289,7 +289,7 @@ def test_timeout_out_of_bounds_or_in_no_duration_form_is_refused_naming_it(timeo
 def test_unknown_fields_are_refused_with_a_message_naming_them() -> None:
     errors = errors_of({"type": "t", "queue": "q", "delay": 5})
 
-    assert errors == {"delay,queue": "unknown field"}
+    assert errors == {"delay": "unknown field", "queue": "unknown field"}
 
 
 @pytest.mark.parametrize("name", sorted(LIFECYCLE_FIELDS))
@@ -300,13 +300,30 @@ def test_each_lifecycle_field_is_refused_by_name(name: str) -> None:
     assert "server" in errors[name]
 
 
-def test_lifecycle_fields_are_named_together_and_apart_from_unknown_ones() -> None:
+def test_lifecycle_fields_are_named_one_by_one_and_apart_from_unknown_ones() -> None:
     errors = errors_of({"type": "t", "status": "done", "id": "x", "colour": "red"})
 
     assert errors == {
-        "id,status": "set by the server and cannot be given by a client",
+        "id": "set by the server and cannot be given by a client",
+        "status": "set by the server and cannot be given by a client",
         "colour": "unknown field",
     }
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ({"type": 123}, "type", "must be a string, not 123"),
+        ({"type": "t", "priority": "high"}, "priority", 'not "high"'),
+        ({"type": "t", "priority": True}, "priority", "not true"),
+        ({"type": "t", "max_retries": None}, "max_retries", "not null"),
+        ({"type": "t", "priority": "x" * 100}, "priority", 'not "' + "x" * 36 + "..."),
+    ],
+)
+def test_a_refused_value_is_quoted_as_json_and_cut_short(
+    body: dict[str, Any], field: str, message: str
+) -> None:
+    assert errors_of(body)[field].endswith(message)
 
 
 def test_every_problem_is_reported_at_once() -> None:

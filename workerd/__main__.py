@@ -75,8 +75,6 @@ def _variables_help() -> str:
     for name in HELP_VARIABLES:
         var = by_name[name]
         text = f"{var.meaning} (default {var.default})" if var.default else var.meaning
-        if name == "TASKFORGE_HANDLERS":
-            text += "; required, e.g. myapp.tasks (workerd.demo: the demo handlers)"
         indent = " " * 23
         lines.append(
             textwrap.fill(text, 92, initial_indent=f"  {name:<20} ", subsequent_indent=indent)
@@ -113,17 +111,36 @@ def import_handlers(modules: tuple[str, ...]) -> None:
         try:
             importlib.import_module(module)
         except Exception as exc:  # any import failure is a configuration error: say which
-            print(f"workerd: cannot import handler module {module!r}: {exc!r}", file=sys.stderr)
+            print(
+                f"workerd: cannot import handler module {module!r}: {describe(exc)}",
+                file=sys.stderr,
+            )
             sys.exit(2)
 
 
+def describe(exc: BaseException) -> str:
+    """Return an import failure as a reader wants it: file and line for a syntax error."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}: {type(exc).__name__}: {exc.msg}"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def check_config(settings: Settings) -> int:
-    """Import the handler modules without touching the live metrics directory; return 0."""
+    """Import the handler modules without touching the live metrics directory; say what
+    was found and return 0 (a failure exits 2 on the way)."""
+    for warning in settings.warnings:  # replaced values (WORKER_COUNT=abc) are worth a word
+        print(f"workerd: warning: {warning}", file=sys.stderr)
     # A handler module may import prometheus_client, which writes per-process files into
     # PROMETHEUS_MULTIPROC_DIR: keep this process's files out of a running workerd's.
     with tempfile.TemporaryDirectory(prefix="taskforge-workerd-check-") as scratch:
         os.environ[MULTIPROC_ENV] = scratch
         import_handlers(settings.handlers)
+    from workerd.registry import registered_types
+
+    print(
+        f"workerd: configuration ok; handler modules {', '.join(settings.handlers)} import "
+        f"and register: {', '.join(registered_types()) or '(no job type)'}"
+    )
     return 0
 
 

@@ -104,7 +104,7 @@ def test_a_past_scheduled_at_is_pending_at_once(client: FlaskClient) -> None:
         ({"type": "a", "payload": "text"}, ["payload"]),
         ({"type": "a", "payload": 5}, ["payload"]),
         ({"type": "a", "colour": "red"}, ["colour"]),
-        ({"type": "a", "id": "x", "status": "done"}, ["id,status"]),
+        ({"type": "a", "id": "x", "status": "done"}, ["id", "status"]),
         ({"priority": "x", "max_retries": 0}, ["type", "priority", "max_retries"]),
     ],
 )

@@ -81,7 +81,9 @@ def test_check_config_imports_the_handlers_and_leaves_the_metrics_directory_alon
         **env,
         TASKFORGE_HANDLERS="workerd.demo,metric_handlers",
     )
-    assert (ok.returncode, ok.stdout, ok.stderr) == (0, "", "")
+    assert (ok.returncode, ok.stderr) == (0, "")
+    assert ok.stdout.startswith("workerd: configuration ok;")
+    assert "generate_pdf" in ok.stdout  # it names the job types the modules registered
     assert [p.name for p in metrics.iterdir()] == ["counter_1.db"]
 
     bad = _run(
@@ -92,6 +94,26 @@ def test_check_config_imports_the_handlers_and_leaves_the_metrics_directory_alon
     )
     assert bad.returncode == 2
     assert "'no_such_mod'" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+    (tmp_path / "broken_handlers.py").write_text("def broken(:\n    pass\n")
+    broken = _run(
+        COMMANDS["python -m workerd"],
+        "--check-config",
+        **env,
+        TASKFORGE_HANDLERS="broken_handlers",
+    )
+    assert broken.returncode == 2
+    assert f"{tmp_path / 'broken_handlers.py'}:1: SyntaxError: " in broken.stderr
+
+    lenient = _run(
+        COMMANDS["python -m workerd"],
+        "--check-config",
+        **env,
+        TASKFORGE_HANDLERS="workerd.demo",
+        WORKER_COUNT="abc",
+    )
+    assert lenient.returncode == 0
+    assert "workerd: warning: WORKER_COUNT='abc'" in lenient.stderr
 
 
 def test_without_taskforge_handlers_workerd_refuses_to_start_and_says_what_to_set(

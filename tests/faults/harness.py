@@ -27,7 +27,8 @@ from shared.jobs import validate_enqueue
 from shared.keys import Keys
 from shared.scripts import Scripts, load_source
 from tests.faults.checker import OK, SETTLED, UNKNOWN, EnqueueRecord
-from tests.workerd.conftest import Workerd, alive, wait_until
+from tests.support.tools import alive, wait_until
+from tests.support.workerd import Workerd
 
 HANDLERS = "workerd.demo,tests.faults.handlers_for_faults"
 # The settings of the issue: a 2 s visibility timeout so a lost lease is recovered quickly.

@@ -40,18 +40,13 @@ import redis
 from bench.peers.configs import Config
 from bench.peers.stamp import LINE
 from tests.support.gunicorn import run_gunicorn
+from tests.support.stats import percentile
 from tests.support.tools import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE = 10.0
 START_TIMEOUT = 60.0
 PRODUCER_TIMEOUT = 600.0
-
-
-def percentile(values: list[float], share: float) -> float:
-    """Return the `share` quantile by nearest rank (as bench.workers does)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
 
 
 def base_env(config: Config, url: str, stamps: Path) -> dict[str, str]:

@@ -170,14 +170,6 @@ def recovery_times(workerd: Workerd, kills: Iterable[Kill]) -> list[float]:
     return times
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Return the q-quantile (0..1, nearest rank) of `values`, None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
 def print_figures(scenario: str, figures: dict[str, Any]) -> None:
     """Print one scenario's figures as a single JSON line (``pytest -s`` shows them)."""
     print(f"\nFAULT-FIGURES {scenario} " + json.dumps(figures, sort_keys=True, default=str))

@@ -24,8 +24,9 @@ import redis
 from shared.keys import Keys
 from shared.scripts import Scripts
 from tests.faults.checker import OK, EnqueueRecord
-from tests.faults.harness import enqueue_one, journaled_body, log_time, percentile
+from tests.faults.harness import enqueue_one, journaled_body, log_time
 from tests.support.redis_server import NO_RETRY
+from tests.support.stats import percentile
 
 # What deploy/redis.conf sets for durability and memory (no RDB snapshots: the AOF is what the
 # scenarios are about); a scenario overrides what it tests.

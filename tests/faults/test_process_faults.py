@@ -29,7 +29,6 @@ from tests.faults.harness import (
     busy_workers,
     enqueue_journaled,
     log_time,
-    percentile,
     print_figures,
     recovery_times,
     wait_settled,
@@ -51,6 +50,7 @@ from tests.faults.process_tools import (
     tally,
 )
 from tests.support.redis_server import RedisServer
+from tests.support.stats import percentile
 from tests.support.tools import alive, wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import start_workerd  # noqa: F401

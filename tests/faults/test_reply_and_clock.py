@@ -31,7 +31,6 @@ from tests.faults.harness import (
     FAULT_ENV,
     enqueue_one,
     log_time,
-    percentile,
     print_figures,
     script_sha,
     settled,
@@ -39,6 +38,7 @@ from tests.faults.harness import (
 )
 from tests.support.gunicorn import run_gunicorn
 from tests.support.redis_server import RedisServer
+from tests.support.stats import percentile
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd

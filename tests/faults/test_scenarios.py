@@ -27,7 +27,6 @@ from tests.faults.harness import (
     journaled_body,
     kill_workers,
     log_time,
-    percentile,
     print_figures,
     recovery_times,
     script_sha,
@@ -36,6 +35,7 @@ from tests.faults.harness import (
 )
 from tests.faults.process_tools import jobs_held_at_death
 from tests.support.redis_server import RedisServer
+from tests.support.stats import percentile
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import start_workerd  # noqa: F401  (fixture)

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from bench.peers import configs, harness, report, venvs
-from bench.redis_server import private_redis
+from tests.support.redis_server import private_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "compare.json"
@@ -211,7 +211,7 @@ def main() -> None:
             seen.add(config.system)
     with contextlib.ExitStack() as stack:
         # One private redis-server per configuration, kept for all repetitions.
-        urls = {c.key: stack.enter_context(private_redis()) for c in selected}
+        urls = {c.key: stack.enter_context(private_redis()).url for c in selected}
         for rep in range(args.repeat):
             log(f"repetition {rep + 1} of {args.repeat}")
             if any(c.system == "taskforge" for c in selected):

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import redis
 
-from bench.redis_server import private_redis
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
 from shared.scripts import Policy, Scripts
+from tests.support.redis_server import private_redis
 
 
 def run_enqueue(url: str, count: int) -> None:
@@ -108,7 +108,8 @@ def main() -> None:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
     results = {}
-    with private_redis() as url:
+    with private_redis() as server:
+        url = server.url
         for processes in (1, 2):
             results[processes] = measure(url, args.jobs, processes, args.repeat)
     print(f"commit {commit or '?'} · {platform.platform()} · {os.cpu_count()} cpus")

@@ -16,15 +16,11 @@ import multiprocessing
 import os
 import platform
 import selectors
-import shutil
-import signal
 import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,11 +28,10 @@ from pathlib import Path
 
 import redis
 
-from bench.redis_server import free_port, private_redis
 from shared.keys import Keys
+from tests.support.gunicorn import Gunicorn, run_gunicorn
+from tests.support.redis_server import private_redis
 
-ROOT = Path(__file__).resolve().parent.parent
-BOOT_TIMEOUT = 20.0
 JOB = {"type": "bench", "priority": 1, "payload": {"to": "user@example.com", "n": 1}}
 SLOW_INTERVAL = 0.5  # seconds between the bytes a slow client sends
 SLOW_HEAD_START = 1.0  # seconds the slow clients trickle before the fast ones start
@@ -168,66 +163,23 @@ def run_load(
     return statuses, elapsed
 
 
-@dataclass(frozen=True)
-class Server:
-    """A running gunicorn: its port and master pid."""
-
-    port: int
-    pid: int
-
-    def cpu_seconds(self) -> float:
-        """Return the CPU time its workers have used so far."""
-        children = Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
-        ticks = 0
-        for pid in children:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-            ticks += int(fields[11]) + int(fields[12])  # utime + stime
-        return ticks / os.sysconf("SC_CLK_TCK")
-
-
 @contextlib.contextmanager
-def gunicorn(redis_url: str, *flags: str, workers: int | None = None) -> Iterator[Server]:
+def gunicorn(redis_url: str, *flags: str, workers: int | None = None) -> Iterator[Gunicorn]:
     """Run the gateway under gunicorn with deploy/gunicorn.conf.py; yield it."""
-    port = free_port()
-    metrics_dir = tempfile.mkdtemp(prefix="taskforge-bench-metrics-")
-    env = dict(os.environ, PORT=str(port), REDIS_URL=redis_url, LOG_LEVEL="INFO")
-    env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    env.pop("TASKFORGE_API_TOKEN", None)
+    env = {"LOG_LEVEL": "INFO"}
     if workers is not None:
         env["WEB_CONCURRENCY"] = str(workers)
-    args = [sys.executable, "-m", "gunicorn", "-c", "deploy/gunicorn.conf.py", *flags]
-    # Production logging (one JSON access line per request) is part of the cost measured.
-    server = subprocess.Popen(
-        [*args, "gateway:create_app()"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + BOOT_TIMEOUT
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"gunicorn did not become ready ({flags})") from None
-                time.sleep(0.05)
-        yield Server(port, server.pid)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        shutil.rmtree(metrics_dir, ignore_errors=True)
+    # Production logging (one JSON access line per request) is part of the cost measured; it
+    # goes to /dev/null, as a process manager's pipe drained fast would take it.
+    with (
+        tempfile.TemporaryDirectory(prefix="taskforge-bench-gunicorn-") as tmp,
+        run_gunicorn(redis_url, Path(tmp), *flags, log_path=Path(os.devnull), **env) as server,
+    ):
+        yield server
 
 
 def measure_single(
-    server: Server, seconds: float, clients: int, slow: int = 0
+    server: Gunicorn, seconds: float, clients: int, slow: int = 0
 ) -> tuple[float, float, int]:
     """Return 201s per second of POST /enqueue, the workers' CPU µs per request, jobs made."""
     request = http_request("/enqueue", json.dumps(JOB).encode())
@@ -241,7 +193,7 @@ def measure_single(
 
 
 def measure_batch(
-    server: Server, size: int, seconds: float, clients: int
+    server: Gunicorn, size: int, seconds: float, clients: int
 ) -> tuple[float, float, int]:
     """Return jobs per second through POST /enqueue/batch, CPU µs per job, jobs made."""
     request = http_request("/enqueue/batch", json.dumps({"jobs": [JOB] * size}).encode())
@@ -329,7 +281,8 @@ def main() -> None:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
     print(f"commit {commit or '?'} · {platform.platform()} · {os.cpu_count()} cpus")
-    with private_redis() as url:
+    with private_redis() as redis_server:
+        url = redis_server.url
         if args.compare:
             compare(url, args.seconds, args.clients, args.slow, args.rounds)
             return

@@ -15,12 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import statistics
-import subprocess
-import sys
+import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,59 +24,41 @@ from pathlib import Path
 
 import redis
 
-from bench.redis_server import free_port, private_redis
 from shared.jobs import format_ms, validate_enqueue
 from shared.keys import Keys
 from shared.queries import get_job
 from shared.scripts import Scripts
+from tests.support.redis_server import private_redis
+from tests.support.stats import percentile
+from tests.support.tools import free_port, wait_until
+from tests.support.workerd import Workerd, start_workerd, stop_all
 
 READY_TIMEOUT = 20.0
 DRAIN_TIMEOUT = 300.0
+POLL = 0.05  # seconds between two ZCARDs while workers drain: little load on Redis
 
 
 @contextmanager
-def workerd(url: str, workers: int, log_level: str) -> Iterator[subprocess.Popen[bytes]]:
+def workerd(url: str, workers: int, log_level: str) -> Iterator[Workerd]:
     """Run `python -m workerd` until the block ends; wait for /ready first."""
-    port = free_port()
-    env = {
-        **os.environ,
+    settings = {
         "REDIS_URL": url,
         "WORKER_COUNT": str(workers),
-        "PORT_WORKER": str(port),
+        "PORT_WORKER": str(free_port()),
         "LOG_LEVEL": log_level,
         "TASKFORGE_HANDLERS": "workerd.demo,bench.handlers",
     }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    proc = subprocess.Popen([sys.executable, "-m", "workerd"], env=env, stdout=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("workerd did not become ready")
-            time.sleep(0.05)
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
+    # Its log lines are part of the cost measured, and nobody reads them; stderr is kept to
+    # say why, should it not start.
+    with tempfile.TemporaryDirectory(prefix="taskforge-bench-workerd-") as tmp:
+        err_path = Path(tmp) / "workerd.err"
+        supervisor = start_workerd(
+            settings, Path(os.devnull), err_path, ready_timeout=READY_TIMEOUT
+        )
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def wait_until(predicate: object, timeout: float, what: str) -> None:
-    """Poll `predicate()` until true; raise after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+            yield supervisor
+        finally:
+            stop_all([supervisor])
 
 
 def drain_rate(url: str, jobs: int, workers: int, log_level: str) -> float:
@@ -93,7 +71,7 @@ def drain_rate(url: str, jobs: int, workers: int, log_level: str) -> float:
     for start in range(0, jobs, 1000):
         scripts.enqueue_many([(request, job_id) for job_id in ids[start : start + 1000]])
     with workerd(url, workers, log_level):
-        wait_until(lambda: client.zcard(Keys().completed) == jobs, DRAIN_TIMEOUT, "the drain")
+        wait_until(lambda: client.zcard(Keys().completed) == jobs, DRAIN_TIMEOUT, "the drain", POLL)
     pipe = client.pipeline(transaction=False)
     for job_id in ids:
         pipe.hmget(Keys().job(job_id), "started_at", "finished_at")
@@ -116,7 +94,7 @@ def start_latency(url: str, count: int, log_level: str) -> list[float]:
             sent[job_id] = time.time()
             scripts.enqueue(request, job_id)
             time.sleep(0.01)
-        wait_until(lambda: client.zcard(Keys().completed) == count, 30, "the latency jobs")
+        wait_until(lambda: client.zcard(Keys().completed) == count, 30, "the latency jobs", POLL)
     latencies = []
     for job_id, at in sent.items():
         job = get_job(client, Keys(), job_id)
@@ -136,17 +114,11 @@ def promotion_lateness(url: str, count: int, log_level: str) -> list[int]:
         request = validate_enqueue({"type": "noop", "scheduled_at": format_ms(due_ms)})
         ids = [str(uuid.uuid4()) for _ in range(count)]
         scripts.enqueue_many([(request, job_id) for job_id in ids])
-        wait_until(lambda: client.zcard(Keys().completed) == count, 30, "the scheduled jobs")
+        wait_until(lambda: client.zcard(Keys().completed) == count, 30, "the scheduled jobs", POLL)
     pipe = client.pipeline(transaction=False)
     for job_id in ids:
         pipe.hget(Keys().job(job_id), "eligible_at")
     return [int(eligible) - due_ms for eligible in pipe.execute()]
-
-
-def percentile(values: list[float], share: float) -> float:
-    """Return the `share` quantile (nearest rank)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
 
 
 def main() -> None:
@@ -158,18 +130,19 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results: dict[str, object] = {"log_level": args.log_level}
-    with private_redis() as url:
+    with private_redis() as server:
+        url = server.url
         results["drain_jobs_per_s"] = {
             n: drain_rate(url, args.jobs, n, args.log_level) for n in args.workers
         }
         latency = start_latency(url, 300, args.log_level)
         results["start_latency_ms"] = {
-            "p50": statistics.median(latency),
+            "p50": percentile(latency, 0.5),
             "p99": percentile(latency, 0.99),
         }
         lateness = promotion_lateness(url, 1000, args.log_level)
         results["promotion_lateness_ms"] = {
-            "p50": statistics.median(lateness),
+            "p50": percentile(lateness, 0.5),
             "p99": percentile(lateness, 0.99),
             "max": max(lateness),
         }

@@ -94,7 +94,7 @@ tf_ensure_redis() {
 # Make sure the tools that tests call (not Python packages) are on PATH: systemd-analyze
 # (package systemd) for tests/deploy, faketime for tests/faults (a skewed host clock).
 # Installed with apt when we can; otherwise say so and go on: those tests skip on a laptop
-# and fail under CI (tests/_tools.py require_tool).
+# and fail under CI (tests/support/tools.py require_tool).
 tf_ensure_tools() {
   local pair tool package missing=()
   for pair in systemd-analyze:systemd faketime:faketime; do

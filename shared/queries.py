@@ -1,4 +1,4 @@
-"""Read-only views of the engine's state: one job, the DLQ, and counts per state."""
+"""Read-only views of the engine's state: one job, DLQ pages, and the shape of its counts."""
 
 from __future__ import annotations
 
@@ -53,19 +53,6 @@ def get_job(client: redis.Redis, keys: Keys, job_id: str) -> Job | None:
     return Job.from_hash(raw) if raw else None
 
 
-def queue_counts(client: redis.Redis, keys: Keys) -> QueueCounts:
-    """Return counts per state and the age of the oldest claimable job."""
-    pipe = client.pipeline(transaction=False)
-    for state in JobState:
-        pipe.zcard(keys.state_index(state))
-    pipe.zrange(keys.pending_since, 0, 0, withscores=True)
-    pipe.time()
-    *cards, oldest, (seconds, micros) = pipe.execute()
-    now_ms = seconds * 1000 + micros // 1000
-    age = max(0, now_ms - int(oldest[0][1])) if oldest else None
-    return QueueCounts(by_state=dict(zip(JobState, cards, strict=True)), oldest_pending_age_ms=age)
-
-
 def _parse_cursor(cursor: str) -> tuple[int, str]:
     match = CURSOR_PATTERN.fullmatch(cursor)
     if not match:
@@ -98,21 +85,3 @@ def dead_page(client: redis.Redis, keys: Keys, limit: int, cursor: str | None = 
         member, score = page[-1]
         next_cursor = f"{int(score)}-{member.decode()}"
     return DeadPage(jobs=jobs, next_cursor=next_cursor)
-
-
-def worker_counts(client: redis.Redis, keys: Keys) -> WorkerCounts:
-    """Return fleet-wide worker counts from the supervisors' registry records."""
-    # Each workerd supervisor heartbeats one record {host, pid, workers, busy} that expires
-    # when it goes silent; the registry zset forgets it at the next heartbeat of any host.
-    ids = client.zrange(keys.workers, 0, -1)
-    if not ids:
-        return WorkerCounts(0, 0, 0)
-    pipe = client.pipeline(transaction=False)
-    for worker_id in ids:
-        pipe.hmget(keys.worker(worker_id.decode()), "workers", "busy")
-    records = [(live, busy) for live, busy in pipe.execute() if live is not None]
-    return WorkerCounts(
-        hosts=len(records),
-        live=sum(int(live) for live, _ in records),
-        busy=sum(int(busy or 0) for _, busy in records),
-    )

@@ -10,7 +10,8 @@ import pytest
 import redis
 
 from shared.config import Settings
-from tests._tools import RedisServer, require_tool
+from tests.support.redis_server import RedisServer
+from tests.support.tools import require_tool
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -26,7 +27,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """Run one private redis-server on a free port for the whole session."""
-    server = RedisServer(require_tool("redis-server"), tmp_path_factory.mktemp("redis"))
+    directory = tmp_path_factory.mktemp("redis")
+    server = RedisServer(require_tool("redis-server"), directory, unix_socket=True)
     server.start()
     try:
         yield server

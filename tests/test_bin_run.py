@@ -24,8 +24,8 @@ import pytest
 import redis
 
 from gateway.app import AUTH_DISABLED
-from tests._tools import free_port, require_tool, wait_until
-from tests.workerd.conftest import MARKER_ENV, marked_processes
+from tests.support.tools import free_port, require_tool, wait_until
+from tests.support.workerd import MARKER_ENV, marked_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNNING = "bin/run: ready; Ctrl-C stops everything."

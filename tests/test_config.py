@@ -595,5 +595,9 @@ sleep "$STOP_TIMEOUT"
 
 def test_is_reader_source_takes_programs_not_deployment_files() -> None:
     takes = ["gateway/app.py", "shared/tracing.py", "deploy/gunicorn.conf.py", "bin/run"]
-    leaves = ["deploy/compose.yaml", "deploy/systemd/taskforge.env.example", "tests/_tools.py"]
+    leaves = [
+        "deploy/compose.yaml",
+        "deploy/systemd/taskforge.env.example",
+        "tests/support/tools.py",
+    ]
     assert [is_reader_source(p) for p in takes + leaves] == [True] * 4 + [False] * 3

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._tools import require_tool
+from tests.support.tools import require_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ["bin/test", "bin/run", "bin/_common.sh", ".ci/run"]

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests._tools import free_port, in_ci, require_tool, wait_until
-from tests.workerd.conftest import MARKER_ENV, marked_processes
+from tests.support.tools import free_port, in_ci, require_tool, wait_until
+from tests.support.workerd import MARKER_ENV, marked_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

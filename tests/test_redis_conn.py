@@ -14,7 +14,7 @@ from redis.backoff import ExponentialBackoff
 
 from shared.config import Settings
 from shared.redis_conn import connect, describe
-from tests._tools import RedisServer
+from tests.support.redis_server import RedisServer
 
 
 def test_connect_reaches_the_private_server_with_a_named_client(settings: Settings) -> None:

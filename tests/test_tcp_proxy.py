@@ -12,7 +12,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests._tools import RedisServer
+from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import TcpProxy
 
 WAIT = 5.0  # seconds: the bound on anything expected to happen

@@ -7,7 +7,7 @@ import ctypes
 import logging
 import os
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import FrameType
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,6 @@ class Child:
     started: float  # monotonic
     kill_reason: str | None = None  # set when the supervisor itself killed it
     killed_job: tuple[str, int, float] | None = None  # (job id, token, timeout) it was running
-    extra: dict[str, object] = field(default_factory=dict)
 
 
 def die_with_parent(parent_pid: int) -> None:

@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,18 +39,14 @@ import redis
 
 from bench.peers.configs import Config
 from bench.peers.stamp import LINE
-from bench.redis_server import free_port
+from tests.support.gunicorn import run_gunicorn
+from tests.support.stats import percentile
+from tests.support.tools import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE = 10.0
 START_TIMEOUT = 60.0
 PRODUCER_TIMEOUT = 600.0
-
-
-def percentile(values: list[float], share: float) -> float:
-    """Return the `share` quantile by nearest rank (as bench.workers does)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
 
 
 def base_env(config: Config, url: str, stamps: Path) -> dict[str, str]:
@@ -148,7 +143,8 @@ def running(
 ) -> Iterator[Group]:
     """Start the configuration's workers (and gateway); stop them all when the block ends."""
     group = Group(log)
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(group.stop)
         env = dict(env)
         if config.system == "taskforge":
             env.update(WORKER_COUNT=str(workers), PORT_WORKER=str(free_port()))
@@ -156,40 +152,15 @@ def running(
             argv = [arg.format(bin=str(Path(config.bin("python")).parent), url=url) for arg in argv]
             group.start(argv, env)
         if config.gateway:
-            port = free_port()
-            metrics = tempfile.mkdtemp(prefix="taskforge-bench-metrics-")
-            genv = dict(env, PORT=str(port), PROMETHEUS_MULTIPROC_DIR=metrics)
-            group.start(
-                [
-                    python(config),
-                    "-m",
-                    "gunicorn",
-                    "-c",
-                    "deploy/gunicorn.conf.py",
-                    "gateway:create_app()",
-                ],
-                genv,
+            metrics = Path(tempfile.mkdtemp(prefix="taskforge-bench-gateway-"))
+            stack.callback(shutil.rmtree, metrics, ignore_errors=True)
+            gateway = stack.enter_context(
+                run_gunicorn(url, metrics, python=python(config), base_env=env, log_path=log)
             )
-            env["BENCH_GATEWAY_URL"] = f"http://127.0.0.1:{port}"
-            wait_http(f"http://127.0.0.1:{port}/ready", group)
+            env["BENCH_GATEWAY_URL"] = gateway.url
+            group.check()
         group.env = env  # type: ignore[attr-defined]
         yield group
-    finally:
-        group.stop()
-
-
-def wait_http(url: str, group: Group) -> None:
-    """Wait until `url` answers 200."""
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            group.check()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{url} did not answer") from None
-            time.sleep(0.05)
 
 
 def stamp_count(stamps: Path) -> int:

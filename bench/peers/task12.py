@@ -29,10 +29,10 @@ from pathlib import Path
 
 import redis
 
-from bench.redis_server import private_redis
 from shared.jobs import format_ms, validate_enqueue
 from shared.keys import Keys
 from shared.scripts import Scripts
+from tests.support.redis_server import private_redis
 
 PROCESSES = 4
 CHILD_TIMEOUT = 300.0
@@ -177,7 +177,8 @@ def run(sizes: dict[str, list[int]]) -> dict[str, dict[str, object]]:
         "scheduled_promotion": scheduled_promotion,
     }
     out: dict[str, dict[str, object]] = {}
-    with private_redis() as url:
+    with private_redis() as server:
+        url = server.url
         for name, work in workloads.items():
             out[name] = {str(n): work(url, n) for n in sizes[name]}
     return out

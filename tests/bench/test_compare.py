@@ -193,12 +193,6 @@ def test_redis_cost_per_job() -> None:
     assert cost["commands"] == {"get": 2.0}
 
 
-def test_percentile_is_nearest_rank() -> None:
-    values = list(range(1, 101))
-    assert harness.percentile(values, 0.5) == 50
-    assert harness.percentile(values, 0.99) == 99
-
-
 def test_stamp_lines_are_fixed_width(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BENCH_STAMP_DIR", str(tmp_path))
     stamp.record(1.5, 1700000000.25)

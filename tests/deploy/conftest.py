@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
-from tests._tools import free_port, require_tool
+from tests.support.redis_server import RedisServer
+from tests.support.tools import require_tool
 
 # The real-supervisor fixtures of tests/workerd, shared rather than copied.
 from tests.workerd.conftest import engine, journal, start_workerd  # noqa: F401
@@ -50,31 +49,14 @@ def procfile() -> dict[str, str]:
 @pytest.fixture
 def configured_redis(tmp_path: Path) -> Iterator[redis.Redis]:
     """Start redis-server with deploy/redis.conf on a free port in tmp_path; yield a client."""
-    port = free_port()
-    args = [require_tool("redis-server"), str(DEPLOY / "redis.conf")]
     # Only what must differ here: a private port and directory, on loopback, a log file.
-    args += ["--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path)]
-    args += ["--logfile", str(tmp_path / "redis.log")]
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL)
-    client = redis.Redis(port=port, socket_connect_timeout=0.5, socket_timeout=5)
+    server = RedisServer(
+        require_tool("redis-server"), tmp_path, config={}, conf_file=DEPLOY / "redis.conf"
+    )
+    server.start()
+    client = redis.Redis(port=server.port, socket_connect_timeout=0.5, socket_timeout=5)
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                log = tmp_path / "redis.log"
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    text = log.read_text(errors="replace") if log.exists() else ""
-                    pytest.fail(f"redis-server did not start with deploy/redis.conf:\n{text}")
-                time.sleep(0.02)
         yield client
     finally:
         client.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        server.stop()

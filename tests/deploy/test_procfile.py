@@ -32,9 +32,11 @@ from gateway.app import AUTH_DISABLED
 from shared.config import VARIABLES
 from shared.jobs import JobState
 from shared.keys import Keys
-from tests._tools import RedisServer, free_port, in_ci, wait_until
 from tests.deploy.conftest import DEPLOY, ROOT
-from tests.workerd.conftest import MARKER_ENV, Engine, marked_processes
+from tests.support.redis_server import RedisServer
+from tests.support.tools import free_port, in_ci, wait_until
+from tests.support.workerd import MARKER_ENV, marked_processes
+from tests.workerd.conftest import Engine
 
 # The README's line, verbatim (tests/test_readme.py checks it is there). honcho and the
 # Procfile's gunicorn and python come from .venv without activating it; -p sets honcho's base

@@ -25,16 +25,11 @@ import pytest
 
 from shared.config import VARIABLES
 from shared.jobs import JobState
-from tests._tools import RedisServer, free_port, require_tool
 from tests.deploy.conftest import ROOT, SYSTEMD, procfile, unit_settings
-from tests.workerd.conftest import (
-    HANDLERS,
-    MARKER_ENV,
-    Engine,
-    Journal,
-    Workerd,
-    marked_processes,
-)
+from tests.support.redis_server import RedisServer
+from tests.support.tools import free_port, require_tool
+from tests.support.workerd import MARKER_ENV, Workerd, marked_processes
+from tests.workerd.conftest import HANDLERS, Engine, Journal
 
 PREFIX = "/opt/taskforge"
 UNITS = ["taskforge-gateway.service", "taskforge-workerd.service", "taskforge-workerd@.service"]

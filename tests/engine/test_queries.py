@@ -1,4 +1,4 @@
-"""shared.queries: one job, counts per state without scans, and DLQ pages."""
+"""shared.queries and stats.lua: one job, counts per state without scans, and DLQ pages."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from shared.jobs import JobState, format_ms
-from shared.queries import BadCursor, WorkerCounts, dead_page, get_job, queue_counts, worker_counts
+from shared.queries import BadCursor, WorkerCounts, dead_page, get_job
 from shared.scripts import Scripts
 from tests.engine.conftest import (
     J1,
@@ -50,7 +50,7 @@ def test_get_job_returns_the_job_or_none(r: redis.Redis, scripts: Scripts) -> No
     assert get_job(r, K, J2) is None
 
 
-def test_queue_counts_reads_all_seven_states_after_a_mixed_sequence(
+def test_stats_reads_all_seven_states_after_a_mixed_sequence(
     r: redis.Redis, scripts: Scripts
 ) -> None:
     start(scripts, J1)  # processing
@@ -64,7 +64,7 @@ def test_queue_counts_reads_all_seven_states_after_a_mixed_sequence(
     scripts.cancel(job_id(7), now_ms=T0)  # canceled
     enqueue(scripts, job_id(8))  # pending
 
-    counts = queue_counts(r, K)
+    counts, _ = scripts.stats()
 
     assert counts.by_state == {
         JobState.PENDING: 2,
@@ -83,26 +83,26 @@ def test_queue_counts_reads_all_seven_states_after_a_mixed_sequence(
     assert counts.total == 8
 
 
-def test_queue_counts_issues_no_scans(r: redis.Redis, scripts: Scripts) -> None:
+def test_stats_issues_no_scans(r: redis.Redis, scripts: Scripts) -> None:
     for n in range(1, 30):
         enqueue(scripts, job_id(n))
     r.config_resetstat()
 
-    queue_counts(r, K)
+    scripts.stats()
 
     used = {name.removeprefix("cmdstat_") for name in r.info("commandstats")}
-    assert used <= {"zcard", "zrange", "time", "config|resetstat"}, used
+    assert used <= {"evalsha", "zcard", "zrange", "time", "hmget", "config|resetstat"}, used
 
 
-def test_queue_counts_reports_the_age_of_the_oldest_claimable_job(
+def test_stats_reports_the_age_of_the_oldest_claimable_job(
     r: redis.Redis, scripts: Scripts
 ) -> None:
-    assert queue_counts(r, K).oldest_pending_age_ms is None
+    assert scripts.stats()[0].oldest_pending_age_ms is None
     now = redis_now_ms(r)
     enqueue(scripts, J1, now=now - 5_000)
     enqueue(scripts, J2, now=now - 1_000)
 
-    age = queue_counts(r, K).oldest_pending_age_ms
+    age = scripts.stats()[0].oldest_pending_age_ms
 
     assert age is not None and 5_000 <= age < 7_000
 
@@ -199,23 +199,23 @@ def test_dead_page_refuses_a_cursor_it_did_not_produce(r: redis.Redis, cursor: s
 
 def test_claimed_job_counts_move_between_states(r: redis.Redis, scripts: Scripts) -> None:
     enqueue(scripts, J1)
-    before = queue_counts(r, K).by_state
+    before = scripts.stats()[0].by_state
 
     claim(scripts, J1)
 
-    after = queue_counts(r, K).by_state
+    after = scripts.stats()[0].by_state
     assert (before[JobState.PENDING], before[JobState.PROCESSING]) == (1, 0)
     assert (after[JobState.PENDING], after[JobState.PROCESSING]) == (0, 1)
 
 
-def test_worker_counts_sum_the_live_supervisors_records(r: redis.Redis, scripts: Scripts) -> None:
-    assert worker_counts(r, K) == WorkerCounts(hosts=0, live=0, busy=0)
+def test_stats_sums_the_live_supervisors_records(r: redis.Redis, scripts: Scripts) -> None:
+    assert scripts.stats()[1] == WorkerCounts(hosts=0, live=0, busy=0)
     scripts.heartbeat("host-a", {"workers": 3, "busy": 1}, ttl_ms=60_000, now_ms=T0)
     scripts.heartbeat("host-b", {"workers": 2, "busy": 2}, ttl_ms=60_000, now_ms=T0)
     r.delete(K.worker("host-c"))  # an id whose record expired is not counted
     r.zadd(K.workers, {"host-c": T0})
 
-    assert worker_counts(r, K) == WorkerCounts(hosts=2, live=5, busy=3)
+    assert scripts.stats()[1] == WorkerCounts(hosts=2, live=5, busy=3)
 
 
 def test_stats_reads_states_oldest_age_and_workers_in_one_script(
@@ -228,10 +228,10 @@ def test_stats_reads_states_oldest_age_and_workers_in_one_script(
 
     counts, workers = scripts.stats()
 
-    assert counts.by_state == queue_counts(r, K).by_state
+    assert counts.by_state == {s: r.zcard(K.state_index(s)) for s in JobState}
     assert counts.by_state[JobState.PENDING] == 1
     assert counts.by_state[JobState.SCHEDULED] == 1
     assert counts.oldest_pending_age_ms is not None and counts.oldest_pending_age_ms > 0
-    assert workers == worker_counts(r, K) == WorkerCounts(hosts=1, live=3, busy=1)
+    assert workers == WorkerCounts(hosts=1, live=3, busy=1)
     calls = {name: stat["calls"] for name, stat in r.info("commandstats").items()}
     assert calls.get("cmdstat_evalsha") == 1  # one round trip

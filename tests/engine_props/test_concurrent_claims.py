@@ -26,7 +26,7 @@ import redis
 from shared.jobs import EnqueueRequest
 from shared.keys import Keys
 from shared.scripts import Policy, Scripts
-from tests._tools import RedisServer
+from tests.support.redis_server import RedisServer
 
 JOBS = 5_000
 WORKERS = 4

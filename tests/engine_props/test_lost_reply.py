@@ -40,7 +40,7 @@ from shared.scripts import (
     Scripts,
     TrimResult,
 )
-from tests._tools import RedisServer
+from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import TcpProxy
 
 NOW = 1_700_000_000_000

@@ -49,7 +49,7 @@ from shared.scripts import (
     Scripts,
     WrongState,
 )
-from tests._tools import RedisServer
+from tests.support.redis_server import RedisServer
 
 START = 1_700_000_000_000  # the simulated clock's first reading (ms)
 LEASE = 1_000

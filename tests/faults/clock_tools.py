@@ -24,7 +24,7 @@ import time
 
 import redis
 
-from tests._tools import require_tool
+from tests.support.tools import require_tool
 
 # The variables libfaketime reads. FAKETIME_SHARED is left out on purpose: it names shared
 # memory the faketime binary creates for the life of its own child and removes on exit.

@@ -27,7 +27,8 @@ from shared.jobs import validate_enqueue
 from shared.keys import Keys
 from shared.scripts import Scripts, load_source
 from tests.faults.checker import OK, SETTLED, UNKNOWN, EnqueueRecord
-from tests.workerd.conftest import Workerd, alive, wait_until
+from tests.support.tools import alive, wait_until
+from tests.support.workerd import Workerd
 
 HANDLERS = "workerd.demo,tests.faults.handlers_for_faults"
 # The settings of the issue: a 2 s visibility timeout so a lost lease is recovered quickly.
@@ -167,14 +168,6 @@ def recovery_times(workerd: Workerd, kills: Iterable[Kill]) -> list[float]:
         if again:
             times.append(max(0.0, min(again) - kill.at))
     return times
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Return the q-quantile (0..1, nearest rank) of `values`, None when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def print_figures(scenario: str, figures: dict[str, Any]) -> None:

@@ -35,7 +35,8 @@ from tests.faults.harness import (
     enqueue_one,
     journaled_body,
 )
-from tests.workerd.conftest import Workerd, alive
+from tests.support.tools import alive
+from tests.support.workerd import Workerd
 
 KEYS = Keys()
 # The fake host that claims jobs and vanishes: its claims are only ever ended by a scheduler.

@@ -1,8 +1,8 @@
-"""Helpers for the Redis fault scenarios: a private redis-server we may kill, freeze and fill,
-and an HTTP producer that records every POST /enqueue (status, latency, job ids).
+"""Helpers for the Redis fault scenarios: production-like server settings, and producers that
+record every enqueue (through the engine, or POST /enqueue: status, latency, job ids).
 
 The session ``redis_server`` (tests/conftest.py) is shared by the whole run and must not be
-killed; each Redis scenario starts a :class:`PrivateRedis` of its own, on its own port and
+killed; each Redis scenario starts a tests.support RedisServer of its own, on its own port and
 directory, with the persistence and memory settings the scenario is about.
 """
 
@@ -11,87 +11,31 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
-import signal
-import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from shared.keys import Keys
 from shared.scripts import Scripts
-from tests._tools import RedisServer, wait_until
 from tests.faults.checker import OK, EnqueueRecord
-from tests.faults.harness import enqueue_one, journaled_body, log_time, percentile
+from tests.faults.harness import enqueue_one, journaled_body, log_time
+from tests.support.redis_server import NO_RETRY
+from tests.support.stats import percentile
 
-# What deploy/redis.conf sets for durability and memory; a scenario overrides what it tests.
+# What deploy/redis.conf sets for durability and memory (no RDB snapshots: the AOF is what the
+# scenarios are about); a scenario overrides what it tests.
 PRODUCTION_LIKE = {
+    "save": "",
     "appendonly": "yes",
     "appendfsync": "everysec",
     "maxmemory-policy": "noeviction",
 }
-NO_RETRY = Retry(NoBackoff(), 0)  # a test's own client sees every error as it happens
-FREEZE_TIMEOUT = 5.0  # seconds for the kernel to report a SIGSTOPped process as stopped
-
-
-@dataclass
-class PrivateRedis(RedisServer):
-    """A redis-server of one test, with extra ``--name value`` settings; it may be frozen."""
-
-    config: dict[str, str] = field(default_factory=lambda: dict(PRODUCTION_LIKE))
-
-    def start(self) -> None:
-        """Start the server (again: same port and directory, so it reloads its AOF)."""
-        if self.running:
-            return
-        args = [self.binary, "--bind", self.host, "--port", str(self.port)]
-        args += ["--save", "", "--dir", str(self.dir), "--logfile", str(self.dir / "redis.log")]
-        for name, value in self.config.items():
-            args += [f"--{name}", value]
-        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
-        self._wait_for_ping()
-
-    @property
-    def pid(self) -> int:
-        """Return the server's pid (it must be running)."""
-        assert self.process is not None, "redis-server is not running"
-        return self.process.pid
-
-    def client(self) -> redis.Redis:
-        """Return a new client straight to this server (the test's own: no retries)."""
-        return redis.Redis(host=self.host, port=self.port, socket_timeout=10, retry=NO_RETRY)
-
-    def freeze(self) -> None:
-        """SIGSTOP the server; return once the kernel reports it stopped."""
-        os.kill(self.pid, signal.SIGSTOP)
-        wait_until(lambda: _proc_state(self.pid) in ("T", "t"), FREEZE_TIMEOUT, "redis stopped")
-
-    def thaw(self) -> None:
-        """SIGCONT the server (harmless when it is not frozen)."""
-        if self.running:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGCONT)
-
-    def close(self) -> None:
-        """Thaw and stop the server whatever state a failed test left it in."""
-        self.thaw()
-        self.stop()
-
-
-def _proc_state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0].decode()
-    except OSError:
-        return ""
 
 
 def between(records: Iterable[dict[str, Any]], start: float, end: float) -> list[dict[str, Any]]:

@@ -22,7 +22,6 @@ import redis
 
 from shared.keys import Keys
 from shared.scripts import Scripts
-from tests._tools import RedisServer
 from tests.faults.checker import check, invariant_violations, read_journal
 from tests.faults.harness import (
     FAULT_ENV,
@@ -30,7 +29,6 @@ from tests.faults.harness import (
     busy_workers,
     enqueue_journaled,
     log_time,
-    percentile,
     print_figures,
     recovery_times,
     wait_settled,
@@ -51,7 +49,11 @@ from tests.faults.process_tools import (
     jobs_held_at_death,
     tally,
 )
-from tests.workerd.conftest import Workerd, alive, start_workerd, wait_until  # noqa: F401
+from tests.support.redis_server import RedisServer
+from tests.support.stats import percentile
+from tests.support.tools import alive, wait_until
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import start_workerd  # noqa: F401
 
 pytestmark = pytest.mark.slow
 KEYS = Keys()

@@ -26,7 +26,6 @@ from shared.jobs import validate_enqueue
 from shared.keys import Keys
 from shared.redis_checks import EVICTION, METRIC
 from shared.scripts import Policy, Scripts
-from tests._tools import require_tool, wait_until
 from tests.faults.checker import (
     OK,
     SETTLED,
@@ -41,21 +40,23 @@ from tests.faults.redis_tools import (
     PRODUCTION_LIKE,
     EngineLoad,
     HttpLoad,
-    PrivateRedis,
     between,
     latency_figures,
     requests_of,
     statuses,
 )
-from tests.gateway.conftest import Gunicorn, run_gunicorn
+from tests.support.gunicorn import Gunicorn, run_gunicorn
+from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import TcpProxy
-from tests.workerd.conftest import Workerd, start_workerd  # noqa: F401  (fixture)
+from tests.support.tools import require_tool, wait_until
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import start_workerd  # noqa: F401  (fixture)
 from workerd.scheduler import SchedulerProcess
 
 pytestmark = pytest.mark.slow
 KEYS = Keys()
 WORKERS = int(FAULT_ENV["WORKER_COUNT"])
-StartRedis = Callable[..., PrivateRedis]
+StartRedis = Callable[..., RedisServer]
 
 
 @pytest.fixture
@@ -66,12 +67,12 @@ def private_redis(tmp_path: Path) -> Iterator[StartRedis]:
     so workerd then stops while its Redis still runs.
     """
     binary = require_tool("redis-server")
-    servers: list[PrivateRedis] = []
+    servers: list[RedisServer] = []
 
-    def start(config: dict[str, str] | None = None) -> PrivateRedis:
+    def start(config: dict[str, str] | None = None) -> RedisServer:
         directory = tmp_path / f"redis{len(servers)}"
         directory.mkdir()
-        server = PrivateRedis(binary, directory, config={**PRODUCTION_LIKE, **(config or {})})
+        server = RedisServer(binary, directory, config={**PRODUCTION_LIKE, **(config or {})})
         servers.append(server)
         server.start()
         return server
@@ -189,7 +190,7 @@ OUTAGE_MARGIN_S = 1.5
 class Outage:
     """One way of making Redis unavailable, and of ending it."""
 
-    def __init__(self, mode: str, server: PrivateRedis, proxy: TcpProxy | None) -> None:
+    def __init__(self, mode: str, server: RedisServer, proxy: TcpProxy | None) -> None:
         self.mode, self.server, self.proxy = mode, server, proxy
 
     def begin(self) -> None:

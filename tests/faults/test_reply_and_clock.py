@@ -25,22 +25,24 @@ import redis
 from shared.jobs import format_ms, parse_rfc3339_ms
 from shared.keys import Keys
 from shared.scripts import Scripts
-from tests._tools import RedisServer, wait_until
 from tests.faults.checker import FAILED, OK, UNKNOWN, EnqueueRecord, check, read_journal
 from tests.faults.clock_tools import faketime_env, observed_offset, redis_now_ms
 from tests.faults.harness import (
     FAULT_ENV,
     enqueue_one,
     log_time,
-    percentile,
     print_figures,
     script_sha,
     settled,
     wait_settled,
 )
-from tests.gateway.conftest import run_gunicorn
+from tests.support.gunicorn import run_gunicorn
+from tests.support.redis_server import RedisServer
+from tests.support.stats import percentile
 from tests.support.tcp_proxy import TcpProxy
-from tests.workerd.conftest import Workerd, start_workerd  # noqa: F401  (fixture)
+from tests.support.tools import wait_until
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import start_workerd  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 KEYS = Keys()

@@ -19,7 +19,6 @@ import redis
 
 from shared.keys import Keys
 from shared.scripts import Scripts
-from tests._tools import RedisServer
 from tests.faults.checker import check, read_journal
 from tests.faults.harness import (
     FAULT_ENV,
@@ -28,7 +27,6 @@ from tests.faults.harness import (
     journaled_body,
     kill_workers,
     log_time,
-    percentile,
     print_figures,
     recovery_times,
     script_sha,
@@ -36,8 +34,11 @@ from tests.faults.harness import (
     wait_settled,
 )
 from tests.faults.process_tools import jobs_held_at_death
+from tests.support.redis_server import RedisServer
+from tests.support.stats import percentile
 from tests.support.tcp_proxy import TcpProxy
-from tests.workerd.conftest import Workerd, start_workerd  # noqa: F401  (fixture)
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import start_workerd  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 KEYS = Keys()

@@ -18,9 +18,9 @@ from shared.jobs import ValidationError, validate_enqueue
 from shared.keys import Keys
 from shared.queries import BadCursor, dead_page
 from shared.scripts import Scripts
-from tests._tools import free_port
 from tests.gateway import helpers
 from tests.gateway.conftest import TOKEN, make_app
+from tests.support.tools import free_port
 
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 

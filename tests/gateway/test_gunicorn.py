@@ -16,9 +16,11 @@ from gateway.app import AUTH_DISABLED
 from shared.jobs import JobState
 from shared.keys import Keys
 from shared.scripts import Scripts
-from tests._tools import RedisServer, free_port, wait_until
 from tests.gateway import helpers
-from tests.gateway.conftest import TOKEN, Gunicorn, run_gunicorn
+from tests.gateway.conftest import TOKEN
+from tests.support.gunicorn import Gunicorn, run_gunicorn
+from tests.support.redis_server import RedisServer
+from tests.support.tools import free_port, wait_until
 
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
 JSON = {"Content-Type": "application/json"}

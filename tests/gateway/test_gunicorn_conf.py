@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.gateway.conftest import ROOT
+from tests.support.tools import ROOT
 
 PROMETHEUS = "PROMETHEUS_MULTIPROC_DIR"
 

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from gateway.body import MAX_BODY_BYTES
-from tests.gateway.conftest import Gunicorn, run_gunicorn
+from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.tcp_proxy import TcpProxy
 
 MIB = 1024 * 1024

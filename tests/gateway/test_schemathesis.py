@@ -23,9 +23,10 @@ import redis
 
 from shared.keys import Keys
 from shared.scripts import Scripts
-from tests._tools import RedisServer
 from tests.gateway import helpers
-from tests.gateway.conftest import TOKEN, Gunicorn, run_gunicorn
+from tests.gateway.conftest import TOKEN
+from tests.support.gunicorn import Gunicorn, run_gunicorn
+from tests.support.redis_server import RedisServer
 
 ST = Path(sys.executable).with_name("st")
 OPERATIONS = 11

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import redis
 
-from tests.gateway.conftest import Gunicorn
 from tests.observability.conftest import PREFIX, STATES, poll, samples, total
-from tests.workerd.conftest import Workerd
+from tests.support.gunicorn import Gunicorn
+from tests.support.workerd import Workerd
 
 FAR_FUTURE = "2099-01-01T00:00:00Z"
 WAIT = 15.0

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import redis
 
-from tests.gateway.conftest import Gunicorn
 from tests.observability.conftest import PREFIX, poll
-from tests.workerd.conftest import Workerd
+from tests.support.gunicorn import Gunicorn
+from tests.support.workerd import Workerd
 
 WAIT = 15.0
 

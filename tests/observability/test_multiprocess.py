@@ -22,7 +22,9 @@ import pytest
 
 from shared.jobs import JobState
 from tests.observability.conftest import poll, samples, total
-from tests.workerd.conftest import ROOT, Engine, Workerd
+from tests.support.tools import ROOT
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import Engine
 
 RESTARTS = 300
 

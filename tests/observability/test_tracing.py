@@ -29,10 +29,10 @@ import workerd.demo  # noqa: F401 (registers the demo handlers)
 from shared import tracing
 from shared.config import Settings
 from shared.scripts import Policy, Scripts
-from tests._tools import RedisServer
 from tests.gateway.conftest import make_app
 from tests.observability.conftest import PREFIX
-from tests.workerd.conftest import ROOT
+from tests.support.redis_server import RedisServer
+from tests.support.tools import ROOT
 from workerd.scheduler import SchedulerProcess
 from workerd.worker import WorkerProcess
 

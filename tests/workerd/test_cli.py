@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from shared.config import ConfigError, Settings
-from tests.workerd.conftest import ROOT, Workerd, _scrubbed_environment
+from tests.support.tools import ROOT
+from tests.support.workerd import Workerd, scrubbed_environment
 
 CLI_TIMEOUT = 30.0
 COMMANDS = {
@@ -22,7 +23,7 @@ COMMANDS = {
 
 
 def _run(command: list[str], *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    full_env = _scrubbed_environment() | {"PYTHONPATH": str(ROOT)} | env
+    full_env = scrubbed_environment() | {"PYTHONPATH": str(ROOT)} | env
     return subprocess.run(
         [*command, *args],
         cwd=ROOT,

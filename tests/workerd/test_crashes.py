@@ -12,7 +12,9 @@ from collections.abc import Callable
 import pytest
 
 from shared.jobs import JobState
-from tests.workerd.conftest import Engine, Journal, Workerd, wait_until
+from tests.support.tools import wait_until
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import Engine, Journal
 
 FINISHED = (JobState.COMPLETED, JobState.DEAD)
 

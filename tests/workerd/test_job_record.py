@@ -15,7 +15,8 @@ import pytest
 
 import tests.workerd.handlers_job_record  # noqa: F401  (registers the record.* handlers)
 from shared.jobs import Job, JobState, format_ms, parse_rfc3339_ms
-from tests.workerd.conftest import HANDLERS, Engine, Workerd
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import HANDLERS, Engine
 from workerd.worker import run_handler
 
 RECORD_HANDLERS = f"{HANDLERS},tests.workerd.handlers_job_record"

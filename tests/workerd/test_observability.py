@@ -11,8 +11,9 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from tests._tools import RedisServer
-from tests.workerd.conftest import Workerd, cpu_seconds, wait_until
+from tests.support.redis_server import RedisServer
+from tests.support.tools import cpu_seconds, wait_until
+from tests.support.workerd import Workerd
 
 IDLE_WINDOW = 5.0
 

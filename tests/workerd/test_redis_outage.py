@@ -17,8 +17,10 @@ import pytest
 import redis
 
 from shared.jobs import JobState
-from tests._tools import RedisServer, free_port
-from tests.workerd.conftest import Engine, Journal, Workerd, alive, wait_until
+from tests.support.redis_server import RedisServer
+from tests.support.tools import alive, free_port, wait_until
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import Engine, Journal
 
 PASSWORD = "hunter2-not-for-logs"
 # How long READY=1 must stay away while Redis is down (an absence is checked over a window).

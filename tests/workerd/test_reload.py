@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from shared.jobs import Job, JobState
-from tests.workerd.conftest import HANDLERS, Engine, Journal, Workerd
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import HANDLERS, Engine, Journal
 
 MODULE = "reloadable_handlers"
 # Version 1 sleeps payload["sleep"] seconds; later versions do not (a "fixed" slow handler).

@@ -11,7 +11,9 @@ from collections.abc import Callable
 import pytest
 
 from shared.jobs import JobState, format_ms
-from tests.workerd.conftest import Engine, Journal, Workerd, wait_until
+from tests.support.tools import wait_until
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import Engine, Journal
 
 
 def _enqueue_due_soon(engine: Engine, journal: Journal, count: int, after: float) -> list[str]:

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from shared.jobs import JobState
-from tests.workerd.conftest import Engine, Journal, Workerd
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import Engine, Journal
 
 DRAIN_GRACE = 2.0  # WORKER_DRAIN_GRACE of the fixture
 

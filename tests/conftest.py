@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from types import FrameType
@@ -13,8 +14,14 @@ from shared.config import Settings
 from tests.support.redis_server import RedisServer
 from tests.support.tools import require_tool
 
+_PYTEST_PID = os.getpid()
+
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
+    if os.getpid() != _PYTEST_PID:  # a child a test forked: SIGTERM keeps its default meaning
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     raise KeyboardInterrupt(f"signal {signum}")
 
 

@@ -43,3 +43,8 @@ def handler(job_type: str) -> Callable[[Handler], Handler]:
 def lookup(job_type: str) -> Handler | None:
     """Return the handler for `job_type`, or None if no module registered one."""
     return _handlers.get(job_type)
+
+
+def registered_types() -> list[str]:
+    """Return every registered job type, sorted (what `--check-config` reports)."""
+    return sorted(_handlers)

@@ -117,26 +117,27 @@ class Supervisor:
         self.scripts = scripts or Scripts(
             self._redis(), Keys(settings.key_prefix), Policy.from_settings(settings)
         )
-        lease = settings.visibility_timeout
-        self.renew_interval = min(1.0, lease / 4)
-        self.loader = ScriptLoader(
-            self.scripts, Backoff("supervisor", redis_url=settings.redis_url)
-        )
-        self.leases = Leases(
-            self.roster, self.scripts, interval=self.renew_interval, redis_url=self.redis_url
-        )
-        self.release = Release(self.scripts, redis_url=self.redis_url, clock=clock)
-        self.registry = RegistryHeartbeat(self.roster, self.scripts, name=self.name)
-        self.readiness = Readiness(
-            self.roster,
-            self.loader,
-            worker_count=settings.worker_count,
-            reloaded=reloaded,
-            send=send_notify,
-        )
+        self.renew_interval = min(1.0, settings.visibility_timeout / 4)
+        self._add_duties(clock, send_notify)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+
+    def _add_duties(self, clock: Callable[[], float], send_notify: Callable[[str], bool]) -> None:
+        settings, roster, scripts = self.settings, self.roster, self.scripts
+        self.loader = ScriptLoader(scripts, Backoff("supervisor", redis_url=settings.redis_url))
+        self.leases = Leases(
+            roster, scripts, interval=self.renew_interval, redis_url=self.redis_url
+        )
+        self.release = Release(scripts, redis_url=self.redis_url, clock=clock)
+        self.registry = RegistryHeartbeat(roster, scripts, name=self.name)
+        self.readiness = Readiness(
+            roster,
+            self.loader,
+            worker_count=settings.worker_count,
+            reloaded=self.reloaded,
+            send=send_notify,
+        )
 
     def _redis(self) -> redis.Redis:
         # Short timeouts: a Redis outage must not stall reaping and respawning for long.

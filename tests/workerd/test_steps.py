@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from shared.config import Settings
 from shared.jobs import Job, JobState, validate_enqueue
@@ -152,7 +154,8 @@ def _recorder(notes: list[str]) -> Callable[[str], bool]:
 def make_rig(r: redis.Redis, redis_server: RedisServer) -> Iterator[Callable[..., Rig]]:
     made: list[Supervisor] = []
 
-    def make(**env: str) -> Rig:
+    def make(client: redis.Redis | None = None, **env: str) -> Rig:
+        """Return a rig; the supervisor talks to Redis through `client` when one is given."""
         settings = Settings.from_env(
             {
                 "REDIS_URL": redis_server.url,
@@ -163,14 +166,16 @@ def make_rig(r: redis.Redis, redis_server: RedisServer) -> Iterator[Callable[...
                 **env,
             }
         )
-        scripts = Scripts(r, Keys(settings.key_prefix), Policy.from_settings(settings))
+        keys, policy = Keys(settings.key_prefix), Policy.from_settings(settings)
+        scripts = Scripts(r, keys, policy)
+        own = Scripts(client, keys, policy) if client is not None else scripts
         spawner, notes = FakeSpawner(), []
         send = _recorder(notes)
 
         # Slots stamp heartbeats with the real monotonic clock: start the test clock there.
         clock = StepClock(time.monotonic())
         supervisor = Supervisor(
-            settings, scripts=scripts, spawner=spawner, clock=clock, send_notify=send
+            settings, scripts=own, spawner=spawner, clock=clock, send_notify=send
         )
         made.append(supervisor)
         return Rig(supervisor, spawner, scripts, notes, clock)
@@ -481,3 +486,91 @@ def test_a_second_sigterm_ends_the_grace_at_once(rig: Rig) -> None:
     rig.step()
     assert rig.supervisor.finished
     assert rig.notes == ["STOPPING=1"]
+
+
+# --- Redis outages -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def outage(r: redis.Redis, redis_server: RedisServer) -> Iterator[tuple[redis.Redis, Outage]]:
+    """A client of the private server as its own ACL user, and a switch that locks it out."""
+    user, password = f"arbiter-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    r.acl_setuser(user, enabled=True, passwords=[f"+{password}"], commands=["+@all"], keys=["*"])
+    client = redis.Redis(
+        host=redis_server.host,
+        port=redis_server.port,
+        username=user,
+        password=password,
+        socket_timeout=1.0,
+        socket_connect_timeout=1.0,
+        retry=Retry(NoBackoff(), 0),  # redis-py's own retries would only slow the test down
+    )
+    try:
+        yield client, Outage(r, user)
+    finally:
+        client.close()
+        r.acl_deluser(user)
+
+
+@dataclass
+class Outage:
+    """Locks one ACL user out of Redis (its connections dropped, new ones refused) and back."""
+
+    admin: redis.Redis
+    user: str
+
+    def begin(self) -> None:
+        self.admin.acl_setuser(self.user, enabled=False)
+        self.admin.client_kill_filter(user=self.user)
+
+    def end(self) -> None:
+        self.admin.acl_setuser(self.user, enabled=True)
+
+
+def test_a_job_an_outage_keeps_from_release_goes_back_once_redis_answers(
+    make_rig: Callable[..., Rig], outage: tuple[redis.Redis, Outage]
+) -> None:
+    client, switch = outage
+    rig = make_rig(client)
+    rig.step()
+    rig.up()
+    job_id = rig.enqueue()
+    worker = rig.workers()[0]
+    rig.claim(worker)
+
+    switch.begin()
+    rig.spawner.exit(worker.pid, killed_by=signal.SIGKILL)
+    rig.step()
+    rig.step(1.0)
+    assert rig.job(job_id).status is JobState.PROCESSING  # owed, not lost
+    assert [c.index for c in rig.workers()] == [0, 1]  # the outage does not stop respawning
+
+    switch.end()
+    rig.step(1.0)
+    job = rig.job(job_id)
+    assert (job.status, job.recoveries) == (JobState.PENDING, 1)
+
+
+def test_at_exit_a_release_redis_never_takes_is_abandoned_with_a_line(
+    make_rig: Callable[..., Rig],
+    outage: tuple[redis.Redis, Outage],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client, switch = outage
+    rig = make_rig(client)
+    rig.step()
+    rig.up()
+    job_id = rig.enqueue()
+    worker = rig.workers()[0]
+    rig.claim(worker)
+    switch.begin()
+    rig.spawner.exit(worker.pid, killed_by=signal.SIGKILL)
+    rig.step()
+
+    with caplog.at_level(logging.ERROR):
+        rig.supervisor.release.settle(deadline=rig.now)  # the final window is already over
+
+    assert job_id in [rec.job_id for rec in events(caplog, "requeue_abandoned")]  # type: ignore[attr-defined]
+    switch.end()
+    rig.step()
+    assert rig.job(job_id).status is JobState.PROCESSING  # left to its lease and a scheduler

@@ -333,7 +333,12 @@ def _status_of_child(action: str) -> int:
             if action.startswith("exit"):
                 os._exit(int(action.removeprefix("exit")))
             faulthandler.disable()  # pytest's handler would print a traceback for SIGSEGV
-            os.kill(os.getpid(), signal.Signals[action])
+            sig = signal.Signals[action]
+            if sig is not signal.SIGKILL:  # the one signal no handler can take
+                # The default action, not a handler inherited from pytest (tests/conftest.py
+                # turns SIGTERM into KeyboardInterrupt, which would exit 99 below).
+                signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
         finally:
             os._exit(99)  # a signal above did not kill us
     _, status = os.waitpid(pid, 0)

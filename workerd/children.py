@@ -7,8 +7,12 @@ import ctypes
 import logging
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
+from typing import Protocol
+
+from workerd.slots import SlotState, SlotTable
 
 log = logging.getLogger(__name__)
 
@@ -92,3 +96,80 @@ def signal_child(pid: int, sig: signal.Signals) -> None:
     """Send `sig` to a child that may already have exited."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
+
+
+class Spawner(Protocol):
+    """How the supervisor makes, watches and signals processes (a fake one in step tests)."""
+
+    def spawn(self, name: str, body: Callable[[], int]) -> int:
+        """Start a child that runs `body` and exits with its code; return the child's pid."""
+
+    def reap(self) -> tuple[int, int]:
+        """Return (pid, waitpid status) of one exited child, (0, 0) if none has exited yet;
+        raise ChildProcessError when there is no child at all (waitpid's contract)."""
+
+    def kill(self, pid: int, sig: signal.Signals) -> None:
+        """Send `sig` to a child that may already have exited."""
+
+    def stopped(self, pid: int) -> bool:
+        """Tell whether the child is stopped (SIGSTOP): not working on its job."""
+
+
+class ForkSpawner:
+    """The real spawner: os.fork, waitpid(-1, WNOHANG), kill, /proc."""
+
+    def spawn(self, name: str, body: Callable[[], int]) -> int:
+        """Fork; the child runs `body` and leaves through os._exit, never back into the caller."""
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = body()
+            except BaseException:
+                log.exception("child_crashed", extra={"child": name})
+            finally:
+                os._exit(code)
+        return pid
+
+    def reap(self) -> tuple[int, int]:
+        """Reap one exited child without blocking (the import check of a reload included)."""
+        return os.waitpid(-1, os.WNOHANG)
+
+    def kill(self, pid: int, sig: signal.Signals) -> None:
+        """Send `sig`; a child already gone is not an error."""
+        signal_child(pid, sig)
+
+    def stopped(self, pid: int) -> bool:
+        """Read the process state from /proc."""
+        return process_stopped(pid)
+
+
+class Roster:
+    """The supervisor's children by pid, with their slots: what the duties read and signal."""
+
+    def __init__(self, table: SlotTable, spawner: Spawner) -> None:
+        self.table = table
+        self.spawner = spawner
+        self.children: dict[int, Child] = {}
+
+    def of_kind(self, kind: str) -> list[Child]:
+        """Return the children of `kind`, killed ones included until they are reaped."""
+        return [c for c in self.children.values() if c.kind == kind]
+
+    def state(self, child: Child) -> SlotState | None:
+        """Return the child's slot as it wrote it, or None while it is mid-write."""
+        return self.table.slot(child.index).read()
+
+    def up(self, kind: str) -> list[Child]:
+        """Return the children of `kind` past booting that the supervisor is not killing."""
+        return [
+            c
+            for c in self.of_kind(kind)
+            if c.kill_reason is None and (s := self.state(c)) is not None and not s.booting
+        ]
+
+    def kill(self, child: Child, reason: str, sig: signal.Signals = signal.SIGKILL) -> None:
+        """Signal `child`; the first reason given is the one its exit is logged with."""
+        if child.kill_reason is None:
+            child.kill_reason = reason
+        self.spawner.kill(child.pid, sig)

@@ -2,11 +2,11 @@
 them honest — modelled on gunicorn's arbiter.
 
 One thread, one loop. Signal handlers only record the signal and wake the loop through a
-self-pipe; reaping, renewing, killing and spawning happen in :meth:`Supervisor.step`. No
-threads ever: a forked copy of a threaded process can inherit a lock held by a thread that did
-not come along. The supervisor renews the leases of its workers' jobs (one call per tick for
-all of them), so a handler stuck in one long C call keeps its lease while its process lives;
-when a worker dies mid-job the supervisor sees it at once and requeues the job.
+self-pipe; reaping, killing and spawning happen in :meth:`Supervisor.step`, which also ticks
+the small duties of workerd.duties (lease renewal, giving back a dead worker's job, the
+registry heartbeat, readiness). No threads ever: a forked copy of a threaded process can
+inherit a lock held by a thread that did not come along. The clock, the engine scripts and the
+process spawner are constructor arguments, so tests drive ``step(now)`` by hand.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import select
 import signal
 import socket
 import time
+from collections.abc import Callable
 from types import FrameType
 from wsgiref.simple_server import WSGIServer
 
@@ -27,10 +28,8 @@ import redis
 from shared import metrics
 from shared.config import Settings, redact_url
 from shared.keys import Keys
-from shared.log import error_text
-from shared.redis_checks import warn_about_redis
 from shared.redis_conn import connect
-from shared.scripts import Code, Policy, Scripts
+from shared.scripts import Policy, Scripts
 from workerd import notify
 from workerd.backoff import Backoff
 from workerd.children import (
@@ -38,11 +37,17 @@ from workerd.children import (
     SCHEDULER,
     WORKER,
     Child,
+    ForkSpawner,
+    Roster,
+    Spawner,
     describe_exit,
     die_with_parent,
-    process_stopped,
-    signal_child,
 )
+from workerd.duties.leases import Leases
+from workerd.duties.notify import Readiness
+from workerd.duties.registry import RegistryHeartbeat
+from workerd.duties.release import Release
+from workerd.duties.scripts import ScriptLoader
 from workerd.obs import ObservabilityApp, ObservabilityServer
 from workerd.reload import ImportCheck
 from workerd.scheduler import SchedulerProcess
@@ -52,7 +57,6 @@ from workerd.worker import WorkerProcess
 log = logging.getLogger(__name__)
 
 TICK = 0.1  # seconds between loop iterations when nothing wakes the loop sooner
-REGISTRY_INTERVAL = 2.0
 BOOT_FAILURE_LIMIT = 5  # consecutive children dying before they are up → halt
 # Respawn delays double from 0.1 s per quick death of a slot. A child that dies while booting
 # waits up to 5 s (a crash loop; the halt above ends it). A child that was up and serving --
@@ -62,24 +66,14 @@ BOOT_FAILURE_LIMIT = 5  # consecutive children dying before they are up → halt
 RESPAWN_FIRST = 0.1
 RESPAWN_CAP_BOOTING = 5.0
 RESPAWN_CAP_UP = 1.0
+QUICK_DEATH = 10.0  # seconds: a child that lived longer starts its slot's backoff afresh
 SCHEDULER_STOP_GRACE = 5.0
 FINAL_ACK_WINDOW = 5.0  # at exit, how long to keep trying to requeue jobs of killed workers
+HALT_KILL_WINDOW = 5.0  # after a halt, how long to wait for the killed children to go
 
 
 class Halt(Exception):
     """The supervisor cannot run (children keep failing to boot); exit non-zero."""
-
-
-@dataclasses.dataclass
-class PendingAck:
-    """A job whose worker is gone and whose fate still has to reach Redis."""
-
-    job_id: str
-    token: int
-    action: str  # "worker died", "drain" (shutdown) or "timeout"
-    timeout: float = 0.0
-    # Set instead of job_id/token: "the job this worker claimed last, if it still holds it".
-    claimed_by: str | None = None
 
 
 class Supervisor:
@@ -92,45 +86,58 @@ class Supervisor:
         listener: WSGIServer | None = None,
         generation: int = 0,
         reloaded: bool = False,
+        scripts: Scripts | None = None,
+        spawner: Spawner | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        send_notify: Callable[[str], bool] = notify.notify,
     ) -> None:
         self.settings = settings
         self.redis_url = redact_url(settings.redis_url)
         self.silence_timeout = settings.heartbeat_timeout
         self.listener = listener
+        self.clock = clock
         self.pid = os.getpid()
         self.name = f"{socket.gethostname()}-{self.pid}"
         kinds = [WORKER] * settings.worker_count + [SCHEDULER] + ([OBSERVER] if listener else [])
         self.kinds = kinds  # slot index -> kind of child
         self.table = SlotTable(len(kinds))
-        self.children: dict[int, Child] = {}
+        self.roster = Roster(self.table, spawner or ForkSpawner())
+        self.children = self.roster.children  # pid -> Child
         self.respawn_at: dict[int, float] = {}
         self.failures: dict[int, int] = {}
         self.boot_failures = 0
         # Child names go on counting across a reload: the pid stays, names must not repeat.
         self.generation = generation
         self.reloaded = reloaded  # this image was started by a reload (SIGHUP)
-        self.pending_acks: list[PendingAck] = []
         self.signals: list[int] = []
         self.stopping = False
         self.reloading = False  # the drain under way ends in a re-exec, not an exit
         self.check: ImportCheck | None = None
         self.drain_deadline = 0.0
-        self.next_renew = 0.0
-        self.next_registry = 0.0
-        self.ready_sent = False
-        # Ready means Redis has answered: the scripts are loaded at start and, while Redis is
-        # unreachable, again with backoff until they are.
-        self.scripts_loaded = False
-        self.next_script_load = 0.0
-        self.redis_backoff = Backoff("supervisor", redis_url=settings.redis_url)
-        self.lease = settings.visibility_timeout
-        self.renew_interval = min(1.0, self.lease / 4)
-        self.scripts = Scripts(
+        self.scripts = scripts or Scripts(
             self._redis(), Keys(settings.key_prefix), Policy.from_settings(settings)
         )
+        self.renew_interval = min(1.0, settings.visibility_timeout / 4)
+        self._add_duties(clock, send_notify)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+
+    def _add_duties(self, clock: Callable[[], float], send_notify: Callable[[str], bool]) -> None:
+        settings, roster, scripts = self.settings, self.roster, self.scripts
+        self.loader = ScriptLoader(scripts, Backoff("supervisor", redis_url=settings.redis_url))
+        self.leases = Leases(
+            roster, scripts, interval=self.renew_interval, redis_url=self.redis_url
+        )
+        self.release = Release(scripts, redis_url=self.redis_url, clock=clock)
+        self.registry = RegistryHeartbeat(roster, scripts, name=self.name)
+        self.readiness = Readiness(
+            roster,
+            self.loader,
+            worker_count=settings.worker_count,
+            reloaded=self.reloaded,
+            send=send_notify,
+        )
 
     def _redis(self) -> redis.Redis:
         # Short timeouts: a Redis outage must not stall reaping and respawning for long.
@@ -141,14 +148,21 @@ class Supervisor:
         )
         return connect(quick, role="supervisor")
 
+    def close(self) -> None:
+        """Close the wake-up pipe (the loop is over; tests make many supervisors)."""
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     # -- signals -----------------------------------------------------------------------------
 
     def install_signals(self) -> None:
         """Record signals and wake the loop; everything else happens in step()."""
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
-            signal.signal(sig, self._record_signal)
+            signal.signal(sig, self.record_signal)
 
-    def _record_signal(self, signum: int, _frame: FrameType | None) -> None:
+    def record_signal(self, signum: int, _frame: FrameType | None = None) -> None:
+        """Queue `signum` for the next step and wake the loop (the signal handler)."""
         self.signals.append(signum)
         with contextlib.suppress(BlockingIOError):  # a full pipe: the loop is already due to wake
             os.write(self._wake_w, b"!")
@@ -171,7 +185,7 @@ class Supervisor:
             return
         else:
             self._begin_drain(now)
-        notify.notify("STOPPING=1")
+        self.readiness.on_stopping()
         log.info(
             "supervisor_stopping", extra={"signal": cause, "grace_s": self.settings.drain_grace}
         )
@@ -180,8 +194,8 @@ class Supervisor:
         """Stop claiming: workers finish their job (up to the grace), then exit."""
         self.stopping = True
         self.drain_deadline = now + self.settings.drain_grace
-        for child in self._of_kind(WORKER):
-            signal_child(child.pid, signal.SIGTERM)
+        for child in self.roster.of_kind(WORKER):
+            self.roster.spawner.kill(child.pid, signal.SIGTERM)
 
     # -- reload (SIGHUP) -----------------------------------------------------------------------
 
@@ -221,9 +235,8 @@ class Supervisor:
             return  # SIGTERM came while the check ran
         self.reloading = True
         self._begin_drain(now)
-        # systemd: reloading until the new image sends READY=1 (MONOTONIC_USEC since v253).
-        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
-        notify.notify(f"RELOADING=1\nMONOTONIC_USEC={usec}")
+        # systemd: reloading until the new image sends READY=1.
+        self.readiness.on_reloading()
         log.info("supervisor_reloading", extra={"grace_s": self.settings.drain_grace})
 
     # -- the loop ----------------------------------------------------------------------------
@@ -245,9 +258,9 @@ class Supervisor:
             },
         )
         try:
-            while not self._finished():
-                self.step(time.monotonic())
-                self._sleep()
+            while not self.finished:
+                self.step(self.clock())
+                self._sleep(TICK)
         except Halt as exc:
             log.error("supervisor_halted", extra={"reason": str(exc)})
             self._kill_everything()
@@ -257,54 +270,41 @@ class Supervisor:
                 self.check.kill()
                 self.check = None
         self._stop_helpers()
-        self._flush_acks(deadline=time.monotonic() + FINAL_ACK_WINDOW)
+        self.release.settle(deadline=self.clock() + FINAL_ACK_WINDOW)
         if self.reloading:
             return 0  # the same name comes back after the exec: stay in the registry
-        self._leave_registry()
+        self.registry.leave()
         log.info("supervisor_stopped")
         return 0
 
     def step(self, now: float) -> None:
-        """Do one iteration: signals, reaping, lease renewal, policing, spawning, reporting."""
+        """Do one iteration: signals, reaping, policing, spawning, then each duty's tick."""
         self._handle_signals(now)
         self._reap(now)
         self._poll_check(now)
-        if not self.scripts_loaded and now >= self.next_script_load:
-            self._load_scripts(now)
+        self.loader.tick(now)
         if self.stopping and now >= self.drain_deadline:
             self._kill_workers("drain grace over")
         self._police(now)
-        if now >= self.next_renew:
-            self.next_renew = now + self.renew_interval
-            self._renew()
-        self._flush_acks()
+        self.leases.tick(now)
+        self.release.tick(now)
         if not self.stopping:
             self._spawn_missing(now)
-        self._report(now)
+        self.readiness.tick(now)
+        self.registry.tick(now)
 
-    def _sleep(self) -> None:
-        select.select([self._wake_r], [], [], TICK)
+    @property
+    def finished(self) -> bool:
+        """Tell whether a drain is over: stopping, and no worker left."""
+        return self.stopping and not self.roster.of_kind(WORKER)
+
+    def _sleep(self, timeout: float) -> None:
+        select.select([self._wake_r], [], [], timeout)
         try:
             while os.read(self._wake_r, 512):
                 pass
         except BlockingIOError:
             pass
-
-    def _finished(self) -> bool:
-        return self.stopping and not self._of_kind(WORKER)
-
-    def _of_kind(self, kind: str) -> list[Child]:
-        return [c for c in self.children.values() if c.kind == kind]
-
-    def _load_scripts(self, now: float) -> None:
-        try:
-            self.scripts.load()
-            self.scripts_loaded = True
-            self.redis_backoff.succeeded()
-            warn_about_redis(self.scripts.redis, log)  # eviction or no persistence loses jobs
-        except redis.RedisError as exc:
-            # Not fatal: the children back off and retry on their own, and so does this.
-            self.next_script_load = now + self.redis_backoff.failed(exc)
 
     # -- children ----------------------------------------------------------------------------
 
@@ -317,17 +317,12 @@ class Supervisor:
     def _spawn(self, index: int, kind: str, now: float) -> None:
         self.generation += 1
         name = f"{self.name}-{kind}{index}-{self.generation}"
-        slot = self.table.slot(index)
-        slot.reset(booting=True)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                code = self._child(Child(kind, index, os.getpid(), name, now))
-            except BaseException:
-                log.exception("child_crashed", extra={"child": name})
-            finally:
-                os._exit(code)
+        self.table.slot(index).reset(booting=True)
+
+        def body() -> int:
+            return self._child(Child(kind, index, os.getpid(), name, now))
+
+        pid = self.roster.spawner.spawn(name, body)
         self.children[pid] = Child(kind, index, pid, name, now)
         log.info("child_spawned", extra={"child": name, "kind": kind, "child_pid": pid})
 
@@ -360,7 +355,7 @@ class Supervisor:
     def _reap(self, now: float) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status = self.roster.spawner.reap()
             except ChildProcessError:
                 return
             if pid == 0:
@@ -392,30 +387,9 @@ class Supervisor:
         )
         metrics.mark_dead(child.pid)
         if child.kind == WORKER:
-            self._requeue_job_of(child, state)
+            self.release.on_worker_died(child, state, draining=self.stopping)
         failed = booting or (child.kill_reason is None and not expected and code != 0)
         self._plan_respawn(child, now, failed=failed, booting=booting)
-
-    def _requeue_job_of(self, child: Child, state: object) -> None:
-        """Queue the fate of the job a dead worker was running (it reaches Redis in _flush_acks)."""
-        action = "drain" if self.stopping else "worker died"
-        if child.kill_reason == "lease lost":
-            # The job its slot shows is someone else's now. But a worker that ran on after its
-            # lease was lost (resumed after SIGSTOP) may have claimed another job before it
-            # was killed: that one is still its own, found by its last claim.
-            self.pending_acks.append(PendingAck("", 0, action, claimed_by=child.name))
-            return
-        if child.killed_job is not None:
-            job_id, token, timeout = child.killed_job
-            if child.kill_reason == "timeout":
-                action = "timeout"
-            self.pending_acks.append(PendingAck(job_id, token, action, timeout))
-        elif state is not None and state.job_id:  # type: ignore[attr-defined]
-            job_id, token, timeout = state.job_id, state.token, state.job_timeout  # type: ignore[attr-defined]
-            self.pending_acks.append(PendingAck(job_id, token, action, timeout))
-        # A worker that died inside a claim (or a complete that claims the next job) holds a
-        # job its slot never showed: Redis knows it, under the worker's last claim.
-        self.pending_acks.append(PendingAck("", 0, action, claimed_by=child.name))
 
     def _plan_respawn(self, child: Child, now: float, *, failed: bool, booting: bool) -> None:
         if booting:
@@ -427,7 +401,7 @@ class Supervisor:
                 )
         elif child.kind == WORKER:
             self.boot_failures = 0
-        if now - child.started > 10.0 or not failed:
+        if now - child.started > QUICK_DEATH or not failed:
             self.failures[child.index] = 0
         failures = self.failures.get(child.index, 0) + (1 if failed else 0)
         self.failures[child.index] = failures
@@ -435,49 +409,44 @@ class Supervisor:
         delay = 0.0 if failures <= 1 else min(cap, RESPAWN_FIRST * 2 ** (failures - 2))
         self.respawn_at[child.index] = now + delay
 
-    def _kill(self, child: Child, reason: str, sig: signal.Signals = signal.SIGKILL) -> None:
-        if child.kill_reason is None:
-            child.kill_reason = reason
-        signal_child(child.pid, sig)
-
     def _kill_workers(self, reason: str) -> None:
-        for child in self._of_kind(WORKER):
+        for child in self.roster.of_kind(WORKER):
             if child.kill_reason is None:
                 log.warning("child_killed", extra={"child": child.name, "reason": reason})
-                self._kill(child, "drain")
+                self.roster.kill(child, "drain")
 
     def _kill_everything(self) -> None:
         for child in list(self.children.values()):
-            self._kill(child, "halt")
-        deadline = time.monotonic() + 5
-        while self.children and time.monotonic() < deadline:
+            self.roster.kill(child, "halt")
+        deadline = self.clock() + HALT_KILL_WINDOW
+        while self.children and self.clock() < deadline:
             self._reap_quietly(deadline)
 
     def _reap_quietly(self, deadline: float) -> None:
         # Not _reap: after a halt, a child's exit must not plan a respawn or count (and raise)
         # another boot failure.
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, _ = self.roster.spawner.reap()
         except ChildProcessError:
             self.children.clear()
             return
         if pid:
             self.children.pop(pid, None)
         else:
-            select.select([self._wake_r], [], [], min(TICK, max(0.0, deadline - time.monotonic())))
+            self._sleep(min(TICK, max(0.0, deadline - self.clock())))
 
     def _stop_helpers(self) -> None:
         """Stop the scheduler and the observability server, after the workers are gone."""
         for sig in (signal.SIGTERM, signal.SIGKILL):  # ask, then insist
             for child in list(self.children.values()):
-                self._kill(child, "shutdown", sig)
-            deadline = time.monotonic() + SCHEDULER_STOP_GRACE
-            while self.children and time.monotonic() < deadline:
-                self._reap(time.monotonic())
+                self.roster.kill(child, "shutdown", sig)
+            deadline = self.clock() + SCHEDULER_STOP_GRACE
+            while self.children and self.clock() < deadline:
+                self._reap(self.clock())
                 if self.children:
-                    select.select([self._wake_r], [], [], TICK)
+                    self._sleep(TICK)
 
-    # -- leases, timeouts, silence ---------------------------------------------------------------
+    # -- timeouts, silence -----------------------------------------------------------------------
 
     def _police(self, now: float) -> None:
         """Kill workers past their job's timeout and children silent outside a job."""
@@ -496,134 +465,9 @@ class Supervisor:
                             "timeout_s": state.job_timeout,
                         },
                     )
-                    self._kill(child, "timeout")
+                    self.roster.kill(child, "timeout")
             elif now - state.heartbeat > self.silence_timeout:
                 log.error(
                     "child_silent", extra={"child": child.name, "silent_s": now - state.heartbeat}
                 )
-                self._kill(child, "silent")
-
-    def _renew(self) -> None:
-        """Extend the lease of every running job in one call; stop workers that lost theirs."""
-        running: list[tuple[Child, str, int]] = []
-        for child in self._of_kind(WORKER):
-            state = self.table.slot(child.index).read()
-            if state is None or not state.job_id or child.kill_reason is not None:
-                continue
-            if process_stopped(child.pid):
-                continue  # a stopped process is not working on its job: let the lease run out
-            running.append((child, state.job_id, state.token))
-        if not running:
-            return
-        try:
-            codes = self.scripts.renew([(job_id, token) for _, job_id, token in running])
-        except redis.RedisError as exc:
-            log.warning(
-                "lease_renewal_failed",
-                extra={"redis": self.redis_url, "error": error_text(exc), "jobs": len(running)},
-            )
-            return
-        for (child, job_id, _), code in zip(running, codes, strict=True):
-            if code in (Code.STALE_TOKEN, Code.NOT_FOUND):
-                log.error("lease_lost", extra={"job_id": job_id, "child": child.name})
-                self._kill(child, "lease lost")
-
-    def _flush_acks(self, deadline: float | None = None) -> None:
-        """Send queued requeues/failures to Redis; keep the ones an outage blocks for later."""
-        while self.pending_acks:
-            ack = self.pending_acks[0]
-            try:
-                self._apply(ack)
-            except redis.RedisError as exc:
-                if deadline is None or time.monotonic() >= deadline:
-                    if deadline is not None:
-                        log.error(
-                            "requeue_abandoned",
-                            extra={
-                                "job_id": ack.job_id,
-                                "redis": self.redis_url,
-                                "error": error_text(exc),
-                                "note": "its lease will expire and a scheduler recovers it",
-                            },
-                        )
-                        self.pending_acks.pop(0)
-                        continue
-                    return
-                time.sleep(0.1)
-                continue
-            self.pending_acks.pop(0)
-
-    def _apply(self, ack: PendingAck) -> None:
-        if ack.claimed_by is not None:
-            ack = self._last_claim_of(ack)
-            if not ack.job_id:
-                return
-        fields = {"job_id": ack.job_id}
-        if ack.action == "timeout":
-            error = f"Timeout: timed out after {ack.timeout:g}s; its worker was killed"
-            # A timeout is rare and off the hot path: one read for the counter's type label.
-            raw_type = self.scripts.redis.hget(self.scripts.keys.job(ack.job_id), "type")
-            job_type = raw_type.decode() if raw_type else None
-            result = self.scripts.fail(ack.job_id, ack.token, error)
-            metrics.count("timed_out", job_type)
-            if result.code is Code.RETRYING:
-                metrics.count("retried", job_type)
-            elif result.code is Code.DEAD:
-                metrics.count("dead", job_type)
-            log.warning(
-                "job_timed_out",
-                extra={**fields, "type": job_type, "result": result.code.name.lower()},
-            )
-            return
-        outcome = self.scripts.release(ack.job_id, ack.token, drained=ack.action == "drain")
-        fields["type"] = outcome.job_type
-        if outcome.code is Code.DONE:
-            metrics.count("released" if ack.action == "drain" else "recovered", outcome.job_type)
-            event = "job_released" if ack.action == "drain" else "job_recovered"
-            log.warning(event, extra={**fields, "reason": ack.action})
-        elif outcome.code is Code.DEAD:
-            metrics.count("dead", outcome.job_type)
-            log.error("job_dead", extra={**fields, "reason": "recovery cap"})
-
-    def _last_claim_of(self, ack: PendingAck) -> PendingAck:
-        """Resolve "the job this dead worker claimed last" to that job, if it still holds it."""
-        keys, client = self.scripts.keys, self.scripts.redis
-        last = client.get(keys.last_claim(ack.claimed_by or ""))
-        if last is None:
-            return dataclasses.replace(ack, job_id="")
-        job_id = last.decode().partition("|")[2]
-        status, worker, token = client.hmget(keys.job(job_id), "status", "worker_id", "token")
-        if status != b"processing" or worker is None or worker.decode() != ack.claimed_by:
-            return dataclasses.replace(ack, job_id="")  # finished, requeued, or claimed anew
-        # release checks the token again, inside its script: a claim since then is left alone.
-        return dataclasses.replace(ack, job_id=job_id, token=int(token))
-
-    # -- reporting ---------------------------------------------------------------------------
-
-    def _report(self, now: float) -> None:
-        workers = [c for c in self._of_kind(WORKER) if c.kill_reason is None]
-        live = sum(1 for c in workers if (s := self.table.slot(c.index).read()) and not s.booting)
-        scheduler_up = any(
-            c.kill_reason is None and (s := self.table.slot(c.index).read()) and not s.booting
-            for c in self._of_kind(SCHEDULER)
-        )
-        self.table.publish_status(live, scheduler_up, self.scripts_loaded)
-        up = live == self.settings.worker_count and scheduler_up
-        if not self.ready_sent and up and self.scripts_loaded and not self.stopping:
-            self.ready_sent = True
-            notify.notify(f"READY=1\nSTATUS={live} workers running")
-            log.info("supervisor_ready", extra={"workers": live, "reloaded": self.reloaded})
-        if now >= self.next_registry:
-            self.next_registry = now + REGISTRY_INTERVAL
-            busy = sum(1 for c in workers if (s := self.table.slot(c.index).read()) and s.job_id)
-            # The registry is informational; an outage is logged by the loops it stops.
-            with contextlib.suppress(redis.RedisError):
-                self.scripts.heartbeat(
-                    self.name,
-                    {"host": socket.gethostname(), "pid": self.pid, "workers": live, "busy": busy},
-                    ttl_ms=int(REGISTRY_INTERVAL * 5 * 1000),
-                )
-
-    def _leave_registry(self) -> None:
-        with contextlib.suppress(redis.RedisError):  # else the record expires on its own
-            self.scripts.heartbeat(self.name, {}, ttl_ms=1, leaving=True)
+                self.roster.kill(child, "silent")

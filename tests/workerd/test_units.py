@@ -1,5 +1,6 @@
 """Fast tests of workerd's parts: shared-memory slots, backoff, the handler boundary, systemd
-notify, and exit-status decoding. Real fork, real sockets; no Redis, no supervisor."""
+notify, and exit-status decoding. Real fork, real sockets; no Redis, no supervisor (the
+supervisor's rules are stepped through its public step(now) in test_steps.py)."""
 
 from __future__ import annotations
 
@@ -332,7 +333,12 @@ def _status_of_child(action: str) -> int:
             if action.startswith("exit"):
                 os._exit(int(action.removeprefix("exit")))
             faulthandler.disable()  # pytest's handler would print a traceback for SIGSEGV
-            os.kill(os.getpid(), signal.Signals[action])
+            sig = signal.Signals[action]
+            if sig is not signal.SIGKILL:  # the one signal no handler can take
+                # The default action, not a handler inherited from pytest (tests/conftest.py
+                # turns SIGTERM into KeyboardInterrupt, which would exit 99 below).
+                signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
         finally:
             os._exit(99)  # a signal above did not kill us
     _, status = os.waitpid(pid, 0)
@@ -377,47 +383,3 @@ def test_process_stopped_tells_a_sigstopped_process() -> None:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     assert not process_stopped(pid)  # gone
-
-
-# --- respawn delays ----------------------------------------------------------------------------
-
-
-def _respawn_delays(*, booting: bool, deaths: int) -> list[float]:
-    """Plan `deaths` quick deaths of slot 0 and return the respawn delay after each."""
-    from shared.config import Settings
-    from workerd.children import Child
-    from workerd.supervisor import Supervisor
-
-    supervisor = Supervisor(Settings.from_env({"REDIS_URL": "redis://127.0.0.1:1/0"}))
-    delays = []
-    for n in range(deaths):
-        now = 100.0 + n  # each child lived one second: a quick death
-        child = Child("worker", 0, 1000 + n, f"w{n}", started=now - 1.0)
-        supervisor._plan_respawn(child, now, failed=True, booting=booting)
-        delays.append(round(supervisor.respawn_at[0] - now, 3))
-    return delays
-
-
-def test_a_worker_killed_while_serving_waits_at_most_a_second_to_come_back() -> None:
-    assert _respawn_delays(booting=False, deaths=8) == [0.0, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0]
-
-
-def test_a_child_dying_while_booting_backs_off_up_to_five_seconds() -> None:
-    from workerd.supervisor import Halt
-
-    assert _respawn_delays(booting=True, deaths=4) == [0.0, 0.1, 0.2, 0.4]
-    with pytest.raises(Halt):
-        _respawn_delays(booting=True, deaths=5)
-
-
-def test_a_worker_killed_for_a_lost_lease_still_gives_back_the_job_it_claimed_since() -> None:
-    """Its slot's job belongs to another worker now, but a job it claimed after resuming
-    (SIGSTOP, SIGCONT, a refused complete, a new claim) is still its own: release that one."""
-    from shared.config import Settings
-    from workerd.children import Child
-    from workerd.supervisor import PendingAck, Supervisor
-
-    supervisor = Supervisor(Settings.from_env({"REDIS_URL": "redis://127.0.0.1:1/0"}))
-    child = Child("worker", 0, 4242, "host-1-w0", started=0.0, kill_reason="lease lost")
-    supervisor._requeue_job_of(child, None)
-    assert supervisor.pending_acks == [PendingAck("", 0, "worker died", claimed_by="host-1-w0")]

@@ -1,0 +1,64 @@
+"""Lease renewal: the supervisor extends the lease of every job its workers run.
+
+One call per interval renews them all, so a handler stuck in one long C call keeps its lease
+while its process lives; a worker whose lease was lost (its job recovered and claimed anew)
+is killed before it can write over the new holder's work.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+
+from shared.log import error_text
+from shared.scripts import Code, Scripts
+from workerd.children import WORKER, Child, Roster
+
+log = logging.getLogger(__name__)
+
+
+class Leases:
+    """Renews the leases of the running jobs every `interval` seconds."""
+
+    def __init__(
+        self, roster: Roster, scripts: Scripts, *, interval: float, redis_url: str
+    ) -> None:
+        self.roster = roster
+        self.scripts = scripts
+        self.interval = interval
+        self.redis_url = redis_url  # redacted: it names the server in the failure line
+        self.next_renew = 0.0
+
+    def tick(self, now: float) -> None:
+        """Renew when due; kill the workers whose lease Redis says was lost."""
+        if now < self.next_renew:
+            return
+        self.next_renew = now + self.interval
+        running = self._running()
+        if not running:
+            return
+        try:
+            codes = self.scripts.renew([(job_id, token) for _, job_id, token in running])
+        except redis.RedisError as exc:
+            # The next tick tries again; a lease outlives several missed renewals.
+            log.warning(
+                "lease_renewal_failed",
+                extra={"redis": self.redis_url, "error": error_text(exc), "jobs": len(running)},
+            )
+            return
+        for (child, job_id, _), code in zip(running, codes, strict=True):
+            if code in (Code.STALE_TOKEN, Code.NOT_FOUND):
+                log.error("lease_lost", extra={"job_id": job_id, "child": child.name})
+                self.roster.kill(child, "lease lost")
+
+    def _running(self) -> list[tuple[Child, str, int]]:
+        running = []
+        for child in self.roster.of_kind(WORKER):
+            state = self.roster.state(child)
+            if state is None or not state.job_id or child.kill_reason is not None:
+                continue
+            if self.roster.spawner.stopped(child.pid):
+                continue  # a stopped process is not working on its job: let the lease run out
+            running.append((child, state.job_id, state.token))
+        return running

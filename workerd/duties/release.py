@@ -1,0 +1,164 @@
+"""Giving back the job of a worker that is gone: requeued, dead past the recovery cap, or failed
+when the supervisor killed it for its timeout.
+
+A death is seen at once (SIGCHLD), so the job goes back to pending without waiting out its
+lease. What is owed is queued first and sent on the next tick; a Redis outage keeps it queued,
+and if Redis stays away past the final window at exit, the lease expires and a scheduler
+recovers the job anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+
+from shared import metrics
+from shared.log import error_text
+from shared.scripts import AckResult, Code, Scripts
+from workerd.children import Child
+from workerd.slots import SlotState
+
+log = logging.getLogger(__name__)
+
+RETRY_PAUSE = 0.1  # seconds between attempts inside the final window at exit
+
+
+@dataclass
+class OrphanedJob:
+    """A job whose worker is gone and whose fate still has to reach Redis."""
+
+    job_id: str
+    token: int
+    action: str  # "worker died", "drain" (shutdown) or "timeout"
+    timeout: float = 0.0
+    # Set instead of job_id/token: "the job this worker claimed last, if it still holds it".
+    claimed_by: str | None = None
+
+
+class Release:
+    """Queues the jobs of dead workers and sends their fate to Redis."""
+
+    def __init__(
+        self,
+        scripts: Scripts,
+        *,
+        redis_url: str,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.scripts = scripts
+        self.redis_url = redis_url  # redacted
+        self.clock = clock
+        self.sleep = sleep
+        self.owed: list[OrphanedJob] = []
+
+    def on_worker_died(self, child: Child, state: SlotState | None, *, draining: bool) -> None:
+        """Queue the fate of what a dead worker held: the job its slot showed, its last claim."""
+        action = "drain" if draining else "worker died"
+        if child.kill_reason == "lease lost":
+            # The job its slot shows is someone else's now. But a worker that ran on after its
+            # lease was lost (resumed after SIGSTOP) may have claimed another job before it
+            # was killed: that one is still its own, found by its last claim.
+            self.owed.append(OrphanedJob("", 0, action, claimed_by=child.name))
+            return
+        if child.killed_job is not None:
+            job_id, token, timeout = child.killed_job
+            if child.kill_reason == "timeout":
+                action = "timeout"
+            self.owed.append(OrphanedJob(job_id, token, action, timeout))
+        elif state is not None and state.job_id:
+            self.owed.append(OrphanedJob(state.job_id, state.token, action, state.job_timeout))
+        # A worker that died inside a claim (or a complete that claims the next job) holds a
+        # job its slot never showed: Redis knows it, under the worker's last claim.
+        self.owed.append(OrphanedJob("", 0, action, claimed_by=child.name))
+
+    def tick(self, now: float) -> None:
+        """Send what is owed; stop at the first Redis error and keep the rest for later."""
+        while self.owed:
+            try:
+                self._apply(self.owed[0])
+            except redis.RedisError:
+                return  # the children log the outage; the next tick tries again
+            self.owed.pop(0)
+
+    def settle(self, deadline: float) -> None:
+        """At exit: keep trying until `deadline`, then give up on each job with a log line."""
+        while self.owed:
+            orphan = self.owed[0]
+            try:
+                self._apply(orphan)
+            except redis.RedisError as exc:
+                if self.clock() < deadline:
+                    self.sleep(RETRY_PAUSE)
+                    continue
+                log.error(
+                    "requeue_abandoned",
+                    extra={
+                        "job_id": orphan.job_id,
+                        "redis": self.redis_url,
+                        "error": error_text(exc),
+                        "note": "its lease will expire and a scheduler recovers it",
+                    },
+                )
+            self.owed.pop(0)
+
+    def _apply(self, orphan: OrphanedJob) -> None:
+        drained = orphan.action == "drain"
+        if orphan.claimed_by is not None:
+            released = self.release_last_claim(orphan.claimed_by, drained=drained)
+            if released is not None:
+                _report_release(released[0], orphan.action, released[1])
+        elif orphan.action == "timeout":
+            self._fail_timed_out(orphan)
+        else:
+            outcome = self.scripts.release(orphan.job_id, orphan.token, drained=drained)
+            _report_release(orphan.job_id, orphan.action, outcome)
+
+    def release_last_claim(self, worker: str, *, drained: bool) -> tuple[str, AckResult] | None:
+        """Release the job `worker` claimed last if it still holds it; return (job id, outcome).
+
+        The one place that knows how a last claim is found; a single engine script that does
+        the same replaces this body (issue 13: no key format parsed outside shared/).
+        """
+        keys, client = self.scripts.keys, self.scripts.redis
+        last = client.get(keys.last_claim(worker))
+        if last is None:
+            return None
+        job_id = last.decode().partition("|")[2]
+        status, holder, token = client.hmget(keys.job(job_id), "status", "worker_id", "token")
+        if status != b"processing" or holder is None or holder.decode() != worker:
+            return None  # finished, requeued, or claimed anew
+        # release checks the token again, inside its script: a claim since then is left alone.
+        return job_id, self.scripts.release(job_id, int(token), drained=drained)
+
+    def _fail_timed_out(self, orphan: OrphanedJob) -> None:
+        error = f"Timeout: timed out after {orphan.timeout:g}s; its worker was killed"
+        # A timeout is rare and off the hot path: one read for the counter's type label.
+        raw_type = self.scripts.redis.hget(self.scripts.keys.job(orphan.job_id), "type")
+        job_type = raw_type.decode() if raw_type else None
+        result = self.scripts.fail(orphan.job_id, orphan.token, error)
+        metrics.count("timed_out", job_type)
+        if result.code is Code.RETRYING:
+            metrics.count("retried", job_type)
+        elif result.code is Code.DEAD:
+            metrics.count("dead", job_type)
+        log.warning(
+            "job_timed_out",
+            extra={"job_id": orphan.job_id, "type": job_type, "result": result.code.name.lower()},
+        )
+
+
+def _report_release(job_id: str, action: str, outcome: AckResult) -> None:
+    """Log and count a release; a stale or finished job was not ours to release: silence."""
+    fields = {"job_id": job_id, "type": outcome.job_type}
+    if outcome.code is Code.DONE:
+        metrics.count("released" if action == "drain" else "recovered", outcome.job_type)
+        event = "job_released" if action == "drain" else "job_recovered"
+        log.warning(event, extra={**fields, "reason": action})
+    elif outcome.code is Code.DEAD:
+        metrics.count("dead", outcome.job_type)
+        log.error("job_dead", extra={**fields, "reason": "recovery cap"})

@@ -23,7 +23,7 @@ from shared.jobs import Job, JobState, validate_enqueue
 from shared.keys import Keys
 from shared.queries import get_job
 from shared.scripts import Policy, Scripts
-from tests._tools import RedisServer
+from tests.support.redis_server import RedisServer
 from workerd.children import SCHEDULER, WORKER, Child
 from workerd.supervisor import Halt, Supervisor
 

@@ -70,10 +70,10 @@ def enqueue_one(
         if span is not None and not result.created:
             span.set_attribute("taskforge.duplicate_of", result.job_id)
     if not result.created:
-        # The key named an earlier job (same body): answer with that job as it is now.
-        job = get_job(gw.redis, gw.keys, result.job_id)
-        doc = job.to_json() if job else {"id": result.job_id, "status": str(result.status)}
-        return doc, False
+        # The key named an earlier job (same body): answer with that job as it is now, or as
+        # created if it was deleted since the script answered (its status is the script's).
+        job = get_job(gw.redis, gw.keys, result.job_id) or created_job(request, result)
+        return job.to_json(), False
     log.info("job_enqueued", extra={"job_id": result.job_id, "type": request.type})
     metrics.count("enqueued", request.type)
     return created_job(request, result).to_json(), True

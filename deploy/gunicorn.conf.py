@@ -73,8 +73,8 @@ if __name__ == "__main__":
 # environment, and shared.multiproc remembers (across reloads) whether this process made it.
 #
 # A PROMETHEUS_MULTIPROC_DIR set by the user is theirs: wiped at start, kept at exit. Without
-# one, each start gets a fresh directory of its own (two gateways on one port no longer share
-# and empty each other's), removed on exit.
+# one, each start gets a fresh directory of its own (so two gateways on one port never empty
+# each other's), removed on exit.
 from shared.multiproc import (  # noqa: E402
     MULTIPROC_ENV,
     is_private_multiprocess_dir,
@@ -101,32 +101,9 @@ from shared.metrics import mark_dead  # noqa: E402
 gateway_app.leave_open_warning_to_server()
 
 # --- workers --------------------------------------------------------------------------------
-# gthread, chosen by measurement: `python -m bench.gateway --compare --seconds 3 --rounds 3`
-# (2-core VM shared with other sessions' tests, load average 2-6; 16 keep-alive clients POST
-# /enqueue from another process, Redis on the same machine; medians of 3 interleaved rounds;
-# "slow" = 16 more clients that trickle their request one byte every 0.5 s):
-#
-#   class    workers threads   req/s   worker CPU µs/req   req/s with 16 slow clients
-#   sync        2       1      1,047          850                       0
-#   sync        4       1        511        1,597                       0
-#   gthread     2       2      1,091          899                   1,070
-#   gthread     2       4      1,082          810                   1,159
-#   gthread     2       8      1,040          839                     855  (0 in another run)
-#   gthread     2      16        999          945                     927
-#   gthread     2      32        999          871                     885
-#   gthread     3       8      1,070          816                     809
-#
-# Without slow clients the classes cost about the same CPU per request (a Redis-free 404
-# costs ~450 µs of worker CPU either way: gunicorn and Flask dominate on this machine), and
-# their throughput differs by less than the machine's noise (two earlier runs: sync 2 at
-# 775 and 1,499; gthread 2x2 at 1,148 and 1,427). Slow clients decide it: a client that
-# trickles its request holds a sync worker, so as many slow clients as workers stop the
-# service (0 req/s in every run); under gthread each holds one thread and the rest keep
-# serving, until slow clients outnumber all threads (2x8 = 16 threads: 0 req/s in one run).
-# Keep-alive (gthread only) also spares each request a TCP handshake. Threads: throughput is
-# flat from 2 to 32 within the noise, so 32 per worker: 64 threads outlast many slow
-# clients. Redis connections do not grow with them: gateway/app.py caps its pool at 8 per
-# worker. A buffering proxy in front remains the real cure for slow clients.
+# gthread: a client that trickles its request holds one thread, not a whole worker, and 64
+# threads outlast many such clients at no cost in throughput (docs/MEASUREMENTS.md). Redis
+# connections do not grow with threads: gateway/app.py caps its pool per worker.
 worker_class = "gthread"
 workers = _count("WEB_CONCURRENCY", 2)
 threads = _count("GUNICORN_THREADS", 32)

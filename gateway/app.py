@@ -24,21 +24,17 @@ from shared.scripts import Policy, Scripts
 
 log = logging.getLogger(__name__)
 
-# A request must get its 503 in under a second when Redis is gone or hung: a gunicorn worker
-# (or thread) waiting on Redis serves nobody else meanwhile. These cap the settings. A busy
-# 1,000-job batch takes tens of milliseconds in Redis: 0.75 s leaves it a wide margin, and
-# with POOL_WAIT a hung Redis is answered within 0.95 s (measured: docs/RELIABILITY.md, 8).
+# Caps on the settings: a request gets its 503 within 0.95 s (with POOL_WAIT) when Redis is gone
+# or hung (docs/RELIABILITY.md, 8), far above the tens of ms a busy 1,000-job batch takes.
 SOCKET_TIMEOUT = 0.75
 CONNECT_TIMEOUT = 0.5
-# gunicorn runs many threads per worker so slow clients cannot occupy them all; those threads
-# must not open as many Redis connections (small hosted plans allow 20 in all). A request
-# holds a connection for well under a millisecond, so a few per process serve them all.
+# gunicorn's many threads must not open as many Redis connections (small hosted plans allow
+# 20 in all): a request holds one for well under a millisecond, so a few per process serve all.
 POOL_SIZE = 8
 POOL_WAIT = 0.2  # seconds a thread waits for a free connection before answering 503
 AUTH_DISABLED = "TASKFORGE_API_TOKEN is unset: every endpoint is open to anyone"
-# Whether create_app warns AUTH_DISABLED itself. Under deploy/gunicorn.conf.py the master says
-# it instead, once per start and naming the address it bound: create_app runs in every worker,
-# and cannot tell loopback from the world.
+# Whether create_app warns AUTH_DISABLED itself: under deploy/gunicorn.conf.py the master says
+# it once per start, naming the address it bound (a worker cannot tell loopback from the world).
 _app_warns_when_open = True
 
 
@@ -88,9 +84,8 @@ def create_app(
         )
         _check_redis(scripts)
     app = Flask(__name__)
-    # A backstop for request.stream (Content-Length and chunked bodies alike); body.py enforces
-    # the exact limit. One byte more, because Werkzeug cannot tell a body that ends at its
-    # limit from one that goes on: it refuses the read that would find the end.
+    # A backstop for request.stream; body.py enforces the exact limit. One byte more: Werkzeug
+    # refuses the read that would find the end of a body exactly at its limit.
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES + 1
     app.json.sort_keys = False  # keep the job's documented field order
     app.extensions[Gateway.EXTENSION] = Gateway(settings, scripts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 
 from flask import Flask, request
+from werkzeug.datastructures import Headers
 
 from gateway.errors import ApiError
 
@@ -24,6 +25,24 @@ def bearer_token(header: str | None) -> bytes | None:
     return token.strip().encode("latin-1", errors="replace")
 
 
+def check_token(headers: Headers, expected: bytes) -> None:
+    """Raise 401 unless `headers` carry ``Authorization: Bearer <expected>``."""
+    given = bearer_token(headers.get("Authorization"))
+    if given is None:
+        raise ApiError(
+            401,
+            "authentication required: send Authorization: Bearer <token>",
+            headers={"WWW-Authenticate": REALM},
+        )
+    # Constant time: the comparison must not reveal how much of a guess was right.
+    if not hmac.compare_digest(given, expected):
+        raise ApiError(
+            401,
+            "invalid bearer token",
+            headers={"WWW-Authenticate": f'{REALM}, error="invalid_token"'},
+        )
+
+
 def install(app: Flask, token: str | None) -> None:
     """Require `token` on every request to `app` except OPEN_ENDPOINTS; do nothing when None."""
     if token is None:
@@ -34,19 +53,5 @@ def install(app: Flask, token: str | None) -> None:
     def require_token() -> None:
         """Refuse the request with 401 unless it carries the token."""
         # Unknown paths (endpoint None) are refused too: a stranger learns no routes.
-        if request.endpoint in OPEN_ENDPOINTS:
-            return
-        given = bearer_token(request.headers.get("Authorization"))
-        if given is None:
-            raise ApiError(
-                401,
-                "authentication required: send Authorization: Bearer <token>",
-                headers={"WWW-Authenticate": REALM},
-            )
-        # Constant time: the comparison must not reveal how much of a guess was right.
-        if not hmac.compare_digest(given, expected):
-            raise ApiError(
-                401,
-                "invalid bearer token",
-                headers={"WWW-Authenticate": f'{REALM}, error="invalid_token"'},
-            )
+        if request.endpoint not in OPEN_ENDPOINTS:
+            check_token(request.headers, expected)

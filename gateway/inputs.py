@@ -1,4 +1,8 @@
-"""Validation of what a request brings besides an enqueue body: ids, headers, query, batch."""
+"""Validation of what a request brings: body, ids, headers, query, batch.
+
+The checks of ``POST /enqueue`` are plain functions of (headers, body bytes), so that Flask's
+view and the lean path in gateway/fastpath.py run the same code in the same order.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import re
 from typing import Any
 
 from flask import request
+from werkzeug.datastructures import Headers
 
 from gateway.body import MAX_BODY_BYTES, parse_json, read_limited, too_large
 from gateway.errors import ApiError
@@ -24,14 +29,32 @@ IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 LISTED_ERRORS = 20  # per message; the "errors" list always names every one
 
 
-def json_body() -> Any:
-    """Return the request's JSON document, whatever its Content-Type says."""
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+def check_body(headers: Headers, content_length: int | None) -> None:
+    """Refuse, before reading it, a compressed body (415) or one declared over the limit (413)."""
+    encoding = headers.get("Content-Encoding", "identity").strip().lower()
     if encoding != "identity":
         raise ApiError(415, f"Content-Encoding {encoding!r} is not supported; send plain JSON")
-    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-        raise too_large()  # before request.stream, whose own check words it differently
-    return parse_json(read_limited(request.stream, request.content_length))
+    if content_length is not None and content_length > MAX_BODY_BYTES:
+        raise too_large()
+
+
+def raw_body() -> bytes:
+    """Return the Flask request's body within the size limit."""
+    # Checked before request.stream is touched: its own limit check words the 413 differently.
+    check_body(request.headers, request.content_length)
+    return read_limited(request.stream, request.content_length)
+
+
+def json_body() -> Any:
+    """Return the Flask request's JSON document, whatever its Content-Type says."""
+    return parse_json(raw_body())
+
+
+def enqueue_input(headers: Headers, raw: bytes) -> tuple[EnqueueRequest, str | None]:
+    """Return the job and Idempotency-Key of a ``POST /enqueue``; raise its 400 otherwise."""
+    body = parse_json(raw)
+    key = idempotency_key(headers)
+    return enqueue_request(body), key
 
 
 def job_id(raw: str) -> str:
@@ -42,9 +65,9 @@ def job_id(raw: str) -> str:
     return candidate
 
 
-def idempotency_key() -> str | None:
+def idempotency_key(headers: Headers) -> str | None:
     """Return the Idempotency-Key header, or None; refuse a malformed one."""
-    key = request.headers.get("Idempotency-Key")
+    key = headers.get("Idempotency-Key")
     if key is None:
         return None
     if not IDEMPOTENCY_KEY.fullmatch(key):

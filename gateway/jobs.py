@@ -8,9 +8,10 @@ from typing import Any
 
 import flask
 from flask import Blueprint
+from werkzeug.datastructures import Headers
 
 from gateway import inputs, service
-from gateway.context import gateway
+from gateway.context import Gateway, gateway
 from gateway.errors import ApiError
 from gateway.routes import route
 from shared import metrics
@@ -24,23 +25,27 @@ CANCELABLE = "pending, scheduled or retrying"
 Reply = tuple[dict[str, Any], int, dict[str, str]]
 
 
-def _client_trace() -> str | None:
+def _client_trace(headers: Headers) -> str | None:
     """Return the client's W3C traceparent header, if any (a malformed one starts a new trace)."""
-    return flask.request.headers.get("traceparent")
+    return headers.get("traceparent")
 
 
 @route(bp, "POST", "/enqueue")
 def enqueue() -> Reply:
     """Create one job: 201 with Location, or 200 with the job an Idempotency-Key already made."""
     started = time.perf_counter()
-    body = inputs.json_body()
-    key = inputs.idempotency_key()
-    request = inputs.enqueue_request(body)
+    reply = enqueue_reply(gateway(), flask.request.headers, inputs.raw_body())
+    metrics.ENQUEUE_SECONDS.observe(time.perf_counter() - started)
+    return reply
+
+
+def enqueue_reply(gw: Gateway, headers: Headers, raw: bytes) -> Reply:
+    """Answer a ``POST /enqueue`` from its headers and body (Flask's view and fastpath.py)."""
+    request, key = inputs.enqueue_input(headers, raw)
     try:
-        doc, created = service.enqueue_one(gateway(), request, key, _client_trace())
+        doc, created = service.enqueue_one(gw, request, key, _client_trace(headers))
     except IdempotencyConflict as exc:
         raise key_conflict(exc) from None
-    metrics.ENQUEUE_SECONDS.observe(time.perf_counter() - started)
     return doc, 201 if created else 200, {"Location": f"/jobs/{doc['id']}"}
 
 
@@ -59,7 +64,7 @@ def enqueue_batch() -> tuple[dict[str, Any], int]:
     started = time.perf_counter()
     inputs.no_idempotency_key()
     requests = inputs.batch_requests(inputs.json_body())
-    docs = service.enqueue_batch(gateway(), requests, _client_trace())
+    docs = service.enqueue_batch(gateway(), requests, _client_trace(flask.request.headers))
     metrics.ENQUEUE_SECONDS.observe(time.perf_counter() - started)
     return {"jobs": docs}, 201
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections import Counter
@@ -11,7 +10,7 @@ from typing import Any
 
 from gateway.context import Gateway
 from shared import metrics, tracing
-from shared.jobs import EnqueueRequest, format_ms
+from shared.jobs import EnqueueRequest, Job
 from shared.queries import get_job
 from shared.scripts import EnqueueResult
 
@@ -21,8 +20,7 @@ tracing.configure(tracing.PRODUCER)
 
 def new_job_ids(count: int) -> list[str]:
     """Return `count` fresh UUIDv4 job ids (RFC 9562 layout) from one read of the OS's RNG."""
-    # uuid.uuid4() asks the kernel for 16 bytes per id: for a batch, that system call was
-    # the largest single cost of the gateway's own code.
+    # uuid.uuid4() makes a system call per id: one read serves a whole batch.
     entropy = os.urandom(16 * count)
     ids = []
     for start in range(0, 16 * count, 16):
@@ -34,47 +32,25 @@ def new_job_ids(count: int) -> list[str]:
     return ids
 
 
-def created_docs(
-    requests: Sequence[EnqueueRequest], results: Sequence[EnqueueResult]
-) -> list[dict[str, Any]]:
-    """Return the JSON of jobs just created, as the enqueue script stored them (no read-back).
+def created_job(request: EnqueueRequest, result: EnqueueResult) -> Job:
+    """Return a job just created as the enqueue script stored it, without reading it back.
 
     The answer is the job as created even if a worker has claimed it since.
     """
-    # Jobs of one batch share a few milliseconds: format each once (strftime is the cost).
-    formatted: dict[int, str | None] = {}
-    docs = []
-    for request, result in zip(requests, results, strict=True):
-        stamp = result.created_at_ms
-        if stamp not in formatted:
-            formatted[stamp] = format_ms(stamp)
-        docs.append(as_created(request, result, formatted[stamp]))
-    return docs
-
-
-def as_created(request: EnqueueRequest, result: EnqueueResult, created: str | None) -> dict:
-    """Return the JSON of a job as the enqueue script stored it (Job.to_json's shape).
-
-    tests/gateway/test_enqueue.py compares it with GET /jobs/<id> field by field.
-    """
-    doc: dict[str, Any] = {
-        "id": result.job_id,
-        "type": request.type,
-        "status": str(result.status),
-        "priority": request.priority,
-        "max_retries": request.max_retries,
-        "attempts": 0,
-        "recoveries": 0,
-        "payload": json.loads(request.payload_json),
-        "created_at": created,
-        "updated_at": created,
-        "traceback": None,
-    }
-    if request.scheduled_at_ms is not None:
-        doc["scheduled_at"] = format_ms(request.scheduled_at_ms)
-    if request.timeout is not None:
-        doc["timeout"] = request.timeout
-    return doc
+    return Job(
+        id=result.job_id,
+        type=request.type,
+        status=result.status,
+        priority=request.priority,
+        max_retries=request.max_retries,
+        attempts=0,
+        recoveries=0,
+        payload_json=request.payload_json,
+        created_at=result.created_at_ms,
+        updated_at=result.created_at_ms,
+        scheduled_at=request.scheduled_at_ms,
+        timeout=request.timeout,
+    )
 
 
 def enqueue_one(
@@ -94,13 +70,13 @@ def enqueue_one(
         if span is not None and not result.created:
             span.set_attribute("taskforge.duplicate_of", result.job_id)
     if not result.created:
-        # The key named an earlier job (same body): answer with that job as it is now.
-        job = get_job(gw.redis, gw.keys, result.job_id)
-        doc = job.to_json() if job else {"id": result.job_id, "status": str(result.status)}
-        return doc, False
+        # The key named an earlier job (same body): answer with that job as it is now, or as
+        # created if it was deleted since the script answered (its status is the script's).
+        job = get_job(gw.redis, gw.keys, result.job_id) or created_job(request, result)
+        return job.to_json(), False
     log.info("job_enqueued", extra={"job_id": result.job_id, "type": request.type})
     metrics.count("enqueued", request.type)
-    return created_docs([request], [result])[0], True
+    return created_job(request, result).to_json(), True
 
 
 def enqueue_batch(
@@ -121,4 +97,4 @@ def enqueue_batch(
     )
     for job_type, amount in types.items():
         metrics.count("enqueued", job_type, amount)
-    return created_docs(requests, results)
+    return [created_job(q, r).to_json() for q, r in zip(requests, results, strict=True)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import re
@@ -298,6 +299,8 @@ def _cut_note(limit: int, cut_bytes: int) -> str:
     return f"[traceback cut to {limit} bytes: its first {cut_bytes} bytes are left out]\n"
 
 
+# The jobs of a batch share a few milliseconds: strftime once per distinct stamp, not per job.
+@functools.lru_cache(maxsize=1024)
 def format_ms(ms: int | None) -> str | None:
     """Return epoch milliseconds as RFC 3339 UTC with millisecond precision."""
     if ms is None:

@@ -133,9 +133,8 @@ def multiprocess_enabled() -> bool:
 
 def mark_dead(pid: int) -> None:
     """Forget a dead child's live gauges (its counters stay, summed into the totals)."""
-    # Its counter and histogram files stay too, so a scrape reads two files per process that
-    # ever lived since the server started (the directory is wiped then): measured at 45-125 ms
-    # after 300 worker restarts (tests/observability/test_multiprocess.py), growing linearly.
+    # Its counter and histogram files stay, so scrape time grows with every process that lived
+    # since the server started (the directory is wiped then; docs/MEASUREMENTS.md).
     if multiprocess_enabled():
         mark_process_dead(pid)
 

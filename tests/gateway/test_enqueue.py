@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from gateway import service
 from gateway.body import MAX_BODY_BYTES
 from gateway.inputs import MAX_BATCH
 from gateway.service import new_job_ids
@@ -265,6 +266,17 @@ def test_different_keys_create_different_jobs(client: FlaskClient, scripts: Scri
     post(client, "/enqueue", VALID, **{"Idempotency-Key": "a"})
     post(client, "/enqueue", VALID, **{"Idempotency-Key": "b"})
     assert count_jobs(scripts) == 2
+
+
+def test_a_key_whose_job_is_gone_by_the_read_back_answers_that_job_as_created(
+    client: FlaskClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = post(client, "/enqueue", VALID, **{"Idempotency-Key": "k1"})
+    # Deleted (trimmed, purged) after the script named it, before the gateway read it.
+    monkeypatch.setattr(service, "get_job", lambda *_: None)
+    again = post(client, "/enqueue", VALID, **{"Idempotency-Key": "k1"})
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.get_json() == first.get_json()
 
 
 @pytest.mark.parametrize("key", ["", "has space", "x" * 256, "tab\there", "caf\u00e9"])

@@ -66,6 +66,11 @@ def spans() -> Iterator[InMemorySpanExporter]:
 
 @pytest.fixture
 def stack(r: redis.Redis) -> dict[str, Any]:
+    return make_stack(r)
+
+
+def make_stack(r: redis.Redis) -> dict[str, Any]:
+    """Return the gateway app's test client, a worker and a scheduler on the private Redis."""
     scripts = Scripts(r, policy=Policy(retry_base_ms=1, retry_max_ms=1))
     scripts.load()
     settings = Settings.from_env({})

@@ -100,8 +100,8 @@ class SchedulerProcess(StopOnSignal):
             span = "task.schedule.promote" if kind == "scheduled" else "task.retry.promote"
             for job_id, late_ms, job_type, trace in zip(ids, lateness, types, traces, strict=True):
                 metrics.SCHEDULE_LATENESS_SECONDS.labels(kind=kind).observe(late_ms / 1000)
-                attributes = {"taskforge.lateness_ms": late_ms}
-                attributes = tracing.job_attributes(job_id, job_type, "promoted", **attributes)
+                lateness_ms = {"taskforge.lateness_ms": late_ms}
+                attributes = tracing.job_attributes(job_id, job_type, "promoted", **lateness_ms)
                 tracing.record(span, trace, attributes)
                 log.debug(
                     "job_promoted",

@@ -12,7 +12,6 @@ from gateway.context import gateway
 from gateway.errors import ApiError
 from gateway.routes import route
 from shared import metrics, tracing
-from shared.jobs import Job
 from shared.queries import BadCursor, dead_page, get_job
 from shared.scripts import JobNotFound, WrongState
 
@@ -24,10 +23,6 @@ def _not_dead(exc: WrongState) -> ApiError:
     return ApiError(
         409, f"job is {exc.status}, not dead: only dead jobs are in the DLQ", status=exc.status
     )
-
-
-def _attributes(job: Job) -> dict[str, object]:
-    return tracing.job_attributes(job.id, job.type)
 
 
 @route(bp, "GET", "/dlq", query=inputs.DLQ_QUERY)
@@ -54,7 +49,8 @@ def retry(job_id: str) -> dict[str, Any]:
         raise _not_dead(exc) from None
     log.info("job_replayed", extra={"job_id": job.id, "type": job.type})
     metrics.count("replayed", job.type)
-    tracing.record("task.replay", job.extra.get("traceparent"), _attributes(job))
+    attributes = tracing.job_attributes(job.id, job.type, "replayed")
+    tracing.record("task.replay", job.extra.get("traceparent"), attributes)
     return job.to_json()
 
 

@@ -67,14 +67,16 @@ def enqueue_one(
             idempotency_key=idempotency_key,
             traceparent=tracing.current_traceparent(),
         )
+        tracing.outcome(span, "enqueued" if result.created else "duplicate")
         if span is not None and not result.created:
             span.set_attribute("taskforge.duplicate_of", result.job_id)
+        if result.created:  # logged inside the span, so the line carries its trace ids
+            log.info("job_enqueued", extra={"job_id": result.job_id, "type": request.type})
     if not result.created:
         # The key named an earlier job (same body): answer with that job as it is now, or as
         # created if it was deleted since the script answered (its status is the script's).
         job = get_job(gw.redis, gw.keys, result.job_id) or created_job(request, result)
         return job.to_json(), False
-    log.info("job_enqueued", extra={"job_id": result.job_id, "type": request.type})
     metrics.count("enqueued", request.type)
     return created_job(request, result).to_json(), True
 
@@ -85,16 +87,23 @@ def enqueue_batch(
     """Create every job of a batch, all or none; return their JSON in order."""
     ids = new_job_ids(len(requests))
     # One span for the batch: its jobs share one trace parent.
-    with tracing.span("task.enqueue", client_trace, {"taskforge.batch_size": len(ids)}):
+    attributes = {"taskforge.batch_size": len(ids), "messaging.batch.message_count": len(ids)}
+    with tracing.span("task.enqueue", client_trace, attributes) as span:
         results = gw.scripts.enqueue_many(
             list(zip(requests, ids, strict=True)), traceparent=tracing.current_traceparent()
         )
-    # One line for the batch, naming every id: a line per job would cost more than the enqueue.
-    types = Counter(request.type for request in requests)
-    log.info(
-        "job_enqueued",
-        extra={"job_ids": [r.job_id for r in results], "types": dict(types), "count": len(results)},
-    )
+        tracing.outcome(span, "enqueued")
+        # One line for the batch, naming every id: a line per job would cost more than the
+        # enqueue. Inside the span, so the line carries its trace ids.
+        types = Counter(request.type for request in requests)
+        log.info(
+            "job_enqueued",
+            extra={
+                "job_ids": [r.job_id for r in results],
+                "types": dict(types),
+                "count": len(results),
+            },
+        )
     for job_type, amount in types.items():
         metrics.count("enqueued", job_type, amount)
     return [created_job(q, r).to_json() for q, r in zip(requests, results, strict=True)]

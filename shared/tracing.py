@@ -11,6 +11,13 @@ payload, a result, an error message (it can echo the payload) or a credential. A
 only the W3C ``traceparent`` of its ``task.enqueue`` span (hash field ``traceparent``);
 every later span of the job — claim, execute, acknowledge, retries, recovery, replay —
 is a child of it, so one job's whole life is one trace.
+
+:data:`SPANS` names every span emitted, with its kind and, for the four that move a job
+through the queue, its operation type in OpenTelemetry's semantic conventions for messaging
+spans (the version whose operation types are create/send/receive/process/settle). The
+enqueue span's context is the job's creation context, so it is the PRODUCER; ``process`` is
+the CONSUMER, and its parent is that creation context (the conventions allow this for single
+messages); ``receive`` (a pull: the claim) and ``settle`` (the acknowledgement) are CLIENT.
 """
 
 from __future__ import annotations
@@ -27,6 +34,26 @@ ENABLED_ENV = "OTEL_TRACING_ENABLED"
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 PRODUCER = "taskforge-producer"
 WORKER = "taskforge-worker"
+
+# The only queue until queues arrive: messaging.destination.name of every messaging span.
+QUEUE = "default"
+SYSTEM = "taskforge"  # messaging.system
+OUTCOME = "taskforge.outcome"
+
+# Every span name emitted → (span kind, messaging.operation.type or None for a non-messaging
+# span). Kinds are names of opentelemetry.trace.SpanKind, so that nothing is imported when off.
+SPANS: dict[str, tuple[str, str | None]] = {
+    "task.enqueue": ("PRODUCER", "send"),
+    "task.claim": ("CLIENT", "receive"),
+    "task.execute": ("CONSUMER", "process"),
+    "task.acknowledge": ("CLIENT", "settle"),
+    "task.retry.schedule": ("INTERNAL", None),
+    "task.retry.promote": ("INTERNAL", None),
+    "task.schedule.promote": ("INTERNAL", None),
+    "task.recover": ("INTERNAL", None),
+    "task.dlq.transition": ("INTERNAL", None),
+    "task.replay": ("INTERNAL", None),
+}
 
 _service = WORKER
 _state: tuple[int, Any, Any] | None = None  # (pid, provider, tracer) once set up here
@@ -117,15 +144,23 @@ def span(
         yield None
         return
     start = None if start_ms is None else start_ms * 1_000_000
+    kind, attributes = _kind_and_attributes(name, attributes)
     with tracer.start_as_current_span(
         name,
         context=_context(traceparent),
-        attributes=dict(attributes or {}),
+        kind=kind,
+        attributes=attributes,
         start_time=start,
         record_exception=False,  # an exception's message can echo the payload
         set_status_on_exception=False,
     ) as current:
-        yield current
+        try:
+            yield current
+        except Exception as exc:
+            # Only the type's name: its message can echo the payload.
+            current.set_attribute(OUTCOME, "error")
+            failed(current, type(exc).__name__)
+            raise
 
 
 def record(
@@ -141,10 +176,44 @@ def record(
     if tracer is None:
         return
     start = None if start_ms is None else start_ms * 1_000_000
+    kind, attributes = _kind_and_attributes(name, attributes)
     current = tracer.start_span(
-        name, context=_context(traceparent), attributes=dict(attributes or {}), start_time=start
+        name, context=_context(traceparent), kind=kind, attributes=attributes, start_time=start
     )
     current.end(end_time=None if end_ms is None else end_ms * 1_000_000)
+
+
+def _kind_and_attributes(
+    name: str, attributes: Mapping[str, Any] | None
+) -> tuple[Any, dict[str, Any]]:
+    """Return the span kind of `name` and its attributes, with messaging.* for a messaging span."""
+    from opentelemetry.trace import SpanKind
+
+    kind, operation = SPANS.get(name, ("INTERNAL", None))
+    found = dict(attributes or {})
+    if operation is not None:
+        found["messaging.system"] = SYSTEM
+        found["messaging.operation.type"] = operation
+        found["messaging.operation.name"] = name.removeprefix("task.")
+        found["messaging.destination.name"] = QUEUE
+        if "taskforge.job_id" in found:  # a single job; a batch names its count instead
+            found["messaging.message.id"] = found["taskforge.job_id"]
+    return SpanKind[kind], found
+
+
+def outcome(current: Any, value: str) -> None:
+    """Set the outcome of a span still open (no-op when off)."""
+    if current is not None:
+        current.set_attribute(OUTCOME, value)
+
+
+def current_outcome(value: str) -> None:
+    """Set the outcome of the active span, if this process traces and a span is active."""
+    if _state is None or _state[2] is None or _state[0] != os.getpid():
+        return
+    from opentelemetry import trace
+
+    trace.get_current_span().set_attribute(OUTCOME, value)
 
 
 def failed(current: Any, kind: str) -> None:
@@ -183,9 +252,14 @@ def current_ids() -> tuple[str, str] | None:
     return f"{context.trace_id:032x}", f"{context.span_id:016x}"
 
 
-def job_attributes(job_id: str, job_type: str, **more: Any) -> dict[str, Any]:
+def job_attributes(
+    job_id: str, job_type: str, outcome: str | None = None, **more: Any
+) -> dict[str, Any]:
     """Return the attributes every job span carries (identifiers only, never data)."""
-    return {"taskforge.job_id": job_id, "taskforge.job_type": job_type, **more}
+    found = {"taskforge.job_id": job_id, "taskforge.job_type": job_type, **more}
+    if outcome is not None:
+        found[OUTCOME] = outcome
+    return found
 
 
 def traceparents(client: Any, keys: Any, job_ids: list[str]) -> list[str | None]:

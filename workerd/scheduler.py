@@ -100,8 +100,9 @@ class SchedulerProcess(StopOnSignal):
             span = "task.schedule.promote" if kind == "scheduled" else "task.retry.promote"
             for job_id, late_ms, job_type, trace in zip(ids, lateness, types, traces, strict=True):
                 metrics.SCHEDULE_LATENESS_SECONDS.labels(kind=kind).observe(late_ms / 1000)
-                attributes = {"taskforge.lateness_ms": late_ms}
-                tracing.record(span, trace, tracing.job_attributes(job_id, job_type, **attributes))
+                lateness_ms = {"taskforge.lateness_ms": late_ms}
+                attributes = tracing.job_attributes(job_id, job_type, "promoted", **lateness_ms)
+                tracing.record(span, trace, attributes)
                 log.debug(
                     "job_promoted",
                     extra={"job_id": job_id, "type": job_type, "kind": kind, "late_ms": late_ms},
@@ -111,12 +112,13 @@ class SchedulerProcess(StopOnSignal):
     def _recover(self, now_ms: int | None) -> None:
         result = self.scripts.recover(now_ms=now_ms)
         ids = result.requeued + result.dead
-        spans = ["task.recover"] * len(result.requeued) + ["task.dlq.transition"] * len(result.dead)
+        spans = [("task.recover", "recovered")] * len(result.requeued)
+        spans += [("task.dlq.transition", "dead")] * len(result.dead)
         traces = tracing.traceparents(self.scripts.redis, self.scripts.keys, ids)
         types = result.requeued_types + result.dead_types
-        for job_id, job_type, span, trace in zip(ids, types, spans, traces, strict=True):
-            attributes = tracing.job_attributes(job_id, job_type, **{"taskforge.reason": "lease"})
-            tracing.record(span, trace, attributes)
+        for job_id, job_type, (span, outcome), trace in zip(ids, types, spans, traces, strict=True):
+            reason = {"taskforge.reason": "lease"}
+            tracing.record(span, trace, tracing.job_attributes(job_id, job_type, outcome, **reason))
         for job_id, job_type in zip(result.requeued, result.requeued_types, strict=True):
             metrics.count("recovered", job_type)
             log.warning(

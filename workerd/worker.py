@@ -152,10 +152,12 @@ class WorkerProcess(StopOnSignal):
         log.info("job_started", extra={**fields, "worker_id": self.worker_id})
         trace, attributes = job.extra.get("traceparent"), _span_attributes(job)
         # The claim span covers the queue wait: claimable → claimed, on Redis's clock.
-        tracing.record("task.claim", trace, attributes, start_ms=eligible_at, end_ms=job.started_at)
+        claimed = {**attributes, tracing.OUTCOME: "claimed"}
+        tracing.record("task.claim", trace, claimed, start_ms=eligible_at, end_ms=job.started_at)
         started = time.perf_counter()
         with tracing.span("task.execute", trace, attributes) as span:
             outcome = run_handler(job, self.settings.result_max_bytes)
+            tracing.outcome(span, "succeeded" if outcome.ok else "failed")
             if not outcome.ok:
                 tracing.failed(span, outcome.error_kind)
         duration = time.perf_counter() - started
@@ -203,9 +205,11 @@ class WorkerProcess(StopOnSignal):
     def _log_completion(self, job: Job, code: Code, fields: dict[str, object]) -> None:
         if code is Code.DONE:
             metrics.count("completed", job.type)
+            tracing.current_outcome("completed")  # of the acknowledge span
             log.info("job_completed", extra=fields)
         else:
             metrics.count("stale_acks", job.type)
+            tracing.current_outcome("stale_ack")
             log.warning("job_stale_ack", extra={**fields, "result": code.name.lower()})
 
     def _fail(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
@@ -223,14 +227,17 @@ class WorkerProcess(StopOnSignal):
             # RFC 3339 UTC, as in the job's JSON: one time format on every surface.
             retry_at = format_ms(result.next_retry_at)
             log.info("job_retry_scheduled", extra={**extra, "next_retry_at": retry_at})
-            attributes = {**_span_attributes(job), "taskforge.next_retry_at": retry_at}
+            attributes = {**_span_attributes(job, "retrying"), "taskforge.next_retry_at": retry_at}
+            tracing.current_outcome("retrying")  # of the acknowledge span
             tracing.record("task.retry.schedule", None, attributes)  # child of acknowledge
         elif result.code is Code.DEAD:
             metrics.count("dead", job.type)
             log.warning("job_dead", extra=extra)
-            tracing.record("task.dlq.transition", None, _span_attributes(job))
+            tracing.current_outcome("dead")
+            tracing.record("task.dlq.transition", None, _span_attributes(job, "dead"))
         else:
             metrics.count("stale_acks", job.type)
+            tracing.current_outcome("stale_ack")
             log.warning("job_stale_ack", extra={**extra, "result": result.code.name.lower()})
 
     def _due_for_recycling(self) -> bool:
@@ -245,9 +252,9 @@ class WorkerProcess(StopOnSignal):
         return False
 
 
-def _span_attributes(job: Job) -> dict[str, object]:
+def _span_attributes(job: Job, outcome: str | None = None) -> dict[str, object]:
     more = {"taskforge.attempt": job.attempts, "taskforge.recoveries": job.recoveries}
-    return tracing.job_attributes(job.id, job.type, **more)
+    return tracing.job_attributes(job.id, job.type, outcome, **more)
 
 
 def run_handler(job: Job, result_max_bytes: int) -> Outcome:

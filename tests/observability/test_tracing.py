@@ -23,7 +23,7 @@ import redis
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
     InMemorySpanExporter,
 )
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 import workerd.demo  # noqa: F401 (registers the demo handlers)
 from shared import tracing
@@ -39,6 +39,7 @@ from workerd.worker import WorkerProcess
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_SPAN = "00f067aa0ba902b7"
 HOUR_MS = 3_600_000
+QUEUE_SPANS = {"task.enqueue", "task.claim", "task.execute", "task.acknowledge"}
 
 
 class _Slot:
@@ -57,12 +58,19 @@ def spans() -> Iterator[InMemorySpanExporter]:
     tracing.use_exporter_for_tests(exporter)
     try:
         yield exporter
+        # Every span a test saw is one the docs list (tracing.SPANS, checked against them below).
+        assert {s.name for s in exporter.get_finished_spans()} <= set(tracing.SPANS)
     finally:
         tracing.use_exporter_for_tests(None)
 
 
 @pytest.fixture
 def stack(r: redis.Redis) -> dict[str, Any]:
+    return make_stack(r)
+
+
+def make_stack(r: redis.Redis) -> dict[str, Any]:
+    """Return the gateway app's test client, a worker and a scheduler on the private Redis."""
     scripts = Scripts(r, policy=Policy(retry_base_ms=1, retry_max_ms=1))
     scripts.load()
     settings = Settings.from_env({})
@@ -90,6 +98,12 @@ def _tree(exporter: InMemorySpanExporter, trace_id: int) -> list[tuple[str, str 
     found = [s for s in exporter.get_finished_spans() if s.context.trace_id == trace_id]
     names = {s.context.span_id: s.name for s in found}
     return [(s.name, names.get(s.parent.span_id) if s.parent else None) for s in found]
+
+
+def _outcomes(exporter: InMemorySpanExporter, trace_id: int) -> list[tuple[str, str]]:
+    """Return (span, outcome) for every span of one trace, in end order."""
+    found = [s for s in exporter.get_finished_spans() if s.context.trace_id == trace_id]
+    return [(s.name, s.attributes.get("taskforge.outcome")) for s in found]
 
 
 def _enqueue(app: Any, body: dict[str, Any], headers: dict[str, str] | None = None) -> str:
@@ -123,6 +137,86 @@ def test_a_normal_job_continues_the_clients_trace(
     enqueue = spans.get_finished_spans()[0]
     assert enqueue.parent.span_id == int(CLIENT_SPAN, 16)
     assert {s.attributes["taskforge.job_id"] for s in spans.get_finished_spans()} == {job_id}
+    assert _outcomes(spans, trace_id) == [
+        ("task.enqueue", "enqueued"),
+        ("task.claim", "claimed"),
+        ("task.execute", "succeeded"),
+        ("task.acknowledge", "completed"),
+    ]
+
+
+def test_the_queue_spans_follow_the_messaging_conventions(
+    spans: InMemorySpanExporter, stack: dict[str, Any]
+) -> None:
+    job_id = _enqueue(stack["app"], {"type": "noop"})
+    _run_one(stack["worker"])
+
+    expected = {
+        "task.enqueue": (SpanKind.PRODUCER, "send", "enqueue"),
+        "task.claim": (SpanKind.CLIENT, "receive", "claim"),
+        "task.execute": (SpanKind.CONSUMER, "process", "execute"),
+        "task.acknowledge": (SpanKind.CLIENT, "settle", "acknowledge"),
+    }
+    found = spans.get_finished_spans()
+    assert [s.name for s in found] == list(expected)
+    for span in found:
+        kind, operation, name = expected[span.name]
+        assert span.kind is kind, span.name
+        messaging = {k: v for k, v in span.attributes.items() if k.startswith("messaging.")}
+        assert messaging == {
+            "messaging.system": "taskforge",
+            "messaging.operation.type": operation,
+            "messaging.operation.name": name,
+            "messaging.destination.name": "default",
+            "messaging.message.id": job_id,
+        }, span.name
+
+
+def test_a_batch_enqueue_is_one_producer_span_counting_its_jobs(
+    r: redis.Redis, spans: InMemorySpanExporter, stack: dict[str, Any]
+) -> None:
+    reply = stack["app"].post("/enqueue/batch", json={"jobs": [{"type": "noop"}] * 3})
+    assert reply.status_code == 201
+    (batch,) = spans.get_finished_spans()
+    assert (batch.name, batch.kind) == ("task.enqueue", SpanKind.PRODUCER)
+    assert batch.attributes["messaging.batch.message_count"] == 3
+    assert batch.attributes["messaging.operation.type"] == "send"
+    assert batch.attributes["taskforge.outcome"] == "enqueued"
+    assert "messaging.message.id" not in batch.attributes  # one span, three messages
+    first = reply.get_json()["jobs"][0]["id"]
+    assert _trace_of(r, first) == (batch.context.trace_id, f"{batch.context.span_id:016x}")
+
+
+def test_an_idempotent_repeat_is_a_duplicate_enqueue(
+    spans: InMemorySpanExporter, stack: dict[str, Any]
+) -> None:
+    headers = {"Idempotency-Key": "once"}
+    first = _enqueue(stack["app"], {"type": "noop"}, headers)
+    again = stack["app"].post("/enqueue", json={"type": "noop"}, headers=headers)
+    assert again.status_code == 200
+    outcomes = [s.attributes["taskforge.outcome"] for s in spans.get_finished_spans()]
+    assert outcomes == ["enqueued", "duplicate"]
+    assert spans.get_finished_spans()[1].attributes["taskforge.duplicate_of"] == first
+
+
+def test_the_other_spans_are_internal_without_messaging_attributes(
+    spans: InMemorySpanExporter, stack: dict[str, Any]
+) -> None:
+    job_id = _enqueue(stack["app"], {"type": "fail", "max_retries": 2})
+    _run_one(stack["worker"])  # retrying
+    _promote_all(stack["sched"])
+    _run_one(stack["worker"])  # dead
+    assert stack["app"].post(f"/dlq/{job_id}/retry").status_code == 200
+    internal = [s for s in spans.get_finished_spans() if s.name not in QUEUE_SPANS]
+    assert {s.name for s in internal} == {
+        "task.retry.schedule",
+        "task.retry.promote",
+        "task.dlq.transition",
+        "task.replay",
+    }
+    for span in internal:
+        assert span.kind is SpanKind.INTERNAL, span.name
+        assert not [k for k in span.attributes if k.startswith("messaging.")], span.name
 
 
 def test_a_retried_then_dead_then_replayed_job_is_one_trace(
@@ -153,6 +247,14 @@ def test_a_retried_then_dead_then_replayed_job_is_one_trace(
         ("task.retry.schedule", "task.acknowledge"),
         ("task.acknowledge", "task.enqueue"),
     ]
+    assert [outcome for _, outcome in _outcomes(spans, trace_id)] == [
+        "enqueued",
+        *["claimed", "failed", "retrying", "retrying"],
+        "promoted",
+        *["claimed", "failed", "dead", "dead"],
+        "replayed",
+        *["claimed", "failed", "retrying", "retrying"],
+    ]
     executions = [s for s in spans.get_finished_spans() if s.name == "task.execute"]
     assert [s.status.status_code for s in executions] == [StatusCode.ERROR] * 3
     assert {s.status.description for s in executions} == {"RuntimeError"}
@@ -169,12 +271,12 @@ def test_a_scheduled_job_and_a_recovered_job_continue_their_traces(
     sched_trace, _ = _trace_of(r, scheduled)
     stack["sched"].step(-1.0, now_ms=4_102_444_800_000 + 1)  # 2100-01-01: due, promote only
     _run_one(stack["worker"])
-    assert [name for name, _ in _tree(spans, sched_trace)] == [
-        "task.enqueue",
-        "task.schedule.promote",
-        "task.claim",
-        "task.execute",
-        "task.acknowledge",
+    assert _outcomes(spans, sched_trace) == [
+        ("task.enqueue", "enqueued"),
+        ("task.schedule.promote", "promoted"),
+        ("task.claim", "claimed"),
+        ("task.execute", "succeeded"),
+        ("task.acknowledge", "completed"),
     ]
 
     lost = _enqueue(stack["app"], {"type": "noop"})
@@ -184,6 +286,7 @@ def test_a_scheduled_job_and_a_recovered_job_continue_their_traces(
     lease_over = int(time.time() * 1000) + scripts.policy.lease_ms + 1000
     stack["sched"].step(time.monotonic(), now_ms=lease_over)
     assert ("task.recover", "task.enqueue") in _tree(spans, lost_trace)
+    assert ("task.recover", "recovered") in _outcomes(spans, lost_trace)
 
 
 def test_tracing_is_off_by_default_with_nothing_imported_or_stored(
@@ -239,3 +342,46 @@ def test_log_lines_inside_a_span_carry_its_trace_and_span_ids(
     assert inside["trace_id"] == f"{context.trace_id:032x}"
     assert inside["span_id"] == f"{context.span_id:016x}"
     assert "trace_id" not in outside and "span_id" not in outside
+
+
+def test_the_job_enqueued_lines_carry_the_enqueue_spans_ids(
+    r: redis.Redis,
+    spans: InMemorySpanExporter,
+    stack: dict[str, Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from shared import log as shared_log
+
+    shared_log.configure("tracing-test", "INFO")
+    capsys.readouterr()
+    job_id = _enqueue(stack["app"], {"type": "noop"})
+    batch = stack["app"].post("/enqueue/batch", json={"jobs": [{"type": "noop"}] * 2})
+    assert batch.status_code == 201
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    one, many = [line for line in lines if line["event"] == "job_enqueued"]
+
+    trace_id, span_id = _trace_of(r, job_id)
+    assert (one["job_id"], one["trace_id"], one["span_id"]) == (job_id, f"{trace_id:032x}", span_id)
+    trace_id, span_id = _trace_of(r, batch.get_json()["jobs"][0]["id"])
+    assert (many["trace_id"], many["span_id"]) == (f"{trace_id:032x}", span_id)
+
+
+def test_an_exception_leaving_a_span_sets_error_outcome_and_type_only(
+    spans: InMemorySpanExporter,
+) -> None:
+    canary = f"sk_live_CANARY{uuid.uuid4().hex}"
+    with pytest.raises(ConnectionError), tracing.span("task.enqueue", None, {}):
+        raise ConnectionError(canary)
+    (span,) = spans.get_finished_spans()
+    assert span.attributes["taskforge.outcome"] == "error"
+    assert span.attributes["error.type"] == "ConnectionError"
+    assert span.status.status_code is StatusCode.ERROR
+    assert canary not in repr(dict(span.attributes)) + repr(span.status) + repr(span.events)
+
+
+def test_the_observability_doc_lists_every_span_with_its_kind() -> None:
+    text = (ROOT / "docs" / "OBSERVABILITY.md").read_text()
+    for name, (kind, _) in tracing.SPANS.items():
+        assert f"`{name}` ({kind})" in " ".join(text.split()), name

@@ -13,6 +13,7 @@ import textwrap
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -385,3 +386,9 @@ def test_the_observability_doc_lists_every_span_with_its_kind() -> None:
     text = (ROOT / "docs" / "OBSERVABILITY.md").read_text()
     for name, (kind, _) in tracing.SPANS.items():
         assert f"`{name}` ({kind})" in " ".join(text.split()), name
+
+
+def test_the_readme_names_every_span() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    missing = [name for name in tracing.SPANS if f"`{name}`" not in readme]
+    assert not missing, missing

@@ -12,7 +12,7 @@ from gateway.context import gateway
 from gateway.errors import ApiError
 from gateway.routes import route
 from shared import metrics, tracing
-from shared.queries import BadCursor, dead_page, get_job
+from shared.queries import BadCursor, dead_page
 from shared.scripts import JobNotFound, WrongState
 
 log = logging.getLogger(__name__)
@@ -58,16 +58,12 @@ def retry(job_id: str) -> dict[str, Any]:
 def purge(job_id: str) -> tuple[str, int]:
     """Delete a dead job for good: 204."""
     job_id = inputs.job_id(job_id)
-    gw = gateway()
-    # Read first only for the type the log line and counter carry; purge decides.
-    job = get_job(gw.redis, gw.keys, job_id)
     try:
-        gw.scripts.purge(job_id)
+        job_type = gateway().scripts.purge(job_id)  # it answers with the type it deleted
     except JobNotFound:
         raise ApiError(404, "job not found") from None
     except WrongState as exc:
         raise _not_dead(exc) from None
-    job_type = job.type if job is not None else "unknown"
     log.info("job_purged", extra={"job_id": job_id, "type": job_type})
     metrics.count("purged", job_type)
     return "", 204

@@ -90,7 +90,11 @@ class Keys:
         return f"{self.prefix}reply:{request_id}"
 
     def last_claim(self, worker_id: str) -> str:
-        """Return the key that makes a worker's repeated claim call return the same job."""
+        """Return the key that makes a worker's repeated claim call return the same job.
+
+        Written by a claim on its own (claim.lua); a complete that claims the next job needs
+        none (its token tells a repeat), so only scripts may read it.
+        """
         return f"{self.prefix}claim:{worker_id}"
 
     @property

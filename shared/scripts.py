@@ -40,6 +40,7 @@ SCRIPT_NAMES = (
     "promote",
     "recover",
     "release",
+    "release_worker",
     "replay",
     "cancel",
     "purge",
@@ -139,11 +140,17 @@ class EnqueueResult:
 
 @dataclass(frozen=True)
 class FailResult:
-    """What fail did: RETRYING (with next_retry_at), DEAD, NOT_FOUND or STALE_TOKEN."""
+    """What fail did: RETRYING (with next_retry_at), DEAD, NOT_FOUND or STALE_TOKEN.
+
+    RETRYING and DEAD carry the job's type and the attempt that failed (what a caller logs and
+    counts); STALE_TOKEN carries the job's current status.
+    """
 
     code: Code
     next_retry_at: int | None = None
     status: str | None = None
+    job_type: str | None = field(default=None, compare=False)
+    attempt: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -155,6 +162,15 @@ class AckResult:
     next_job: Job | None = None
     # release only: the job's type when it was requeued (DONE) or declared dead (DEAD).
     job_type: str | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Released:
+    """One job release_worker gave back: requeued (DONE) or dead past the recovery cap (DEAD)."""
+
+    code: Code
+    job_id: str
+    job_type: str
 
 
 @dataclass(frozen=True)
@@ -218,10 +234,43 @@ def _text(value: bytes | str | None) -> str | None:
 # Hash fields a Job carries in ``extra``: when it became claimable (ms; the queue-wait
 # histogram reads it from the claim reply, no extra call) and its W3C trace context.
 EXTRA_FIELDS = ("eligible_at", "traceparent")
+# A claim reply's values, by position (REPLY_FIELDS in lua/includes/claim.lua): what a worker
+# needs to run the job, without the last failure's error and traceback.
+CLAIM_REPLY_FIELDS = tuple(
+    name.encode()
+    for name in (
+        "id",
+        "type",
+        "status",
+        "priority",
+        "max_retries",
+        "attempts",
+        "recoveries",
+        "payload",
+        "created_at",
+        "token",
+        "scheduled_at",
+        "timeout",
+        "eligible_at",
+        "traceparent",
+        "started_at",
+        "updated_at",
+        "worker_id",
+    )
+)
 
 
 def _job(flat: Sequence[bytes]) -> Job:
-    raw = dict(zip(flat[::2], flat[1::2], strict=True))
+    return _from_fields(dict(zip(flat[::2], flat[1::2], strict=True)))
+
+
+def _claimed(values: Sequence[bytes | None]) -> Job:
+    """Build the Job of a claim reply (values in CLAIM_REPLY_FIELDS order)."""
+    pairs = zip(CLAIM_REPLY_FIELDS, values, strict=True)
+    return _from_fields({name: value for name, value in pairs if value is not None})
+
+
+def _from_fields(raw: dict[bytes, bytes]) -> Job:
     job = Job.from_hash(raw)
     for name in EXTRA_FIELDS:
         value = raw.get(name.encode())
@@ -370,10 +419,10 @@ class Scripts:
         request_id = request_id or new_request_id()
         reply = self._call(
             "claim",
-            [k.pending, k.pending_since, k.processing, k.last_claim(worker_id)],
+            [k.pending, k.pending_since, k.processing, k.last_claim(worker_id), k.wake],
             [k.job_prefix, worker_id, self.policy.lease_ms, request_id, _now(now_ms)],
         )
-        return _job(reply[1]) if reply[0] == Code.DONE else None
+        return _claimed(reply[1]) if reply[0] == Code.DONE else None
 
     def renew(self, leases: Sequence[tuple[str, int]], *, now_ms: int | None = None) -> list[Code]:
         """Extend the leases of (job id, token) pairs; one Code per pair (see renew.lua).
@@ -398,14 +447,13 @@ class Scripts:
         result_json: str = "null",
         *,
         claim_next_for: str | None = None,
-        claim_request_id: str | None = None,
         now_ms: int | None = None,
     ) -> AckResult:
         """Record success with the job's result (JSON text); optionally claim the next job.
 
         With `claim_next_for` (a worker id) the worker's next job comes back in
-        ``AckResult.next_job`` from the same round trip, as :meth:`claim` would return it;
-        `claim_request_id` plays the part it plays in :meth:`claim` for a retried call.
+        ``AckResult.next_job`` from the same round trip, as :meth:`claim` would return it; a
+        retried call (its reply lost) gets the job the first call claimed, found by the token.
         """
         k, p = self.keys, self.policy
         worker = claim_next_for or ""
@@ -417,7 +465,7 @@ class Scripts:
                 k.completed,
                 k.pending,
                 k.pending_since,
-                k.last_claim(worker),
+                k.wake,
             ],
             [
                 token,
@@ -427,12 +475,11 @@ class Scripts:
                 k.job_prefix,
                 worker,
                 p.lease_ms,
-                claim_request_id or new_request_id(),
             ],
         )
         code = Code(reply[0])
         if code is Code.DONE:
-            return AckResult(code, next_job=_job(reply[1]) if len(reply) > 1 else None)
+            return AckResult(code, next_job=_claimed(reply[1]) if len(reply) > 1 else None)
         return AckResult(code, _text(reply[1]) if len(reply) > 1 else None)
 
     def fail(
@@ -469,7 +516,11 @@ class Scripts:
         )
         code = Code(reply[0])
         if code is Code.RETRYING:
-            return FailResult(code, next_retry_at=int(reply[1]))
+            return FailResult(
+                code, next_retry_at=int(reply[3]), job_type=_text(reply[1]), attempt=int(reply[2])
+            )
+        if code is Code.DEAD:
+            return FailResult(code, job_type=_text(reply[1]), attempt=int(reply[2]))
         return FailResult(code, status=_text(reply[1]) if len(reply) > 1 else None)
 
     def promote(self, *, limit: int | None = None, now_ms: int | None = None) -> PromoteResult:
@@ -551,6 +602,38 @@ class Scripts:
             return AckResult(code, job_type=detail)
         return AckResult(code, detail)
 
+    def release_worker(
+        self, worker_id: str, *, drained: bool = False, now_ms: int | None = None
+    ) -> list[Released]:
+        """Requeue whatever job a dead worker still holds, found by its id (one call).
+
+        For a worker that died holding a job its supervisor never saw (inside a claim, or the
+        complete that claims its next job). A crash counts a recovery, a drain does not.
+        """
+        k, p = self.keys, self.policy
+        reply = self._call(
+            "release_worker",
+            [
+                k.processing,
+                k.pending,
+                k.pending_since,
+                k.seq,
+                k.wake,
+                k.dead,
+                k.reply(new_request_id()),
+            ],
+            [
+                k.job_prefix,
+                worker_id,
+                "drain" if drained else "crash",
+                p.max_recoveries,
+                p.dlq_max_age_ms,
+                p.wake_cap,
+                _now(now_ms),
+            ],
+        )
+        return [Released(Code(code), _text(jid) or "", _text(t) or "") for code, jid, t in reply]
+
     def replay(self, job_id: str, *, now_ms: int | None = None) -> Job:
         """Return a dead job to pending with attempts 0; raise JobNotFound or WrongState."""
         k = self.keys
@@ -572,15 +655,15 @@ class Scripts:
         _checked(reply)
         return CancelResult(_job(reply[1]), changed=reply[0] == Code.DONE)
 
-    def purge(self, job_id: str) -> None:
-        """Delete a dead job; raise JobNotFound or WrongState."""
+    def purge(self, job_id: str) -> str:
+        """Delete a dead job and return its type; raise JobNotFound or WrongState."""
         k = self.keys
         reply = self._call(
             "purge",
             [k.job(job_id), k.dead, k.tombstone(job_id)],
             [new_request_id(), TOMBSTONE_TTL_MS],
         )
-        _checked(reply)
+        return _text(_checked(reply)[1]) or ""
 
     def trim(self, *, limit: int | None = None, now_ms: int | None = None) -> TrimResult:
         """Forget finished jobs past retention and dead jobs past the DLQ's caps."""

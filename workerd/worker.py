@@ -180,8 +180,8 @@ class WorkerProcess(StopOnSignal):
     def _write_outcome(
         self, job: Job, outcome: Outcome, fields: dict[str, object], claim_next: str | None
     ) -> Job | None:
-        # One claim request id for every try: a try whose reply was lost claimed a job.
-        claim_id = new_request_id()
+        # A try whose reply was lost completed the job and may have claimed the next: the retry
+        # is answered as that try was (complete.lua knows it by the token), so no request id.
         while True:
             try:
                 if outcome.ok:
@@ -190,7 +190,6 @@ class WorkerProcess(StopOnSignal):
                         job.token,
                         outcome.result_json,
                         claim_next_for=claim_next,
-                        claim_request_id=claim_id,
                     )
                     self._log_completion(job, ack.code, fields)
                     return ack.next_job

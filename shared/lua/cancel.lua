@@ -22,7 +22,7 @@
 --- @include "codes"
 --- @include "common"
 
-local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'seq', 'last_cancel')
+local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'seq', 'last_request')
 local status, job_id = state[1], state[2]
 if not status then
   return {NOT_FOUND}
@@ -43,7 +43,7 @@ end
 
 local now = now_ms(ARGV[2])
 redis.call('HSET', KEYS[1], 'status', 'canceled', 'finished_at', now, 'updated_at', now,
-  'last_cancel', ARGV[3])
+  'last_request', ARGV[3])
 redis.call('HDEL', KEYS[1], 'seq', 'next_retry_at')
 redis.call('ZADD', KEYS[6], now, job_id)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])

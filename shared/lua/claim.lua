@@ -14,6 +14,7 @@
 -- KEYS[2] -> {prefix}pending_since    zset, id -> claimable since (ms)
 -- KEYS[3] -> {prefix}processing       zset, id -> lease deadline (ms)
 -- KEYS[4] -> {prefix}claim:<worker>   string "<request id>|<job id>", lives one lease
+-- KEYS[5] -> {prefix}wake             capped list of wake-up hints; emptied when none is claimable
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); the popped id's hash is built from it, inside the
 --            same hash tag (the one exception to "every key in KEYS": only Redis knows the id)
@@ -22,14 +23,33 @@
 -- ARGV[4] -> request id (unique per claim call)
 -- ARGV[5] -> now (ms) override, or '' for Redis TIME
 --
--- Returns {DONE, HGETALL of the claimed job} or {EMPTY}.
+-- Returns {DONE, claim reply} (the job's fields in a fixed order: see includes/claim.lua) or
+--         {EMPTY}.
+-- Redis commands: 8 when a job is claimed (GET, ZPOPMIN, ZREM, HMGET, TIME, HSET, ZADD, SET),
+-- 3 when none is (GET, ZPOPMIN, DEL); tests/engine/test_budgets.py holds them to it.
 
 --- @include "codes"
 --- @include "common"
 --- @include "claim"
 
-local job = claim_next(KEYS, ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], now_ms(ARGV[5]))
-if job then
-  return {DONE, job}
+local prefix, worker_id, request_id = ARGV[1], ARGV[2], ARGV[4]
+-- A repeated call (its reply was lost and redis-py retried) gets the job it already claimed.
+local last = redis.call('GET', KEYS[4])
+if last then
+  local sep = string.find(last, '|', 1, true)
+  if string.sub(last, 1, sep - 1) == request_id then
+    local job = redis.call('HMGET', prefix .. string.sub(last, sep + 1), unpack(REPLY_FIELDS))
+    if job[F_STATUS] == 'processing' and job[#REPLY_FIELDS] == worker_id then
+      return {DONE, job}
+    end
+    return {EMPTY}
+  end
 end
-return {EMPTY}
+
+local job = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5]}, prefix, worker_id,
+  tonumber(ARGV[3]), function() return now_ms(ARGV[5]) end)
+if not job then
+  return {EMPTY}
+end
+redis.call('SET', KEYS[4], request_id .. '|' .. job[1], 'PX', ARGV[3])
+return {DONE, job}

@@ -5,15 +5,15 @@
 -- Invariant: only the worker holding the current fencing token completes a processing job;
 -- the job leaves `processing` and enters `completed` in the same step. A repeated call with the
 -- same token (reply lost, retried) answers DONE again and changes nothing more; its claim part
--- returns the job that request already claimed (see claim.lua). Nothing is claimed when the
--- completion itself is refused.
+-- returns the job the first call claimed, which the worker holds (a worker runs one job at a
+-- time). Nothing is claimed when the completion itself is refused.
 --
 -- KEYS[1] -> {prefix}job:<id>
 -- KEYS[2] -> {prefix}processing       zset, id -> lease deadline (ms)
 -- KEYS[3] -> {prefix}completed        zset, id -> finished_at (ms); trimmed by trim.lua
 -- KEYS[4] -> {prefix}pending          zset, score -priority, member <seq>:<id>   (claim only)
 -- KEYS[5] -> {prefix}pending_since    zset, id -> claimable since (ms)           (claim only)
--- KEYS[6] -> {prefix}claim:<worker>   string "<request id>|<job id>"             (claim only)
+-- KEYS[6] -> {prefix}wake             capped list of wake-up hints              (claim only)
 --
 -- ARGV[1] -> fencing token
 -- ARGV[2] -> result (JSON text)
@@ -22,10 +22,11 @@
 -- ARGV[5] -> job key prefix ({prefix}job:) for the claimed job, as in claim.lua  (claim only)
 -- ARGV[6] -> worker id claiming its next job, or '' to claim nothing
 -- ARGV[7] -> lease length (ms)                                                    (claim only)
--- ARGV[8] -> claim request id                                                     (claim only)
 --
--- Returns {DONE} or {DONE, HGETALL of the next job}, {NOT_FOUND}, or
---         {STALE_TOKEN, current status}.
+-- Returns {DONE} or {DONE, claim reply of the next job (see includes/claim.lua)},
+--         {NOT_FOUND}, or {STALE_TOKEN, current status}.
+-- Redis commands: 11 when it completes and claims (HMGET, TIME, HSET, ZREM, ZADD, PEXPIRE,
+-- then ZPOPMIN, ZREM, HMGET, HSET, ZADD), 8 when nothing is left to claim (ZPOPMIN, DEL).
 
 --- @include "codes"
 --- @include "common"
@@ -38,20 +39,25 @@ end
 if state[2] ~= ARGV[1] then
   return {STALE_TOKEN, state[1]}
 end
-local now = now_ms(ARGV[4])
-if state[1] == 'processing' then
-  redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_at', now,
-    'updated_at', now)
-  redis.call('ZREM', KEYS[2], state[3])
-  redis.call('ZADD', KEYS[3], now, state[3])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-elseif state[1] ~= 'completed' then
+local prefix, worker_id = ARGV[5], ARGV[6]
+if state[1] == 'completed' then
+  -- A repeat: this call already ran. Nothing more to write; give back what it claimed.
+  local job = worker_id ~= '' and claimed_before(KEYS[2], prefix, worker_id)
+  return job and {DONE, job} or {DONE}
+end
+if state[1] ~= 'processing' then
   return {STALE_TOKEN, state[1]}
 end
 
-if ARGV[6] ~= '' then
-  local job = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6]}, ARGV[5], ARGV[6],
-    tonumber(ARGV[7]), ARGV[8], now)
+local now = now_ms(ARGV[4])
+redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_at', now,
+  'updated_at', now)
+redis.call('ZREM', KEYS[2], state[3])
+redis.call('ZADD', KEYS[3], now, state[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if worker_id ~= '' then
+  local job = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6]}, prefix, worker_id,
+    tonumber(ARGV[7]), now)
   if job then
     return {DONE, job}
   end

@@ -34,23 +34,39 @@
 --         {DUPLICATE, existing id, status, created_at} when the key already names a job for
 --         this request,
 --         {CONFLICT, existing id} when the key names a job for a different request.
+-- Redis commands for a new pending job: 7 (HMGET, TIME, INCR, ZADD, ZADD, LPUSH, HSET; an LTRIM
+-- more when the wake list is over its cap), 9 with an idempotency key (its HMGET replaces the
+-- job's, then HSET and PEXPIRE of the key).
 
 --- @include "codes"
 --- @include "common"
 
-local job_key = KEYS[1]
-local job_id = ARGV[1]
-local digest = ARGV[8]
-local now = now_ms(ARGV[11])
+local job_key, job_id, digest = KEYS[1], ARGV[1], ARGV[8]
 
-if redis.call('EXISTS', job_key) == 1 then
-  local state = redis.call('HMGET', job_key, 'status', 'created_at')
-  return {DONE, job_id, state[1], tonumber(state[2])}
+-- The answer to a repeat of this call (the job already exists), or nil.
+local function existing(key)
+  local state = redis.call('HMGET', key, 'status', 'created_at')
+  if state[1] then
+    return {DONE, job_id, state[1], tonumber(state[2])}
+  end
+  return nil
 end
 
-if digest ~= '' then
+if digest == '' then
+  local repeated = existing(job_key)
+  if repeated then
+    return repeated
+  end
+else
+  -- The idempotency key names every job this call could have created: one read answers both
+  -- "is this a repeat?" and "is this key already used?".
   local prior = redis.call('HMGET', KEYS[7], 'digest', 'job_id')
-  if prior[1] then
+  if prior[1] and prior[2] == job_id then
+    local repeated = existing(job_key)
+    if repeated then
+      return repeated
+    end
+  elseif prior[1] then
     local prior_job = redis.call('HMGET', ARGV[12] .. prior[2], 'status', 'created_at')
     -- A key whose job was already deleted (retention, purge) is forgotten: enqueue anew.
     if prior_job[1] then
@@ -62,29 +78,38 @@ if digest ~= '' then
   end
 end
 
-redis.call('HSET', job_key, 'id', job_id, 'type', ARGV[2], 'payload', ARGV[3],
-  'priority', ARGV[4], 'max_retries', ARGV[5], 'attempts', 0, 'recoveries', 0, 'token', 0,
-  'created_at', now, 'updated_at', now)
+local now = now_ms(ARGV[11])
+local fields = {'id', job_id, 'type', ARGV[2], 'payload', ARGV[3], 'priority', ARGV[4],
+  'max_retries', ARGV[5], 'attempts', 0, 'recoveries', 0, 'token', 0, 'created_at', now,
+  'updated_at', now}
+local function add(name, value)
+  fields[#fields + 1] = name
+  fields[#fields + 1] = value
+end
 if ARGV[7] ~= '' then
-  redis.call('HSET', job_key, 'timeout', ARGV[7])
+  add('timeout', ARGV[7])
 end
 if ARGV[13] and ARGV[13] ~= '' then
-  redis.call('HSET', job_key, 'traceparent', ARGV[13])
+  add('traceparent', ARGV[13])
 end
-
 local status = 'pending'
 if ARGV[6] ~= '' then
   local scheduled_at = tonumber(ARGV[6])
-  redis.call('HSET', job_key, 'scheduled_at', scheduled_at)
+  add('scheduled_at', scheduled_at)
   if scheduled_at > now then
     status = 'scheduled'
-    redis.call('HSET', job_key, 'status', status)
     redis.call('ZADD', KEYS[6], scheduled_at, job_id)
   end
 end
 if status == 'pending' then
-  make_pending({KEYS[2], KEYS[3], KEYS[4], KEYS[5]}, job_key, job_id, now, tonumber(ARGV[10]))
+  local seq = redis.call('INCR', KEYS[4])
+  add('seq', seq)
+  add('eligible_at', now)
+  index_pending({KEYS[2], KEYS[3], KEYS[5]}, job_id, ARGV[4], seq, now, tonumber(ARGV[10]))
 end
+add('status', status)
+-- The whole hash in one write: every field this job starts with.
+redis.call('HSET', job_key, unpack(fields))
 
 if digest ~= '' then
   redis.call('HSET', KEYS[7], 'digest', digest, 'job_id', job_id)

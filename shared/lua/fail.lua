@@ -23,37 +23,41 @@
 -- ARGV[9] -> now (ms) override, or '' for Redis TIME
 -- ARGV[10] -> the handler's traceback (already capped by the caller), or '' for none
 --
--- Returns {RETRYING, next_retry_at}, {DEAD}, {NOT_FOUND}, or {STALE_TOKEN, current status}.
+-- Returns {RETRYING, type, attempts, next_retry_at}, {DEAD, type, attempts}, {NOT_FOUND}, or
+--         {STALE_TOKEN, current status}: the type and attempt number are what the caller logs
+--         and counts, so it needs no read of its own.
+-- Redis commands: 6 to retry (HMGET, TIME, ZREM, HSET, [HDEL], ZADD), 7 to declare it dead
+-- (HMGET, TIME, ZREM, HSET, HDEL, ZADD, PEXPIRE).
 
 --- @include "codes"
 --- @include "common"
 
 local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'attempts', 'max_retries',
-  'next_retry_at')
+  'next_retry_at', 'type')
 if not state[1] then
   return {NOT_FOUND}
 end
 if state[2] ~= ARGV[1] then
   return {STALE_TOKEN, state[1]}
 end
+local job_type, attempts = state[7], tonumber(state[4])
 if state[1] == 'retrying' then
-  return {RETRYING, tonumber(state[6])}
+  return {RETRYING, job_type, attempts, tonumber(state[6])}
 end
 if state[1] == 'dead' then
-  return {DEAD}
+  return {DEAD, job_type, attempts}
 end
 if state[1] ~= 'processing' then
   return {STALE_TOKEN, state[1]}
 end
 
 local job_id = state[3]
-local attempts = tonumber(state[4])
 local now = now_ms(ARGV[9])
 redis.call('ZREM', KEYS[2], job_id)
 
 if ARGV[7] == '1' or attempts >= tonumber(state[5]) then
   make_dead(KEYS[4], KEYS[1], job_id, ARGV[2], ARGV[10], now, ARGV[8])
-  return {DEAD}
+  return {DEAD, job_type, attempts}
 end
 
 -- The maximum is a hard ceiling: jitter spreads retries below it, never past it.
@@ -61,7 +65,15 @@ local max_delay = tonumber(ARGV[4])
 local delay = math.min(tonumber(ARGV[3]) * 2 ^ (attempts - 1), max_delay)
 delay = delay + delay * tonumber(ARGV[5]) * (2 * tonumber(ARGV[6]) - 1)
 local due = now + math.floor(math.max(0, math.min(delay, max_delay)))
-record_error(KEYS[1], ARGV[2], ARGV[10])
-redis.call('HSET', KEYS[1], 'status', 'retrying', 'next_retry_at', due, 'updated_at', now)
+-- The error and traceback always describe the same failure: one without a traceback (a
+-- timeout) removes the previous failure's.
+if ARGV[10] ~= '' then
+  redis.call('HSET', KEYS[1], 'status', 'retrying', 'next_retry_at', due, 'updated_at', now,
+    'last_error', ARGV[2], 'traceback', ARGV[10])
+else
+  redis.call('HSET', KEYS[1], 'status', 'retrying', 'next_retry_at', due, 'updated_at', now,
+    'last_error', ARGV[2])
+  redis.call('HDEL', KEYS[1], 'traceback')
+end
 redis.call('ZADD', KEYS[3], due, job_id)
-return {RETRYING, due}
+return {RETRYING, job_type, attempts, due}

@@ -6,19 +6,23 @@
 --
 -- KEYS[1] -> {prefix}job:<id>
 -- KEYS[2] -> {prefix}dead           zset, id -> time of death (ms)
--- KEYS[3] -> {prefix}purged:<id>    tombstone: the request id that deleted the job
+-- KEYS[3] -> {prefix}purged:<id>    tombstone "<request id>|<type>": who deleted the job, and
+--                                   the type a repeated call answers with
 --
 -- ARGV[1] -> request id
 -- ARGV[2] -> tombstone TTL (ms)
 --
--- Returns {DONE}, {NOT_FOUND}, or {WRONG_STATE, current status}.
+-- Returns {DONE, type}, {NOT_FOUND}, or {WRONG_STATE, current status}. A repeated call answers
+-- as the first did (the tombstone, not the job, holds the type then: the hash is gone).
 
 --- @include "codes"
 
-local state = redis.call('HMGET', KEYS[1], 'status', 'id')
+local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'type')
 if not state[1] then
-  if redis.call('GET', KEYS[3]) == ARGV[1] then
-    return {DONE}
+  local tombstone = redis.call('GET', KEYS[3])
+  local prefix = ARGV[1] .. '|'
+  if tombstone and string.sub(tombstone, 1, #prefix) == prefix then
+    return {DONE, string.sub(tombstone, #prefix + 1)}
   end
   return {NOT_FOUND}
 end
@@ -27,5 +31,5 @@ if state[1] ~= 'dead' then
 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], state[2])
-redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[2])
-return {DONE}
+redis.call('SET', KEYS[3], ARGV[1] .. '|' .. state[3], 'PX', ARGV[2])
+return {DONE, state[3]}

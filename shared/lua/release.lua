@@ -27,7 +27,7 @@
 --- @include "codes"
 --- @include "common"
 
-local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'last_release', 'type')
+local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'last_request', 'type')
 if not state[1] then
   return {NOT_FOUND}
 end
@@ -40,7 +40,7 @@ end
 
 local now = now_ms(ARGV[7])
 redis.call('ZREM', KEYS[2], state[3])
-redis.call('HSET', KEYS[1], 'last_release', ARGV[6])
+redis.call('HSET', KEYS[1], 'last_request', ARGV[6])
 local outcome = lose_worker({KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, KEYS[1], state[3],
   ARGV[2] == 'crash', tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), now)
 return {outcome, state[5]}

@@ -22,7 +22,7 @@
 --- @include "codes"
 --- @include "common"
 
-local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'last_replay')
+local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'last_request')
 if not state[1] then
   return {NOT_FOUND}
 end
@@ -36,7 +36,7 @@ end
 local now = now_ms(ARGV[3])
 redis.call('ZREM', KEYS[2], state[2])
 redis.call('PERSIST', KEYS[1])
-redis.call('HSET', KEYS[1], 'attempts', 0, 'recoveries', 0, 'last_replay', ARGV[1])
+redis.call('HSET', KEYS[1], 'attempts', 0, 'recoveries', 0, 'last_request', ARGV[1])
 redis.call('HDEL', KEYS[1], 'last_error', 'traceback', 'result', 'started_at', 'finished_at',
   'next_retry_at', 'worker_id')
 make_pending({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, KEYS[1], state[2], now, tonumber(ARGV[2]))

@@ -25,6 +25,7 @@ from tests.engine.conftest import (
     job,
     raw_script,
     snapshot,
+    start,
 )
 
 
@@ -97,6 +98,34 @@ def test_claim_on_an_empty_queue_returns_none_and_changes_nothing(
     assert changed(before, snapshot(r)) == set()
 
 
+def test_a_claim_that_finds_nothing_clears_the_wake_hints(r: redis.Redis, scripts: Scripts) -> None:
+    # Two hints, one job: the first claim takes the job, the second finds nothing and empties
+    # the list, so no third idle worker wakes for a job that is already gone.
+    enqueue(scripts, J1)
+    r.lpush(K.wake, "1")
+    assert r.llen(K.wake) == 2
+    claim(scripts, J1, worker="w1")
+    assert r.llen(K.wake) == 2  # a claim that found a job leaves the hints to the others
+    before = snapshot(r)
+
+    assert scripts.claim("w2", now_ms=T0) is None
+
+    assert changed(before, snapshot(r)) == {K.wake}
+    assert r.exists(K.wake) == 0
+
+
+def test_a_complete_that_claims_nothing_clears_the_wake_hints(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    token = start(scripts, J1).token
+    r.lpush(K.wake, "1", "1")
+
+    result = scripts.complete(J1, token, claim_next_for="w1", now_ms=T0)
+
+    assert result.code is Code.DONE and result.next_job is None
+    assert r.exists(K.wake) == 0
+
+
 def test_claim_gives_every_execution_a_fresh_token(r: redis.Redis, scripts: Scripts) -> None:
     first = fail_to_retrying(scripts, J1)
     scripts.promote(now_ms=T0 + POLICY.retry_base_ms)
@@ -113,7 +142,7 @@ def test_repeated_claim_with_the_same_request_id_returns_the_same_job(
     enqueue(scripts, J1)
     enqueue(scripts, J2)
     script = raw_script(r, "claim")
-    keys = [K.pending, K.pending_since, K.processing, K.last_claim("w1")]
+    keys = [K.pending, K.pending_since, K.processing, K.last_claim("w1"), K.wake]
     args = [K.job_prefix, "w1", POLICY.lease_ms, "req-1", T0]
 
     first = script(keys=keys, args=args)
@@ -127,7 +156,7 @@ def test_repeated_claim_with_the_same_request_id_returns_the_same_job(
     assert job(r, J2).status is JobState.PENDING
     # A new request id is a new claim.
     third = script(keys=keys, args=[K.job_prefix, "w1", POLICY.lease_ms, "req-2", T0])
-    assert dict(zip(third[1][::2], third[1][1::2], strict=True))[b"id"] == J2.encode()
+    assert third[1][0] == J2.encode()  # the claim reply opens with the job's id
 
 
 def test_claim_drops_an_entry_whose_hash_is_gone_and_takes_the_next(

@@ -147,6 +147,7 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
     scripts.recover(now_ms=T0)
     token = start(scripts, J3).token
     scripts.release(J3, token, now_ms=T0)
+    scripts.release_worker("w1", now_ms=T0)
     scripts.cancel(J2, now_ms=T0)
     for action in (scripts.replay, scripts.purge):
         with pytest.raises(EngineError):

@@ -131,7 +131,6 @@ def test_complete_claims_the_workers_next_job_in_the_same_step(
         K.completed,
         K.pending,
         K.pending_since,
-        K.last_claim("w1"),
     }
     assert after[K.processing] == [(J2, now + POLICY.lease_ms)]
     assert after[K.completed] == [(J1, now)]

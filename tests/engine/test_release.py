@@ -61,7 +61,7 @@ def test_release_after_a_crash_requeues_at_once_gives_the_attempt_back_and_count
     assert after[K.pending_since] == [(J1, before[K.job(J1)]["eligible_at"])]
     assert after[K.wake] == [1, 1]
     stored = after[K.job(J1)]
-    assert isinstance(stored.pop("last_release"), str)
+    assert isinstance(stored.pop("last_request"), str)
     assert stored == before[K.job(J1)] | {
         "status": "pending",
         "attempts": 0,

@@ -37,6 +37,7 @@ from shared.scripts import (
     Policy,
     PromoteResult,
     RecoverResult,
+    Released,
     Scripts,
     TrimResult,
 )
@@ -305,6 +306,7 @@ def test_fail_schedules_one_retry(r: redis.Redis, engine: Scripts, lossy: LossyE
         result = lossy.scripts.fail(job_id, token, "boom", traceback=TRACEBACK, now_ms=NOW + 10)
     due = NOW + 10 + POLICY.retry_base_ms  # attempt 1: base × 2^0
     assert result == FailResult(Code.RETRYING, next_retry_at=due)
+    assert (result.job_type, result.attempt) == ("report", 1)  # the repeat answers it too
     job = fields(r, job_id)
     assert (job["status"], job["attempts"], job["next_retry_at"]) == ("retrying", "1", str(due))
     assert job["traceback"] == TRACEBACK  # stored once, unchanged by the repeat
@@ -322,6 +324,7 @@ def test_fail_enters_the_dlq_once(
             job_id, token, "boom", permanent=permanent, traceback=TRACEBACK, now_ms=NOW + 10
         )
     assert result == FailResult(Code.DEAD)
+    assert (result.job_type, result.attempt) == ("report", 1)
     assert r.zrange(KEYS.dead, 0, -1, withscores=True) == [(job_id.encode(), NOW + 10)]
     job = fields(r, job_id)
     assert (job["status"], job["attempts"], job["last_error"]) == ("dead", "1", "boom")
@@ -420,6 +423,19 @@ def test_release_requeues_once(
     assert r.llen(KEYS.wake) == hints + 1
 
 
+def test_release_worker_requeues_once_and_reports_it(
+    r: redis.Redis, engine: Scripts, lossy: LossyEngine
+) -> None:
+    job_id, token = on_second_attempt(engine)
+    with lossy.reply_lost("release_worker"):
+        released = lossy.scripts.release_worker("w1", now_ms=NOW + 10)
+    assert released == [Released(Code.DONE, job_id, "report")]
+    job = fields(r, job_id)
+    assert (job["status"], job["recoveries"], job["token"]) == ("pending", "1", str(token + 1))
+    assert pending_ids(r) == [job_id]
+    assert r.zcard(KEYS.processing) == 0
+
+
 def test_release_past_the_cap_enters_the_dlq_once(
     r: redis.Redis, engine: Scripts, lossy: LossyEngine
 ) -> None:
@@ -483,7 +499,8 @@ def test_purge_answers_success_not_not_found(
 ) -> None:
     job_id = dead(engine)
     with lossy.reply_lost("purge"):
-        assert lossy.scripts.purge(job_id) is None  # JobNotFound would mean a 404 for a 204
+        # JobNotFound would mean a 404 for a 204; the type is the first call's answer.
+        assert lossy.scripts.purge(job_id) == "report"
     assert job_ids(r) == set()
     assert r.zcard(KEYS.dead) == 0
 

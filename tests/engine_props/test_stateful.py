@@ -215,6 +215,7 @@ class Model:
     def claim(self, worker: str) -> ModelJob | None:
         waiting = self.in_state("pending")
         if not waiting:
+            self.wake = 0  # nothing to claim: the hints would only wake workers for nothing
             return None
         job = min(waiting, key=lambda j: (-j.request.priority, j.seq))
         job.status, job.lease = "processing", self.now + LEASE
@@ -238,6 +239,11 @@ class Model:
             else:
                 codes.append(Code.WRONG_STATE)
         return codes
+
+    def held_by(self, worker: str) -> ModelJob | None:
+        """Return the job a repeated complete gives back: the worker's latest-leased job."""
+        held = [j for j in self.in_state("processing") if j.worker == worker]
+        return max(held, key=lambda j: (j.lease, j.id), default=None)
 
     def complete(self, job_id: str, token: int, result: str) -> tuple[Code, str | None]:
         job = self.jobs.get(job_id)
@@ -575,8 +581,15 @@ class EngineMachine(RuleBasedStateMachine):
 
     def _complete(self, job_id: str, token: int, next_for: str | None) -> None:
         result = json.dumps({"done": job_id[:8]})
+        repeat = self.model.jobs.get(job_id) is not None and (
+            self.model.jobs[job_id].status == "completed"
+        )
         code, status = self.model.complete(job_id, token, result)
-        next_job = self.model.claim(next_for) if next_for and code is Code.DONE else None
+        next_job = None
+        if next_for and code is Code.DONE:
+            # A repeat is taken for a call whose reply was lost: it claims nothing new and
+            # answers with the job the worker holds, as the lost call's reply would have.
+            next_job = self.model.held_by(next_for) if repeat else self.model.claim(next_for)
         ack = self.scripts.complete(job_id, token, result, claim_next_for=next_for, now_ms=self.now)
         assert (ack.code, ack.status) == (code, status)
         if next_job is not None:

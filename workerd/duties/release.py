@@ -18,7 +18,7 @@ import redis
 
 from shared import metrics
 from shared.log import error_text
-from shared.scripts import AckResult, Code, Scripts
+from shared.scripts import Code, Scripts
 from workerd.children import Child
 from workerd.slots import SlotState
 
@@ -109,38 +109,19 @@ class Release:
     def _apply(self, orphan: OrphanedJob) -> None:
         drained = orphan.action == "drain"
         if orphan.claimed_by is not None:
-            released = self.release_last_claim(orphan.claimed_by, drained=drained)
-            if released is not None:
-                _report_release(released[0], orphan.action, released[1])
+            # Whatever the dead worker still holds, found by its id in one engine call.
+            for job in self.scripts.release_worker(orphan.claimed_by, drained=drained):
+                _report_release(job.job_id, orphan.action, job.code, job.job_type)
         elif orphan.action == "timeout":
             self._fail_timed_out(orphan)
         else:
             outcome = self.scripts.release(orphan.job_id, orphan.token, drained=drained)
-            _report_release(orphan.job_id, orphan.action, outcome)
-
-    def release_last_claim(self, worker: str, *, drained: bool) -> tuple[str, AckResult] | None:
-        """Release the job `worker` claimed last if it still holds it; return (job id, outcome).
-
-        The one place that knows how a last claim is found; a single engine script that does
-        the same replaces this body (issue 13: no key format parsed outside shared/).
-        """
-        keys, client = self.scripts.keys, self.scripts.redis
-        last = client.get(keys.last_claim(worker))
-        if last is None:
-            return None
-        job_id = last.decode().partition("|")[2]
-        status, holder, token = client.hmget(keys.job(job_id), "status", "worker_id", "token")
-        if status != b"processing" or holder is None or holder.decode() != worker:
-            return None  # finished, requeued, or claimed anew
-        # release checks the token again, inside its script: a claim since then is left alone.
-        return job_id, self.scripts.release(job_id, int(token), drained=drained)
+            _report_release(orphan.job_id, orphan.action, outcome.code, outcome.job_type)
 
     def _fail_timed_out(self, orphan: OrphanedJob) -> None:
         error = f"Timeout: timed out after {orphan.timeout:g}s; its worker was killed"
-        # A timeout is rare and off the hot path: one read for the counter's type label.
-        raw_type = self.scripts.redis.hget(self.scripts.keys.job(orphan.job_id), "type")
-        job_type = raw_type.decode() if raw_type else None
         result = self.scripts.fail(orphan.job_id, orphan.token, error)
+        job_type = result.job_type  # fail answers with the type: no read of our own
         metrics.count("timed_out", job_type)
         if result.code is Code.RETRYING:
             metrics.count("retried", job_type)
@@ -152,13 +133,13 @@ class Release:
         )
 
 
-def _report_release(job_id: str, action: str, outcome: AckResult) -> None:
+def _report_release(job_id: str, action: str, code: Code, job_type: str | None) -> None:
     """Log and count a release; a stale or finished job was not ours to release: silence."""
-    fields = {"job_id": job_id, "type": outcome.job_type}
-    if outcome.code is Code.DONE:
-        metrics.count("released" if action == "drain" else "recovered", outcome.job_type)
+    fields = {"job_id": job_id, "type": job_type}
+    if code is Code.DONE:
+        metrics.count("released" if action == "drain" else "recovered", job_type)
         event = "job_released" if action == "drain" else "job_recovered"
         log.warning(event, extra={**fields, "reason": action})
-    elif outcome.code is Code.DEAD:
-        metrics.count("dead", outcome.job_type)
+    elif code is Code.DEAD:
+        metrics.count("dead", job_type)
         log.error("job_dead", extra={**fields, "reason": "recovery cap"})

@@ -1,40 +1,78 @@
 -- Pop the best pending job and start it for one worker (claim.lua, and complete.lua when it
 -- also claims the worker's next job). Needs codes and common included first.
--- keys = {pending, pending_since, processing, claim:<worker>}
--- Returns the claimed job's HGETALL, or nil when nothing is claimable.
-local function claim_next(keys, prefix, worker_id, lease, request_id, now)
-  -- A repeated call (its reply was lost and redis-py retried) gets the job it already claimed.
-  local last = redis.call('GET', keys[4])
-  if last then
-    local sep = string.find(last, '|', 1, true)
-    if string.sub(last, 1, sep - 1) == request_id then
-      local job_key = prefix .. string.sub(last, sep + 1)
-      local state = redis.call('HMGET', job_key, 'status', 'worker_id')
-      if state[1] == 'processing' and state[2] == worker_id then
-        return redis.call('HGETALL', job_key)
-      end
-      return nil
+--
+-- A claim reply is the job's fields in CLAIM_FIELDS order, then started_at, updated_at and
+-- worker_id (shared/scripts.py parses it by position): what a worker needs, read in the one
+-- HMGET that also checks the job is still pending. Updated values are filled in here rather
+-- than read back after the write.
+local CLAIM_FIELDS = {'id', 'type', 'status', 'priority', 'max_retries', 'attempts',
+  'recoveries', 'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at',
+  'traceparent'}
+local REPLY_FIELDS = {'id', 'type', 'status', 'priority', 'max_retries', 'attempts',
+  'recoveries', 'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at',
+  'traceparent', 'started_at', 'updated_at', 'worker_id'}
+local F_STATUS, F_ATTEMPTS, F_TOKEN = 3, 6, 10
+
+-- Every processing job this worker holds, as {job_key, job_id, type}. A scan of `processing`
+-- (one entry per running job, so about one per live worker): only repeats of a claim whose
+-- reply was lost and the release of a dead worker's job need it, never a first claim.
+local function held_by(processing_key, prefix, worker_id)
+  local held = {}
+  for _, job_id in ipairs(redis.call('ZRANGE', processing_key, 0, -1)) do
+    local job_key = prefix .. job_id
+    local state = redis.call('HMGET', job_key, 'worker_id', 'status', 'type')
+    if state[1] == worker_id and state[2] == 'processing' then
+      held[#held + 1] = {job_key, job_id, state[3]}
     end
   end
+  return held
+end
 
+-- The claim reply for a job this worker already holds (a repeated call whose first reply was
+-- lost), or nil when it holds none. A worker runs one job at a time, so the job it holds is the
+-- one the lost call claimed; were there several, the latest lease is the latest claim.
+local function claimed_before(processing_key, prefix, worker_id)
+  local held = held_by(processing_key, prefix, worker_id)
+  if #held == 0 then
+    return nil
+  end
+  return redis.call('HMGET', held[#held][1], unpack(REPLY_FIELDS))
+end
+
+-- keys = {pending, pending_since, processing, wake}. now: a number, or a function returning
+-- one (Redis TIME is read only once there is a job to start).
+-- Returns the claim reply, or nil when nothing is claimable (the wake hints are then cleared:
+-- they would only send idle workers into more empty claims).
+local function claim_next(keys, prefix, worker_id, lease, now)
   -- Bounded: an entry whose hash is gone (deleted by hand) is dropped and the next one tried.
   for _ = 1, 100 do
     local popped = redis.call('ZPOPMIN', keys[1])
     if #popped == 0 then
+      redis.call('DEL', keys[4])
       return nil
     end
     local member = popped[1]
     local job_id = string.sub(member, string.find(member, ':', 1, true) + 1)
     local job_key = prefix .. job_id
     redis.call('ZREM', keys[2], job_id)
-    if redis.call('HGET', job_key, 'status') == 'pending' then
-      redis.call('HINCRBY', job_key, 'token', 1)
-      redis.call('HINCRBY', job_key, 'attempts', 1)
-      redis.call('HSET', job_key, 'status', 'processing', 'started_at', now, 'updated_at', now,
+    local job = redis.call('HMGET', job_key, unpack(CLAIM_FIELDS))
+    if job[F_STATUS] == 'pending' then
+      if type(now) == 'function' then
+        now = now()
+      end
+      -- Strings, as HMGET answers them: a repeated call's reply is the same bytes.
+      local started = string.format('%d', now)
+      job[F_STATUS] = 'processing'
+      job[F_ATTEMPTS] = string.format('%d', tonumber(job[F_ATTEMPTS]) + 1)
+      job[F_TOKEN] = string.format('%d', tonumber(job[F_TOKEN]) + 1)
+      redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
+        'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
         'worker_id', worker_id)
       redis.call('ZADD', keys[3], now + lease, job_id)
-      redis.call('SET', keys[4], request_id .. '|' .. job_id, 'PX', lease)
-      return redis.call('HGETALL', job_key)
+      job[#CLAIM_FIELDS + 1] = started
+      job[#CLAIM_FIELDS + 2] = started
+      job[#CLAIM_FIELDS + 3] = worker_id
+      return job
     end
   end
   return nil

@@ -16,42 +16,50 @@ local function pending_member(seq, job_id)
   return string.format('%016d:%s', seq, job_id)
 end
 
--- Make a job claimable: index it by priority and by age, and wake one idle worker.
--- keys = {pending, pending_since, seq, wake}. keep_place: reuse the job's sequence number, so a
--- job that lost its worker goes back to its place in line rather than to the back.
-local function make_pending(keys, job_key, job_id, now, wake_cap, keep_place)
-  local state = redis.call('HMGET', job_key, 'priority', 'seq', 'eligible_at')
-  local priority = tonumber(state[1])
-  local seq = keep_place and tonumber(state[2]) or redis.call('INCR', keys[3])
-  -- Back in its place, the job has been waiting since it first became claimable.
-  local since = keep_place and tonumber(state[3]) or now
-  redis.call('ZADD', keys[1], -priority, pending_member(seq, job_id))
-  redis.call('ZADD', keys[2], since, job_id)
-  redis.call('HSET', job_key, 'status', 'pending', 'seq', seq, 'eligible_at', since,
-    'updated_at', now)
-  redis.call('LPUSH', keys[4], '1')
-  -- A hint only needs to wake a worker; past the cap, extra hints would only cause empty claims.
-  redis.call('LTRIM', keys[4], 0, wake_cap - 1)
-end
-
--- Record why the job's last execution failed ("Type: message") and, for a handler's exception,
--- its traceback. A failure without one (a timeout, a lost worker) removes the previous
--- failure's traceback: the two fields always describe the same failure.
-local function record_error(job_key, error_text, traceback)
-  if traceback ~= '' then
-    redis.call('HSET', job_key, 'last_error', error_text, 'traceback', traceback)
-  else
-    redis.call('HSET', job_key, 'last_error', error_text)
-    redis.call('HDEL', job_key, 'traceback')
+-- Wake one idle worker. LPUSH answers the list's length, so the cap costs a second command
+-- only when it is exceeded; past the cap, extra hints would only cause empty claims.
+local function wake_one(wake_key, wake_cap)
+  if redis.call('LPUSH', wake_key, '1') > wake_cap then
+    redis.call('LTRIM', wake_key, 0, wake_cap - 1)
   end
 end
 
--- Move a job to the dead-letter queue. Its hash expires after the DLQ's maximum age; trim.lua
--- removes it (and its index entry) earlier when the DLQ is over its count cap.
+-- Index a job as claimable, by priority and by age, and wake one idle worker (the job hash is
+-- the caller's to write). keys = {pending, pending_since, wake}.
+local function index_pending(keys, job_id, priority, seq, since, wake_cap)
+  redis.call('ZADD', keys[1], -tonumber(priority), pending_member(seq, job_id))
+  redis.call('ZADD', keys[2], since, job_id)
+  wake_one(keys[3], wake_cap)
+end
+
+-- Make an existing job claimable. keys = {pending, pending_since, seq, wake}. keep_place: reuse
+-- the job's sequence number, so a job that lost its worker goes back to its place in line
+-- rather than to the back.
+local function make_pending(keys, job_key, job_id, now, wake_cap, keep_place)
+  local state = redis.call('HMGET', job_key, 'priority', 'seq', 'eligible_at')
+  local seq = keep_place and tonumber(state[2]) or redis.call('INCR', keys[3])
+  -- Back in its place, the job has been waiting since it first became claimable.
+  local since = keep_place and tonumber(state[3]) or now
+  index_pending({keys[1], keys[2], keys[4]}, job_id, state[1], seq, since, wake_cap)
+  redis.call('HSET', job_key, 'status', 'pending', 'seq', seq, 'eligible_at', since,
+    'updated_at', now)
+end
+
+-- Move a job to the dead-letter queue, recording why its last execution failed ("Type:
+-- message") and, for a handler's exception, its traceback; a failure without one (a timeout, a
+-- lost worker) removes the previous failure's traceback, so the two fields always describe
+-- the same failure. Its hash expires after the DLQ's maximum age; trim.lua removes it (and
+-- its index entry) earlier when the DLQ is over its count cap.
 local function make_dead(dead_key, job_key, job_id, error_text, traceback, now, ttl_ms)
-  record_error(job_key, error_text, traceback)
-  redis.call('HSET', job_key, 'status', 'dead', 'finished_at', now, 'updated_at', now)
-  redis.call('HDEL', job_key, 'next_retry_at', 'seq')
+  if traceback ~= '' then
+    redis.call('HSET', job_key, 'status', 'dead', 'finished_at', now, 'updated_at', now,
+      'last_error', error_text, 'traceback', traceback)
+    redis.call('HDEL', job_key, 'next_retry_at', 'seq')
+  else
+    redis.call('HSET', job_key, 'status', 'dead', 'finished_at', now, 'updated_at', now,
+      'last_error', error_text)
+    redis.call('HDEL', job_key, 'next_retry_at', 'seq', 'traceback')
+  end
   redis.call('ZADD', dead_key, now, job_id)
   redis.call('PEXPIRE', job_key, ttl_ms)
 end
@@ -79,6 +87,13 @@ local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake
   make_pending({keys[1], keys[2], keys[3], keys[4]}, job_key, job_id, now, wake_cap, true)
   return DONE
 end
+
+-- Repeat safety (a reply lost, the same call sent again) rests on the caller's request id, kept
+-- where the call's effect is: a transition of one job started by a request (cancel, replay,
+-- release) keeps it in the job's `last_request` field; a claim in `claim:<worker>` (only a
+-- claim's own pointer can tell a repeat from a new claim); a purge, which deletes the job, in
+-- the `purged:<id>` tombstone; a batch, which touches many jobs, in `reply:<request>`.
+-- complete and fail need none: the fencing token and the job's state already tell a repeat.
 
 -- Batch scripts (promote, recover, trim) act on whatever is due, so a repeated call (its reply
 -- was lost, redis-py retried) would find nothing left and answer "nothing": the caller would

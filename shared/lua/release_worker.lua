@@ -1,0 +1,53 @@
+#!lua flags=allow-oom
+-- release_worker: requeue at once whatever job a dead worker still holds, found by its worker
+-- id (it may hold a job its supervisor never learned of: it died inside a claim, or inside the
+-- complete that claimed its next job).
+--
+-- Invariant: as release.lua for each job still `processing` under that worker id: a crash
+-- counts a recovery (dead past the cap), a drain counts nothing; a job since finished,
+-- recovered or claimed by another worker is left alone. The scan is of `processing` (one
+-- entry per running job), which only a worker's death pays for. A repeated call with the same
+-- request id gets the first call's answer (kept 15 s).
+--
+-- KEYS[1] -> {prefix}processing       zset, id -> lease deadline (ms)
+-- KEYS[2] -> {prefix}pending          zset, score -priority, member <seq>:<id>
+-- KEYS[3] -> {prefix}pending_since    zset, id -> claimable since (ms)
+-- KEYS[4] -> {prefix}seq              FIFO counter
+-- KEYS[5] -> {prefix}wake             capped list of wake-up hints
+-- KEYS[6] -> {prefix}dead             zset, id -> time of death (ms)
+-- KEYS[7] -> {prefix}reply:<request>  this call's answer, kept 15 s for a repeated call
+--
+-- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1] are built from it
+-- ARGV[2] -> the dead worker's id
+-- ARGV[3] -> 'crash' (counts a recovery) or 'drain' (counts nothing)
+-- ARGV[4] -> recovery cap
+-- ARGV[5] -> TTL of a dead job's hash (ms)
+-- ARGV[6] -> wake list cap
+-- ARGV[7] -> now (ms) override, or '' for Redis TIME
+--
+-- Returns {{code, job id, type}, ...}: one entry per job released, code DONE (requeued) or
+-- DEAD (past the recovery cap); empty when the worker held nothing.
+
+--- @include "codes"
+--- @include "common"
+--- @include "claim"
+
+local saved = remembered_reply(KEYS[7])
+if saved then
+  return saved
+end
+local released = {}
+local loss_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
+local held = held_by(KEYS[1], ARGV[1], ARGV[2])
+if #held == 0 then
+  return released
+end
+local now = now_ms(ARGV[7])
+for _, job in ipairs(held) do
+  local job_key, job_id, job_type = job[1], job[2], job[3]
+  redis.call('ZREM', KEYS[1], job_id)
+  local outcome = lose_worker(loss_keys, job_key, job_id, ARGV[3] == 'crash', tonumber(ARGV[4]),
+    ARGV[5], tonumber(ARGV[6]), now)
+  released[#released + 1] = {outcome, job_id, job_type}
+end
+return remember_reply(KEYS[7], released)

@@ -1,0 +1,117 @@
+"""Redis commands per transition, counted by the server itself (INFO commandstats).
+
+The hot path's cost is its Redis commands: each one is Redis CPU, which two worker processes
+already saturate on two cores. Every budget is checked on the production path: no `now_ms`
+override, so Redis TIME is counted where it runs in production. A test that fails prints the
+per-command breakdown, so the command that crept in is named.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from shared.scripts import Code, Scripts
+from tests.engine.conftest import J1, J2, J3, request
+
+# Budgets from issue 13 (item 4).
+CLAIM = 8
+COMPLETE_AND_CLAIM = 11
+ENQUEUE = 7
+ENQUEUE_IDEMPOTENT = 9
+FAIL = 8
+
+
+def commands_of(r: redis.Redis, call: Callable[[], Any]) -> Counter[str]:
+    """Run `call` and return the Redis commands it caused, by name (EVALSHA itself excluded)."""
+    r.config_resetstat()
+    call()
+    stats = r.info("commandstats")
+    counts = Counter({name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()})
+    # The script call itself, and this function's own INFO (counted before it answers).
+    for own in ("evalsha", "info", "config|resetstat"):
+        counts.pop(own, None)
+    return counts
+
+
+def assert_within(counts: Counter[str], budget: int) -> None:
+    total = sum(counts.values())
+    breakdown = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+    assert total <= budget, f"{total} Redis commands, budget {budget}: {breakdown}"
+
+
+@pytest.fixture
+def engine(scripts: Scripts) -> Scripts:
+    """The engine with every script already in Redis's cache (no SCRIPT LOAD counted)."""
+    scripts.load()
+    return scripts
+
+
+def claimed(engine: Scripts, jid: str) -> int:
+    engine.enqueue(request(), jid)
+    job = engine.claim("w1")
+    assert job is not None and job.id == jid
+    return job.token
+
+
+def test_enqueue_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    counts = commands_of(r, lambda: engine.enqueue(request(), J1))
+    assert_within(counts, ENQUEUE)
+    assert counts["time"] == 1  # Redis's clock, not the caller's
+
+
+def test_enqueue_with_an_idempotency_key_is_within_its_budget(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    counts = commands_of(r, lambda: engine.enqueue(request(), J1, idempotency_key="k1"))
+    assert_within(counts, ENQUEUE_IDEMPOTENT)
+
+
+def test_enqueue_with_every_optional_field_still_writes_the_hash_once(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    job = request(timeout=5)
+    trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    counts = commands_of(r, lambda: engine.enqueue(job, J1, traceparent=trace))
+    assert_within(counts, ENQUEUE)
+    assert counts["hset"] == 1
+
+
+def test_claim_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    engine.enqueue(request(), J1)
+    counts = commands_of(r, lambda: engine.claim("w1"))
+    assert_within(counts, CLAIM)
+    assert counts["hmget"] == 1 and counts["hset"] == 1  # the job is read once, written once
+
+
+def test_an_empty_claim_costs_three_commands(r: redis.Redis, engine: Scripts) -> None:
+    counts = commands_of(r, lambda: engine.claim("w1"))
+    assert_within(counts, 3)
+
+
+def test_complete_and_claim_next_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    token = claimed(engine, J1)
+    engine.enqueue(request(), J2)
+    result: list[Any] = []
+    counts = commands_of(r, lambda: result.append(engine.complete(J1, token, claim_next_for="w1")))
+    assert result[0].next_job.id == J2  # it did claim: the budget covers the whole fused path
+    assert_within(counts, COMPLETE_AND_CLAIM)
+    assert counts["time"] == 1
+
+
+@pytest.mark.parametrize("attempts_left", [True, False], ids=["retrying", "dead"])
+def test_fail_is_within_its_budget(r: redis.Redis, engine: Scripts, attempts_left: bool) -> None:
+    engine.enqueue(request(max_retries=3 if attempts_left else 1), J3)
+    job = engine.claim("w1")
+    assert job is not None
+    expected = Code.RETRYING if attempts_left else Code.DEAD
+    results: list[Any] = []
+    counts = commands_of(
+        r, lambda: results.append(engine.fail(J3, job.token, "E: boom", traceback="tb"))
+    )
+    assert results[0].code is expected
+    assert_within(counts, FAIL)

@@ -1,0 +1,113 @@
+"""release_worker.lua: whatever job a dead worker still holds goes back at once, found by the
+worker's id (its supervisor may never have learned which job that was)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import redis
+
+from shared.jobs import JobState
+from shared.scripts import Code, Released, Scripts
+from tests.engine.conftest import (
+    J1,
+    J2,
+    J3,
+    POLICY,
+    T0,
+    K,
+    changed,
+    enqueue,
+    job,
+    pending_member,
+    snapshot,
+    start,
+)
+
+
+def test_release_worker_requeues_the_job_a_dead_worker_claimed_in_a_complete(
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
+) -> None:
+    # The worker completed J1 and, in the same call, claimed J2, then died before it could
+    # say so: only Redis knows it holds J2. Another worker's job is left alone.
+    token = start(scripts, J1, worker="w1").token
+    start(scripts, J3, worker="w2")
+    enqueue(scripts, J2, priority=1)
+    assert scripts.complete(J1, token, claim_next_for="w1", now_ms=T0).next_job is not None
+    now = T0 + 10  # long before the lease ends
+    pin_request_id("fixed")
+    r.delete(K.wake)  # idle workers took the hints: the release leaves one
+    before = snapshot(r)
+
+    released = scripts.release_worker("w1", now_ms=now)
+
+    after = snapshot(r)
+    assert released == [Released(Code.DONE, J2, "t")]
+    assert changed(before, after) == {
+        K.job(J2),
+        K.processing,
+        K.pending,
+        K.pending_since,
+        K.wake,
+        K.reply("fixed"),
+    }
+    assert after[K.processing] == [(J3, T0 + POLICY.lease_ms)]
+    assert after[K.pending] == [(pending_member(3, J2), -1)]  # its place in line, kept
+    assert after[K.wake] == [1]
+    again = job(r, J2)
+    assert (again.status, again.attempts, again.recoveries) == (JobState.PENDING, 0, 1)
+    assert job(r, J3).status is JobState.PROCESSING
+
+
+def test_release_worker_of_a_drained_worker_counts_no_recovery(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    start(scripts, J1, worker="w1")
+
+    released = scripts.release_worker("w1", drained=True, now_ms=T0 + 1)
+
+    assert released == [Released(Code.DONE, J1, "t")]
+    assert (job(r, J1).status, job(r, J1).recoveries) == (JobState.PENDING, 0)
+
+
+def test_release_worker_past_the_recovery_cap_declares_the_job_dead(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    enqueue(scripts, J1)
+    for n in range(POLICY.max_recoveries):
+        assert scripts.claim("w1", now_ms=T0 + n) is not None
+        assert scripts.release_worker("w1", now_ms=T0 + n)[0].code is Code.DONE
+    assert scripts.claim("w1", now_ms=T0 + 10) is not None
+
+    released = scripts.release_worker("w1", now_ms=T0 + 11)
+
+    assert released == [Released(Code.DEAD, J1, "t")]
+    assert r.zscore(K.dead, J1) == T0 + 11
+    assert job(r, J1).status is JobState.DEAD
+
+
+def test_release_worker_of_a_worker_that_holds_nothing_changes_nothing(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    token = start(scripts, J1, worker="w1").token
+    assert scripts.complete(J1, token, now_ms=T0).code is Code.DONE  # finished: not held
+    start(scripts, J2, worker="w2")
+    before = snapshot(r)
+
+    assert scripts.release_worker("w1", now_ms=T0 + 1) == []
+
+    assert changed(before, snapshot(r)) == set()
+
+
+def test_a_repeated_release_worker_answers_as_the_first_did(
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
+) -> None:
+    start(scripts, J1, worker="w1")
+    pin_request_id("req-1")
+    first = scripts.release_worker("w1", now_ms=T0 + 1)
+    before = snapshot(r)
+
+    assert scripts.release_worker("w1", now_ms=T0 + 2) == first == [Released(Code.DONE, J1, "t")]
+
+    assert changed(before, snapshot(r)) == set()
+    assert job(r, J1).recoveries == 1  # released once

@@ -548,20 +548,17 @@ class Scripts:
             retrying_types=_ids(reply[5]),
         )
 
+    def _loss_keys(self) -> list[str]:
+        """Return the keys of a job losing its worker (lose_worker in common.lua), in order."""
+        k = self.keys
+        return [k.processing, k.pending, k.pending_since, k.seq, k.wake, k.dead]
+
     def recover(self, *, limit: int | None = None, now_ms: int | None = None) -> RecoverResult:
         """Requeue jobs whose lease expired (or declare them dead past the recovery cap)."""
         k, p = self.keys, self.policy
         reply = self._call(
             "recover",
-            [
-                k.processing,
-                k.pending,
-                k.pending_since,
-                k.seq,
-                k.wake,
-                k.dead,
-                k.reply(new_request_id()),
-            ],
+            [*self._loss_keys(), k.reply(new_request_id())],
             [
                 k.job_prefix,
                 limit or p.batch_limit,
@@ -613,15 +610,7 @@ class Scripts:
         k, p = self.keys, self.policy
         reply = self._call(
             "release_worker",
-            [
-                k.processing,
-                k.pending,
-                k.pending_since,
-                k.seq,
-                k.wake,
-                k.dead,
-                k.reply(new_request_id()),
-            ],
+            [*self._loss_keys(), k.reply(new_request_id())],
             [
                 k.job_prefix,
                 worker_id,

@@ -64,6 +64,7 @@ class Settings:
     default_job_timeout: float
     result_max_bytes: int
     finished_retention: float
+    finished_max_jobs: int
     dlq_max_jobs: int
     dlq_max_age: float
     idempotency_ttl: float
@@ -294,6 +295,9 @@ VARIABLES: tuple[Variable, ...] = (
              "Largest handler result stored, in bytes of JSON", _integer(1)),
     Variable("TASK_FINISHED_RETENTION", "finished_retention", "1d",
              "How long completed and canceled jobs are kept", duration_parser(positive=True)),
+    Variable("TASK_FINISHED_MAX_JOBS", "finished_max_jobs", "100000",
+             "Completed jobs kept at most, and canceled ones apart; the oldest go first "
+             "(bounds Redis memory under sustained load, whatever the retention)", _integer(1)),
     Variable("TASK_DLQ_MAX_JOBS", "dlq_max_jobs", "10000",
              "Dead jobs kept at most; the oldest go first", _integer(1)),
     Variable("TASK_DLQ_MAX_AGE", "dlq_max_age", "7d",
@@ -446,6 +450,7 @@ SECTIONS: tuple[Section, ...] = (
         Setting("TASK_DEFAULT_TIMEOUT", (WORKERD,)),
         Setting("TASK_RESULT_MAX_BYTES", (WORKERD,)),
         Setting("TASK_FINISHED_RETENTION", _BOTH),
+        Setting("TASK_FINISHED_MAX_JOBS", (WORKERD,)),
         Setting("TASK_DLQ_MAX_JOBS", (WORKERD,)),
         Setting("TASK_DLQ_MAX_AGE", (WORKERD,)),
     )),

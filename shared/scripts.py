@@ -104,6 +104,7 @@ class Policy:
     finished_retention_ms: int = 86_400_000
     dlq_max_age_ms: int = 7 * 86_400_000
     dlq_max_jobs: int = 10_000
+    finished_max_jobs: int = 100_000
     idempotency_ttl_ms: int = 86_400_000
     wake_cap: int = 1_000
     batch_limit: int = 1_000
@@ -124,6 +125,7 @@ class Policy:
             finished_retention_ms=ms(settings.finished_retention),
             dlq_max_age_ms=ms(settings.dlq_max_age),
             dlq_max_jobs=settings.dlq_max_jobs,
+            finished_max_jobs=settings.finished_max_jobs,
             idempotency_ttl_ms=ms(settings.idempotency_ttl),
         )
 
@@ -655,7 +657,7 @@ class Scripts:
         return _text(_checked(reply)[1]) or ""
 
     def trim(self, *, limit: int | None = None, now_ms: int | None = None) -> TrimResult:
-        """Forget finished jobs past retention and dead jobs past the DLQ's caps."""
+        """Forget finished jobs past retention or their count cap, dead jobs past the DLQ's."""
         k, p = self.keys, self.policy
         reply = self._call(
             "trim",
@@ -667,6 +669,7 @@ class Scripts:
                 p.dlq_max_jobs,
                 limit or p.batch_limit,
                 _now(now_ms),
+                p.finished_max_jobs,
             ],
         )
         return TrimResult(*(int(v) for v in reply))

@@ -34,6 +34,7 @@ DEFAULTS = {
     "result_max_bytes": 65536,
     "finished_retention": 86400.0,
     "dlq_max_jobs": 10000,
+    "finished_max_jobs": 100000,
     "dlq_max_age": 7 * 86400.0,
     "idempotency_ttl": 86400.0,
     "drain_grace": 25.0,

@@ -34,6 +34,7 @@ POLICY = Policy(
     finished_retention_ms=60_000,
     dlq_max_age_ms=120_000,
     dlq_max_jobs=4,
+    finished_max_jobs=3,
     idempotency_ttl_ms=30_000,
     wake_cap=3,
     batch_limit=50,

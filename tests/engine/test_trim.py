@@ -100,6 +100,39 @@ def test_trim_caps_the_dlq_by_count_oldest_first(
     assert [m for m, _ in after[K.dead]] == [J4, J3, J2, J1]
 
 
+def test_trim_caps_completed_jobs_by_count_oldest_first_whatever_their_age(
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
+) -> None:
+    for n, jid in enumerate((J1, J2, J3, J4, J5)):  # J1 finished first
+        finish(scripts, jid, now=T0 + n)
+    pin_request_id("pinned")
+    before = snapshot(r)
+
+    result = scripts.trim(now_ms=T0 + 10)  # all well within retention
+
+    after = snapshot(r)
+    assert POLICY.finished_max_jobs == 3
+    assert result == TrimResult(completed=2, canceled=0, dead=0)
+    assert changed(before, after) == {K.reply("pinned"), K.job(J1), K.job(J2), K.completed}
+    assert [m for m, _ in after[K.completed]] == [J3, J4, J5]
+    pin_request_id("again")  # a new call, not a repeat of the pinned one
+    assert scripts.trim(now_ms=T0 + 11) == TrimResult(0, 0, 0)  # at the cap: nothing more
+
+
+def test_trim_caps_canceled_jobs_by_count_apart_from_completed_ones(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    for n, jid in enumerate((J1, J2, J3, J4)):
+        enqueue(scripts, jid)
+        scripts.cancel(jid, now_ms=T0 + n)
+    finish(scripts, J5, now=T0)  # one completed job: under its own cap, kept
+
+    assert scripts.trim(now_ms=T0 + 10) == TrimResult(completed=0, canceled=1, dead=0)
+    after = snapshot(r)
+    assert [m for m, _ in after[K.canceled]] == [J2, J3, J4]
+    assert K.job(J1) not in after and K.job(J5) in after
+
+
 def test_trim_deletes_at_most_limit_jobs_per_index(r: redis.Redis, scripts: Scripts) -> None:
     for n, jid in enumerate((J1, J2, J3)):
         finish(scripts, jid, now=T0 + n)

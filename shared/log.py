@@ -200,5 +200,10 @@ def error_text(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
         message = str(exc)
     except Exception:  # a broken __str__ must not hide the original failure
         message = "<unprintable>"
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return error_line(type(exc).__name__, message, limit)
+
+
+def error_line(kind: str, message: str, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """Return ``"Kind: message"`` (``"Kind"`` alone without one), cut to ``limit`` with ``…``."""
+    text = f"{kind}: {message}" if message else kind
     return text if len(text) <= limit else text[: limit - 1] + "…"

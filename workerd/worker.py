@@ -21,7 +21,7 @@ import redis
 from shared import metrics, tracing
 from shared.config import Settings
 from shared.jobs import Job, dump_json, format_ms
-from shared.log import ERROR_TEXT_LIMIT, error_text
+from shared.log import error_line, error_text
 from shared.scripts import Code, Scripts, new_request_id
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
@@ -295,10 +295,7 @@ def run_handler(job: Job, result_max_bytes: int) -> Outcome:
 
 def _refused(kind: str, message: str) -> Outcome:
     """Return a failure the worker itself decided, worded as error_text words an exception."""
-    text = f"{kind}: {message}"
-    if len(text) > ERROR_TEXT_LIMIT:
-        text = text[: ERROR_TEXT_LIMIT - 1] + "…"
-    return Outcome(False, error=text, error_kind=kind)
+    return Outcome(False, error=error_line(kind, message), error_kind=kind)
 
 
 def handler_traceback(exc: BaseException) -> str:

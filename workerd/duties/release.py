@@ -35,7 +35,8 @@ class OrphanedJob:
     token: int
     action: str  # "worker died", "drain" (shutdown) or "timeout"
     timeout: float = 0.0
-    # Set instead of job_id/token: "the job this worker claimed last, if it still holds it".
+    # Set for "whatever this worker still holds" (job_id then only names the job it was seen
+    # running, for the line written if Redis never answers).
     claimed_by: str | None = None
 
 
@@ -57,24 +58,18 @@ class Release:
         self.owed: list[OrphanedJob] = []
 
     def on_worker_died(self, child: Child, state: SlotState | None, *, draining: bool) -> None:
-        """Queue the fate of what a dead worker held: the job its slot showed, its last claim."""
-        action = "drain" if draining else "worker died"
-        if child.kill_reason == "lease lost":
-            # The job its slot shows is someone else's now. But a worker that ran on after its
-            # lease was lost (resumed after SIGSTOP) may have claimed another job before it
-            # was killed: that one is still its own, found by its last claim.
-            self.owed.append(OrphanedJob("", 0, action, claimed_by=child.name))
-            return
-        if child.killed_job is not None:
+        """Queue the fate of what a dead worker held: a timed-out job fails, the rest goes back."""
+        if child.killed_job is not None and child.kill_reason == "timeout":
             job_id, token, timeout = child.killed_job
-            if child.kill_reason == "timeout":
-                action = "timeout"
-            self.owed.append(OrphanedJob(job_id, token, action, timeout))
-        elif state is not None and state.job_id:
-            self.owed.append(OrphanedJob(state.job_id, state.token, action, state.job_timeout))
-        # A worker that died inside a claim (or a complete that claims the next job) holds a
-        # job its slot never showed: Redis knows it, under the worker's last claim.
-        self.owed.append(OrphanedJob("", 0, action, claimed_by=child.name))
+            self.owed.append(OrphanedJob(job_id, token, "timeout", timeout))
+        # Whatever it still holds, found in Redis by its id in one call: the job its slot
+        # showed, and one it claimed inside a claim or a complete its slot never showed. After
+        # a lost lease the slot's job is someone else's and is not found under this worker;
+        # after a timeout the job has failed first (owed in order) and is not found either.
+        # The slot's job id is kept only to name the job if Redis never answers.
+        shown = state.job_id if state is not None and child.kill_reason != "lease lost" else ""
+        action = "drain" if draining else "worker died"
+        self.owed.append(OrphanedJob(shown, 0, action, claimed_by=child.name))
 
     def tick(self, now: float) -> None:
         """Send what is owed; stop at the first Redis error and keep the rest for later."""

@@ -103,22 +103,25 @@ class BinRun:
         )
 
 
+def own_environment(tmp_path: Path) -> dict[str, str]:
+    """Return this environment without TaskForge's variables, every port a free one (never a
+    developer's 8080, 8081 or 6399) and Redis's data under `tmp_path`."""
+    base = {k: v for k, v in os.environ.items() if k not in OURS and not k.startswith("TASKFORGE_")}
+    return base | {
+        "TASKFORGE_REDIS_PORT": str(free_port()),
+        "TASKFORGE_REDIS_DIR": str(tmp_path / "redis"),
+        "PORT_PRODUCER": str(free_port()),
+        "PORT_WORKER": str(free_port()),
+    }
+
+
 @contextlib.contextmanager
 def bin_run(command: str, tmp_path: Path, **env: str) -> Iterator[BinRun]:
     """Run `command` (a shell line that starts bin/run) from the repository root until it says
     it runs; on leaving, press Ctrl-C and wait until every process it started is gone."""
     require_tool("redis-server")
     marker = uuid.uuid4().hex
-    base = {k: v for k, v in os.environ.items() if k not in OURS and not k.startswith("TASKFORGE_")}
-    # Every port a free one: never a developer's 8080, 8081 or 6399.
-    base |= {
-        "TASKFORGE_REDIS_PORT": str(free_port()),
-        "TASKFORGE_REDIS_DIR": str(tmp_path / "redis"),
-        "PORT_PRODUCER": str(free_port()),
-        "PORT_WORKER": str(free_port()),
-        MARKER_ENV: marker,
-    }
-    run = BinRun(base | env, tmp_path / "parts.log")
+    run = BinRun(own_environment(tmp_path) | {MARKER_ENV: marker} | env, tmp_path / "parts.log")
     with run.log_path.open("w") as log:
         # Its own process group, like a terminal's foreground job, so Ctrl-C is a killpg.
         proc = subprocess.Popen(
@@ -394,17 +397,10 @@ def test_bin_test_lints_what_git_tracks_and_the_whole_tree_of_an_export(
 def _bin_run_until_exit(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     """Run bin/run with free ports (overridden by `env`) and return once it exits by itself."""
     require_tool("redis-server")
-    base = {k: v for k, v in os.environ.items() if k not in OURS and not k.startswith("TASKFORGE_")}
-    base |= {
-        "TASKFORGE_REDIS_PORT": str(free_port()),
-        "TASKFORGE_REDIS_DIR": str(tmp_path / "redis"),
-        "PORT_PRODUCER": str(free_port()),
-        "PORT_WORKER": str(free_port()),
-    }
     return subprocess.run(
         [str(ROOT / "bin/run")],
         cwd=ROOT,
-        env=base | env,
+        env=own_environment(tmp_path) | env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

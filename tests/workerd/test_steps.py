@@ -527,9 +527,10 @@ class Outage:
         self.admin.acl_setuser(self.user, enabled=True)
 
 
-def test_a_job_an_outage_keeps_from_release_goes_back_once_redis_answers(
+def _kill_a_busy_worker_during_an_outage(
     make_rig: Callable[..., Rig], outage: tuple[redis.Redis, Outage]
-) -> None:
+) -> tuple[Rig, str]:
+    """Return a rig whose worker died holding a job while Redis refuses the supervisor."""
     client, switch = outage
     rig = make_rig(client)
     rig.step()
@@ -537,10 +538,17 @@ def test_a_job_an_outage_keeps_from_release_goes_back_once_redis_answers(
     job_id = rig.enqueue()
     worker = rig.workers()[0]
     rig.claim(worker)
-
     switch.begin()
     rig.spawner.exit(worker.pid, killed_by=signal.SIGKILL)
     rig.step()
+    return rig, job_id
+
+
+def test_a_job_an_outage_keeps_from_release_goes_back_once_redis_answers(
+    make_rig: Callable[..., Rig], outage: tuple[redis.Redis, Outage]
+) -> None:
+    _, switch = outage
+    rig, job_id = _kill_a_busy_worker_during_an_outage(make_rig, outage)
     rig.step(1.0)
     assert rig.job(job_id).status is JobState.PROCESSING  # owed, not lost
     assert [c.index for c in rig.workers()] == [0, 1]  # the outage does not stop respawning
@@ -556,16 +564,8 @@ def test_at_exit_a_release_redis_never_takes_is_abandoned_with_a_line(
     outage: tuple[redis.Redis, Outage],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    client, switch = outage
-    rig = make_rig(client)
-    rig.step()
-    rig.up()
-    job_id = rig.enqueue()
-    worker = rig.workers()[0]
-    rig.claim(worker)
-    switch.begin()
-    rig.spawner.exit(worker.pid, killed_by=signal.SIGKILL)
-    rig.step()
+    _, switch = outage
+    rig, job_id = _kill_a_busy_worker_during_an_outage(make_rig, outage)
 
     with caplog.at_level(logging.ERROR):
         rig.supervisor.release.settle(deadline=rig.now)  # the final window is already over

@@ -602,3 +602,22 @@ def test_is_reader_source_takes_programs_not_deployment_files() -> None:
         "tests/support/tools.py",
     ]
     assert [is_reader_source(p) for p in takes + leaves] == [True] * 4 + [False] * 3
+
+
+def test_markdown_piped_into_head_ends_quietly() -> None:
+    # `python -m shared.config --markdown | head` closes the pipe early: no traceback.
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shared.config", "--markdown"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parent.parent,
+        bufsize=0,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the child (still starting) writes: its write meets EPIPE
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=30) in (0, 1)
+    assert "Traceback" not in stderr, stderr

@@ -25,7 +25,7 @@ from wsgiref.simple_server import WSGIServer
 
 import redis
 
-from shared import metrics
+from shared import metrics, tracing
 from shared.config import Settings, redact_url
 from shared.keys import Keys
 from shared.redis_conn import connect
@@ -247,6 +247,7 @@ class Supervisor:
         After a 0, :attr:`reloading` tells the caller to re-exec rather than exit.
         """
         self.install_signals()
+        tracing.forbid_here()  # this process forks: no SDK thread here (its children trace)
         log.info(
             "supervisor_started",
             extra={

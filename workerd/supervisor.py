@@ -458,11 +458,13 @@ class Supervisor:
             if state.job_id:
                 if state.job_timeout > 0 and now - state.job_started > state.job_timeout:
                     child.killed_job = (state.job_id, state.token, state.job_timeout)
+                    # About the kill; the job's own line (job_timed_out) comes with its outcome.
                     log.warning(
-                        "job_timed_out",
+                        "child_killed",
                         extra={
-                            "job_id": state.job_id,
                             "child": child.name,
+                            "reason": "timeout",
+                            "job_id": state.job_id,
                             "timeout_s": state.job_timeout,
                         },
                     )

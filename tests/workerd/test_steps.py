@@ -322,7 +322,7 @@ def _respawn_delays(rig: Rig, *, booting: bool, deaths: int) -> list[float]:
         died_at = rig.now
         rig.step()
         if not any(c.index == 0 for c in rig.workers()):
-            due = rig.supervisor.respawn_at[0]
+            due = rig.supervisor.respawns.at[0]
             rig.step_at(due - 0.001)
             assert not any(c.index == 0 for c in rig.workers()), "forked before its delay"
             rig.step_at(due)

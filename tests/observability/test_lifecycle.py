@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 from logging import DEBUG, ERROR, INFO, WARNING
 
 import pytest
@@ -54,16 +53,6 @@ EXPECTED: dict[Outcome, tuple[str | None, int, set[str], str | None, str | None]
     Outcome.CANCELED: ("job_canceled", INFO, {"canceled"}, None, None),
     Outcome.PURGED: ("job_purged", INFO, {"purged"}, None, None),
 }
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    tracing.use_exporter_for_tests(exporter)
-    try:
-        yield exporter
-    finally:
-        tracing.use_exporter_for_tests(None)
 
 
 @pytest.fixture(autouse=True)

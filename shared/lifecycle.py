@@ -148,10 +148,11 @@ def record(
     """
     row = TABLE[outcome]
     if row.event is not None and log.isEnabledFor(row.level):
-        line = {"job_id": job_id, "type": job_type}
+        extra = {"job_id": job_id, "type": job_type}
         if attempt is not None:
-            line["attempt"] = attempt
-        log.log(row.level, row.event, extra={**line, **fields})
+            extra["attempt"] = attempt
+        extra.update(fields)
+        log.log(row.level, row.event, extra=extra)
     for counter in row.counters:
         metrics.count(counter, job_type)
     if row.span_outcome is not None:
@@ -192,9 +193,11 @@ def _mark_spans(
 ) -> None:
     outcome = {tracing.OUTCOME: row.span_outcome}
     if row.span is None:
-        tracing.current_attributes({**(attributes or {}), **outcome})
+        tracing.current_attributes({**attributes, **outcome} if attributes else outcome)
         return
     tracing.current_attributes(outcome)  # of the span open around the transition, if any
+    if not tracing.enabled():
+        return  # off: build nothing for a span that would not be recorded
     more = dict(attributes or {})
     if attempt is not None:
         more["taskforge.attempt"] = attempt

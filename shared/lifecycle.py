@@ -139,7 +139,7 @@ def record(
     end_ms: int | None = None,
     **fields: Any,
 ) -> None:
-    """Log, count and trace one job's outcome, then hand it to the sinks.
+    """Count, log and trace one job's outcome, then hand it to the sinks.
 
     `fields` go to the log line after job_id, type and attempt; `attributes` go to the span
     (the point span if the outcome has one, else the open one), with the job's identifiers.
@@ -147,14 +147,14 @@ def record(
     `start_ms`/`end_ms` date a point span that covers time already past (the claim's wait).
     """
     row = TABLE[outcome]
+    for counter in row.counters:  # first: a scrape right after the transition sees it sooner
+        metrics.count(counter, job_type)
     if row.event is not None and log.isEnabledFor(row.level):
         extra = {"job_id": job_id, "type": job_type}
         if attempt is not None:
             extra["attempt"] = attempt
         extra.update(fields)
         log.log(row.level, row.event, extra=extra)
-    for counter in row.counters:
-        metrics.count(counter, job_type)
     if row.span_outcome is not None:
         _mark_spans(row, job_id, job_type, attempt, trace, attributes, start_ms, end_ms)
     if _sinks:
@@ -165,14 +165,14 @@ def record_batch(outcome: Outcome, jobs: Sequence[tuple[str, str]], **fields: An
     """Record one outcome of many jobs, given as (id, type): one log line naming every id."""
     row = TABLE[outcome]
     types = Counter(job_type for _, job_type in jobs)
+    for counter in row.counters:
+        for job_type, amount in types.items():
+            metrics.count(counter, job_type, amount)
     if row.event is not None and log.isEnabledFor(row.level):
         # A line per job would cost more than the enqueue itself.
         ids = [job_id for job_id, _ in jobs]
         extra = {"job_ids": ids, "types": dict(types), "count": len(jobs), **fields}
         log.log(row.level, row.event, extra=extra)
-    for counter in row.counters:
-        for job_type, amount in types.items():
-            metrics.count(counter, job_type, amount)
     if row.span_outcome is not None:
         tracing.current_attributes({tracing.OUTCOME: row.span_outcome})
     if _sinks:

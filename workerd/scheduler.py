@@ -93,32 +93,21 @@ class SchedulerProcess(StopOnSignal):
 
     def _promote(self, now_ms: int | None) -> PromoteResult:
         result = self.scripts.promote(now_ms=now_ms)
-        for kind, outcome, ids, lateness, types in (
-            (
-                "scheduled",
-                Outcome.PROMOTED,
-                result.scheduled,
-                result.scheduled_lateness_ms,
-                result.scheduled_types,
-            ),
-            (
-                "retry",
-                Outcome.RETRY_PROMOTED,
-                result.retrying,
-                result.retrying_lateness_ms,
-                result.retrying_types,
-            ),
+        for kind, ids, lateness, types in (
+            ("scheduled", result.scheduled, result.scheduled_lateness_ms, result.scheduled_types),
+            ("retry", result.retrying, result.retrying_lateness_ms, result.retrying_types),
         ):
+            outcome = Outcome.PROMOTED if kind == "scheduled" else Outcome.RETRY_PROMOTED
             traces = tracing.traceparents(self.scripts.redis, self.scripts.keys, ids)
             for job_id, late_ms, job_type, trace in zip(ids, lateness, types, traces, strict=True):
                 metrics.SCHEDULE_LATENESS_SECONDS.labels(kind=kind).observe(late_ms / 1000)
-                attributes = {"taskforge.lateness_ms": late_ms}
+                lateness_ms = {"taskforge.lateness_ms": late_ms}
                 record(
                     outcome,
                     job_id,
                     job_type,
                     trace=trace,
-                    attributes=attributes,
+                    attributes=lateness_ms,
                     kind=kind,
                     late_ms=late_ms,
                 )

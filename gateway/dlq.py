@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from flask import Blueprint
@@ -11,11 +10,10 @@ from gateway import inputs
 from gateway.context import gateway
 from gateway.errors import ApiError
 from gateway.routes import route
-from shared import metrics, tracing
+from shared.lifecycle import Outcome, record
 from shared.queries import BadCursor, dead_page
 from shared.scripts import JobNotFound, WrongState
 
-log = logging.getLogger(__name__)
 bp = Blueprint("dlq", __name__)
 
 
@@ -47,10 +45,7 @@ def retry(job_id: str) -> dict[str, Any]:
         raise ApiError(404, "job not found") from None
     except WrongState as exc:
         raise _not_dead(exc) from None
-    log.info("job_replayed", extra={"job_id": job.id, "type": job.type})
-    metrics.count("replayed", job.type)
-    attributes = tracing.job_attributes(job.id, job.type, "replayed")
-    tracing.record("task.replay", job.extra.get("traceparent"), attributes)
+    record(Outcome.REPLAYED, job.id, job.type, trace=job.extra.get("traceparent"))
     return job.to_json()
 
 
@@ -64,6 +59,5 @@ def purge(job_id: str) -> tuple[str, int]:
         raise ApiError(404, "job not found") from None
     except WrongState as exc:
         raise _not_dead(exc) from None
-    log.info("job_purged", extra={"job_id": job_id, "type": job_type})
-    metrics.count("purged", job_type)
+    record(Outcome.PURGED, job_id, job_type)
     return "", 204

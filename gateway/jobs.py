@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -15,10 +14,10 @@ from gateway.context import Gateway, gateway
 from gateway.errors import ApiError
 from gateway.routes import route
 from shared import metrics
+from shared.lifecycle import Outcome, record
 from shared.queries import get_job
 from shared.scripts import IdempotencyConflict, JobNotFound, WrongState
 
-log = logging.getLogger(__name__)
 bp = Blueprint("jobs", __name__)
 
 CANCELABLE = "pending, scheduled or retrying"
@@ -95,6 +94,5 @@ def cancel(job_id: str) -> dict[str, Any]:
         ) from None
     job = outcome.job
     if outcome.changed:  # a repeated cancel is answered the same but not counted again
-        log.info("job_canceled", extra={"job_id": job.id, "type": job.type})
-        metrics.count("canceled", job.type)
+        record(Outcome.CANCELED, job.id, job.type)
     return job.to_json()

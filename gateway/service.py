@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import logging
 import os
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from gateway.context import Gateway
-from shared import metrics, tracing
+from shared import tracing
 from shared.jobs import EnqueueRequest, Job
+from shared.lifecycle import Outcome, record, record_batch
 from shared.queries import get_job
 from shared.scripts import EnqueueResult
 
-log = logging.getLogger(__name__)
 tracing.configure(tracing.PRODUCER)
 
 
@@ -60,24 +58,24 @@ def enqueue_one(
     job_id = new_job_ids(1)[0]
     # The client's traceparent is only a parent: the job stores our enqueue span's own.
     attributes = tracing.job_attributes(job_id, request.type)
-    with tracing.span("task.enqueue", client_trace, attributes) as span:
+    with tracing.span("task.enqueue", client_trace, attributes):
         result = gw.scripts.enqueue(
             request,
             job_id,
             idempotency_key=idempotency_key,
             traceparent=tracing.current_traceparent(),
         )
-        tracing.outcome(span, "enqueued" if result.created else "duplicate")
-        if span is not None and not result.created:
-            span.set_attribute("taskforge.duplicate_of", result.job_id)
-        if result.created:  # logged inside the span, so the line carries its trace ids
-            log.info("job_enqueued", extra={"job_id": result.job_id, "type": request.type})
+        # Inside the span: it gets the outcome, and the line carries its trace ids.
+        if result.created:
+            record(Outcome.ENQUEUED, result.job_id, request.type)
+        else:
+            duplicate_of = {"taskforge.duplicate_of": result.job_id}
+            record(Outcome.DUPLICATE, result.job_id, request.type, attributes=duplicate_of)
     if not result.created:
         # The key named an earlier job (same body): answer with that job as it is now, or as
         # created if it was deleted since the script answered (its status is the script's).
         job = get_job(gw.redis, gw.keys, result.job_id) or created_job(request, result)
         return job.to_json(), False
-    metrics.count("enqueued", request.type)
     return created_job(request, result).to_json(), True
 
 
@@ -88,22 +86,11 @@ def enqueue_batch(
     ids = new_job_ids(len(requests))
     # One span for the batch: its jobs share one trace parent.
     attributes = {"taskforge.batch_size": len(ids), "messaging.batch.message_count": len(ids)}
-    with tracing.span("task.enqueue", client_trace, attributes) as span:
+    with tracing.span("task.enqueue", client_trace, attributes):
         results = gw.scripts.enqueue_many(
             list(zip(requests, ids, strict=True)), traceparent=tracing.current_traceparent()
         )
-        tracing.outcome(span, "enqueued")
-        # One line for the batch, naming every id: a line per job would cost more than the
-        # enqueue. Inside the span, so the line carries its trace ids.
-        types = Counter(request.type for request in requests)
-        log.info(
-            "job_enqueued",
-            extra={
-                "job_ids": [r.job_id for r in results],
-                "types": dict(types),
-                "count": len(results),
-            },
-        )
-    for job_type, amount in types.items():
-        metrics.count("enqueued", job_type, amount)
+        # One line for the batch, inside the span (its outcome, its trace ids on the line).
+        jobs = [(r.job_id, q.type) for q, r in zip(requests, results, strict=True)]
+        record_batch(Outcome.ENQUEUED, jobs)
     return [created_job(q, r).to_json() for q, r in zip(requests, results, strict=True)]

@@ -36,6 +36,7 @@ EVENTS: frozenset[str] = frozenset(
         "job_released",
         "job_timed_out",
         "job_stale_ack",
+        "lifecycle_sink_failed",
         "scheduler_started",
         "scheduler_stopped",
         "worker_started",

@@ -58,6 +58,7 @@ SPANS: dict[str, tuple[str, str | None]] = {
 _service = WORKER
 _state: tuple[int, Any, Any] | None = None  # (pid, provider, tracer) once set up here
 _test_exporter: Any = None
+_forbidden_pid = 0  # a process that forks: it must never start the SDK's export thread
 
 
 def configure(default_service: str) -> None:
@@ -78,10 +79,16 @@ def use_exporter_for_tests(exporter: Any) -> None:
     _test_exporter, _state = exporter, None
 
 
+def forbid_here() -> None:
+    """Never trace in this process (its children may): it forks, and the SDK starts a thread."""
+    global _forbidden_pid
+    _forbidden_pid = os.getpid()
+
+
 def _tracer() -> Any:
     """Return this process's tracer, creating the SDK on first use after a fork; None when off."""
     global _state
-    if not enabled():
+    if not enabled() or _forbidden_pid == os.getpid():
         return None
     if _state is not None and _state[0] == os.getpid():
         return _state[2]
@@ -207,13 +214,13 @@ def outcome(current: Any, value: str) -> None:
         current.set_attribute(OUTCOME, value)
 
 
-def current_outcome(value: str) -> None:
-    """Set the outcome of the active span, if this process traces and a span is active."""
+def current_attributes(attributes: Mapping[str, Any]) -> None:
+    """Set attributes of the active span, if this process traces and a span is active."""
     if _state is None or _state[2] is None or _state[0] != os.getpid():
         return
     from opentelemetry import trace
 
-    trace.get_current_span().set_attribute(OUTCOME, value)
+    trace.get_current_span().set_attributes(attributes)
 
 
 def failed(current: Any, kind: str) -> None:

@@ -63,6 +63,17 @@ class ImportCheck:
             os.close(devnull)
         return cls(pid, output, now + CHECK_TIMEOUT)
 
+    def verdict(self, now: float) -> str | None:
+        """Return None while the check runs, else why it failed ("" if it passed); then close it."""
+        if self.status is None:
+            if now < self.deadline:
+                return None
+            self.kill()
+            return "the import check timed out"
+        error = self.error()
+        self.close()
+        return error
+
     def error(self) -> str:
         """Return why the check failed ("" when it passed): its last stderr line, or its exit."""
         if self.status is None:

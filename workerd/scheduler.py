@@ -16,6 +16,7 @@ from collections.abc import Callable
 import redis
 
 from shared import metrics, tracing
+from shared.lifecycle import Outcome, record
 from shared.scripts import PromoteResult, Scripts
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
@@ -96,37 +97,30 @@ class SchedulerProcess(StopOnSignal):
             ("scheduled", result.scheduled, result.scheduled_lateness_ms, result.scheduled_types),
             ("retry", result.retrying, result.retrying_lateness_ms, result.retrying_types),
         ):
+            outcome = Outcome.PROMOTED if kind == "scheduled" else Outcome.RETRY_PROMOTED
             traces = tracing.traceparents(self.scripts.redis, self.scripts.keys, ids)
-            span = "task.schedule.promote" if kind == "scheduled" else "task.retry.promote"
             for job_id, late_ms, job_type, trace in zip(ids, lateness, types, traces, strict=True):
                 metrics.SCHEDULE_LATENESS_SECONDS.labels(kind=kind).observe(late_ms / 1000)
                 lateness_ms = {"taskforge.lateness_ms": late_ms}
-                attributes = tracing.job_attributes(job_id, job_type, "promoted", **lateness_ms)
-                tracing.record(span, trace, attributes)
-                log.debug(
-                    "job_promoted",
-                    extra={"job_id": job_id, "type": job_type, "kind": kind, "late_ms": late_ms},
+                record(
+                    outcome,
+                    job_id,
+                    job_type,
+                    trace=trace,
+                    attributes=lateness_ms,
+                    kind=kind,
+                    late_ms=late_ms,
                 )
         return result
 
     def _recover(self, now_ms: int | None) -> None:
         result = self.scripts.recover(now_ms=now_ms)
         ids = result.requeued + result.dead
-        spans = [("task.recover", "recovered")] * len(result.requeued)
-        spans += [("task.dlq.transition", "dead")] * len(result.dead)
-        traces = tracing.traceparents(self.scripts.redis, self.scripts.keys, ids)
         types = result.requeued_types + result.dead_types
-        for job_id, job_type, (span, outcome), trace in zip(ids, types, spans, traces, strict=True):
-            reason = {"taskforge.reason": "lease"}
-            tracing.record(span, trace, tracing.job_attributes(job_id, job_type, outcome, **reason))
-        for job_id, job_type in zip(result.requeued, result.requeued_types, strict=True):
-            metrics.count("recovered", job_type)
-            log.warning(
-                "job_recovered",
-                extra={"job_id": job_id, "type": job_type, "reason": "lease expired"},
-            )
-        for job_id, job_type in zip(result.dead, result.dead_types, strict=True):
-            metrics.count("dead", job_type)
-            log.error(
-                "job_dead", extra={"job_id": job_id, "type": job_type, "reason": "recovery cap"}
-            )
+        outcomes = [Outcome.RECOVERED] * len(result.requeued)
+        outcomes += [Outcome.RECOVERY_CAP] * len(result.dead)
+        traces = tracing.traceparents(self.scripts.redis, self.scripts.keys, ids)
+        for job_id, job_type, outcome, trace in zip(ids, types, outcomes, traces, strict=True):
+            reason = "lease expired" if outcome is Outcome.RECOVERED else "recovery cap"
+            lease = {"taskforge.reason": "lease"}
+            record(outcome, job_id, job_type, trace=trace, attributes=lease, reason=reason)

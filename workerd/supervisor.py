@@ -3,8 +3,9 @@ them honest — modelled on gunicorn's arbiter.
 
 One thread, one loop. Signal handlers only record the signal and wake the loop through a
 self-pipe; reaping, killing and spawning happen in :meth:`Supervisor.step`, which also ticks
-the small duties of workerd.duties (lease renewal, giving back a dead worker's job, the
-registry heartbeat, readiness). No threads ever: a forked copy of a threaded process can
+the small duties of workerd.duties (the watchdog over timeouts and silence, lease renewal,
+giving back a dead worker's job, the registry heartbeat, readiness). When a dead child's slot
+is refilled is workerd.respawn's to say. No threads ever: a forked copy of a threaded process can
 inherit a lock held by a thread that did not come along. The clock, the engine scripts and the
 process spawner are constructor arguments, so tests drive ``step(now)`` by hand.
 """
@@ -25,7 +26,7 @@ from wsgiref.simple_server import WSGIServer
 
 import redis
 
-from shared import metrics
+from shared import metrics, tracing
 from shared.config import Settings, redact_url
 from shared.keys import Keys
 from shared.redis_conn import connect
@@ -48,8 +49,10 @@ from workerd.duties.notify import Readiness
 from workerd.duties.registry import RegistryHeartbeat
 from workerd.duties.release import Release
 from workerd.duties.scripts import ScriptLoader
+from workerd.duties.watchdog import Watchdog
 from workerd.obs import ObservabilityApp, ObservabilityServer
 from workerd.reload import ImportCheck
+from workerd.respawn import Halt, Respawns
 from workerd.scheduler import SchedulerProcess
 from workerd.slots import SlotTable
 from workerd.worker import WorkerProcess
@@ -57,23 +60,9 @@ from workerd.worker import WorkerProcess
 log = logging.getLogger(__name__)
 
 TICK = 0.1  # seconds between loop iterations when nothing wakes the loop sooner
-BOOT_FAILURE_LIMIT = 5  # consecutive children dying before they are up → halt
-# Respawn delays double from 0.1 s per quick death of a slot. A child that dies while booting
-# waits up to 5 s (a crash loop; the halt above ends it). A child that was up and serving --
-# killed by the OOM killer, an operator, or a handler that crashes the process -- waits at
-# most 1 s: its job is already back in the queue, and an empty slot only slows the queue
-# down. The poison pill that kills every worker it meets is bounded by the recovery cap.
-RESPAWN_FIRST = 0.1
-RESPAWN_CAP_BOOTING = 5.0
-RESPAWN_CAP_UP = 1.0
-QUICK_DEATH = 10.0  # seconds: a child that lived longer starts its slot's backoff afresh
 SCHEDULER_STOP_GRACE = 5.0
 FINAL_ACK_WINDOW = 5.0  # at exit, how long to keep trying to requeue jobs of killed workers
 HALT_KILL_WINDOW = 5.0  # after a halt, how long to wait for the killed children to go
-
-
-class Halt(Exception):
-    """The supervisor cannot run (children keep failing to boot); exit non-zero."""
 
 
 class Supervisor:
@@ -93,7 +82,6 @@ class Supervisor:
     ) -> None:
         self.settings = settings
         self.redis_url = redact_url(settings.redis_url)
-        self.silence_timeout = settings.heartbeat_timeout
         self.listener = listener
         self.clock = clock
         self.pid = os.getpid()
@@ -103,9 +91,7 @@ class Supervisor:
         self.table = SlotTable(len(kinds))
         self.roster = Roster(self.table, spawner or ForkSpawner())
         self.children = self.roster.children  # pid -> Child
-        self.respawn_at: dict[int, float] = {}
-        self.failures: dict[int, int] = {}
-        self.boot_failures = 0
+        self.respawns = Respawns()
         # Child names go on counting across a reload: the pid stays, names must not repeat.
         self.generation = generation
         self.reloaded = reloaded  # this image was started by a reload (SIGHUP)
@@ -131,6 +117,7 @@ class Supervisor:
         )
         self.release = Release(scripts, redis_url=self.redis_url, clock=clock)
         self.registry = RegistryHeartbeat(roster, scripts, name=self.name)
+        self.watchdog = Watchdog(roster, silence_timeout=settings.heartbeat_timeout)
         self.readiness = Readiness(
             roster,
             self.loader,
@@ -214,19 +201,10 @@ class Supervisor:
         log.info("reload_check", extra={"check_pid": self.check.pid})
 
     def _poll_check(self, now: float) -> None:
-        check = self.check
-        if check is None:
-            return
-        if check.status is None:
-            if now < check.deadline:
-                return
-            check.kill()
-            self.check = None
-            log.error("reload_failed", extra={"reason": "the import check timed out"})
-            return
+        error = None if self.check is None else self.check.verdict(now)
+        if error is None:
+            return  # no check, or still running
         self.check = None
-        error = check.error()
-        check.close()
         if error:
             # The running code stays: a typo in a handler must not take workerd down.
             log.error("reload_failed", extra={"reason": error})
@@ -247,6 +225,7 @@ class Supervisor:
         After a 0, :attr:`reloading` tells the caller to re-exec rather than exit.
         """
         self.install_signals()
+        tracing.forbid_here()  # this process forks: no SDK thread here (its children trace)
         log.info(
             "supervisor_started",
             extra={
@@ -278,14 +257,14 @@ class Supervisor:
         return 0
 
     def step(self, now: float) -> None:
-        """Do one iteration: signals, reaping, policing, spawning, then each duty's tick."""
+        """Do one iteration: signals, reaping, the watchdog, spawning, then each duty's tick."""
         self._handle_signals(now)
         self._reap(now)
         self._poll_check(now)
         self.loader.tick(now)
         if self.stopping and now >= self.drain_deadline:
             self._kill_workers("drain grace over")
-        self._police(now)
+        self.watchdog.tick(now)
         self.leases.tick(now)
         self.release.tick(now)
         if not self.stopping:
@@ -311,7 +290,7 @@ class Supervisor:
     def _spawn_missing(self, now: float) -> None:
         running = {child.index for child in self.children.values()}
         for index, kind in enumerate(self.kinds):
-            if index not in running and now >= self.respawn_at.get(index, 0.0):
+            if index not in running and self.respawns.due(index, now):
                 self._spawn(index, kind, now)
 
     def _spawn(self, index: int, kind: str, now: float) -> None:
@@ -389,25 +368,7 @@ class Supervisor:
         if child.kind == WORKER:
             self.release.on_worker_died(child, state, draining=self.stopping)
         failed = booting or (child.kill_reason is None and not expected and code != 0)
-        self._plan_respawn(child, now, failed=failed, booting=booting)
-
-    def _plan_respawn(self, child: Child, now: float, *, failed: bool, booting: bool) -> None:
-        if booting:
-            self.boot_failures += 1
-            if self.boot_failures >= BOOT_FAILURE_LIMIT:
-                raise Halt(
-                    f"{self.boot_failures} children in a row died before they were up; "
-                    "see the child_crashed lines above"
-                )
-        elif child.kind == WORKER:
-            self.boot_failures = 0
-        if now - child.started > QUICK_DEATH or not failed:
-            self.failures[child.index] = 0
-        failures = self.failures.get(child.index, 0) + (1 if failed else 0)
-        self.failures[child.index] = failures
-        cap = RESPAWN_CAP_BOOTING if booting else RESPAWN_CAP_UP
-        delay = 0.0 if failures <= 1 else min(cap, RESPAWN_FIRST * 2 ** (failures - 2))
-        self.respawn_at[child.index] = now + delay
+        self.respawns.after_exit(child, now, failed=failed, booting=booting)
 
     def _kill_workers(self, reason: str) -> None:
         for child in self.roster.of_kind(WORKER):
@@ -445,29 +406,3 @@ class Supervisor:
                 self._reap(self.clock())
                 if self.children:
                     self._sleep(TICK)
-
-    # -- timeouts, silence -----------------------------------------------------------------------
-
-    def _police(self, now: float) -> None:
-        """Kill workers past their job's timeout and children silent outside a job."""
-        for child in list(self.children.values()):
-            state = self.table.slot(child.index).read()
-            if state is None or child.kill_reason is not None:
-                continue
-            if state.job_id:
-                if state.job_timeout > 0 and now - state.job_started > state.job_timeout:
-                    child.killed_job = (state.job_id, state.token, state.job_timeout)
-                    log.warning(
-                        "job_timed_out",
-                        extra={
-                            "job_id": state.job_id,
-                            "child": child.name,
-                            "timeout_s": state.job_timeout,
-                        },
-                    )
-                    self.roster.kill(child, "timeout")
-            elif now - state.heartbeat > self.silence_timeout:
-                log.error(
-                    "child_silent", extra={"child": child.name, "silent_s": now - state.heartbeat}
-                )
-                self.roster.kill(child, "silent")

@@ -18,7 +18,7 @@ from types import FrameType
 
 import redis
 
-from shared import metrics, tracing
+from shared import lifecycle, metrics, tracing
 from shared.config import Settings
 from shared.jobs import Job, dump_json, format_ms
 from shared.log import error_line, error_text
@@ -130,8 +130,7 @@ class WorkerProcess(StopOnSignal):
         for _ in range(3):
             try:
                 if self.scripts.release(job.id, job.token, drained=True).code is Code.DONE:
-                    metrics.count("released", job.type)
-                log.info("job_released", extra={"job_id": job.id, "type": job.type})
+                    lifecycle.record(lifecycle.Outcome.HANDED_BACK, job.id, job.type)
                 return
             except redis.RedisError as exc:
                 self.backoff.wait(exc)
@@ -142,18 +141,29 @@ class WorkerProcess(StopOnSignal):
         timeout = job.timeout or self.settings.default_job_timeout
         self.slot.start_job(job.id, job.token, timeout)
         metrics.BUSY_WORKERS.set(1)
-        metrics.count("claimed", job.type)
         eligible_at = int(job.extra["eligible_at"]) if "eligible_at" in job.extra else None
         metrics.observe_queue_wait(job.type, eligible_at, job.started_at)
-        fields = {"job_id": job.id, "type": job.type, "attempt": job.attempts}
-        log.info(
-            "job_claimed", extra={**fields, "priority": job.priority, "worker_id": self.worker_id}
-        )
-        log.info("job_started", extra={**fields, "worker_id": self.worker_id})
         trace, attributes = job.extra.get("traceparent"), _span_attributes(job)
         # The claim span covers the queue wait: claimable → claimed, on Redis's clock.
-        claimed = {**attributes, tracing.OUTCOME: "claimed"}
-        tracing.record("task.claim", trace, claimed, start_ms=eligible_at, end_ms=job.started_at)
+        lifecycle.record(
+            lifecycle.Outcome.CLAIMED,
+            job.id,
+            job.type,
+            attempt=job.attempts,
+            trace=trace,
+            attributes={"taskforge.recoveries": job.recoveries},
+            start_ms=eligible_at,
+            end_ms=job.started_at,
+            priority=job.priority,
+            worker_id=self.worker_id,
+        )
+        lifecycle.record(
+            lifecycle.Outcome.STARTED,
+            job.id,
+            job.type,
+            attempt=job.attempts,
+            worker_id=self.worker_id,
+        )
         started = time.perf_counter()
         with tracing.span("task.execute", trace, attributes) as span:
             outcome = run_handler(job, self.settings.result_max_bytes)
@@ -162,7 +172,7 @@ class WorkerProcess(StopOnSignal):
                 tracing.failed(span, outcome.error_kind)
         duration = time.perf_counter() - started
         metrics.HANDLER_SECONDS.labels(type=metrics.type_label(job.type)).observe(duration)
-        fields["duration_ms"] = round(duration * 1000, 3)
+        fields = {"duration_ms": round(duration * 1000, 3)}
         self.jobs_done += 1  # before recording: the last job before recycling claims no next
         next_job = self._record(job, outcome, fields)
         metrics.BUSY_WORKERS.set(0)
@@ -202,14 +212,12 @@ class WorkerProcess(StopOnSignal):
                     return None
 
     def _log_completion(self, job: Job, code: Code, fields: dict[str, object]) -> None:
+        # Inside the acknowledge span, which gets the outcome.
         if code is Code.DONE:
-            metrics.count("completed", job.type)
-            tracing.current_outcome("completed")  # of the acknowledge span
-            log.info("job_completed", extra=fields)
+            fate, more = lifecycle.Outcome.COMPLETED, {}
         else:
-            metrics.count("stale_acks", job.type)
-            tracing.current_outcome("stale_ack")
-            log.warning("job_stale_ack", extra={**fields, "result": code.name.lower()})
+            fate, more = lifecycle.Outcome.STALE_ACK, {"result": code.name.lower()}
+        lifecycle.record(fate, job.id, job.type, attempt=job.attempts, **fields, **more)
 
     def _fail(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
         result = self.scripts.fail(
@@ -219,25 +227,19 @@ class WorkerProcess(StopOnSignal):
             permanent=outcome.permanent,
             traceback=outcome.traceback,
         )
-        metrics.count("failed", job.type)
         extra = {**fields, "error": outcome.error_kind}
+        spans = {"taskforge.recoveries": job.recoveries}
+        # Inside the acknowledge span: it gets the outcome, and the point spans are its children.
         if result.code is Code.RETRYING:
-            metrics.count("retried", job.type)
             # RFC 3339 UTC, as in the job's JSON: one time format on every surface.
             retry_at = format_ms(result.next_retry_at)
-            log.info("job_retry_scheduled", extra={**extra, "next_retry_at": retry_at})
-            attributes = {**_span_attributes(job, "retrying"), "taskforge.next_retry_at": retry_at}
-            tracing.current_outcome("retrying")  # of the acknowledge span
-            tracing.record("task.retry.schedule", None, attributes)  # child of acknowledge
+            spans["taskforge.next_retry_at"] = retry_at
+            fate, extra["next_retry_at"] = lifecycle.Outcome.RETRYING, retry_at
         elif result.code is Code.DEAD:
-            metrics.count("dead", job.type)
-            log.warning("job_dead", extra=extra)
-            tracing.current_outcome("dead")
-            tracing.record("task.dlq.transition", None, _span_attributes(job, "dead"))
+            fate = lifecycle.Outcome.DEAD
         else:
-            metrics.count("stale_acks", job.type)
-            tracing.current_outcome("stale_ack")
-            log.warning("job_stale_ack", extra={**extra, "result": result.code.name.lower()})
+            fate, extra["result"] = lifecycle.Outcome.STALE_FAILURE, result.code.name.lower()
+        lifecycle.record(fate, job.id, job.type, attempt=job.attempts, attributes=spans, **extra)
 
     def _due_for_recycling(self) -> bool:
         limit = self.settings.worker_max_jobs
@@ -251,9 +253,9 @@ class WorkerProcess(StopOnSignal):
         return False
 
 
-def _span_attributes(job: Job, outcome: str | None = None) -> dict[str, object]:
+def _span_attributes(job: Job) -> dict[str, object]:
     more = {"taskforge.attempt": job.attempts, "taskforge.recoveries": job.recoveries}
-    return tracing.job_attributes(job.id, job.type, outcome, **more)
+    return tracing.job_attributes(job.id, job.type, **more)
 
 
 def run_handler(job: Job, result_max_bytes: int) -> Outcome:

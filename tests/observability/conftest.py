@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import TypeVar
 
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 
+from shared import tracing
 from tests.gateway.conftest import start_gateway  # noqa: F401 (a fixture)
 from tests.support.tools import wait_until
 from tests.workerd.conftest import engine, start_workerd  # noqa: F401 (fixtures)
@@ -34,6 +38,20 @@ def total(parsed: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: st
 
 
 poll = wait_until  # the name these tests use
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Send this process's spans to memory for one test; yield the exporter."""
+    exporter = InMemorySpanExporter()
+    tracing.use_exporter_for_tests(exporter)
+    try:
+        yield exporter
+        # Every span a test saw is one the docs list (tracing.SPANS, checked against them in
+        # test_tracing).
+        assert {s.name for s in exporter.get_finished_spans()} <= set(tracing.SPANS)
+    finally:
+        tracing.use_exporter_for_tests(None)
 
 
 def gauge(text: str, name: str) -> float | None:

@@ -12,7 +12,6 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,18 +50,6 @@ class _Slot:
 
     def start_job(self, job_id: str, token: int, timeout: float) -> None:
         pass
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    tracing.use_exporter_for_tests(exporter)
-    try:
-        yield exporter
-        # Every span a test saw is one the docs list (tracing.SPANS, checked against them below).
-        assert {s.name for s in exporter.get_finished_spans()} <= set(tracing.SPANS)
-    finally:
-        tracing.use_exporter_for_tests(None)
 
 
 @pytest.fixture

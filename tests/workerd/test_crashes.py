@@ -151,15 +151,18 @@ def test_job_past_its_timeout_is_killed_failed_and_retried_by_policy(
     assert [s["attempt"] for s in starts] == [1, 2]
     assert journal.entries("end", job_id) == []
     # The supervisor logs each outcome just after writing it to Redis: wait for the line.
-    outcomes = wait_until(
-        lambda: (
-            [r["result"] for r in workerd.events("job_timed_out") if "result" in r][1:]
-            and [r["result"] for r in workerd.events("job_timed_out") if "result" in r]
-        ),
+    timed_out = wait_until(
+        lambda: workerd.events("job_timed_out")[1:] and workerd.events("job_timed_out"),
         5,
         "both timeout outcomes in the log",
     )
-    assert outcomes == ["retrying", "dead"]
+    # One job_timed_out line per timeout, with its outcome: the kill itself is a child_killed.
+    assert [(r["job_id"], r["result"]) for r in timed_out] == [
+        (job_id, "retrying"),
+        (job_id, "dead"),
+    ]
+    killed = workerd.events("child_killed", reason="timeout")
+    assert [(r["job_id"], r["timeout_s"]) for r in killed] == [(job_id, 0.5)] * 2
     for start in starts:
         [exited] = workerd.events("child_exited", child_pid=start["pid"])
         assert exited["killed_for"] == "timeout"

@@ -322,7 +322,7 @@ def _respawn_delays(rig: Rig, *, booting: bool, deaths: int) -> list[float]:
         died_at = rig.now
         rig.step()
         if not any(c.index == 0 for c in rig.workers()):
-            due = rig.supervisor.respawn_at[0]
+            due = rig.supervisor.respawns.at[0]
             rig.step_at(due - 0.001)
             assert not any(c.index == 0 for c in rig.workers()), "forked before its delay"
             rig.step_at(due)
@@ -436,9 +436,12 @@ def test_a_job_past_its_timeout_is_killed_and_failed_as_a_timeout(
     job = rig.job(job_id)
     assert (job.status, job.attempts) == (JobState.RETRYING, 1)
     assert job.last_error == "Timeout: timed out after 5s; its worker was killed"
-    police, outcome = events(caplog, "job_timed_out")
-    assert (police.job_id, police.timeout_s) == (job_id, 5.0)  # type: ignore[attr-defined]
+    # One line about the job, with its outcome; the kill itself is a child_killed line.
+    (outcome,) = events(caplog, "job_timed_out")
     assert (outcome.job_id, outcome.result) == (job_id, "retrying")  # type: ignore[attr-defined]
+    assert outcome.timeout_s == 5.0  # type: ignore[attr-defined]
+    (killed,) = events(caplog, "child_killed")
+    assert (killed.job_id, killed.reason) == (job_id, "timeout")  # type: ignore[attr-defined]
 
 
 # --- drain ----------------------------------------------------------------------------------------

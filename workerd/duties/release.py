@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import redis
 
-from shared import metrics
+from shared.lifecycle import Outcome, record
 from shared.log import error_text
 from shared.scripts import Code, Scripts
 from workerd.children import Child
@@ -25,6 +25,8 @@ from workerd.slots import SlotState
 log = logging.getLogger(__name__)
 
 RETRY_PAUSE = 0.1  # seconds between attempts inside the final window at exit
+# What failing a timed-out job did; anything else (stale, gone): it was no longer ours.
+TIMED_OUT = {Code.RETRYING: Outcome.TIMED_OUT_RETRYING, Code.DEAD: Outcome.TIMED_OUT_DEAD}
 
 
 @dataclass
@@ -116,25 +118,20 @@ class Release:
     def _fail_timed_out(self, orphan: OrphanedJob) -> None:
         error = f"Timeout: timed out after {orphan.timeout:g}s; its worker was killed"
         result = self.scripts.fail(orphan.job_id, orphan.token, error)
-        job_type = result.job_type  # fail answers with the type: no read of our own
-        metrics.count("timed_out", job_type)
-        if result.code is Code.RETRYING:
-            metrics.count("retried", job_type)
-        elif result.code is Code.DEAD:
-            metrics.count("dead", job_type)
-        log.warning(
-            "job_timed_out",
-            extra={"job_id": orphan.job_id, "type": job_type, "result": result.code.name.lower()},
+        # fail answers with the type: no read of our own. The one line about the timeout.
+        record(
+            TIMED_OUT.get(result.code, Outcome.TIMED_OUT_STALE),
+            orphan.job_id,
+            result.job_type,
+            result=result.code.name.lower(),
+            timeout_s=orphan.timeout,
         )
 
 
 def _report_release(job_id: str, action: str, code: Code, job_type: str | None) -> None:
-    """Log and count a release; a stale or finished job was not ours to release: silence."""
-    fields = {"job_id": job_id, "type": job_type}
+    """Record a release; a stale or finished job was not ours to release: silence."""
     if code is Code.DONE:
-        metrics.count("released" if action == "drain" else "recovered", job_type)
-        event = "job_released" if action == "drain" else "job_recovered"
-        log.warning(event, extra={**fields, "reason": action})
+        outcome = Outcome.RELEASED if action == "drain" else Outcome.RECOVERED
+        record(outcome, job_id, job_type, reason=action)
     elif code is Code.DEAD:
-        metrics.count("dead", job_type)
-        log.error("job_dead", extra={**fields, "reason": "recovery cap"})
+        record(Outcome.RECOVERY_CAP, job_id, job_type, reason="recovery cap")

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from shared import config
-from shared.config import VARIABLES, ConfigError, Settings, load_or_exit, markdown_table
+from shared import config_table as table
+from shared.config import VARIABLES, ConfigError, Settings, load_or_exit
+from shared.config_table import markdown_table
 
 CONFIG_DOC = Path(__file__).resolve().parent.parent / "docs" / "CONFIGURATION.md"
 
@@ -237,7 +239,7 @@ def test_load_or_exit_returns_settings_when_valid() -> None:
 
 def test_markdown_table_lists_every_variable_with_its_default() -> None:
     rows = [line for line in markdown_table().splitlines() if line.startswith("| `")]
-    assert len(rows) == len(config.table_rows())
+    assert len(rows) == len(table.table_rows())
     shown = {row.split(" | ")[0].removeprefix("| `").removesuffix("`"): row for row in rows}
     for var in VARIABLES:
         default = f"`{var.default}`" if var.default else "(unset)"
@@ -246,20 +248,18 @@ def test_markdown_table_lists_every_variable_with_its_default() -> None:
 
 def test_markdown_table_has_a_heading_and_a_header_row_per_section() -> None:
     lines = markdown_table().splitlines()
-    for section in config.SECTIONS:
+    for section in table.SECTIONS:
         at = lines.index(f"### {section.title}")
         assert lines[at + 2] == "| Variable | Default | Meaning | Read by |"
 
 
 def test_table_lists_each_settings_variable_once_and_externals_outside_settings() -> None:
-    settings_rows = [
-        r.env for s in config.SECTIONS for r in s.rows if isinstance(r, config.Setting)
-    ]
-    externals = [r.env for s in config.SECTIONS for r in s.rows if isinstance(r, config.External)]
+    settings_rows = [r.env for s in table.SECTIONS for r in s.rows if isinstance(r, table.Setting)]
+    externals = [r.env for s in table.SECTIONS for r in s.rows if isinstance(r, table.External)]
     assert sorted(settings_rows) == sorted(var.env for var in VARIABLES)
     assert len(set(externals)) == len(externals)
     assert not set(externals) & set(settings_rows)
-    assert not set(config.NOT_OURS) & (set(externals) | set(settings_rows))
+    assert not set(table.NOT_OURS) & (set(externals) | set(settings_rows))
 
 
 def test_configuration_doc_holds_the_generated_table() -> None:
@@ -337,11 +337,11 @@ def programs_of(path: str) -> set[str]:
     """Return the programs that run ``path``: shared/ runs in the gateway and in workerd."""
     top = path.partition("/")[0]
     if top == "shared":
-        return {config.GATEWAY, config.WORKERD}
+        return {table.GATEWAY, table.WORKERD}
     if top in ("gateway", "workerd"):
         return {top}
     if path == "bin/_common.sh":
-        return {config.BIN_RUN, config.BIN_TEST}
+        return {table.BIN_RUN, table.BIN_TEST}
     return {path}
 
 
@@ -500,7 +500,7 @@ def reads() -> list[Read]:
 
 
 def table_readers() -> dict[str, tuple[str, ...]]:
-    return {row.env: row.read_by for section in config.SECTIONS for row in section.rows}
+    return {row.env: row.read_by for section in table.SECTIONS for row in section.rows}
 
 
 def test_every_environment_read_names_its_variable(reads: list[Read]) -> None:
@@ -517,18 +517,20 @@ def test_every_environment_read_names_its_variable(reads: list[Read]) -> None:
 
 
 def test_every_variable_read_is_in_the_configuration_table(reads: list[Read]) -> None:
-    documented = set(table_readers()) | set(config.NOT_OURS)
+    documented = set(table_readers()) | set(table.NOT_OURS)
     missing = sorted(
         {f"{r.name} ({r.path}:{r.line})" for r in reads if r.resolved and r.name not in documented}
     )
-    assert not missing, f"read but not in shared/config.py's SECTIONS (or NOT_OURS): {missing}"
+    assert not missing, (
+        f"read but not in shared/config_table.py's SECTIONS (or NOT_OURS): {missing}"
+    )
 
 
 def test_every_table_entry_is_read_somewhere(reads: list[Read]) -> None:
     read = {r.name for r in reads if r.resolved}
     if any((r.path, r.name) == SETTINGS_LOOP for r in reads):
         read |= {var.env for var in VARIABLES}
-    stale = sorted((set(table_readers()) | set(config.NOT_OURS)) - read)
+    stale = sorted((set(table_readers()) | set(table.NOT_OURS)) - read)
     assert not stale, f"in the configuration table but read by nothing: {stale}"
 
 

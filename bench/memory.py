@@ -1,0 +1,185 @@
+"""Measure the Redis memory a pending and a finished job cost, with the encodings Redis chose.
+
+Enqueues N jobs (a 40-byte JSON payload) through the real enqueue script on a private
+redis-server, then drains them as a worker does (complete claiming the next, a small JSON
+result). Black-box figures are INFO ``used_memory`` deltas divided by N; the breakdown comes
+from MEMORY USAGE of one job hash and of each index, and from what PERSIST gives back (the
+per-key TTL). Run from the repository root: ``.venv/bin/python -m bench.memory`` (``--help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import redis
+
+from shared.jobs import dump_json, validate_enqueue
+from shared.keys import Keys
+from shared.scripts import Scripts
+from tests.support.redis_server import private_redis
+
+PAYLOAD = {"to": "ada@example.org", "template": "hi"}  # 40 bytes of JSON, the issue's size
+RESULT = {"delivered": True}  # what the demo send_email handler returns
+BATCH = 1_000  # jobs per enqueue transaction and per pipelined read
+PENDING_INDEXES = ("pending", "pending_since")
+FINISHED_INDEXES = ("completed",)
+
+
+@dataclass
+class Stage:
+    """What one stage (every job pending, or every job finished) costs, in bytes per job."""
+
+    black_box: float
+    hash_usage: int
+    hash_encoding: str
+    hash_fields: int
+    indexes: dict[str, float] = field(default_factory=dict)
+    index_encodings: dict[str, str] = field(default_factory=dict)
+    expire: float = 0.0
+
+    @property
+    def rest(self) -> float:
+        """Bytes per job not in the hash, the indexes or the TTL: the keyspace's tables."""
+        return self.black_box - self.hash_usage - sum(self.indexes.values()) - self.expire
+
+
+def used_memory(client: redis.Redis) -> int:
+    """Return INFO memory used_memory: every byte Redis allocated."""
+    return int(client.info("memory")["used_memory"])
+
+
+def index_costs(
+    client: redis.Redis, keys: Keys, names: tuple[str, ...], jobs: int
+) -> tuple[dict[str, float], dict[str, str]]:
+    """Return MEMORY USAGE per job and the encoding of each index."""
+    costs, encodings = {}, {}
+    for name in names:
+        key = keys.state_index(name)
+        costs[name] = (client.memory_usage(key, samples=0) or 0) / jobs
+        encodings[name] = (client.object("encoding", key) or b"(absent)").decode()
+    return costs, encodings
+
+
+def stage(
+    client: redis.Redis,
+    keys: Keys,
+    job_id: str,
+    before: int,
+    jobs: int,
+    indexes: tuple[str, ...],
+) -> Stage:
+    """Measure the current state against `before` (used_memory with no job)."""
+    black_box = (used_memory(client) - before) / jobs
+    job_key = keys.job(job_id)
+    costs, encodings = index_costs(client, keys, indexes, jobs)
+    return Stage(
+        black_box=black_box,
+        hash_usage=client.memory_usage(job_key, samples=0) or 0,
+        hash_encoding=client.object("encoding", job_key).decode(),
+        hash_fields=client.hlen(job_key),
+        indexes=costs,
+        index_encodings=encodings,
+    )
+
+
+def expire_cost(client: redis.Redis, keys: Keys, ids: list[str]) -> float:
+    """Return the bytes per job that its TTL costs: what PERSIST of every job hash gives back.
+
+    Destructive (the TTLs are gone afterwards): the last measurement of a run.
+    """
+    before = used_memory(client)
+    for start in range(0, len(ids), BATCH):
+        pipe = client.pipeline(transaction=False)
+        for job_id in ids[start : start + BATCH]:
+            pipe.persist(keys.job(job_id))
+        pipe.execute()
+    return (before - used_memory(client)) / len(ids)
+
+
+def enqueue_all(scripts: Scripts, ids: list[str]) -> None:
+    """Enqueue every id with the 40-byte payload, no trace context, as the gateway does."""
+    request = validate_enqueue({"type": "send_email", "payload": PAYLOAD})
+    for start in range(0, len(ids), BATCH):
+        scripts.enqueue_many([(request, job_id) for job_id in ids[start : start + BATCH]])
+
+
+def drain_all(scripts: Scripts) -> int:
+    """Claim and complete every pending job as one worker does; return how many it finished."""
+    worker_id = f"{socket.gethostname()}-{os.getpid()}-worker0-1"  # workerd's id format
+    result = dump_json(RESULT)
+    finished = 0
+    job = scripts.claim(worker_id)
+    while job is not None:
+        job = scripts.complete(job.id, job.token, result, claim_next_for=worker_id).next_job
+        finished += 1
+    return finished
+
+
+def measure(jobs: int) -> dict[str, Stage]:
+    """Run both stages on a fresh private redis-server; return their figures."""
+    keys = Keys()
+    with private_redis() as server:
+        client = server.client()
+        scripts = Scripts(client, keys)
+        scripts.load()
+        ids = [str(uuid.uuid4()) for _ in range(jobs)]
+        before = used_memory(client)
+        enqueue_all(scripts, ids)
+        pending = stage(client, keys, ids[-1], before, jobs, PENDING_INDEXES)
+        if drain_all(scripts) != jobs:
+            raise RuntimeError("the drain did not finish every job")
+        # The claim pointer and the emptied wake list are per worker, not per job.
+        client.delete(keys.last_claim(f"{socket.gethostname()}-{os.getpid()}-worker0-1"))
+        finished = stage(client, keys, ids[-1], before, jobs, FINISHED_INDEXES)
+        if client.pttl(keys.job(ids[-1])) > 0:
+            finished.expire = expire_cost(client, keys, ids)
+        client.close()
+    return {"pending": pending, "finished": finished}
+
+
+def report(stages: dict[str, Stage], jobs: int) -> str:
+    """Return the table of bytes per job."""
+    pending, finished = stages["pending"], stages["finished"]
+    payload = len(dump_json(PAYLOAD))
+    lines = [
+        f"{jobs:,} jobs, {payload}-byte payload, result {dump_json(RESULT)}; bytes per job",
+        f"{'':50}{'pending':>10}{'finished':>10}",
+        f"{'black box (INFO used_memory)':50}{pending.black_box:>10.0f}{finished.black_box:>10.0f}",
+    ]
+
+    def row(label: str, a: float | None, b: float | None) -> None:
+        cells = "".join(f"{'-' if v is None else f'{v:.0f}':>10}" for v in (a, b))
+        lines.append(f"  {label:48}{cells}")
+
+    encodings = f"{pending.hash_encoding}/{finished.hash_encoding}"
+    fields = f"{pending.hash_fields}/{finished.hash_fields} fields"
+    row(f"job hash + key ({encodings}, {fields})", pending.hash_usage, finished.hash_usage)
+    for name in (*PENDING_INDEXES, *FINISHED_INDEXES):
+        encoding = pending.index_encodings.get(name) or finished.index_encodings.get(name)
+        row(f"index {name} ({encoding})", pending.indexes.get(name), finished.indexes.get(name))
+    row("TTL (expires entry; 0: none)", None, finished.expire)
+    row("keyspace tables, rest", pending.rest, finished.rest)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Measure and print the table (and JSON with --json)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args()
+    stages = measure(args.jobs)
+    print(report(stages, args.jobs))
+    if args.json:
+        figures = {name: {**asdict(s), "rest": s.rest} for name, s in stages.items()}
+        args.json.write_text(json.dumps({"jobs": args.jobs, **figures}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -472,7 +472,6 @@ class Scripts:
             [
                 token,
                 result_json,
-                self._finished_ttl_ms(),
                 _now(now_ms),
                 k.job_prefix,
                 worker,

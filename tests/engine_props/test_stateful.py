@@ -40,6 +40,7 @@ from hypothesis.stateful import (
 from shared.jobs import EnqueueRequest, Job
 from shared.keys import Keys
 from shared.scripts import (
+    TRIM_ROUNDS,
     AckResult,
     Code,
     FailResult,
@@ -361,8 +362,17 @@ class Model:
         return ""
 
     def trim(self, limit: int | None) -> tuple[int, int, int]:
+        """Rounds of at most `limit` per index, until one leaves nothing (Scripts.trim)."""
         limit = limit or BATCH
+        total = (0, 0, 0)
+        for _ in range(TRIM_ROUNDS):
+            counts = self.trim_once(limit)
+            total = (total[0] + counts[0], total[1] + counts[1], total[2] + counts[2])
+            if max(counts) < limit:
+                break
+        return total
 
+    def trim_once(self, limit: int) -> tuple[int, int, int]:
         def oldest(status: str, cutoff: float) -> list[str]:
             ordered = sorted((j.finished, j.id) for j in self.in_state(status))
             return [i for f, i in ordered if f < cutoff][:limit]

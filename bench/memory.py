@@ -102,9 +102,17 @@ def expire_cost(client: redis.Redis, keys: Keys, ids: list[str]) -> float:
     return (before - used_memory(client)) / len(ids)
 
 
-def enqueue_all(scripts: Scripts, ids: list[str]) -> None:
-    """Enqueue every id with the 40-byte payload, no trace context, as the gateway does."""
-    request = validate_enqueue({"type": "send_email", "payload": PAYLOAD})
+def payload(size: int) -> dict[str, str]:
+    """Return the benchmark's payload padded to `size` bytes of JSON (40: the issue's)."""
+    base = len(dump_json(PAYLOAD))
+    if size < base:
+        raise SystemExit(f"--payload-bytes must be at least {base}")
+    return {**PAYLOAD, "template": PAYLOAD["template"] + "x" * (size - base)}
+
+
+def enqueue_all(scripts: Scripts, ids: list[str], size: int) -> None:
+    """Enqueue every id with a `size`-byte payload, no trace context, as the gateway does."""
+    request = validate_enqueue({"type": "send_email", "payload": payload(size)})
     for start in range(0, len(ids), BATCH):
         scripts.enqueue_many([(request, job_id) for job_id in ids[start : start + BATCH]])
 
@@ -121,16 +129,16 @@ def drain_all(scripts: Scripts) -> int:
     return finished
 
 
-def measure(jobs: int) -> dict[str, Stage]:
-    """Run both stages on a fresh private redis-server; return their figures."""
+def measure(jobs: int, size: int, config: dict[str, str]) -> dict[str, Stage]:
+    """Run both stages on a fresh private redis-server (with `config`); return their figures."""
     keys = Keys()
-    with private_redis() as server:
+    with private_redis(**config) as server:
         client = server.client()
         scripts = Scripts(client, keys)
         scripts.load()
         ids = [str(uuid.uuid4()) for _ in range(jobs)]
         before = used_memory(client)
-        enqueue_all(scripts, ids)
+        enqueue_all(scripts, ids, size)
         pending = stage(client, keys, ids[-1], before, jobs, PENDING_INDEXES)
         if drain_all(scripts) != jobs:
             raise RuntimeError("the drain did not finish every job")
@@ -143,12 +151,11 @@ def measure(jobs: int) -> dict[str, Stage]:
     return {"pending": pending, "finished": finished}
 
 
-def report(stages: dict[str, Stage], jobs: int) -> str:
+def report(stages: dict[str, Stage], jobs: int, size: int) -> str:
     """Return the table of bytes per job."""
     pending, finished = stages["pending"], stages["finished"]
-    payload = len(dump_json(PAYLOAD))
     lines = [
-        f"{jobs:,} jobs, {payload}-byte payload, result {dump_json(RESULT)}; bytes per job",
+        f"{jobs:,} jobs, {size}-byte payload, result {dump_json(RESULT)}; bytes per job",
         f"{'':50}{'pending':>10}{'finished':>10}",
         f"{'black box (INFO used_memory)':50}{pending.black_box:>10.0f}{finished.black_box:>10.0f}",
     ]
@@ -172,13 +179,25 @@ def main() -> None:
     """Measure and print the table (and JSON with --json)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--payload-bytes", type=int, default=40, help="JSON size of the payload")
+    parser.add_argument(
+        "--redis-config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a redis-server setting, e.g. hash-max-listpack-value=256 (repeatable)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
-    stages = measure(args.jobs)
-    print(report(stages, args.jobs))
+    config = dict(item.split("=", 1) for item in args.redis_config)
+    stages = measure(args.jobs, args.payload_bytes, config)
+    if config:
+        print("redis-server " + " ".join(f"--{k} {v}" for k, v in config.items()))
+    print(report(stages, args.jobs, args.payload_bytes))
     if args.json:
         figures = {name: {**asdict(s), "rest": s.rest} for name, s in stages.items()}
-        args.json.write_text(json.dumps({"jobs": args.jobs, **figures}, indent=2) + "\n")
+        meta = {"jobs": args.jobs, "payload_bytes": args.payload_bytes, "redis_config": config}
+        args.json.write_text(json.dumps({**meta, **figures}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -151,6 +151,77 @@ def measure(jobs: int, size: int, config: dict[str, str]) -> dict[str, Stage]:
     return {"pending": pending, "finished": finished}
 
 
+# Finished-job layouts written directly (no script), each on a fresh server: what the levers
+# left out would save, and what the ones taken saved. worker_id: a container's 12-character
+# host name, a pid, the worker slot and generation, as workerd names its workers.
+WORKER_ID = "3f9c2a7b1d0e-48213-worker0-1"
+LEVERS = {
+    "as stored now: zset index, no TTL": ({}, (), "zset", False),
+    "+ TTL (before)": ({}, (), "zset", True),
+    "+ TTL, id, seq, worker_id (before)": (
+        {"id": "", "seq": "48213", "worker_id": WORKER_ID},
+        (),
+        "zset",
+        True,
+    ),
+    "+ id": ({"id": ""}, (), "zset", False),
+    "index as a list (LPUSH id, not done)": ({}, (), "list", False),
+    "list, without updated_at (not done)": ({}, ("updated_at",), "list", False),
+    "list, without updated_at, priority, max_retries, recoveries (not done)": (
+        {},
+        ("updated_at", "priority", "max_retries", "recoveries"),
+        "list",
+        False,
+    ),
+}
+
+
+def completed_fields(size: int) -> dict[str, str]:
+    """Return the fields complete.lua leaves in a finished job's hash (one real run)."""
+    keys = Keys()
+    with private_redis() as server:
+        client = server.client()
+        scripts = Scripts(client, keys)
+        job_id = str(uuid.uuid4())
+        enqueue_all(scripts, [job_id], size)
+        drain_all(scripts)
+        fields = {k.decode(): v.decode() for k, v in client.hgetall(keys.job(job_id)).items()}
+        client.close()
+    return fields
+
+
+def lever_costs(jobs: int, size: int) -> dict[str, float]:
+    """Return black-box bytes per finished job for each layout of LEVERS."""
+    keys, template = Keys(), completed_fields(size)
+    costs = {}
+    for name, (extra, without, index, ttl) in LEVERS.items():
+        fields = {k: v for k, v in template.items() if k not in without}
+        with private_redis() as server:
+            client = server.client()
+            before = used_memory(client)
+            for start in range(0, jobs, BATCH):
+                pipe = client.pipeline(transaction=False)
+                for n in range(start, min(start + BATCH, jobs)):
+                    job_id = str(uuid.uuid4())
+                    pipe.hset(
+                        keys.job(job_id), mapping={**fields, **extra} | _own_id(extra, job_id)
+                    )
+                    if ttl:
+                        pipe.pexpire(keys.job(job_id), 86_400_000)
+                    if index == "zset":
+                        pipe.zadd(keys.completed, {job_id: 1_800_000_000_000 + n})
+                    else:
+                        pipe.rpush(keys.completed, job_id)
+                pipe.execute()
+            costs[name] = (used_memory(client) - before) / jobs
+            client.close()
+    return costs
+
+
+def _own_id(extra: dict[str, str], job_id: str) -> dict[str, str]:
+    return {"id": job_id} if "id" in extra else {}
+
+
 def report(stages: dict[str, Stage], jobs: int, size: int) -> str:
     """Return the table of bytes per job."""
     pending, finished = stages["pending"], stages["finished"]
@@ -188,7 +259,14 @@ def main() -> None:
         help="a redis-server setting, e.g. hash-max-listpack-value=256 (repeatable)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument(
+        "--levers", action="store_true", help="also measure other finished-job layouts"
+    )
     args = parser.parse_args()
+    if args.levers:
+        print(f"finished-job layouts, {args.jobs:,} jobs, bytes per job (INFO used_memory)")
+        for name, cost in lever_costs(args.jobs, args.payload_bytes).items():
+            print(f"  {name:72}{cost:>6.0f}")
     config = dict(item.split("=", 1) for item in args.redis_config)
     stages = measure(args.jobs, args.payload_bytes, config)
     if config:

@@ -300,8 +300,8 @@ def main() -> None:
     if cap is None and args.minutes < QUICK_MINUTES:
         cap = QUICK_CAP
     outcome = soak(args.minutes, args.workers, cap, args.pending_bound)
-    print(report(outcome))
     args.json.write_text(json.dumps(asdict(outcome), indent=1) + "\n")
+    print(report(outcome))
     if outcome.problems:
         raise SystemExit(1)
 

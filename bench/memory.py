@@ -117,9 +117,8 @@ def enqueue_all(scripts: Scripts, ids: list[str], size: int) -> None:
         scripts.enqueue_many([(request, job_id) for job_id in ids[start : start + BATCH]])
 
 
-def drain_all(scripts: Scripts) -> int:
+def drain_all(scripts: Scripts, worker_id: str) -> int:
     """Claim and complete every pending job as one worker does; return how many it finished."""
-    worker_id = f"{socket.gethostname()}-{os.getpid()}-worker0-1"  # workerd's id format
     result = dump_json(RESULT)
     finished = 0
     job = scripts.claim(worker_id)
@@ -140,15 +139,31 @@ def measure(jobs: int, size: int, config: dict[str, str]) -> dict[str, Stage]:
         before = used_memory(client)
         enqueue_all(scripts, ids, size)
         pending = stage(client, keys, ids[-1], before, jobs, PENDING_INDEXES)
-        if drain_all(scripts) != jobs:
+        worker_id = f"{socket.gethostname()}-{os.getpid()}-worker0-1"  # as workerd names one
+        if drain_all(scripts, worker_id) != jobs:
             raise RuntimeError("the drain did not finish every job")
-        # The claim pointer and the emptied wake list are per worker, not per job.
-        client.delete(keys.last_claim(f"{socket.gethostname()}-{os.getpid()}-worker0-1"))
+        client.delete(keys.last_claim(worker_id))  # per worker, not per job
         finished = stage(client, keys, ids[-1], before, jobs, FINISHED_INDEXES)
         if client.pttl(keys.job(ids[-1])) > 0:
             finished.expire = expire_cost(client, keys, ids)
         client.close()
     return {"pending": pending, "finished": finished}
+
+
+def canceled_cost(jobs: int, size: int, config: dict[str, str]) -> float:
+    """Return black-box bytes per canceled job: `jobs` pending jobs canceled, on a new server."""
+    with private_redis(**config) as server:
+        client = server.client()
+        scripts = Scripts(client, Keys())
+        scripts.load()
+        ids = [str(uuid.uuid4()) for _ in range(jobs)]
+        before = used_memory(client)
+        enqueue_all(scripts, ids, size)
+        for job_id in ids:
+            scripts.cancel(job_id)
+        cost = (used_memory(client) - before) / jobs
+        client.close()
+    return cost
 
 
 # Finished-job layouts written directly (no script), each on a fresh server: what the levers
@@ -165,7 +180,7 @@ LEVERS = {
         True,
     ),
     "+ id": ({"id": ""}, (), "zset", False),
-    "index as a list (LPUSH id, not done)": ({}, (), "list", False),
+    "index as a list (RPUSH id, not done)": ({}, (), "list", False),
     "list, without updated_at (not done)": ({}, ("updated_at",), "list", False),
     "list, without updated_at, priority, max_retries, recoveries (not done)": (
         {},
@@ -184,7 +199,7 @@ def completed_fields(size: int) -> dict[str, str]:
         scripts = Scripts(client, keys)
         job_id = str(uuid.uuid4())
         enqueue_all(scripts, [job_id], size)
-        drain_all(scripts)
+        drain_all(scripts, WORKER_ID)
         fields = {k.decode(): v.decode() for k, v in client.hgetall(keys.job(job_id)).items()}
         client.close()
     return fields
@@ -272,8 +287,11 @@ def main() -> None:
     if config:
         print("redis-server " + " ".join(f"--{k} {v}" for k, v in config.items()))
     print(report(stages, args.jobs, args.payload_bytes))
+    canceled = canceled_cost(args.jobs, args.payload_bytes, config)
+    print(f"{'canceled (pending jobs canceled), black box':60}{canceled:>10.0f}")
     if args.json:
-        figures = {name: {**asdict(s), "rest": s.rest} for name, s in stages.items()}
+        figures: dict[str, object] = {n: {**asdict(s), "rest": s.rest} for n, s in stages.items()}
+        figures["canceled_black_box"] = canceled
         meta = {"jobs": args.jobs, "payload_bytes": args.payload_bytes, "redis_config": config}
         args.json.write_text(json.dumps({**meta, **figures}, indent=2) + "\n")
 

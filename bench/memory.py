@@ -42,6 +42,7 @@ class Stage:
     indexes: dict[str, float] = field(default_factory=dict)
     index_encodings: dict[str, str] = field(default_factory=dict)
     expire: float = 0.0
+    redis_cpu_us: float = 0.0  # Redis CPU per job to get here: enqueue, or the drain
 
     @property
     def rest(self) -> float:
@@ -52,6 +53,12 @@ class Stage:
 def used_memory(client: redis.Redis) -> int:
     """Return INFO memory used_memory: every byte Redis allocated."""
     return int(client.info("memory")["used_memory"])
+
+
+def redis_cpu(client: redis.Redis) -> float:
+    """Return the CPU seconds Redis has used (user + system)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 def index_costs(
@@ -136,14 +143,19 @@ def measure(jobs: int, size: int, config: dict[str, str]) -> dict[str, Stage]:
         scripts = Scripts(client, keys)
         scripts.load()
         ids = [str(uuid.uuid4()) for _ in range(jobs)]
-        before = used_memory(client)
+        before, cpu = used_memory(client), redis_cpu(client)
         enqueue_all(scripts, ids, size)
+        enqueued_cpu = redis_cpu(client)
         pending = stage(client, keys, ids[-1], before, jobs, PENDING_INDEXES)
+        pending.redis_cpu_us = (enqueued_cpu - cpu) * 1e6 / jobs
         worker_id = f"{socket.gethostname()}-{os.getpid()}-worker0-1"  # as workerd names one
+        cpu = redis_cpu(client)
         if drain_all(scripts, worker_id) != jobs:
             raise RuntimeError("the drain did not finish every job")
+        drained_cpu = redis_cpu(client)
         client.delete(keys.last_claim(worker_id))  # per worker, not per job
         finished = stage(client, keys, ids[-1], before, jobs, FINISHED_INDEXES)
+        finished.redis_cpu_us = (drained_cpu - cpu) * 1e6 / jobs
         if client.pttl(keys.job(ids[-1])) > 0:
             finished.expire = expire_cost(client, keys, ids)
         client.close()
@@ -258,6 +270,7 @@ def report(stages: dict[str, Stage], jobs: int, size: int) -> str:
         row(f"index {name} ({encoding})", pending.indexes.get(name), finished.indexes.get(name))
     row("TTL (expires entry; 0: none)", None, finished.expire)
     row("keyspace tables, rest", pending.rest, finished.rest)
+    row("Redis CPU µs per job (enqueue; drain)", pending.redis_cpu_us, finished.redis_cpu_us)
     return "\n".join(lines)
 
 

@@ -12,3 +12,9 @@ from workerd import JobContext, handler
 def stamp(payload: Any, job: JobContext) -> dict[str, float]:
     """Return the wall-clock time the handler started (enqueue-to-start latency)."""
     return {"started": time.time()}
+
+
+@handler("soak")
+def soak(payload: Any, job: JobContext) -> dict[str, bool]:
+    """Return at once with a small JSON result, as the demo send_email does (bench.soak)."""
+    return {"delivered": True}

@@ -347,11 +347,14 @@ class Job:
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
-    def from_hash(cls, raw: Mapping[bytes, bytes]) -> Job:
-        """Build a Job from HGETALL output (bytes keys and values)."""
+    def from_hash(cls, raw: Mapping[bytes, bytes], job_id: str = "") -> Job:
+        """Build a Job from HGETALL output (bytes keys and values) of the key of `job_id`.
+
+        A completed job's hash has no ``id`` field (complete.lua drops it: the key holds it).
+        """
         timeout = _text(raw, "timeout")
         return cls(
-            id=_text(raw, "id") or "",
+            id=_text(raw, "id") or job_id,
             type=_text(raw, "type") or "",
             status=JobState(_text(raw, "status")),
             priority=_int(raw, "priority") or 0,

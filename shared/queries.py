@@ -50,7 +50,7 @@ class DeadPage:
 def get_job(client: redis.Redis, keys: Keys, job_id: str) -> Job | None:
     """Return one job, or None if it does not exist."""
     raw = client.hgetall(keys.job(job_id))
-    return Job.from_hash(raw) if raw else None
+    return Job.from_hash(raw, job_id) if raw else None
 
 
 def _parse_cursor(cursor: str) -> tuple[int, str]:
@@ -79,7 +79,8 @@ def dead_page(client: redis.Redis, keys: Keys, limit: int, cursor: str | None = 
     pipe = client.pipeline(transaction=False)
     for member, _ in page:
         pipe.hgetall(keys.job(member.decode()))
-    jobs = [Job.from_hash(raw) for raw in pipe.execute() if raw]
+    hashes = zip((member.decode() for member, _ in page), pipe.execute(), strict=True)
+    jobs = [Job.from_hash(raw, job_id) for job_id, raw in hashes if raw]
     next_cursor = None
     if more and page:
         member, score = page[-1]

@@ -18,7 +18,7 @@ import random
 import re
 import secrets
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from enum import IntEnum
 from functools import cache
 from importlib import resources
@@ -48,10 +48,14 @@ SCRIPT_NAMES = (
     "heartbeat",
     "stats",
 )
-# Hashes of finished jobs outlive their index entry by this much: trim.lua deletes both at
-# retention; the TTL only matters if trimming stopped (no scheduler running).
+# Hashes of canceled jobs outlive their index entry by this much: trim.lua deletes both at
+# retention; the TTL only matters if trimming stopped (no scheduler running). Completed jobs
+# have no TTL (bounded by trim's count cap alone: an expires entry per job costs memory).
 HASH_TTL_MARGIN_MS = 5 * 60 * 1000
 TOMBSTONE_TTL_MS = 60 * 1000
+# Calls of trim.lua per Scripts.trim at most: with the default batch of 1,000, the scheduler's
+# once-a-second trim keeps up with up to 100,000 finished jobs a second.
+TRIM_ROUNDS = 100
 
 
 class Code(IntEnum):
@@ -472,7 +476,6 @@ class Scripts:
             [
                 token,
                 result_json,
-                self._finished_ttl_ms(),
                 _now(now_ms),
                 k.job_prefix,
                 worker,
@@ -656,23 +659,38 @@ class Scripts:
         )
         return _text(_checked(reply)[1]) or ""
 
-    def trim(self, *, limit: int | None = None, now_ms: int | None = None) -> TrimResult:
-        """Forget finished jobs past retention or their count cap, dead jobs past the DLQ's."""
+    def trim(
+        self, *, limit: int | None = None, now_ms: int | None = None, rounds: int = TRIM_ROUNDS
+    ) -> TrimResult:
+        """Forget finished jobs past retention or their count cap, dead jobs past the DLQ's.
+
+        Calls trim.lua again while a call may have left work (it hit `limit` in an index), at
+        most `rounds` times: the scheduler trims once a second, and one call of `limit` would
+        let the completed index outgrow its cap when more jobs than that finish each second.
+        Each call stays short, so other clients run between them.
+        """
         k, p = self.keys, self.policy
-        reply = self._call(
-            "trim",
-            [k.completed, k.canceled, k.dead, k.reply(new_request_id())],
-            [
-                k.job_prefix,
-                p.finished_retention_ms,
-                p.dlq_max_age_ms,
-                p.dlq_max_jobs,
-                limit or p.batch_limit,
-                _now(now_ms),
-                p.finished_max_jobs,
-            ],
-        )
-        return TrimResult(*(int(v) for v in reply))
+        limit = limit or p.batch_limit
+        total = TrimResult(0, 0, 0)
+        for _ in range(rounds):
+            reply = self._call(
+                "trim",
+                [k.completed, k.canceled, k.dead, k.reply(new_request_id())],
+                [
+                    k.job_prefix,
+                    p.finished_retention_ms,
+                    p.dlq_max_age_ms,
+                    p.dlq_max_jobs,
+                    limit,
+                    _now(now_ms),
+                    p.finished_max_jobs,
+                ],
+            )
+            counts = [int(v) for v in reply]
+            total = TrimResult(*(a + b for a, b in zip(astuple(total), counts, strict=True)))
+            if max(counts) < limit:
+                break
+        return total
 
     def heartbeat(
         self,

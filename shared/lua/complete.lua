@@ -17,15 +17,18 @@
 --
 -- ARGV[1] -> fencing token
 -- ARGV[2] -> result (JSON text)
--- ARGV[3] -> TTL of the job hash (ms): retention plus a margin, a backstop behind trim.lua
--- ARGV[4] -> now (ms) override, or '' for Redis TIME
--- ARGV[5] -> job key prefix ({prefix}job:) for the claimed job, as in claim.lua  (claim only)
--- ARGV[6] -> worker id claiming its next job, or '' to claim nothing
--- ARGV[7] -> lease length (ms)                                                    (claim only)
+-- ARGV[3] -> now (ms) override, or '' for Redis TIME
+-- ARGV[4] -> job key prefix ({prefix}job:) for the claimed job, as in claim.lua  (claim only)
+-- ARGV[5] -> worker id claiming its next job, or '' to claim nothing
+-- ARGV[6] -> lease length (ms)                                                    (claim only)
+--
+-- A completed job keeps what its JSON shows, its token (a repeated or stale call is told apart
+-- by it) and eligible_at; it drops its id (the key holds it), seq and worker_id, and has no
+-- TTL: trim.lua bounds completed jobs by count and age (docs/JOBS.md, memory).
 --
 -- Returns {DONE} or {DONE, claim reply of the next job (see includes/claim.lua)},
 --         {NOT_FOUND}, or {STALE_TOKEN, current status}.
--- Redis commands: 11 when it completes and claims (HMGET, TIME, HSET, ZREM, ZADD, PEXPIRE,
+-- Redis commands: 11 when it completes and claims (HMGET, TIME, HSET, HDEL, ZREM, ZADD,
 -- then ZPOPMIN, ZREM, HMGET, HSET, ZADD), 8 when nothing is left to claim (ZPOPMIN, DEL).
 
 --- @include "codes"
@@ -39,7 +42,7 @@ end
 if state[2] ~= ARGV[1] then
   return {STALE_TOKEN, state[1]}
 end
-local prefix, worker_id = ARGV[5], ARGV[6]
+local prefix, worker_id = ARGV[4], ARGV[5]
 if state[1] == 'completed' then
   -- A repeat: this call already ran. Nothing more to write; give back what it claimed.
   local job = worker_id ~= '' and claimed_before(KEYS[2], prefix, worker_id)
@@ -49,15 +52,16 @@ if state[1] ~= 'processing' then
   return {STALE_TOKEN, state[1]}
 end
 
-local now = now_ms(ARGV[4])
+local now = now_ms(ARGV[3])
 redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_at', now,
   'updated_at', now)
+-- Nothing reads these once the job is done; without them the hash fits a smaller allocation.
+redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id')
 redis.call('ZREM', KEYS[2], state[3])
 redis.call('ZADD', KEYS[3], now, state[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if worker_id ~= '' then
   local job = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6]}, prefix, worker_id,
-    tonumber(ARGV[7]), now)
+    tonumber(ARGV[6]), now)
   if job then
     return {DONE, job}
   end

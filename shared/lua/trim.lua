@@ -6,7 +6,8 @@
 --
 -- Invariant: an index entry and its job hash are deleted together; a job whose status no
 -- longer matches the index (it cannot, but an operator can edit Redis) keeps its hash.
--- Bounded work per call; the scheduler calls it every tick until nothing is left to trim.
+-- Bounded work per call; Scripts.trim calls it again while a call deleted its limit from an
+-- index (more may be left), so the caps hold above `limit` finished jobs a second.
 --
 -- KEYS[1] -> {prefix}completed   zset, id -> finished_at (ms)
 -- KEYS[2] -> {prefix}canceled    zset, id -> canceled at (ms)

@@ -23,6 +23,15 @@ def test_redis_conf_never_evicts_keys(configured_redis: redis.Redis) -> None:
     assert policy == {"maxmemory-policy": "noeviction"}
 
 
+def test_redis_conf_keeps_job_hashes_with_payloads_up_to_512_bytes_compact(
+    configured_redis: redis.Redis,
+) -> None:
+    setting = configured_redis.config_get("hash-max-listpack-value")
+    assert setting == {"hash-max-listpack-value": "512"}
+    configured_redis.hset("job", mapping={"payload": "x" * 500, "status": "pending"})
+    assert configured_redis.object("encoding", "job") == b"listpack"
+
+
 def test_redis_conf_has_no_setting_redis_would_ignore() -> None:
     # redis-server refuses unknown directives at start (the fixture would fail), but a
     # directive commented out by mistake would pass silently: the two that matter are live.

@@ -40,6 +40,7 @@ from hypothesis.stateful import (
 from shared.jobs import EnqueueRequest, Job
 from shared.keys import Keys
 from shared.scripts import (
+    TRIM_ROUNDS,
     AckResult,
     Code,
     FailResult,
@@ -77,6 +78,7 @@ POLICY = Policy(
 KEYS = Keys()
 STATES = ("pending", "scheduled", "processing", "retrying", "completed", "dead", "canceled")
 FINISHED = ("completed", "canceled", "dead")
+EXPIRING = ("canceled", "dead")
 WORKERS = ("w1", "w2", "w3")
 # How the recovery cap's error starts (issue 2 §5.5: "says why"; "Type: message" like every
 # last_error).
@@ -360,8 +362,17 @@ class Model:
         return ""
 
     def trim(self, limit: int | None) -> tuple[int, int, int]:
+        """Rounds of at most `limit` per index, until one leaves nothing (Scripts.trim)."""
         limit = limit or BATCH
+        total = (0, 0, 0)
+        for _ in range(TRIM_ROUNDS):
+            counts = self.trim_once(limit)
+            total = (total[0] + counts[0], total[1] + counts[1], total[2] + counts[2])
+            if max(counts) < limit:
+                break
+        return total
 
+    def trim_once(self, limit: int) -> tuple[int, int, int]:
         def oldest(status: str, cutoff: float) -> list[str]:
             ordered = sorted((j.finished, j.id) for j in self.in_state(status))
             return [i for f, i in ordered if f < cutoff][:limit]
@@ -825,6 +836,10 @@ def check_job(raw: RawState, job: ModelJob) -> None:
     }
     if job.status in ("pending", "processing"):
         expected["seq"] = str(job.seq)
+    if job.status == "completed":
+        # A completed job keeps what its JSON shows: its id is in its key; seq and the worker
+        # are no longer read by anything.
+        expected.update(id=None, worker_id=None)
     actual = {name: stored.get(name) for name in expected}
     assert actual == expected, f"job {job.id} fields differ"
     if job.error == LOST_WORKER:
@@ -847,9 +862,10 @@ def check_job(raw: RawState, job: ModelJob) -> None:
         assert stored["eligible_at"] == str(job.since)
     if job.status == "processing":
         assert job.token >= 1
-    # Finished jobs expire (a backstop behind trim); live ones never do.
+    # Canceled and dead jobs expire (a backstop behind trim); completed jobs are bounded by
+    # trim alone (its count cap and retention), as live jobs are by their workers.
     ttl = raw.ttls[job.id]
-    assert (ttl > 0) if job.status in FINISHED else (ttl == -1), (
+    assert (ttl > 0) if job.status in EXPIRING else (ttl == -1), (
         f"{job.id} ({job.status}) TTL {ttl}"
     )
 

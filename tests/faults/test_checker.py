@@ -187,10 +187,19 @@ def test_key_outside_prefix_and_key_without_ttl_are_flagged(r: redis.Redis) -> N
 def test_finished_job_without_ttl_is_flagged(r: redis.Redis) -> None:
     scripts = Scripts(r, KEYS)
     job = enqueue(scripts)
-    complete(scripts, job)
+    scripts.cancel(job)
     assert invariant_violations(r) == []
     r.persist(KEYS.job(job))
-    assert f"completed job {job} has no TTL" in invariant_violations(r)
+    assert f"canceled job {job} has no TTL" in invariant_violations(r)
+
+
+def test_completed_job_outside_its_capped_index_is_flagged(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job = enqueue(scripts)
+    complete(scripts, job)
+    assert invariant_violations(r) == []  # no TTL: the completed index's cap bounds it
+    r.zrem(KEYS.completed, job)
+    assert f"job {job} has status 'completed' but is in indexes []" in invariant_violations(r)
 
 
 def test_read_journal_skips_a_torn_last_line(tmp_path: Path) -> None:

@@ -50,10 +50,12 @@ if state[1] ~= 'processing' then
 end
 
 local now = now_ms(ARGV[4])
-redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_at', now,
-  'updated_at', now)
+-- Formatted once: a number given to redis.call is formatted with %.17g on every use.
+local stamp = string.format('%d', now)
+redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_at', stamp,
+  'updated_at', stamp)
 redis.call('ZREM', KEYS[2], state[3])
-redis.call('ZADD', KEYS[3], now, state[3])
+redis.call('ZADD', KEYS[3], stamp, state[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if worker_id ~= '' then
   local job = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6]}, prefix, worker_id,

@@ -68,7 +68,7 @@ local function claim_next(keys, prefix, worker_id, lease, now)
       redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
         'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
         'worker_id', worker_id)
-      redis.call('ZADD', keys[3], now + lease, job_id)
+      redis.call('ZADD', keys[3], string.format('%d', now + lease), job_id)
       job[#CLAIM_FIELDS + 1] = started
       job[#CLAIM_FIELDS + 2] = started
       job[#CLAIM_FIELDS + 3] = worker_id

@@ -1,9 +1,10 @@
 """The engine's state transitions: one Lua script each, one typed Python function each.
 
 Scripts live in ``shared/lua/<name>.lua`` and are registered once (EVALSHA, reloaded on
-NOSCRIPT after a Redis restart or failover). ``--- @include "x"`` lines pull in
-``lua/includes/x.lua`` at load time, so shared helpers are written once yet every script stays
-one atomic unit. Every method takes an optional ``now_ms`` that overrides Redis's clock (tests).
+NOSCRIPT after a Redis restart or failover). ``--- @include "x"`` lines pull in the
+definitions of ``lua/includes/x.lua`` the script uses (shared.lua_source), so shared helpers
+are written once yet every script stays one atomic unit. Every method takes an optional
+``now_ms`` that overrides Redis's clock (tests).
 
 Out of memory (``maxmemory`` with ``noeviction``): every script opens with a ``#!lua`` flags line,
 so Redis refuses it whole rather than letting it write half its effects. enqueue has no flags:
@@ -15,22 +16,20 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import redis
 
 from shared.jobs import EnqueueRequest, Job, JobState, cap_traceback
 from shared.keys import Keys
+from shared.lua_source import assemble
 from shared.queries import QueueCounts, WorkerCounts
 
-INCLUDE = re.compile(r'^--- @include "([a-z_]+)"$', re.MULTILINE)
 SCRIPT_NAMES = (
     "enqueue",
     "claim",
@@ -216,13 +215,8 @@ class TrimResult:
 
 @cache
 def load_source(name: str) -> str:
-    """Return a script's Lua source with its includes expanded."""
-    lua = resources.files("shared") / "lua"
-
-    def include(match: re.Match[str]) -> str:
-        return (lua / "includes" / f"{match.group(1)}.lua").read_text()
-
-    return INCLUDE.sub(include, (lua / f"{name}.lua").read_text())
+    """Return a script's Lua as Redis runs it: includes expanded to the definitions it uses."""
+    return assemble(name)
 
 
 def _now(now_ms: int | None) -> str:

@@ -230,14 +230,14 @@ def _text(value: bytes | str | None) -> str | None:
 # Hash fields a Job carries in ``extra``: when it became claimable (ms; the queue-wait
 # histogram reads it from the claim reply, no extra call) and its W3C trace context.
 EXTRA_FIELDS = ("eligible_at", "traceparent")
-# A claim reply's values, by position (REPLY_FIELDS in lua/includes/claim.lua): what a worker
-# needs to run the job, without the last failure's error and traceback.
+# A claim reply's values, by position (CLAIM_FIELDS in lua/includes/claim.lua, started_at where
+# the script read status): what a worker needs to run the job, without the last failure's error
+# and traceback, nor what the caller knows (see _claimed).
 CLAIM_REPLY_FIELDS = tuple(
     name.encode()
     for name in (
         "id",
         "type",
-        "status",
         "priority",
         "max_retries",
         "attempts",
@@ -250,8 +250,6 @@ CLAIM_REPLY_FIELDS = tuple(
         "eligible_at",
         "traceparent",
         "started_at",
-        "updated_at",
-        "worker_id",
     )
 )
 
@@ -260,10 +258,21 @@ def _job(flat: Sequence[bytes]) -> Job:
     return _from_fields(dict(zip(flat[::2], flat[1::2], strict=True)))
 
 
-def _claimed(values: Sequence[bytes | None]) -> Job:
-    """Build the Job of a claim reply (values in CLAIM_REPLY_FIELDS order)."""
-    pairs = zip(CLAIM_REPLY_FIELDS, values, strict=True)
-    return _from_fields({name: value for name, value in pairs if value is not None})
+def _claimed(values: Sequence[bytes | None], worker_id: str) -> Job:
+    """Build the Job of a claim reply (values in CLAIM_REPLY_FIELDS order) for `worker_id`.
+
+    A claimed job is processing, held by the worker that claimed it, and last updated when it
+    started: the script leaves these out of its reply.
+    """
+    raw = {
+        name: value
+        for name, value in zip(CLAIM_REPLY_FIELDS, values, strict=True)
+        if value is not None
+    }
+    raw[b"status"] = b"processing"
+    raw[b"updated_at"] = raw[b"started_at"]
+    raw[b"worker_id"] = worker_id.encode()
+    return _from_fields(raw)
 
 
 def _from_fields(raw: dict[bytes, bytes]) -> Job:
@@ -418,7 +427,7 @@ class Scripts:
             [k.pending, k.pending_since, k.processing, k.last_claim(worker_id), k.wake],
             [k.job_prefix, worker_id, self.policy.lease_ms, request_id, _now(now_ms)],
         )
-        return _claimed(reply[1]) if reply[0] == Code.DONE else None
+        return _claimed(reply[1], worker_id) if reply[0] == Code.DONE else None
 
     def renew(self, leases: Sequence[tuple[str, int]], *, now_ms: int | None = None) -> list[Code]:
         """Extend the leases of (job id, token) pairs; one Code per pair (see renew.lua).
@@ -475,7 +484,8 @@ class Scripts:
         )
         code = Code(reply[0])
         if code is Code.DONE:
-            return AckResult(code, next_job=_claimed(reply[1]) if len(reply) > 1 else None)
+            next_job = _claimed(reply[1], worker) if len(reply) > 1 else None
+            return AckResult(code, next_job=next_job)
         return AckResult(code, _text(reply[1]) if len(reply) > 1 else None)
 
     def fail(

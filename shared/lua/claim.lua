@@ -38,8 +38,12 @@ local last = redis.call('GET', KEYS[4])
 if last then
   local sep = string.find(last, '|', 1, true)
   if string.sub(last, 1, sep - 1) == request_id then
-    local job = redis.call('HMGET', prefix .. string.sub(last, sep + 1), unpack(REPLY_FIELDS))
-    if job[F_STATUS] == 'processing' and job[#REPLY_FIELDS] == worker_id then
+    local fields = reply_fields()
+    local n = #fields
+    fields[n + 1], fields[n + 2] = 'status', 'worker_id'
+    local job = redis.call('HMGET', prefix .. string.sub(last, sep + 1), unpack(fields))
+    if job[n + 1] == 'processing' and job[n + 2] == worker_id then
+      job[n + 1], job[n + 2] = nil, nil
       return {DONE, job}
     end
     return {EMPTY}

@@ -427,7 +427,7 @@ class Scripts:
             [k.pending, k.pending_since, k.processing, k.last_claim(worker_id), k.wake],
             [k.job_prefix, worker_id, self.policy.lease_ms, request_id, _now(now_ms)],
         )
-        return _claimed(reply[1], worker_id) if reply[0] == Code.DONE else None
+        return _claimed(reply[1:], worker_id) if reply[0] == Code.DONE else None
 
     def renew(self, leases: Sequence[tuple[str, int]], *, now_ms: int | None = None) -> list[Code]:
         """Extend the leases of (job id, token) pairs; one Code per pair (see renew.lua).
@@ -484,7 +484,7 @@ class Scripts:
         )
         code = Code(reply[0])
         if code is Code.DONE:
-            next_job = _claimed(reply[1], worker) if len(reply) > 1 else None
+            next_job = _claimed(reply[1:], worker) if len(reply) > 1 else None
             return AckResult(code, next_job=next_job)
         return AckResult(code, _text(reply[1]) if len(reply) > 1 else None)
 

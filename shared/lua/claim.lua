@@ -23,8 +23,8 @@
 -- ARGV[4] -> request id (unique per claim call)
 -- ARGV[5] -> now (ms) override, or '' for Redis TIME
 --
--- Returns {DONE, claim reply} (the job's fields in a fixed order: see includes/claim.lua) or
---         {EMPTY}.
+-- Returns {DONE, v1, ..., v14}: the code, then the claim reply's values (the job's fields in a
+--         fixed order: see includes/claim.lua), in one flat list; or {EMPTY}.
 -- Redis commands: 8 when a job is claimed (GET, ZPOPMIN, ZREM, HMGET, TIME, HSET, ZADD, SET),
 -- 3 when none is (GET, ZPOPMIN, DEL); tests/engine/test_budgets.py holds them to it.
 
@@ -44,7 +44,8 @@ if last then
     local job = redis.call('HMGET', prefix .. string.sub(last, sep + 1), unpack(fields))
     if job[n + 1] == 'processing' and job[n + 2] == worker_id then
       job[n + 1], job[n + 2] = nil, nil
-      return {DONE, job}
+      table.insert(job, 1, DONE)
+      return job
     end
     return {EMPTY}
   end
@@ -56,4 +57,5 @@ if not job then
   return {EMPTY}
 end
 redis.call('SET', KEYS[4], request_id .. '|' .. job[1], 'PX', ARGV[3])
-return {DONE, job}
+table.insert(job, 1, DONE)
+return job

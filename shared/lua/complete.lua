@@ -23,8 +23,8 @@
 -- ARGV[6] -> worker id claiming its next job, or '' to claim nothing
 -- ARGV[7] -> lease length (ms)                                                    (claim only)
 --
--- Returns {DONE} or {DONE, claim reply of the next job (see includes/claim.lua)},
---         {NOT_FOUND}, or {STALE_TOKEN, current status}.
+-- Returns {DONE}, or {DONE, v1, ..., v14} with the claim reply of the next job after the code
+--         (see includes/claim.lua), {NOT_FOUND}, or {STALE_TOKEN, current status}.
 -- Redis commands: 11 when it completes and claims (HMGET, TIME, HSET, ZREM, ZADD, PEXPIRE,
 -- then ZPOPMIN, ZREM, HMGET, HSET, ZADD), 8 when nothing is left to claim (ZPOPMIN, DEL).
 
@@ -43,7 +43,11 @@ local prefix, worker_id = ARGV[5], ARGV[6]
 if state[1] == 'completed' then
   -- A repeat: this call already ran. Nothing more to write; give back what it claimed.
   local job = worker_id ~= '' and claimed_before(KEYS[2], prefix, worker_id)
-  return job and {DONE, job} or {DONE}
+  if job then
+    table.insert(job, 1, DONE)
+    return job
+  end
+  return {DONE}
 end
 if state[1] ~= 'processing' then
   return {STALE_TOKEN, state[1]}
@@ -61,7 +65,8 @@ if worker_id ~= '' then
   local job = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6]}, prefix, worker_id,
     tonumber(ARGV[7]), now)
   if job then
-    return {DONE, job}
+    table.insert(job, 1, DONE)
+    return job
   end
 end
 return {DONE}

@@ -6,7 +6,9 @@
 -- status, processing; updated_at, which equals started_at; its own worker id). What a worker
 -- needs, read in the one HMGET that also checks the job is still pending; the values a claim
 -- changes are filled in here rather than read back after the write. Every value crosses from
--- Redis to Lua and back once per job, so the reply carries nothing the caller already has.
+-- Redis to Lua and back once per job, so the reply carries nothing the caller already has, and
+-- the scripts answer it after their code in one flat list (Redis converts each nested table
+-- with checks of its own).
 local CLAIM_FIELDS = {'id', 'type', 'priority', 'max_retries', 'attempts', 'recoveries',
   'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at', 'traceparent',
   'status'}

@@ -93,6 +93,18 @@ def measure_in_process(tree: Path, url: str, jobs: int, ws: harness.Workspace) -
     env = harness.base_env(config, url, ws.stamps())
     harness.produce(config, env, "enqueue", "fill", str(jobs))
     before = harness.redis_info(client)
+    drain_in_process(config, url, env)
+    after = harness.redis_info(client)
+    done = client.zcard(Keys().completed)
+    if done != jobs:
+        raise RuntimeError(f"in-process drain completed {done} of {jobs} jobs")
+    out = harness.redis_cost(before, after, jobs)
+    out["breakdown"] = breakdown(out, out["redis_cpu_us_per_job"], script_commands(tree))  # type: ignore[arg-type]
+    return out
+
+
+def drain_in_process(config: configs.Config, url: str, env: dict[str, str]) -> None:
+    """Complete and claim next until the queue is empty, in one process of the config's tree."""
     # bench.engine's loop of complete-and-claim-next calls, from the tree measured.
     drain = (
         "import sys; from bench.engine import run_complete_claiming_next as d; d(sys.argv[1], 0)"
@@ -104,13 +116,6 @@ def measure_in_process(tree: Path, url: str, jobs: int, ws: harness.Workspace) -
         check=True,
         timeout=IN_PROCESS_TIMEOUT,
     )
-    after = harness.redis_info(client)
-    done = client.zcard(Keys().completed)
-    if done != jobs:
-        raise RuntimeError(f"in-process drain completed {done} of {jobs} jobs")
-    out = harness.redis_cost(before, after, jobs)
-    out["breakdown"] = breakdown(out, out["redis_cpu_us_per_job"], script_commands(tree))  # type: ignore[arg-type]
-    return out
 
 
 def number(value: float) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import ab, redis_cost
+from bench import ab, instructions, redis_cost
 from bench.peers import harness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,8 +51,11 @@ def test_figures_show_thousands_apart_and_small_values_to_three_digits() -> None
     assert redis_cost.median_range([0.0371]) == "0.0371"
 
 
-@pytest.mark.parametrize("module", ["bench.ab", "bench.redis_cost"])
-def test_help_runs(module: str) -> None:
+@pytest.mark.parametrize(
+    ("module", "option"),
+    [("bench.ab", "--rounds"), ("bench.redis_cost", "--tree"), ("bench.instructions", "--tree")],
+)
+def test_help_runs(module: str, option: str) -> None:
     out = subprocess.run(
         [sys.executable, "-m", module, "--help"],
         cwd=ROOT,
@@ -61,4 +64,19 @@ def test_help_runs(module: str) -> None:
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
-    assert "--rounds" in out.stdout
+    assert option in out.stdout
+
+
+def test_callgrind_totals_are_read_from_a_dump() -> None:
+    dump = b"events: Ir\nsummary: 0\ntotals: 202058\n"
+    match = instructions.TOTAL.search(dump)
+    assert match is not None and int(match.group(1)) == 202058
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not instructions.available(), reason="valgrind is not installed")
+def test_instructions_per_job_are_counted_for_this_checkout() -> None:
+    figures = instructions.measure(ROOT, 20)
+    # A job costs Redis tens of thousands of instructions at least, and far from millions.
+    assert 20_000 < figures["enqueue"] < 1_000_000
+    assert 20_000 < figures["complete_claim_next"] < 1_000_000

@@ -12,7 +12,9 @@ side's own code (bench.redis_cost runs its producer, workerd and scripts):
 - the same cost for one process draining through shared.scripts (no workerd);
 - enqueue→start latency with 2 idle workers (the peers' method: 300 jobs 10 ms apart), beside
   the floor: a bare round trip (PING p50 from Python) times two, for the wake-up and the claim;
-- ``bench.engine --repeat 1`` run from the side's checkout (engine enqueue, 1 process).
+- ``bench.engine --repeat 1`` run from the side's checkout (engine enqueue, 1 process);
+- once per side, when valgrind is installed, Redis's instructions per enqueue and per
+  complete-and-claim-next (bench.instructions: a count machine load cannot move).
 
 Prints markdown tables (median and range over rounds; load averages per round) and writes JSON.
 """
@@ -32,25 +34,26 @@ from pathlib import Path
 
 import redis
 
-from bench import redis_cost
+from bench import instructions, redis_cost
 from bench.peers import harness
 from tests.support.redis_server import private_redis
 from tests.support.stats import percentile
 
 ROOT = harness.ROOT
 PINGS = 2_000
+INSTRUCTION_JOBS = 1_000
 ENGINE_TIMEOUT = 900.0
 
 
-def side_tree(spec: str, scratch: Path) -> Path:
-    """Return the checkout a side names: a directory as it is, or a revision exported."""
+def side_tree(spec: str, export_to: Path) -> Path:
+    """Return the checkout a side names: a directory as it is, or a revision exported there."""
     if Path(spec).is_dir():
         return Path(spec).resolve()
     commit = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", spec], capture_output=True, text=True, check=True
     ).stdout.strip()
-    tree = scratch / commit[:10]
-    tree.mkdir()
+    tree = export_to
+    tree.mkdir(parents=True)
     archive = subprocess.run(
         ["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True
     ).stdout
@@ -115,7 +118,7 @@ def one_round(tree: Path, url: str, args: argparse.Namespace) -> dict[str, objec
 Getter = Callable[[dict], float]
 
 
-def figures(workers: list[int]) -> list[tuple[str, Getter]]:
+def figures(workers: list[int], counted: bool) -> list[tuple[str, Getter]]:
     """Return the rows of the before → after table: a label and how to read it from a round."""
     rows: list[tuple[str, Getter]] = [
         (
@@ -150,6 +153,14 @@ def figures(workers: list[int]) -> list[tuple[str, Getter]]:
         ),
         ("load average (1 min) at the round's start", lambda r: r["load_average"]),
     ]
+    if counted:
+        rows[4:4] = [
+            (
+                "Redis instructions per complete + claim next (callgrind)",
+                lambda r: r["instructions"]["complete_claim_next"],
+            ),
+            ("Redis instructions per enqueue (callgrind)", lambda r: r["instructions"]["enqueue"]),
+        ]
     return rows
 
 
@@ -157,7 +168,8 @@ def table(results: dict[str, list[dict]], workers: list[int]) -> str:
     """Return the before → after markdown table (median and range over rounds, change)."""
     before, after = list(results)
     lines = [f"| figure | {before} (before) | {after} (after) | change |", "|---|---|---|---|"]
-    for label, get in figures(workers):
+    counted = all("instructions" in r for runs in results.values() for r in runs)
+    for label, get in figures(workers, counted):
         old = [get(r) for r in results[before]]
         new = [get(r) for r in results[after]]
         change = (
@@ -187,7 +199,10 @@ def main() -> None:
         args.workers.insert(0, 1)  # the cost rows are the 1-worker drain's
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="taskforge-ab-") as scratch:
-        trees = [side_tree(args.before, Path(scratch)), side_tree(args.after, Path(scratch))]
+        trees = [
+            side_tree(args.before, Path(scratch) / "before"),
+            side_tree(args.after, Path(scratch) / "after"),
+        ]
         labels = [redis_cost.label_of(tree) for tree in trees]
         if labels[0] == labels[1]:
             labels = [f"{labels[0]} (1)", f"{labels[1]} (2)"]
@@ -199,6 +214,13 @@ def main() -> None:
                     print(
                         f"round {round_no + 1} of {args.rounds}: {label} measured", file=sys.stderr
                     )
+        if instructions.available():  # deterministic: once per side is enough
+            for tree, label in zip(trees, labels, strict=True):
+                counts = instructions.measure(tree, INSTRUCTION_JOBS)
+                for run in results[label]:
+                    run["instructions"] = counts
+        else:
+            print("valgrind not installed: no instruction counts", file=sys.stderr)
     minutes = (time.monotonic() - started) / 60
     print(f"{args.rounds} interleaved rounds, {args.jobs:,} jobs per drain, {minutes:.1f} minutes")
     print()

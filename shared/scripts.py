@@ -1,9 +1,10 @@
 """The engine's state transitions: one Lua script each, one typed Python function each.
 
 Scripts live in ``shared/lua/<name>.lua`` and are registered once (EVALSHA, reloaded on
-NOSCRIPT after a Redis restart or failover). ``--- @include "x"`` lines pull in
-``lua/includes/x.lua`` at load time, so shared helpers are written once yet every script stays
-one atomic unit. Every method takes an optional ``now_ms`` that overrides Redis's clock (tests).
+NOSCRIPT after a Redis restart or failover). ``--- @include "x"`` lines pull in the
+definitions of ``lua/includes/x.lua`` the script uses (shared.lua_source), so shared helpers
+are written once yet every script stays one atomic unit. Every method takes an optional
+``now_ms`` that overrides Redis's clock (tests).
 
 Out of memory (``maxmemory`` with ``noeviction``): every script opens with a ``#!lua`` flags line,
 so Redis refuses it whole rather than letting it write half its effects. enqueue has no flags:
@@ -15,22 +16,20 @@ from __future__ import annotations
 
 import hashlib
 import random
-import re
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import astuple, dataclass, field
 from enum import IntEnum
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import redis
 
 from shared.jobs import EnqueueRequest, Job, JobState, cap_traceback
 from shared.keys import Keys
+from shared.lua_source import assemble
 from shared.queries import QueueCounts, WorkerCounts
 
-INCLUDE = re.compile(r'^--- @include "([a-z_]+)"$', re.MULTILINE)
 SCRIPT_NAMES = (
     "enqueue",
     "claim",
@@ -220,13 +219,8 @@ class TrimResult:
 
 @cache
 def load_source(name: str) -> str:
-    """Return a script's Lua source with its includes expanded."""
-    lua = resources.files("shared") / "lua"
-
-    def include(match: re.Match[str]) -> str:
-        return (lua / "includes" / f"{match.group(1)}.lua").read_text()
-
-    return INCLUDE.sub(include, (lua / f"{name}.lua").read_text())
+    """Return a script's Lua as Redis runs it: includes expanded to the definitions it uses."""
+    return assemble(name)
 
 
 def _now(now_ms: int | None) -> str:
@@ -240,14 +234,14 @@ def _text(value: bytes | str | None) -> str | None:
 # Hash fields a Job carries in ``extra``: when it became claimable (ms; the queue-wait
 # histogram reads it from the claim reply, no extra call) and its W3C trace context.
 EXTRA_FIELDS = ("eligible_at", "traceparent")
-# A claim reply's values, by position (REPLY_FIELDS in lua/includes/claim.lua): what a worker
-# needs to run the job, without the last failure's error and traceback.
+# A claim reply's values, by position (CLAIM_FIELDS in lua/includes/claim.lua, started_at where
+# the script read status): what a worker needs to run the job, without the last failure's error
+# and traceback, nor what the caller knows (see _claimed).
 CLAIM_REPLY_FIELDS = tuple(
     name.encode()
     for name in (
         "id",
         "type",
-        "status",
         "priority",
         "max_retries",
         "attempts",
@@ -260,8 +254,6 @@ CLAIM_REPLY_FIELDS = tuple(
         "eligible_at",
         "traceparent",
         "started_at",
-        "updated_at",
-        "worker_id",
     )
 )
 
@@ -270,10 +262,21 @@ def _job(flat: Sequence[bytes]) -> Job:
     return _from_fields(dict(zip(flat[::2], flat[1::2], strict=True)))
 
 
-def _claimed(values: Sequence[bytes | None]) -> Job:
-    """Build the Job of a claim reply (values in CLAIM_REPLY_FIELDS order)."""
-    pairs = zip(CLAIM_REPLY_FIELDS, values, strict=True)
-    return _from_fields({name: value for name, value in pairs if value is not None})
+def _claimed(values: Sequence[bytes | None], worker_id: str) -> Job:
+    """Build the Job of a claim reply (values in CLAIM_REPLY_FIELDS order) for `worker_id`.
+
+    A claimed job is processing, held by the worker that claimed it, and last updated when it
+    started: the script leaves these out of its reply.
+    """
+    raw = {
+        name: value
+        for name, value in zip(CLAIM_REPLY_FIELDS, values, strict=True)
+        if value is not None
+    }
+    raw[b"status"] = b"processing"
+    raw[b"updated_at"] = raw[b"started_at"]
+    raw[b"worker_id"] = worker_id.encode()
+    return _from_fields(raw)
 
 
 def _from_fields(raw: dict[bytes, bytes]) -> Job:
@@ -428,7 +431,7 @@ class Scripts:
             [k.pending, k.pending_since, k.processing, k.last_claim(worker_id), k.wake],
             [k.job_prefix, worker_id, self.policy.lease_ms, request_id, _now(now_ms)],
         )
-        return _claimed(reply[1]) if reply[0] == Code.DONE else None
+        return _claimed(reply[1:], worker_id) if reply[0] == Code.DONE else None
 
     def renew(self, leases: Sequence[tuple[str, int]], *, now_ms: int | None = None) -> list[Code]:
         """Extend the leases of (job id, token) pairs; one Code per pair (see renew.lua).
@@ -484,7 +487,8 @@ class Scripts:
         )
         code = Code(reply[0])
         if code is Code.DONE:
-            return AckResult(code, next_job=_claimed(reply[1]) if len(reply) > 1 else None)
+            next_job = _claimed(reply[1:], worker) if len(reply) > 1 else None
+            return AckResult(code, next_job=next_job)
         return AckResult(code, _text(reply[1]) if len(reply) > 1 else None)
 
     def fail(

@@ -31,6 +31,9 @@ class Config:
     env: dict[str, str] = field(default_factory=dict)
     gateway: bool = False  # also run the HTTP gateway; the producer POSTs /enqueue
     jobs: int | None = None  # a smaller drain size (see SLOW_JOBS)
+    # TaskForge only: the checkout whose code the producer and workers run (bench.redis_cost
+    # measures an older commit this way); None: this one.
+    tree: Path | None = None
 
     def bin(self, name: str) -> str:
         """Return the path of an executable in this configuration's environment."""

@@ -49,6 +49,11 @@ START_TIMEOUT = 60.0
 PRODUCER_TIMEOUT = 600.0
 
 
+def root(config: Config) -> Path:
+    """Return the checkout a configuration's processes run from (this one unless a tree)."""
+    return config.tree or ROOT
+
+
 def base_env(config: Config, url: str, stamps: Path) -> dict[str, str]:
     """Return the environment of a configuration's processes."""
     env = {
@@ -61,7 +66,7 @@ def base_env(config: Config, url: str, stamps: Path) -> dict[str, str]:
     env.update(
         BENCH_REDIS_URL=url,
         BENCH_STAMP_DIR=str(stamps),
-        PYTHONPATH=str(ROOT),
+        PYTHONPATH=str(root(config)),
         PYTHONUNBUFFERED="1",
         OTEL_TRACING_ENABLED="false",
     )
@@ -83,7 +88,7 @@ def produce(
     """Run the configuration's producer with `args`; return the JSON it printed."""
     out = subprocess.run(
         [python(config), "-m", "bench.peers.runner", config.producer, *args],
-        cwd=ROOT,
+        cwd=root(config),
         env=env,
         capture_output=True,
         text=True,
@@ -98,15 +103,16 @@ def produce(
 class Group:
     """Processes started in their own process groups; stop() ends every one of them."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, cwd: Path = ROOT) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.log = log
+        self.cwd = cwd
 
     def start(self, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         with self.log.open("ab") as out:
             proc = subprocess.Popen(
                 argv,
-                cwd=ROOT,
+                cwd=self.cwd,
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -142,7 +148,7 @@ def running(
     config: Config, url: str, env: dict[str, str], workers: int, log: Path
 ) -> Iterator[Group]:
     """Start the configuration's workers (and gateway); stop them all when the block ends."""
-    group = Group(log)
+    group = Group(log, root(config))
     with contextlib.ExitStack() as stack:
         stack.callback(group.stop)
         env = dict(env)
@@ -193,13 +199,14 @@ def wait_stamps(stamps: Path, count: int, timeout: float, group: Group, what: st
 def redis_info(client: redis.Redis) -> dict[str, float]:
     """Return the counters the Redis cost is computed from."""
     info = client.info("all")
-    calls = sum(v["calls"] for k, v in info.items() if k.startswith("cmdstat_"))
-    by_command = {k[8:]: v["calls"] for k, v in info.items() if k.startswith("cmdstat_")}
+    stats = {k[8:]: v for k, v in info.items() if k.startswith("cmdstat_")}
     return {
-        "calls": calls,
+        "calls": sum(v["calls"] for v in stats.values()),
         "reads": info["total_reads_processed"],
         "cpu": info["used_cpu_sys"] + info["used_cpu_user"],
-        "by_command": by_command,  # type: ignore[dict-item]
+        "by_command": {name: v["calls"] for name, v in stats.items()},  # type: ignore[dict-item]
+        # Microseconds inside each command; a script's own entry includes its commands'.
+        "usec_by_command": {name: v["usec"] for name, v in stats.items()},  # type: ignore[dict-item]
     }
 
 
@@ -210,11 +217,16 @@ def redis_cost(before: dict, after: dict, jobs: int) -> dict[str, object]:
         for name in after["by_command"]
     }
     commands["info"] = commands.get("info", 0) - 1  # the snapshot itself
+    usec = {
+        name: value - before.get("usec_by_command", {}).get(name, 0)
+        for name, value in after.get("usec_by_command", {}).items()
+    }
     return {
         "commands_per_job": (after["calls"] - before["calls"] - 1) / jobs,
         "round_trips_per_job": (after["reads"] - before["reads"] - 1) / jobs,
         "redis_cpu_us_per_job": (after["cpu"] - before["cpu"]) * 1e6 / jobs,
         "commands": {k: round(v / jobs, 3) for k, v in sorted(commands.items()) if v > 0},
+        "usec_per_job": {k: round(v / jobs, 3) for k, v in sorted(usec.items()) if v > 0},
     }
 
 

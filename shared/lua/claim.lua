@@ -23,8 +23,8 @@
 -- ARGV[4] -> request id (unique per claim call)
 -- ARGV[5] -> now (ms) override, or '' for Redis TIME
 --
--- Returns {DONE, claim reply} (the job's fields in a fixed order: see includes/claim.lua) or
---         {EMPTY}.
+-- Returns {DONE, v1, ..., v14}: the code, then the claim reply's values (the job's fields in a
+--         fixed order: see includes/claim.lua), in one flat list; or {EMPTY}.
 -- Redis commands: 8 when a job is claimed (GET, ZPOPMIN, ZREM, HMGET, TIME, HSET, ZADD, SET),
 -- 3 when none is (GET, ZPOPMIN, DEL); tests/engine/test_budgets.py holds them to it.
 
@@ -38,9 +38,14 @@ local last = redis.call('GET', KEYS[4])
 if last then
   local sep = string.find(last, '|', 1, true)
   if string.sub(last, 1, sep - 1) == request_id then
-    local job = redis.call('HMGET', prefix .. string.sub(last, sep + 1), unpack(REPLY_FIELDS))
-    if job[F_STATUS] == 'processing' and job[#REPLY_FIELDS] == worker_id then
-      return {DONE, job}
+    local fields = reply_fields()
+    local n = #fields
+    fields[n + 1], fields[n + 2] = 'status', 'worker_id'
+    local job = redis.call('HMGET', prefix .. string.sub(last, sep + 1), unpack(fields))
+    if job[n + 1] == 'processing' and job[n + 2] == worker_id then
+      job[n + 1], job[n + 2] = nil, nil
+      table.insert(job, 1, DONE)
+      return job
     end
     return {EMPTY}
   end
@@ -52,4 +57,5 @@ if not job then
   return {EMPTY}
 end
 redis.call('SET', KEYS[4], request_id .. '|' .. job[1], 'PX', ARGV[3])
-return {DONE, job}
+table.insert(job, 1, DONE)
+return job

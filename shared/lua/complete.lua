@@ -26,8 +26,8 @@
 -- by it) and eligible_at; it drops its id (the key holds it), seq and worker_id, and has no
 -- TTL: trim.lua bounds completed jobs by count and age (docs/JOBS.md, memory).
 --
--- Returns {DONE} or {DONE, claim reply of the next job (see includes/claim.lua)},
---         {NOT_FOUND}, or {STALE_TOKEN, current status}.
+-- Returns {DONE}, or {DONE, v1, ..., v14} with the claim reply of the next job after the code
+--         (see includes/claim.lua), {NOT_FOUND}, or {STALE_TOKEN, current status}.
 -- Redis commands: 11 when it completes and claims (HMGET, TIME, HSET, HDEL, ZREM, ZADD,
 -- then ZPOPMIN, ZREM, HMGET, HSET, ZADD), 8 when nothing is left to claim (ZPOPMIN, DEL).
 
@@ -46,24 +46,31 @@ local prefix, worker_id = ARGV[4], ARGV[5]
 if state[1] == 'completed' then
   -- A repeat: this call already ran. Nothing more to write; give back what it claimed.
   local job = worker_id ~= '' and claimed_before(KEYS[2], prefix, worker_id)
-  return job and {DONE, job} or {DONE}
+  if job then
+    table.insert(job, 1, DONE)
+    return job
+  end
+  return {DONE}
 end
 if state[1] ~= 'processing' then
   return {STALE_TOKEN, state[1]}
 end
 
 local now = now_ms(ARGV[3])
-redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_at', now,
-  'updated_at', now)
+-- Formatted once: a number given to redis.call is formatted with %.17g on every use.
+local stamp = string.format('%d', now)
+redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_at', stamp,
+  'updated_at', stamp)
 -- Nothing reads these once the job is done; without them the hash fits a smaller allocation.
 redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id')
 redis.call('ZREM', KEYS[2], state[3])
-redis.call('ZADD', KEYS[3], now, state[3])
+redis.call('ZADD', KEYS[3], stamp, state[3])
 if worker_id ~= '' then
   local job = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6]}, prefix, worker_id,
     tonumber(ARGV[6]), now)
   if job then
-    return {DONE, job}
+    table.insert(job, 1, DONE)
+    return job
   end
 end
 return {DONE}

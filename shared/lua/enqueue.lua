@@ -79,9 +79,15 @@ else
 end
 
 local now = now_ms(ARGV[11])
-local fields = {'id', job_id, 'type', ARGV[2], 'payload', ARGV[3], 'priority', ARGV[4],
-  'max_retries', ARGV[5], 'attempts', 0, 'recoveries', 0, 'token', 0, 'created_at', now,
-  'updated_at', now}
+-- Numbers are formatted once, as %d: redis.call formats a Lua number with %.17g on each use.
+local stamp = string.format('%d', now)
+local scheduled_at = ARGV[6] ~= '' and tonumber(ARGV[6]) or nil
+local status = (scheduled_at and scheduled_at > now) and 'scheduled' or 'pending'
+-- The fields every transition reads or writes come first: Redis keeps a small hash as a list
+-- and looks each field up in order.
+local fields = {'status', status, 'token', '0', 'attempts', '0', 'updated_at', stamp,
+  'id', job_id, 'type', ARGV[2], 'payload', ARGV[3], 'priority', ARGV[4],
+  'max_retries', ARGV[5], 'recoveries', '0', 'created_at', stamp}
 local function add(name, value)
   fields[#fields + 1] = name
   fields[#fields + 1] = value
@@ -92,22 +98,17 @@ end
 if ARGV[13] and ARGV[13] ~= '' then
   add('traceparent', ARGV[13])
 end
-local status = 'pending'
-if ARGV[6] ~= '' then
-  local scheduled_at = tonumber(ARGV[6])
-  add('scheduled_at', scheduled_at)
-  if scheduled_at > now then
-    status = 'scheduled'
-    redis.call('ZADD', KEYS[6], scheduled_at, job_id)
-  end
+if scheduled_at then
+  add('scheduled_at', ARGV[6])
 end
-if status == 'pending' then
+if status == 'scheduled' then
+  redis.call('ZADD', KEYS[6], ARGV[6], job_id)
+else
   local seq = redis.call('INCR', KEYS[4])
-  add('seq', seq)
-  add('eligible_at', now)
-  index_pending({KEYS[2], KEYS[3], KEYS[5]}, job_id, ARGV[4], seq, now, tonumber(ARGV[10]))
+  add('seq', string.format('%d', seq))
+  add('eligible_at', stamp)
+  index_pending({KEYS[2], KEYS[3], KEYS[5]}, job_id, ARGV[4], seq, stamp, tonumber(ARGV[10]))
 end
-add('status', status)
 -- The whole hash in one write: every field this job starts with.
 redis.call('HSET', job_key, unpack(fields))
 

@@ -1,17 +1,25 @@
 -- Pop the best pending job and start it for one worker (claim.lua, and complete.lua when it
--- also claims the worker's next job). Needs codes and common included first.
+-- also claims the worker's next job). Needs codes included first.
 --
--- A claim reply is the job's fields in CLAIM_FIELDS order, then started_at, updated_at and
--- worker_id (shared/scripts.py parses it by position): what a worker needs, read in the one
--- HMGET that also checks the job is still pending. Updated values are filled in here rather
--- than read back after the write.
-local CLAIM_FIELDS = {'id', 'type', 'status', 'priority', 'max_retries', 'attempts',
-  'recoveries', 'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at',
-  'traceparent'}
-local REPLY_FIELDS = {'id', 'type', 'status', 'priority', 'max_retries', 'attempts',
-  'recoveries', 'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at',
-  'traceparent', 'started_at', 'updated_at', 'worker_id'}
-local F_STATUS, F_ATTEMPTS, F_TOKEN = 3, 6, 10
+-- A claim reply is the job's fields in CLAIM_FIELDS order, with started_at in the place of the
+-- last, status (shared/scripts.py parses it by position and fills in what the caller knows: the
+-- status, processing; updated_at, which equals started_at; its own worker id). What a worker
+-- needs, read in the one HMGET that also checks the job is still pending; the values a claim
+-- changes are filled in here rather than read back after the write. Every value crosses from
+-- Redis to Lua and back once per job, so the reply carries nothing the caller already has, and
+-- the scripts answer it after their code in one flat list (Redis converts each nested table
+-- with checks of its own).
+local CLAIM_FIELDS = {'id', 'type', 'priority', 'max_retries', 'attempts', 'recoveries',
+  'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at', 'traceparent',
+  'status'}
+local F_ATTEMPTS, F_TOKEN, F_STATUS = 5, 9, 14
+
+-- The fields a repeated claim reads back: the reply's, started_at where a claim reads status.
+local function reply_fields()
+  local fields = {unpack(CLAIM_FIELDS)}
+  fields[F_STATUS] = 'started_at'
+  return fields
+end
 
 -- Every processing job this worker holds, as {job_key, job_id, type}. A scan of `processing`
 -- (one entry per running job, so about one per live worker): only repeats of a claim whose
@@ -36,7 +44,7 @@ local function claimed_before(processing_key, prefix, worker_id)
   if #held == 0 then
     return nil
   end
-  return redis.call('HMGET', held[#held][1], unpack(REPLY_FIELDS))
+  return redis.call('HMGET', held[#held][1], unpack(reply_fields()))
 end
 
 -- keys = {pending, pending_since, processing, wake}. now: a number, or a function returning
@@ -62,16 +70,13 @@ local function claim_next(keys, prefix, worker_id, lease, now)
       end
       -- Strings, as HMGET answers them: a repeated call's reply is the same bytes.
       local started = string.format('%d', now)
-      job[F_STATUS] = 'processing'
       job[F_ATTEMPTS] = string.format('%d', tonumber(job[F_ATTEMPTS]) + 1)
       job[F_TOKEN] = string.format('%d', tonumber(job[F_TOKEN]) + 1)
       redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
         'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
         'worker_id', worker_id)
-      redis.call('ZADD', keys[3], now + lease, job_id)
-      job[#CLAIM_FIELDS + 1] = started
-      job[#CLAIM_FIELDS + 2] = started
-      job[#CLAIM_FIELDS + 3] = worker_id
+      redis.call('ZADD', keys[3], string.format('%d', now + lease), job_id)
+      job[F_STATUS] = started
       return job
     end
   end

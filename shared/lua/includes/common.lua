@@ -25,9 +25,11 @@ local function wake_one(wake_key, wake_cap)
 end
 
 -- Index a job as claimable, by priority and by age, and wake one idle worker (the job hash is
--- the caller's to write). keys = {pending, pending_since, wake}.
+-- the caller's to write). keys = {pending, pending_since, wake}. The score is formatted as %d:
+-- redis.call would format a number with %.17g.
 local function index_pending(keys, job_id, priority, seq, since, wake_cap)
-  redis.call('ZADD', keys[1], -tonumber(priority), pending_member(seq, job_id))
+  local score = string.format('%d', -tonumber(priority))
+  redis.call('ZADD', keys[1], score, pending_member(seq, job_id))
   redis.call('ZADD', keys[2], since, job_id)
   wake_one(keys[3], wake_cap)
 end

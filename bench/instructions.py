@@ -1,0 +1,119 @@
+"""Redis's instructions per job, counted by callgrind: a figure machine load cannot move.
+
+CPU time on a shared 2-core machine swings by a third between runs; the instructions Redis
+executes for a job do not. This runs a private redis-server under valgrind's callgrind with
+counting off, turns counting on around one workload (callgrind_control) and divides by the jobs:
+
+- enqueue: the tree's producer calling ``Scripts.enqueue`` once per job;
+- complete + claim next: one process draining those jobs through the tree's shared.scripts.
+
+User-space instructions only: the kernel's share (socket reads and writes, epoll) and cache
+misses are not in them, so they rank changes to the work Redis does per job, not its time.
+Needs valgrind (``apt install valgrind``).
+
+    .venv/bin/python -m bench.instructions --tree /tmp/old --tree .
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import redis
+
+from bench import redis_cost
+from bench.peers import harness
+from shared.keys import Keys
+from tests.support.redis_server import NO_PERSISTENCE, RedisServer, redis_binary
+
+TOTAL = re.compile(rb"^totals: (\d+)$", re.MULTILINE)
+
+
+class CallgrindRedis(RedisServer):
+    """A private redis-server run under callgrind, counting nothing until told to."""
+
+    def args(self) -> list[str]:
+        out = f"--callgrind-out-file={self.dir / 'callgrind.out'}"
+        log = f"--log-file={self.dir / 'valgrind.log'}"
+        return ["valgrind", "--tool=callgrind", "--instr-atstart=no", out, log, *super().args()]
+
+    def instructions(self) -> int:
+        """Dump the counts so far and return the instructions counted since the last dump."""
+        dumps = set(self.dir.glob("callgrind.out*"))
+        subprocess.run(
+            ["callgrind_control", "--dump", str(self.pid)], check=True, capture_output=True
+        )
+        (new,) = set(self.dir.glob("callgrind.out*")) - dumps
+        match = TOTAL.search(new.read_bytes())
+        if match is None:
+            raise RuntimeError(f"no totals in {new}")
+        return int(match.group(1))
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        """Count instructions while the block runs."""
+        subprocess.run(
+            ["callgrind_control", "-i", "on", str(self.pid)], check=True, capture_output=True
+        )
+        try:
+            yield
+        finally:
+            subprocess.run(
+                ["callgrind_control", "-i", "off", str(self.pid)], check=True, capture_output=True
+            )
+
+
+def measure(tree: Path, jobs: int) -> dict[str, float]:
+    """Return Redis instructions per enqueue and per complete-and-claim-next of `tree`'s code."""
+    config = redis_cost.tree_config(tree)
+    with tempfile.TemporaryDirectory(prefix="taskforge-callgrind-") as tmp:
+        server = CallgrindRedis(redis_binary(), Path(tmp), dict(NO_PERSISTENCE))
+        server.start()
+        try:
+            env = harness.base_env(config, server.url, Path(tmp))
+            server.instructions()  # start-up, out of every figure
+            with server.counting():
+                harness.produce(config, env, "enqueue", "single", str(jobs))
+            enqueue = server.instructions()
+            with server.counting():
+                redis_cost.drain_in_process(config, server.url, env)
+            drain = server.instructions()
+            done = redis.Redis.from_url(server.url).zcard(Keys().completed)
+        finally:
+            server.close()
+    if done != jobs + 1:  # the producer's warm-up job too
+        raise RuntimeError(f"{done} jobs completed of {jobs + 1}")
+    return {"enqueue": enqueue / (jobs + 1), "complete_claim_next": drain / (jobs + 1)}
+
+
+def available() -> bool:
+    """Tell whether valgrind's callgrind tools are installed."""
+    return bool(shutil.which("valgrind") and shutil.which("callgrind_control"))
+
+
+def main() -> None:
+    """Print instructions per job for every tree."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", type=Path, action="append", help="checkout (repeatable)")
+    parser.add_argument("--jobs", type=int, default=1000)
+    args = parser.parse_args()
+    if not available():
+        raise SystemExit("valgrind (callgrind) is not installed: apt install valgrind")
+    print("| checkout | Redis instructions per enqueue | per complete + claim next |")
+    print("|---|---|---|")
+    for tree in args.tree or [harness.ROOT]:
+        figures = measure(tree, args.jobs)
+        print(
+            f"| {redis_cost.label_of(tree)} | {figures['enqueue']:,.0f} "
+            f"| {figures['complete_claim_next']:,.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -97,7 +97,7 @@ tf_ensure_redis() {
 # and fail under CI (tests/support/tools.py require_tool).
 tf_ensure_tools() {
   local pair tool package missing=()
-  for pair in systemd-analyze:systemd faketime:faketime; do
+  for pair in systemd-analyze:systemd faketime:faketime valgrind:valgrind; do
     tool=${pair%%:*} package=${pair#*:}
     command -v "$tool" >/dev/null || missing+=("$package")
   done

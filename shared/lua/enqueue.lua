@@ -35,8 +35,8 @@
 --         this request,
 --         {CONFLICT, existing id} when the key names a job for a different request.
 -- Redis commands for a new pending job: 7 (HMGET, TIME, INCR, ZADD, ZADD, LPUSH, HSET; an LTRIM
--- more when the wake list is over its cap), 9 with an idempotency key (its HMGET replaces the
--- job's, then HSET and PEXPIRE of the key).
+-- more once per half-cap enqueues while no worker takes the hints), 9 with an idempotency key
+-- (its HMGET replaces the job's, then HSET and PEXPIRE of the key).
 
 --- @include "codes"
 --- @include "common"

@@ -214,10 +214,13 @@ def test_enqueue_stores_a_traceparent_only_when_given_and_claim_hands_it_on(
 
 
 def test_enqueue_wake_hints_are_capped(r: redis.Redis, scripts: Scripts) -> None:
-    for n, jid in enumerate((J1, J2, J3, J4)):
+    for n, jid in enumerate((J1, J2, J3)):
         enqueue(scripts, jid, now=T0 + n)
-
     assert r.llen(K.wake) == POLICY.wake_cap
+
+    # One over the cap trims to half of it: a burst pays an LTRIM per half-cap enqueues.
+    enqueue(scripts, J4, now=T0 + 3)
+    assert r.llen(K.wake) == POLICY.wake_cap // 2
 
 
 def test_enqueue_keeps_extreme_priorities_exact_as_scores(r: redis.Redis, scripts: Scripts) -> None:

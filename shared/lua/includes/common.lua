@@ -17,10 +17,11 @@ local function pending_member(seq, job_id)
 end
 
 -- Wake one idle worker. LPUSH answers the list's length, so the cap costs a second command
--- only when it is exceeded; past the cap, extra hints would only cause empty claims.
+-- only when it is exceeded; past the cap, extra hints would only cause empty claims. The trim
+-- keeps half the cap, so a burst with no idle worker pays one LTRIM per half-cap enqueues.
 local function wake_one(wake_key, wake_cap)
   if redis.call('LPUSH', wake_key, '1') > wake_cap then
-    redis.call('LTRIM', wake_key, 0, wake_cap - 1)
+    redis.call('LTRIM', wake_key, 0, math.max(1, math.floor(wake_cap / 2)) - 1)
   end
 end
 

@@ -606,6 +606,12 @@ and Redis CPU measure the work Redis does for a job, not network traffic.
 
 {cost_table(results)}
 
+## What one job costs: Redis commands, CPU and memory
+
+The hot path's Redis commands per call, Redis CPU and instructions per job before and after
+issue 13's work, bytes of Redis per job and a 10-minute soak are in
+[PER_JOB_COST.md](PER_JOB_COST.md) (written by hand; `bench.compare` rewrites this file).
+
 ## The Go original's Task 12 table, for TaskForge
 
 The Go original measured 48 jobs; TaskForge's engine (4 concurrent processes for the

@@ -17,18 +17,63 @@ from __future__ import annotations
 import hashlib
 import random
 import secrets
-from collections.abc import Iterable, Sequence
-from dataclasses import astuple, dataclass, field
-from enum import IntEnum
+from collections.abc import Sequence
+from dataclasses import astuple
 from functools import cache
 from typing import Any
 
 import redis
 
+from shared.engine_types import (
+    AckResult,
+    CancelResult,
+    Code,
+    EngineError,
+    EnqueueResult,
+    FailResult,
+    IdempotencyConflict,
+    JobNotFound,
+    Policy,
+    PromoteResult,
+    RecoverResult,
+    Released,
+    TrimResult,
+    WrongState,
+)
 from shared.jobs import EnqueueRequest, Job, JobState, cap_traceback
 from shared.keys import Keys
 from shared.lua_source import assemble
 from shared.queries import QueueCounts, WorkerCounts
+from shared.replies import (
+    checked,
+    claimed_job,
+    enqueue_result,
+    ids,
+    job_from_flat,
+    text,
+)
+
+# The engine's public surface; the result types live in shared.engine_types.
+__all__ = [
+    "SCRIPT_NAMES",
+    "AckResult",
+    "CancelResult",
+    "Code",
+    "EngineError",
+    "EnqueueResult",
+    "FailResult",
+    "IdempotencyConflict",
+    "JobNotFound",
+    "Policy",
+    "PromoteResult",
+    "RecoverResult",
+    "Released",
+    "Scripts",
+    "TrimResult",
+    "WrongState",
+    "load_source",
+    "new_request_id",
+]
 
 SCRIPT_NAMES = (
     "enqueue",
@@ -57,166 +102,6 @@ TOMBSTONE_TTL_MS = 60 * 1000
 TRIM_ROUNDS = 100
 
 
-class Code(IntEnum):
-    """Return codes of the scripts (mirrors lua/includes/codes.lua)."""
-
-    EMPTY = 0
-    DONE = 1
-    DUPLICATE = 2
-    RETRYING = 3
-    DEAD = 4
-    NOT_FOUND = -1
-    WRONG_STATE = -2
-    STALE_TOKEN = -3
-    CONFLICT = -4
-
-
-class EngineError(Exception):
-    """Base of the errors a transition reports to an API caller."""
-
-
-class JobNotFound(EngineError):
-    """No job has that id (never existed, or its retention passed)."""
-
-
-class WrongState(EngineError):
-    """The job is not in a state the transition starts from."""
-
-    def __init__(self, status: str) -> None:
-        self.status = status
-        super().__init__(f"job is {status}")
-
-
-class IdempotencyConflict(EngineError):
-    """The idempotency key already names a job created by a different request."""
-
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
-        super().__init__(f"idempotency key already used for job {job_id} with a different body")
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Engine parameters, in the units the scripts use (milliseconds and counts)."""
-
-    lease_ms: int = 30_000
-    retry_base_ms: int = 2_000
-    retry_max_ms: int = 3_600_000
-    retry_jitter: float = 0.0
-    max_recoveries: int = 5
-    finished_retention_ms: int = 86_400_000
-    dlq_max_age_ms: int = 7 * 86_400_000
-    dlq_max_jobs: int = 10_000
-    finished_max_jobs: int = 100_000
-    idempotency_ttl_ms: int = 86_400_000
-    wake_cap: int = 1_000
-    batch_limit: int = 1_000
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> Policy:
-        """Build a Policy from shared.config.Settings (durations there are seconds)."""
-
-        def ms(seconds: float) -> int:
-            return round(seconds * 1000)
-
-        return cls(
-            lease_ms=ms(settings.visibility_timeout),
-            retry_base_ms=ms(settings.retry_base_delay),
-            retry_max_ms=ms(settings.retry_max_delay),
-            retry_jitter=settings.retry_jitter,
-            max_recoveries=settings.max_recoveries,
-            finished_retention_ms=ms(settings.finished_retention),
-            dlq_max_age_ms=ms(settings.dlq_max_age),
-            dlq_max_jobs=settings.dlq_max_jobs,
-            finished_max_jobs=settings.finished_max_jobs,
-            idempotency_ttl_ms=ms(settings.idempotency_ttl),
-        )
-
-
-@dataclass(frozen=True)
-class EnqueueResult:
-    """What enqueue did: created a job, or found the one an idempotency key names."""
-
-    job_id: str
-    status: JobState
-    created: bool
-    created_at_ms: int
-
-
-@dataclass(frozen=True)
-class FailResult:
-    """What fail did: RETRYING (with next_retry_at), DEAD, NOT_FOUND or STALE_TOKEN.
-
-    RETRYING and DEAD carry the job's type and the attempt that failed (what a caller logs and
-    counts); STALE_TOKEN carries the job's current status.
-    """
-
-    code: Code
-    next_retry_at: int | None = None
-    status: str | None = None
-    job_type: str | None = field(default=None, compare=False)
-    attempt: int | None = field(default=None, compare=False)
-
-
-@dataclass(frozen=True)
-class AckResult:
-    """What a worker-side write did: DONE, DEAD, NOT_FOUND or STALE_TOKEN (with the status)."""
-
-    code: Code
-    status: str | None = None
-    next_job: Job | None = None
-    # release only: the job's type when it was requeued (DONE) or declared dead (DEAD).
-    job_type: str | None = field(default=None, compare=False)
-
-
-@dataclass(frozen=True)
-class Released:
-    """One job release_worker gave back: requeued (DONE) or dead past the recovery cap (DEAD)."""
-
-    code: Code
-    job_id: str
-    job_type: str
-
-
-@dataclass(frozen=True)
-class CancelResult:
-    """The canceled job, and whether this call canceled it (False: it already was)."""
-
-    job: Job
-    changed: bool
-
-
-@dataclass(frozen=True)
-class PromoteResult:
-    """Jobs made claimable by promote, with how late each was (ms past its due time)."""
-
-    scheduled: list[str]
-    retrying: list[str]
-    scheduled_lateness_ms: list[int]
-    retrying_lateness_ms: list[int]
-    scheduled_types: list[str] = field(default_factory=list, compare=False)
-    retrying_types: list[str] = field(default_factory=list, compare=False)
-
-
-@dataclass(frozen=True)
-class RecoverResult:
-    """Jobs whose lease expired: requeued, or dead past the recovery cap."""
-
-    requeued: list[str]
-    dead: list[str]
-    requeued_types: list[str] = field(default_factory=list, compare=False)
-    dead_types: list[str] = field(default_factory=list, compare=False)
-
-
-@dataclass(frozen=True)
-class TrimResult:
-    """Jobs forgotten by retention, per index."""
-
-    completed: int
-    canceled: int
-    dead: int
-
-
 @cache
 def load_source(name: str) -> str:
     """Return a script's Lua as Redis runs it: includes expanded to the definitions it uses."""
@@ -225,71 +110,6 @@ def load_source(name: str) -> str:
 
 def _now(now_ms: int | None) -> str:
     return "" if now_ms is None else str(int(now_ms))
-
-
-def _text(value: bytes | str | None) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-# Hash fields a Job carries in ``extra``: when it became claimable (ms; the queue-wait
-# histogram reads it from the claim reply, no extra call) and its W3C trace context.
-EXTRA_FIELDS = ("eligible_at", "traceparent")
-# A claim reply's values, by position (CLAIM_FIELDS in lua/includes/claim.lua, started_at where
-# the script read status): what a worker needs to run the job, without the last failure's error
-# and traceback, nor what the caller knows (see _claimed).
-CLAIM_REPLY_FIELDS = tuple(
-    name.encode()
-    for name in (
-        "id",
-        "type",
-        "priority",
-        "max_retries",
-        "attempts",
-        "recoveries",
-        "payload",
-        "created_at",
-        "token",
-        "scheduled_at",
-        "timeout",
-        "eligible_at",
-        "traceparent",
-        "started_at",
-    )
-)
-
-
-def _job(flat: Sequence[bytes]) -> Job:
-    return _from_fields(dict(zip(flat[::2], flat[1::2], strict=True)))
-
-
-def _claimed(values: Sequence[bytes | None], worker_id: str) -> Job:
-    """Build the Job of a claim reply (values in CLAIM_REPLY_FIELDS order) for `worker_id`.
-
-    A claimed job is processing, held by the worker that claimed it, and last updated when it
-    started: the script leaves these out of its reply.
-    """
-    raw = {
-        name: value
-        for name, value in zip(CLAIM_REPLY_FIELDS, values, strict=True)
-        if value is not None
-    }
-    raw[b"status"] = b"processing"
-    raw[b"updated_at"] = raw[b"started_at"]
-    raw[b"worker_id"] = worker_id.encode()
-    return _from_fields(raw)
-
-
-def _from_fields(raw: dict[bytes, bytes]) -> Job:
-    job = Job.from_hash(raw)
-    for name in EXTRA_FIELDS:
-        value = raw.get(name.encode())
-        if value is not None:
-            job.extra[name] = value.decode()
-    return job
-
-
-def _ids(values: Iterable[bytes]) -> list[str]:
-    return [v.decode() for v in values]
 
 
 def new_request_id() -> str:
@@ -347,7 +167,7 @@ class Scripts:
     ) -> EnqueueResult:
         """Create a job (pending, or scheduled when scheduled_at is in the future)."""
         keys, args = self._enqueue_call(request, job_id, idempotency_key, now_ms, traceparent)
-        return _enqueue_result(self._call("enqueue", keys, args))
+        return enqueue_result(self._call("enqueue", keys, args))
 
     def enqueue_many(
         self,
@@ -376,7 +196,7 @@ class Scripts:
         for request, job_id in requests:
             keys, args = self._enqueue_call(request, job_id, None, now_ms, traceparent)
             script(keys=keys, args=args, client=pipe)
-        return [_enqueue_result(reply) for reply in pipe.execute()]
+        return [enqueue_result(reply) for reply in pipe.execute()]
 
     def _enqueue_call(
         self,
@@ -431,7 +251,7 @@ class Scripts:
             [k.pending, k.pending_since, k.processing, k.last_claim(worker_id), k.wake],
             [k.job_prefix, worker_id, self.policy.lease_ms, request_id, _now(now_ms)],
         )
-        return _claimed(reply[1:], worker_id) if reply[0] == Code.DONE else None
+        return claimed_job(reply[1:], worker_id) if reply[0] == Code.DONE else None
 
     def renew(self, leases: Sequence[tuple[str, int]], *, now_ms: int | None = None) -> list[Code]:
         """Extend the leases of (job id, token) pairs; one Code per pair (see renew.lua).
@@ -487,9 +307,9 @@ class Scripts:
         )
         code = Code(reply[0])
         if code is Code.DONE:
-            next_job = _claimed(reply[1:], worker) if len(reply) > 1 else None
+            next_job = claimed_job(reply[1:], worker) if len(reply) > 1 else None
             return AckResult(code, next_job=next_job)
-        return AckResult(code, _text(reply[1]) if len(reply) > 1 else None)
+        return AckResult(code, text(reply[1]) if len(reply) > 1 else None)
 
     def fail(
         self,
@@ -526,11 +346,11 @@ class Scripts:
         code = Code(reply[0])
         if code is Code.RETRYING:
             return FailResult(
-                code, next_retry_at=int(reply[3]), job_type=_text(reply[1]), attempt=int(reply[2])
+                code, next_retry_at=int(reply[3]), job_type=text(reply[1]), attempt=int(reply[2])
             )
         if code is Code.DEAD:
-            return FailResult(code, job_type=_text(reply[1]), attempt=int(reply[2]))
-        return FailResult(code, status=_text(reply[1]) if len(reply) > 1 else None)
+            return FailResult(code, job_type=text(reply[1]), attempt=int(reply[2]))
+        return FailResult(code, status=text(reply[1]) if len(reply) > 1 else None)
 
     def promote(self, *, limit: int | None = None, now_ms: int | None = None) -> PromoteResult:
         """Make due scheduled and retrying jobs claimable."""
@@ -549,12 +369,12 @@ class Scripts:
             [k.job_prefix, limit or self.policy.batch_limit, self.policy.wake_cap, _now(now_ms)],
         )
         return PromoteResult(
-            scheduled=_ids(reply[0]),
-            retrying=_ids(reply[1]),
+            scheduled=ids(reply[0]),
+            retrying=ids(reply[1]),
             scheduled_lateness_ms=[int(v) for v in reply[2]],
             retrying_lateness_ms=[int(v) for v in reply[3]],
-            scheduled_types=_ids(reply[4]),
-            retrying_types=_ids(reply[5]),
+            scheduled_types=ids(reply[4]),
+            retrying_types=ids(reply[5]),
         )
 
     def _loss_keys(self) -> list[str]:
@@ -578,10 +398,10 @@ class Scripts:
             ],
         )
         return RecoverResult(
-            requeued=_ids(reply[0]),
-            dead=_ids(reply[1]),
-            requeued_types=_ids(reply[2]),
-            dead_types=_ids(reply[3]),
+            requeued=ids(reply[0]),
+            dead=ids(reply[1]),
+            requeued_types=ids(reply[2]),
+            dead_types=ids(reply[3]),
         )
 
     def release(
@@ -603,7 +423,7 @@ class Scripts:
             ],
         )
         code = Code(reply[0])
-        detail = _text(reply[1]) if len(reply) > 1 else None
+        detail = text(reply[1]) if len(reply) > 1 else None
         if code in (Code.DONE, Code.DEAD):
             return AckResult(code, job_type=detail)
         return AckResult(code, detail)
@@ -630,7 +450,7 @@ class Scripts:
                 _now(now_ms),
             ],
         )
-        return [Released(Code(code), _text(jid) or "", _text(t) or "") for code, jid, t in reply]
+        return [Released(Code(code), text(jid) or "", text(t) or "") for code, jid, t in reply]
 
     def replay(self, job_id: str, *, now_ms: int | None = None) -> Job:
         """Return a dead job to pending with attempts 0; raise JobNotFound or WrongState."""
@@ -640,7 +460,7 @@ class Scripts:
             [k.job(job_id), k.dead, k.pending, k.pending_since, k.seq, k.wake],
             [new_request_id(), self.policy.wake_cap, _now(now_ms)],
         )
-        return _job(_checked(reply)[1])
+        return job_from_flat(checked(reply)[1])
 
     def cancel(self, job_id: str, *, now_ms: int | None = None) -> CancelResult:
         """Cancel a job that has not started; raise JobNotFound or WrongState."""
@@ -650,8 +470,8 @@ class Scripts:
             [k.job(job_id), k.pending, k.pending_since, k.scheduled, k.retrying, k.canceled],
             [self._finished_ttl_ms(), _now(now_ms), new_request_id()],
         )
-        _checked(reply)
-        return CancelResult(_job(reply[1]), changed=reply[0] == Code.DONE)
+        checked(reply)
+        return CancelResult(job_from_flat(reply[1]), changed=reply[0] == Code.DONE)
 
     def purge(self, job_id: str) -> str:
         """Delete a dead job and return its type; raise JobNotFound or WrongState."""
@@ -661,7 +481,7 @@ class Scripts:
             [k.job(job_id), k.dead, k.tombstone(job_id)],
             [new_request_id(), TOMBSTONE_TTL_MS],
         )
-        return _text(_checked(reply)[1]) or ""
+        return text(checked(reply)[1]) or ""
 
     def trim(
         self, *, limit: int | None = None, now_ms: int | None = None, rounds: int = TRIM_ROUNDS
@@ -731,25 +551,3 @@ class Scripts:
 
     def _finished_ttl_ms(self) -> int:
         return self.policy.finished_retention_ms + HASH_TTL_MARGIN_MS
-
-
-def _enqueue_result(reply: list[Any]) -> EnqueueResult:
-    code = Code(reply[0])
-    if code is Code.CONFLICT:
-        raise IdempotencyConflict(reply[1].decode())
-    return EnqueueResult(
-        job_id=reply[1].decode(),
-        status=JobState(reply[2].decode()),
-        created=code is Code.DONE,
-        created_at_ms=int(reply[3]),
-    )
-
-
-def _checked(reply: list[Any]) -> list[Any]:
-    """Raise the API error a script's negative code stands for; return the reply otherwise."""
-    code = Code(reply[0])
-    if code is Code.NOT_FOUND:
-        raise JobNotFound()
-    if code is Code.WRONG_STATE:
-        raise WrongState(reply[1].decode())
-    return reply

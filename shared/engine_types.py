@@ -1,0 +1,174 @@
+"""What the engine's calls answer, and the policy they run under.
+
+The codes mirror lua/includes/codes.lua; the errors are what a transition reports to an API
+caller; each result is one script's reply, parsed (shared.scripts builds them). Kept apart from
+shared.scripts so a reader of a result needs neither Redis nor the scripts' plumbing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+from shared.jobs import Job, JobState
+
+
+class Code(IntEnum):
+    """Return codes of the scripts (mirrors lua/includes/codes.lua)."""
+
+    EMPTY = 0
+    DONE = 1
+    DUPLICATE = 2
+    RETRYING = 3
+    DEAD = 4
+    NOT_FOUND = -1
+    WRONG_STATE = -2
+    STALE_TOKEN = -3
+    CONFLICT = -4
+
+
+class EngineError(Exception):
+    """Base of the errors a transition reports to an API caller."""
+
+
+class JobNotFound(EngineError):
+    """No job has that id (never existed, or its retention passed)."""
+
+
+class WrongState(EngineError):
+    """The job is not in a state the transition starts from."""
+
+    def __init__(self, status: str) -> None:
+        self.status = status
+        super().__init__(f"job is {status}")
+
+
+class IdempotencyConflict(EngineError):
+    """The idempotency key already names a job created by a different request."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"idempotency key already used for job {job_id} with a different body")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Engine parameters, in the units the scripts use (milliseconds and counts)."""
+
+    lease_ms: int = 30_000
+    retry_base_ms: int = 2_000
+    retry_max_ms: int = 3_600_000
+    retry_jitter: float = 0.0
+    max_recoveries: int = 5
+    finished_retention_ms: int = 86_400_000
+    dlq_max_age_ms: int = 7 * 86_400_000
+    dlq_max_jobs: int = 10_000
+    finished_max_jobs: int = 100_000
+    idempotency_ttl_ms: int = 86_400_000
+    wake_cap: int = 1_000
+    batch_limit: int = 1_000
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Policy:
+        """Build a Policy from shared.config.Settings (durations there are seconds)."""
+
+        def ms(seconds: float) -> int:
+            return round(seconds * 1000)
+
+        return cls(
+            lease_ms=ms(settings.visibility_timeout),
+            retry_base_ms=ms(settings.retry_base_delay),
+            retry_max_ms=ms(settings.retry_max_delay),
+            retry_jitter=settings.retry_jitter,
+            max_recoveries=settings.max_recoveries,
+            finished_retention_ms=ms(settings.finished_retention),
+            dlq_max_age_ms=ms(settings.dlq_max_age),
+            dlq_max_jobs=settings.dlq_max_jobs,
+            finished_max_jobs=settings.finished_max_jobs,
+            idempotency_ttl_ms=ms(settings.idempotency_ttl),
+        )
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """What enqueue did: created a job, or found the one an idempotency key names."""
+
+    job_id: str
+    status: JobState
+    created: bool
+    created_at_ms: int
+
+
+@dataclass(frozen=True)
+class FailResult:
+    """What fail did: RETRYING (with next_retry_at), DEAD, NOT_FOUND or STALE_TOKEN.
+
+    RETRYING and DEAD carry the job's type and the attempt that failed (what a caller logs and
+    counts); STALE_TOKEN carries the job's current status.
+    """
+
+    code: Code
+    next_retry_at: int | None = None
+    status: str | None = None
+    job_type: str | None = field(default=None, compare=False)
+    attempt: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class AckResult:
+    """What a worker-side write did: DONE, DEAD, NOT_FOUND or STALE_TOKEN (with the status)."""
+
+    code: Code
+    status: str | None = None
+    next_job: Job | None = None
+    # release only: the job's type when it was requeued (DONE) or declared dead (DEAD).
+    job_type: str | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Released:
+    """One job release_worker gave back: requeued (DONE) or dead past the recovery cap (DEAD)."""
+
+    code: Code
+    job_id: str
+    job_type: str
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """The canceled job, and whether this call canceled it (False: it already was)."""
+
+    job: Job
+    changed: bool
+
+
+@dataclass(frozen=True)
+class PromoteResult:
+    """Jobs made claimable by promote, with how late each was (ms past its due time)."""
+
+    scheduled: list[str]
+    retrying: list[str]
+    scheduled_lateness_ms: list[int]
+    retrying_lateness_ms: list[int]
+    scheduled_types: list[str] = field(default_factory=list, compare=False)
+    retrying_types: list[str] = field(default_factory=list, compare=False)
+
+
+@dataclass(frozen=True)
+class RecoverResult:
+    """Jobs whose lease expired: requeued, or dead past the recovery cap."""
+
+    requeued: list[str]
+    dead: list[str]
+    requeued_types: list[str] = field(default_factory=list, compare=False)
+    dead_types: list[str] = field(default_factory=list, compare=False)
+
+
+@dataclass(frozen=True)
+class TrimResult:
+    """Jobs forgotten by retention, per index."""
+
+    completed: int
+    canceled: int
+    dead: int

@@ -168,7 +168,9 @@ class Model:
             self.seq += 1
             job.seq, job.since = self.seq, self.now
         job.status, job.lease, job.due = "pending", None, None
-        self.wake = min(WAKE_CAP, self.wake + 1)
+        self.wake += 1
+        if self.wake > WAKE_CAP:  # one over the cap trims to half of it (includes/common.lua)
+            self.wake = max(1, WAKE_CAP // 2)
 
     def make_dead(self, job: ModelJob, error: str, traceback: str | None = None) -> None:
         job.status, job.error, job.finished = "dead", error, self.now

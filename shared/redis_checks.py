@@ -2,7 +2,8 @@
 
 Both entry points call :func:`warn_about_redis` once at start. Each problem found is logged as
 a ``config_warning`` line and exported as ``taskforge_redis_unsafe_config{problem=...}`` = 1
-(0 once checked and fine). Managed services that refuse ``CONFIG`` leave both unknown: no
+(0 once checked and fine). A setting that costs memory but never a job (job hashes stored as
+hashtables) is a ``config_warning`` line only, outside the gauge of what can lose jobs. Managed services that refuse ``CONFIG`` leave both unknown: no
 sample, and one warning that says what to verify with the provider instead.
 
 prometheus_client is imported inside the function, never at module level: entry points may
@@ -21,6 +22,9 @@ import redis.exceptions
 EVICTION = "eviction"
 PERSISTENCE = "persistence"
 METRIC = "taskforge_redis_unsafe_config"
+# deploy/redis.conf's value: job hashes whose values (payload, result, traceback) stay under it
+# are listpacks, about half the bytes of a hashtable (docs/JOBS.md, "Sizing Redis").
+LISTPACK_VALUE_ADVISED = 512
 UNCHECKED = (
     "Redis refused CONFIG GET, so its eviction and persistence settings were not checked: "
     "make sure the service uses maxmemory-policy noeviction and keeps its data on restart"
@@ -37,6 +41,7 @@ class RedisCheck:
     appendonly: bool | None
     save: str | None
     problems: dict[str, str]
+    advice: tuple[str, ...] = ()  # settings that cost memory, never jobs
 
     @property
     def checked(self) -> bool:
@@ -48,7 +53,7 @@ def check_redis(client: redis.Redis) -> RedisCheck:
     """Read the eviction and persistence settings; describe each problem (never raises)."""
     try:
         config: dict[Any, Any] = {}
-        for name in ("maxmemory-policy", "appendonly", "save"):
+        for name in ("maxmemory-policy", "appendonly", "save", "hash-max-listpack-value"):
             config.update(client.config_get(name))
     except redis.exceptions.RedisError:
         # CONFIG disabled or renamed (many managed services), no permission, or no Redis.
@@ -67,7 +72,18 @@ def check_redis(client: redis.Redis) -> RedisCheck:
             "Redis persistence is off (appendonly no, no save points): a Redis restart "
             "loses every job; set appendonly yes"
         )
-    return RedisCheck(policy, appendonly, save, problems)
+    return RedisCheck(policy, appendonly, save, problems, _listpack_advice(text))
+
+
+def _listpack_advice(text: dict[str, str]) -> tuple[str, ...]:
+    value = text.get("hash-max-listpack-value", "")
+    if not value.isdigit() or int(value) >= LISTPACK_VALUE_ADVISED:
+        return ()  # unknown (an older Redis names it hash-max-ziplist-value) or fine
+    return (
+        f"Redis hash-max-listpack-value is {value}: a job with a payload, result or traceback "
+        f"value longer than that is stored as a hashtable, about twice the memory per job; "
+        f"set hash-max-listpack-value {LISTPACK_VALUE_ADVISED} as deploy/redis.conf does",
+    )
 
 
 def warn_about_redis(client: redis.Redis, log: logging.Logger) -> RedisCheck:
@@ -79,7 +95,7 @@ def warn_about_redis(client: redis.Redis, log: logging.Logger) -> RedisCheck:
     gauge = _unsafe_config_gauge()
     for problem in (EVICTION, PERSISTENCE):
         gauge.labels(problem=problem).set(1 if problem in found.problems else 0)
-    for warning in found.problems.values():
+    for warning in (*found.problems.values(), *found.advice):
         log.warning("config_warning", extra={"warning": warning})
     return found
 

@@ -64,6 +64,24 @@ def test_no_append_only_file_and_no_save_points_is_warned_about(
     assert (_gauge(EVICTION), _gauge(PERSISTENCE)) == (0, 1)
 
 
+def test_redis_s_default_listpack_limit_is_a_warning_but_not_an_unsafe_config(
+    configured_redis: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    configured_redis.config_set("hash-max-listpack-value", "64")  # Redis's own default
+    found = warn_about_redis(configured_redis, log)
+    assert found.problems == {}  # it costs memory, never a job
+    [warning] = _warnings(caplog)
+    assert "hash-max-listpack-value is 64" in warning and "512" in warning
+    assert (_gauge(EVICTION), _gauge(PERSISTENCE)) == (0, 0)
+
+
+def test_a_listpack_limit_at_or_above_the_advised_one_is_fine(
+    configured_redis: redis.Redis,
+) -> None:
+    configured_redis.config_set("hash-max-listpack-value", "1024")
+    assert check_redis(configured_redis).advice == ()
+
+
 def test_snapshots_alone_count_as_persistence(configured_redis: redis.Redis) -> None:
     configured_redis.config_set("appendonly", "no")
     configured_redis.config_set("save", "3600 1")

@@ -37,9 +37,10 @@ class OrphanedJob:
     token: int
     action: str  # "worker died", "drain" (shutdown) or "timeout"
     timeout: float = 0.0
-    # Set for "whatever this worker still holds" (job_id then only names the job it was seen
-    # running, for the line written if Redis never answers).
-    claimed_by: str | None = None
+    # The dead worker's id, for every action but "timeout": whatever it still holds goes back
+    # (job_id then only names the job it was seen running, for the line written if Redis
+    # never answers).
+    claimed_by: str = ""
 
 
 class Release:
@@ -104,16 +105,13 @@ class Release:
             self.owed.pop(0)
 
     def _apply(self, orphan: OrphanedJob) -> None:
-        drained = orphan.action == "drain"
-        if orphan.claimed_by is not None:
-            # Whatever the dead worker still holds, found by its id in one engine call.
-            for job in self.scripts.release_worker(orphan.claimed_by, drained=drained):
-                _report_release(job.job_id, orphan.action, job.code, job.job_type)
-        elif orphan.action == "timeout":
+        if orphan.action == "timeout":
             self._fail_timed_out(orphan)
-        else:
-            outcome = self.scripts.release(orphan.job_id, orphan.token, drained=drained)
-            _report_release(orphan.job_id, orphan.action, outcome.code, outcome.job_type)
+            return
+        # Whatever the dead worker still holds, found by its id in one engine call.
+        drained = orphan.action == "drain"
+        for job in self.scripts.release_worker(orphan.claimed_by, drained=drained):
+            _report_release(job.job_id, orphan.action, job.code, job.job_type)
 
     def _fail_timed_out(self, orphan: OrphanedJob) -> None:
         error = f"Timeout: timed out after {orphan.timeout:g}s; its worker was killed"

@@ -174,17 +174,19 @@ class WorkerProcess(StopOnSignal):
         metrics.HANDLER_SECONDS.labels(type=metrics.type_label(job.type)).observe(duration)
         fields = {"duration_ms": round(duration * 1000, 3)}
         self.jobs_done += 1  # before recording: the last job before recycling claims no next
-        next_job = self._record(job, outcome, fields)
+        next_job = self._record(job, outcome, fields, attributes)
         metrics.BUSY_WORKERS.set(0)
         self.slot.beat()
         return next_job
 
-    def _record(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> Job | None:
+    def _record(
+        self, job: Job, outcome: Outcome, fields: dict[str, object], attributes: dict[str, object]
+    ) -> Job | None:
         """Write the outcome to Redis, retrying through an outage; return the next job."""
         claim_next = None if self.stopping or self._due_for_recycling() else self.worker_id
         # Asked for the next job and got none: the queue was empty, so wait rather than claim.
         self.claim_now = claim_next is None or not outcome.ok
-        with tracing.span("task.acknowledge", job.extra.get("traceparent"), _span_attributes(job)):
+        with tracing.span("task.acknowledge", job.extra.get("traceparent"), attributes):
             return self._write_outcome(job, outcome, fields, claim_next)
 
     def _write_outcome(

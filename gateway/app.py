@@ -79,7 +79,7 @@ def create_app(
     if scripts is None:
         scripts = Scripts(
             client or gateway_client(settings),
-            Keys(settings.key_prefix),
+            Keys(settings.namespace),
             Policy.from_settings(settings),
         )
         _check_redis(scripts)

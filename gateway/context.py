@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import redis
 from flask import current_app
 
 from shared.config import Settings
+from shared.directory import QueueDirectory
 from shared.keys import Keys
 from shared.scripts import Scripts
 
@@ -21,6 +22,10 @@ class Gateway:
 
     settings: Settings
     scripts: Scripts
+    directory: QueueDirectory = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "directory", QueueDirectory(self.scripts))
 
     @property
     def redis(self) -> redis.Redis:

@@ -9,6 +9,7 @@ from flask import Blueprint
 from gateway import inputs
 from gateway.context import gateway
 from gateway.errors import ApiError
+from gateway.jobs import queue_of
 from gateway.routes import route
 from shared.lifecycle import Outcome, record
 from shared.queries import BadCursor, dead_page
@@ -29,7 +30,7 @@ def list_dead() -> dict[str, Any]:
     limit, cursor = inputs.dlq_query()
     gw = gateway()
     try:
-        page = dead_page(gw.redis, gw.keys, limit, cursor)
+        page = dead_page(gw.redis, gw.keys, limit, cursor, gw.directory.names(refresh=True))
     except BadCursor as exc:
         raise ApiError(400, f"bad cursor: {exc}; use a next_cursor this server returned") from None
     return {"jobs": [job.to_json() for job in page.jobs], "next_cursor": page.next_cursor}
@@ -39,8 +40,9 @@ def list_dead() -> dict[str, Any]:
 def retry(job_id: str) -> dict[str, Any]:
     """Replay a dead job: back to pending with attempts 0."""
     job_id = inputs.job_id(job_id)
+    gw = gateway()
     try:
-        job = gateway().scripts.replay(job_id)
+        job = gw.scripts.replay(job_id, queue=queue_of(gw, job_id))
     except JobNotFound:
         raise ApiError(404, "job not found") from None
     except WrongState as exc:
@@ -53,8 +55,10 @@ def retry(job_id: str) -> dict[str, Any]:
 def purge(job_id: str) -> tuple[str, int]:
     """Delete a dead job for good: 204."""
     job_id = inputs.job_id(job_id)
+    gw = gateway()
     try:
-        job_type = gateway().scripts.purge(job_id)  # it answers with the type it deleted
+        # It answers with the type it deleted.
+        job_type = gw.scripts.purge(job_id, queue=queue_of(gw, job_id))
     except JobNotFound:
         raise ApiError(404, "job not found") from None
     except WrongState as exc:

@@ -15,7 +15,6 @@ from gateway.errors import ApiError
 from gateway.routes import route
 from shared import metrics
 from shared.lifecycle import Outcome, record
-from shared.queries import get_job
 from shared.scripts import IdempotencyConflict, JobNotFound, WrongState
 
 bp = Blueprint("jobs", __name__)
@@ -48,6 +47,14 @@ def enqueue_reply(gw: Gateway, headers: Headers, raw: bytes) -> Reply:
     return doc, 201 if created else 200, {"Location": f"/jobs/{doc['id']}"}
 
 
+def queue_of(gw: Gateway, job_id: str) -> str:
+    """Return the queue that holds a job; raise JobNotFound when none does."""
+    queue = gw.directory.locate(job_id)
+    if queue is None:
+        raise JobNotFound()
+    return queue
+
+
 def key_conflict(exc: IdempotencyConflict) -> ApiError:
     """Return the 409 for an Idempotency-Key reused with a different body."""
     return ApiError(
@@ -71,8 +78,7 @@ def enqueue_batch() -> tuple[dict[str, Any], int]:
 @route(bp, "GET", "/jobs/<job_id>")
 def get(job_id: str) -> dict[str, Any]:
     """Return one job."""
-    gw = gateway()
-    job = get_job(gw.redis, gw.keys, inputs.job_id(job_id))
+    job = gateway().directory.find_job(inputs.job_id(job_id))
     if job is None:
         raise ApiError(404, "job not found")
     return job.to_json()
@@ -82,8 +88,9 @@ def get(job_id: str) -> dict[str, Any]:
 def cancel(job_id: str) -> dict[str, Any]:
     """Cancel a job that has not started (canceling a canceled job changes nothing)."""
     job_id = inputs.job_id(job_id)
+    gw = gateway()
     try:
-        outcome = gateway().scripts.cancel(job_id)
+        outcome = gw.scripts.cancel(job_id, queue=queue_of(gw, job_id))
     except JobNotFound:
         raise ApiError(404, "job not found") from None
     except WrongState as exc:

@@ -48,6 +48,7 @@ def created_job(request: EnqueueRequest, result: EnqueueResult) -> Job:
         updated_at=result.created_at_ms,
         scheduled_at=request.scheduled_at_ms,
         timeout=request.timeout,
+        queue=request.queue,
     )
 
 
@@ -56,6 +57,7 @@ def enqueue_one(
 ) -> tuple[dict[str, Any], bool]:
     """Create one job (or find the one its idempotency key names); return its JSON, created."""
     job_id = new_job_ids(1)[0]
+    gw.directory.ensure(request.queue)
     # The client's traceparent is only a parent: the job stores our enqueue span's own.
     attributes = tracing.job_attributes(job_id, request.type)
     with tracing.span("task.enqueue", client_trace, attributes):
@@ -74,7 +76,9 @@ def enqueue_one(
     if not result.created:
         # The key named an earlier job (same body): answer with that job as it is now, or as
         # created if it was deleted since the script answered (its status is the script's).
-        job = get_job(gw.redis, gw.keys, result.job_id) or created_job(request, result)
+        # Same body, so same queue: the digest covers it.
+        found = get_job(gw.redis, gw.keys, result.job_id, [request.queue])
+        job = found or created_job(request, result)
         return job.to_json(), False
     return created_job(request, result).to_json(), True
 
@@ -84,6 +88,8 @@ def enqueue_batch(
 ) -> list[dict[str, Any]]:
     """Create every job of a batch, all or none; return their JSON in order."""
     ids = new_job_ids(len(requests))
+    for queue in dict.fromkeys(request.queue for request in requests):
+        gw.directory.ensure(queue)
     # One span for the batch: its jobs share one trace parent.
     attributes = {"taskforge.batch_size": len(ids), "messaging.batch.message_count": len(ids)}
     with tracing.span("task.enqueue", client_trace, attributes):

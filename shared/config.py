@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
+from shared.queues import DEFAULT_QUEUE, QueuePlan, is_queue_name, parse_worker_queues
+
 WORKER_COUNT_DEFAULT = 3
 WORKER_COUNT_MAX = 512
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -73,7 +75,8 @@ class Settings:
     worker_max_jobs: int
     worker_max_rss_mb: int
     handlers: tuple[str, ...]
-    key_prefix: str
+    worker_queues: QueuePlan
+    namespace: str
     api_token: str | None = field(repr=False)  # a secret: never in a repr, log or message
     log_level: str
     # True when REDIS_URL was not set, so entry points can say so in their start-up line.
@@ -85,6 +88,12 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Parse ``env`` (default ``os.environ``); raise ConfigError naming the bad variable."""
         env = os.environ if env is None else env
+        if env.get("TASKFORGE_KEY_PREFIX", "").strip():
+            raise ConfigError(
+                "TASKFORGE_KEY_PREFIX was replaced by TASKFORGE_NAMESPACE: keys are now "
+                "{<namespace>:<queue>}:v2:…; for the prefix {NAME}:v1: set "
+                "TASKFORGE_NAMESPACE=NAME (docs/QUEUES.md, upgrading from v1)"
+            )
         values: dict[str, Any] = {}
         warnings: list[str] = []
         for var in VARIABLES:
@@ -233,21 +242,10 @@ def _handlers(text: str) -> tuple[str, ...]:
     return names
 
 
-def _key_prefix(text: str) -> str:
-    """Accept a key prefix with a non-empty Redis Cluster hash tag that ends with ':'."""
-    # Redis hashes only what lies between the first '{' and the first '}' after it, and
-    # hashes the whole key when that is empty: then keys of one script could span slots.
-    opening = text.find("{")
-    closing = text.find("}", opening + 1)
-    if (
-        opening < 0
-        or closing <= opening + 1
-        or not text.endswith(":")
-        or any(c.isspace() for c in text)
-    ):
-        raise ValueError(
-            "a prefix with a non-empty {hash tag} that ends with ':', e.g. {taskforge}:v1:"
-        )
+def _namespace(text: str) -> str:
+    """Accept a key namespace: it sits inside every key's hash tag (shared.keys)."""
+    if not is_queue_name(text):
+        raise ValueError("1-64 characters of A-Z a-z 0-9 _ . -, e.g. taskforge")
     return text
 
 
@@ -318,9 +316,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TASKFORGE_HANDLERS", "handlers", "",
              "Comma-separated handler modules workerd imports at start; required (workerd.demo: the demo handlers)",
              _handlers),
-    Variable("TASKFORGE_KEY_PREFIX", "key_prefix", "{taskforge}:v1:",
-             "Prefix of every Redis key: a {hash tag} for Cluster, a schema version, ending in ':'",
-             _key_prefix),
+    Variable("WORKER_QUEUES", "worker_queues", DEFAULT_QUEUE,
+             "Queues this workerd host serves: in strict order (critical,default,low) or by weight (critical:6,default:3,low:1)",
+             parse_worker_queues),
+    Variable("TASKFORGE_NAMESPACE", "namespace", "taskforge",
+             "Name inside every Redis key's hash tag ({taskforge:<queue>}:v2:…), so several deployments can share one Redis",
+             _namespace),
     Variable("TASKFORGE_API_TOKEN", "api_token", "",
              "Bearer token required by every endpoint but /health and /ready; unset = no auth",
              _token, secret=True),
@@ -366,6 +367,8 @@ def summary(settings: Settings) -> list[str]:
             value = "(set)" if value else "(unset)"
         elif var.env == "REDIS_URL":
             value = redact_url(value)
+        elif isinstance(value, QueuePlan):
+            value = value.describe()
         elif isinstance(value, tuple):
             value = ",".join(value) or "(unset)"
         elif isinstance(value, float) and re.fullmatch(r"[0-9.]+(ms|s|m|h|d)", var.default):

@@ -61,7 +61,7 @@ SECTIONS: tuple[Section, ...] = (
         Setting("REDIS_SSL_CERT_REQS", _BOTH),
         Setting("REDIS_SOCKET_TIMEOUT", _BOTH),
         Setting("REDIS_CONNECT_TIMEOUT", _BOTH),
-        Setting("TASKFORGE_KEY_PREFIX", _BOTH),
+        Setting("TASKFORGE_NAMESPACE", _BOTH),
     )),
     Section("Gateway (HTTP)", (
         External("PORT", "(unset)",
@@ -80,6 +80,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("workerd", (
         Setting("PORT_WORKER", (WORKERD, BIN_RUN)),
         Setting("WORKER_COUNT", (WORKERD,)),
+        Setting("WORKER_QUEUES", (WORKERD,)),
         Setting("TASKFORGE_HANDLERS", (WORKERD, BIN_RUN),
                 "bin/run sets workerd.demo unless it is set"),
         Setting("WORKER_DRAIN_GRACE", (WORKERD,)),
@@ -135,7 +136,7 @@ SECTIONS: tuple[Section, ...] = (
 # Read by the bin/ scripts but not TaskForge's to document: bash's own variables.
 NOT_OURS: dict[str, str] = {
     name: "set by bash itself" for name in ("BASH_SOURCE", "BASH_VERSION", "PATH", "PWD")
-}
+} | {"TASKFORGE_KEY_PREFIX": "retired in issue 14: read only to say what replaced it"}
 
 
 def table_rows() -> list[tuple[str, str, str, str, str]]:

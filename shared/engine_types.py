@@ -133,6 +133,7 @@ class Released:
     code: Code
     job_id: str
     job_type: str
+    queue: str = "default"
 
 
 @dataclass(frozen=True)

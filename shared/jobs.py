@@ -16,6 +16,7 @@ from typing import Any
 # The enqueue body's timeout takes every form an environment duration takes (500ms, 2s, 1m,
 # 1h, 1d, bare seconds): one parser, so the two cannot drift apart.
 from shared.config import duration_parser
+from shared.queues import DEFAULT_QUEUE, QUEUE_RULE, is_queue_name
 
 
 class JobState(StrEnum):
@@ -48,7 +49,7 @@ TIMEOUT_RULE = (
 TRACEBACK_LIMIT = 8 * 1024
 
 REQUEST_FIELDS = frozenset(
-    {"type", "payload", "priority", "max_retries", "scheduled_at", "timeout"}
+    {"type", "payload", "priority", "max_retries", "scheduled_at", "timeout", "queue"}
 )
 LIFECYCLE_FIELDS = frozenset(
     {
@@ -99,6 +100,7 @@ class EnqueueRequest:
     max_retries: int = DEFAULT_MAX_RETRIES
     scheduled_at_ms: int | None = None
     timeout: float | None = None
+    queue: str = DEFAULT_QUEUE
 
     def canonical(self) -> str:
         """Return one string that is equal for two requests exactly when they mean the same."""
@@ -110,6 +112,7 @@ class EnqueueRequest:
                 "max_retries": self.max_retries,
                 "scheduled_at_ms": self.scheduled_at_ms,
                 "timeout": self.timeout,
+                "queue": self.queue,
             },
             sort_keys=True,
             separators=(",", ":"),
@@ -222,6 +225,10 @@ def validate_enqueue(body: Any) -> EnqueueRequest:
         except ValueError as exc:
             errors.append(FieldError("timeout", str(exc)))
 
+    queue = body.get("queue", DEFAULT_QUEUE)
+    if not is_queue_name(queue):
+        errors.append(FieldError("queue", f"{QUEUE_RULE}, not {_shown(queue)}"))
+
     if errors:
         raise ValidationError(errors)
     return EnqueueRequest(
@@ -231,6 +238,7 @@ def validate_enqueue(body: Any) -> EnqueueRequest:
         max_retries=max_retries,
         scheduled_at_ms=scheduled_at_ms,
         timeout=timeout,
+        queue=queue,
     )
 
 
@@ -344,10 +352,14 @@ class Job:
     result_json: str | None = None
     timeout: float | None = None
     worker_id: str | None = None
+    # The key a job's hash lives under names its queue; the hash does not repeat it.
+    queue: str = DEFAULT_QUEUE
     extra: dict[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
-    def from_hash(cls, raw: Mapping[bytes, bytes], job_id: str = "") -> Job:
+    def from_hash(
+        cls, raw: Mapping[bytes, bytes], job_id: str = "", queue: str = DEFAULT_QUEUE
+    ) -> Job:
         """Build a Job from HGETALL output (bytes keys and values) of the key of `job_id`.
 
         A completed job's hash has no ``id`` field (complete.lua drops it: the key holds it).
@@ -374,6 +386,7 @@ class Job:
             result_json=_text(raw, "result"),
             timeout=float(timeout) if timeout is not None else None,
             worker_id=_text(raw, "worker_id"),
+            queue=queue,
         )
 
     @property
@@ -389,6 +402,7 @@ class Job:
         doc: dict[str, Any] = {
             "id": self.id,
             "type": self.type,
+            "queue": self.queue,
             "status": str(self.status),
             "priority": self.priority,
             "max_retries": self.max_retries,

@@ -1,22 +1,49 @@
 """Redis key names: the only place they are formatted.
 
-Every key starts with one prefix (default ``{taskforge}:v1:``). The ``{…}`` part is a Redis
-Cluster hash tag, so every key a script touches hashes to one slot; ``v1`` is the schema
-version, so a future layout can live beside this one during a migration.
+Layout v2 (docs/QUEUES.md): every queue's keys share one Redis Cluster hash tag, its own, so
+a Cluster can put queues on different shards while every script still touches one slot:
+
+    {taskforge:<queue>}:v2:pending, …:job:<id>, …   one queue's jobs and indexes
+    {taskforge}:v2:workers, …:queues, …:idem:<key>  what spans queues (the global slot)
+
+No script reads keys of both kinds: the worker registry, the list of queues and the
+idempotency keys are written by calls of their own (shared.scripts says which, and why).
+``v2`` is the schema version; ``{taskforge}:v1:`` was the one-queue layout (shared.upgrade).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+from shared.queues import DEFAULT_QUEUE
 
 JOB_KEY_INFIX = "job:"
+VERSION = "v2"
 
 
 @dataclass(frozen=True)
 class Keys:
-    """Builds every key name from one prefix."""
+    """Builds every key name of one namespace; the per-queue ones for `queue`."""
 
-    prefix: str = "{taskforge}:v1:"
+    namespace: str = "taskforge"
+    queue: str = DEFAULT_QUEUE
+
+    def for_queue(self, queue: str) -> Keys:
+        """Return the key builder of another queue in the same namespace."""
+        return self if queue == self.queue else replace(self, queue=queue)
+
+    @cached_property
+    def prefix(self) -> str:
+        """Return the prefix of this queue's keys: its own hash tag, then the version."""
+        return f"{{{self.namespace}:{self.queue}}}:{VERSION}:"
+
+    @cached_property
+    def global_prefix(self) -> str:
+        """Return the prefix of the keys that span queues (one slot of their own)."""
+        return f"{{{self.namespace}}}:{VERSION}:"
+
+    # --- one queue -------------------------------------------------------------------------
 
     def job(self, job_id: str) -> str:
         """Return the hash that holds one job's metadata."""
@@ -74,12 +101,8 @@ class Keys:
 
     @property
     def wake(self) -> str:
-        """Return the capped list of wake-up hints that idle workers block on."""
+        """Return the capped list of wake-up hints that this queue's idle workers block on."""
         return f"{self.prefix}wake"
-
-    def idempotency(self, key: str) -> str:
-        """Return the key that remembers which job an ``Idempotency-Key`` created."""
-        return f"{self.prefix}idem:{key}"
 
     def tombstone(self, job_id: str) -> str:
         """Return the short-lived marker a purge leaves so a repeated purge still succeeds."""
@@ -97,20 +120,31 @@ class Keys:
         """
         return f"{self.prefix}claim:{worker_id}"
 
+    def state_index(self, state: str) -> str:
+        """Return the index key that holds this queue's jobs of one state."""
+        return f"{self.prefix}{state}"
+
+    # --- across queues (the global slot) ---------------------------------------------------
+
+    @property
+    def queues(self) -> str:
+        """Return the set of every queue name a job was ever enqueued under."""
+        return f"{self.global_prefix}queues"
+
+    def idempotency(self, key: str) -> str:
+        """Return the hash that remembers which job (and queue) an ``Idempotency-Key`` made."""
+        return f"{self.global_prefix}idem:{key}"
+
     @property
     def workers(self) -> str:
         """Return the zset of worker ids scored by last heartbeat (ms)."""
-        return f"{self.prefix}workers"
+        return f"{self.global_prefix}workers"
 
     @property
     def worker_prefix(self) -> str:
         """Return the prefix the stats script builds worker record keys from."""
-        return f"{self.prefix}worker:"
+        return f"{self.global_prefix}worker:"
 
     def worker(self, worker_id: str) -> str:
         """Return the hash describing one worker process."""
-        return f"{self.prefix}worker:{worker_id}"
-
-    def state_index(self, state: str) -> str:
-        """Return the index key that holds the jobs of one state."""
-        return f"{self.prefix}{state}"
+        return f"{self.global_prefix}worker:{worker_id}"

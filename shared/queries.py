@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import redis
 
@@ -23,11 +24,27 @@ class QueueCounts:
 
     by_state: dict[JobState, int]
     oldest_pending_age_ms: int | None
+    # Each queue's own counts, when these are the sum of several queues.
+    by_queue: dict[str, QueueCounts] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
         """Return the number of jobs Redis holds in any state."""
         return sum(self.by_state.values())
+
+    @classmethod
+    def combined(cls, by_queue: dict[str, QueueCounts]) -> QueueCounts:
+        """Return the counts of several queues added up (the oldest age: the oldest of all)."""
+        ages = [
+            c.oldest_pending_age_ms
+            for c in by_queue.values()
+            if c.oldest_pending_age_ms is not None
+        ]
+        return cls(
+            {state: sum(c.by_state[state] for c in by_queue.values()) for state in JobState},
+            oldest_pending_age_ms=max(ages) if ages else None,
+            by_queue=by_queue,
+        )
 
 
 @dataclass(frozen=True)
@@ -37,6 +54,7 @@ class WorkerCounts:
     hosts: int
     live: int
     busy: int
+    quiet: int = 0  # hosts told to claim nothing more (SIGTSTP or the API)
 
 
 @dataclass(frozen=True)
@@ -47,10 +65,22 @@ class DeadPage:
     next_cursor: str | None
 
 
-def get_job(client: redis.Redis, keys: Keys, job_id: str) -> Job | None:
-    """Return one job, or None if it does not exist."""
-    raw = client.hgetall(keys.job(job_id))
-    return Job.from_hash(raw, job_id) if raw else None
+def get_job(
+    client: redis.Redis, keys: Keys, job_id: str, queues: Sequence[str] | None = None
+) -> Job | None:
+    """Return one job, or None if it does not exist.
+
+    A job's key names its queue and its id does not, so the lookup tries each of `queues`
+    (default: only `keys`'s queue) in one pipelined round trip: one HGETALL per queue.
+    """
+    names = list(queues) if queues is not None else [keys.queue]
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hgetall(keys.for_queue(name).job(job_id))
+    for name, raw in zip(names, pipe.execute(), strict=True):
+        if raw:
+            return Job.from_hash(raw, job_id, name)
+    return None
 
 
 def _parse_cursor(cursor: str) -> tuple[int, str]:
@@ -60,29 +90,50 @@ def _parse_cursor(cursor: str) -> tuple[int, str]:
     return int(match.group(1)), match.group(2)
 
 
-def dead_page(client: redis.Redis, keys: Keys, limit: int, cursor: str | None = None) -> DeadPage:
-    """Return up to `limit` dead jobs, newest first, starting after `cursor`."""
+def _dead_after(
+    client: redis.Redis, keys: Keys, limit: int, cursor: tuple[int, str] | None
+) -> list[tuple[float, str, str]]:
+    """Return up to `limit` of one queue's dead entries after `cursor`, newest first."""
     # Ties in time of death are ordered by id (descending, as ZREVRANGEBYSCORE does), so a
     # cursor is (time, id): first the rest of that millisecond, then strictly older ones.
-    entries: list[tuple[bytes, float]] = []
     if cursor is None:
-        entries = client.zrevrangebyscore(keys.dead, "+inf", "-inf", 0, limit + 1, withscores=True)
+        entries = client.zrevrangebyscore(keys.dead, "+inf", "-inf", 0, limit, withscores=True)
     else:
-        score, last_id = _parse_cursor(cursor)
+        score, last_id = cursor
         ties = client.zrevrangebyscore(keys.dead, score, score, withscores=True)
-        entries = [(m, s) for m, s in ties if m.decode() < last_id][: limit + 1]
-        if len(entries) <= limit:
+        entries = [(m, s) for m, s in ties if m.decode() < last_id][:limit]
+        if len(entries) < limit:
             entries += client.zrevrangebyscore(
-                keys.dead, f"({score}", "-inf", 0, limit + 1 - len(entries), withscores=True
+                keys.dead, f"({score}", "-inf", 0, limit - len(entries), withscores=True
             )
+    return [(score, member.decode(), keys.queue) for member, score in entries]
+
+
+def dead_page(
+    client: redis.Redis,
+    keys: Keys,
+    limit: int,
+    cursor: str | None = None,
+    queues: Sequence[str] | None = None,
+) -> DeadPage:
+    """Return up to `limit` dead jobs of `queues` (default: `keys`'s), newest first.
+
+    Each queue's DLQ is read after the cursor and the pages merged: (time, id) orders every
+    queue's entries alike, so one cursor serves them all.
+    """
+    after = _parse_cursor(cursor) if cursor is not None else None
+    entries: list[tuple[float, str, str]] = []
+    for name in queues if queues is not None else [keys.queue]:
+        entries += _dead_after(client, keys.for_queue(name), limit + 1, after)
+    entries.sort(key=lambda entry: (entry[0], entry[1]), reverse=True)
     page, more = entries[:limit], len(entries) > limit
     pipe = client.pipeline(transaction=False)
-    for member, _ in page:
-        pipe.hgetall(keys.job(member.decode()))
-    hashes = zip((member.decode() for member, _ in page), pipe.execute(), strict=True)
-    jobs = [Job.from_hash(raw, job_id) for job_id, raw in hashes if raw]
+    for _, job_id, queue in page:
+        pipe.hgetall(keys.for_queue(queue).job(job_id))
+    found = zip(page, pipe.execute(), strict=True)
+    jobs = [Job.from_hash(raw, job_id, queue) for (_, job_id, queue), raw in found if raw]
     next_cursor = None
     if more and page:
-        member, score = page[-1]
-        next_cursor = f"{int(score)}-{member.decode()}"
+        score, job_id, _ = page[-1]
+        next_cursor = f"{int(score)}-{job_id}"
     return DeadPage(jobs=jobs, next_cursor=next_cursor)

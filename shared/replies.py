@@ -44,11 +44,11 @@ CLAIM_REPLY_FIELDS = tuple(
 )
 
 
-def job_from_flat(flat: Sequence[bytes]) -> Job:
-    return job_from_fields(dict(zip(flat[::2], flat[1::2], strict=True)))
+def job_from_flat(flat: Sequence[bytes], queue: str) -> Job:
+    return job_from_fields(dict(zip(flat[::2], flat[1::2], strict=True)), queue)
 
 
-def claimed_job(values: Sequence[bytes | None], worker_id: str) -> Job:
+def claimed_job(values: Sequence[bytes | None], worker_id: str, queue: str) -> Job:
     """Build the Job of a claim reply (values in CLAIM_REPLY_FIELDS order) for `worker_id`.
 
     A claimed job is processing, held by the worker that claimed it, and last updated when it
@@ -62,11 +62,11 @@ def claimed_job(values: Sequence[bytes | None], worker_id: str) -> Job:
     raw[b"status"] = b"processing"
     raw[b"updated_at"] = raw[b"started_at"]
     raw[b"worker_id"] = worker_id.encode()
-    return job_from_fields(raw)
+    return job_from_fields(raw, queue)
 
 
-def job_from_fields(raw: dict[bytes, bytes]) -> Job:
-    job = Job.from_hash(raw)
+def job_from_fields(raw: dict[bytes, bytes], queue: str) -> Job:
+    job = Job.from_hash(raw, queue=queue)
     for name in EXTRA_FIELDS:
         value = raw.get(name.encode())
         if value is not None:

@@ -14,11 +14,11 @@ producers get a clear refusal. Every other script is ``allow-oom``: they move ex
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 import secrets
 from collections.abc import Sequence
-from dataclasses import astuple
 from functools import cache
 from typing import Any
 
@@ -44,6 +44,7 @@ from shared.jobs import EnqueueRequest, Job, JobState, cap_traceback
 from shared.keys import Keys
 from shared.lua_source import assemble
 from shared.queries import QueueCounts, WorkerCounts
+from shared.queues import DEFAULT_QUEUE
 from shared.replies import (
     checked,
     claimed_job,
@@ -76,6 +77,7 @@ __all__ = [
 ]
 
 SCRIPT_NAMES = (
+    "reserve",
     "enqueue",
     "claim",
     "renew",
@@ -90,7 +92,8 @@ SCRIPT_NAMES = (
     "purge",
     "trim",
     "heartbeat",
-    "stats",
+    "queue_stats",
+    "fleet",
 )
 # Hashes of canceled jobs outlive their index entry by this much: trim.lua deletes both at
 # retention; the TTL only matters if trimming stopped (no scheduler running). Completed jobs
@@ -147,6 +150,14 @@ class Scripts:
         self.load()
         return False
 
+    def q(self, queue: str) -> Keys:
+        """Return the key builder of one queue (the global keys are the same on every one)."""
+        return self.keys.for_queue(queue)
+
+    def _piped(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
+        """Queue one script call on a pipeline (its reply comes from ``pipe.execute()``)."""
+        self._scripts[name](keys=keys, args=args, client=pipe)
+
     def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         script = self._scripts[name]
         try:
@@ -165,9 +176,42 @@ class Scripts:
         now_ms: int | None = None,
         traceparent: str | None = None,
     ) -> EnqueueResult:
-        """Create a job (pending, or scheduled when scheduled_at is in the future)."""
-        keys, args = self._enqueue_call(request, job_id, idempotency_key, now_ms, traceparent)
-        return enqueue_result(self._call("enqueue", keys, args))
+        """Create a job (pending, or scheduled when scheduled_at is in the future).
+
+        With an idempotency key, two calls: reserve.lua ties the key to this job id in the
+        global slot, then enqueue.lua creates the job in its queue's slot (no script spans
+        two). A repeat of the request finds the key naming the job and answers DUPLICATE.
+        """
+        duplicate = False
+        if idempotency_key is not None:
+            job_id, queue, duplicate = self._reserve(request, job_id, idempotency_key)
+            request = (
+                request if queue == request.queue else dataclasses.replace(request, queue=queue)
+            )
+        keys, args = self._enqueue_call(request, job_id, now_ms, traceparent)
+        reply = self._call("enqueue", keys, args)
+        result = enqueue_result(reply)
+        # The key named an earlier request's job: an answer about that job, unless it was gone
+        # (deleted since, or never created: its producer died between the two calls) and
+        # this call created it, under the same id, so racing repeats still create one job.
+        if duplicate and reply[4] == 1:
+            return dataclasses.replace(result, created=False)
+        return result
+
+    def _reserve(
+        self, request: EnqueueRequest, job_id: str, idempotency_key: str
+    ) -> tuple[str, str, bool]:
+        """Tie the key to this request's job; return (job id, queue, whether it was earlier)."""
+        digest = hashlib.sha256(request.canonical().encode()).hexdigest()
+        reply = self._call(
+            "reserve",
+            [self.keys.idempotency(idempotency_key)],
+            [digest, job_id, request.queue, self.policy.idempotency_ttl_ms],
+        )
+        code = Code(reply[0])
+        if code is Code.CONFLICT:
+            raise IdempotencyConflict(text(reply[1]) or "")
+        return text(reply[1]) or job_id, text(reply[2]) or request.queue, code is Code.DUPLICATE
 
     def enqueue_many(
         self,
@@ -191,34 +235,21 @@ class Scripts:
         now_ms: int | None,
         traceparent: str | None,
     ) -> list[EnqueueResult]:
-        script = self._scripts["enqueue"]
         pipe = self.redis.pipeline(transaction=True)
         for request, job_id in requests:
-            keys, args = self._enqueue_call(request, job_id, None, now_ms, traceparent)
-            script(keys=keys, args=args, client=pipe)
+            keys, args = self._enqueue_call(request, job_id, now_ms, traceparent)
+            self._piped(pipe, "enqueue", keys, args)
         return [enqueue_result(reply) for reply in pipe.execute()]
 
     def _enqueue_call(
         self,
         request: EnqueueRequest,
         job_id: str,
-        idempotency_key: str | None,
         now_ms: int | None,
         traceparent: str | None = None,
     ) -> tuple[list[str], list[Any]]:
-        k = self.keys
-        digest = ""
-        if idempotency_key is not None:
-            digest = hashlib.sha256(request.canonical().encode()).hexdigest()
-        keys = [
-            k.job(job_id),
-            k.pending,
-            k.pending_since,
-            k.seq,
-            k.wake,
-            k.scheduled,
-            k.idempotency(idempotency_key or ""),
-        ]
+        k = self.q(request.queue)
+        keys = [k.job(job_id), k.pending, k.pending_since, k.seq, k.wake, k.scheduled]
         args = [
             job_id,
             request.type,
@@ -227,33 +258,41 @@ class Scripts:
             request.max_retries,
             "" if request.scheduled_at_ms is None else request.scheduled_at_ms,
             "" if request.timeout is None else repr(request.timeout),
-            digest,
-            self.policy.idempotency_ttl_ms,
             self.policy.wake_cap,
             _now(now_ms),
-            k.job_prefix,
             traceparent or "",
         ]
         return keys, args
 
     def claim(
-        self, worker_id: str, *, request_id: str | None = None, now_ms: int | None = None
+        self,
+        worker_id: str,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        request_id: str | None = None,
+        now_ms: int | None = None,
     ) -> Job | None:
         """Start the best pending job for this worker, or return None when there is none.
 
         A caller that retries a claim that raised passes the same `request_id` again: if the
         first call did reach Redis, the retry gets the job it claimed instead of a second one.
         """
-        k = self.keys
+        k = self.q(queue)
         request_id = request_id or new_request_id()
         reply = self._call(
             "claim",
             [k.pending, k.pending_since, k.processing, k.last_claim(worker_id), k.wake],
             [k.job_prefix, worker_id, self.policy.lease_ms, request_id, _now(now_ms)],
         )
-        return claimed_job(reply[1:], worker_id) if reply[0] == Code.DONE else None
+        return claimed_job(reply[1:], worker_id, queue) if reply[0] == Code.DONE else None
 
-    def renew(self, leases: Sequence[tuple[str, int]], *, now_ms: int | None = None) -> list[Code]:
+    def renew(
+        self,
+        leases: Sequence[tuple[str, int]],
+        *,
+        queue: str = DEFAULT_QUEUE,
+        now_ms: int | None = None,
+    ) -> list[Code]:
         """Extend the leases of (job id, token) pairs; one Code per pair (see renew.lua).
 
         DONE: extended. WRONG_STATE: already finished by its holder (harmless). STALE_TOKEN or
@@ -261,7 +300,7 @@ class Scripts:
         """
         if not leases:
             return []
-        k = self.keys
+        k = self.q(queue)
         reply = self._call(
             "renew",
             [k.processing, *(k.job(job_id) for job_id, _ in leases)],
@@ -276,6 +315,7 @@ class Scripts:
         result_json: str = "null",
         *,
         claim_next_for: str | None = None,
+        queue: str = DEFAULT_QUEUE,
         now_ms: int | None = None,
     ) -> AckResult:
         """Record success with the job's result (JSON text); optionally claim the next job.
@@ -284,7 +324,7 @@ class Scripts:
         ``AckResult.next_job`` from the same round trip, as :meth:`claim` would return it; a
         retried call (its reply lost) gets the job the first call claimed, found by the token.
         """
-        k, p = self.keys, self.policy
+        k, p = self.q(queue), self.policy
         worker = claim_next_for or ""
         reply = self._call(
             "complete",
@@ -307,7 +347,7 @@ class Scripts:
         )
         code = Code(reply[0])
         if code is Code.DONE:
-            next_job = claimed_job(reply[1:], worker) if len(reply) > 1 else None
+            next_job = claimed_job(reply[1:], worker, queue) if len(reply) > 1 else None
             return AckResult(code, next_job=next_job)
         return AckResult(code, text(reply[1]) if len(reply) > 1 else None)
 
@@ -319,6 +359,7 @@ class Scripts:
         *,
         permanent: bool = False,
         traceback: str = "",
+        queue: str = DEFAULT_QUEUE,
         now_ms: int | None = None,
     ) -> FailResult:
         """Record a failed execution: retry after the backoff, or dead when attempts are spent.
@@ -326,7 +367,7 @@ class Scripts:
         `error` is ``"Type: message"``; `traceback` (a handler's, "" for none) is stored with
         it, cut to shared.jobs.TRACEBACK_LIMIT bytes.
         """
-        k, p = self.keys, self.policy
+        k, p = self.q(queue), self.policy
         reply = self._call(
             "fail",
             [k.job(job_id), k.processing, k.retrying, k.dead],
@@ -352,9 +393,11 @@ class Scripts:
             return FailResult(code, job_type=text(reply[1]), attempt=int(reply[2]))
         return FailResult(code, status=text(reply[1]) if len(reply) > 1 else None)
 
-    def promote(self, *, limit: int | None = None, now_ms: int | None = None) -> PromoteResult:
-        """Make due scheduled and retrying jobs claimable."""
-        k = self.keys
+    def promote(
+        self, *, queue: str = DEFAULT_QUEUE, limit: int | None = None, now_ms: int | None = None
+    ) -> PromoteResult:
+        """Make one queue's due scheduled and retrying jobs claimable."""
+        k = self.q(queue)
         reply = self._call(
             "promote",
             [
@@ -377,17 +420,19 @@ class Scripts:
             retrying_types=ids(reply[5]),
         )
 
-    def _loss_keys(self) -> list[str]:
+    def _loss_keys(self, queue: str) -> list[str]:
         """Return the keys of a job losing its worker (lose_worker in common.lua), in order."""
-        k = self.keys
+        k = self.q(queue)
         return [k.processing, k.pending, k.pending_since, k.seq, k.wake, k.dead]
 
-    def recover(self, *, limit: int | None = None, now_ms: int | None = None) -> RecoverResult:
-        """Requeue jobs whose lease expired (or declare them dead past the recovery cap)."""
-        k, p = self.keys, self.policy
+    def recover(
+        self, *, queue: str = DEFAULT_QUEUE, limit: int | None = None, now_ms: int | None = None
+    ) -> RecoverResult:
+        """Requeue one queue's jobs whose lease expired (or dead past the recovery cap)."""
+        k, p = self.q(queue), self.policy
         reply = self._call(
             "recover",
-            [*self._loss_keys(), k.reply(new_request_id())],
+            [*self._loss_keys(queue), k.reply(new_request_id())],
             [
                 k.job_prefix,
                 limit or p.batch_limit,
@@ -405,10 +450,16 @@ class Scripts:
         )
 
     def release(
-        self, job_id: str, token: int, *, drained: bool = False, now_ms: int | None = None
+        self,
+        job_id: str,
+        token: int,
+        *,
+        drained: bool = False,
+        queue: str = DEFAULT_QUEUE,
+        now_ms: int | None = None,
     ) -> AckResult:
         """Requeue a job whose worker is gone: a crash counts a recovery, a drain does not."""
-        k, p = self.keys, self.policy
+        k, p = self.q(queue), self.policy
         reply = self._call(
             "release",
             [k.job(job_id), k.processing, k.pending, k.pending_since, k.seq, k.wake, k.dead],
@@ -429,17 +480,31 @@ class Scripts:
         return AckResult(code, detail)
 
     def release_worker(
-        self, worker_id: str, *, drained: bool = False, now_ms: int | None = None
+        self,
+        worker_id: str,
+        *,
+        drained: bool = False,
+        queues: Sequence[str] = (DEFAULT_QUEUE,),
+        now_ms: int | None = None,
     ) -> list[Released]:
-        """Requeue whatever job a dead worker still holds, found by its id (one call).
+        """Requeue whatever job a dead worker still holds, found by its id (one call a queue).
 
         For a worker that died holding a job its supervisor never saw (inside a claim, or the
         complete that claims its next job). A crash counts a recovery, a drain does not.
+        `queues`: every queue the worker served (its job can be in any of them).
         """
-        k, p = self.keys, self.policy
+        released: list[Released] = []
+        for queue in queues:
+            released += self._release_worker(worker_id, drained, queue, now_ms)
+        return released
+
+    def _release_worker(
+        self, worker_id: str, drained: bool, queue: str, now_ms: int | None
+    ) -> list[Released]:
+        k, p = self.q(queue), self.policy
         reply = self._call(
             "release_worker",
-            [*self._loss_keys(), k.reply(new_request_id())],
+            [*self._loss_keys(queue), k.reply(new_request_id())],
             [
                 k.job_prefix,
                 worker_id,
@@ -450,32 +515,36 @@ class Scripts:
                 _now(now_ms),
             ],
         )
-        return [Released(Code(code), text(jid) or "", text(t) or "") for code, jid, t in reply]
+        return [
+            Released(Code(code), text(jid) or "", text(t) or "", queue) for code, jid, t in reply
+        ]
 
-    def replay(self, job_id: str, *, now_ms: int | None = None) -> Job:
+    def replay(self, job_id: str, *, queue: str = DEFAULT_QUEUE, now_ms: int | None = None) -> Job:
         """Return a dead job to pending with attempts 0; raise JobNotFound or WrongState."""
-        k = self.keys
+        k = self.q(queue)
         reply = self._call(
             "replay",
             [k.job(job_id), k.dead, k.pending, k.pending_since, k.seq, k.wake],
             [new_request_id(), self.policy.wake_cap, _now(now_ms)],
         )
-        return job_from_flat(checked(reply)[1])
+        return job_from_flat(checked(reply)[1], queue)
 
-    def cancel(self, job_id: str, *, now_ms: int | None = None) -> CancelResult:
+    def cancel(
+        self, job_id: str, *, queue: str = DEFAULT_QUEUE, now_ms: int | None = None
+    ) -> CancelResult:
         """Cancel a job that has not started; raise JobNotFound or WrongState."""
-        k = self.keys
+        k = self.q(queue)
         reply = self._call(
             "cancel",
             [k.job(job_id), k.pending, k.pending_since, k.scheduled, k.retrying, k.canceled],
             [self._finished_ttl_ms(), _now(now_ms), new_request_id()],
         )
         checked(reply)
-        return CancelResult(job_from_flat(reply[1]), changed=reply[0] == Code.DONE)
+        return CancelResult(job_from_flat(reply[1], queue), changed=reply[0] == Code.DONE)
 
-    def purge(self, job_id: str) -> str:
+    def purge(self, job_id: str, *, queue: str = DEFAULT_QUEUE) -> str:
         """Delete a dead job and return its type; raise JobNotFound or WrongState."""
-        k = self.keys
+        k = self.q(queue)
         reply = self._call(
             "purge",
             [k.job(job_id), k.dead, k.tombstone(job_id)],
@@ -484,7 +553,12 @@ class Scripts:
         return text(checked(reply)[1]) or ""
 
     def trim(
-        self, *, limit: int | None = None, now_ms: int | None = None, rounds: int = TRIM_ROUNDS
+        self,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        limit: int | None = None,
+        now_ms: int | None = None,
+        rounds: int = TRIM_ROUNDS,
     ) -> TrimResult:
         """Forget finished jobs past retention or their count cap, dead jobs past the DLQ's.
 
@@ -493,7 +567,7 @@ class Scripts:
         let the completed index outgrow its cap when more jobs than that finish each second.
         Each call stays short, so other clients run between them.
         """
-        k, p = self.keys, self.policy
+        k, p = self.q(queue), self.policy
         limit = limit or p.batch_limit
         total = TrimResult(0, 0, 0)
         for _ in range(rounds):
@@ -511,7 +585,9 @@ class Scripts:
                 ],
             )
             counts = [int(v) for v in reply]
-            total = TrimResult(*(a + b for a, b in zip(astuple(total), counts, strict=True)))
+            total = TrimResult(
+                *(a + b for a, b in zip(dataclasses.astuple(total), counts, strict=True))
+            )
             if max(counts) < limit:
                 break
         return total
@@ -536,18 +612,52 @@ class Scripts:
             )
         )
 
-    def stats(self) -> tuple[QueueCounts, WorkerCounts]:
-        """Return jobs per state and fleet-wide worker counts, read in one round trip."""
-        k = self.keys
-        reply = self._call(
-            "stats",
-            [*(k.state_index(state) for state in JobState), k.pending_since, k.workers],
-            [k.worker_prefix],
-        )
-        cards, oldest, now, hosts, live, busy = reply
-        age = None if oldest < 0 else max(0, now - oldest)
-        counts = QueueCounts(dict(zip(JobState, cards, strict=True)), oldest_pending_age_ms=age)
-        return counts, WorkerCounts(hosts=hosts, live=live, busy=busy)
+    def register_queue(self, queue: str) -> None:
+        """Add a queue to the list of queues (global slot; SADD, so a repeat changes nothing).
+
+        Called before a job is first enqueued under a name, so every queue with a job is
+        listed: the scheduler, /stats and a lookup by id walk this list.
+        """
+        self.redis.sadd(self.keys.queues, queue)
+
+    def queue_names(self) -> list[str]:
+        """Return every queue a job was enqueued under (the default queue always), sorted."""
+        names = {text(name) or "" for name in self.redis.smembers(self.keys.queues)}
+        return sorted(names | {DEFAULT_QUEUE})
+
+    def stats(self, queues: Sequence[str] | None = None) -> tuple[QueueCounts, WorkerCounts]:
+        """Return jobs per state (all queues, and each) and fleet-wide worker counts.
+
+        One pipelined round trip (one read per queue, one of the registry) after reading the
+        list of queues, unless `queues` names them.
+        """
+        names = list(queues) if queues is not None else self.queue_names()
+        try:
+            replies = self._stats_pipeline(names).execute()
+        except redis.exceptions.NoScriptError:
+            # The cache emptied between the pipeline's SCRIPT EXISTS and its EXEC: once more
+            # (the pipeline loads the scripts again first).
+            replies = self._stats_pipeline(names).execute()
+        *per_queue, (hosts, live, busy, quiet) = replies
+        by_queue = {
+            name: _queue_counts(reply) for name, reply in zip(names, per_queue, strict=True)
+        }
+        return QueueCounts.combined(by_queue), WorkerCounts(hosts, live, busy, quiet)
+
+    def _stats_pipeline(self, names: Sequence[str]) -> Any:
+        pipe = self.redis.pipeline(transaction=False)
+        for name in names:
+            k = self.q(name)
+            keys = [*(k.state_index(state) for state in JobState), k.pending_since]
+            self._piped(pipe, "queue_stats", keys, [])
+        self._piped(pipe, "fleet", [self.keys.workers], [self.keys.worker_prefix])
+        return pipe
 
     def _finished_ttl_ms(self) -> int:
         return self.policy.finished_retention_ms + HASH_TTL_MARGIN_MS
+
+
+def _queue_counts(reply: list[Any]) -> QueueCounts:
+    cards, oldest, now = reply
+    age = None if oldest < 0 else max(0, now - oldest)
+    return QueueCounts(dict(zip(JobState, cards, strict=True)), oldest_pending_age_ms=age)

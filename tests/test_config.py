@@ -44,7 +44,8 @@ DEFAULTS = {
     "worker_max_jobs": 0,
     "worker_max_rss_mb": 0,
     "handlers": (),
-    "key_prefix": "{taskforge}:v1:",
+    "worker_queues": {"names": ("default",), "weights": None},
+    "namespace": "taskforge",
     "api_token": None,
     "log_level": "INFO",
     "redis_url_defaulted": True,
@@ -187,25 +188,58 @@ def test_handlers_are_a_tuple_of_module_names() -> None:
     assert settings.handlers == ("myapp.tasks", "workerd.demo")
 
 
-@pytest.mark.parametrize("prefix", ["{taskforge}:v1:", "{tf}:", "app:{q}:v2:"])
-def test_key_prefix_with_hash_tag_and_trailing_colon_is_accepted(prefix: str) -> None:
-    assert Settings.from_env({"TASKFORGE_KEY_PREFIX": prefix}).key_prefix == prefix
+@pytest.mark.parametrize("name", ["taskforge", "tf", "app.prod-2"])
+def test_a_namespace_of_name_characters_is_accepted(name: str) -> None:
+    assert Settings.from_env({"TASKFORGE_NAMESPACE": name}).namespace == name
+
+
+@pytest.mark.parametrize("name", ["{taskforge}", "a:b", "task forge", "x" * 65])
+def test_a_namespace_that_would_break_the_hash_tag_is_refused(name: str) -> None:
+    # It sits inside every key's {hash tag}: braces or ':' would move or split the tag.
+    with pytest.raises(ConfigError, match=r"TASKFORGE_NAMESPACE=.*1-64 characters"):
+        Settings.from_env({"TASKFORGE_NAMESPACE": name})
+
+
+def test_the_retired_key_prefix_says_what_replaced_it() -> None:
+    with pytest.raises(
+        ConfigError, match=r"TASKFORGE_KEY_PREFIX was replaced by TASKFORGE_NAMESPACE"
+    ):
+        Settings.from_env({"TASKFORGE_KEY_PREFIX": "{taskforge}:v1:"})
 
 
 @pytest.mark.parametrize(
-    "prefix",
+    ("text", "names", "weights"),
     [
-        "taskforge:v1:",  # no hash tag
-        "{}:v1:",  # empty hash tag: Redis would hash the whole key
-        "{}{x}:",  # Redis uses the first {...}, which is empty
-        "{taskforge}:v1",  # no trailing colon
-        "{task forge}:",  # whitespace
-        "{taskforge:",  # unclosed
+        ("default", ("default",), None),
+        ("critical, default ,low", ("critical", "default", "low"), None),
+        ("critical:6,default:3,low:1", ("critical", "default", "low"), (6, 3, 1)),
     ],
 )
-def test_key_prefix_without_usable_hash_tag_or_colon_is_refused(prefix: str) -> None:
-    with pytest.raises(ConfigError, match=r"TASKFORGE_KEY_PREFIX=.*hash tag"):
-        Settings.from_env({"TASKFORGE_KEY_PREFIX": prefix})
+def test_worker_queues_are_strict_or_weighted(
+    text: str, names: tuple[str, ...], weights: tuple[int, ...] | None
+) -> None:
+    plan = Settings.from_env({"WORKER_QUEUES": text}).worker_queues
+    assert (plan.names, plan.weights) == (names, weights)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("a,,", None),
+        ("a:6,b", "every queue a weight"),
+        ("a,a", "listed twice"),
+        ("a:0", "whole number 1-1000"),
+        ("a:x", "whole number 1-1000"),
+        ("a b", "1-64 characters"),
+        (",", "at least one queue"),
+    ],
+)
+def test_bad_worker_queues_are_refused_naming_the_problem(text: str, reason: str | None) -> None:
+    if reason is None:  # empty items are dropped, as in TASKFORGE_HANDLERS
+        assert Settings.from_env({"WORKER_QUEUES": text}).worker_queues.names == ("a",)
+        return
+    with pytest.raises(ConfigError, match=f"WORKER_QUEUES=.*{reason}"):
+        Settings.from_env({"WORKER_QUEUES": text})
 
 
 def test_api_token_never_appears_in_repr() -> None:

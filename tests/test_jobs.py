@@ -287,9 +287,30 @@ def test_timeout_out_of_bounds_or_in_no_duration_form_is_refused_naming_it(timeo
 
 
 def test_unknown_fields_are_refused_with_a_message_naming_them() -> None:
-    errors = errors_of({"type": "t", "queue": "q", "delay": 5})
+    errors = errors_of({"type": "t", "queue": "q", "delay": 5, "queues": "q"})
 
-    assert errors == {"delay": "unknown field", "queue": "unknown field"}
+    assert errors == {"delay": "unknown field", "queues": "unknown field"}
+
+
+@pytest.mark.parametrize("queue", ["critical", "low.priority-2", "Q_1", "x" * 64])
+def test_a_queue_name_of_name_characters_is_accepted(queue: str) -> None:
+    assert validate_enqueue({"type": "t", "queue": queue}).queue == queue
+
+
+@pytest.mark.parametrize("queue", ["", "a:b", "{x}", "has space", "x" * 65, 5, None, ["a"]])
+def test_a_bad_queue_name_is_refused_naming_the_rule(queue: object) -> None:
+    errors = errors_of({"type": "t", "queue": queue})
+
+    assert list(errors) == ["queue"]
+    assert "1-64 characters" in errors["queue"]
+
+
+def test_the_queue_defaults_to_default_and_is_part_of_the_idempotency_digest() -> None:
+    plain = validate_enqueue({"type": "t"})
+    low = validate_enqueue({"type": "t", "queue": "low"})
+
+    assert plain.queue == "default"
+    assert plain.canonical() != low.canonical()
 
 
 @pytest.mark.parametrize("name", sorted(LIFECYCLE_FIELDS))
@@ -425,6 +446,7 @@ def test_to_json_of_a_new_job_has_only_the_fields_that_apply() -> None:
     assert doc == {
         "id": "00000000-0000-4000-8000-000000000001",
         "type": "t",
+        "queue": "default",
         "status": "pending",
         "priority": 0,
         "max_retries": 3,

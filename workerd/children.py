@@ -56,7 +56,8 @@ class Child:
     name: str
     started: float  # monotonic
     kill_reason: str | None = None  # set when the supervisor itself killed it
-    killed_job: tuple[str, int, float] | None = None  # (job id, token, timeout) it was running
+    # (job id, token, timeout, queue) of the job it was running
+    killed_job: tuple[str, int, float, str] | None = None
 
 
 def die_with_parent(parent_pid: int) -> None:

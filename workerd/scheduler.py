@@ -3,7 +3,8 @@
 Every duty is one atomic script that re-checks state, so several schedulers (one per host)
 can run at once: each job is promoted or recovered once, and if one scheduler dies the others
 carry on. Promotion runs every tick (lateness well under 100 ms); recovery and trimming run
-once a second.
+once a second. Each duty runs once per queue (a script touches one queue's slot); the list of
+queues is read again once a second, so a new queue is served within a second.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class SchedulerProcess(StopOnSignal):
         self.clock = clock
         self.recover_not_before = 0.0
         self.next_recover = 0.0
+        self.queues: list[str] = []
         self.stopping = False
         self.backoff = Backoff("scheduler", redis_url=redis_url)
 
@@ -82,23 +84,28 @@ class SchedulerProcess(StopOnSignal):
     def step(self, now: float, *, now_ms: int | None = None) -> None:
         """Promote due jobs; once a second (and outside a reconnect grace) recover and trim."""
         began = self.clock()
-        self._promote(now_ms)
+        if not self.queues or now >= self.next_recover:
+            self.queues = self.scripts.queue_names()
+        for queue in self.queues:
+            self._promote(queue, now_ms)
         ended = self.clock()
         if ended - began > HUNG_CALL_SECONDS:
             self.recover_not_before = ended + self.reconnect_grace  # as after an outage
         if now >= self.next_recover and now >= self.recover_not_before:
             self.next_recover = now + RECOVER_INTERVAL
-            self._recover(now_ms)
-            self.scripts.trim(now_ms=now_ms)
+            for queue in self.queues:
+                self._recover(queue, now_ms)
+                self.scripts.trim(queue=queue, now_ms=now_ms)
 
-    def _promote(self, now_ms: int | None) -> PromoteResult:
-        result = self.scripts.promote(now_ms=now_ms)
+    def _promote(self, queue: str, now_ms: int | None) -> PromoteResult:
+        result = self.scripts.promote(queue=queue, now_ms=now_ms)
+        keys = self.scripts.q(queue)
         for kind, ids, lateness, types in (
             ("scheduled", result.scheduled, result.scheduled_lateness_ms, result.scheduled_types),
             ("retry", result.retrying, result.retrying_lateness_ms, result.retrying_types),
         ):
             outcome = Outcome.PROMOTED if kind == "scheduled" else Outcome.RETRY_PROMOTED
-            traces = tracing.traceparents(self.scripts.redis, self.scripts.keys, ids)
+            traces = tracing.traceparents(self.scripts.redis, keys, ids)
             for job_id, late_ms, job_type, trace in zip(ids, lateness, types, traces, strict=True):
                 metrics.SCHEDULE_LATENESS_SECONDS.labels(kind=kind).observe(late_ms / 1000)
                 lateness_ms = {"taskforge.lateness_ms": late_ms}
@@ -113,13 +120,13 @@ class SchedulerProcess(StopOnSignal):
                 )
         return result
 
-    def _recover(self, now_ms: int | None) -> None:
-        result = self.scripts.recover(now_ms=now_ms)
+    def _recover(self, queue: str, now_ms: int | None) -> None:
+        result = self.scripts.recover(queue=queue, now_ms=now_ms)
         ids = result.requeued + result.dead
         types = result.requeued_types + result.dead_types
         outcomes = [Outcome.RECOVERED] * len(result.requeued)
         outcomes += [Outcome.RECOVERY_CAP] * len(result.dead)
-        traces = tracing.traceparents(self.scripts.redis, self.scripts.keys, ids)
+        traces = tracing.traceparents(self.scripts.redis, self.scripts.q(queue), ids)
         for job_id, job_type, outcome, trace in zip(ids, types, outcomes, traces, strict=True):
             reason = "lease expired" if outcome is Outcome.RECOVERED else "recovery cap"
             lease = {"taskforge.reason": "lease"}

@@ -14,11 +14,13 @@ import struct
 import time
 from dataclasses import dataclass
 
-RECORD_SIZE = 128  # room to grow a record without moving the others
+from shared.queues import DEFAULT_QUEUE
+
+RECORD_SIZE = 192  # room to grow a record without moving the others
 _WORD = 8  # the sequence counter: one aligned 64-bit word at the start of each record
 # Each record is the sequence counter, then these fields (at offset + 8).
-# heartbeat (monotonic s), token, job started (monotonic s), job timeout (s), job id
-_CHILD = struct.Struct("<dqdd36s")
+# heartbeat (monotonic s), token, job started (monotonic s), job timeout (s), job id, queue
+_CHILD = struct.Struct("<dqdd36s64s")
 # heartbeat (monotonic s), live workers, scheduler alive, scripts loaded
 _SUPERVISOR = struct.Struct("<diii")
 _READ_ATTEMPTS = 100
@@ -69,6 +71,7 @@ class SlotState:
     token: int  # the running job's token; 0 between jobs; -1 until the child's first beat
     job_started: float
     job_timeout: float
+    queue: str = ""
 
     @property
     def booting(self) -> bool:
@@ -84,25 +87,28 @@ class Slot:
 
     def reset(self, *, booting: bool) -> None:
         """Clear the slot before forking its child; while booting the token reads -1."""
-        self._record.write(time.monotonic(), -1 if booting else 0, 0.0, 0.0, b"")
+        self._record.write(time.monotonic(), -1 if booting else 0, 0.0, 0.0, b"", b"")
 
     def beat(self) -> None:
         """Record that the child is alive and between jobs."""
-        self._record.write(time.monotonic(), 0, 0.0, 0.0, b"")
+        self._record.write(time.monotonic(), 0, 0.0, 0.0, b"", b"")
 
-    def start_job(self, job_id: str, token: int, timeout: float) -> None:
+    def start_job(
+        self, job_id: str, token: int, timeout: float, queue: str = DEFAULT_QUEUE
+    ) -> None:
         """Record the job the child is about to run (its lease is renewed from here on)."""
         now = time.monotonic()
-        self._record.write(now, token, now, timeout, job_id.encode())
+        self._record.write(now, token, now, timeout, job_id.encode(), queue.encode())
 
     def read(self) -> SlotState | None:
         """Return a consistent reading, or None if the child kept writing (read next tick)."""
         record = self._record.read()
         if record is None:
             return None
-        heartbeat, token, started, timeout, raw_id = record
+        heartbeat, token, started, timeout, raw_id, raw_queue = record
         job_id = raw_id.rstrip(b"\0").decode() or None  # type: ignore[union-attr]
-        return SlotState(heartbeat, job_id, token, started, timeout)  # type: ignore[arg-type]
+        queue = raw_queue.rstrip(b"\0").decode()  # type: ignore[union-attr]
+        return SlotState(heartbeat, job_id, token, started, timeout, queue)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

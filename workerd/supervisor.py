@@ -101,7 +101,7 @@ class Supervisor:
         self.check: ImportCheck | None = None
         self.drain_deadline = 0.0
         self.scripts = scripts or Scripts(
-            self._redis(), Keys(settings.key_prefix), Policy.from_settings(settings)
+            self._redis(), Keys(settings.namespace), Policy.from_settings(settings)
         )
         self.renew_interval = min(1.0, settings.visibility_timeout / 4)
         self._add_duties(clock, send_notify)
@@ -115,7 +115,9 @@ class Supervisor:
         self.leases = Leases(
             roster, scripts, interval=self.renew_interval, redis_url=self.redis_url
         )
-        self.release = Release(scripts, redis_url=self.redis_url, clock=clock)
+        self.release = Release(
+            scripts, redis_url=self.redis_url, clock=clock, queues=settings.worker_queues.names
+        )
         self.registry = RegistryHeartbeat(roster, scripts, name=self.name)
         self.watchdog = Watchdog(roster, silence_timeout=settings.heartbeat_timeout)
         self.readiness = Readiness(

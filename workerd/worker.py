@@ -1,8 +1,14 @@
 """A worker process: claim → run the handler → complete or fail → claim again.
 
 While there is work, completing a job and claiming the next is one Redis call. With no work
-the process blocks on the wake-up list (BLPOP, 1 s) instead of polling, so an idle worker costs
-about one Redis command a second. The supervisor, not this process, renews the lease of the
+the process blocks on its queues' wake-up lists (BLPOP, 1 s) instead of polling, so an idle
+worker costs about one Redis command a second.
+
+Several queues (WORKER_QUEUES): each claim walks the queues in the plan's order (strict, or
+drawn by weight), one claim call per queue tried, since one script touches one queue's slot.
+A complete claims the next job in the same call only when the job's queue comes first in the
+next order; a queue found empty is skipped for EMPTY_RECHECK seconds, so a worker busy on a
+lower queue does not ask an empty higher one before every job (docs/QUEUES.md). The supervisor, not this process, renews the lease of the
 running job: a handler that holds the GIL for minutes cannot starve its own lease.
 """
 
@@ -35,6 +41,10 @@ WAKE_TIMEOUT_SECONDS = 1
 # An idle worker claims without a hint every this many empty waits: a safety net should a hint
 # ever be lost (popped by a worker that died before claiming), at ~0.1 extra commands a second.
 CLAIM_ANYWAY_EVERY = 10
+# A busy worker skips a queue that answered "empty" this long: at most this much later does a
+# job newly enqueued to a higher queue overtake the lower queue it is working through (idle
+# workers are woken for it at once).
+EMPTY_RECHECK = 0.2
 
 
 @dataclass(frozen=True)
@@ -68,9 +78,12 @@ class WorkerProcess(StopOnSignal):
         self.idle_waits = 0
         self.claim_now = True
         self.next_job: Job | None = None
-        # The id of a claim that raised: it may have reached Redis (only its reply was lost),
-        # so the next claim repeats it and gets that job back instead of orphaning it.
-        self.claim_request_id: str | None = None
+        # A claim that raised, as (queue, request id): it may have reached Redis (only its
+        # reply was lost), so the next claim repeats it and gets that job back.
+        self.claim_retry: tuple[str, str] | None = None
+        self.plan = settings.worker_queues
+        self.empty_until: dict[str, float] = {}  # queue -> monotonic time to ask again
+        self.order: tuple[str, ...] = ()  # the queue order drawn for the next claim
         self.backoff = Backoff("worker", redis_url=settings.redis_url)
 
     def _request_stop(self, signum: int, frame: FrameType | None) -> None:
@@ -103,9 +116,7 @@ class WorkerProcess(StopOnSignal):
         try:
             job, self.next_job = self.next_job, None
             if job is None and self.claim_now:
-                self.claim_request_id = self.claim_request_id or new_request_id()
-                job = self.scripts.claim(self.worker_id, request_id=self.claim_request_id)
-                self.claim_request_id = None
+                job = self._claim()
             if job is None:
                 # Idle: one BLPOP a second, and a claim only when a hint says there is work.
                 self.claim_now = self._wait_for_work()
@@ -116,11 +127,44 @@ class WorkerProcess(StopOnSignal):
             self.claim_now = True
             self.backoff.wait(exc)
 
+    def _claim(self) -> Job | None:
+        """Claim from the first queue of the next order that has a job; None when none has."""
+        if self.claim_retry is not None:  # repeat the claim that raised, on its queue
+            queue, request_id = self.claim_retry
+            job = self.scripts.claim(self.worker_id, queue=queue, request_id=request_id)
+            self.claim_retry = None
+            if job is not None:
+                return job
+        for queue in self._next_order():
+            self.claim_retry = (queue, new_request_id())
+            job = self.scripts.claim(self.worker_id, queue=queue, request_id=self.claim_retry[1])
+            self.claim_retry = None
+            if job is not None:
+                return job
+            self.empty_until[queue] = time.monotonic() + EMPTY_RECHECK
+        return None
+
+    def _next_order(self) -> tuple[str, ...]:
+        """Return the queues to try next, in order, without those found empty just now."""
+        if not self.order:
+            now = time.monotonic()
+            drawn = self.plan.order()
+            self.order = tuple(q for q in drawn if self.empty_until.get(q, 0.0) <= now)
+        order, self.order = self.order, ()
+        return order
+
     def _wait_for_work(self) -> bool:
-        """Block on the wake list; return whether to claim (a hint came, or it is time anyway)."""
-        hint = self.scripts.redis.blpop([self.scripts.keys.wake], timeout=WAKE_TIMEOUT_SECONDS)
+        """Block on the wake lists; return whether to claim (a hint came, or it is time anyway)."""
+        wakes = {self.scripts.q(queue).wake: queue for queue in self.plan.names}
+        hint = self.scripts.redis.blpop(list(wakes), timeout=WAKE_TIMEOUT_SECONDS)
         self.idle_waits += 1
-        return hint is not None or self.idle_waits % CLAIM_ANYWAY_EVERY == 0
+        if hint is not None:
+            self.empty_until.pop(wakes[hint[0].decode()], None)
+            return True
+        if self.idle_waits % CLAIM_ANYWAY_EVERY == 0:
+            self.empty_until.clear()
+            return True
+        return False
 
     def _hand_back_unstarted_job(self) -> None:
         """Requeue a job claimed for this worker that it will not run (it is stopping)."""
@@ -129,7 +173,8 @@ class WorkerProcess(StopOnSignal):
             return
         for _ in range(3):
             try:
-                if self.scripts.release(job.id, job.token, drained=True).code is Code.DONE:
+                released = self.scripts.release(job.id, job.token, drained=True, queue=job.queue)
+                if released.code is Code.DONE:
                     lifecycle.record(lifecycle.Outcome.HANDED_BACK, job.id, job.type)
                 return
             except redis.RedisError as exc:
@@ -139,7 +184,7 @@ class WorkerProcess(StopOnSignal):
     def _execute(self, job: Job) -> Job | None:
         """Run one claimed job and record its outcome; return the next job if one was claimed."""
         timeout = job.timeout or self.settings.default_job_timeout
-        self.slot.start_job(job.id, job.token, timeout)
+        self.slot.start_job(job.id, job.token, timeout, job.queue)
         metrics.BUSY_WORKERS.set(1)
         eligible_at = int(job.extra["eligible_at"]) if "eligible_at" in job.extra else None
         metrics.observe_queue_wait(job.type, eligible_at, job.started_at)
@@ -184,10 +229,20 @@ class WorkerProcess(StopOnSignal):
     ) -> Job | None:
         """Write the outcome to Redis, retrying through an outage; return the next job."""
         claim_next = None if self.stopping or self._due_for_recycling() else self.worker_id
-        # Asked for the next job and got none: the queue was empty, so wait rather than claim.
-        self.claim_now = claim_next is None or not outcome.ok
+        if claim_next is not None and outcome.ok:
+            # Claim in the same call only from the queue the next claim would try first.
+            self.order = self._next_order()
+            if not self.order or self.order[0] != job.queue:
+                claim_next = None
+        self.claim_now = True
         with tracing.span("task.acknowledge", job.extra.get("traceparent"), attributes):
-            return self._write_outcome(job, outcome, fields, claim_next)
+            next_job = self._write_outcome(job, outcome, fields, claim_next)
+        if claim_next is not None and outcome.ok and next_job is None:
+            # Asked its queue for the next job and got none: the rest of the order, if any.
+            self.empty_until[job.queue] = time.monotonic() + EMPTY_RECHECK
+            self.order = self.order[1:]
+            self.claim_now = bool(self.order)
+        return next_job
 
     def _write_outcome(
         self, job: Job, outcome: Outcome, fields: dict[str, object], claim_next: str | None
@@ -202,6 +257,7 @@ class WorkerProcess(StopOnSignal):
                         job.token,
                         outcome.result_json,
                         claim_next_for=claim_next,
+                        queue=job.queue,
                     )
                     self._log_completion(job, ack.code, fields)
                     return ack.next_job
@@ -228,6 +284,7 @@ class WorkerProcess(StopOnSignal):
             outcome.error,
             permanent=outcome.permanent,
             traceback=outcome.traceback,
+            queue=job.queue,
         )
         extra = {**fields, "error": outcome.error_kind}
         spans = {"taskforge.recoveries": job.recoveries}

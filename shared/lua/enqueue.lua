@@ -1,18 +1,19 @@
 #!lua
--- enqueue: create a job, pending now or scheduled for later, at most once per job id and
--- at most once per idempotency key.
+-- enqueue: create a job in one queue, pending now or scheduled for later, at most once per job
+-- id.
 --
 -- Invariant: a new job is in exactly one index (pending or scheduled). Repeating the same call
 -- (redis-py retries a command whose reply was lost) creates nothing new: the job id is the
--- caller's, so a second run finds the job and answers as the first did.
+-- caller's, so a second run finds the job and answers as the first did. Idempotency keys span
+-- queues, so they live in the global slot: reserve.lua claims one for a job id first, then this
+-- script creates that job (shared/scripts.py, Scripts.enqueue).
 --
--- KEYS[1] -> {prefix}job:<id>          the new job's hash
--- KEYS[2] -> {prefix}pending           zset, score -priority, member <seq>:<id>
--- KEYS[3] -> {prefix}pending_since     zset, id -> claimable since (ms)
--- KEYS[4] -> {prefix}seq               FIFO counter
--- KEYS[5] -> {prefix}wake              capped list of wake-up hints
--- KEYS[6] -> {prefix}scheduled         zset, id -> scheduled_at (ms)
--- KEYS[7] -> {prefix}idem:<key>        hash {digest, job_id}; only read when ARGV[8] ~= ''
+-- KEYS[1] -> {ns:queue}:v2:job:<id>        the new job's hash
+-- KEYS[2] -> {ns:queue}:v2:pending         zset, score -priority, member <seq>:<id>
+-- KEYS[3] -> {ns:queue}:v2:pending_since   zset, id -> claimable since (ms)
+-- KEYS[4] -> {ns:queue}:v2:seq             FIFO counter
+-- KEYS[5] -> {ns:queue}:v2:wake            capped list of wake-up hints
+-- KEYS[6] -> {ns:queue}:v2:scheduled       zset, id -> scheduled_at (ms)
 --
 -- ARGV[1] -> job id (UUIDv4, chosen by the caller)
 -- ARGV[2] -> type
@@ -21,64 +22,27 @@
 -- ARGV[5] -> max_retries (maximum number of executions)
 -- ARGV[6] -> scheduled_at (ms) or ''
 -- ARGV[7] -> timeout (seconds) or ''
--- ARGV[8] -> digest of the canonical request, or '' without an idempotency key
--- ARGV[9] -> idempotency key TTL (ms)
--- ARGV[10] -> wake list cap
--- ARGV[11] -> now (ms) override, or '' for Redis TIME
--- ARGV[12] -> job key prefix ({prefix}job:), to look up the job an idempotency key names: the
---             one key built here, inside the same hash tag, because only Redis knows that id
--- ARGV[13] -> optional: W3C traceparent of the enqueue span, stored as field `traceparent`
+-- ARGV[8] -> wake list cap
+-- ARGV[9] -> now (ms) override, or '' for Redis TIME
+-- ARGV[10] -> optional: W3C traceparent of the enqueue span, stored as field `traceparent`
 --             (absent or '' when tracing is off: nothing is stored)
 --
--- Returns {DONE, id, status, created_at} for a new job (also when this call is repeated),
---         {DUPLICATE, existing id, status, created_at} when the key already names a job for
---         this request,
---         {CONFLICT, existing id} when the key names a job for a different request.
+-- Returns {DONE, id, status, created_at, existed}: existed is 1 when the job was already there
+--         (a repeat of this call, or of the request an idempotency key names), else 0.
 -- Redis commands for a new pending job: 7 (HMGET, TIME, INCR, ZADD, ZADD, LPUSH, HSET; an LTRIM
--- more once per half-cap enqueues while no worker takes the hints), 9 with an idempotency key
--- (its HMGET replaces the job's, then HSET and PEXPIRE of the key).
+-- more once per half-cap enqueues while no worker takes the hints).
 
 --- @include "codes"
 --- @include "common"
 
-local job_key, job_id, digest = KEYS[1], ARGV[1], ARGV[8]
+local job_key, job_id = KEYS[1], ARGV[1]
 
--- The answer to a repeat of this call (the job already exists), or nil.
-local function existing(key)
-  local state = redis.call('HMGET', key, 'status', 'created_at')
-  if state[1] then
-    return {DONE, job_id, state[1], tonumber(state[2])}
-  end
-  return nil
+local prior = redis.call('HMGET', job_key, 'status', 'created_at')
+if prior[1] then
+  return {DONE, job_id, prior[1], tonumber(prior[2]), 1}
 end
 
-if digest == '' then
-  local repeated = existing(job_key)
-  if repeated then
-    return repeated
-  end
-else
-  -- The idempotency key names every job this call could have created: one read answers both
-  -- "is this a repeat?" and "is this key already used?".
-  local prior = redis.call('HMGET', KEYS[7], 'digest', 'job_id')
-  if prior[1] and prior[2] == job_id then
-    local repeated = existing(job_key)
-    if repeated then
-      return repeated
-    end
-  elseif prior[1] then
-    local prior_job = redis.call('HMGET', ARGV[12] .. prior[2], 'status', 'created_at')
-    -- A key whose job was already deleted (retention, purge) is forgotten: enqueue anew.
-    if prior_job[1] then
-      if prior[1] ~= digest then
-        return {CONFLICT, prior[2]}
-      end
-      return {DUPLICATE, prior[2], prior_job[1], tonumber(prior_job[2])}
-    end
-  end
-end
-
-local now = now_ms(ARGV[11])
+local now = now_ms(ARGV[9])
 -- Numbers are formatted once, as %d: redis.call formats a Lua number with %.17g on each use.
 local stamp = string.format('%d', now)
 local scheduled_at = ARGV[6] ~= '' and tonumber(ARGV[6]) or nil
@@ -95,8 +59,8 @@ end
 if ARGV[7] ~= '' then
   add('timeout', ARGV[7])
 end
-if ARGV[13] and ARGV[13] ~= '' then
-  add('traceparent', ARGV[13])
+if ARGV[10] and ARGV[10] ~= '' then
+  add('traceparent', ARGV[10])
 end
 if scheduled_at then
   add('scheduled_at', ARGV[6])
@@ -107,13 +71,9 @@ else
   local seq = redis.call('INCR', KEYS[4])
   add('seq', string.format('%d', seq))
   add('eligible_at', stamp)
-  index_pending({KEYS[2], KEYS[3], KEYS[5]}, job_id, ARGV[4], seq, stamp, tonumber(ARGV[10]))
+  index_pending({KEYS[2], KEYS[3], KEYS[5]}, job_id, ARGV[4], seq, stamp, tonumber(ARGV[8]))
 end
 -- The whole hash in one write: every field this job starts with.
 redis.call('HSET', job_key, unpack(fields))
 
-if digest ~= '' then
-  redis.call('HSET', KEYS[7], 'digest', digest, 'job_id', job_id)
-  redis.call('PEXPIRE', KEYS[7], ARGV[9])
-end
-return {DONE, job_id, status, now}
+return {DONE, job_id, status, now, 0}

@@ -121,7 +121,9 @@ def snapshot(r: redis.Redis, keys: Keys = K) -> Snapshot:
     lists and strings as values; integer-looking text becomes int."""
     state = Snapshot()
     expiring = set()
-    for raw in sorted(r.scan_iter(match=f"{keys.prefix}*", count=1000)):
+    names = [*r.scan_iter(match=f"{keys.prefix}*", count=1000)]
+    names += r.scan_iter(match=f"{keys.global_prefix}*", count=1000)
+    for raw in sorted(names):
         name = raw.decode()
         kind = r.type(raw).decode()
         if kind == "zset":

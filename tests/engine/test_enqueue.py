@@ -126,6 +126,7 @@ def test_enqueue_with_idempotency_key_remembers_the_job_for_the_key_ttl(
         idem,
     }
     assert after[idem]["job_id"] == J1
+    assert after[idem]["queue"] == "default"
     assert len(after[idem]["digest"]) == 64
     assert_ttl(r, idem, POLICY.idempotency_ttl_ms)
 
@@ -168,9 +169,12 @@ def test_enqueue_same_idempotency_key_with_a_different_request_conflicts(
     assert changed(before, snapshot(r)) == set()
 
 
-def test_enqueue_idempotency_key_whose_job_was_deleted_creates_a_new_job(
+def test_enqueue_idempotency_key_whose_job_was_deleted_creates_it_again_under_its_id(
     r: redis.Redis, scripts: Scripts
 ) -> None:
+    # The key lives in the global slot, the job in its queue's: the key cannot tell a deleted
+    # job from one whose producer died between reserving the key and creating the job. Both
+    # are created under the id the key names, so racing repeats create one job, not two.
     body = request(max_retries=1)
     scripts.enqueue(body, J1, idempotency_key="k", now_ms=T0)
     token = claim(scripts, J1).token
@@ -181,10 +185,24 @@ def test_enqueue_idempotency_key_whose_job_was_deleted_creates_a_new_job(
     again = scripts.enqueue(body, J2, idempotency_key="k", now_ms=T0 + 1)
 
     after = snapshot(r)
-    assert again == EnqueueResult(J2, JobState.PENDING, created=True, created_at_ms=T0 + 1)
-    assert K.job(J2) in changed(before, after)
-    assert after[K.idempotency("k")]["job_id"] == J2
-    assert_ttl(r, K.idempotency("k"), POLICY.idempotency_ttl_ms)
+    assert again == EnqueueResult(J1, JobState.PENDING, created=True, created_at_ms=T0 + 1)
+    assert K.job(J1) in changed(before, after)
+    assert K.job(J2) not in after
+    assert after[K.idempotency("k")]["job_id"] == J1
+
+
+def test_enqueue_idempotency_key_reserved_by_a_producer_that_died_creates_its_job(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    body = request()
+    scripts._reserve(body, J1, "k")  # the producer died before its enqueue call
+
+    first = scripts.enqueue(body, J2, idempotency_key="k", now_ms=T0)
+    repeat = scripts.enqueue(body, J3, idempotency_key="k", now_ms=T0 + 1)
+
+    assert first == EnqueueResult(J1, JobState.PENDING, created=True, created_at_ms=T0)
+    assert repeat == EnqueueResult(J1, JobState.PENDING, created=False, created_at_ms=T0)
+    assert r.zcard(K.pending) == 1
 
 
 def test_enqueue_without_idempotency_key_writes_no_key_entry(

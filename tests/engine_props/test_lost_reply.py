@@ -66,28 +66,32 @@ class LossyEngine:
         self.scripts = Scripts(client, KEYS, POLICY)
 
     @contextmanager
-    def reply_lost(self, script: str) -> Iterator[None]:
-        """Lose the reply of the next call of ``script``; check it ran twice on the server."""
-        # Loaded beforehand, the script travels as EVALSHA <sha>: the bytes the proxy matches.
-        self.direct.script_load(self.scripts._scripts[script].script)
-        with self._lost(self.scripts._scripts[script].sha.encode(), "evalsha"):
+    def reply_lost(self, script: str, *, other_calls: int = 0) -> Iterator[None]:
+        """Lose the reply of the next call of ``script``; check it ran twice on the server.
+
+        `other_calls`: the calls of other scripts the block makes besides.
+        """
+        # Loaded beforehand, the scripts travel as EVALSHA <sha>: the bytes the proxy matches.
+        for loaded in self.scripts._scripts.values():
+            self.direct.script_load(loaded.script)
+        with self._lost(self.scripts._scripts[script].sha.encode(), "evalsha", 2 + other_calls):
             yield
 
     @contextmanager
     def exec_reply_lost(self) -> Iterator[None]:
         """Lose the reply of the next MULTI/EXEC transaction; check it ran twice."""
-        with self._lost(b"$4\r\nEXEC\r\n", "exec"):
+        with self._lost(b"$4\r\nEXEC\r\n", "exec", 2):
             yield
 
     @contextmanager
-    def _lost(self, match: bytes, command: str) -> Iterator[None]:
+    def _lost(self, match: bytes, command: str, expected: int) -> Iterator[None]:
         self.direct.config_resetstat()
         lost = self.proxy.drop_next_reply(match)
         yield
         assert lost.is_set(), f"the proxy never saw {match!r}: nothing was lost"
         stats = self.direct.info("commandstats").get(f"cmdstat_{command}", {})
         calls = stats.get("calls")
-        assert calls == 2, f"expected the lost {command.upper()} and its retry, saw {calls}"
+        assert calls == expected, f"expected the lost {command.upper()} and its retry, saw {calls}"
 
 
 @pytest.fixture
@@ -204,13 +208,25 @@ def test_enqueue_with_idempotency_key_creates_one_job(
     r: redis.Redis, engine: Scripts, lossy: LossyEngine
 ) -> None:
     job_id = new_id()
-    with lossy.reply_lost("enqueue"):
+    with lossy.reply_lost("enqueue", other_calls=1):  # reserve.lua first
         result = lossy.scripts.enqueue(request(), job_id, idempotency_key="order-7", now_ms=NOW)
     assert result == EnqueueResult(job_id, JobState.PENDING, created=True, created_at_ms=NOW)
     assert job_ids(r) == {job_id}
     assert seq(r) == 1
     assert r.hget(KEYS.idempotency("order-7"), "job_id") == job_id.encode()
     again = engine.enqueue(request(), new_id(), idempotency_key="order-7", now_ms=NOW + 1)
+    assert again == EnqueueResult(job_id, JobState.PENDING, created=False, created_at_ms=NOW)
+
+
+def test_reserving_an_idempotency_key_whose_reply_was_lost_creates_one_job(
+    r: redis.Redis, engine: Scripts, lossy: LossyEngine
+) -> None:
+    job_id = new_id()
+    with lossy.reply_lost("reserve", other_calls=1):  # enqueue.lua after
+        result = lossy.scripts.enqueue(request(), job_id, idempotency_key="order-8", now_ms=NOW)
+    assert result == EnqueueResult(job_id, JobState.PENDING, created=True, created_at_ms=NOW)
+    assert job_ids(r) == {job_id}
+    again = engine.enqueue(request(), new_id(), idempotency_key="order-8", now_ms=NOW + 1)
     assert again == EnqueueResult(job_id, JobState.PENDING, created=False, created_at_ms=NOW)
 
 

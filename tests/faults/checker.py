@@ -183,7 +183,7 @@ def _scan(client: redis.Redis) -> list[str]:
 def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[str]:
     """Return every broken invariant, read from raw Redis (an empty list when all hold).
 
-    - no key outside the prefix;
+    - no key outside the queue's prefix and the global one (shared.keys);
     - each job hash is in exactly one state index, the one its status names (pending also
       in pending_since), and a live job's index entry has a job hash;
     - every processing job has a lease (a score in processing) and a non-empty token;
@@ -192,9 +192,8 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
     keys = keys or Keys()
     problems: list[str] = []
     all_keys = _scan(client)
-    problems += [
-        f"key outside the prefix: {k!r}" for k in all_keys if not k.startswith(keys.prefix)
-    ]
+    ours = (keys.prefix, keys.global_prefix)
+    problems += [f"key outside the prefix: {k!r}" for k in all_keys if not k.startswith(ours)]
 
     members: dict[str, dict[str, float]] = {}
     for state in STATES:
@@ -212,7 +211,7 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
         )
 
     fixed = {keys.state_index(s) for s in STATES}
-    fixed |= {keys.pending_since, keys.seq, keys.wake, keys.workers}
+    fixed |= {keys.pending_since, keys.seq, keys.wake, keys.workers, keys.queues}
     job_keys = [k for k in all_keys if k.startswith(keys.job_prefix)]
     pipe = client.pipeline(transaction=False)
     for k in job_keys:
@@ -240,7 +239,7 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
             if job_id not in hashed:
                 problems.append(f"{state} index holds {job_id}, which has no job hash")
 
-    others = [k for k in all_keys if k.startswith(keys.prefix) and k not in fixed]
+    others = [k for k in all_keys if k.startswith(ours) and k not in fixed]
     others = [k for k in others if not k.startswith(keys.job_prefix)]
     if others:
         pipe = client.pipeline(transaction=False)

@@ -189,14 +189,19 @@ def test_stats_counts_jobs_per_state(client: FlaskClient, scripts: Scripts) -> N
 def test_stats_has_no_age_and_no_workers_when_idle(client: FlaskClient) -> None:
     doc = client.get("/stats").get_json()
     assert doc["oldest_pending_age_seconds"] is None
-    assert doc["workers"] == {"hosts": 0, "live": 0, "busy": 0}
+    assert doc["workers"] == {"hosts": 0, "live": 0, "busy": 0, "quiet": 0}
 
 
 def test_stats_sums_the_worker_registry(client: FlaskClient, scripts: Scripts) -> None:
     scripts.heartbeat("host-a", {"host": "a", "pid": 1, "workers": 3, "busy": 1}, ttl_ms=10_000)
     scripts.heartbeat("host-b", {"host": "b", "pid": 2, "workers": 2, "busy": 2}, ttl_ms=10_000)
     scripts.heartbeat("host-c", {"workers": 4, "busy": 0}, ttl_ms=10_000, leaving=True)
-    assert client.get("/stats").get_json()["workers"] == {"hosts": 2, "live": 5, "busy": 3}
+    assert client.get("/stats").get_json()["workers"] == {
+        "hosts": 2,
+        "live": 5,
+        "busy": 3,
+        "quiet": 0,
+    }
 
 
 def test_metrics_exports_counters_and_queue_gauges(client: FlaskClient, scripts: Scripts) -> None:
@@ -507,6 +512,7 @@ def test_a_redis_reply_error_that_is_a_bug_stays_500(scripts: Scripts) -> None:
         def cancel(self, *args: Any, **kwargs: Any) -> Any:
             raise redis.exceptions.ResponseError("WRONGTYPE Operation against a key")
 
+    scripts.enqueue(validate_enqueue({"type": "t"}), UNKNOWN)  # found, so cancel is called
     client = make_app(Refusing(scripts.redis, scripts.keys, scripts.policy)).test_client()
     assert client.post(f"/jobs/{UNKNOWN}/cancel").status_code == 500
 

@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared import tracing
+from shared.keys import Keys
 from tests.gateway.conftest import start_gateway  # noqa: F401 (a fixture)
 from tests.support.tools import wait_until
 from tests.workerd.conftest import engine, start_workerd  # noqa: F401 (fixtures)
@@ -19,7 +20,7 @@ T = TypeVar("T")
 
 # The engine's index keys, spelled out here on purpose: the agreement test reads Redis
 # without going through shared.keys or shared.queries, the code it checks.
-PREFIX = "{taskforge}:v1:"
+PREFIX = Keys().prefix  # the default queue's keys
 STATES = ("pending", "processing", "scheduled", "retrying", "completed", "dead", "canceled")
 
 

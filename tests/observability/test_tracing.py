@@ -48,7 +48,7 @@ class _Slot:
     def beat(self) -> None:
         pass
 
-    def start_job(self, job_id: str, token: int, timeout: float) -> None:
+    def start_job(self, job_id: str, token: int, timeout: float, queue: str = "") -> None:
         pass
 
 

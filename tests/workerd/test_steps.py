@@ -166,7 +166,7 @@ def make_rig(r: redis.Redis, redis_server: RedisServer) -> Iterator[Callable[...
                 **env,
             }
         )
-        keys, policy = Keys(settings.key_prefix), Policy.from_settings(settings)
+        keys, policy = Keys(settings.namespace), Policy.from_settings(settings)
         scripts = Scripts(r, keys, policy)
         own = Scripts(client, keys, policy) if client is not None else scripts
         spawner, notes = FakeSpawner(), []

@@ -12,6 +12,7 @@ import logging
 import redis
 
 from shared.log import error_text
+from shared.queues import DEFAULT_QUEUE
 from shared.scripts import Code, Scripts
 from workerd.children import WORKER, Child, Roster
 
@@ -39,7 +40,7 @@ class Leases:
         if not running:
             return
         try:
-            codes = self.scripts.renew([(job_id, token) for _, job_id, token in running])
+            codes = self._renew(running)
         except redis.RedisError as exc:
             # The next tick tries again; a lease outlives several missed renewals.
             log.warning(
@@ -47,12 +48,21 @@ class Leases:
                 extra={"redis": self.redis_url, "error": error_text(exc), "jobs": len(running)},
             )
             return
-        for (child, job_id, _), code in zip(running, codes, strict=True):
+        for (child, job_id, _, _), code in zip(running, codes, strict=True):
             if code in (Code.STALE_TOKEN, Code.NOT_FOUND):
                 log.error("lease_lost", extra={"job_id": job_id, "child": child.name})
                 self.roster.kill(child, "lease lost")
 
-    def _running(self) -> list[tuple[Child, str, int]]:
+    def _renew(self, running: list[tuple[Child, str, int, str]]) -> list[Code]:
+        """Renew every lease, one call per queue (a queue's leases share its slot)."""
+        codes: dict[str, Code] = {}
+        for queue in dict.fromkeys(queue for *_, queue in running):
+            mine = [(job_id, token) for _, job_id, token, q in running if q == queue]
+            for (job_id, _), code in zip(mine, self.scripts.renew(mine, queue=queue), strict=True):
+                codes[job_id] = code
+        return [codes[job_id] for _, job_id, _, _ in running]
+
+    def _running(self) -> list[tuple[Child, str, int, str]]:
         running = []
         for child in self.roster.of_kind(WORKER):
             state = self.roster.state(child)
@@ -60,5 +70,5 @@ class Leases:
                 continue
             if self.roster.spawner.stopped(child.pid):
                 continue  # a stopped process is not working on its job: let the lease run out
-            running.append((child, state.job_id, state.token))
+            running.append((child, state.job_id, state.token, state.queue or DEFAULT_QUEUE))
         return running

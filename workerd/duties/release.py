@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import redis
 
 from shared.lifecycle import Outcome, record
 from shared.log import error_text
+from shared.queues import DEFAULT_QUEUE
 from shared.scripts import Code, Scripts
 from workerd.children import Child
 from workerd.slots import SlotState
@@ -37,6 +38,7 @@ class OrphanedJob:
     token: int
     action: str  # "worker died", "drain" (shutdown) or "timeout"
     timeout: float = 0.0
+    queue: str = DEFAULT_QUEUE  # the timed-out job's
     # The dead worker's id, for every action but "timeout": whatever it still holds goes back
     # (job_id then only names the job it was seen running, for the line written if Redis
     # never answers).
@@ -51,11 +53,13 @@ class Release:
         scripts: Scripts,
         *,
         redis_url: str,
+        queues: Sequence[str] = (DEFAULT_QUEUE,),
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.scripts = scripts
         self.redis_url = redis_url  # redacted
+        self.queues = tuple(queues)  # every queue this host's workers serve
         self.clock = clock
         self.sleep = sleep
         self.owed: list[OrphanedJob] = []
@@ -63,8 +67,8 @@ class Release:
     def on_worker_died(self, child: Child, state: SlotState | None, *, draining: bool) -> None:
         """Queue the fate of what a dead worker held: a timed-out job fails, the rest goes back."""
         if child.killed_job is not None and child.kill_reason == "timeout":
-            job_id, token, timeout = child.killed_job
-            self.owed.append(OrphanedJob(job_id, token, "timeout", timeout))
+            job_id, token, timeout, queue = child.killed_job
+            self.owed.append(OrphanedJob(job_id, token, "timeout", timeout, queue))
         # Whatever it still holds, found in Redis by its id in one call: the job its slot
         # showed, and one it claimed inside a claim or a complete its slot never showed. After
         # a lost lease the slot's job is someone else's and is not found under this worker;
@@ -110,12 +114,15 @@ class Release:
             return
         # Whatever the dead worker still holds, found by its id in one engine call.
         drained = orphan.action == "drain"
-        for job in self.scripts.release_worker(orphan.claimed_by, drained=drained):
+        released = self.scripts.release_worker(
+            orphan.claimed_by, drained=drained, queues=self.queues
+        )
+        for job in released:
             _report_release(job.job_id, orphan.action, job.code, job.job_type)
 
     def _fail_timed_out(self, orphan: OrphanedJob) -> None:
         error = f"Timeout: timed out after {orphan.timeout:g}s; its worker was killed"
-        result = self.scripts.fail(orphan.job_id, orphan.token, error)
+        result = self.scripts.fail(orphan.job_id, orphan.token, error, queue=orphan.queue)
         # fail answers with the type: no read of our own. The one line about the timeout.
         record(
             TIMED_OUT.get(result.code, Outcome.TIMED_OUT_STALE),

@@ -29,7 +29,7 @@ class Watchdog:
                 continue
             if state.job_id:
                 if state.job_timeout > 0 and now - state.job_started > state.job_timeout:
-                    child.killed_job = (state.job_id, state.token, state.job_timeout)
+                    child.killed_job = (state.job_id, state.token, state.job_timeout, state.queue)
                     log.warning(
                         "child_killed",
                         extra={

@@ -196,14 +196,24 @@ class Model:
     # -- transitions ----------------------------------------------------------------------------
 
     def enqueue(self, job_id: str, request: Request, key: str | None) -> tuple[str, str, str]:
-        """Return (outcome, job id, status): created, repeated, duplicate or conflict."""
-        if job_id in self.jobs:
-            return "repeated", job_id, self.jobs[job_id].status
-        if key is not None and key in self.idem and self.idem[key][1] in self.jobs:
+        """Return (outcome, job id, status): created, repeated, duplicate or conflict.
+
+        A key is reserved (global slot) before the job is created (its queue's slot): it names
+        its first request's job for its whole TTL, even once that job is deleted; the same
+        request then creates that job again, under the same id.
+        """
+        if key is not None and key in self.idem:
             prior_request, prior_id = self.idem[key]
             if not prior_request.same_as(request):
                 return "conflict", prior_id, ""
-            return "duplicate", prior_id, self.jobs[prior_id].status
+            if prior_id != job_id:
+                if prior_id in self.jobs:
+                    return "duplicate", prior_id, self.jobs[prior_id].status
+                job_id = prior_id  # gone: created again
+        elif key is not None:
+            self.idem[key] = (request, job_id)
+        if job_id in self.jobs:
+            return "repeated", job_id, self.jobs[job_id].status
         job = ModelJob(job_id, request, "scheduled", created=self.now)
         self.jobs[job_id] = job
         self.gone.discard(job_id)
@@ -212,8 +222,6 @@ class Model:
             job.due = request.scheduled_at
         else:
             self.make_pending(job)
-        if key is not None:
-            self.idem[key] = (request, job_id)
         return "created", job_id, job.status
 
     def claim(self, worker: str) -> ModelJob | None:

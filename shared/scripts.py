@@ -191,12 +191,11 @@ class Scripts:
         keys, args = self._enqueue_call(request, job_id, now_ms, traceparent)
         reply = self._call("enqueue", keys, args)
         result = enqueue_result(reply)
-        # The key named an earlier request's job: an answer about that job, unless it was gone
-        # (deleted since, or never created: its producer died between the two calls) and
-        # this call created it, under the same id, so racing repeats still create one job.
-        if duplicate and reply[4] == 1:
-            return dataclasses.replace(result, created=False)
-        return result
+        # The key named an earlier request's job: an answer about that job (200), even when
+        # this call had to create it (deleted since, or never created: its producer died
+        # between the two calls), under the same id, so racing repeats create one job and
+        # only the request that reserved the key answers "created".
+        return dataclasses.replace(result, created=False) if duplicate else result
 
     def _reserve(
         self, request: EnqueueRequest, job_id: str, idempotency_key: str

@@ -207,13 +207,16 @@ class Model:
             if not prior_request.same_as(request):
                 return "conflict", prior_id, ""
             if prior_id != job_id:
-                if prior_id in self.jobs:
-                    return "duplicate", prior_id, self.jobs[prior_id].status
-                job_id = prior_id  # gone: created again
+                if prior_id not in self.jobs:  # gone: created again, answered as a duplicate
+                    self.created(prior_id, request)
+                return "duplicate", prior_id, self.jobs[prior_id].status
         elif key is not None:
             self.idem[key] = (request, job_id)
         if job_id in self.jobs:
             return "repeated", job_id, self.jobs[job_id].status
+        return "created", job_id, self.created(job_id, request).status
+
+    def created(self, job_id: str, request: Request) -> ModelJob:
         job = ModelJob(job_id, request, "scheduled", created=self.now)
         self.jobs[job_id] = job
         self.gone.discard(job_id)
@@ -222,7 +225,7 @@ class Model:
             job.due = request.scheduled_at
         else:
             self.make_pending(job)
-        return "created", job_id, job.status
+        return job
 
     def claim(self, worker: str) -> ModelJob | None:
         waiting = self.in_state("pending")

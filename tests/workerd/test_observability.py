@@ -44,7 +44,7 @@ def test_health_ready_and_metrics_answer_and_other_requests_are_refused(
     text = body.decode()
     assert headers["Content-Type"].startswith("text/plain")
     assert _gauge(text, "taskforge_busy_workers") == 0
-    assert _gauge(text, 'taskforge_jobs{state="pending"}') == 0
+    assert _gauge(text, 'taskforge_jobs{queue="default",state="pending"}') == 0
 
     for path in ("/health", "/ready", "/metrics"):
         status, headers, _ = workerd.http(path, method="POST")

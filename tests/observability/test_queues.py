@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,12 +31,13 @@ from shared import lifecycle, metrics
 from shared.config import Settings
 from shared.jobs import JobState, format_ms, validate_enqueue
 from shared.lifecycle import Outcome, Transition
+from shared.metrics import QueueStateCollector
 from shared.queries import QueueCounts
 from shared.queues import QUEUE_PATTERN
 from shared.scripts import Policy, Scripts
 from tests.gateway.conftest import make_app
 from tests.observability.conftest import samples
-from tests.support.tools import wait_until
+from tests.support.tools import ROOT, wait_until
 from tests.support.workerd import Workerd
 from workerd.duties.release import OrphanedJob, Release
 from workerd.scheduler import SchedulerProcess
@@ -443,3 +445,28 @@ def test_workerd_says_which_queues_it_serves_and_labels_its_lines_and_metrics(
         assert parsed[("taskforge_jobs_completed_total", labels)] == 1
         assert parsed[("taskforge_handler_duration_seconds_count", labels)] == 1
         assert parsed[("taskforge_jobs", (("queue", queue), ("state", "completed")))] == 1
+
+
+# --- the docs ---------------------------------------------------------------------------------
+
+
+def test_the_docs_give_every_metric_its_labels() -> None:
+    text = (ROOT / "docs" / "OBSERVABILITY.md").read_text()
+    documented = {
+        name: set(labels.split(","))
+        for name, labels in re.findall(r"`(taskforge_[a-z_<>]+)\{([a-z_,]+)\}`", text)
+    }
+    counts = QueueCounts.combined({"default": QueueCounts(_by_state(1), 5)})
+    exported = {
+        sample.name: set(sample.labels)
+        for family in QueueStateCollector(counts).collect()
+        for sample in family.samples
+    }
+    for histogram in (
+        metrics.HANDLER_SECONDS,
+        metrics.QUEUE_WAIT_SECONDS,
+        metrics.SCHEDULE_LATENESS_SECONDS,
+    ):
+        exported[histogram._name] = set(histogram._labelnames)
+    exported["taskforge_jobs_<event>_total"] = set(metrics.LIFECYCLE["enqueued"]._labelnames)
+    assert {name: documented.get(name) for name in exported} == exported

@@ -68,3 +68,18 @@ def test_queue_labels_are_capped_under_a_label_no_queue_can_have(
     before = _value("taskforge_jobs_enqueued_total", **labels)
     metrics.count("enqueued", "capped_kind", "one_too_many", 2)
     assert _value("taskforge_jobs_enqueued_total", **labels) == before + 2
+
+
+def test_labelled_children_are_made_once_and_bounded_by_the_label_caps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(metrics, "_seen_types", set())
+    monkeypatch.setattr(metrics, "_seen_queues", set())
+    monkeypatch.setattr(metrics, "_children", {})
+    for index in range(metrics.TYPE_LABEL_CAP * 3):
+        for queue in ("default", "q1"):
+            metrics.count("purged", f"bounded_{index}", queue)
+    # One child per (guarded type, queue): the cap's types, then "other", in each queue.
+    assert len(metrics._children) == (metrics.TYPE_LABEL_CAP + 1) * 2
+    other = {"type": metrics.OTHER_TYPE, "queue": "q1"}
+    assert _value("taskforge_jobs_purged_total", **other) >= metrics.TYPE_LABEL_CAP * 2

@@ -47,7 +47,7 @@ def retry(job_id: str) -> dict[str, Any]:
         raise ApiError(404, "job not found") from None
     except WrongState as exc:
         raise _not_dead(exc) from None
-    record(Outcome.REPLAYED, job.id, job.type, trace=job.extra.get("traceparent"))
+    record(Outcome.REPLAYED, job.id, job.type, queue=job.queue, trace=job.extra.get("traceparent"))
     return job.to_json()
 
 
@@ -58,10 +58,11 @@ def purge(job_id: str) -> tuple[str, int]:
     gw = gateway()
     try:
         # It answers with the type it deleted.
-        job_type = gw.scripts.purge(job_id, queue=queue_of(gw, job_id))
+        queue = queue_of(gw, job_id)
+        job_type = gw.scripts.purge(job_id, queue=queue)
     except JobNotFound:
         raise ApiError(404, "job not found") from None
     except WrongState as exc:
         raise _not_dead(exc) from None
-    record(Outcome.PURGED, job_id, job_type)
+    record(Outcome.PURGED, job_id, job_type, queue=queue)
     return "", 204

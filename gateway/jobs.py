@@ -101,5 +101,5 @@ def cancel(job_id: str) -> dict[str, Any]:
         ) from None
     job = outcome.job
     if outcome.changed:  # a repeated cancel is answered the same but not counted again
-        record(Outcome.CANCELED, job.id, job.type)
+        record(Outcome.CANCELED, job.id, job.type, queue=job.queue)
     return job.to_json()

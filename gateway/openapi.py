@@ -22,10 +22,12 @@ from shared.jobs import (
     JobState,
 )
 from shared.queries import CURSOR_PATTERN
+from shared.queues import DEFAULT_QUEUE, QUEUE_PATTERN
 
 JOB_ID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"
 TIMESTAMP = {"type": "string", "format": "date-time"}
 STATES = [str(state) for state in JobState]
+QUEUE_NAME = {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$", "maxLength": 64}
 
 
 def _scheduled_at_pattern() -> str:
@@ -70,6 +72,11 @@ def _enqueue_schema() -> dict[str, Any]:
         "examples": [{"type": "send_email", "payload": {"to": "ada@example.com"}, "priority": 5}],
         "properties": {
             "type": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
+            "queue": {
+                **QUEUE_NAME,
+                "default": DEFAULT_QUEUE,
+                "description": "The queue it waits in; the workers that serve it run it.",
+            },
             "payload": {
                 "type": "object",
                 "description": "A JSON object, handed to the handler; absent means {}.",
@@ -101,7 +108,7 @@ def _enqueue_schema() -> dict[str, Any]:
 
 
 def _job_schema() -> dict[str, Any]:
-    required = ["id", "type", "status", "priority", "max_retries", "attempts"]
+    required = ["id", "type", "queue", "status", "priority", "max_retries", "attempts"]
     required += ["recoveries", "payload", "created_at", "updated_at", "traceback"]
     return {
         "type": "object",
@@ -109,6 +116,7 @@ def _job_schema() -> dict[str, Any]:
         "properties": {
             "id": {"type": "string", "pattern": JOB_ID},
             "type": {"type": "string"},
+            "queue": QUEUE_NAME,
             "status": {"type": "string", "enum": STATES},
             "priority": {"type": "integer"},
             "max_retries": {"type": "integer"},
@@ -161,12 +169,33 @@ def _object(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "required": required, "properties": properties}
 
 
-def _schemas() -> dict[str, Any]:
+def _counts_schema() -> dict[str, Any]:
     counts = {s: {"type": "integer", "minimum": 0} for s in STATES}
+    return {
+        "jobs": _object(STATES, counts),
+        "total": {"type": "integer", "minimum": 0},
+        "oldest_pending_age_seconds": {"type": ["number", "null"], "minimum": 0},
+    }
+
+
+def _stats_schema() -> dict[str, Any]:
     workers = {k: {"type": "integer", "minimum": 0} for k in ("hosts", "live", "busy")}
+    counts = _counts_schema()
+    queues = {
+        "type": "object",
+        "description": "The same counts for each queue, by name (every queue ever enqueued to).",
+        "propertyNames": QUEUE_NAME,
+        "additionalProperties": _object(list(counts), counts),
+    }
+    return _object(
+        [*counts, "queues", "workers"],
+        {**counts, "queues": queues, "workers": _object(["hosts", "live", "busy"], workers)},
+    )
+
+
+def _schemas() -> dict[str, Any]:
     jobs = {"type": "array", "items": _ref("Job")}
     batch = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": _ref("EnqueueRequest")}
-    age = {"type": ["number", "null"], "minimum": 0}
     return {
         "EnqueueRequest": _enqueue_schema(),
         "BatchRequest": {**_object(["jobs"], {"jobs": batch}), "additionalProperties": False},
@@ -175,15 +204,7 @@ def _schemas() -> dict[str, Any]:
         "DeadPage": _object(
             ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
         ),
-        "Stats": _object(
-            ["jobs", "total", "oldest_pending_age_seconds", "workers"],
-            {
-                "jobs": _object(STATES, counts),
-                "total": {"type": "integer", "minimum": 0},
-                "oldest_pending_age_seconds": age,
-                "workers": _object(["hosts", "live", "busy"], workers),
-            },
-        ),
+        "Stats": _stats_schema(),
         "Probe": _object(
             ["status", "redis"], {"status": {"type": "string"}, "redis": {"type": "string"}}
         ),
@@ -352,7 +373,8 @@ def _ops_paths() -> dict[str, Any]:
         "/stats": {
             "get": _operation(
                 "stats",
-                "Jobs per state, the oldest pending job's age, workerd hosts and processes.",
+                "Jobs per state and the oldest pending job's age, in all and per queue; "
+                "workerd hosts and processes.",
                 {"200": stats, **_use("Unauthorized", "Unavailable")},
             )
         },

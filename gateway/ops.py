@@ -14,20 +14,28 @@ from gateway.errors import json_error, redis_unavailable
 from gateway.openapi import document
 from gateway.routes import route
 from shared import metrics
+from shared.queries import QueueCounts
 
 bp = Blueprint("ops", __name__)
 
 
 @route(bp, "GET", "/stats")
 def stats() -> dict[str, Any]:
-    """Return jobs per state, the oldest pending job's age, and workerd's worker counts."""
-    counts, workers = gateway().scripts.stats()  # one round trip
+    """Return jobs per state and the oldest pending age, in all and per queue; worker counts."""
+    counts, workers = gateway().scripts.stats()  # one round trip after the list of queues
+    return {
+        **_counts(counts),
+        "queues": {name: _counts(c) for name, c in sorted(counts.by_queue.items())},
+        "workers": dataclasses.asdict(workers),
+    }
+
+
+def _counts(counts: QueueCounts) -> dict[str, Any]:
     age = counts.oldest_pending_age_ms
     return {
         "jobs": {str(state): n for state, n in counts.by_state.items()},
         "total": counts.total,
         "oldest_pending_age_seconds": None if age is None else age / 1000,
-        "workers": dataclasses.asdict(workers),
     }
 
 

@@ -59,7 +59,7 @@ def enqueue_one(
     job_id = new_job_ids(1)[0]
     gw.directory.ensure(request.queue)
     # The client's traceparent is only a parent: the job stores our enqueue span's own.
-    attributes = tracing.job_attributes(job_id, request.type)
+    attributes = tracing.job_attributes(job_id, request.type, queue=request.queue)
     with tracing.span("task.enqueue", client_trace, attributes):
         result = gw.scripts.enqueue(
             request,
@@ -68,11 +68,14 @@ def enqueue_one(
             traceparent=tracing.current_traceparent(),
         )
         # Inside the span: it gets the outcome, and the line carries its trace ids.
+        queue = request.queue  # a duplicate's too: the key's digest covers the queue
         if result.created:
-            record(Outcome.ENQUEUED, result.job_id, request.type)
+            record(Outcome.ENQUEUED, result.job_id, request.type, queue=queue)
         else:
             duplicate_of = {"taskforge.duplicate_of": result.job_id}
-            record(Outcome.DUPLICATE, result.job_id, request.type, attributes=duplicate_of)
+            record(
+                Outcome.DUPLICATE, result.job_id, request.type, queue=queue, attributes=duplicate_of
+            )
     if not result.created:
         # The key named an earlier job (same body): answer with that job as it is now, or as
         # created if it was deleted since the script answered (its status is the script's).
@@ -88,15 +91,24 @@ def enqueue_batch(
 ) -> list[dict[str, Any]]:
     """Create every job of a batch, all or none; return their JSON in order."""
     ids = new_job_ids(len(requests))
-    for queue in dict.fromkeys(request.queue for request in requests):
+    queues = list(dict.fromkeys(request.queue for request in requests))
+    for queue in queues:
         gw.directory.ensure(queue)
     # One span for the batch: its jobs share one trace parent.
-    attributes = {"taskforge.batch_size": len(ids), "messaging.batch.message_count": len(ids)}
+    attributes: dict[str, object] = {
+        "taskforge.batch_size": len(ids),
+        "messaging.batch.message_count": len(ids),
+    }
+    if len(queues) == 1:  # the batch's one destination; a batch across queues names none
+        attributes[tracing.QUEUE] = queues[0]
     with tracing.span("task.enqueue", client_trace, attributes):
         results = gw.scripts.enqueue_many(
             list(zip(requests, ids, strict=True)), traceparent=tracing.current_traceparent()
         )
-        # One line for the batch, inside the span (its outcome, its trace ids on the line).
-        jobs = [(r.job_id, q.type) for q, r in zip(requests, results, strict=True)]
-        record_batch(Outcome.ENQUEUED, jobs)
+        # One line per queue of the batch, inside the span (its outcome, its trace ids).
+        by_queue: dict[str, list[tuple[str, str]]] = {}
+        for request, result in zip(requests, results, strict=True):
+            by_queue.setdefault(request.queue, []).append((result.job_id, request.type))
+        for queue, jobs in by_queue.items():
+            record_batch(Outcome.ENQUEUED, jobs, queue=queue)
     return [created_job(q, r).to_json() for q, r in zip(requests, results, strict=True)]

@@ -16,6 +16,10 @@ in the Lua scripts, atomic with the transition itself: a Python hook could miss 
 whose reply was lost. Live events (publish every transition to subscribers) attach here, as a
 sink: :func:`add_sink` registers a function that receives a :class:`Transition` after the log
 line, the counters and the span, in every process that records one.
+
+Every outcome names the job's queue (a required argument, so no caller can forget it): the
+line's ``queue`` field, the counters' ``queue`` label, the spans' ``taskforge.queue`` (and
+``messaging.destination.name`` on a messaging span) and :attr:`Transition.queue`.
 """
 
 from __future__ import annotations
@@ -108,6 +112,7 @@ class Transition:
     outcome: Outcome
     job_id: str
     job_type: str | None
+    queue: str
     attempt: int | None
     at_ms: int  # this process's clock, milliseconds since the epoch
     fields: Mapping[str, Any] = field(default_factory=dict)
@@ -132,6 +137,7 @@ def record(
     job_id: str,
     job_type: str | None,
     *,
+    queue: str,
     attempt: int | None = None,
     trace: str | None = None,
     attributes: Mapping[str, Any] | None = None,
@@ -141,50 +147,56 @@ def record(
 ) -> None:
     """Count, log and trace one job's outcome, then hand it to the sinks.
 
-    `fields` go to the log line after job_id, type and attempt; `attributes` go to the span
+    `fields` go to the log line after job_id, type, queue and attempt; `attributes` go to the span
     (the point span if the outcome has one, else the open one), with the job's identifiers.
     `trace` is the job's stored traceparent, the point span's parent (None: the open span);
     `start_ms`/`end_ms` date a point span that covers time already past (the claim's wait).
     """
     row = TABLE[outcome]
     for counter in row.counters:  # first: a scrape right after the transition sees it sooner
-        metrics.count(counter, job_type)
+        metrics.count(counter, job_type, queue)
     if row.event is not None and log.isEnabledFor(row.level):
-        extra = {"job_id": job_id, "type": job_type}
+        extra = {"job_id": job_id, "type": job_type, "queue": queue}
         if attempt is not None:
             extra["attempt"] = attempt
         extra.update(fields)
         log.log(row.level, row.event, extra=extra)
     if row.span_outcome is not None:
-        _mark_spans(row, job_id, job_type, attempt, trace, attributes, start_ms, end_ms)
+        _mark_spans(row, job_id, job_type, queue, attempt, trace, attributes, start_ms, end_ms)
     if _sinks:
-        _to_sinks(Transition(outcome, job_id, job_type, attempt, _now_ms(), fields))
+        _to_sinks(Transition(outcome, job_id, job_type, queue, attempt, _now_ms(), fields))
 
 
-def record_batch(outcome: Outcome, jobs: Sequence[tuple[str, str]], **fields: Any) -> None:
-    """Record one outcome of many jobs, given as (id, type): one log line naming every id."""
+def record_batch(
+    outcome: Outcome, jobs: Sequence[tuple[str, str]], *, queue: str, **fields: Any
+) -> None:
+    """Record one outcome of many jobs of one queue, given as (id, type): one line naming each.
+
+    A batch that spans queues is recorded once per queue, so every line names one queue.
+    """
     row = TABLE[outcome]
     types = Counter(job_type for _, job_type in jobs)
     for counter in row.counters:
         for job_type, amount in types.items():
-            metrics.count(counter, job_type, amount)
+            metrics.count(counter, job_type, queue, amount)
     if row.event is not None and log.isEnabledFor(row.level):
         # A line per job would cost more than the enqueue itself.
         ids = [job_id for job_id, _ in jobs]
-        extra = {"job_ids": ids, "types": dict(types), "count": len(jobs), **fields}
-        log.log(row.level, row.event, extra=extra)
+        extra = {"job_ids": ids, "types": dict(types), "queue": queue, "count": len(jobs)}
+        log.log(row.level, row.event, extra={**extra, **fields})
     if row.span_outcome is not None:
         tracing.current_attributes({tracing.OUTCOME: row.span_outcome})
     if _sinks:
         now = _now_ms()
         for job_id, job_type in jobs:
-            _to_sinks(Transition(outcome, job_id, job_type, None, now, fields))
+            _to_sinks(Transition(outcome, job_id, job_type, queue, None, now, fields))
 
 
 def _mark_spans(
     row: Row,
     job_id: str,
     job_type: str | None,
+    queue: str,
     attempt: int | None,
     trace: str | None,
     attributes: Mapping[str, Any] | None,
@@ -201,7 +213,9 @@ def _mark_spans(
     more = dict(attributes or {})
     if attempt is not None:
         more["taskforge.attempt"] = attempt
-    span_attributes = tracing.job_attributes(job_id, job_type or "", row.span_outcome, **more)
+    span_attributes = tracing.job_attributes(
+        job_id, job_type or "", row.span_outcome, queue=queue, **more
+    )
     tracing.record(row.span, trace, span_attributes, start_ms=start_ms, end_ms=end_ms)
 
 

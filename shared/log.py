@@ -2,7 +2,7 @@
 
 Each line on stdout is one JSON object: ``ts`` (RFC 3339 UTC, milliseconds, ``Z``),
 ``level``, ``event`` (the message, e.g. ``job_enqueued``), ``logger``, ``service``,
-``pid``, then the ``extra=`` fields of the call (``job_id``, ``type``, ``attempt``,
+``pid``, then the ``extra=`` fields of the call (``job_id``, ``type``, ``queue``, ``attempt``,
 ``worker_id``, ``duration_ms``, ``error`` ...). Payloads are never logged.
 """
 

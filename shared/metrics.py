@@ -1,17 +1,18 @@
 """Prometheus metrics: names, the multiprocess set-up, and the Redis-reading state gauges.
 
 Naming: every metric starts with ``taskforge_``, units are in the name (``_seconds``), and
-lifecycle counters are ``taskforge_jobs_<event>_total`` labelled by job type.
+lifecycle counters are ``taskforge_jobs_<event>_total`` labelled by job type and queue.
 
 Multiprocess mode (gunicorn workers, workerd children): prometheus_client picks its value
 storage when it is first imported, so ``PROMETHEUS_MULTIPROC_DIR`` must be set before that —
 entry points call :func:`shared.multiproc.prepare_multiprocess_dir` before importing this
 module or anything that imports it. Each scrape builds a fresh registry.
 
-Fleet-wide gauges (jobs per state, oldest pending age, live/busy workers and hosts) are read
-from Redis at scrape time by every process that serves ``/metrics`` — each gateway and each
-workerd host reports the same fleet-wide figure, so aggregate them with ``max``, never ``sum``.
-Counters and histograms are per process (summed across a server's children by the
+Fleet-wide gauges (jobs per state and queue, oldest pending age per queue, live/busy workers
+and hosts) are read from Redis at scrape time by every process that serves ``/metrics`` — each
+gateway and each workerd host reports the same fleet-wide figure, so aggregate them across
+processes with ``max``, never ``sum`` (then across queues with ``sum``: the totals of all
+queues). Counters and histograms are per process (summed across a server's children by the
 multiprocess collector): aggregate those with ``sum``.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -34,11 +36,16 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from shared.jobs import JobState
 from shared.multiproc import MULTIPROC_ENV
 from shared.queries import QueueCounts, WorkerCounts
+from shared.queues import DEFAULT_QUEUE
 
 # A client chooses job types; past this many distinct types per process, the rest count as
 # "other" so a client cannot explode the number of time series.
 TYPE_LABEL_CAP = 50
 OTHER_TYPE = "other"
+# A client names queues too (an enqueue registers its queue): the same guard. The overflow
+# label is no queue name (the name rule has no parentheses), so no real queue is mixed into it.
+QUEUE_LABEL_CAP = 50
+OTHER_QUEUE = "(other)"
 
 LIFECYCLE_EVENTS = (
     "enqueued",
@@ -58,22 +65,29 @@ LIFECYCLE_EVENTS = (
 
 LIFECYCLE: dict[str, Counter] = {
     event: Counter(
-        f"taskforge_jobs_{event}_total", f"Jobs {event.replace('_', ' ')}, by type.", ["type"]
+        f"taskforge_jobs_{event}_total",
+        f"Jobs {event.replace('_', ' ')}, by type and queue.",
+        ["type", "queue"],
     )
     for event in LIFECYCLE_EVENTS
 }
 HANDLER_SECONDS = Histogram(
-    "taskforge_handler_duration_seconds", "Time a handler ran, by type.", ["type"]
+    "taskforge_handler_duration_seconds",
+    "Time a handler ran, by type and queue.",
+    ["type", "queue"],
 )
 QUEUE_WAIT_SECONDS = Histogram(
-    "taskforge_queue_wait_seconds", "Time from claimable to claimed, by type.", ["type"]
+    "taskforge_queue_wait_seconds",
+    "Time from claimable to claimed, by type and queue.",
+    ["type", "queue"],
 )
 SCHEDULE_LATENESS_SECONDS = Histogram(
     "taskforge_schedule_lateness_seconds",
-    "Time from a scheduled or retrying job's due time to its promotion.",
-    ["kind"],
+    "Time from a scheduled or retrying job's due time to its promotion, by queue.",
+    ["kind", "queue"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+# Per request, not per job: a batch can span queues.
 ENQUEUE_SECONDS = Histogram(
     "taskforge_enqueue_request_duration_seconds", "Time to answer an enqueue request."
 )
@@ -99,6 +113,12 @@ PROCESS_METRICS = (
 )
 
 _seen_types: set[str] = set()
+_seen_queues: set[str] = set()
+# (metric, first label, queue label) -> the labelled child. prometheus_client's labels()
+# validates and looks up its arguments each call (about 3 µs, five times per job); the keys
+# are guarded labels, so this holds at most (types + 1) x (queues + 1) per metric. A child is
+# fork-safe: its multiprocess value reopens its file when the pid changes.
+_children: dict[tuple[Counter | Histogram, str, str], Any] = {}
 
 
 def type_label(job_type: str) -> str:
@@ -111,19 +131,49 @@ def type_label(job_type: str) -> str:
     return job_type
 
 
-def count(event: str, job_type: str | None, amount: int = 1) -> None:
+def queue_label(queue: str) -> str:
+    """Return the label for a queue, or "(other)" once this process has seen too many."""
+    if queue in _seen_queues:
+        return queue
+    if len(_seen_queues) >= QUEUE_LABEL_CAP:
+        return OTHER_QUEUE
+    _seen_queues.add(queue)
+    return queue
+
+
+def _labelled(metric: Counter | Histogram, first: str, queue: str) -> Any:
+    """Return the child of a metric labelled (first, queue), made once per process."""
+    key = (metric, first, queue)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(first, queue)
+    return child
+
+
+def count(event: str, job_type: str | None, queue: str, amount: int = 1) -> None:
     """Increment one lifecycle counter (an unknown type counts under "other")."""
-    LIFECYCLE[event].labels(type=type_label(job_type or OTHER_TYPE)).inc(amount)
+    type_ = type_label(job_type or OTHER_TYPE)
+    _labelled(LIFECYCLE[event], type_, queue_label(queue)).inc(amount)
 
 
 def observe_queue_wait(
-    job_type: str, eligible_at_ms: int | None, started_at_ms: int | None
+    job_type: str, queue: str, eligible_at_ms: int | None, started_at_ms: int | None
 ) -> None:
     """Record eligible → claimed from the claimed job's own fields (no Redis call)."""
     if eligible_at_ms is None or started_at_ms is None:
         return
     wait = max(0, started_at_ms - eligible_at_ms) / 1000
-    QUEUE_WAIT_SECONDS.labels(type=type_label(job_type)).observe(wait)
+    _labelled(QUEUE_WAIT_SECONDS, type_label(job_type), queue_label(queue)).observe(wait)
+
+
+def observe_handler(job_type: str, queue: str, seconds: float) -> None:
+    """Record how long a handler ran."""
+    _labelled(HANDLER_SECONDS, type_label(job_type), queue_label(queue)).observe(seconds)
+
+
+def observe_lateness(kind: str, queue: str, late_ms: int) -> None:
+    """Record how late a scheduled job or a retry was promoted ("scheduled" or "retry")."""
+    _labelled(SCHEDULE_LATENESS_SECONDS, kind, queue_label(queue)).observe(late_ms / 1000)
 
 
 def multiprocess_enabled() -> bool:
@@ -140,28 +190,31 @@ def mark_dead(pid: int) -> None:
 
 
 class QueueStateCollector:
-    """Exports counts per state read from Redis at scrape time (fleet-wide: aggregate by max)."""
+    """Exports counts per state and queue read from Redis at scrape time (fleet-wide: max)."""
 
     def __init__(self, counts: QueueCounts, workers: WorkerCounts | None = None) -> None:
         self.counts = counts
         self.workers = workers
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        """Yield the per-state gauge and the oldest pending age."""
+        """Yield the per-state gauge and the oldest pending age, each per queue."""
         jobs = GaugeMetricFamily(
             "taskforge_jobs",
-            "Jobs in each state, read from Redis at scrape time.",
-            labels=["state"],
+            "Jobs in each state and queue, read from Redis at scrape time.",
+            labels=["state", "queue"],
         )
-        for state in JobState:
-            jobs.add_metric([str(state)], self.counts.by_state[state])
-        yield jobs
-        age = self.counts.oldest_pending_age_ms
-        yield GaugeMetricFamily(
+        age = GaugeMetricFamily(
             "taskforge_oldest_pending_age_seconds",
-            "Age of the longest-waiting claimable job (0 when none).",
-            value=0 if age is None else age / 1000,
+            "Age of the queue's longest-waiting claimable job (0 when none).",
+            labels=["queue"],
         )
+        for queue, counts in labelled_queues(self.counts).items():
+            for state in JobState:
+                jobs.add_metric([str(state), queue], counts.by_state[state])
+            oldest = counts.oldest_pending_age_ms
+            age.add_metric([queue], 0 if oldest is None else oldest / 1000)
+        yield jobs
+        yield age
         if self.workers is not None:
             for name, value, text in (
                 ("hosts", self.workers.hosts, "workerd hosts in the registry"),
@@ -173,6 +226,18 @@ class QueueStateCollector:
                     f"{text}, fleet-wide, read from Redis at scrape time.",
                     value=value,
                 )
+
+
+def labelled_queues(counts: QueueCounts) -> dict[str, QueueCounts]:
+    """Return the counts per queue label: queues past the label cap added up under "(other)"."""
+    by_queue = counts.by_queue or {DEFAULT_QUEUE: counts}
+    grouped: dict[str, dict[str, QueueCounts]] = {}
+    for queue in sorted(by_queue):
+        grouped.setdefault(queue_label(queue), {})[queue] = by_queue[queue]
+    return {
+        label: members[label] if label in members else QueueCounts.combined(members)
+        for label, members in grouped.items()
+    }
 
 
 def render(counts: QueueCounts, workers: WorkerCounts | None = None) -> tuple[bytes, str]:

@@ -6,7 +6,7 @@ process creates its SDK lazily at its first span, so it happens after the fork i
 workers and workerd children (the SDK's export thread must not cross a fork); the pid is
 checked, so a child never reuses its parent's provider.
 
-What a span carries: job id, type, attempt, outcome, an exception's type name. Never a
+What a span carries: job id, type, queue, attempt, outcome, an exception's type name. Never a
 payload, a result, an error message (it can echo the payload) or a credential. A job keeps
 only the W3C ``traceparent`` of its ``task.enqueue`` span (hash field ``traceparent``);
 every later span of the job — claim, execute, acknowledge, retries, recovery, replay —
@@ -35,10 +35,10 @@ ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 PRODUCER = "taskforge-producer"
 WORKER = "taskforge-worker"
 
-# The only queue until queues arrive: messaging.destination.name of every messaging span.
-QUEUE = "default"
 SYSTEM = "taskforge"  # messaging.system
 OUTCOME = "taskforge.outcome"
+# The job's queue, on every job span; a messaging span also names it messaging.destination.name.
+QUEUE = "taskforge.queue"
 
 # Every span name emitted → (span kind, messaging.operation.type or None for a non-messaging
 # span). Kinds are names of opentelemetry.trace.SpanKind, so that nothing is imported when off.
@@ -202,7 +202,8 @@ def _kind_and_attributes(
         found["messaging.system"] = SYSTEM
         found["messaging.operation.type"] = operation
         found["messaging.operation.name"] = name.removeprefix("task.")
-        found["messaging.destination.name"] = QUEUE
+        if QUEUE in found:  # a batch across queues has no one destination, so it names none
+            found["messaging.destination.name"] = found[QUEUE]
         if "taskforge.job_id" in found:  # a single job; a batch names its count instead
             found["messaging.message.id"] = found["taskforge.job_id"]
     return SpanKind[kind], found
@@ -260,10 +261,10 @@ def current_ids() -> tuple[str, str] | None:
 
 
 def job_attributes(
-    job_id: str, job_type: str, outcome: str | None = None, **more: Any
+    job_id: str, job_type: str, outcome: str | None = None, *, queue: str, **more: Any
 ) -> dict[str, Any]:
     """Return the attributes every job span carries (identifiers only, never data)."""
-    found = {"taskforge.job_id": job_id, "taskforge.job_type": job_type, **more}
+    found = {"taskforge.job_id": job_id, "taskforge.job_type": job_type, QUEUE: queue, **more}
     if outcome is not None:
         found[OUTCOME] = outcome
     return found

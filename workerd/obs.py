@@ -2,7 +2,8 @@
 
 A child of the supervisor, so a slow scrape never delays the supervisor's loop. It serves one
 request at a time (scrapes and probes are rare and short), reads the supervisor's status from
-shared memory, and reads queue depths from Redis at scrape time.
+shared memory, and reads queue depths from Redis at scrape time. /health also says which
+queues this host serves (WORKER_QUEUES), so a probe of one host shows its routing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import redis
 
 from shared import metrics
+from shared.queues import QueuePlan
 from shared.scripts import Scripts
 from workerd.children import StopOnSignal
 from workerd.slots import Slot, SlotTable
@@ -41,9 +43,10 @@ class _QuietHandler(WSGIRequestHandler):
 class ObservabilityApp:
     """A tiny WSGI app: three read-only endpoints, JSON or Prometheus text."""
 
-    def __init__(self, scripts: Scripts, table: SlotTable) -> None:
+    def __init__(self, scripts: Scripts, table: SlotTable, plan: QueuePlan) -> None:
         self.scripts = scripts
         self.table = table
+        self.plan = plan
 
     def __call__(self, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
         path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "GET")
@@ -55,12 +58,14 @@ class ObservabilityApp:
         return routes[path](start)
 
     def health(self, start: StartResponse) -> Iterable[bytes]:
-        """Answer 200 when Redis answers."""
+        """Answer 200 when Redis answers; either way, name the queues this host serves."""
+        queues = queues_served(self.plan)
         try:
             self.scripts.redis.ping()
         except redis.RedisError:
-            return _json(start, 503, {"status": "unavailable", "redis": "unreachable"})
-        return _json(start, 200, {"status": "ok", "redis": "ok"})
+            body = {"status": "unavailable", "redis": "unreachable", "queues": queues}
+            return _json(start, 503, body)
+        return _json(start, 200, {"status": "ok", "redis": "ok", "queues": queues})
 
     def ready(self, start: StartResponse) -> Iterable[bytes]:
         """Answer 200 when Redis answers, scripts are loaded, and the children are up."""
@@ -90,6 +95,15 @@ class ObservabilityApp:
             return _json(start, 503, {"error": "redis unavailable"})
         start("200 OK", [("Content-Type", content_type), ("Content-Length", str(len(body)))])
         return [body]
+
+
+def queues_served(plan: QueuePlan) -> dict[str, Any]:
+    """Return the WORKER_QUEUES plan as JSON: its mode, its queues in order, their weights."""
+    weights = None
+    if plan.weights is not None:
+        weights = dict(zip(plan.names, plan.weights, strict=True))
+    mode = "weighted" if plan.weighted else "strict"
+    return {"mode": mode, "names": list(plan.names), "weights": weights}
 
 
 def _json(

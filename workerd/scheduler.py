@@ -107,12 +107,13 @@ class SchedulerProcess(StopOnSignal):
             outcome = Outcome.PROMOTED if kind == "scheduled" else Outcome.RETRY_PROMOTED
             traces = tracing.traceparents(self.scripts.redis, keys, ids)
             for job_id, late_ms, job_type, trace in zip(ids, lateness, types, traces, strict=True):
-                metrics.SCHEDULE_LATENESS_SECONDS.labels(kind=kind).observe(late_ms / 1000)
+                metrics.observe_lateness(kind, queue, late_ms)
                 lateness_ms = {"taskforge.lateness_ms": late_ms}
                 record(
                     outcome,
                     job_id,
                     job_type,
+                    queue=queue,
                     trace=trace,
                     attributes=lateness_ms,
                     kind=kind,
@@ -130,4 +131,6 @@ class SchedulerProcess(StopOnSignal):
         for job_id, job_type, outcome, trace in zip(ids, types, outcomes, traces, strict=True):
             reason = "lease expired" if outcome is Outcome.RECOVERED else "recovery cap"
             lease = {"taskforge.reason": "lease"}
-            record(outcome, job_id, job_type, trace=trace, attributes=lease, reason=reason)
+            record(
+                outcome, job_id, job_type, queue=queue, trace=trace, attributes=lease, reason=reason
+            )

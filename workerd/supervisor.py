@@ -328,7 +328,7 @@ class Supervisor:
             )
         else:
             assert self.listener is not None
-            app = ObservabilityApp(scripts, self.table)
+            app = ObservabilityApp(scripts, self.table, self.settings.worker_queues)
             process = ObservabilityServer(self.listener, app, slot, self.pid)
         process.install_signals()
         return process.run()

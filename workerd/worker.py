@@ -175,7 +175,9 @@ class WorkerProcess(StopOnSignal):
             try:
                 released = self.scripts.release(job.id, job.token, drained=True, queue=job.queue)
                 if released.code is Code.DONE:
-                    lifecycle.record(lifecycle.Outcome.HANDED_BACK, job.id, job.type)
+                    lifecycle.record(
+                        lifecycle.Outcome.HANDED_BACK, job.id, job.type, queue=job.queue
+                    )
                 return
             except redis.RedisError as exc:
                 self.backoff.wait(exc)
@@ -187,13 +189,14 @@ class WorkerProcess(StopOnSignal):
         self.slot.start_job(job.id, job.token, timeout, job.queue)
         metrics.BUSY_WORKERS.set(1)
         eligible_at = int(job.extra["eligible_at"]) if "eligible_at" in job.extra else None
-        metrics.observe_queue_wait(job.type, eligible_at, job.started_at)
+        metrics.observe_queue_wait(job.type, job.queue, eligible_at, job.started_at)
         trace, attributes = job.extra.get("traceparent"), _span_attributes(job)
         # The claim span covers the queue wait: claimable → claimed, on Redis's clock.
         lifecycle.record(
             lifecycle.Outcome.CLAIMED,
             job.id,
             job.type,
+            queue=job.queue,
             attempt=job.attempts,
             trace=trace,
             attributes={"taskforge.recoveries": job.recoveries},
@@ -206,6 +209,7 @@ class WorkerProcess(StopOnSignal):
             lifecycle.Outcome.STARTED,
             job.id,
             job.type,
+            queue=job.queue,
             attempt=job.attempts,
             worker_id=self.worker_id,
         )
@@ -216,7 +220,7 @@ class WorkerProcess(StopOnSignal):
             if not outcome.ok:
                 tracing.failed(span, outcome.error_kind)
         duration = time.perf_counter() - started
-        metrics.HANDLER_SECONDS.labels(type=metrics.type_label(job.type)).observe(duration)
+        metrics.observe_handler(job.type, job.queue, duration)
         fields = {"duration_ms": round(duration * 1000, 3)}
         self.jobs_done += 1  # before recording: the last job before recycling claims no next
         next_job = self._record(job, outcome, fields, attributes)
@@ -275,7 +279,9 @@ class WorkerProcess(StopOnSignal):
             fate, more = lifecycle.Outcome.COMPLETED, {}
         else:
             fate, more = lifecycle.Outcome.STALE_ACK, {"result": code.name.lower()}
-        lifecycle.record(fate, job.id, job.type, attempt=job.attempts, **fields, **more)
+        lifecycle.record(
+            fate, job.id, job.type, queue=job.queue, attempt=job.attempts, **fields, **more
+        )
 
     def _fail(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
         result = self.scripts.fail(
@@ -298,7 +304,9 @@ class WorkerProcess(StopOnSignal):
             fate = lifecycle.Outcome.DEAD
         else:
             fate, extra["result"] = lifecycle.Outcome.STALE_FAILURE, result.code.name.lower()
-        lifecycle.record(fate, job.id, job.type, attempt=job.attempts, attributes=spans, **extra)
+        lifecycle.record(
+            fate, job.id, job.type, queue=job.queue, attempt=job.attempts, attributes=spans, **extra
+        )
 
     def _due_for_recycling(self) -> bool:
         limit = self.settings.worker_max_jobs
@@ -314,7 +322,7 @@ class WorkerProcess(StopOnSignal):
 
 def _span_attributes(job: Job) -> dict[str, object]:
     more = {"taskforge.attempt": job.attempts, "taskforge.recoveries": job.recoveries}
-    return tracing.job_attributes(job.id, job.type, **more)
+    return tracing.job_attributes(job.id, job.type, queue=job.queue, **more)
 
 
 def run_handler(job: Job, result_max_bytes: int) -> Outcome:

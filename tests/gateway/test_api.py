@@ -210,8 +210,8 @@ def test_metrics_exports_counters_and_queue_gauges(client: FlaskClient, scripts:
     assert response.status_code == 200
     assert response.content_type.startswith("text/plain")
     text = response.get_data(as_text=True)
-    assert 'taskforge_jobs{state="pending"} 1.0' in text
-    assert 'taskforge_jobs_enqueued_total{type="metered"}' in text
+    assert 'taskforge_jobs{queue="default",state="pending"} 1.0' in text
+    assert 'taskforge_jobs_enqueued_total{queue="default",type="metered"}' in text
     assert "taskforge_enqueue_request_duration_seconds_count" in text
 
 

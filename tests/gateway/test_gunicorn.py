@@ -113,7 +113,7 @@ def test_stats_metrics_health_ready_openapi(gw: Gunicorn, engine: Scripts) -> No
     assert stats["jobs"]["pending"] == 6 and stats["total"] == 6
     status, hdrs, text = gw.request("GET", "/metrics")
     assert status == 200 and hdrs["content-type"].startswith("text/plain")
-    assert b'taskforge_jobs{state="pending"} 6.0' in text
+    assert b'taskforge_jobs{queue="default",state="pending"} 6.0' in text
     # Counters of every worker are summed (multiprocess mode).
     assert enqueued_total(gw) - before == 6
     assert gw.request("GET", "/health")[2] == {"status": "ok", "redis": "ok"}

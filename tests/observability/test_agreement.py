@@ -51,8 +51,11 @@ def _raw_workers(r: redis.Redis) -> tuple[int, int]:
     return live, busy
 
 
-def _state_gauges(parsed: dict) -> dict[str, int]:
-    return {state: int(parsed[("taskforge_jobs", (("state", state),))]) for state in STATES}
+def _state_gauges(parsed: dict, queue: str = "default") -> dict[str, int]:
+    return {
+        state: int(parsed[("taskforge_jobs", (("queue", queue), ("state", state)))])
+        for state in STATES
+    }
 
 
 @pytest.mark.slow
@@ -99,6 +102,7 @@ def test_stats_both_metrics_endpoints_and_raw_redis_agree_after_a_mixed_workload
         assert stats["jobs"] == raw
         assert stats["total"] == sum(raw.values())
         assert stats["oldest_pending_age_seconds"] >= 0
+        assert stats["queues"]["default"]["jobs"] == raw  # the only queue: all of it
         assert (stats["workers"]["live"], stats["workers"]["busy"]) == (raw_live, raw_busy)
 
         status, _, body = gw.request("GET", "/metrics")
@@ -113,7 +117,7 @@ def test_stats_both_metrics_endpoints_and_raw_redis_agree_after_a_mixed_workload
             assert parsed[("taskforge_fleet_workers_live", ())] == raw_live
             assert parsed[("taskforge_fleet_workers_busy", ())] == raw_busy
             assert parsed[("taskforge_fleet_workers_hosts", ())] == 1
-            assert parsed[("taskforge_oldest_pending_age_seconds", ())] >= 0
+            assert parsed[("taskforge_oldest_pending_age_seconds", (("queue", "default"),))] >= 0
 
         # Lifecycle counters: the gateway counts what it did, workerd what its workers did.
         assert total(gw_metrics, "taskforge_jobs_enqueued_total") == 12
@@ -125,7 +129,8 @@ def test_stats_both_metrics_endpoints_and_raw_redis_agree_after_a_mixed_workload
         assert total(wd_metrics, "taskforge_jobs_failed_total") == 3
         claimed = len(completed) + len(dead) + len(retrying) + 1
         assert total(wd_metrics, "taskforge_jobs_claimed_total") == claimed
-        assert wd_metrics[("taskforge_jobs_claimed_total", (("type", "permanent"),))] == 2
+        permanent = (("queue", "default"), ("type", "permanent"))
+        assert wd_metrics[("taskforge_jobs_claimed_total", permanent)] == 2
         assert total(wd_metrics, "taskforge_queue_wait_seconds_count") == claimed
         assert wd_metrics[("taskforge_active_workers", ())] == 1
         assert wd_metrics[("taskforge_busy_workers", ())] == 1

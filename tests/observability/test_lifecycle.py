@@ -21,6 +21,7 @@ from tests.support.tools import ROOT
 
 JOB_ID = "00000000-0000-4000-8000-00000000abcd"
 JOB_TYPE = "lifecycle_test"
+QUEUE = "q1"
 TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 # outcome -> (event, level, counters, point span, taskforge.outcome of the spans)
@@ -57,13 +58,15 @@ EXPECTED: dict[Outcome, tuple[str | None, int, set[str], str | None, str | None]
 
 @pytest.fixture(autouse=True)
 def fresh_type_labels(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Other tests' types must not push this test's type past the label cap into "other".
+    # Other tests' types and queues must not push this test's past the label caps.
     monkeypatch.setattr(metrics, "_seen_types", set())
+    monkeypatch.setattr(metrics, "_seen_queues", set())
 
 
-def counters(job_type: str = JOB_TYPE) -> dict[str, float]:
+def counters(job_type: str = JOB_TYPE, queue: str = QUEUE) -> dict[str, float]:
+    labels = {"type": job_type, "queue": queue}
     return {
-        event: REGISTRY.get_sample_value(f"taskforge_jobs_{event}_total", {"type": job_type}) or 0.0
+        event: REGISTRY.get_sample_value(f"taskforge_jobs_{event}_total", labels) or 0.0
         for event in metrics.LIFECYCLE_EVENTS
     }
 
@@ -110,6 +113,7 @@ def test_one_record_writes_one_line_its_counters_and_its_span(
             outcome,
             JOB_ID,
             JOB_TYPE,
+            queue=QUEUE,
             attempt=2,
             trace=None,
             attributes={"taskforge.recoveries": 1},
@@ -122,8 +126,14 @@ def test_one_record_writes_one_line_its_counters_and_its_span(
     else:
         (line,) = found
         assert (line.getMessage(), line.levelno) == (event, level)
-        fields = {k: getattr(line, k) for k in ("job_id", "type", "attempt", "reason")}
-        assert fields == {"job_id": JOB_ID, "type": JOB_TYPE, "attempt": 2, "reason": "because"}
+        fields = {k: getattr(line, k) for k in ("job_id", "type", "queue", "attempt", "reason")}
+        assert fields == {
+            "job_id": JOB_ID,
+            "type": JOB_TYPE,
+            "queue": QUEUE,
+            "attempt": 2,
+            "reason": "because",
+        }
     after = counters()
     assert {name for name in after if after[name] != before[name]} == counted
     assert all(after[name] == before[name] + 1 for name in counted)
@@ -142,6 +152,7 @@ def test_one_record_writes_one_line_its_counters_and_its_span(
         >= {
             "taskforge.job_id": JOB_ID,
             "taskforge.job_type": JOB_TYPE,
+            "taskforge.queue": QUEUE,
             "taskforge.attempt": 2,
             "taskforge.recoveries": 1,
             tracing.OUTCOME: span_outcome,
@@ -152,19 +163,22 @@ def test_one_record_writes_one_line_its_counters_and_its_span(
 def test_a_point_span_is_a_child_of_the_jobs_stored_traceparent(
     spans: InMemorySpanExporter,
 ) -> None:
-    lifecycle.record(Outcome.CLAIMED, JOB_ID, JOB_TYPE, trace=TRACE, start_ms=1_000, end_ms=1_250)
+    lifecycle.record(
+        Outcome.CLAIMED, JOB_ID, JOB_TYPE, queue=QUEUE, trace=TRACE, start_ms=1_000, end_ms=1_250
+    )
 
     (span,) = spans.get_finished_spans()
     assert span.name == "task.claim"
     assert f"{span.context.trace_id:032x}" == TRACE.split("-")[1]
     assert (span.start_time, span.end_time) == (1_000_000_000, 1_250_000_000)
     assert "taskforge.attempt" not in (span.attributes or {})  # none given: none claimed
+    assert span.attributes["messaging.destination.name"] == QUEUE  # a claim is a receive
 
 
 def test_a_duplicate_names_the_earlier_job_on_the_open_span(spans: InMemorySpanExporter) -> None:
     with tracing.span("task.enqueue"):
         earlier = {"taskforge.duplicate_of": JOB_ID}
-        lifecycle.record(Outcome.DUPLICATE, JOB_ID, JOB_TYPE, attributes=earlier)
+        lifecycle.record(Outcome.DUPLICATE, JOB_ID, JOB_TYPE, queue=QUEUE, attributes=earlier)
 
     (span,) = spans.get_finished_spans()
     assert span.attributes is not None
@@ -181,13 +195,14 @@ def test_a_batch_is_one_line_naming_every_job_and_counted_by_type(
     before_a, before_b = counters("batch_a")["enqueued"], counters("batch_b")["enqueued"]
 
     with caplog.at_level(logging.INFO), tracing.span("task.enqueue"):
-        lifecycle.record_batch(Outcome.ENQUEUED, jobs)
+        lifecycle.record_batch(Outcome.ENQUEUED, jobs, queue=QUEUE)
 
     (line,) = lines(caplog)
     assert line.getMessage() == "job_enqueued"
-    assert (line.job_ids, line.types, line.count) == (  # type: ignore[attr-defined]
+    assert (line.job_ids, line.types, line.queue, line.count) == (  # type: ignore[attr-defined]
         ["id-1", "id-2", "id-3"],
         {"batch_a": 2, "batch_b": 1},
+        QUEUE,
         3,
     )
     assert counters("batch_a")["enqueued"] == before_a + 2
@@ -211,26 +226,29 @@ def test_sinks_get_every_transition_after_it_is_logged_and_a_failing_sink_stops_
     lifecycle.add_sink(remember)
     try:
         with caplog.at_level(logging.INFO):
-            lifecycle.record(Outcome.COMPLETED, JOB_ID, JOB_TYPE, attempt=1, duration_ms=3.5)
-            lifecycle.record_batch(Outcome.ENQUEUED, [("id-1", "a"), ("id-2", "b")])
+            lifecycle.record(
+                Outcome.COMPLETED, JOB_ID, JOB_TYPE, queue=QUEUE, attempt=1, duration_ms=3.5
+            )
+            lifecycle.record_batch(Outcome.ENQUEUED, [("id-1", "a"), ("id-2", "b")], queue="q2")
     finally:
         lifecycle.remove_sink(broken)
         lifecycle.remove_sink(remember)
-    lifecycle.record(Outcome.COMPLETED, JOB_ID, JOB_TYPE)  # removed: not seen
+    lifecycle.record(Outcome.COMPLETED, JOB_ID, JOB_TYPE, queue=QUEUE)  # removed: not seen
 
     first = seen[0][0]
-    assert (first.outcome, first.job_id, first.job_type, first.attempt) == (
+    assert (first.outcome, first.job_id, first.job_type, first.queue, first.attempt) == (
         Outcome.COMPLETED,
         JOB_ID,
         JOB_TYPE,
+        QUEUE,
         1,
     )
     assert dict(first.fields) == {"duration_ms": 3.5}
     assert first.at_ms > 1_700_000_000_000
     assert seen[0][1] == 1  # the line was written before the sink ran
-    assert [(t.outcome, t.job_id) for t, _ in seen[1:]] == [
-        (Outcome.ENQUEUED, "id-1"),
-        (Outcome.ENQUEUED, "id-2"),
+    assert [(t.outcome, t.job_id, t.queue) for t, _ in seen[1:]] == [
+        (Outcome.ENQUEUED, "id-1", "q2"),
+        (Outcome.ENQUEUED, "id-2", "q2"),
     ]
     failures = [r for r in caplog.records if r.getMessage() == "lifecycle_sink_failed"]
     assert len(failures) == 3 and failures[0].sink == "broken"  # type: ignore[attr-defined]
@@ -243,7 +261,9 @@ def test_a_process_that_forbade_tracing_logs_and_counts_but_records_no_span(
     before = counters()["recovered"]
 
     with caplog.at_level(logging.INFO):
-        lifecycle.record(Outcome.RECOVERED, JOB_ID, JOB_TYPE, trace=TRACE, reason="worker died")
+        lifecycle.record(
+            Outcome.RECOVERED, JOB_ID, JOB_TYPE, queue=QUEUE, trace=TRACE, reason="worker died"
+        )
 
     assert [rec.getMessage() for rec in lines(caplog)] == ["job_recovered"]
     assert counters()["recovered"] == before + 1
@@ -252,5 +272,7 @@ def test_a_process_that_forbade_tracing_logs_and_counts_but_records_no_span(
 
 def test_a_disabled_level_builds_no_line(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO):
-        lifecycle.record(Outcome.PROMOTED, JOB_ID, JOB_TYPE, kind="scheduled", late_ms=3)
+        lifecycle.record(
+            Outcome.PROMOTED, JOB_ID, JOB_TYPE, queue=QUEUE, kind="scheduled", late_ms=3
+        )
     assert lines(caplog) == []

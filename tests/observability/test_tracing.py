@@ -57,11 +57,11 @@ def stack(r: redis.Redis) -> dict[str, Any]:
     return make_stack(r)
 
 
-def make_stack(r: redis.Redis) -> dict[str, Any]:
+def make_stack(r: redis.Redis, **env: str) -> dict[str, Any]:
     """Return the gateway app's test client, a worker and a scheduler on the private Redis."""
     scripts = Scripts(r, policy=Policy(retry_base_ms=1, retry_max_ms=1))
     scripts.load()
-    settings = Settings.from_env({})
+    settings = Settings.from_env(env)
     worker = WorkerProcess(settings, scripts, _Slot(), "w1", os.getppid())
     scheduler = SchedulerProcess(scripts, _Slot(), os.getppid(), reconnect_grace=0)
     return {"app": make_app(scripts).test_client(), "worker": worker, "sched": scheduler}
@@ -173,6 +173,40 @@ def test_a_batch_enqueue_is_one_producer_span_counting_its_jobs(
     assert "messaging.message.id" not in batch.attributes  # one span, three messages
     first = reply.get_json()["jobs"][0]["id"]
     assert _trace_of(r, first) == (batch.context.trace_id, f"{batch.context.span_id:016x}")
+
+
+def test_every_span_of_a_job_in_another_queue_names_that_queue(
+    r: redis.Redis, spans: InMemorySpanExporter
+) -> None:
+    stack = make_stack(r, WORKER_QUEUES="q1")
+    job_id = _enqueue(stack["app"], {"type": "fail", "max_retries": 2, "queue": "q1"})
+    _run_one(stack["worker"])  # retrying
+    _promote_all(stack["sched"])
+    _run_one(stack["worker"])  # dead
+    assert stack["app"].post(f"/dlq/{job_id}/retry").status_code == 200
+
+    found = spans.get_finished_spans()
+    assert {s.name for s in found} == set(tracing.SPANS) - {"task.schedule.promote", "task.recover"}
+    for span in found:
+        assert span.attributes["taskforge.queue"] == "q1", span.name
+        destination = span.attributes.get("messaging.destination.name")
+        assert destination == ("q1" if span.name in QUEUE_SPANS else None), span.name
+
+
+def test_a_batch_names_its_queue_only_when_all_its_jobs_share_it(
+    spans: InMemorySpanExporter, stack: dict[str, Any]
+) -> None:
+    one_queue = {"jobs": [{"type": "noop", "queue": "q1"}] * 2}
+    two_queues = {"jobs": [{"type": "noop", "queue": "q1"}, {"type": "noop"}]}
+    assert stack["app"].post("/enqueue/batch", json=one_queue).status_code == 201
+    assert stack["app"].post("/enqueue/batch", json=two_queues).status_code == 201
+
+    shared_queue, mixed = spans.get_finished_spans()
+    assert shared_queue.attributes["messaging.destination.name"] == "q1"
+    assert shared_queue.attributes["taskforge.queue"] == "q1"
+    # The messaging conventions name a batch's destination only if it applies to every message.
+    assert "messaging.destination.name" not in mixed.attributes
+    assert "taskforge.queue" not in mixed.attributes
 
 
 def test_an_idempotent_repeat_is_a_duplicate_enqueue(

@@ -29,7 +29,8 @@ def test_health_ready_and_metrics_answer_and_other_requests_are_refused(
     workerd = start_workerd(WORKER_COUNT="3")
 
     status, _, body = workerd.http("/health")
-    assert (status, json.loads(body)) == (200, {"status": "ok", "redis": "ok"})
+    serves = {"mode": "strict", "names": ["default"], "weights": None}  # WORKER_QUEUES unset
+    assert (status, json.loads(body)) == (200, {"status": "ok", "redis": "ok", "queues": serves})
     status, _, body = workerd.http("/ready")
     assert (status, json.loads(body)) == (200, {"status": "ready", "redis": "ok"})
 
@@ -44,7 +45,7 @@ def test_health_ready_and_metrics_answer_and_other_requests_are_refused(
     text = body.decode()
     assert headers["Content-Type"].startswith("text/plain")
     assert _gauge(text, "taskforge_busy_workers") == 0
-    assert _gauge(text, 'taskforge_jobs{state="pending"}') == 0
+    assert _gauge(text, 'taskforge_jobs{queue="default",state="pending"}') == 0
 
     for path in ("/health", "/ready", "/metrics"):
         status, headers, _ = workerd.http(path, method="POST")

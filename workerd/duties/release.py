@@ -118,7 +118,7 @@ class Release:
             orphan.claimed_by, drained=drained, queues=self.queues
         )
         for job in released:
-            _report_release(job.job_id, orphan.action, job.code, job.job_type)
+            _report_release(job.job_id, orphan.action, job.code, job.job_type, job.queue)
 
     def _fail_timed_out(self, orphan: OrphanedJob) -> None:
         error = f"Timeout: timed out after {orphan.timeout:g}s; its worker was killed"
@@ -128,15 +128,16 @@ class Release:
             TIMED_OUT.get(result.code, Outcome.TIMED_OUT_STALE),
             orphan.job_id,
             result.job_type,
+            queue=orphan.queue,
             result=result.code.name.lower(),
             timeout_s=orphan.timeout,
         )
 
 
-def _report_release(job_id: str, action: str, code: Code, job_type: str | None) -> None:
+def _report_release(job_id: str, action: str, code: Code, job_type: str | None, queue: str) -> None:
     """Record a release; a stale or finished job was not ours to release: silence."""
     if code is Code.DONE:
         outcome = Outcome.RELEASED if action == "drain" else Outcome.RECOVERED
-        record(outcome, job_id, job_type, reason=action)
+        record(outcome, job_id, job_type, queue=queue, reason=action)
     elif code is Code.DEAD:
-        record(Outcome.RECOVERY_CAP, job_id, job_type, reason="recovery cap")
+        record(Outcome.RECOVERY_CAP, job_id, job_type, queue=queue, reason="recovery cap")

@@ -145,6 +145,7 @@ class Upgrade:
                 f"set TASKFORGE_NAMESPACE={self.v1.hash_tag}"
             )
         self.wake_cap = wake_cap
+        self.scan_count = SCAN_COUNT
         self._scripts = {n: client.register_script(assemble(n)) for n in SCRIPT_NAMES}
 
     def _call(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
@@ -249,18 +250,18 @@ class Upgrade:
 
     # --- idempotency keys ------------------------------------------------------------------
 
-    def scan(self, cursor: int, count: int = SCAN_COUNT) -> tuple[int, list[str], list[bytes]]:
+    def scan(self, cursor: int) -> tuple[int, list[str], list[bytes]]:
         """Return one SCAN step over the v1 keys: the next cursor, job ids, idempotency keys."""
-        cursor, names = self.redis.scan(cursor, match=self.v1.pattern, count=count)
+        cursor, names = self.redis.scan(cursor, match=self.v1.pattern, count=self.scan_count)
         job_prefix = self.v1.job_prefix.encode()
         idem_prefix = self.v1.idempotency_prefix.encode()
         job_ids = [n[len(job_prefix) :].decode() for n in names if n.startswith(job_prefix)]
         return int(cursor), job_ids, [n for n in names if n.startswith(idem_prefix)]
 
-    def move_keys(self, names: Iterable[bytes]) -> Moved:
-        """Move v1 idempotency keys (their full names) whose job lives in v2; forget the rest
-        whose job is gone; leave those whose job is still in v1 for a later pass."""
-        moved = Moved()
+    def move_keys(self, names: Iterable[bytes]) -> Counter[str]:
+        """Move v1 idempotency keys (their full names) whose job lives in v2, forget those whose
+        job is gone, leave those whose job is still in v1 for a later pass; count each outcome."""
+        outcomes: Counter[str] = Counter()
         suffixes = [n[len(self.v1.idempotency_prefix) :].decode() for n in names]
         pipe = self.redis.pipeline(transaction=False)
         for suffix in suffixes:
@@ -274,7 +275,7 @@ class Upgrade:
         for i, (suffix, digest, job_id) in enumerate(entries):
             in_v1, request = found[2 * i], found[2 * i + 1]
             if in_v1:
-                moved.keys["waiting"] += 1  # its job moves first; a later pass moves the key
+                outcomes["waiting"] += 1  # its job moves first; a later pass moves the key
                 continue
             v2_digest = _v2_digest(digest.decode(), request) if request[0] else ""
             code = Code(
@@ -284,8 +285,8 @@ class Upgrade:
                     [digest, job_id, v2_digest, DEFAULT_QUEUE],
                 )[0]
             )
-            moved.keys[_key_outcome(code, v2_digest)] += 1
-        return moved
+            outcomes[_key_outcome(code, v2_digest)] += 1
+        return outcomes
 
     # --- whole runs ------------------------------------------------------------------------
 
@@ -297,15 +298,14 @@ class Upgrade:
             total.add(moved)
             if not moved.progressed:
                 break
-        held, cursor = total.held, 0
+        cursor = 0
         while True:  # one walk of every v1 key: hashes no index names, idempotency keys
             cursor, job_ids, names = self.scan(cursor)
             if job_ids:
                 total.add(self.move_jobs(0, unindexed=job_ids, now_ms=now_ms))
             if names:
-                total.add(self.move_keys(names))
+                total.keys.update(self.move_keys(names))
             if cursor == 0:
-                total.held = held
                 return total
 
     def census(self, *, now_ms: int | None = None) -> Census:

@@ -390,7 +390,8 @@ def _key_outcome(code: Code, v2_digest: str) -> str:
 
 def _states(counts: dict[str, int]) -> str:
     listed = ", ".join(f"{state} {n}" for state, n in counts.items() if n)
-    return f"{listed} ({sum(counts.values())} jobs)" if listed else "no job"
+    total = sum(counts.values())
+    return f"{listed} ({total} job{'' if total == 1 else 's'})" if listed else "no job"
 
 
 def _print_census(upgrade: Upgrade, census: Census) -> None:
@@ -427,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m shared.upgrade",
         description="Move jobs and idempotency keys of layout v1 ({taskforge}:v1:) into the "
         "default queue of layout v2. Safe to run again, and while gateways and workerd run.",
+        epilog="exit codes: 0 done; 1 Redis error, or jobs still running under v1 after --wait; "
+        "2 usage or configuration error. Reads REDIS_URL and TASKFORGE_NAMESPACE.",
     )
     parser.add_argument("--dry-run", action="store_true", help="print what would move, by state")
     parser.add_argument(

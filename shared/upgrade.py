@@ -55,7 +55,10 @@ SCRIPT_NAMES = ("upgrade_detach", "upgrade_copy", "upgrade_drop", "upgrade_idem"
 V1_STATES = ("pending", "scheduled", "retrying", "processing", "dead", "canceled", "completed")
 UNINDEXED = "unindexed"  # a job hash no v1 index named (only a key scan finds one)
 BATCH = 500  # jobs taken out of v1 per upgrade_detach call
-COPY_BYTES = 4 * 1024 * 1024  # fields per upgrade_copy call, at most about this many bytes
+# Staged jobs read at once, and the fields one upgrade_copy call carries (about): payloads
+# reach 1 MiB, so a batch's jobs are read and copied a few at a time.
+READ_CHUNK = 64
+COPY_BYTES = 4 * 1024 * 1024
 SCAN_COUNT = 1_000
 WAKE_CAP = Policy().wake_cap
 # The request fields a job's hash keeps, from which its idempotency digest is rebuilt.
@@ -197,30 +200,32 @@ class Upgrade:
         return moved
 
     def _finish(self, staged: dict[str, str], moved: Moved) -> None:
-        """Copy staged jobs into v2 and drop the originals, a bounded number of bytes a call."""
+        """Copy staged jobs into v2 and drop the originals, READ_CHUNK jobs a read."""
         ids = sorted(staged)
-        pipe = self.redis.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.hgetall(self.v1.staged(job_id))
-            pipe.pttl(self.v1.staged(job_id))
-        pipe.get(self.v1.seq)
-        *replies, v1_seq = pipe.execute()
-        batch: list[_Staged] = []
-        gone: list[str] = []
-        for i, job_id in enumerate(ids):
-            fields, pttl = replies[2 * i], replies[2 * i + 1]
-            if not fields:  # its TTL ran out while staged (a dead or canceled job's)
-                gone.append(job_id)
-                continue
-            batch.append(_staged(job_id, staged[job_id], fields, pttl))
-            if sum(s.size for s in batch) >= COPY_BYTES:
+        v1_seq = self.redis.get(self.v1.seq)  # after the detach: past every staged job's seq
+        for start in range(0, len(ids), READ_CHUNK):
+            chunk = ids[start : start + READ_CHUNK]
+            pipe = self.redis.pipeline(transaction=False)
+            for job_id in chunk:
+                pipe.hgetall(self.v1.staged(job_id))
+                pipe.pttl(self.v1.staged(job_id))
+            replies = pipe.execute()
+            batch: list[_Staged] = []
+            gone: list[str] = []
+            for i, job_id in enumerate(chunk):
+                fields, pttl = replies[2 * i], replies[2 * i + 1]
+                if not fields:  # its TTL ran out while staged (a dead or canceled job's)
+                    gone.append(job_id)
+                    continue
+                batch.append(_staged(job_id, staged[job_id], fields, pttl))
+                if sum(s.size for s in batch) >= COPY_BYTES:
+                    self._copy(batch, v1_seq, moved)
+                    batch = []
+            if batch:
                 self._copy(batch, v1_seq, moved)
-                batch = []
-        if batch:
-            self._copy(batch, v1_seq, moved)
-        if gone:
-            self._drop(gone)
-            moved.expired += len(gone)
+            if gone:
+                self._drop(gone)
+                moved.expired += len(gone)
 
     def _copy(self, batch: list[_Staged], v1_seq: bytes | None, moved: Moved) -> None:
         k = self.v2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis
 
 from shared.engine_types import Code
@@ -237,3 +238,27 @@ def snapshot_v1(r: redis.Redis) -> dict[str, Any]:
         name.decode(): (r.type(name), r.dump(name))
         for name in sorted(r.scan_iter(match=V1K.pattern, count=1000))
     }
+
+
+def test_big_payloads_are_copied_a_few_megabytes_a_call(
+    r: redis.Redis, v1: V1, upgrade: Upgrade, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = [job_id(n) for n in range(1, 13)]
+    for jid in ids:
+        v1.enqueue(jid, {"type": "t", "payload": {"blob": "x" * 900_000}}, now_ms=T0)
+    sizes: list[int] = []
+    call = upgrade._call
+
+    def measured(name: str, keys: list[str], args: list[Any]) -> Any:
+        if name == "upgrade_copy":
+            sizes.append(sum(len(a) for a in args if isinstance(a, bytes)))
+        return call(name, keys, args)
+
+    monkeypatch.setattr(upgrade, "_call", measured)
+    moved = upgrade.run(now_ms=NOW)
+
+    assert moved.jobs == {"pending": 12}
+    assert len(sizes) >= 3 and max(sizes) < 5 * 1024 * 1024, sizes
+    assert all(
+        r.hget(K.job(jid), "payload") == b'{"blob":"' + b"x" * 900_000 + b'"}' for jid in ids
+    )

@@ -29,8 +29,9 @@
 --
 -- Returns {taken, dangling, held}: the jobs taken; the index entries whose hash was gone
 --         (removed); the processing jobs left under a live lease.
--- Redis commands: per job taken, 4 (RENAME, HSET, ZREM, EXISTS), 6 from pending (ZSCORE and
--- ZREM of pending_since); per state, one ZRANGE.
+-- Redis commands: per job taken, 4 (EXISTS, RENAME, HSET, ZREM), 6 from pending (ZSCORE and
+-- ZREM of pending_since too); per call, TIME, a ZRANGE per state walked, and ZCOUNT; per id
+-- from a key scan, EXISTS and up to 7 ZSCORE.
 
 --- @include "common"
 

@@ -315,11 +315,13 @@ class Upgrade:
 
     def census(self, *, now_ms: int | None = None) -> Census:
         """Return what a run would move, without moving anything."""
-        now = now_ms if now_ms is not None else int(time.time() * 1000)
+        if now_ms is None:  # Redis's clock, as upgrade_detach reads it: leases are on it
+            seconds, micros = self.redis.time()
+            now_ms = seconds * 1000 + micros // 1000
         pipe = self.redis.pipeline(transaction=False)
         for state in V1_STATES:
             pipe.zcard(self.v1.state_index(state))
-        pipe.zcount(self.v1.state_index("processing"), now, "+inf")
+        pipe.zcount(self.v1.state_index("processing"), now_ms, "+inf")
         pipe.hlen(self.v1.moving)
         *cards, held, staged = pipe.execute()
         by_state = dict(zip(V1_STATES, cards, strict=True))

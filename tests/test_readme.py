@@ -218,6 +218,7 @@ SECTIONS_RUN = {
     "Quickstart": "test_quickstart_commands_exist_and_are_executable, and every test here",
     "Five-minute demo": "test_five_minute_demo_runs_verbatim_against_bin_run",
     "Writing and running a handler": "test_handler_loop_runs_verbatim_against_bin_run",
+    "Upgrading from v1": "tests/upgrade/test_readme_block.py",
 }
 
 

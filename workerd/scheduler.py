@@ -4,7 +4,9 @@ Every duty is one atomic script that re-checks state, so several schedulers (one
 can run at once: each job is promoted or recovered once, and if one scheduler dies the others
 carry on. Promotion runs every tick (lateness well under 100 ms); recovery and trimming run
 once a second. Each duty runs once per queue (a script touches one queue's slot); the list of
-queues is read again once a second, so a new queue is served within a second.
+queues is read again once a second, so a new queue is served within a second. Jobs still
+under layout v1 (an old gateway's, in a rolling upgrade) move into v2 by workerd/v1_drain.py,
+at the recovery's pace and under its grace: a v1 lease looks expired after an outage too.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import redis
 from shared import metrics, tracing
 from shared.lifecycle import Outcome, record
 from shared.scripts import PromoteResult, Scripts
+from shared.upgrade import Upgrade
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.slots import Slot
+from workerd.v1_drain import V1Drain
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,9 @@ class SchedulerProcess(StopOnSignal):
         self.queues: list[str] = []
         self.stopping = False
         self.backoff = Backoff("scheduler", redis_url=redis_url)
+        self.v1_drain = V1Drain(
+            Upgrade(scripts.redis, scripts.keys, wake_cap=scripts.policy.wake_cap)
+        )
 
     def run(self) -> int:
         """Loop until stopped or orphaned; return the exit code."""
@@ -96,6 +103,7 @@ class SchedulerProcess(StopOnSignal):
             for queue in self.queues:
                 self._recover(queue, now_ms)
                 self.scripts.trim(queue=queue, now_ms=now_ms)
+            self.v1_drain.tick(now, now_ms)
 
     def _promote(self, queue: str, now_ms: int | None) -> PromoteResult:
         result = self.scripts.promote(queue=queue, now_ms=now_ms)

@@ -1,0 +1,65 @@
+#!lua flags=allow-oom
+-- cancel: withdraw a job that has not started (pending, scheduled or retrying).
+--
+-- Invariant: a canceled job is in no claimable or deferred index, so no worker can start it.
+-- Canceling a canceled job succeeds and changes nothing (so a repeated call is harmless);
+-- processing, completed and dead jobs are refused with their status.
+--
+-- KEYS[1] -> {prefix}job:<id>
+-- KEYS[2] -> {prefix}pending         zset, score -priority, member <seq>:<id>
+-- KEYS[3] -> {prefix}pending_since   zset, id -> claimable since (ms)
+-- KEYS[4] -> {prefix}scheduled       zset, id -> scheduled_at (ms)
+-- KEYS[5] -> {prefix}retrying        zset, id -> next_retry_at (ms)
+-- KEYS[6] -> {prefix}canceled        zset, id -> canceled at (ms); trimmed by trim.lua
+--
+-- ARGV[1] -> TTL of the job hash (ms): retention plus a margin, a backstop behind trim.lua
+-- ARGV[2] -> now (ms) override, or '' for Redis TIME
+-- ARGV[3] -> request id: a repeat of the call that canceled the job answers DONE again
+--
+-- Returns {DONE, HGETALL of the job}, {DUPLICATE, HGETALL} when it was already canceled,
+-- {NOT_FOUND}, or {WRONG_STATE, current status}.
+
+local DONE = 1           -- the transition happened (or had already happened for this request)
+local DUPLICATE = 2      -- enqueue: the idempotency key already names a job for this request
+local NOT_FOUND = -1     -- no such job
+local WRONG_STATE = -2   -- the job is not in a state this transition starts from
+-- Milliseconds on Redis's clock, or the caller's override (tests control time this way).
+-- One clock for every host: leases and schedules compare times written by different machines.
+local function now_ms(override)
+  if override ~= nil and override ~= '' then
+    return tonumber(override)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- The pending zset member: the zero-padded Redis sequence sorts equal priorities FIFO.
+local function pending_member(seq, job_id)
+  return string.format('%016d:%s', seq, job_id)
+end
+
+local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'seq', 'last_request')
+local status, job_id = state[1], state[2]
+if not status then
+  return {NOT_FOUND}
+end
+if status == 'canceled' then
+  return {state[4] == ARGV[3] and DONE or DUPLICATE, redis.call('HGETALL', KEYS[1])}
+end
+if status == 'pending' then
+  redis.call('ZREM', KEYS[2], pending_member(tonumber(state[3]), job_id))
+  redis.call('ZREM', KEYS[3], job_id)
+elseif status == 'scheduled' then
+  redis.call('ZREM', KEYS[4], job_id)
+elseif status == 'retrying' then
+  redis.call('ZREM', KEYS[5], job_id)
+else
+  return {WRONG_STATE, status}
+end
+
+local now = now_ms(ARGV[2])
+redis.call('HSET', KEYS[1], 'status', 'canceled', 'finished_at', now, 'updated_at', now,
+  'last_request', ARGV[3])
+redis.call('HDEL', KEYS[1], 'seq', 'next_retry_at')
+redis.call('ZADD', KEYS[6], now, job_id)
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return {DONE, redis.call('HGETALL', KEYS[1])}

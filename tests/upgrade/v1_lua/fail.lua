@@ -1,0 +1,108 @@
+#!lua flags=allow-oom
+-- fail: record a failed execution; retry it after a backoff, or declare it dead.
+--
+-- Invariant: max_retries is the maximum number of executions: a failure on attempt
+-- max_retries (or a permanent failure) is dead and enters the DLQ exactly once; an earlier one
+-- waits in `retrying` for base * 2^(attempts-1) ms, capped, with optional jitter. Only the
+-- holder of the current token can fail the job; a repeated call with that token returns the
+-- first call's outcome and writes nothing (the error and traceback are stored once).
+--
+-- KEYS[1] -> {prefix}job:<id>
+-- KEYS[2] -> {prefix}processing   zset, id -> lease deadline (ms)
+-- KEYS[3] -> {prefix}retrying     zset, id -> next_retry_at (ms)
+-- KEYS[4] -> {prefix}dead         zset, id -> time of death (ms)
+--
+-- ARGV[1] -> fencing token
+-- ARGV[2] -> error text, "Type: message" (already length-capped by the caller)
+-- ARGV[3] -> base delay (ms)
+-- ARGV[4] -> maximum delay (ms)
+-- ARGV[5] -> jitter fraction (0..1): the delay moves by up to ± this share of itself
+-- ARGV[6] -> a uniform random number in [0, 1) drawn by the caller (scripts must not draw)
+-- ARGV[7] -> '1' for a permanent failure (dead now, whatever attempts remain), else '0'
+-- ARGV[8] -> TTL of a dead job's hash (ms): the DLQ's maximum age
+-- ARGV[9] -> now (ms) override, or '' for Redis TIME
+-- ARGV[10] -> the handler's traceback (already capped by the caller), or '' for none
+--
+-- Returns {RETRYING, type, attempts, next_retry_at}, {DEAD, type, attempts}, {NOT_FOUND}, or
+--         {STALE_TOKEN, current status}: the type and attempt number are what the caller logs
+--         and counts, so it needs no read of its own.
+-- Redis commands: 6 to retry (HMGET, TIME, ZREM, HSET, [HDEL], ZADD), 7 to declare it dead
+-- (HMGET, TIME, ZREM, HSET, HDEL, ZADD, PEXPIRE).
+
+local RETRYING = 3       -- fail: the job waits out its backoff in the retrying set
+local DEAD = 4           -- fail/release: the job is dead and in the DLQ
+local NOT_FOUND = -1     -- no such job
+local STALE_TOKEN = -3   -- the caller's fencing token is not the job's current one
+-- Milliseconds on Redis's clock, or the caller's override (tests control time this way).
+-- One clock for every host: leases and schedules compare times written by different machines.
+local function now_ms(override)
+  if override ~= nil and override ~= '' then
+    return tonumber(override)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Move a job to the dead-letter queue, recording why its last execution failed ("Type:
+-- message") and, for a handler's exception, its traceback; a failure without one (a timeout, a
+-- lost worker) removes the previous failure's traceback, so the two fields always describe
+-- the same failure. Its hash expires after the DLQ's maximum age; trim.lua removes it (and
+-- its index entry) earlier when the DLQ is over its count cap.
+local function make_dead(dead_key, job_key, job_id, error_text, traceback, now, ttl_ms)
+  if traceback ~= '' then
+    redis.call('HSET', job_key, 'status', 'dead', 'finished_at', now, 'updated_at', now,
+      'last_error', error_text, 'traceback', traceback)
+    redis.call('HDEL', job_key, 'next_retry_at', 'seq')
+  else
+    redis.call('HSET', job_key, 'status', 'dead', 'finished_at', now, 'updated_at', now,
+      'last_error', error_text)
+    redis.call('HDEL', job_key, 'next_retry_at', 'seq', 'traceback')
+  end
+  redis.call('ZADD', dead_key, now, job_id)
+  redis.call('PEXPIRE', job_key, ttl_ms)
+end
+
+local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'attempts', 'max_retries',
+  'next_retry_at', 'type')
+if not state[1] then
+  return {NOT_FOUND}
+end
+if state[2] ~= ARGV[1] then
+  return {STALE_TOKEN, state[1]}
+end
+local job_type, attempts = state[7], tonumber(state[4])
+if state[1] == 'retrying' then
+  return {RETRYING, job_type, attempts, tonumber(state[6])}
+end
+if state[1] == 'dead' then
+  return {DEAD, job_type, attempts}
+end
+if state[1] ~= 'processing' then
+  return {STALE_TOKEN, state[1]}
+end
+
+local job_id = state[3]
+local now = now_ms(ARGV[9])
+redis.call('ZREM', KEYS[2], job_id)
+
+if ARGV[7] == '1' or attempts >= tonumber(state[5]) then
+  make_dead(KEYS[4], KEYS[1], job_id, ARGV[2], ARGV[10], now, ARGV[8])
+  return {DEAD, job_type, attempts}
+end
+
+-- The maximum is a hard ceiling: jitter spreads retries below it, never past it.
+local max_delay = tonumber(ARGV[4])
+local delay = math.min(tonumber(ARGV[3]) * 2 ^ (attempts - 1), max_delay)
+delay = delay + delay * tonumber(ARGV[5]) * (2 * tonumber(ARGV[6]) - 1)
+local due = now + math.floor(math.max(0, math.min(delay, max_delay)))
+-- The error and traceback always describe the same failure: one without a traceback (a
+-- timeout) removes the previous failure's.
+if ARGV[10] ~= '' then
+  redis.call('HSET', KEYS[1], 'status', 'retrying', 'next_retry_at', due, 'updated_at', now,
+    'last_error', ARGV[2], 'traceback', ARGV[10])
+else
+  redis.call('HSET', KEYS[1], 'status', 'retrying', 'next_retry_at', due, 'updated_at', now,
+    'last_error', ARGV[2])
+  redis.call('HDEL', KEYS[1], 'traceback')
+end
+redis.call('ZADD', KEYS[3], due, job_id)
+return {RETRYING, job_type, attempts, due}

@@ -106,9 +106,12 @@ def chaos_kills(
             continue
         pid = rng.choice(sorted(candidates))
         if alive(pid):
+            # Timed before the signal: the test thread may be descheduled after os.kill
+            # returns, and by then the job can have started again elsewhere.
+            at = time.time()
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-                kills.append(Kill(pid, time.time(), candidates[pid]))
+                kills.append(Kill(pid, at, candidates[pid]))
 
 
 def jobs_held_at_death(workerd: Workerd, kills: Sequence[Kill]) -> list[Kill]:

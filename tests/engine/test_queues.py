@@ -7,6 +7,8 @@ names one job whatever its queue; a batch spanning queues is created all or none
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import redis
 
@@ -272,7 +274,7 @@ def test_replay_returns_a_dead_job_to_pending_in_its_own_queue(
 
 
 def test_purge_deletes_in_its_own_queue_and_a_repeat_finds_the_tombstone_there(
-    r: redis.Redis, scripts: Scripts
+    r: redis.Redis, scripts: Scripts, pin_request_id: Callable[[str], None]
 ) -> None:
     directory = QueueDirectory(scripts)
     directory.ensure(B)
@@ -284,14 +286,19 @@ def test_purge_deletes_in_its_own_queue_and_a_repeat_finds_the_tombstone_there(
         scripts.purge(J1, queue=A)
     assert changed(before, everything(r)) == set()
 
+    pin_request_id("purge-1")
     assert scripts.purge(J1, queue=B) == "t"
 
     after = everything(r)
     assert changed(before, after) == {KB.job(J1), KB.dead, KB.tombstone(J1)}
     assert after[KA.dead] == before[KA.dead]  # a's DLQ untouched
-    # The job is gone, but its tombstone still says where a repeated purge must run.
+    # The job is gone, but its tombstone says where a repeat of the call must run, and there
+    # the repeat (its reply lost, the same request id) is answered as the first call was.
     assert directory.locate(J1) == B
     assert directory.find_job(J1) is None
+    assert scripts.purge(J1, queue=B) == "t"
+    with pytest.raises(JobNotFound):
+        scripts.purge(J1, queue=A)
 
 
 # --- idempotency keys span queues ----------------------------------------------------------

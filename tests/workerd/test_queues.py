@@ -11,6 +11,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
+from itertools import pairwise
 from typing import Any
 
 import redis
@@ -113,7 +114,7 @@ def test_weighted_order_shares_the_worker_by_weight_and_starves_no_queue(
     # 0.9^200, about 10^-9, per position).
     gaps = [n for n, queue in enumerate(order) if queue == "c"]
     bounds = [-1, *gaps, runs_counted]
-    assert max(b - a for a, b in zip(bounds, bounds[1:], strict=False)) <= 200, gaps
+    assert max(b - a for a, b in pairwise(bounds)) <= 200, gaps
 
 
 def test_a_worker_never_touches_a_queue_it_does_not_serve(

@@ -22,6 +22,7 @@ from shared.jobs import (
     JobState,
 )
 from shared.queries import CURSOR_PATTERN
+from shared.queues import DEFAULT_QUEUE, QUEUE_PATTERN
 
 JOB_ID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"
 TIMESTAMP = {"type": "string", "format": "date-time"}
@@ -70,6 +71,13 @@ def _enqueue_schema() -> dict[str, Any]:
         "examples": [{"type": "send_email", "payload": {"to": "ada@example.com"}, "priority": 5}],
         "properties": {
             "type": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
+            "queue": {
+                "type": "string",
+                "pattern": f"^{QUEUE_PATTERN.pattern}$",
+                "default": DEFAULT_QUEUE,
+                "description": "The queue it waits in; workers take from the queues their "
+                "host's WORKER_QUEUES names. Absent: default.",
+            },
             "payload": {
                 "type": "object",
                 "description": "A JSON object, handed to the handler; absent means {}.",
@@ -101,7 +109,7 @@ def _enqueue_schema() -> dict[str, Any]:
 
 
 def _job_schema() -> dict[str, Any]:
-    required = ["id", "type", "status", "priority", "max_retries", "attempts"]
+    required = ["id", "type", "queue", "status", "priority", "max_retries", "attempts"]
     required += ["recoveries", "payload", "created_at", "updated_at", "traceback"]
     return {
         "type": "object",
@@ -109,6 +117,7 @@ def _job_schema() -> dict[str, Any]:
         "properties": {
             "id": {"type": "string", "pattern": JOB_ID},
             "type": {"type": "string"},
+            "queue": {"type": "string"},
             "status": {"type": "string", "enum": STATES},
             "priority": {"type": "integer"},
             "max_retries": {"type": "integer"},

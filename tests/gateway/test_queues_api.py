@@ -176,3 +176,11 @@ def test_replay_and_purge_find_a_dead_job_in_its_queue(gw: Gunicorn, engine: Scr
 def doc_queue(engine: Scripts, job_id: str) -> str | None:
     """Return the queue that holds a job, found as the gateway finds it."""
     return QueueDirectory(engine).locate(job_id)
+
+
+def test_the_openapi_document_lists_queue_on_enqueue_and_on_the_job(gw: Gunicorn) -> None:
+    schemas = gw.request("GET", "/openapi.json")[2]["components"]["schemas"]
+
+    enqueue = schemas["EnqueueRequest"]["properties"]["queue"]
+    assert enqueue["pattern"] == "^[A-Za-z0-9_.-]{1,64}$" and enqueue["default"] == "default"
+    assert "queue" in schemas["Job"]["required"]

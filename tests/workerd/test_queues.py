@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from shared.directory import QueueDirectory
-from shared.jobs import JobState, validate_enqueue
+from shared.jobs import JobState, format_ms, validate_enqueue
 from shared.keys import Keys
 from shared.scripts import Scripts
 from tests.support.tools import wait_until
@@ -166,3 +166,20 @@ def test_a_job_for_a_higher_queue_overtakes_a_busy_worker_within_the_recheck(
     assert "low" in order[order.index("high") + 1 :] or producer.count("low", JobState.PENDING), (
         "high did not overtake: low was drained first"
     )
+
+
+def test_a_served_queue_the_list_lost_is_listed_again_and_its_scheduled_job_runs(
+    r: redis.Redis, start_workerd: Start, journal: Journal
+) -> None:
+    producer = Producer(r)
+    soon = format_ms(int(time.time() * 1000) + 300)
+    job_id = producer.fill("x", 1, {"file": journal.file}, scheduled_at=soon)[0]
+    # The list forgets x, as after a failover that dropped the producer's SADD: the producer
+    # lists a queue once per process and will not list it again.
+    r.delete(producer.scripts.keys.queues)
+
+    workerd = start_workerd(WORKER_COUNT="1", WORKER_QUEUES="x")
+
+    journal.wait_for("end", job_id, timeout=10)  # promoted by the scheduler, then run
+    assert producer.scripts.queue_names() == ["default", "x"]
+    assert workerd.wait_for("queues_relisted", queues=["x"])

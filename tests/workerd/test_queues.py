@@ -140,7 +140,8 @@ def test_a_worker_never_touches_a_queue_it_does_not_serve(
     assert after == before
     assert {job_id: r.hgetall(kb.job(job_id)) for job_id in others} == hashes
     assert producer.count("b", JobState.PROCESSING) == 0
-    assert not workerd.events("job_claimed", id=others[0])
+    assert workerd.events("job_claimed", job_id=later[0])  # the field the check below reads
+    assert not any(workerd.events("job_claimed", job_id=job_id) for job_id in others)
     assert later[0] in {entry["id"] for entry in journal.entries("end")}
 
 
@@ -161,7 +162,7 @@ def test_a_job_for_a_higher_queue_overtakes_a_busy_worker_within_the_recheck(
     # At most the rest of the running job, then the recheck of an empty high; slack for the
     # machine (a fused complete-and-claim-next per job would keep it on low for ~4 s).
     late = began - sent
-    assert late <= EMPTY_RECHECK + job_seconds + 0.35, late
+    assert late <= EMPTY_RECHECK + job_seconds + 0.5, late
     order = producer.queues_run(journal)
     assert "low" in order[order.index("high") + 1 :] or producer.count("low", JobState.PENDING), (
         "high did not overtake: low was drained first"

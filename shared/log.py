@@ -62,6 +62,7 @@ EVENTS: frozenset[str] = frozenset(
         "lease_renewal_failed",
         "requeue_abandoned",
         "job_promoted",
+        "queues_relisted",
         "redis_unavailable",
         "redis_available",
         "scripts_not_loaded",

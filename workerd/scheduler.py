@@ -4,9 +4,13 @@ Every duty is one atomic script that re-checks state, so several schedulers (one
 can run at once: each job is promoted or recovered once, and if one scheduler dies the others
 carry on. Promotion runs every tick (lateness well under 100 ms); recovery and trimming run
 once a second. Each duty runs once per queue (a script touches one queue's slot); the list of
-queues is read again once a second, so a new queue is served within a second. Jobs still
-under layout v1 (an old gateway's, in a rolling upgrade) move into v2 by workerd/v1_drain.py,
-at the recovery's pace and under its grace: a v1 lease looks expired after an outage too.
+queues is read again once a second, so a new queue is served within a second. The queues this
+host serves (WORKER_QUEUES) are listed again should the list have lost them: a producer lists a
+queue once per process, so a failover that dropped its SADD, or a flushed Redis, would
+otherwise leave that queue's retries unpromoted, its leases unrecovered and its completed
+jobs untrimmed for good. Jobs still under layout v1 (an old gateway's, in a rolling upgrade)
+move into v2 by workerd/v1_drain.py, at the recovery's pace and under its grace: a v1 lease
+looks expired after an outage too.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import redis
 
@@ -49,8 +53,10 @@ class SchedulerProcess(StopOnSignal):
         reconnect_grace: float,
         clock: Callable[[], float] = time.monotonic,
         redis_url: str = "",
+        served: Sequence[str] = (),
     ) -> None:
         self.scripts = scripts
+        self.served = tuple(served)  # this host's WORKER_QUEUES, kept on the list
         self.slot = slot
         self.parent_pid = parent_pid
         # After an outage, leases look expired only because renewals could not reach Redis
@@ -92,7 +98,7 @@ class SchedulerProcess(StopOnSignal):
         """Promote due jobs; once a second (and outside a reconnect grace) recover and trim."""
         began = self.clock()
         if not self.queues or now >= self.next_recover:
-            self.queues = self.scripts.queue_names()
+            self.queues = self._listed_queues()
         for queue in self.queues:
             self._promote(queue, now_ms)
         ended = self.clock()
@@ -104,6 +110,17 @@ class SchedulerProcess(StopOnSignal):
                 self._recover(queue, now_ms)
                 self.scripts.trim(queue=queue, now_ms=now_ms)
             self.v1_drain.tick(now, now_ms)
+
+    def _listed_queues(self) -> list[str]:
+        """Return the list of queues, after listing again any this host serves that it lacks."""
+        listed = self.scripts.queue_names()
+        missing = [queue for queue in self.served if queue not in listed]
+        if not missing:
+            return listed
+        for queue in missing:
+            self.scripts.register_queue(queue)
+        log.warning("queues_relisted", extra={"queues": missing})
+        return sorted({*listed, *missing})
 
     def _promote(self, queue: str, now_ms: int | None) -> PromoteResult:
         result = self.scripts.promote(queue=queue, now_ms=now_ms)

@@ -324,7 +324,12 @@ class Supervisor:
         elif child.kind == SCHEDULER:
             grace = 2 * self.renew_interval + 1.0
             process = SchedulerProcess(
-                scripts, slot, self.pid, reconnect_grace=grace, redis_url=self.settings.redis_url
+                scripts,
+                slot,
+                self.pid,
+                reconnect_grace=grace,
+                redis_url=self.settings.redis_url,
+                served=self.settings.worker_queues.names,
             )
         else:
             assert self.listener is not None

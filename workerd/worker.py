@@ -241,11 +241,17 @@ class WorkerProcess(StopOnSignal):
         self.claim_now = True
         with tracing.span("task.acknowledge", job.extra.get("traceparent"), attributes):
             next_job = self._write_outcome(job, outcome, fields, claim_next)
-        if claim_next is not None and outcome.ok and next_job is None:
-            # Asked its queue for the next job and got none: the rest of the order, if any.
-            self.empty_until[job.queue] = time.monotonic() + EMPTY_RECHECK
-            self.order = self.order[1:]
-            self.claim_now = bool(self.order)
+        if claim_next is not None and outcome.ok:
+            if next_job is None:
+                # Asked its queue for the next job and got none: the rest of the order, if any.
+                self.empty_until[job.queue] = time.monotonic() + EMPTY_RECHECK
+                self.order = self.order[1:]
+                self.claim_now = bool(self.order)
+            else:
+                # The order drawn for this claim is spent. Kept, it would be the next one too:
+                # the worker would stay on this queue until it ran dry (no weights, and a
+                # higher queue's new job waiting behind the whole lower queue).
+                self.order = ()
         return next_job
 
     def _write_outcome(

@@ -118,7 +118,7 @@ def _score(score: float) -> int | float:
 
 def snapshot(r: redis.Redis, keys: Keys = K) -> Snapshot:
     """Return each key's state: zsets as [(member, score)] in rank order, hashes as dicts,
-    lists and strings as values; integer-looking text becomes int."""
+    lists and strings as values, sets as sorted lists; integer-looking text becomes int."""
     state = Snapshot()
     expiring = set()
     names = [*r.scan_iter(match=f"{keys.prefix}*", count=1000)]
@@ -134,6 +134,8 @@ def snapshot(r: redis.Redis, keys: Keys = K) -> Snapshot:
             value = [_number(v.decode()) for v in r.lrange(raw, 0, -1)]
         elif kind == "string":
             value = _number(r.get(raw).decode())
+        elif kind == "set":  # the list of queues
+            value = sorted(m.decode() for m in r.smembers(raw))
         else:
             raise AssertionError(f"unexpected {kind} at {name}")
         state[name] = value

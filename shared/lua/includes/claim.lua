@@ -47,12 +47,6 @@ local function claimed_before(processing_key, prefix, worker_id)
   return redis.call('HMGET', held[#held][1], unpack(reply_fields()))
 end
 
--- Whether a worker whose runnable types are `runnable` ('|a|b|', or '' for any) runs `job_type`.
--- Type names cannot hold '|' (shared/jobs.py), so a plain find is exact.
-local function runs(runnable, job_type)
-  return runnable == '' or string.find(runnable, '|' .. job_type .. '|', 1, true) ~= nil
-end
-
 -- keys = {pending, pending_since, processing, wake}. now: a number, or a function returning
 -- one (Redis TIME is read only once there is a job to start). runnable: the worker's job types
 -- ('|a|b|'), or '' to take any.
@@ -73,9 +67,16 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
     local job_id = string.sub(member, string.find(member, ':', 1, true) + 1)
     local job_key = prefix .. job_id
     local job = redis.call('HMGET', job_key, unpack(CLAIM_FIELDS))
-    if job[F_STATUS] == 'pending' and not runs(runnable, job[F_TYPE]) then
+    -- Type names cannot hold '|' (shared/jobs.py): a plain find of '|type|' is exact. Inline,
+    -- not a helper: every call of the script would create the helper's closure anew.
+    if runnable ~= '' and job[F_STATUS] == 'pending'
+        and not string.find(runnable, '|' .. job[F_TYPE] .. '|', 1, true) then
       redis.call('ZADD', keys[1], popped[2], member)
-      wake_one(keys[4], wake_cap)
+      -- The hint goes back capped as common.lua's wake_one caps it, written out here: a call
+      -- would make every claim create wake_one's closure (about 1.5 % of its instructions).
+      if redis.call('LPUSH', keys[4], '1') > wake_cap then
+        redis.call('LTRIM', keys[4], 0, math.max(1, math.floor(wake_cap / 2)) - 1)
+      end
       return nil, job[F_TYPE]
     end
     redis.call('ZREM', keys[2], job_id)

@@ -22,6 +22,7 @@ class Code(IntEnum):
     DUPLICATE = 2
     RETRYING = 3
     DEAD = 4
+    NOT_RUNNABLE = 6
     NOT_FOUND = -1
     WRONG_STATE = -2
     STALE_TOKEN = -3
@@ -116,12 +117,27 @@ class FailResult:
 
 
 @dataclass(frozen=True)
+class NotRunnable:
+    """A claim that took nothing: the queue's best job is of a type the worker does not run.
+
+    The job stays where it was, first in line, for a worker that runs its type.
+    """
+
+    queue: str
+    job_type: str
+
+
+@dataclass(frozen=True)
 class AckResult:
-    """What a worker-side write did: DONE, DEAD, NOT_FOUND or STALE_TOKEN (with the status)."""
+    """What a worker-side write did: DONE, DEAD, NOT_FOUND or STALE_TOKEN (with the status).
+
+    A complete that also claimed puts the next job in `next_job`, or a :class:`NotRunnable`
+    when the queue's best job is not the worker's to run (the completion happened either way).
+    """
 
     code: Code
     status: str | None = None
-    next_job: Job | None = None
+    next_job: Job | NotRunnable | None = None
     # release only: the job's type when it was requeued (DONE) or declared dead (DEAD).
     job_type: str | None = field(default=None, compare=False)
 

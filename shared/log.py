@@ -68,6 +68,9 @@ EVENTS: frozenset[str] = frozenset(
         "scripts_not_loaded",
         "config_warning",
         "redis_url_defaulted",
+        # routing: a worker leaves a job to hosts that run its type, or takes it (none does)
+        "left_for_other_hosts",
+        "no_host_runs_type",
         # the gateway's own lines
         "unhandled_error",
         "http_request",

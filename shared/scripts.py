@@ -33,6 +33,7 @@ from shared.engine_types import (
     FailResult,
     IdempotencyConflict,
     JobNotFound,
+    NotRunnable,
     Policy,
     PromoteResult,
     RecoverResult,
@@ -40,7 +41,7 @@ from shared.engine_types import (
     TrimResult,
     WrongState,
 )
-from shared.jobs import EnqueueRequest, Job, JobState, cap_traceback
+from shared.jobs import TYPE_PATTERN, EnqueueRequest, Job, JobState, cap_traceback
 from shared.keys import Keys
 from shared.lua_source import assemble
 from shared.queries import QueueCounts, WorkerCounts
@@ -65,6 +66,7 @@ __all__ = [
     "FailResult",
     "IdempotencyConflict",
     "JobNotFound",
+    "NotRunnable",
     "Policy",
     "PromoteResult",
     "RecoverResult",
@@ -74,6 +76,7 @@ __all__ = [
     "WrongState",
     "load_source",
     "new_request_id",
+    "runnable_arg",
 ]
 
 SCRIPT_NAMES = (
@@ -113,6 +116,19 @@ def load_source(name: str) -> str:
 
 def _now(now_ms: int | None) -> str:
     return "" if now_ms is None else str(int(now_ms))
+
+
+@cache
+def runnable_arg(types: frozenset[str] | None) -> str:
+    """Return the claim scripts' runnable-types argument: '|a|b|', or '' for any type.
+
+    A name no job can have (shared.jobs.TYPE_PATTERN; '|' among its characters) is left out:
+    it could only make the scripts match other types. Cached: a worker passes the same set
+    on every claim, and a frozenset keeps its hash.
+    """
+    if types is None:
+        return ""
+    return "|" + "".join(f"{t}|" for t in sorted(types) if TYPE_PATTERN.fullmatch(t))
 
 
 def new_request_id() -> str:
@@ -268,22 +284,34 @@ class Scripts:
         worker_id: str,
         *,
         queue: str = DEFAULT_QUEUE,
+        runnable: frozenset[str] | None = None,
         request_id: str | None = None,
         now_ms: int | None = None,
-    ) -> Job | None:
+    ) -> Job | NotRunnable | None:
         """Start the best pending job for this worker, or return None when there is none.
 
-        A caller that retries a claim that raised passes the same `request_id` again: if the
-        first call did reach Redis, the retry gets the job it claimed instead of a second one.
+        `runnable`: the job types the worker runs (None: any). When the best job is of another
+        type nothing is claimed: the answer is a :class:`NotRunnable` naming its type, and the
+        job stays first in line. A caller that retries a claim that raised passes the same
+        `request_id` again: if the first call did reach Redis, the retry gets the job it
+        claimed instead of a second one.
         """
         k = self.q(queue)
         request_id = request_id or new_request_id()
         reply = self._call(
             "claim",
             [k.pending, k.pending_since, k.processing, k.last_claim(worker_id), k.wake],
-            [k.job_prefix, worker_id, self.policy.lease_ms, request_id, _now(now_ms)],
+            [
+                k.job_prefix,
+                worker_id,
+                self.policy.lease_ms,
+                request_id,
+                _now(now_ms),
+                runnable_arg(runnable),
+                self.policy.wake_cap,
+            ],
         )
-        return claimed_job(reply[1:], worker_id, queue) if reply[0] == Code.DONE else None
+        return _claimed(reply, worker_id, queue)
 
     def renew(
         self,
@@ -315,13 +343,15 @@ class Scripts:
         *,
         claim_next_for: str | None = None,
         queue: str = DEFAULT_QUEUE,
+        runnable: frozenset[str] | None = None,
         now_ms: int | None = None,
     ) -> AckResult:
         """Record success with the job's result (JSON text); optionally claim the next job.
 
         With `claim_next_for` (a worker id) the worker's next job comes back in
-        ``AckResult.next_job`` from the same round trip, as :meth:`claim` would return it; a
-        retried call (its reply lost) gets the job the first call claimed, found by the token.
+        ``AckResult.next_job`` from the same round trip, as :meth:`claim` would return it (with
+        `runnable` as there); a retried call (its reply lost) gets the job the first call
+        claimed, found by the token.
         """
         k, p = self.q(queue), self.policy
         worker = claim_next_for or ""
@@ -342,12 +372,13 @@ class Scripts:
                 k.job_prefix,
                 worker,
                 p.lease_ms,
+                runnable_arg(runnable),
+                p.wake_cap,
             ],
         )
         code = Code(reply[0])
-        if code is Code.DONE:
-            next_job = claimed_job(reply[1:], worker, queue) if len(reply) > 1 else None
-            return AckResult(code, next_job=next_job)
+        if code in (Code.DONE, Code.NOT_RUNNABLE):
+            return AckResult(Code.DONE, next_job=_claimed(reply, worker, queue))
         return AckResult(code, text(reply[1]) if len(reply) > 1 else None)
 
     def fail(
@@ -654,6 +685,15 @@ class Scripts:
 
     def _finished_ttl_ms(self) -> int:
         return self.policy.finished_retention_ms + HASH_TTL_MARGIN_MS
+
+
+def _claimed(reply: list[Any], worker_id: str, queue: str) -> Job | NotRunnable | None:
+    """Return what a claim reply (claim.lua's, or complete.lua's claim part) holds."""
+    if reply[0] == Code.NOT_RUNNABLE:
+        return NotRunnable(queue, text(reply[1]) or "")
+    if reply[0] == Code.DONE and len(reply) > 1:
+        return claimed_job(reply[1:], worker_id, queue)
+    return None
 
 
 def _queue_counts(reply: list[Any]) -> QueueCounts:

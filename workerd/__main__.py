@@ -141,6 +141,12 @@ def check_config(settings: Settings) -> int:
         f"workerd: configuration ok; handler modules {', '.join(settings.handlers)} import "
         f"and register: {', '.join(registered_types()) or '(no job type)'}"
     )
+    # Routing (docs/QUEUES.md): a job of another type is left to a host that runs it.
+    print(
+        f"workerd: takes these types from queues {settings.worker_queues.describe()}; "
+        "a job of another type is left to a live host that runs it (or, if none does, "
+        "taken and failed as NoHandler)"
+    )
     return 0
 
 

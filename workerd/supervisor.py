@@ -51,6 +51,7 @@ from workerd.duties.release import Release
 from workerd.duties.scripts import ScriptLoader
 from workerd.duties.watchdog import Watchdog
 from workerd.obs import ObservabilityApp, ObservabilityServer
+from workerd.registry import registered_types
 from workerd.reload import ImportCheck
 from workerd.respawn import Halt, Respawns
 from workerd.scheduler import SchedulerProcess
@@ -118,7 +119,13 @@ class Supervisor:
         self.release = Release(
             scripts, redis_url=self.redis_url, clock=clock, queues=settings.worker_queues.names
         )
-        self.registry = RegistryHeartbeat(roster, scripts, name=self.name)
+        self.registry = RegistryHeartbeat(
+            roster,
+            scripts,
+            name=self.name,
+            queues=settings.worker_queues.names,
+            types=registered_types(),
+        )
         self.watchdog = Watchdog(roster, silence_timeout=settings.heartbeat_timeout)
         self.readiness = Readiness(
             roster,
@@ -235,6 +242,9 @@ class Supervisor:
                 "supervisor": self.name,
                 "redis": self.redis_url,
                 "handlers": list(self.settings.handlers),
+                # What this host takes (routing, docs/QUEUES.md): these types from these queues.
+                "queues": self.settings.worker_queues.describe(),
+                "job_types": registered_types(),
                 "reloaded": self.reloaded,
             },
         )

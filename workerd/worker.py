@@ -8,7 +8,9 @@ Several queues (WORKER_QUEUES): each claim walks the queues in the plan's order 
 drawn by weight), one claim call per queue tried, since one script touches one queue's slot.
 A complete claims the next job in the same call only when the job's queue comes first in the
 next order; a queue found empty is skipped for EMPTY_RECHECK seconds, so a worker busy on a
-lower queue does not ask an empty higher one before every job (docs/QUEUES.md). The supervisor, not this process, renews the lease of the
+lower queue does not ask an empty higher one before every job (docs/QUEUES.md). A claim takes
+only the job types this host runs; a queue whose first job another host runs is left to it for
+a while (workerd.routing). The supervisor, not this process, renews the lease of the
 running job: a handler that holds the GIL for minutes cannot starve its own lease.
 """
 
@@ -28,10 +30,12 @@ from shared import lifecycle, metrics, tracing
 from shared.config import Settings
 from shared.jobs import Job, dump_json, format_ms
 from shared.log import error_line, error_text
-from shared.scripts import Code, Scripts, new_request_id
+from shared.scripts import Code, NotRunnable, Scripts, new_request_id
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
-from workerd.registry import JobContext, PermanentError, lookup
+from workerd.duties.registry import hosts_running
+from workerd.registry import JobContext, PermanentError, lookup, registered_types
+from workerd.routing import Routing
 from workerd.slots import Slot
 
 log = logging.getLogger(__name__)
@@ -45,6 +49,8 @@ CLAIM_ANYWAY_EVERY = 10
 # job newly enqueued to a higher queue overtake the lower queue it is working through (idle
 # workers are woken for it at once).
 EMPTY_RECHECK = 0.2
+# Claims on one queue at most per claim, each refusal adding a type no live host runs (routing).
+TAKE_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,11 @@ class WorkerProcess(StopOnSignal):
         self.plan = settings.worker_queues
         self.empty_until: dict[str, float] = {}  # queue -> monotonic time to ask again
         self.order: tuple[str, ...] = ()  # the queue order drawn for the next claim
+        self.routing = Routing(
+            registered_types(),
+            lambda queue, job_type: hosts_running(scripts, queue, job_type),
+            worker_id=worker_id,
+        )
         self.backoff = Backoff("worker", redis_url=settings.redis_url)
 
     def _request_stop(self, signum: int, frame: FrameType | None) -> None:
@@ -131,17 +142,31 @@ class WorkerProcess(StopOnSignal):
         """Claim from the first queue of the next order that has a job; None when none has."""
         if self.claim_retry is not None:  # repeat the claim that raised, on its queue
             queue, request_id = self.claim_retry
-            job = self.scripts.claim(self.worker_id, queue=queue, request_id=request_id)
-            self.claim_retry = None
+            job = self._claim_from(queue, request_id)
             if job is not None:
                 return job
         for queue in self._next_order():
-            self.claim_retry = (queue, new_request_id())
-            job = self.scripts.claim(self.worker_id, queue=queue, request_id=self.claim_retry[1])
-            self.claim_retry = None
+            job = self._claim_from(queue, new_request_id())
             if job is not None:
                 return job
-            self.empty_until[queue] = time.monotonic() + EMPTY_RECHECK
+        return None
+
+    def _claim_from(self, queue: str, request_id: str) -> Job | None:
+        """Claim from one queue: its first job, if this host runs its type (or no host does)."""
+        for _ in range(TAKE_TRIES):
+            self.claim_retry = (queue, request_id)
+            runnable = self.routing.runnable(queue)
+            job = self.scripts.claim(
+                self.worker_id, queue=queue, runnable=runnable, request_id=request_id
+            )
+            self.claim_retry = None
+            if not isinstance(job, NotRunnable):
+                if job is None:
+                    self.empty_until[queue] = time.monotonic() + EMPTY_RECHECK
+                return job
+            if not self.routing.take(job):
+                return None  # left to a host that runs it
+            request_id = new_request_id()
         return None
 
     def _next_order(self) -> tuple[str, ...]:
@@ -149,13 +174,28 @@ class WorkerProcess(StopOnSignal):
         if not self.order:
             now = time.monotonic()
             drawn = self.plan.order()
-            self.order = tuple(q for q in drawn if self.empty_until.get(q, 0.0) <= now)
+            self.order = tuple(
+                q
+                for q in drawn
+                if self.empty_until.get(q, 0.0) <= now and not self.routing.leaves(q, now)
+            )
         order, self.order = self.order, ()
         return order
 
     def _wait_for_work(self) -> bool:
         """Block on the wake lists; return whether to claim (a hint came, or it is time anyway)."""
-        wakes = {self.scripts.q(queue).wake: queue for queue in self.plan.names}
+        now = time.monotonic()
+        # Not the wake lists of queues left to other hosts: their hints are for those hosts.
+        wakes = {
+            self.scripts.q(queue).wake: queue
+            for queue in self.plan.names
+            if not self.routing.leaves(queue, now)
+        }
+        if not wakes:
+            # Every queue this worker serves starts with another host's job: no hint is ours
+            # until the first of them is due for another claim.
+            time.sleep(min(WAKE_TIMEOUT_SECONDS, max(0.0, self.routing.back_at() - now)))
+            return True
         hint = self.scripts.redis.blpop(list(wakes), timeout=WAKE_TIMEOUT_SECONDS)
         self.idle_waits += 1
         if hint is not None:
@@ -241,6 +281,10 @@ class WorkerProcess(StopOnSignal):
         self.claim_now = True
         with tracing.span("task.acknowledge", job.extra.get("traceparent"), attributes):
             next_job = self._write_outcome(job, outcome, fields, claim_next)
+        if isinstance(next_job, NotRunnable):
+            # The queue's next job is not this host's type: the next claim asks the queue again
+            # and decides (workerd.routing), so that decision is made in one place.
+            return None
         if claim_next is not None and outcome.ok:
             if next_job is None:
                 # Asked its queue for the next job and got none: the rest of the order, if any.
@@ -256,7 +300,7 @@ class WorkerProcess(StopOnSignal):
 
     def _write_outcome(
         self, job: Job, outcome: Outcome, fields: dict[str, object], claim_next: str | None
-    ) -> Job | None:
+    ) -> Job | NotRunnable | None:
         # A try whose reply was lost completed the job and may have claimed the next: the retry
         # is answered as that try was (complete.lua knows it by the token), so no request id.
         while True:
@@ -268,6 +312,7 @@ class WorkerProcess(StopOnSignal):
                         outcome.result_json,
                         claim_next_for=claim_next,
                         queue=job.queue,
+                        runnable=self.routing.runnable(job.queue),
                     )
                     self._log_completion(job, ack.code, fields)
                     return ack.next_job

@@ -8,7 +8,9 @@
 -- Best = highest priority, then lowest sequence (FIFO). A repeated call with the same request
 -- id (a reply lost and retried) returns the job that request already claimed instead of
 -- claiming a second one. The job keeps its `seq` field: if its worker is lost it goes back to
--- the same place in line.
+-- the same place in line. A worker takes only the job types it runs: when the best job is of
+-- another type it stays exactly where it is, for a worker that runs it (docs/QUEUES.md,
+-- "Routing"), and this worker is told its type.
 --
 -- KEYS[1] -> {prefix}pending          zset, score -priority, member <seq>:<id>
 -- KEYS[2] -> {prefix}pending_since    zset, id -> claimable since (ms)
@@ -22,11 +24,15 @@
 -- ARGV[3] -> lease length (ms)
 -- ARGV[4] -> request id (unique per claim call)
 -- ARGV[5] -> now (ms) override, or '' for Redis TIME
+-- ARGV[6] -> the job types this worker runs, as '|a|b|'; '' takes any type
+-- ARGV[7] -> wake-up hint cap (a refused job gives its hint back, capped as enqueue does)
 --
 -- Returns {DONE, v1, ..., v14}: the code, then the claim reply's values (the job's fields in a
---         fixed order: see includes/claim.lua), in one flat list; or {EMPTY}.
--- Redis commands: 8 when a job is claimed (GET, ZPOPMIN, ZREM, HMGET, TIME, HSET, ZADD, SET),
--- 3 when none is (GET, ZPOPMIN, DEL); tests/engine/test_budgets.py holds them to it.
+--         fixed order: see includes/claim.lua), in one flat list; {EMPTY}; or
+--         {NOT_RUNNABLE, type} when the best job is of a type not in ARGV[6] (nothing claimed).
+-- Redis commands: 8 when a job is claimed (GET, ZPOPMIN, HMGET, ZREM, TIME, HSET, ZADD, SET),
+-- 3 when none is (GET, ZPOPMIN, DEL), 5 when the best job is refused (GET, ZPOPMIN, HMGET,
+-- ZADD, LPUSH; an LTRIM past the hint cap); tests/engine/test_budgets.py holds them to it.
 
 --- @include "codes"
 --- @include "common"
@@ -51,8 +57,11 @@ if last then
   end
 end
 
-local job = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5]}, prefix, worker_id,
-  tonumber(ARGV[3]), function() return now_ms(ARGV[5]) end)
+local job, refused = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5]}, prefix, worker_id,
+  tonumber(ARGV[3]), function() return now_ms(ARGV[5]) end, ARGV[6], tonumber(ARGV[7]))
+if refused then
+  return {NOT_RUNNABLE, refused}
+end
 if not job then
   return {EMPTY}
 end

@@ -6,7 +6,8 @@
 -- the job leaves `processing` and enters `completed` in the same step. A repeated call with the
 -- same token (reply lost, retried) answers DONE again and changes nothing more; its claim part
 -- returns the job the first call claimed, which the worker holds (a worker runs one job at a
--- time). Nothing is claimed when the completion itself is refused.
+-- time). Nothing is claimed when the completion itself is refused, nor a job of a type the
+-- worker does not run (it stays in place, as in claim.lua).
 --
 -- KEYS[1] -> {prefix}job:<id>
 -- KEYS[2] -> {prefix}processing       zset, id -> lease deadline (ms)
@@ -21,15 +22,20 @@
 -- ARGV[4] -> job key prefix ({prefix}job:) for the claimed job, as in claim.lua  (claim only)
 -- ARGV[5] -> worker id claiming its next job, or '' to claim nothing
 -- ARGV[6] -> lease length (ms)                                                    (claim only)
+-- ARGV[7] -> the job types the worker runs, '|a|b|'; '' takes any type            (claim only)
+-- ARGV[8] -> wake-up hint cap (a refused job gives a hint back)                   (claim only)
 --
 -- A completed job keeps what its JSON shows, its token (a repeated or stale call is told apart
 -- by it) and eligible_at; it drops its id (the key holds it), seq and worker_id, and has no
 -- TTL: trim.lua bounds completed jobs by count and age (docs/JOBS.md, memory).
 --
 -- Returns {DONE}, or {DONE, v1, ..., v14} with the claim reply of the next job after the code
---         (see includes/claim.lua), {NOT_FOUND}, or {STALE_TOKEN, current status}.
+--         (see includes/claim.lua), {NOT_RUNNABLE, type} when it completed the job but the
+--         next one is of a type not in ARGV[7] (nothing claimed), {NOT_FOUND}, or
+--         {STALE_TOKEN, current status}.
 -- Redis commands: 11 when it completes and claims (HMGET, TIME, HSET, HDEL, ZREM, ZADD,
--- then ZPOPMIN, ZREM, HMGET, HSET, ZADD), 8 when nothing is left to claim (ZPOPMIN, DEL).
+-- then ZPOPMIN, HMGET, ZREM, HSET, ZADD), 8 when nothing is left to claim (ZPOPMIN, DEL),
+-- 10 when the next job is refused (ZPOPMIN, HMGET, ZADD, LPUSH).
 
 --- @include "codes"
 --- @include "common"
@@ -66,8 +72,11 @@ redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id')
 redis.call('ZREM', KEYS[2], state[3])
 redis.call('ZADD', KEYS[3], stamp, state[3])
 if worker_id ~= '' then
-  local job = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6]}, prefix, worker_id,
-    tonumber(ARGV[6]), now)
+  local job, refused = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6]}, prefix, worker_id,
+    tonumber(ARGV[6]), now, ARGV[7], tonumber(ARGV[8]))
+  if refused then
+    return {NOT_RUNNABLE, refused}
+  end
   if job then
     table.insert(job, 1, DONE)
     return job

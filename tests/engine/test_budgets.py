@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 
-from shared.scripts import Code, Scripts
+from shared.scripts import Code, NotRunnable, Scripts
 from tests.engine.conftest import J1, J2, J3, request
 
 # Budgets from issue 13 (item 4).
@@ -27,6 +27,12 @@ ENQUEUE = 7
 # now reads the job's own hash (HMGET) where it used to read the key's.
 ENQUEUE_IDEMPOTENT = 10
 FAIL = 8
+# Issue 14, routing: a claim that leaves the best job to a worker that runs its type puts it
+# back (ZADD) and gives its wake-up hint back (LPUSH): GET, ZPOPMIN, HMGET, ZADD, LPUSH. The
+# claims that do take a job carry the worker's types at no extra command.
+CLAIM_REFUSED = 5
+COMPLETE_AND_REFUSE = 10
+RUNNABLE = frozenset({"t", "pdf"})
 
 
 def commands_of(r: redis.Redis, call: Callable[[], Any]) -> Counter[str]:
@@ -118,3 +124,50 @@ def test_fail_is_within_its_budget(r: redis.Redis, engine: Scripts, attempts_lef
     )
     assert results[0].code is expected
     assert_within(counts, FAIL)
+
+
+def test_a_claim_with_runnable_types_costs_nothing_more(r: redis.Redis, engine: Scripts) -> None:
+    engine.enqueue(request(), J1)
+    result: list[Any] = []
+    counts = commands_of(r, lambda: result.append(engine.claim("w1", runnable=RUNNABLE)))
+    assert result[0].id == J1
+    assert_within(counts, CLAIM)
+
+
+def test_complete_and_claim_next_with_runnable_types_costs_nothing_more(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    token = claimed(engine, J1)
+    engine.enqueue(request(), J2)
+    result: list[Any] = []
+    counts = commands_of(
+        r,
+        lambda: result.append(engine.complete(J1, token, claim_next_for="w1", runnable=RUNNABLE)),
+    )
+    assert result[0].next_job.id == J2
+    assert_within(counts, COMPLETE_AND_CLAIM)
+
+
+def test_a_claim_that_leaves_the_job_to_another_worker_is_within_its_budget(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    engine.enqueue(request("email"), J1)
+    result: list[Any] = []
+    counts = commands_of(r, lambda: result.append(engine.claim("w1", runnable=RUNNABLE)))
+    assert result[0] == NotRunnable("default", "email")
+    assert_within(counts, CLAIM_REFUSED)
+    assert counts["time"] == 0  # nothing starts: Redis's clock is not read
+
+
+def test_complete_whose_next_job_is_left_to_another_worker_is_within_its_budget(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    token = claimed(engine, J1)
+    engine.enqueue(request("email"), J2)
+    result: list[Any] = []
+    counts = commands_of(
+        r,
+        lambda: result.append(engine.complete(J1, token, claim_next_for="w1", runnable=RUNNABLE)),
+    )
+    assert result[0].next_job == NotRunnable("default", "email")
+    assert_within(counts, COMPLETE_AND_REFUSE)

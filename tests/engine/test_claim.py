@@ -143,7 +143,7 @@ def test_repeated_claim_with_the_same_request_id_returns_the_same_job(
     enqueue(scripts, J2)
     script = raw_script(r, "claim")
     keys = [K.pending, K.pending_since, K.processing, K.last_claim("w1"), K.wake]
-    args = [K.job_prefix, "w1", POLICY.lease_ms, "req-1", T0]
+    args = [K.job_prefix, "w1", POLICY.lease_ms, "req-1", T0, "", POLICY.wake_cap]
 
     first = script(keys=keys, args=args)
     before = snapshot(r)
@@ -155,7 +155,7 @@ def test_repeated_claim_with_the_same_request_id_returns_the_same_job(
     assert job(r, J1).attempts == 1
     assert job(r, J2).status is JobState.PENDING
     # A new request id is a new claim.
-    third = script(keys=keys, args=[K.job_prefix, "w1", POLICY.lease_ms, "req-2", T0])
+    third = script(keys=keys, args=[*args[:3], "req-2", *args[4:]])
     assert third[1] == J2.encode()  # the claim reply follows the code, the job's id first
 
 

@@ -46,6 +46,7 @@ from shared.scripts import (
     FailResult,
     IdempotencyConflict,
     JobNotFound,
+    NotRunnable,
     Policy,
     Scripts,
     WrongState,
@@ -80,6 +81,12 @@ STATES = ("pending", "scheduled", "processing", "retrying", "completed", "dead",
 FINISHED = ("completed", "canceled", "dead")
 EXPIRING = ("canceled", "dead")
 WORKERS = ("w1", "w2", "w3")
+# The job types each worker runs (None: any): w2 and w3 leave the other type's jobs in place.
+RUNS: dict[str, frozenset[str] | None] = {
+    "w1": None,
+    "w2": frozenset({"email"}),
+    "w3": frozenset({"pdf"}),
+}
 # How the recovery cap's error starts (issue 2 §5.5: "says why"; "Type: message" like every
 # last_error).
 LOST_WORKER = "WorkerLost: worker lost"
@@ -168,8 +175,12 @@ class Model:
             self.seq += 1
             job.seq, job.since = self.seq, self.now
         job.status, job.lease, job.due = "pending", None, None
+        self.hint()
+
+    def hint(self) -> None:
+        """Add a wake-up hint; one over the cap trims to half of it (includes/common.lua)."""
         self.wake += 1
-        if self.wake > WAKE_CAP:  # one over the cap trims to half of it (includes/common.lua)
+        if self.wake > WAKE_CAP:
             self.wake = max(1, WAKE_CAP // 2)
 
     def make_dead(self, job: ModelJob, error: str, traceback: str | None = None) -> None:
@@ -227,12 +238,18 @@ class Model:
             self.make_pending(job)
         return job
 
-    def claim(self, worker: str) -> ModelJob | None:
+    def claim(self, worker: str) -> ModelJob | str | None:
+        """Return the job claimed, or the type of the best job when the worker does not run it
+        (the job stays in place and a wake-up hint is given back), or None."""
         waiting = self.in_state("pending")
         if not waiting:
             self.wake = 0  # nothing to claim: the hints would only wake workers for nothing
             return None
         job = min(waiting, key=lambda j: (-j.request.priority, j.seq))
+        runs = RUNS[worker]
+        if runs is not None and job.request.type not in runs:
+            self.hint()
+            return job.request.type
         job.status, job.lease = "processing", self.now + LEASE
         job.token += 1
         job.attempts += 1
@@ -549,14 +566,23 @@ class EngineMachine(RuleBasedStateMachine):
 
     @rule(worker=st.sampled_from(WORKERS))
     def claim(self, worker: str) -> None:
+        self._claim(worker)
+
+    def _claim(self, worker: str) -> ModelJob | None:
+        """Claim for `worker` as the model expects; return the job it started, if any."""
         expected = self.model.claim(worker)
-        job = self.scripts.claim(worker, now_ms=self.now)
+        job = self.scripts.claim(worker, runnable=RUNS[worker], now_ms=self.now)
+        if isinstance(expected, str):
+            assert job == NotRunnable("default", expected), f"expected {expected} left, got {job}"
+            event("claim: the best job left for a worker that runs its type")
+            return None
         if expected is None:
             assert job is None, f"claimed {job and job.id} from an empty queue"
-            return
-        assert job is not None, f"claim found nothing; the model expected {expected.id}"
+            return None
+        assert isinstance(job, Job), f"claim found nothing; the model expected {expected.id}"
         self._check_returned(job, expected)
         assert job.worker_id == worker and job.started_at == self.now
+        return expected
 
     @precondition(_running)
     @rule(data=st.data())
@@ -592,8 +618,9 @@ class EngineMachine(RuleBasedStateMachine):
     def claim_and_finish(self, data: st.DataObject, worker: str) -> None:
         """A worker's whole turn: claim, run, report (most jobs live like this)."""
         outcome = data.draw(st.sampled_from(MOODS[self.mood]), label="outcome")
-        self.claim(worker)
-        job = next(j for j in self.model.in_state("processing") if j.started == self.now)
+        job = self._claim(worker)
+        if job is None:
+            return  # the best job was not this worker's type: it claimed nothing
         if outcome == "abandon":
             return  # the worker vanished: only the lease's expiry (recover) will tell
         if outcome in ("complete", "next"):
@@ -614,8 +641,15 @@ class EngineMachine(RuleBasedStateMachine):
             # A repeat is taken for a call whose reply was lost: it claims nothing new and
             # answers with the job the worker holds, as the lost call's reply would have.
             next_job = self.model.held_by(next_for) if repeat else self.model.claim(next_for)
-        ack = self.scripts.complete(job_id, token, result, claim_next_for=next_for, now_ms=self.now)
+        runnable = RUNS[next_for] if next_for else None
+        ack = self.scripts.complete(
+            job_id, token, result, claim_next_for=next_for, runnable=runnable, now_ms=self.now
+        )
         assert (ack.code, ack.status) == (code, status)
+        if isinstance(next_job, str):
+            event("complete: the next job left for a worker that runs its type")
+            assert ack.next_job == NotRunnable("default", next_job)
+            return
         if next_job is not None:
             event("complete: claimed the next job")
         if next_job is None:

@@ -85,6 +85,7 @@ def test_check_config_imports_the_handlers_and_leaves_the_metrics_directory_alon
     assert (ok.returncode, ok.stderr) == (0, "")
     assert ok.stdout.startswith("workerd: configuration ok;")
     assert "generate_pdf" in ok.stdout  # it names the job types the modules registered
+    assert "workerd: takes these types from queues default;" in ok.stdout  # routing
     assert [p.name for p in metrics.iterdir()] == ["counter_1.db"]
 
     bad = _run(

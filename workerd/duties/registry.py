@@ -1,7 +1,10 @@
 """The fleet registry heartbeat: one record per supervisor in Redis, read by the gateway's /stats.
 
 Not the handler registry (workerd.registry). The record expires on its own when heartbeats
-stop, so a supervisor that dies without leaving drops out within a few intervals.
+stop, so a supervisor that dies without leaving drops out within a few intervals. It names the
+queues the host serves and the job types it runs: a worker that leaves a job of a type it
+does not run asks here whether a live host will take it (:func:`hosts_running`; routing in
+docs/QUEUES.md).
 """
 
 from __future__ import annotations
@@ -9,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from collections.abc import Iterable, Sequence
 
 import redis
 
+from shared.replies import text
 from shared.scripts import Scripts
 from workerd.children import WORKER, Roster
 
@@ -20,16 +25,26 @@ TTL_INTERVALS = 5  # a record outlives this many missed heartbeats
 
 
 class RegistryHeartbeat:
-    """Writes {host, pid, workers, busy} under the supervisor's name every INTERVAL seconds."""
+    """Writes {host, pid, workers, busy, queues, types} under the supervisor's name every
+    INTERVAL seconds."""
 
     def __init__(
-        self, roster: Roster, scripts: Scripts, *, name: str, interval: float = INTERVAL
+        self,
+        roster: Roster,
+        scripts: Scripts,
+        *,
+        name: str,
+        queues: Sequence[str],
+        types: Iterable[str],
+        interval: float = INTERVAL,
     ) -> None:
         self.roster = roster
         self.scripts = scripts
         self.name = name
         self.interval = interval
         self.next_beat = 0.0
+        # Comma-separated: neither a queue name nor a job type can hold a comma.
+        self.serves = {"queues": ",".join(queues), "types": ",".join(sorted(types))}
 
     def tick(self, now: float) -> None:
         """Heartbeat when due: live workers and how many of them run a job."""
@@ -43,6 +58,7 @@ class RegistryHeartbeat:
             "pid": os.getpid(),
             "workers": len(live),
             "busy": busy,
+            **self.serves,
         }
         # The registry is informational; an outage is logged by the loops it stops.
         with contextlib.suppress(redis.RedisError):
@@ -53,3 +69,24 @@ class RegistryHeartbeat:
         """Remove the record at a clean exit (not at a reload: the same name comes back)."""
         with contextlib.suppress(redis.RedisError):  # else the record expires on its own
             self.scripts.heartbeat(self.name, {}, ttl_ms=1, leaving=True)
+
+
+def hosts_running(scripts: Scripts, queue: str, job_type: str) -> list[str]:
+    """Return the live workerd hosts (registry names) that serve `queue` and run `job_type`.
+
+    Two round trips (the registry's names, then one pipelined read of their records), made
+    only when a worker has left a job (at most once per queue every few seconds per worker).
+    A host whose record expired counts as gone, as in /stats.
+    """
+    client, keys = scripts.redis, scripts.keys
+    names = [text(name) or "" for name in client.zrange(keys.workers, 0, -1)]
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hmget(keys.worker(name), "queues", "types")
+    found = []
+    for name, (queues, types) in zip(names, pipe.execute(), strict=True):
+        if queues is None or types is None:
+            continue
+        if queue in queues.decode().split(",") and job_type in types.decode().split(","):
+            found.append(name)
+    return found

@@ -12,7 +12,7 @@
 local CLAIM_FIELDS = {'id', 'type', 'priority', 'max_retries', 'attempts', 'recoveries',
   'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at', 'traceparent',
   'status'}
-local F_ATTEMPTS, F_TOKEN, F_STATUS = 5, 9, 14
+local F_TYPE, F_ATTEMPTS, F_TOKEN, F_STATUS = 2, 5, 9, 14
 
 -- The fields a repeated claim reads back: the reply's, started_at where a claim reads status.
 local function reply_fields()
@@ -48,10 +48,14 @@ local function claimed_before(processing_key, prefix, worker_id)
 end
 
 -- keys = {pending, pending_since, processing, wake}. now: a number, or a function returning
--- one (Redis TIME is read only once there is a job to start).
+-- one (Redis TIME is read only once there is a job to start). runnable: the worker's job types
+-- ('|a|b|'), or '' to take any.
 -- Returns the claim reply, or nil when nothing is claimable (the wake hints are then cleared:
--- they would only send idle workers into more empty claims).
-local function claim_next(keys, prefix, worker_id, lease, now)
+-- they would only send idle workers into more empty claims), or nil and the job's type when
+-- the best job is of a type the worker does not run. That job goes back exactly where it was
+-- (same score and member; its pending_since entry is never removed) and nothing else about it
+-- changes; the wake hint this claim may have used goes back too, for a worker that runs it.
+local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_cap)
   -- Bounded: an entry whose hash is gone (deleted by hand) is dropped and the next one tried.
   for _ = 1, 100 do
     local popped = redis.call('ZPOPMIN', keys[1])
@@ -62,8 +66,20 @@ local function claim_next(keys, prefix, worker_id, lease, now)
     local member = popped[1]
     local job_id = string.sub(member, string.find(member, ':', 1, true) + 1)
     local job_key = prefix .. job_id
-    redis.call('ZREM', keys[2], job_id)
     local job = redis.call('HMGET', job_key, unpack(CLAIM_FIELDS))
+    -- Type names cannot hold '|' (shared/jobs.py): a plain find of '|type|' is exact. Inline,
+    -- not a helper: every call of the script would create the helper's closure anew.
+    if runnable ~= '' and job[F_STATUS] == 'pending'
+        and not string.find(runnable, '|' .. job[F_TYPE] .. '|', 1, true) then
+      redis.call('ZADD', keys[1], popped[2], member)
+      -- The hint goes back capped as common.lua's wake_one caps it, written out here: a call
+      -- would make every claim create wake_one's closure (about 1.5 % of its instructions).
+      if redis.call('LPUSH', keys[4], '1') > wake_cap then
+        redis.call('LTRIM', keys[4], 0, math.max(1, math.floor(wake_cap / 2)) - 1)
+      end
+      return nil, job[F_TYPE]
+    end
+    redis.call('ZREM', keys[2], job_id)
     if job[F_STATUS] == 'pending' then
       if type(now) == 'function' then
         now = now()

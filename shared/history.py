@@ -1,6 +1,6 @@
 """A job's history: the transitions its hash keeps, read for ``GET /jobs/<id>/history``.
 
-The transition scripts write it (lua/includes/common.lua: history_entry, history_add): the
+The transition scripts write it (lua/includes/common.lua, history_add): the
 ``history`` field of the job's hash, one line per transition, oldest first::
 
     <event><actor><ms since created_at>|<attempt>|<worker id>|<error type>

@@ -45,8 +45,8 @@ end
 
 local now = now_ms(ARGV[2])
 redis.call('HSET', KEYS[1], 'status', 'canceled', 'finished_at', now, 'updated_at', now,
-  'last_request', ARGV[3], 'history', history_add(state[6], history_entry('ka', state[7], now,
-  state[5])))
+  'last_request', ARGV[3], 'history', history_add(state[6], 'ka', state[7], now,
+  state[5]))
 redis.call('HDEL', KEYS[1], 'seq', 'next_retry_at')
 redis.call('ZADD', KEYS[6], now, job_id)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])

@@ -61,7 +61,7 @@ local now = now_ms(ARGV[3])
 -- Formatted once: a number given to redis.call is formatted with %.17g on every use.
 local stamp = string.format('%d', now)
 redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_at', stamp,
-  'updated_at', stamp, 'history', history_add(state[4], history_entry('dw', state[5], now)))
+  'updated_at', stamp, 'history', history_add(state[4], 'dw', state[5], now))
 -- Nothing reads these once the job is done; without them the hash fits a smaller allocation.
 redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id')
 redis.call('ZREM', KEYS[2], state[3])

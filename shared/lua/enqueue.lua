@@ -48,7 +48,8 @@ local now = now_ms(ARGV[9])
 local stamp = string.format('%d', now)
 local scheduled_at = ARGV[6] ~= '' and tonumber(ARGV[6]) or nil
 local status = (scheduled_at and scheduled_at > now) and 'scheduled' or 'pending'
-local first = history_entry(status == 'scheduled' and 'sa' or 'qa', stamp, now, 0)
+-- History's first entry, a constant: enqueued (or scheduled) by the api at created_at, attempt 0.
+local first = status == 'scheduled' and 'sa0|0' or 'qa0|0'
 -- The fields every transition reads or writes come first: Redis keeps a small hash as a list
 -- and looks each field up in order.
 local fields = {'status', status, 'token', '0', 'attempts', '0', 'updated_at', stamp,

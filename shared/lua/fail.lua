@@ -59,8 +59,8 @@ local now = now_ms(ARGV[9])
 redis.call('ZREM', KEYS[2], job_id)
 
 local function history(event)
-  return history_add(state[8],
-    history_entry(event .. ARGV[11], state[9], now, nil, nil, error_type_of(ARGV[2])))
+  return history_add(state[8], event .. ARGV[11], state[9], now, nil, nil,
+    error_type_of(ARGV[2]))
 end
 
 if ARGV[7] == '1' or attempts >= tonumber(state[5]) then

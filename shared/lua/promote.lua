@@ -63,7 +63,7 @@ for _, entry in ipairs(due) do
   if state[1] == entry.status then
     redis.call('HDEL', job_key, 'next_retry_at')
     make_pending(pending_keys, job_key, entry.id, now, wake_cap, false,
-      history_add(state[4], history_entry('ps', state[5], now, state[3])))
+      history_add(state[4], 'ps', state[5], now, state[3]))
     local out = promoted[entry.status]
     out[1][#out[1] + 1] = entry.id
     out[2][#out[2] + 1] = now - entry.at

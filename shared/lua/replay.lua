@@ -42,5 +42,5 @@ redis.call('HSET', KEYS[1], 'attempts', 0, 'recoveries', 0, 'last_request', ARGV
 redis.call('HDEL', KEYS[1], 'last_error', 'traceback', 'result', 'started_at', 'finished_at',
   'next_retry_at', 'worker_id')
 make_pending({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, KEYS[1], state[2], now, tonumber(ARGV[2]),
-  false, history_add(state[4], history_entry('ya', state[5], now, 0)))
+  false, history_add(state[4], 'ya', state[5], now, 0))
 return {DONE, redis.call('HGETALL', KEYS[1])}

@@ -23,9 +23,7 @@ def _events(doc: dict[str, Any]) -> list[tuple[str, str]]:
     return [(entry["event"], entry["actor"]) for entry in doc["history"]]
 
 
-def test_a_completed_jobs_history_reads_oldest_first(
-    client: FlaskClient, scripts: Scripts
-) -> None:
+def test_a_completed_jobs_history_reads_oldest_first(client: FlaskClient, scripts: Scripts) -> None:
     job_id = helpers.completed(scripts)
 
     response = client.get(f"/jobs/{job_id}/history")

@@ -76,8 +76,8 @@ local function claim_next(keys, prefix, worker_id, lease, now)
       job[F_TOKEN] = string.format('%d', tonumber(job[F_TOKEN]) + 1)
       redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
         'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
-        'worker_id', worker_id, 'history', history_add(history,
-          history_entry('cw', job[F_CREATED], now, job[F_ATTEMPTS], worker_id)))
+        'worker_id', worker_id,
+        'history', history_add(history, 'cw', job[F_CREATED], now, job[F_ATTEMPTS], worker_id))
       redis.call('ZADD', keys[3], string.format('%d', now + lease), job_id)
       job[F_STATUS] = started
       return job

@@ -30,21 +30,6 @@ end
 local HISTORY_CAP = 50
 local ENDS_EXECUTION = 'drxlh'
 
--- One history entry; attempt, worker and error_type are nil when they do not apply. created:
--- the hash's created_at (a missing one counts from now: an error here, after the script's
--- first write, would leave the transition half done).
-local function history_entry(code, created, now, attempt, worker, error_type)
-  local entry = string.format('%s%d', code, now - (tonumber(created) or now))
-  if error_type then
-    return entry .. '|' .. (attempt or '') .. '|' .. (worker or '') .. '|' .. error_type
-  elseif worker then
-    return entry .. '|' .. attempt .. '|' .. worker
-  elseif attempt then
-    return entry .. '|' .. attempt
-  end
-  return entry
-end
-
 -- Drop the oldest entries past the cap, adding them to the count of dropped ones.
 local function history_capped(history)
   local dropped, body = 0, history
@@ -69,12 +54,27 @@ local function history_capped(history)
   return '+' .. (dropped + excess) .. '\n' .. string.sub(body, start)
 end
 
--- The history field's new value: `entry` appended to `history` (false for a job without one).
-local function history_add(history, entry)
+-- The history field's new value: `history` (false for a job without one) and one more entry.
+-- code: the event's and the actor's letters; created: the hash's created_at (a missing one
+-- counts from now: an error here, after the script's first write, would leave the transition
+-- half done); attempt, worker, error_type: nil when they do not apply. One concatenation per
+-- shape: every intermediate string is a Lua allocation on the hot path.
+local function history_add(history, code, created, now, attempt, worker, error_type)
+  local at = now - (tonumber(created) or now)
+  local sep = '\n'
   if not history or history == '' then
-    return entry
+    history, sep = '', ''
   end
-  history = history .. '\n' .. entry
+  if error_type then
+    history = history .. sep .. code .. at .. '|' .. (attempt or '') .. '|' .. (worker or '') ..
+      '|' .. error_type
+  elseif worker then
+    history = history .. sep .. code .. at .. '|' .. attempt .. '|' .. worker
+  elseif attempt then
+    history = history .. sep .. code .. at .. '|' .. attempt
+  else
+    history = history .. sep .. code .. at
+  end
   -- An entry is at least 4 bytes with its newline, so a shorter field is within the cap: the
   -- usual transition counts nothing.
   if #history < 4 * HISTORY_CAP then
@@ -163,12 +163,12 @@ local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake
       make_dead(keys[5], job_key, job_id,
         'WorkerLost: worker lost ' .. recoveries .. ' times (recovery cap ' .. cap .. '): ' ..
         'the job may be killing its worker', '', now, dead_ttl_ms,
-        history_add(job[2], history_entry('x' .. actor, job[3], now, nil, nil, 'WorkerLost')))
+        history_add(job[2], 'x' .. actor, job[3], now, nil, nil, 'WorkerLost'))
       return DEAD
     end
   end
   make_pending({keys[1], keys[2], keys[3], keys[4]}, job_key, job_id, now, wake_cap, true,
-    history_add(job[2], history_entry((counts and 'l' or 'h') .. actor, job[3], now)))
+    history_add(job[2], (counts and 'l' or 'h') .. actor, job[3], now))
   return DONE
 end
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway.body import MAX_BODY_BYTES
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
+from shared.history import ACTOR_CODES, CAP, EVENTS
 from shared.jobs import (
     MAX_RETRIES_RANGE,
     MAX_TIMEOUT_SECONDS,
@@ -141,6 +142,43 @@ def _job_schema() -> dict[str, Any]:
     }
 
 
+def _history_schema() -> dict[str, Any]:
+    entry = _object(
+        ["event", "at", "actor"],
+        {
+            "event": {"type": "string", "enum": list(EVENTS.values())},
+            "at": {**TIMESTAMP, "description": "When, on Redis's clock."},
+            "attempt": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "The job's execution this entry is about.",
+            },
+            "worker": {"type": "string", "description": "The worker id, for an execution."},
+            "host": {"type": "string", "description": "The workerd host the worker ran on."},
+            "error": {"type": "string", "description": "The error's type (retrying, dead)."},
+            "actor": {"type": "string", "enum": [str(actor) for actor in ACTOR_CODES]},
+        },
+    )
+    return _object(
+        ["id", "queue", "history", "dropped"],
+        {
+            "id": {"type": "string", "pattern": JOB_ID},
+            "queue": {"type": "string"},
+            "history": {
+                "type": "array",
+                "maxItems": CAP,
+                "items": entry,
+                "description": f"Oldest first; the last {CAP} transitions.",
+            },
+            "dropped": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Older transitions left out by the cap.",
+            },
+        },
+    )
+
+
 def _error_schema() -> dict[str, Any]:
     field_error = {
         "type": "object",
@@ -201,6 +239,7 @@ def _schemas() -> dict[str, Any]:
         "BatchRequest": {**_object(["jobs"], {"jobs": batch}), "additionalProperties": False},
         "Job": _job_schema(),
         "Jobs": _object(["jobs"], {"jobs": jobs}),
+        "History": _history_schema(),
         "DeadPage": _object(
             ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
         ),
@@ -334,6 +373,20 @@ def _job_paths() -> dict[str, Any]:
     }
 
 
+def _history_paths() -> dict[str, Any]:
+    kept = _json(_ref("History"), "The job's transitions, oldest first.")
+    return {
+        "/jobs/{job_id}/history": {
+            "get": _operation(
+                "getJobHistory",
+                "Read what happened to one job: its transitions, oldest first.",
+                {"200": kept, **_use(*BY_ID)},
+                parameters=[_param("JobId")],
+            )
+        },
+    }
+
+
 def _dlq_paths() -> dict[str, Any]:
     page = _json(_ref("DeadPage"), "A page of dead jobs.")
     return {
@@ -445,7 +498,7 @@ def _document() -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
-        "paths": {**_job_paths(), **_dlq_paths(), **_ops_paths()},
+        "paths": {**_job_paths(), **_history_paths(), **_dlq_paths(), **_ops_paths()},
         "components": {
             "schemas": _schemas(),
             "parameters": _parameters(),

@@ -41,6 +41,7 @@ from shared.engine_types import (
     TrimResult,
     WrongState,
 )
+from shared.history import ACTOR_CODES, Actor
 from shared.jobs import TYPE_PATTERN, EnqueueRequest, Job, JobState, cap_traceback
 from shared.keys import Keys
 from shared.lua_source import assemble
@@ -390,12 +391,14 @@ class Scripts:
         permanent: bool = False,
         traceback: str = "",
         queue: str = DEFAULT_QUEUE,
+        actor: Actor = Actor.WORKER,
         now_ms: int | None = None,
     ) -> FailResult:
         """Record a failed execution: retry after the backoff, or dead when attempts are spent.
 
         `error` is ``"Type: message"``; `traceback` (a handler's, "" for none) is stored with
-        it, cut to shared.jobs.TRACEBACK_LIMIT bytes.
+        it, cut to shared.jobs.TRACEBACK_LIMIT bytes. `actor`: who reports it, for the job's
+        history (the supervisor, for a job that timed out).
         """
         k, p = self.q(queue), self.policy
         reply = self._call(
@@ -412,6 +415,7 @@ class Scripts:
                 p.dlq_max_age_ms,
                 _now(now_ms),
                 cap_traceback(traceback),
+                ACTOR_CODES[actor],
             ],
         )
         code = Code(reply[0])
@@ -486,9 +490,14 @@ class Scripts:
         *,
         drained: bool = False,
         queue: str = DEFAULT_QUEUE,
+        actor: Actor = Actor.SUPERVISOR,
         now_ms: int | None = None,
     ) -> AckResult:
-        """Requeue a job whose worker is gone: a crash counts a recovery, a drain does not."""
+        """Requeue a job whose worker is gone: a crash counts a recovery, a drain does not.
+
+        `actor`: who releases it, for the job's history (a worker hands back a job it claimed
+        and will not run).
+        """
         k, p = self.q(queue), self.policy
         reply = self._call(
             "release",
@@ -501,6 +510,7 @@ class Scripts:
                 p.wake_cap,
                 new_request_id(),
                 _now(now_ms),
+                ACTOR_CODES[actor],
             ],
         )
         code = Code(reply[0])

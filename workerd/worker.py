@@ -28,6 +28,7 @@ import redis
 
 from shared import lifecycle, metrics, tracing
 from shared.config import Settings
+from shared.history import Actor
 from shared.jobs import Job, dump_json, format_ms
 from shared.log import error_line, error_text
 from shared.scripts import Code, NotRunnable, Scripts, new_request_id
@@ -213,7 +214,9 @@ class WorkerProcess(StopOnSignal):
             return
         for _ in range(3):
             try:
-                released = self.scripts.release(job.id, job.token, drained=True, queue=job.queue)
+                released = self.scripts.release(
+                    job.id, job.token, drained=True, queue=job.queue, actor=Actor.WORKER
+                )
                 if released.code is Code.DONE:
                     lifecycle.record(
                         lifecycle.Outcome.HANDED_BACK, job.id, job.type, queue=job.queue

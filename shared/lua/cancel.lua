@@ -18,11 +18,13 @@
 --
 -- Returns {DONE, HGETALL of the job}, {DUPLICATE, HGETALL} when it was already canceled,
 -- {NOT_FOUND}, or {WRONG_STATE, current status}.
+-- History: canceled (api), with the job's attempts so far.
 
 --- @include "codes"
 --- @include "common"
 
-local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'seq', 'last_request')
+local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'seq', 'last_request', 'attempts',
+  'history', 'created_at')
 local status, job_id = state[1], state[2]
 if not status then
   return {NOT_FOUND}
@@ -43,7 +45,8 @@ end
 
 local now = now_ms(ARGV[2])
 redis.call('HSET', KEYS[1], 'status', 'canceled', 'finished_at', now, 'updated_at', now,
-  'last_request', ARGV[3])
+  'last_request', ARGV[3], 'history', history_add(state[6], 'ka', state[7], now,
+  state[5]))
 redis.call('HDEL', KEYS[1], 'seq', 'next_retry_at')
 redis.call('ZADD', KEYS[6], now, job_id)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])

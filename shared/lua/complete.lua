@@ -33,6 +33,7 @@
 --         (see includes/claim.lua), {NOT_RUNNABLE, type} when it completed the job but the
 --         next one is of a type not in ARGV[7] (nothing claimed), {NOT_FOUND}, or
 --         {STALE_TOKEN, current status}.
+-- History: completed (worker), then claimed (worker) for the next job, each in its job's HSET.
 -- Redis commands: 11 when it completes and claims (HMGET, TIME, HSET, HDEL, ZREM, ZADD,
 -- then ZPOPMIN, HMGET, ZREM, HSET, ZADD), 8 when nothing is left to claim (ZPOPMIN, DEL),
 -- 10 when the next job is refused (ZPOPMIN, HMGET, ZADD, LPUSH).
@@ -41,7 +42,7 @@
 --- @include "common"
 --- @include "claim"
 
-local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id')
+local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'history', 'created_at')
 if not state[1] then
   return {NOT_FOUND}
 end
@@ -66,7 +67,7 @@ local now = now_ms(ARGV[3])
 -- Formatted once: a number given to redis.call is formatted with %.17g on every use.
 local stamp = string.format('%d', now)
 redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_at', stamp,
-  'updated_at', stamp)
+  'updated_at', stamp, 'history', history_add(state[4], 'dw', state[5], now))
 -- Nothing reads these once the job is done; without them the hash fits a smaller allocation.
 redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id')
 redis.call('ZREM', KEYS[2], state[3])

@@ -29,6 +29,7 @@
 --
 -- Returns {DONE, id, status, created_at, existed}: existed is 1 when the job was already there
 --         (a repeat of this call, or of the request an idempotency key names), else 0.
+-- History: enqueued or scheduled (api), the job's first entry, in the one HSET.
 -- Redis commands for a new pending job: 7 (HMGET, TIME, INCR, ZADD, ZADD, LPUSH, HSET; an LTRIM
 -- more once per half-cap enqueues while no worker takes the hints).
 
@@ -47,10 +48,12 @@ local now = now_ms(ARGV[9])
 local stamp = string.format('%d', now)
 local scheduled_at = ARGV[6] ~= '' and tonumber(ARGV[6]) or nil
 local status = (scheduled_at and scheduled_at > now) and 'scheduled' or 'pending'
+-- History's first entry, a constant: enqueued (or scheduled) by the api at created_at, attempt 0.
+local first = status == 'scheduled' and 'sa0|0' or 'qa0|0'
 -- The fields every transition reads or writes come first: Redis keeps a small hash as a list
 -- and looks each field up in order.
 local fields = {'status', status, 'token', '0', 'attempts', '0', 'updated_at', stamp,
-  'id', job_id, 'type', ARGV[2], 'payload', ARGV[3], 'priority', ARGV[4],
+  'history', first, 'id', job_id, 'type', ARGV[2], 'payload', ARGV[3], 'priority', ARGV[4],
   'max_retries', ARGV[5], 'recoveries', '0', 'created_at', stamp}
 local function add(name, value)
   fields[#fields + 1] = name

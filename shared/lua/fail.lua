@@ -22,10 +22,13 @@
 -- ARGV[8] -> TTL of a dead job's hash (ms): the DLQ's maximum age
 -- ARGV[9] -> now (ms) override, or '' for Redis TIME
 -- ARGV[10] -> the handler's traceback (already capped by the caller), or '' for none
+-- ARGV[11] -> who reports the failure, history's actor letter: 'w' the worker, 'v' the
+--             supervisor (a timeout: it killed the worker)
 --
 -- Returns {RETRYING, type, attempts, next_retry_at}, {DEAD, type, attempts}, {NOT_FOUND}, or
 --         {STALE_TOKEN, current status}: the type and attempt number are what the caller logs
 --         and counts, so it needs no read of its own.
+-- History: retrying or dead, with the error's type, in the HSET either path makes.
 -- Redis commands: 6 to retry (HMGET, TIME, ZREM, HSET, [HDEL], ZADD), 7 to declare it dead
 -- (HMGET, TIME, ZREM, HSET, HDEL, ZADD, PEXPIRE).
 
@@ -33,7 +36,7 @@
 --- @include "common"
 
 local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'attempts', 'max_retries',
-  'next_retry_at', 'type')
+  'next_retry_at', 'type', 'history', 'created_at')
 if not state[1] then
   return {NOT_FOUND}
 end
@@ -55,8 +58,13 @@ local job_id = state[3]
 local now = now_ms(ARGV[9])
 redis.call('ZREM', KEYS[2], job_id)
 
+local function history(event)
+  return history_add(state[8], event .. ARGV[11], state[9], now, nil, nil,
+    error_type_of(ARGV[2]))
+end
+
 if ARGV[7] == '1' or attempts >= tonumber(state[5]) then
-  make_dead(KEYS[4], KEYS[1], job_id, ARGV[2], ARGV[10], now, ARGV[8])
+  make_dead(KEYS[4], KEYS[1], job_id, ARGV[2], ARGV[10], now, ARGV[8], history('x'))
   return {DEAD, job_type, attempts}
 end
 
@@ -69,10 +77,10 @@ local due = now + math.floor(math.max(0, math.min(delay, max_delay)))
 -- timeout) removes the previous failure's.
 if ARGV[10] ~= '' then
   redis.call('HSET', KEYS[1], 'status', 'retrying', 'next_retry_at', due, 'updated_at', now,
-    'last_error', ARGV[2], 'traceback', ARGV[10])
+    'last_error', ARGV[2], 'traceback', ARGV[10], 'history', history('r'))
 else
   redis.call('HSET', KEYS[1], 'status', 'retrying', 'next_retry_at', due, 'updated_at', now,
-    'last_error', ARGV[2])
+    'last_error', ARGV[2], 'history', history('r'))
   redis.call('HDEL', KEYS[1], 'traceback')
 end
 redis.call('ZADD', KEYS[3], due, job_id)

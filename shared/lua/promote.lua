@@ -23,6 +23,7 @@
 -- Returns {scheduled ids, retrying ids, scheduled lateness (ms), retrying lateness (ms),
 -- scheduled types, retrying types}: lateness = now - due time, and type = the job's type, one
 -- entry per promoted id, in the same order.
+-- History: promoted (scheduler), with the job's attempts so far, in make_pending's HSET.
 
 --- @include "codes"
 --- @include "common"
@@ -57,10 +58,12 @@ local promoted = {scheduled = {{}, {}, {}}, retrying = {{}, {}, {}}}
 for _, entry in ipairs(due) do
   local job_key = prefix .. entry.id
   redis.call('ZREM', entry.index, entry.id)
-  local state = redis.call('HMGET', job_key, 'status', 'type')
+  local state = redis.call('HMGET', job_key, 'status', 'type', 'attempts', 'history',
+    'created_at')
   if state[1] == entry.status then
     redis.call('HDEL', job_key, 'next_retry_at')
-    make_pending(pending_keys, job_key, entry.id, now, wake_cap)
+    make_pending(pending_keys, job_key, entry.id, now, wake_cap, false,
+      history_add(state[4], 'ps', state[5], now, state[3]))
     local out = promoted[entry.status]
     out[1][#out[1] + 1] = entry.id
     out[2][#out[2] + 1] = now - entry.at

@@ -24,6 +24,7 @@
 --
 -- Returns {requeued ids, dead ids, requeued types, dead types}: each types list holds the job
 -- type of the id at the same position (for per-type counters, without a read per job).
+-- History: recovered, or dead past the cap (scheduler).
 
 --- @include "codes"
 --- @include "common"
@@ -45,7 +46,7 @@ for _, job_id in ipairs(expired) do
   local state = redis.call('HMGET', job_key, 'status', 'type')
   if state[1] == 'processing' then
     local outcome = lose_worker(loss_keys, job_key, job_id, true, tonumber(ARGV[3]), ARGV[4],
-      tonumber(ARGV[5]), now)
+      tonumber(ARGV[5]), now, 's')
     if outcome == DEAD then
       dead[#dead + 1] = job_id
       dead_types[#dead_types + 1] = state[2]

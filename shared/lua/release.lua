@@ -21,8 +21,11 @@
 -- ARGV[5] -> wake list cap
 -- ARGV[6] -> request id
 -- ARGV[7] -> now (ms) override, or '' for Redis TIME
+-- ARGV[8] -> who releases it, history's actor letter: 'w' the worker itself (a job it claimed
+--            and will not run: it is stopping), 'v' the supervisor
 --
 -- Returns {DONE, type} (requeued), {DEAD, type}, {NOT_FOUND}, or {STALE_TOKEN, current status}.
+-- History: released (a drain), recovered (a crash), or dead past the cap.
 
 --- @include "codes"
 --- @include "common"
@@ -42,5 +45,5 @@ local now = now_ms(ARGV[7])
 redis.call('ZREM', KEYS[2], state[3])
 redis.call('HSET', KEYS[1], 'last_request', ARGV[6])
 local outcome = lose_worker({KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, KEYS[1], state[3],
-  ARGV[2] == 'crash', tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), now)
+  ARGV[2] == 'crash', tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), now, ARGV[8])
 return {outcome, state[5]}

@@ -27,6 +27,7 @@
 --
 -- Returns {{code, job id, type}, ...}: one entry per job released, code DONE (requeued) or
 -- DEAD (past the recovery cap); empty when the worker held nothing.
+-- History: released (a drain), recovered (a crash), or dead past the cap (supervisor).
 
 --- @include "codes"
 --- @include "common"
@@ -47,7 +48,7 @@ for _, job in ipairs(held) do
   local job_key, job_id, job_type = job[1], job[2], job[3]
   redis.call('ZREM', KEYS[1], job_id)
   local outcome = lose_worker(loss_keys, job_key, job_id, ARGV[3] == 'crash', tonumber(ARGV[4]),
-    ARGV[5], tonumber(ARGV[6]), now)
+    ARGV[5], tonumber(ARGV[6]), now, 'v')
   released[#released + 1] = {outcome, job_id, job_type}
 end
 return remember_reply(KEYS[7], released)

@@ -18,11 +18,13 @@
 -- ARGV[3] -> now (ms) override, or '' for Redis TIME
 --
 -- Returns {DONE, HGETALL of the job}, {NOT_FOUND}, or {WRONG_STATE, current status}.
+-- History: replayed (api), attempt 0; the history before it is kept.
 
 --- @include "codes"
 --- @include "common"
 
-local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'last_request')
+local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'last_request', 'history',
+  'created_at')
 if not state[1] then
   return {NOT_FOUND}
 end
@@ -39,5 +41,6 @@ redis.call('PERSIST', KEYS[1])
 redis.call('HSET', KEYS[1], 'attempts', 0, 'recoveries', 0, 'last_request', ARGV[1])
 redis.call('HDEL', KEYS[1], 'last_error', 'traceback', 'result', 'started_at', 'finished_at',
   'next_retry_at', 'worker_id')
-make_pending({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, KEYS[1], state[2], now, tonumber(ARGV[2]))
+make_pending({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, KEYS[1], state[2], now, tonumber(ARGV[2]),
+  false, history_add(state[4], 'ya', state[5], now, 0))
 return {DONE, redis.call('HGETALL', KEYS[1])}

@@ -79,6 +79,7 @@ def test_claim_starts_the_job_in_one_step_and_touches_exactly_its_keys(
         "token": 1,
         "started_at": now,
         "updated_at": now,
+        "history": "qa0|0\ncw100|1|worker-a",  # enqueued by the api, claimed by a worker
         "worker_id": "worker-a",
     }
     assert str(after[last_claim]).endswith(f"|{J1}")

@@ -46,6 +46,7 @@ def test_complete_records_the_result_and_touches_exactly_its_keys(
         "result": '{"ok":true}',
         "finished_at": now,
         "updated_at": now,
+        "history": "qa0|0\ncw0|1|w1\ndw500",  # completed: attempt and worker are the claim's
     }
     # No TTL: trim.lua bounds completed jobs by count and age.
     assert r.pttl(K.job(J1)) == -1

@@ -55,6 +55,7 @@ def test_enqueue_makes_a_pending_job_and_touches_exactly_its_keys(
         "created_at": T0,
         "updated_at": T0,
         "eligible_at": T0,
+        "history": "qa0|0",  # enqueued by the api at created_at, attempt 0
     }
     assert r.pttl(K.job(J1)) == -1
 

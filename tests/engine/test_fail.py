@@ -50,6 +50,7 @@ def test_fail_on_the_first_attempt_waits_the_base_delay_and_touches_exactly_its_
         "last_error": "ValueError: bad",
         "next_retry_at": now + BASE,
         "updated_at": now,
+        "history": "qa0|0\ncw0|1|w1\nrw300|||ValueError",  # the error's type only
     }
     assert K.job(J1) not in after.expiring
 

@@ -65,6 +65,7 @@ def test_promote_makes_a_due_scheduled_job_pending_and_touches_exactly_its_keys(
         "seq": 1,
         "eligible_at": now,
         "updated_at": now,
+        "history": "sa0|0\nps60250|0",  # scheduled by the api, promoted by the scheduler
     }
 
 

@@ -61,6 +61,7 @@ def test_recover_requeues_an_expired_lease_and_gives_its_attempt_back(
         "recoveries": 1,
         "token": 2,
         "updated_at": now,
+        "history": "qa0|0\ncw0|1|w1\nls10001",  # recovered by the scheduler
     }
 
 

@@ -68,6 +68,7 @@ def test_release_after_a_crash_requeues_at_once_gives_the_attempt_back_and_count
         "recoveries": 1,
         "token": 2,
         "updated_at": now,
+        "history": "qa0|0\ncw0|1|w1\nlv10",  # recovered, told by the supervisor
     }
 
 

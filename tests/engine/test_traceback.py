@@ -51,6 +51,7 @@ def test_fail_stores_the_traceback_beside_the_error_and_nothing_else_changes(
         "traceback": TB,
         "next_retry_at": T0 + 5 + BASE,
         "updated_at": T0 + 5,
+        "history": "qa0|0\ncw0|1|w1\nrw5|||ValueError",
     }
     assert job(r, J1).to_json()["traceback"] == TB
 

@@ -25,6 +25,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from shared import history
 from shared.config import Settings
 from shared.jobs import EnqueueRequest, JobState
 from shared.keys import Keys
@@ -189,6 +190,13 @@ def seq(r: redis.Redis) -> int:
     return int(r.get(KEYS.seq) or 0)
 
 
+def events(r: redis.Redis, job_id: str) -> list[str]:
+    """Return the job's history, event names only: a repeat must not write a second entry."""
+    found = history.read(r, KEYS, job_id, KEYS.queue)
+    assert found is not None, job_id
+    return [entry.event for entry in found.entries]
+
+
 # -- enqueue ------------------------------------------------------------------------------
 
 
@@ -202,6 +210,7 @@ def test_enqueue_creates_one_job(r: redis.Redis, lossy: LossyEngine) -> None:
     assert index(r, KEYS.pending_since) == [job_id]
     assert seq(r) == 1, "one place in line, not two"
     assert r.llen(KEYS.wake) == 1, "one wake-up hint, not two"
+    assert events(r, job_id) == ["enqueued"]
 
 
 def test_enqueue_with_idempotency_key_creates_one_job(
@@ -272,6 +281,8 @@ def test_claim_pops_one_job(r: redis.Redis, engine: Scripts, lossy: LossyEngine)
     ]
     assert pending_ids(r) == [second], "the retry did not claim a second job"
     assert (fields(r, first)["attempts"], fields(r, first)["token"]) == ("1", "1")
+    assert events(r, first) == ["enqueued", "claimed"]
+    assert events(r, second) == ["enqueued"]
     assert (fields(r, second)["status"], fields(r, second)["attempts"]) == ("pending", "0")
 
 
@@ -297,6 +308,7 @@ def test_complete_records_success_once(r: redis.Redis, engine: Scripts, lossy: L
     )
     assert r.zrange(KEYS.completed, 0, -1, withscores=True) == [(job_id.encode(), NOW + 10)]
     assert r.zcard(KEYS.processing) == 0
+    assert events(r, job_id) == ["enqueued", "claimed", "completed"]
 
 
 def test_complete_and_claim_next_claims_one_job(
@@ -314,6 +326,8 @@ def test_complete_and_claim_next_claims_one_job(
     assert index(r, KEYS.processing) == [second]
     assert pending_ids(r) == [third], "the retry did not claim a third job"
     assert (fields(r, second)["attempts"], fields(r, second)["token"]) == ("1", "1")
+    assert events(r, first) == ["enqueued", "claimed", "completed"]
+    assert events(r, second) == ["enqueued", "claimed"]
 
 
 def test_fail_schedules_one_retry(r: redis.Redis, engine: Scripts, lossy: LossyEngine) -> None:
@@ -328,6 +342,7 @@ def test_fail_schedules_one_retry(r: redis.Redis, engine: Scripts, lossy: LossyE
     assert job["traceback"] == TRACEBACK  # stored once, unchanged by the repeat
     assert r.zrange(KEYS.retrying, 0, -1, withscores=True) == [(job_id.encode(), due)]
     assert r.zcard(KEYS.processing) == 0
+    assert events(r, job_id) == ["enqueued", "claimed", "retrying"]
 
 
 @pytest.mark.parametrize("permanent", [False, True], ids=["attempts-spent", "permanent"])
@@ -346,6 +361,7 @@ def test_fail_enters_the_dlq_once(
     assert (job["status"], job["attempts"], job["last_error"]) == ("dead", "1", "boom")
     assert job["traceback"] == TRACEBACK
     assert r.zcard(KEYS.retrying) == 0
+    assert events(r, job_id) == ["enqueued", "claimed", "dead"]
 
 
 # -- the scheduler's transitions ----------------------------------------------------------------
@@ -361,6 +377,7 @@ def test_promote_moves_a_due_job_once(r: redis.Redis, engine: Scripts, lossy: Lo
     assert fields(r, job_id)["status"] == "pending"
     assert seq(r) == 1, "one place in line, not two"
     assert r.llen(KEYS.wake) == 1
+    assert events(r, job_id) == ["scheduled", "promoted"]
 
 
 def test_promote_reports_the_job_it_moved(engine: Scripts, lossy: LossyEngine) -> None:
@@ -389,6 +406,8 @@ def test_recover_counts_one_recovery(r: redis.Redis, engine: Scripts, lossy: Los
     assert r.zcard(KEYS.processing) == 0
     assert seq(r) == places, "a recovered job keeps its place in line"
     assert r.llen(KEYS.wake) == hints + 1
+    assert events(r, job_id)[-2:] == ["claimed", "recovered"]
+    assert events(r, job_id).count("recovered") == 1
 
 
 def test_recover_past_the_cap_enters_the_dlq_once(
@@ -405,6 +424,7 @@ def test_recover_past_the_cap_enters_the_dlq_once(
     assert "recovery cap" in job["last_error"]
     assert index(r, KEYS.dead) == [job_id]
     assert r.zcard(KEYS.pending) == 0
+    assert events(r, job_id) == ["enqueued", "claimed", "recovered", "claimed", "dead"]
 
 
 def test_recover_reports_the_job_it_requeued(engine: Scripts, lossy: LossyEngine) -> None:
@@ -437,6 +457,8 @@ def test_release_requeues_once(
     assert pending_ids(r) == [job_id]
     assert r.zcard(KEYS.processing) == 0
     assert r.llen(KEYS.wake) == hints + 1
+    assert events(r, job_id)[-2:] == ["claimed", "released" if drained else "recovered"]
+    assert len(events(r, job_id)) == 6  # enqueued, claimed, retrying, promoted, claimed, + 1
 
 
 def test_release_worker_requeues_once_and_reports_it(
@@ -450,6 +472,7 @@ def test_release_worker_requeues_once_and_reports_it(
     assert (job["status"], job["recoveries"], job["token"]) == ("pending", "1", str(token + 1))
     assert pending_ids(r) == [job_id]
     assert r.zcard(KEYS.processing) == 0
+    assert len(events(r, job_id)) == 6 and events(r, job_id)[-1] == "recovered"
 
 
 def test_release_past_the_cap_enters_the_dlq_once(
@@ -466,6 +489,7 @@ def test_release_past_the_cap_enters_the_dlq_once(
     stored = fields(r, job_id)
     assert (stored["status"], stored["recoveries"], stored["token"]) == ("dead", "2", "4")
     assert r.zrange(KEYS.dead, 0, -1, withscores=True) == [(job_id.encode(), NOW + 10)]
+    assert events(r, job_id) == ["enqueued", "claimed", "recovered", "claimed", "dead"]
 
 
 # -- the operator's transitions ------------------------------------------------------------------
@@ -488,6 +512,7 @@ def test_replay_requeues_a_dead_job_once(
     assert seq(r) == 2, "one new place in line, not two"
     assert r.llen(KEYS.wake) == 2  # enqueue + replay
     assert r.pttl(KEYS.job(job_id)) == -1, "a replayed job no longer expires"
+    assert events(r, job_id) == ["enqueued", "claimed", "dead", "replayed"]
 
 
 def test_cancel_cancels_once(r: redis.Redis, engine: Scripts, lossy: LossyEngine) -> None:
@@ -499,6 +524,7 @@ def test_cancel_cancels_once(r: redis.Redis, engine: Scripts, lossy: LossyEngine
     assert r.zrange(KEYS.canceled, 0, -1, withscores=True) == [(job_id.encode(), NOW + 10)]
     assert r.zcard(KEYS.pending) == 0
     assert r.zcard(KEYS.pending_since) == 0
+    assert events(r, job_id) == ["enqueued", "canceled"]
 
 
 def test_cancel_reports_that_it_canceled(engine: Scripts, lossy: LossyEngine) -> None:

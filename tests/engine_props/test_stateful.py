@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import pytest
 import redis
@@ -37,6 +37,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from shared import history
 from shared.jobs import EnqueueRequest, Job
 from shared.keys import Keys
 from shared.scripts import (
@@ -90,6 +91,10 @@ RUNS: dict[str, frozenset[str] | None] = {
 # How the recovery cap's error starts (issue 2 §5.5: "says why"; "Type: message" like every
 # last_error).
 LOST_WORKER = "WorkerLost: worker lost"
+# History (docs/QUEUES.md, "Job history"): the last 50 transitions; an entry ending an execution
+# is dropped with the claim it belongs to.
+HISTORY_CAP = 50
+ENDS_EXECUTION = ("completed", "retrying", "dead", "recovered", "released")
 
 job_ids = st.uuids(version=4).map(str)
 requests = st.builds(
@@ -150,6 +155,31 @@ class ModelJob:
     error: str | None = None
     traceback: str | None = None  # the last failure's, if it had one (never a lost worker's)
     result: str | None = None
+    # (event, at, attempt, worker, error type, actor), oldest first, and how many were dropped
+    history: list[tuple[str, int, int | None, str | None, str | None, str]] = field(
+        default_factory=list
+    )
+    dropped: int = 0
+
+    def record(
+        self,
+        event: str,
+        at: int,
+        actor: str,
+        attempt: int | None = None,
+        worker: str | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Append a transition; an execution's end names the attempt and worker of its claim."""
+        if event in ENDS_EXECUTION:
+            attempt, worker = self.attempts, self.worker
+        self.history.append((event, at, attempt, worker, error, actor))
+        if len(self.history) > HISTORY_CAP:
+            del self.history[0]
+            self.dropped += 1
+            if self.history[0][0] in ENDS_EXECUTION:
+                del self.history[0]
+                self.dropped += 1
 
 
 class Model:
@@ -188,9 +218,13 @@ class Model:
         job.traceback = traceback
         job.seq = job.since = job.lease = job.due = None
 
-    def lose_worker(self, job: ModelJob, *, counts: bool) -> str:
+    def lose_worker(self, job: ModelJob, *, counts: bool, actor: str) -> str:
         """Fence off a lost worker, give its execution back, requeue in place or bury past cap."""
         job.token += 1
+        if counts and job.recoveries + 1 > RECOVERIES:
+            job.record("dead", self.now, actor, error="WorkerLost")
+        else:
+            job.record("recovered" if counts else "released", self.now, actor)
         job.attempts = max(0, job.attempts - 1)
         if counts:
             job.recoveries += 1
@@ -236,6 +270,7 @@ class Model:
             job.due = request.scheduled_at
         else:
             self.make_pending(job)
+        job.record("scheduled" if job.due else "enqueued", self.now, "api", attempt=0)
         return job
 
     def claim(self, worker: str) -> ModelJob | str | None:
@@ -254,6 +289,7 @@ class Model:
         job.token += 1
         job.attempts += 1
         job.started, job.worker = self.now, worker
+        job.record("claimed", self.now, "worker", attempt=job.attempts, worker=worker)
         return job
 
     def renew(self, leases: list[tuple[str, int]]) -> list[Code]:
@@ -285,6 +321,7 @@ class Model:
             return Code.STALE_TOKEN, job.status
         if job.status == "processing":
             job.status, job.result, job.finished, job.lease = "completed", result, self.now, None
+            job.record("completed", self.now, "worker")
         else:
             event("complete: repeated by the token holder")
         return Code.DONE, None
@@ -304,9 +341,12 @@ class Model:
         if job.status != "processing":
             return FailResult(Code.STALE_TOKEN, status=job.status)
         job.lease = None
+        kind = error.split(":", 1)[0]
         if permanent or job.attempts >= job.request.max_retries:
+            job.record("dead", self.now, "worker", error=kind)
             self.make_dead(job, error, traceback or None)
             return FailResult(Code.DEAD)
+        job.record("retrying", self.now, "worker", error=kind)
         delay = BASE * 2 ** (job.attempts - 1)
         if delay > CAP:
             event("fail: retry delay capped")
@@ -335,6 +375,7 @@ class Model:
             ids, lateness = moved[job.status]
             ids.append(job_id)
             lateness.append(self.now - at)
+            job.record("promoted", self.now, "scheduler", attempt=job.attempts)
             self.make_pending(job)
         (scheduled, scheduled_late), (retrying, retrying_late) = moved.values()
         return scheduled, retrying, scheduled_late, retrying_late
@@ -343,7 +384,7 @@ class Model:
         expired = sorted((j.lease, j.id) for j in self.in_state("processing") if j.lease < self.now)
         requeued, dead = [], []
         for _, job_id in expired[: limit or BATCH]:
-            outcome = self.lose_worker(self.jobs[job_id], counts=True)
+            outcome = self.lose_worker(self.jobs[job_id], counts=True, actor="scheduler")
             (dead if outcome == "dead" else requeued).append(job_id)
         return requeued, dead
 
@@ -354,7 +395,7 @@ class Model:
         if job.status != "processing" or job.token != token:
             return AckResult(Code.STALE_TOKEN, job.status)
         job.lease = None
-        outcome = self.lose_worker(job, counts=not drained)
+        outcome = self.lose_worker(job, counts=not drained, actor="supervisor")
         return AckResult(Code.DEAD if outcome == "dead" else Code.DONE)
 
     def replay(self, job_id: str) -> str:
@@ -367,6 +408,7 @@ class Model:
         job.attempts = job.recoveries = 0
         job.error = job.traceback = job.result = job.started = job.finished = job.worker = None
         self.make_pending(job)
+        job.record("replayed", self.now, "api", attempt=0)
         return ""
 
     def cancel(self, job_id: str) -> str:
@@ -380,6 +422,7 @@ class Model:
             return job.status
         job.status, job.finished = "canceled", self.now
         job.seq = job.since = job.due = None
+        job.record("canceled", self.now, "api", attempt=job.attempts)
         return "canceled"
 
     def purge(self, job_id: str) -> str:
@@ -889,6 +932,9 @@ def check_job(raw: RawState, job: ModelJob) -> None:
         expected.update(id=None, worker_id=None)
     actual = {name: stored.get(name) for name in expected}
     assert actual == expected, f"job {job.id} fields differ"
+    kept = history.parse(stored.get("history"), job.created)
+    entries = [(e.event, e.at_ms, e.attempt, e.worker, e.error, e.actor) for e in kept.entries]
+    assert (entries, kept.dropped) == (job.history, job.dropped), f"job {job.id} history"
     if job.error == LOST_WORKER:
         assert stored.get("last_error", "").startswith(LOST_WORKER), stored.get("last_error")
     else:

@@ -349,6 +349,7 @@ ROUTES = [
     ("POST", "/enqueue/batch"),
     ("GET", f"/jobs/{UNKNOWN}"),
     ("POST", f"/jobs/{UNKNOWN}/cancel"),
+    ("GET", f"/jobs/{UNKNOWN}/history"),
     ("GET", "/dlq"),
     ("POST", f"/dlq/{UNKNOWN}/retry"),
     ("DELETE", f"/dlq/{UNKNOWN}"),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import redis
 
+from shared.history import Actor
 from shared.lifecycle import Outcome, record
 from shared.log import error_text
 from shared.queues import DEFAULT_QUEUE
@@ -122,7 +123,9 @@ class Release:
 
     def _fail_timed_out(self, orphan: OrphanedJob) -> None:
         error = f"Timeout: timed out after {orphan.timeout:g}s; its worker was killed"
-        result = self.scripts.fail(orphan.job_id, orphan.token, error, queue=orphan.queue)
+        result = self.scripts.fail(
+            orphan.job_id, orphan.token, error, queue=orphan.queue, actor=Actor.SUPERVISOR
+        )
         # fail answers with the type: no read of our own. The one line about the timeout.
         record(
             TIMED_OUT.get(result.code, Outcome.TIMED_OUT_STALE),

@@ -12,7 +12,7 @@
 local CLAIM_FIELDS = {'id', 'type', 'priority', 'max_retries', 'attempts', 'recoveries',
   'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at', 'traceparent',
   'status'}
-local F_TYPE, F_ATTEMPTS, F_TOKEN, F_STATUS = 2, 5, 9, 14
+local F_TYPE, F_ATTEMPTS, F_CREATED, F_TOKEN, F_STATUS = 2, 5, 8, 9, 14
 
 -- The fields a repeated claim reads back: the reply's, started_at where a claim reads status.
 local function reply_fields()
@@ -66,7 +66,9 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
     local member = popped[1]
     local job_id = string.sub(member, string.find(member, ':', 1, true) + 1)
     local job_key = prefix .. job_id
-    local job = redis.call('HMGET', job_key, unpack(CLAIM_FIELDS))
+    -- The history is read with the job, written with it, and left out of the reply.
+    local job = redis.call('HMGET', job_key, 'history', unpack(CLAIM_FIELDS))
+    local history = table.remove(job, 1)
     -- Type names cannot hold '|' (shared/jobs.py): a plain find of '|type|' is exact. Inline,
     -- not a helper: every call of the script would create the helper's closure anew.
     if runnable ~= '' and job[F_STATUS] == 'pending'
@@ -90,7 +92,8 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
       job[F_TOKEN] = string.format('%d', tonumber(job[F_TOKEN]) + 1)
       redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
         'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
-        'worker_id', worker_id)
+        'worker_id', worker_id,
+        'history', history_add(history, 'cw', job[F_CREATED], now, job[F_ATTEMPTS], worker_id))
       redis.call('ZADD', keys[3], string.format('%d', now + lease), job_id)
       job[F_STATUS] = started
       return job

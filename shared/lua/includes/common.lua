@@ -16,6 +16,83 @@ local function pending_member(seq, job_id)
   return string.format('%016d:%s', seq, job_id)
 end
 
+-- A job's history: the `history` field of its hash, one line per transition, oldest first
+-- (shared/history.py reads it; docs/QUEUES.md, "Job history"). An entry is
+-- `<event><actor><ms since created_at>|<attempt>|<worker id>|<error type>`, trailing empty
+-- fields left out; event and actor are one letter each (the tables in shared/history.py).
+-- Appended by the transition itself, in the HSET it already makes, from the HMGET it already
+-- makes: no command of its own. An entry that ends an execution (ENDS_EXECUTION) leaves
+-- attempt and worker out: they are those of the claim just before it (nothing else can happen
+-- to a processing job in between). Why: the worker id is the longest part, and written twice a
+-- finished job's history would pass 64 bytes with a container's host name, turning its hash
+-- into a hashtable under Redis's default hash-max-listpack-value. Past HISTORY_CAP entries
+-- the oldest go, counted in a first line `+<dropped>`.
+local HISTORY_CAP = 50
+local ENDS_EXECUTION = 'drxlh'
+
+-- Drop the oldest entries past the cap, adding them to the count of dropped ones.
+local function history_capped(history)
+  local dropped, body = 0, history
+  if string.sub(history, 1, 1) == '+' then
+    local eol = string.find(history, '\n', 1, true)
+    dropped, body = tonumber(string.sub(history, 2, eol - 1)), string.sub(history, eol + 1)
+  end
+  local _, newlines = string.gsub(body, '\n', '\n')
+  local excess = newlines + 1 - HISTORY_CAP
+  if excess <= 0 then
+    return history
+  end
+  local start = 1
+  for _ = 1, excess do
+    start = string.find(body, '\n', start, true) + 1
+  end
+  -- Without the claim before it, an entry that ends an execution would name no worker: it goes.
+  if string.find(ENDS_EXECUTION, string.sub(body, start, start), 1, true) then
+    start = string.find(body, '\n', start, true) + 1
+    excess = excess + 1
+  end
+  return '+' .. (dropped + excess) .. '\n' .. string.sub(body, start)
+end
+
+-- The history field's new value: `history` (false for a job without one) and one more entry.
+-- code: the event's and the actor's letters; created: the hash's created_at (a missing one
+-- counts from now: an error here, after the script's first write, would leave the transition
+-- half done); attempt, worker, error_type: nil when they do not apply. One concatenation per
+-- shape: every intermediate string is a Lua allocation on the hot path.
+local function history_add(history, code, created, now, attempt, worker, error_type)
+  local at = now - (tonumber(created) or now)
+  local sep = '\n'
+  if not history or history == '' then
+    history, sep = '', ''
+  end
+  if error_type then
+    history = history .. sep .. code .. at .. '|' .. (attempt or '') .. '|' .. (worker or '') ..
+      '|' .. error_type
+  elseif worker then
+    history = history .. sep .. code .. at .. '|' .. attempt .. '|' .. worker
+  elseif attempt then
+    history = history .. sep .. code .. at .. '|' .. attempt
+  else
+    history = history .. sep .. code .. at
+  end
+  -- An entry is at least 4 bytes with its newline, so a shorter field is within the cap: the
+  -- usual transition counts nothing.
+  if #history < 4 * HISTORY_CAP then
+    return history
+  end
+  return history_capped(history)
+end
+
+-- The type of a "Type: message" error text, as history keeps it: up to the first ':' (the
+-- whole text when it has none), at most 64 bytes, never a separator; nil when empty.
+local function error_type_of(text)
+  local kind = string.sub(string.match(text, '^[^:|\r\n]*'), 1, 64)
+  if kind == '' then
+    return nil
+  end
+  return kind
+end
+
 -- Wake one idle worker. LPUSH answers the list's length, so the cap costs a second command
 -- only when it is exceeded; past the cap, extra hints would only cause empty claims. The trim
 -- keeps half the cap, so a burst with no idle worker pays one LTRIM per half-cap enqueues.
@@ -37,30 +114,30 @@ end
 
 -- Make an existing job claimable. keys = {pending, pending_since, seq, wake}. keep_place: reuse
 -- the job's sequence number, so a job that lost its worker goes back to its place in line
--- rather than to the back.
-local function make_pending(keys, job_key, job_id, now, wake_cap, keep_place)
+-- rather than to the back. history: the field's new value (history_add).
+local function make_pending(keys, job_key, job_id, now, wake_cap, keep_place, history)
   local state = redis.call('HMGET', job_key, 'priority', 'seq', 'eligible_at')
   local seq = keep_place and tonumber(state[2]) or redis.call('INCR', keys[3])
   -- Back in its place, the job has been waiting since it first became claimable.
   local since = keep_place and tonumber(state[3]) or now
   index_pending({keys[1], keys[2], keys[4]}, job_id, state[1], seq, since, wake_cap)
   redis.call('HSET', job_key, 'status', 'pending', 'seq', seq, 'eligible_at', since,
-    'updated_at', now)
+    'updated_at', now, 'history', history)
 end
 
 -- Move a job to the dead-letter queue, recording why its last execution failed ("Type:
 -- message") and, for a handler's exception, its traceback; a failure without one (a timeout, a
 -- lost worker) removes the previous failure's traceback, so the two fields always describe
 -- the same failure. Its hash expires after the DLQ's maximum age; trim.lua removes it (and
--- its index entry) earlier when the DLQ is over its count cap.
-local function make_dead(dead_key, job_key, job_id, error_text, traceback, now, ttl_ms)
+-- its index entry) earlier when the DLQ is over its count cap. history: the field's new value.
+local function make_dead(dead_key, job_key, job_id, error_text, traceback, now, ttl_ms, history)
   if traceback ~= '' then
     redis.call('HSET', job_key, 'status', 'dead', 'finished_at', now, 'updated_at', now,
-      'last_error', error_text, 'traceback', traceback)
+      'last_error', error_text, 'traceback', traceback, 'history', history)
     redis.call('HDEL', job_key, 'next_retry_at', 'seq')
   else
     redis.call('HSET', job_key, 'status', 'dead', 'finished_at', now, 'updated_at', now,
-      'last_error', error_text)
+      'last_error', error_text, 'history', history)
     redis.call('HDEL', job_key, 'next_retry_at', 'seq', 'traceback')
   end
   redis.call('ZADD', dead_key, now, job_id)
@@ -71,11 +148,13 @@ end
 -- requeue it, or declare it dead once it has lost workers more often than the cap allows.
 -- The lost execution is given back (attempts - 1): losing a worker is not an application
 -- failure, so it must not use up max_retries; `recoveries` counts it instead.
--- keys = {pending, pending_since, seq, wake, dead}
-local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake_cap, now)
+-- keys = {pending, pending_since, seq, wake, dead}. actor: who tells (history's letter).
+-- History: recovered (counted), released (a drain), or dead.
+local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake_cap, now, actor)
   -- A new token fences off the lost worker: if it was only paused, its late writes are refused.
   redis.call('HINCRBY', job_key, 'token', 1)
-  if tonumber(redis.call('HGET', job_key, 'attempts')) > 0 then
+  local job = redis.call('HMGET', job_key, 'attempts', 'history', 'created_at')
+  if tonumber(job[1]) > 0 then
     redis.call('HINCRBY', job_key, 'attempts', -1)
   end
   if counts then
@@ -83,11 +162,13 @@ local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake
     if recoveries > cap then
       make_dead(keys[5], job_key, job_id,
         'WorkerLost: worker lost ' .. recoveries .. ' times (recovery cap ' .. cap .. '): ' ..
-        'the job may be killing its worker', '', now, dead_ttl_ms)
+        'the job may be killing its worker', '', now, dead_ttl_ms,
+        history_add(job[2], 'x' .. actor, job[3], now, nil, nil, 'WorkerLost'))
       return DEAD
     end
   end
-  make_pending({keys[1], keys[2], keys[3], keys[4]}, job_key, job_id, now, wake_cap, true)
+  make_pending({keys[1], keys[2], keys[3], keys[4]}, job_key, job_id, now, wake_cap, true,
+    history_add(job[2], (counts and 'l' or 'h') .. actor, job[3], now))
   return DONE
 end
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway.body import MAX_BODY_BYTES
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
+from shared import listing
 from shared.jobs import (
     MAX_RETRIES_RANGE,
     MAX_TIMEOUT_SECONDS,
@@ -22,6 +23,7 @@ from shared.jobs import (
     JobState,
 )
 from shared.queries import CURSOR_PATTERN
+from shared.queues import QUEUE_PATTERN
 
 JOB_ID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"
 TIMESTAMP = {"type": "string", "format": "date-time"}
@@ -175,6 +177,9 @@ def _schemas() -> dict[str, Any]:
         "DeadPage": _object(
             ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
         ),
+        "JobPage": _object(
+            ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
+        ),
         "Stats": _object(
             ["jobs", "total", "oldest_pending_age_seconds", "workers"],
             {
@@ -216,6 +221,49 @@ def _parameters() -> dict[str, Any]:
             "in": "header",
             "description": "Same key and body within the key's TTL: 200 with the first job.",
             "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,255}$"},
+        },
+    }
+
+
+def _listing_parameters() -> dict[str, Any]:
+    low, high = listing.LIMIT_RANGE
+    return {
+        "State": {
+            "name": "state",
+            "in": "query",
+            "required": True,
+            "description": "The state to list: each has its own order, so there is no default.",
+            "schema": {"type": "string", "enum": STATES},
+        },
+        "Queue": {
+            "name": "queue",
+            "in": "query",
+            "description": "One queue's jobs; absent: every queue's.",
+            "schema": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
+        },
+        "JobType": {
+            "name": "type",
+            "in": "query",
+            "description": f"Only jobs of this type; a page examines at most "
+            f"{listing.TYPE_SCAN_MAX} entries per queue, so it may hold fewer than limit jobs "
+            "(even none) and still give a next_cursor.",
+            "schema": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
+        },
+        "ListLimit": {
+            "name": "limit",
+            "in": "query",
+            "schema": {
+                "type": "integer",
+                "minimum": low,
+                "maximum": high,
+                "default": listing.DEFAULT_LIMIT,
+            },
+        },
+        "ListCursor": {
+            "name": "cursor",
+            "in": "query",
+            "description": "The next_cursor of the previous page of the same state, as returned.",
+            "schema": {"type": "string", "pattern": f"^{listing.CURSOR_PATTERN.pattern}$"},
         },
     }
 
@@ -308,6 +356,22 @@ def _job_paths() -> dict[str, Any]:
                 "Cancel a pending, scheduled or retrying job.",
                 {"200": JOB_OK, **_use(*BY_ID, "Conflict")},
                 parameters=[_param("JobId")],
+            )
+        },
+    }
+
+
+def _listing_paths() -> dict[str, Any]:
+    page = _json(_ref("JobPage"), "A page of jobs in the state's order.")
+    names = ("State", "Queue", "JobType", "ListLimit", "ListCursor")
+    return {
+        "/jobs": {
+            "get": _operation(
+                "listJobs",
+                "Page through one state's jobs: pending in claim order, scheduled and retrying "
+                "next due first, the others newest first.",
+                {"200": page, **_use("BadRequest", "Unauthorized", "Unavailable")},
+                parameters=[_param(name) for name in names],
             )
         },
     }
@@ -423,10 +487,10 @@ def _document() -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
-        "paths": {**_job_paths(), **_dlq_paths(), **_ops_paths()},
+        "paths": {**_job_paths(), **_listing_paths(), **_dlq_paths(), **_ops_paths()},
         "components": {
             "schemas": _schemas(),
-            "parameters": _parameters(),
+            "parameters": {**_parameters(), **_listing_parameters()},
             "responses": _responses(),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },

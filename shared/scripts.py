@@ -94,6 +94,7 @@ SCRIPT_NAMES = (
     "heartbeat",
     "queue_stats",
     "fleet",
+    "list_page",
 )
 # Hashes of canceled jobs outlive their index entry by this much: trim.lua deletes both at
 # retention; the TTL only matters if trimming stopped (no scheduler running). Completed jobs
@@ -652,6 +653,27 @@ class Scripts:
             self._piped(pipe, "queue_stats", keys, [])
         self._piped(pipe, "fleet", [self.keys.workers], [self.keys.worker_prefix])
         return pipe
+
+    def list_page(
+        self,
+        pipe: Any,
+        *,
+        queue: str,
+        state: JobState,
+        order: str,
+        after: tuple[int, str] | None,
+        limit: int,
+        budget: int,
+        job_type: str | None,
+    ) -> None:
+        """Queue a read of one page of a queue's state index on `pipe` (list_page.lua).
+
+        shared.listing sends one per queue on one pipeline, parses the replies and merges them.
+        """
+        k = self.q(queue)
+        score, member = ("", "") if after is None else (str(after[0]), after[1])
+        args = [k.job_prefix, order, score, member, limit, budget, job_type or ""]
+        self._piped(pipe, "list_page", [k.state_index(state)], args)
 
     def _finished_ttl_ms(self) -> int:
         return self.policy.finished_retention_ms + HASH_TTL_MARGIN_MS

@@ -1,0 +1,385 @@
+"""shared.listing and list_page.lua on the private redis-server: every state's order, cursors
+that survive their job leaving, ties, several queues, the type filter, the cost of a page.
+
+Jobs are seeded through the transition scripts with an explicit clock, so each one's place in
+its state's order is known in advance; the expected order is computed here from those seeds,
+not read from the indexes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from shared import listing
+from shared.jobs import JobState
+from shared.listing import BadCursor, Position, list_jobs, parse_cursor
+from shared.scripts import Code, Scripts
+from tests.engine.conftest import T0, K, job_id, request, snapshot
+from tests.engine.listing_support import DEFAULT, Seed, expected, flat, pages, seed
+from tests.engine.test_budgets import commands_of
+
+# Scores with ties and gaps: several jobs share a millisecond, and the order within one is
+# by id (descending where the state lists newest first).
+TIMES = [T0 + 5, T0 + 1, T0 + 5, T0 + 3, T0 + 5, T0 + 2, T0 + 9, T0 + 1, T0 + 7, T0 + 5, T0 + 4]
+
+
+def seed_state(scripts: Scripts, state: JobState, queues: list[str]) -> list[Seed]:
+    seeds = []
+    for n, at in enumerate(TIMES):
+        # Ids not in time order, so the id tie-break is really tested.
+        jid = job_id(100 + (n * 7) % 13)
+        queue = queues[n % len(queues)]
+        priority = (n * 5) % 3 - 1
+        if state is JobState.SCHEDULED:
+            at += 60_000  # in the future, so the job waits
+        seed(scripts, state, jid, at, queue=queue, priority=priority)
+        seeds.append(Seed(jid, queue, at, priority, n))
+    return seeds
+
+
+@pytest.mark.parametrize("state", list(JobState))
+@pytest.mark.parametrize("limit", [1, 3, len(TIMES), 1000])
+def test_every_state_pages_in_its_order_each_job_once(
+    scripts: Scripts, state: JobState, limit: int
+) -> None:
+    seeds = seed_state(scripts, state, [DEFAULT])
+
+    found = pages(scripts, state, [DEFAULT], limit)
+
+    assert flat(found) == expected(state, seeds)
+    assert all(len(page) == limit for page in found[:-1])
+    assert found[-1]  # no empty last page: the end is known when the last full page is read
+
+
+def test_pending_lists_in_the_order_claims_take_the_jobs(scripts: Scripts) -> None:
+    seeds = seed_state(scripts, JobState.PENDING, [DEFAULT])
+    listed = flat(pages(scripts, JobState.PENDING, [DEFAULT], 4))
+
+    claimed = []
+    while (job := scripts.claim("w1", now_ms=T0 + 100)) is not None:
+        claimed.append(job.id)
+
+    assert listed == claimed == expected(JobState.PENDING, seeds)
+
+
+@pytest.mark.parametrize("state", list(JobState))
+def test_an_empty_state_is_one_empty_page(scripts: Scripts, state: JobState) -> None:
+    page = list_jobs(scripts, state, [DEFAULT, "other"])
+    assert (page.jobs, page.next_cursor) == ([], None)
+
+
+def test_the_jobs_are_the_jobs_get_returns_with_their_queue(scripts: Scripts) -> None:
+    seed(scripts, JobState.DEAD, job_id(1), T0, queue="mail", job_type="send")
+
+    [job] = list_jobs(scripts, JobState.DEAD, ["mail"]).jobs
+
+    assert (job.id, job.queue, job.type, job.status) == (job_id(1), "mail", "send", JobState.DEAD)
+    assert job.last_error == "E: x" and job.finished_at == T0
+
+
+# --- the cursor's own job moves ------------------------------------------------------------
+
+
+def test_a_page_after_the_cursors_job_was_claimed_starts_right_after_its_place(
+    scripts: Scripts,
+) -> None:
+    for n in range(6):
+        seed(scripts, JobState.PENDING, job_id(n), T0)
+    first = list_jobs(scripts, JobState.PENDING, [DEFAULT], limit=3)
+    assert [j.id for j in first.jobs] == [job_id(0), job_id(1), job_id(2)]
+    # Claims take the first three, the cursor's job among them.
+    for n in range(3):
+        assert scripts.claim("w1", now_ms=T0).id == job_id(n)
+
+    second = list_jobs(scripts, JobState.PENDING, [DEFAULT], limit=3, cursor=first.next_cursor)
+
+    assert [j.id for j in second.jobs] == [job_id(3), job_id(4), job_id(5)]
+    assert second.next_cursor is None
+
+
+@pytest.mark.parametrize("state", [JobState.DEAD, JobState.SCHEDULED, JobState.CANCELED])
+def test_a_page_after_the_cursors_job_left_lists_every_remaining_job_once(
+    scripts: Scripts, state: JobState
+) -> None:
+    seeds = seed_state(scripts, state, [DEFAULT])
+    order = expected(state, seeds)
+    gone: list[str] = []
+
+    def remove_cursor_job(cursor: str) -> None:
+        jid = parse_cursor(cursor).job_id
+        gone.append(jid)
+        if state is JobState.DEAD:
+            scripts.purge(jid)
+        elif state is JobState.SCHEDULED:
+            scripts.cancel(jid, now_ms=T0)
+        else:
+            scripts.redis.zrem(K.canceled, jid)  # what trim does at retention
+            scripts.redis.delete(K.job(jid))
+
+    found = flat(pages(scripts, state, [DEFAULT], 2, between=remove_cursor_job))
+
+    assert found == order
+    assert len(gone) == (len(order) - 1) // 2
+
+
+def test_a_cursor_whose_job_came_back_later_in_the_index_still_marks_its_old_place(
+    scripts: Scripts,
+) -> None:
+    for n in range(4):
+        seed(scripts, JobState.DEAD, job_id(n), T0 + n)
+    first = list_jobs(scripts, JobState.DEAD, [DEFAULT], limit=2)
+    assert [j.id for j in first.jobs] == [job_id(3), job_id(2)]
+    # The cursor's job is replayed and dies again: its entry is newer now, before the cursor.
+    assert scripts.replay(job_id(2)).status is JobState.PENDING
+    token = scripts.claim("w9", now_ms=T0 + 50).token
+    assert scripts.fail(job_id(2), token, "E: again", now_ms=T0 + 50).code is Code.DEAD
+
+    second = list_jobs(scripts, JobState.DEAD, [DEFAULT], limit=2, cursor=first.next_cursor)
+
+    assert [j.id for j in second.jobs] == [job_id(1), job_id(0)]
+
+
+@pytest.mark.parametrize("present", [True, False])
+@pytest.mark.parametrize("state", [JobState.PENDING, JobState.COMPLETED])
+def test_a_page_read_leaves_redis_exactly_as_it_was(
+    r: redis.Redis, scripts: Scripts, state: JobState, present: bool
+) -> None:
+    seeds = seed_state(scripts, state, [DEFAULT])
+    first = list_jobs(scripts, state, [DEFAULT], limit=3)
+    if not present:
+        # Another position the cursor's job is not at: the probe path.
+        at = parse_cursor(first.next_cursor)
+        cursor = Position(at.score + 1, at.member).cursor()
+    else:
+        cursor = first.next_cursor
+    before = snapshot(r)
+
+    page = list_jobs(scripts, state, [DEFAULT], limit=3, cursor=cursor)
+
+    assert snapshot(r) == before
+    assert page.jobs and len(seeds) > 3
+
+
+# --- ties ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", [JobState.PENDING, JobState.COMPLETED, JobState.PROCESSING])
+def test_ties_at_one_score_page_by_member_each_job_once(scripts: Scripts, state: JobState) -> None:
+    ids = [job_id(n) for n in (5, 1, 9, 3, 7, 2, 8)]
+    for jid in ids:
+        seed(scripts, state, jid, T0)
+
+    found = pages(scripts, state, [DEFAULT], 2)
+
+    if state is JobState.PENDING:
+        assert flat(found) == ids  # first in, first out
+    else:
+        assert flat(found) == sorted(ids, reverse=True)
+
+
+def test_the_cursor_of_a_gone_job_among_ties_resumes_between_its_neighbours(
+    scripts: Scripts,
+) -> None:
+    for n in range(1, 8):
+        seed(scripts, JobState.COMPLETED, job_id(n), T0)
+    first = list_jobs(scripts, JobState.COMPLETED, [DEFAULT], limit=3)
+    assert [j.id for j in first.jobs] == [job_id(7), job_id(6), job_id(5)]
+    for n in (5, 4):  # the cursor's job and the next one go (trim deletes index and hash)
+        scripts.redis.zrem(K.completed, job_id(n))
+
+    second = list_jobs(scripts, JobState.COMPLETED, [DEFAULT], limit=3, cursor=first.next_cursor)
+
+    assert [j.id for j in second.jobs] == [job_id(3), job_id(2), job_id(1)]
+
+
+# --- several queues ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", list(JobState))
+@pytest.mark.parametrize("limit", [1, 4])
+def test_several_queues_page_as_one_order_each_job_once(
+    scripts: Scripts, state: JobState, limit: int
+) -> None:
+    queues = ["a", "b", "c"]
+    seeds = seed_state(scripts, state, queues)
+
+    found = flat(pages(scripts, state, queues, limit))
+
+    if state is JobState.PENDING:
+        # Across queues: priority, then each queue's own sequence (claims are per queue).
+        assert sorted(found) == sorted(s.id for s in seeds)
+        by_id = {s.id: s for s in seeds}
+        priorities = [-by_id[jid].priority for jid in found]
+        assert priorities == sorted(priorities)
+        for queue in queues:
+            mine = [jid for jid in found if by_id[jid].queue == queue]
+            assert mine == expected(state, [s for s in seeds if s.queue == queue])
+    else:
+        assert found == expected(state, seeds)
+
+
+def test_a_queue_filter_lists_that_queue_only(scripts: Scripts) -> None:
+    seeds = seed_state(scripts, JobState.COMPLETED, ["a", "b"])
+
+    found = flat(pages(scripts, JobState.COMPLETED, ["b"], 2))
+
+    assert found == expected(JobState.COMPLETED, [s for s in seeds if s.queue == "b"])
+    assert list_jobs(scripts, JobState.COMPLETED, ["nowhere"]).jobs == []
+
+
+def test_each_listed_job_names_the_queue_it_came_from(scripts: Scripts) -> None:
+    seeds = seed_state(scripts, JobState.RETRYING, ["a", "b", "c"])
+
+    jobs = list_jobs(scripts, JobState.RETRYING, ["a", "b", "c"], limit=100).jobs
+
+    assert {(j.id, j.queue) for j in jobs} == {(s.id, s.queue) for s in seeds}
+
+
+# --- the type filter -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", list(JobState))
+def test_a_type_filter_lists_that_type_only_each_job_once(
+    scripts: Scripts, state: JobState
+) -> None:
+    queues = ["a", "b"]
+    wanted = []
+    for n, at in enumerate(TIMES * 3):
+        jid = job_id(200 + n)
+        job_type = "match" if n % 4 == 1 else "other"
+        at = at + n + (60_000 if state is JobState.SCHEDULED else 0)
+        seed(scripts, state, jid, at, queue=queues[n % 2], job_type=job_type)
+        if job_type == "match":
+            wanted.append(Seed(jid, queues[n % 2], at, 0, n))
+
+    found = pages(scripts, state, queues, 2, job_type="match")
+
+    assert flat(found) == expected(state, wanted)
+
+
+def test_a_type_filter_examines_a_bounded_number_of_entries_per_page(scripts: Scripts) -> None:
+    # 30 others, then one match: with limit 1, a page looks at 10 entries at most.
+    for n in range(30):
+        seed(scripts, JobState.COMPLETED, job_id(300 + n), T0 + 100 - n, job_type="other")
+    seed(scripts, JobState.COMPLETED, job_id(999), T0, job_type="match")
+
+    found = pages(scripts, JobState.COMPLETED, [DEFAULT], 1, job_type="match")
+
+    assert found == [[], [], [], [job_id(999)]]
+
+
+def test_a_type_filter_page_costs_one_read_per_entry_examined(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    for n in range(50):
+        seed(scripts, JobState.COMPLETED, job_id(300 + n), T0 + n, job_type="other")
+    scripts.load()
+
+    counts = commands_of(
+        r, lambda: scripts.redis.evalsha(*_page_call(scripts, JobState.COMPLETED, 2, "match"))
+    )
+
+    assert counts["hget"] == 20 and counts["zrange"] == 1  # 2 × 10 examined
+    assert sum(counts.values()) == 22  # and a ZCARD: entries lie past the 20th
+
+
+def test_a_type_filter_across_queues_skips_nothing_past_where_a_queue_stopped(
+    scripts: Scripts,
+) -> None:
+    # Queue a: others every 2 ms from T0+1000 down, its match among them at T0+979, so a page
+    # of 1 (10 entries examined) stops short of its match. Queue b: matches, two of them
+    # before where a stops: the page must not go past a's stop, nor its cursor past b's.
+    for n in range(25):
+        seed(scripts, JobState.DEAD, job_id(400 + n), T0 + 1000 - 2 * n, queue="a", job_type="x")
+    times = {job_id(499): T0 + 979}
+    for n, offset in enumerate((1100, 995, 700, 300)):
+        times[job_id(500 + n)] = T0 + offset
+    for jid, at in times.items():
+        seed(
+            scripts, JobState.DEAD, jid, at, queue="a" if jid == job_id(499) else "b", job_type="m"
+        )
+
+    found = flat(pages(scripts, JobState.DEAD, ["a", "b"], 1, job_type="m"))
+
+    assert found == sorted(times, key=lambda jid: times[jid], reverse=True)
+
+
+# --- processing ------------------------------------------------------------------------------
+
+
+def test_running_jobs_page_by_start_while_their_leases_renew(scripts: Scripts) -> None:
+    tokens = {}
+    for n in range(7):
+        jid = job_id(n)
+        scripts.enqueue(request(), jid, now_ms=T0 + n)
+        tokens[jid] = scripts.claim(f"w{n}", now_ms=T0 + 10 * (n % 3) + n).token
+
+    def renew_all(_: str) -> None:
+        # Every renewal moves the lease deadline, the processing index's score, in reverse.
+        for step, (jid, token) in enumerate(reversed(tokens.items())):
+            assert scripts.renew([(jid, token)], now_ms=T0 + 1000 + step) == [Code.DONE]
+
+    found = flat(pages(scripts, JobState.PROCESSING, [DEFAULT], 2, between=renew_all))
+
+    started = {jid: T0 + 10 * (n % 3) + n for n, jid in enumerate(tokens)}
+    assert found == sorted(started, key=lambda jid: (started[jid], jid), reverse=True)
+
+
+# --- cursors and the cost of a page ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "12",
+        "x:" + job_id(1),
+        "12:ABCDEF00-0000-4000-8000-000000000001",  # ids are lower case
+        "12:0000000000000001" + job_id(1),
+        "12:1:" + job_id(1),
+        "١٢:" + job_id(1),  # digits of another script
+        "12345678901234567:" + job_id(1),
+        "12:" + job_id(1) + "\n",
+    ],
+)
+def test_a_cursor_this_module_did_not_make_is_refused(text: str) -> None:
+    with pytest.raises(BadCursor):
+        parse_cursor(text)
+
+
+def test_a_cursor_names_a_score_and_a_member() -> None:
+    member = f"{7:016d}:{job_id(1)}"
+    assert parse_cursor(f"-5:{member}") == Position(-5, member)
+    assert parse_cursor(Position(T0, job_id(2)).cursor()) == Position(T0, job_id(2))
+
+
+def _page_call(
+    scripts: Scripts, state: JobState, limit: int, job_type: str = "", cursor: str | None = None
+) -> tuple[object, ...]:
+    """Return EVALSHA arguments of one list_page call (the script itself, no pipeline)."""
+    sha = scripts._scripts["list_page"].sha
+    after = parse_cursor(cursor) if cursor else None
+    score, member = (str(after.score), after.member) if after else ("", "")
+    budget = listing.scan_budget(limit, job_type or None)
+    args = [K.job_prefix, listing.ORDER[state], score, member, limit, budget, job_type]
+    return (sha, 1, K.state_index(state), *args)
+
+
+@pytest.mark.parametrize("gone", [False, True])
+def test_a_page_costs_a_fixed_number_of_commands_whatever_the_index_holds(
+    r: redis.Redis, scripts: Scripts, gone: bool
+) -> None:
+    for n in range(300):
+        seed(scripts, JobState.PENDING, job_id(n), T0)
+    scripts.load()
+    cursor = list_jobs(scripts, JobState.PENDING, [DEFAULT], limit=100).next_cursor
+    if gone:
+        r.zrem(K.pending, parse_cursor(cursor).member)
+
+    counts = commands_of(
+        r, lambda: r.evalsha(*_page_call(scripts, JobState.PENDING, 100, cursor=cursor))
+    )
+
+    probe = {"zadd": 1, "zrem": 1} if gone else {}
+    assert counts == {"zscore": 1, "zrank": 1, "zrange": 1, "zcard": 1, **probe}

@@ -28,8 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from shared.jobs import JOB_ID_PATTERN, Job, JobState
 from shared.scripts import Scripts
 
@@ -162,12 +160,7 @@ def read_queues(
             )
         return pipe
 
-    try:
-        replies = pipeline().execute()
-    except redis.exceptions.NoScriptError:
-        # The script cache emptied between the pipeline's SCRIPT EXISTS and its EXEC (a restart,
-        # a failover): nothing ran; once more, and the pipeline loads the script first.
-        replies = pipeline().execute()
+    replies = scripts.execute_loaded(pipeline)  # a page read changes nothing: repeatable
     return [
         _running(queue, reply, limit, after) if order == BY_START else _indexed(queue, reply)
         for queue, reply in zip(queues, replies, strict=True)

@@ -142,9 +142,14 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
         sent[name] = (len(keys), len(args))
         piped(pipe, name, keys, args)
 
-    piped = scripts._piped
+    def record_bare(pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
+        sent[name] = (len(keys), len(args))
+        bare(pipe, name, keys, args)
+
+    piped, bare = scripts._piped, scripts._piped_bare
     monkeypatch.setattr(scripts, "_call", record)
     monkeypatch.setattr(scripts, "_piped", record_piped)
+    monkeypatch.setattr(scripts, "_piped_bare", record_bare)
     token = start(scripts, J1).token
     scripts.renew([(J1, token), (J1, token)], now_ms=T0)
     scripts.complete(J1, token, now_ms=T0)

@@ -383,3 +383,25 @@ def test_a_page_costs_a_fixed_number_of_commands_whatever_the_index_holds(
 
     probe = {"zadd": 1, "zrem": 1} if gone else {}
     assert counts == {"zscore": 1, "zrank": 1, "zrange": 1, "zcard": 1, **probe}
+
+
+def test_a_page_is_its_script_calls_and_the_jobs_reads_nothing_more(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    for n in range(3):
+        seed(scripts, JobState.DEAD, job_id(n), T0 + n, queue=("a", "b", "c")[n])
+    scripts.load()
+
+    counts = commands_of(r, lambda: list_jobs(scripts, JobState.DEAD, ["a", "b", "c"], limit=2))
+
+    # No SCRIPT EXISTS round trip before the pipeline (redis-py sends one for Script objects).
+    assert counts == {"zrange": 3, "hgetall": 2}
+
+
+def test_a_page_after_redis_lost_its_scripts_loads_them_and_reads_again(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    seed(scripts, JobState.DEAD, job_id(1), T0)
+    r.script_flush()  # what a restart or a failover does to the cache
+
+    assert [j.id for j in list_jobs(scripts, JobState.DEAD, [DEFAULT]).jobs] == [job_id(1)]

@@ -405,3 +405,18 @@ def test_a_page_after_redis_lost_its_scripts_loads_them_and_reads_again(
     r.script_flush()  # what a restart or a failover does to the cache
 
     assert [j.id for j in list_jobs(scripts, JobState.DEAD, [DEFAULT]).jobs] == [job_id(1)]
+
+
+def test_pages_are_read_when_redis_is_out_of_memory(r: redis.Redis, scripts: Scripts) -> None:
+    for n in range(4):
+        seed(scripts, JobState.PENDING, job_id(n), T0)
+    first = list_jobs(scripts, JobState.PENDING, [DEFAULT], limit=2)
+    scripts.cancel(job_id(1), now_ms=T0)  # the cursor's job: the next page needs the probe
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", 1)
+    try:
+        second = list_jobs(scripts, JobState.PENDING, [DEFAULT], limit=2, cursor=first.next_cursor)
+    finally:
+        r.config_set("maxmemory", 0)
+
+    assert [j.id for j in second.jobs] == [job_id(2), job_id(3)]

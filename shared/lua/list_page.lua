@@ -4,13 +4,16 @@
 --
 -- Invariant: an index entry (score, member) whose job did not change state keeps its place in
 -- the (score, member) order, so a page that starts strictly after the last entry shown never
--- shows it twice nor skips it, whatever moved in between. The cursor's entry may have left the
--- index (claimed, finished) or moved (the member scored again): its place is then found by
--- adding a probe member, the cursor's member followed by a NUL byte, at the cursor's score.
--- Nothing sorts between a member and that probe, so the probe's rank is the count of entries
--- at or before the cursor: O(log n), where a scan of ties at one score (every pending job of
--- one priority) is O(n). The probe is removed before the script returns, so no other client
--- ever sees it, and no real entry is touched (which is why the script is not read-only).
+-- shows it twice nor skips it, whatever moved in between. Where the cursor's entry is still
+-- at its score, its rank is where the page starts. Where it left the index (claimed, finished)
+-- or moved (the member scored again), its place is counted in O(log n) all the same: the
+-- entries on either side of its score (ZCOUNT), plus those at its score that sort before its
+-- member, read and compared byte by byte when few share that score (TIE_SCAN); when many do
+-- (every pending job of one priority), a probe finds it instead: the cursor's member followed
+-- by a NUL byte, added at the cursor's score. Nothing sorts between a member and that probe,
+-- so the probe's rank counts the entries at or before the cursor. The probe is removed before
+-- the script returns, so no other client ever sees it, and no real entry is touched; it is the
+-- one write, and why the script is not read-only.
 -- processing is different: its score, the lease deadline, moves on every renewal, so a page
 -- by it could show a job twice. Its jobs are bounded by live workers, not by jobs in Redis:
 -- this returns each one's (started_at, id) and shared/listing.py orders and pages them.
@@ -35,14 +38,17 @@
 --         past it, else 0. started: {0, '', '', started_at 1, id 1, ...}, one pair per running
 --         job (of the type) whose hash says processing.
 -- Redis commands without a filter: ZRANGE (+ ZCARD on a full page) on the first page; ZSCORE and
--- Z(REV)RANK more after a cursor, and ZADD and ZREM more when the cursor's entry left or moved.
--- With a type filter: a HGET per entry examined and a ZRANGE per 100. started: ZRANGE and a
--- HMGET per running job.
+-- Z(REV)RANK more after a cursor. The cursor's entry gone or moved: ZSCORE, ZCOUNT, then a
+-- ZCOUNT (and a ZRANGE of the ties when there are any), or ZADD, Z(REV)RANK and ZREM past
+-- TIE_SCAN ties. With a type filter: a HGET per entry examined and a ZRANGE per 100. started:
+-- ZRANGE and a HMGET per running job.
 
 local index, prefix, order = KEYS[1], ARGV[1], ARGV[2]
 local score, member = ARGV[3], ARGV[4]
 local limit, budget, wanted = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local CHUNK = 100
+-- Past this many entries at the cursor's score, the probe finds its place rather than a read.
+local TIE_SCAN = 100
 
 local function id_of(entry)
   -- A pending member is <seq>:<id>; ids hold no colon.
@@ -63,6 +69,35 @@ if order == 'started' then
 end
 
 local rev = order == 'desc'
+
+-- Whether member a sorts before member b as Redis orders them: by bytes (Lua's `<` compares
+-- strings by the server's locale).
+local function sorts_before(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
+-- The number of entries before the cursor in this order, its own entry being elsewhere or
+-- gone: those beyond its score on the near side, and those at its score that come first.
+local function count_before(ties)
+  local near = rev and redis.call('ZCOUNT', index, '(' .. score, '+inf')
+    or redis.call('ZCOUNT', index, '-inf', '(' .. score)
+  if ties == 0 then
+    return near
+  end
+  for _, tied in ipairs(redis.call('ZRANGE', index, score, score, 'BYSCORE')) do
+    if (rev and sorts_before(member, tied)) or (not rev and sorts_before(tied, member)) then
+      near = near + 1
+    end
+  end
+  return near
+end
+
 -- The rank, in this order, of the first entry strictly after the cursor.
 local start = 0
 if member ~= '' then
@@ -71,10 +106,15 @@ if member ~= '' then
   if current and tonumber(current) == tonumber(score) then
     start = redis.call(rank_of, index, member) + 1
   else
-    local probe = member .. '\0'
-    redis.call('ZADD', index, score, probe)
-    start = redis.call(rank_of, index, probe)
-    redis.call('ZREM', index, probe)
+    local ties = redis.call('ZCOUNT', index, score, score)
+    if ties <= TIE_SCAN then
+      start = count_before(ties)
+    else
+      local probe = member .. '\0'
+      redis.call('ZADD', index, score, probe)
+      start = redis.call(rank_of, index, probe)
+      redis.call('ZREM', index, probe)
+    end
   end
 end
 

@@ -8,6 +8,8 @@ not read from the indexes.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 import redis
 
@@ -140,25 +142,74 @@ def test_a_cursor_whose_job_came_back_later_in_the_index_still_marks_its_old_pla
     assert [j.id for j in second.jobs] == [job_id(1), job_id(0)]
 
 
-@pytest.mark.parametrize("present", [True, False])
+# More jobs at one score than list_page.lua reads to place a cursor (its TIE_SCAN): the probe.
+MANY_TIES = 130
+
+
+@pytest.mark.parametrize("cursor_at", ["its entry", "few ties", "many ties"])
 @pytest.mark.parametrize("state", [JobState.PENDING, JobState.COMPLETED])
 def test_a_page_read_leaves_redis_exactly_as_it_was(
-    r: redis.Redis, scripts: Scripts, state: JobState, present: bool
+    r: redis.Redis, scripts: Scripts, state: JobState, cursor_at: str
 ) -> None:
-    seeds = seed_state(scripts, state, [DEFAULT])
-    first = list_jobs(scripts, state, [DEFAULT], limit=3)
-    if not present:
-        # Another position the cursor's job is not at: the probe path.
-        at = parse_cursor(first.next_cursor)
-        cursor = Position(at.score + 1, at.member).cursor()
-    else:
-        cursor = first.next_cursor
+    ties = MANY_TIES if cursor_at == "many ties" else 3
+    for n in range(ties + 5):
+        seed(scripts, state, job_id(n), T0 + (0 if n < ties else n))
+    first = list_jobs(scripts, state, [DEFAULT], limit=ties // 2)
+    at = parse_cursor(first.next_cursor)
+    if cursor_at != "its entry":
+        r.zrem(K.state_index(state), at.member)  # its job left (claimed, trimmed)
     before = snapshot(r)
 
-    page = list_jobs(scripts, state, [DEFAULT], limit=3, cursor=cursor)
+    page = list_jobs(scripts, state, [DEFAULT], limit=ties // 2, cursor=first.next_cursor)
 
     assert snapshot(r) == before
-    assert page.jobs and len(seeds) > 3
+    assert page.jobs and at.job_id not in {job.id for job in page.jobs}
+
+
+@pytest.mark.parametrize("ties", [0, 1, 5, 99, 100, 101, MANY_TIES])
+@pytest.mark.parametrize("state", [JobState.PENDING, JobState.DEAD])
+def test_a_gone_cursor_among_any_number_of_ties_resumes_right_after_its_place(
+    r: redis.Redis, scripts: Scripts, state: JobState, ties: int
+) -> None:
+    # `ties` jobs at the cursor's score besides its own, on either side of it, and others
+    # at the scores around it.
+    at = T0 + 10
+    ids = {n: job_id(1000 + n) for n in range(ties + 1)}
+    cursor_n = ties // 2
+    for jid in ids.values():
+        seed(scripts, state, jid, at, priority=0)
+    for n in range(5):
+        seed(scripts, state, job_id(n), at - 5 + n * 3, priority=1 - n % 3)
+    order = flat(pages(scripts, state, [DEFAULT], 1_000))
+    cursor = next(
+        p for p in (parse_cursor(c) for c in _cursors(scripts, state)) if p.job_id == ids[cursor_n]
+    )
+    r.zrem(K.state_index(state), cursor.member)
+
+    rest = flat(pages_from(scripts, state, cursor.cursor()))
+
+    assert rest == order[order.index(ids[cursor_n]) + 1 :]
+
+
+def _cursors(scripts: Scripts, state: JobState) -> list[str]:
+    """Return the cursor of every entry, paging one at a time."""
+    cursors, cursor = [], None
+    for _ in range(1_000):
+        page = list_jobs(scripts, state, [DEFAULT], limit=1, cursor=cursor)
+        if page.next_cursor is None:
+            return cursors
+        cursors.append(page.next_cursor)
+        cursor = page.next_cursor
+    raise AssertionError("the listing did not end")
+
+
+def pages_from(scripts: Scripts, state: JobState, cursor: str) -> list[list[str]]:
+    found = []
+    while cursor is not None:
+        page = list_jobs(scripts, state, [DEFAULT], limit=7, cursor=cursor)
+        found.append([job.id for job in page.jobs])
+        cursor = page.next_cursor
+    return found
 
 
 # --- ties ----------------------------------------------------------------------------------
@@ -366,23 +417,32 @@ def _page_call(
     return (sha, 1, K.state_index(state), *args)
 
 
-@pytest.mark.parametrize("gone", [False, True])
+@pytest.mark.parametrize(
+    ("cursor_at", "commands"),
+    [
+        ("its entry", {"zscore": 1, "zrank": 1}),
+        ("few ties", {"zscore": 1, "zcount": 2, "zrange": 1}),
+        ("many ties", {"zscore": 1, "zcount": 1, "zadd": 1, "zrank": 1, "zrem": 1}),
+    ],
+)
 def test_a_page_costs_a_fixed_number_of_commands_whatever_the_index_holds(
-    r: redis.Redis, scripts: Scripts, gone: bool
+    r: redis.Redis, scripts: Scripts, cursor_at: str, commands: dict[str, int]
 ) -> None:
+    ties = MANY_TIES if cursor_at == "many ties" else 10
     for n in range(300):
-        seed(scripts, JobState.PENDING, job_id(n), T0)
+        seed(scripts, JobState.PENDING, job_id(n), T0, priority=0 if n < ties else -1)
     scripts.load()
-    cursor = list_jobs(scripts, JobState.PENDING, [DEFAULT], limit=100).next_cursor
-    if gone:
+    cursor = list_jobs(scripts, JobState.PENDING, [DEFAULT], limit=5).next_cursor
+    if cursor_at != "its entry":
         r.zrem(K.pending, parse_cursor(cursor).member)
 
     counts = commands_of(
         r, lambda: r.evalsha(*_page_call(scripts, JobState.PENDING, 100, cursor=cursor))
     )
 
-    probe = {"zadd": 1, "zrem": 1} if gone else {}
-    assert counts == {"zscore": 1, "zrank": 1, "zrange": 1, "zcard": 1, **probe}
+    # The page itself: a ZRANGE, and a ZCARD since it is full.
+    page = Counter({"zrange": 1, "zcard": 1})
+    assert counts == page + Counter(commands)
 
 
 def test_a_page_is_its_script_calls_and_the_jobs_reads_nothing_more(
@@ -408,10 +468,11 @@ def test_a_page_after_redis_lost_its_scripts_loads_them_and_reads_again(
 
 
 def test_pages_are_read_when_redis_is_out_of_memory(r: redis.Redis, scripts: Scripts) -> None:
-    for n in range(4):
+    for n in range(MANY_TIES):
         seed(scripts, JobState.PENDING, job_id(n), T0)
     first = list_jobs(scripts, JobState.PENDING, [DEFAULT], limit=2)
-    scripts.cancel(job_id(1), now_ms=T0)  # the cursor's job: the next page needs the probe
+    # The cursor's job goes, among more ties than are read: the next page needs the probe.
+    scripts.cancel(job_id(1), now_ms=T0)
     r.config_set("maxmemory-policy", "noeviction")
     r.config_set("maxmemory", 1)
     try:

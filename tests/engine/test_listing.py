@@ -270,6 +270,25 @@ def test_several_queues_page_as_one_order_each_job_once(
         assert found == expected(state, seeds)
 
 
+def test_pending_across_queues_with_many_ties_pages_each_job_once_and_writes_nothing(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    # In the queue without the cursor's entry, its place among the ties needs the probe.
+    ids = {queue: [job_id(n + offset) for n in range(MANY_TIES)] for queue, offset in
+           (("a", 0), ("b", 500))}  # fmt: skip
+    for queue, jids in ids.items():
+        for jid in jids:
+            seed(scripts, JobState.PENDING, jid, T0, queue=queue)
+    before = snapshot(r, K.for_queue("a")), snapshot(r, K.for_queue("b"))
+
+    found = flat(pages(scripts, JobState.PENDING, ["a", "b"], 40))
+
+    assert sorted(found) == sorted(ids["a"] + ids["b"])
+    for jids in ids.values():
+        assert [jid for jid in found if jid in set(jids)] == jids  # first in, first out
+    assert (snapshot(r, K.for_queue("a")), snapshot(r, K.for_queue("b"))) == before
+
+
 def test_a_queue_filter_lists_that_queue_only(scripts: Scripts) -> None:
     seeds = seed_state(scripts, JobState.COMPLETED, ["a", "b"])
 

@@ -14,8 +14,8 @@ where a page of 50 examines its bound, 500 entries, and returns none); a page of
 processing holds at most as many jobs as there are live workers, whatever N, and is paged from
 its jobs' hashes (shared/listing.py): it is measured with 1,000 running jobs at both sizes.
 
-How the jobs are loaded (about 30 s per million instead of minutes through three scripts
-each): for each state one job is made by the engine's own scripts (enqueue, claim, complete,
+How the jobs are loaded (one to two minutes per million on a busy 2-core machine, instead of
+several minutes through three scripts each): for each state one job is made by the engine's own scripts (enqueue, claim, complete,
 fail, cancel), and its hash is the template of N copies written with HSET (the template's
 fields; id, type and times varied) and the index entry the scripts write (ZADD; for pending
 also pending_since, with a sequence number). So the hashes and indexes have the engine's

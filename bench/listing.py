@@ -18,8 +18,9 @@ How the jobs are loaded (one to two minutes per million on a busy 2-core machine
 several through three scripts a job): for each state one job is made by the engine's own
 scripts (enqueue, claim, complete, fail, cancel), and its hash is the template of N copies
 written with HSET (the template's fields; id, type and times varied) and the index entry the
-scripts write (ZADD; for pending also pending_since, with a sequence number). So the hashes and indexes have the engine's
-shapes; the copies carry no TTL (dead and canceled hashes have one), which no page reads.
+scripts write (ZADD; for pending also pending_since, with a sequence number). So the hashes and
+indexes have the engine's shapes; the copies carry no TTL (dead and canceled hashes have one),
+which no page reads.
 Ties are on purpose: two jobs per millisecond, and pending in five priorities (200,000 jobs
 at one score at N = 1,000,000).
 

@@ -7,6 +7,7 @@ view and the lean path in gateway/fastpath.py run the same code in the same orde
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from flask import request
@@ -14,16 +15,22 @@ from werkzeug.datastructures import Headers
 
 from gateway.body import MAX_BODY_BYTES, parse_json, read_limited, too_large
 from gateway.errors import ApiError
+from shared import listing
 from shared.jobs import (
     JOB_ID_PATTERN,
+    TYPE_PATTERN,
     EnqueueRequest,
+    JobState,
     ValidationError,
     validate_enqueue,
 )
+from shared.queues import QUEUE_RULE, is_queue_name
 
 MAX_BATCH = 1000
 DLQ_LIMIT_RANGE = (1, 100)
 DLQ_QUERY = ("limit", "cursor")
+LIST_QUERY = ("state", "queue", "type", "limit", "cursor")
+STATES = {str(state): state for state in JobState}
 # Stripe's bound; printable ASCII without spaces, so a key survives any proxy and log intact.
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 LISTED_ERRORS = 20  # per message; the "errors" list always names every one
@@ -153,3 +160,61 @@ def dlq_query() -> tuple[int, str | None]:
             raise ApiError(400, f"limit must be an integer from {low} to {high}, got {text[:20]!r}")
         limit = int(text)
     return limit, cursors[0] if cursors else None
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """What ``GET /jobs`` asks for: one state, optionally one queue and one type, a page."""
+
+    state: JobState
+    queue: str | None
+    job_type: str | None
+    limit: int
+    cursor: str | None
+
+
+def _bad(name: str, message: str) -> ApiError:
+    return ApiError(400, f"{name} {message}", fields=[{"field": name, "message": message}])
+
+
+def _once() -> dict[str, str]:
+    """Return each query parameter's value; refuse one given twice."""
+    repeated = [name for name in LIST_QUERY if len(request.args.getlist(name)) > 1]
+    if repeated:
+        raise _bad(repeated[0], "is given more than once; give each parameter at most once")
+    return {name: request.args[name] for name in LIST_QUERY if name in request.args}
+
+
+def list_query() -> ListQuery:
+    """Return what a ``GET /jobs`` asks for; raise its 400 naming the parameter otherwise."""
+    given = _once()
+    state = given.get("state")
+    if state is None:
+        # A page across states would have no single order: each state has its own.
+        raise _bad("state", f"is required: one of {', '.join(STATES)}")
+    if state not in STATES:
+        raise _bad("state", f"must be one of {', '.join(STATES)}, got {state[:20]!r}")
+    queue = given.get("queue")
+    if queue is not None and not is_queue_name(queue):
+        raise _bad("queue", f"{QUEUE_RULE}, got {queue[:70]!r}")
+    job_type = given.get("type")
+    if job_type is not None and not TYPE_PATTERN.fullmatch(job_type):
+        rule = "must be 1-128 characters of A-Z a-z 0-9 _ . : -"
+        raise _bad("type", f"{rule}, got {job_type[:70]!r}")
+    low, high = listing.LIMIT_RANGE
+    limit = listing.DEFAULT_LIMIT
+    if "limit" in given:
+        text = given["limit"]
+        if not (len(text) <= 4 and re.fullmatch("[0-9]+", text) and low <= int(text) <= high):
+            raise _bad("limit", f"must be an integer from {low} to {high}, got {text[:20]!r}")
+        limit = int(text)
+    cursor = given.get("cursor")
+    if cursor is not None:
+        try:
+            listing.parse_cursor(cursor)
+        except listing.BadCursor as exc:
+            message = f"bad cursor: {exc}; use a next_cursor of the same state's listing"
+            raise ApiError(
+                400, message, fields=[{"field": "cursor", "message": str(exc)}]
+            ) from None
+    return ListQuery(STATES[state], queue, job_type, limit, cursor)

@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway.body import MAX_BODY_BYTES
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
+from shared import listing
 from shared.history import ACTOR_CODES, CAP, EVENTS
 from shared.jobs import (
     MAX_RETRIES_RANGE,
@@ -244,6 +245,9 @@ def _schemas() -> dict[str, Any]:
             ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
         ),
         "Stats": _stats_schema(),
+        "JobPage": _object(
+            ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
+        ),
         "Probe": _object(
             ["status", "redis"], {"status": {"type": "string"}, "redis": {"type": "string"}}
         ),
@@ -276,6 +280,49 @@ def _parameters() -> dict[str, Any]:
             "in": "header",
             "description": "Same key and body within the key's TTL: 200 with the first job.",
             "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,255}$"},
+        },
+    }
+
+
+def _listing_parameters() -> dict[str, Any]:
+    low, high = listing.LIMIT_RANGE
+    return {
+        "State": {
+            "name": "state",
+            "in": "query",
+            "required": True,
+            "description": "The state to list: each has its own order, so there is no default.",
+            "schema": {"type": "string", "enum": STATES},
+        },
+        "Queue": {
+            "name": "queue",
+            "in": "query",
+            "description": "One queue's jobs; absent: every queue's.",
+            "schema": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
+        },
+        "JobType": {
+            "name": "type",
+            "in": "query",
+            "description": f"Only jobs of this type; a page examines at most "
+            f"{listing.TYPE_SCAN_MAX} entries per queue, so it may hold fewer than limit jobs "
+            "(even none) and still give a next_cursor.",
+            "schema": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
+        },
+        "ListLimit": {
+            "name": "limit",
+            "in": "query",
+            "schema": {
+                "type": "integer",
+                "minimum": low,
+                "maximum": high,
+                "default": listing.DEFAULT_LIMIT,
+            },
+        },
+        "ListCursor": {
+            "name": "cursor",
+            "in": "query",
+            "description": "The next_cursor of the previous page of the same state, as returned.",
+            "schema": {"type": "string", "pattern": f"^{listing.CURSOR_PATTERN.pattern}$"},
         },
     }
 
@@ -382,6 +429,22 @@ def _history_paths() -> dict[str, Any]:
                 "Read what happened to one job: its transitions, oldest first.",
                 {"200": kept, **_use(*BY_ID)},
                 parameters=[_param("JobId")],
+            )
+        },
+    }
+
+
+def _listing_paths() -> dict[str, Any]:
+    page = _json(_ref("JobPage"), "A page of jobs in the state's order.")
+    names = ("State", "Queue", "JobType", "ListLimit", "ListCursor")
+    return {
+        "/jobs": {
+            "get": _operation(
+                "listJobs",
+                "Page through one state's jobs: pending in claim order, scheduled and retrying "
+                "next due first, the others newest first.",
+                {"200": page, **_use("BadRequest", "Unauthorized", "Unavailable")},
+                parameters=[_param(name) for name in names],
             )
         },
     }
@@ -498,10 +561,16 @@ def _document() -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
-        "paths": {**_job_paths(), **_history_paths(), **_dlq_paths(), **_ops_paths()},
+        "paths": {
+            **_job_paths(),
+            **_history_paths(),
+            **_listing_paths(),
+            **_dlq_paths(),
+            **_ops_paths(),
+        },
         "components": {
             "schemas": _schemas(),
-            "parameters": _parameters(),
+            "parameters": {**_parameters(), **_listing_parameters()},
             "responses": _responses(),
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },

@@ -18,7 +18,7 @@ import dataclasses
 import hashlib
 import random
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
@@ -98,6 +98,7 @@ SCRIPT_NAMES = (
     "heartbeat",
     "queue_stats",
     "fleet",
+    "list_page",
 )
 # Hashes of canceled jobs outlive their index entry by this much: trim.lua deletes both at
 # retention; the TTL only matters if trimming stopped (no scheduler running). Completed jobs
@@ -692,6 +693,46 @@ class Scripts:
             self._piped(pipe, "queue_stats", keys, [])
         self._piped(pipe, "fleet", [self.keys.workers], [self.keys.worker_prefix])
         return pipe
+
+    def list_page(
+        self,
+        pipe: Any,
+        *,
+        queue: str,
+        state: JobState,
+        order: str,
+        after: tuple[int, str] | None,
+        limit: int,
+        budget: int,
+        job_type: str | None,
+    ) -> None:
+        """Queue a read of one page of a queue's state index on `pipe` (list_page.lua).
+
+        shared.listing sends one per queue on one pipeline (run by execute_loaded), parses the
+        replies and merges them.
+        """
+        k = self.q(queue)
+        score, member = ("", "") if after is None else (str(after[0]), after[1])
+        args = [k.job_prefix, order, score, member, limit, budget, job_type or ""]
+        self._piped_bare(pipe, "list_page", [k.state_index(state)], args)
+
+    def _piped_bare(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
+        """Queue a bare EVALSHA on a pipeline: redis-py then sends no SCRIPT EXISTS round trip
+        first. Run the pipeline with execute_loaded, which answers NOSCRIPT."""
+        pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+
+    def execute_loaded(self, build: Callable[[], Any]) -> list[Any]:
+        """Execute the pipeline `build()` makes; if Redis lost the scripts (a restart, a
+        failover), load them and execute a new one once more.
+
+        Only for pipelines of calls that change nothing when repeated: with NOSCRIPT on one
+        call, the calls before it in a non-transaction pipeline did run.
+        """
+        try:
+            return build().execute()
+        except redis.exceptions.NoScriptError:
+            self.load()
+            return build().execute()
 
     def _finished_ttl_ms(self) -> int:
         return self.policy.finished_retention_ms + HASH_TTL_MARGIN_MS

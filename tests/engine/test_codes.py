@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import redis
 
-from shared.jobs import format_ms
+from shared.jobs import JobState, format_ms
+from shared.listing import list_jobs
 from shared.scripts import SCRIPT_NAMES, Code, EngineError, Scripts, load_source
 from shared.upgrade import SCRIPT_NAMES as UPGRADE_SCRIPT_NAMES
 from tests.engine.conftest import J1, J2, J3, POLICY, T0, K, claim, enqueue, request, start
@@ -143,9 +144,14 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
         sent[name] = (len(keys), len(args))
         piped(pipe, name, keys, args)
 
-    piped = scripts._piped
+    def record_bare(pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
+        sent[name] = (len(keys), len(args))
+        bare(pipe, name, keys, args)
+
+    piped, bare = scripts._piped, scripts._piped_bare
     monkeypatch.setattr(scripts, "_call", record)
     monkeypatch.setattr(scripts, "_piped", record_piped)
+    monkeypatch.setattr(scripts, "_piped_bare", record_bare)
     token = start(scripts, J1).token
     scripts.renew([(J1, token), (J1, token)], now_ms=T0)
     scripts.complete(J1, token, now_ms=T0)
@@ -163,6 +169,7 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
     scripts.trim(now_ms=T0)
     scripts.heartbeat("w1", {"host": "h", "pid": 1}, 1_000, now_ms=T0)
     scripts.stats()
+    list_jobs(scripts, JobState.PENDING, ["default"])
     scripts.enqueue(request(), "00000000-0000-4000-8000-0000000000e4", idempotency_key="k")
 
     assert set(sent) == set(SCRIPT_NAMES)

@@ -1,0 +1,32 @@
+"""Job listings: ``GET /jobs?state=&queue=&type=&limit=&cursor=``, one state, page by page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint
+
+from gateway import inputs
+from gateway.context import gateway
+from gateway.routes import route
+from shared import listing
+
+bp = Blueprint("listing", __name__)
+
+
+@route(bp, "GET", "/jobs", query=inputs.LIST_QUERY)
+def list_jobs() -> dict[str, Any]:
+    """Return a page of one state's jobs in that state's order, and the next page's cursor."""
+    query = inputs.list_query()
+    gw = gateway()
+    # Every queue unless one is named: re-read, since another process may have added one.
+    queues = [query.queue] if query.queue is not None else gw.directory.names(refresh=True)
+    page = listing.list_jobs(
+        gw.scripts,
+        query.state,
+        queues,
+        limit=query.limit,
+        cursor=query.cursor,
+        job_type=query.job_type,
+    )
+    return {"jobs": [job.to_json() for job in page.jobs], "next_cursor": page.next_cursor}

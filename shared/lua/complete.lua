@@ -6,7 +6,8 @@
 -- the job leaves `processing` and enters `completed` in the same step. A repeated call with the
 -- same token (reply lost, retried) answers DONE again and changes nothing more; its claim part
 -- returns the job the first call claimed, which the worker holds (a worker runs one job at a
--- time). Nothing is claimed when the completion itself is refused.
+-- time). Nothing is claimed when the completion itself is refused, nor from a paused queue
+-- (the completion stands; the reply says PAUSED so the worker stops asking that queue).
 --
 -- KEYS[1] -> {prefix}job:<id>
 -- KEYS[2] -> {prefix}processing       zset, id -> lease deadline (ms)
@@ -14,6 +15,7 @@
 -- KEYS[4] -> {prefix}pending          zset, score -priority, member <seq>:<id>   (claim only)
 -- KEYS[5] -> {prefix}pending_since    zset, id -> claimable since (ms)           (claim only)
 -- KEYS[6] -> {prefix}wake             capped list of wake-up hints              (claim only)
+-- KEYS[7] -> {prefix}paused           string, present while the queue is paused  (claim only)
 --
 -- ARGV[1] -> fencing token
 -- ARGV[2] -> result (JSON text)
@@ -27,9 +29,11 @@
 -- TTL: trim.lua bounds completed jobs by count and age (docs/JOBS.md, memory).
 --
 -- Returns {DONE}, or {DONE, v1, ..., v14} with the claim reply of the next job after the code
---         (see includes/claim.lua), {NOT_FOUND}, or {STALE_TOKEN, current status}.
--- Redis commands: 11 when it completes and claims (HMGET, TIME, HSET, HDEL, ZREM, ZADD,
--- then ZPOPMIN, ZREM, HMGET, HSET, ZADD), 8 when nothing is left to claim (ZPOPMIN, DEL).
+--         (see includes/claim.lua), {DONE, PAUSED} when the queue is paused and nothing was
+--         claimed, {NOT_FOUND}, or {STALE_TOKEN, current status}.
+-- Redis commands: 12 when it completes and claims (HMGET, TIME, HSET, HDEL, ZREM, ZADD,
+-- then EXISTS, ZPOPMIN, ZREM, HMGET, HSET, ZADD), 9 when nothing is left to claim (EXISTS,
+-- ZPOPMIN, DEL), 7 when the queue is paused (EXISTS), 6 when asked to claim nothing.
 
 --- @include "codes"
 --- @include "common"
@@ -66,6 +70,11 @@ redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id')
 redis.call('ZREM', KEYS[2], state[3])
 redis.call('ZADD', KEYS[3], stamp, state[3])
 if worker_id ~= '' then
+  -- The one command issue 14 adds to the hot path: complete reads no key of the queue's that
+  -- could carry the flag for free (claim.lua reads it in the MGET it already made).
+  if redis.call('EXISTS', KEYS[7]) == 1 then
+    return {DONE, PAUSED}
+  end
   local job = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6]}, prefix, worker_id,
     tonumber(ARGV[6]), now)
   if job then

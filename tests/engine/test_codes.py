@@ -160,6 +160,9 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
             action(J1)
     scripts.trim(now_ms=T0)
     scripts.heartbeat("w1", {"host": "h", "pid": 1}, 1_000, now_ms=T0)
+    scripts.quiet_host("w1", True)
+    scripts.pause_queue("q", now_ms=T0)
+    scripts.resume_queue("q")
     scripts.stats()
     scripts.enqueue(request(), "00000000-0000-4000-8000-0000000000e4", idempotency_key="k")
 

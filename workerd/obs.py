@@ -55,12 +55,14 @@ class ObservabilityApp:
         return routes[path](start)
 
     def health(self, start: StartResponse) -> Iterable[bytes]:
-        """Answer 200 when Redis answers."""
+        """Answer 200 when Redis answers; say whether the host is quiet (claims nothing)."""
+        quiet = self.table.quiet()
         try:
             self.scripts.redis.ping()
         except redis.RedisError:
-            return _json(start, 503, {"status": "unavailable", "redis": "unreachable"})
-        return _json(start, 200, {"status": "ok", "redis": "ok"})
+            body = {"status": "unavailable", "redis": "unreachable", "quiet": quiet}
+            return _json(start, 503, body)
+        return _json(start, 200, {"status": "ok", "redis": "ok", "quiet": quiet})
 
     def ready(self, start: StartResponse) -> Iterable[bytes]:
         """Answer 200 when Redis answers, scripts are loaded, and the children are up."""
@@ -80,7 +82,8 @@ class ObservabilityApp:
                 problems.append("no worker process running")
         if problems:
             return _json(start, 503, {"status": "not ready", "redis": "ok", "problems": problems})
-        return _json(start, 200, {"status": "ready", "redis": "ok"})
+        # Quiet is not "not ready": the host is up, it only claims nothing (its own choice).
+        return _json(start, 200, {"status": "ready", "redis": "ok", "quiet": status.quiet})
 
     def metrics(self, start: StartResponse) -> Iterable[bytes]:
         """Answer Prometheus text: every child's counters plus queue depths read now."""

@@ -8,8 +8,15 @@ Several queues (WORKER_QUEUES): each claim walks the queues in the plan's order 
 drawn by weight), one claim call per queue tried, since one script touches one queue's slot.
 A complete claims the next job in the same call only when the job's queue comes first in the
 next order; a queue found empty is skipped for EMPTY_RECHECK seconds, so a worker busy on a
-lower queue does not ask an empty higher one before every job (docs/QUEUES.md). The supervisor, not this process, renews the lease of the
-running job: a handler that holds the GIL for minutes cannot starve its own lease.
+lower queue does not ask an empty higher one before every job (docs/QUEUES.md). The
+supervisor, not this process, renews the lease of the running job: a handler that holds the
+GIL for minutes cannot starve its own lease.
+
+Pausing: a queue whose claim answered PAUSED leaves the claim order and the wake lists; one
+pipelined EXISTS a second (PAUSED_RECHECK) tells when it is resumed. Quiet (the supervisor's
+flag in shared memory, read before every claim): the worker finishes its job, claims nothing
+more, not even with the complete, gives back a next job already claimed, and waits without
+touching Redis, so it takes no wake-up hint another host's idle worker should have.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import os
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
@@ -28,7 +36,7 @@ from shared import lifecycle, metrics, tracing
 from shared.config import Settings
 from shared.jobs import Job, dump_json, format_ms
 from shared.log import error_line, error_text
-from shared.scripts import Code, Scripts, new_request_id
+from shared.scripts import Code, QueuePaused, Scripts, new_request_id
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.registry import JobContext, PermanentError, lookup
@@ -45,6 +53,12 @@ CLAIM_ANYWAY_EVERY = 10
 # job newly enqueued to a higher queue overtake the lower queue it is working through (idle
 # workers are woken for it at once).
 EMPTY_RECHECK = 0.2
+# A queue found paused is asked again (one EXISTS, pipelined over every paused queue) this
+# often: how long after a resume a worker that dropped it takes from it again.
+PAUSED_RECHECK = 1.0
+# A quiet worker reads its flag (shared memory, no Redis) this often: how long after a resume
+# (SIGCONT, or the API's request applied) it claims again.
+QUIET_WAIT = 0.2
 
 
 @dataclass(frozen=True)
@@ -65,7 +79,14 @@ class WorkerProcess(StopOnSignal):
     """Runs jobs one at a time until told to stop, recycled, or orphaned."""
 
     def __init__(
-        self, settings: Settings, scripts: Scripts, slot: Slot, worker_id: str, parent_pid: int
+        self,
+        settings: Settings,
+        scripts: Scripts,
+        slot: Slot,
+        worker_id: str,
+        parent_pid: int,
+        *,
+        quiet: Callable[[bool], bool] | None = None,
     ) -> None:
         self.settings = settings
         self.scripts = scripts
@@ -84,6 +105,12 @@ class WorkerProcess(StopOnSignal):
         self.plan = settings.worker_queues
         self.empty_until: dict[str, float] = {}  # queue -> monotonic time to ask again
         self.order: tuple[str, ...] = ()  # the queue order drawn for the next claim
+        self.paused: set[str] = set()  # queues that answered PAUSED, asked again once a second
+        self.paused_checked = 0.0  # monotonic time of the last ask
+        # The supervisor's quiet flag (SlotTable.quiet): given the last reading, in case the
+        # record is being written as it is read.
+        self._read_quiet = quiet or (lambda previous: previous)
+        self.quiet = False
         self.backoff = Backoff("worker", redis_url=settings.redis_url)
 
     def _request_stop(self, signum: int, frame: FrameType | None) -> None:
@@ -114,6 +141,12 @@ class WorkerProcess(StopOnSignal):
         """Run one job if one is claimable, else wait (bounded) for a wake-up hint."""
         self.slot.beat()
         try:
+            if self._is_quiet():
+                self._hand_back_unstarted_job()
+                self.claim_now = True  # resumed: claim at once, not at the next hint
+                time.sleep(QUIET_WAIT)  # no BLPOP: a hint taken here would be lost to others
+                return
+            self._recheck_paused()
             job, self.next_job = self.next_job, None
             if job is None and self.claim_now:
                 job = self._claim()
@@ -131,33 +164,82 @@ class WorkerProcess(StopOnSignal):
         """Claim from the first queue of the next order that has a job; None when none has."""
         if self.claim_retry is not None:  # repeat the claim that raised, on its queue
             queue, request_id = self.claim_retry
-            job = self.scripts.claim(self.worker_id, queue=queue, request_id=request_id)
-            self.claim_retry = None
+            job = self._claim_from(queue, request_id)
             if job is not None:
                 return job
         for queue in self._next_order():
-            self.claim_retry = (queue, new_request_id())
-            job = self.scripts.claim(self.worker_id, queue=queue, request_id=self.claim_retry[1])
-            self.claim_retry = None
+            job = self._claim_from(queue, new_request_id())
             if job is not None:
                 return job
             self.empty_until[queue] = time.monotonic() + EMPTY_RECHECK
         return None
+
+    def _claim_from(self, queue: str, request_id: str) -> Job | None:
+        # Kept until the call answers: one that raised may have reached Redis (reply lost).
+        self.claim_retry = (queue, request_id)
+        try:
+            job = self.scripts.claim(self.worker_id, queue=queue, request_id=request_id)
+        except QueuePaused:
+            job = None
+            self._found_paused(queue)
+        self.claim_retry = None
+        return job
+
+    def _found_paused(self, queue: str) -> None:
+        """Stop asking a paused queue (claims and wake lists) until a re-check finds it resumed."""
+        if not self.paused:
+            self.paused_checked = time.monotonic()
+        self.paused.add(queue)
+
+    def _recheck_paused(self) -> None:
+        """Once a second, ask whether the paused queues still are (one pipelined round trip)."""
+        now = time.monotonic()
+        if not self.paused or now < self.paused_checked + PAUSED_RECHECK:
+            return
+        self.paused_checked = now
+        queues = sorted(self.paused)
+        pipe = self.scripts.redis.pipeline(transaction=False)
+        for queue in queues:
+            pipe.exists(self.scripts.q(queue).paused)
+        for queue, still in zip(queues, pipe.execute(), strict=True):
+            if not still:
+                self.paused.discard(queue)
+                self.empty_until.pop(queue, None)
+                self.claim_now = True
+
+    def _is_quiet(self) -> bool:
+        """Read the supervisor's quiet flag (shared memory: no system call)."""
+        self.quiet = self._read_quiet(self.quiet)
+        return self.quiet
 
     def _next_order(self) -> tuple[str, ...]:
         """Return the queues to try next, in order, without those found empty just now."""
         if not self.order:
             now = time.monotonic()
             drawn = self.plan.order()
-            self.order = tuple(q for q in drawn if self.empty_until.get(q, 0.0) <= now)
+            self.order = tuple(
+                q for q in drawn if self.empty_until.get(q, 0.0) <= now and q not in self.paused
+            )
         order, self.order = self.order, ()
         return order
 
     def _wait_for_work(self) -> bool:
-        """Block on the wake lists; return whether to claim (a hint came, or it is time anyway)."""
-        wakes = {self.scripts.q(queue).wake: queue for queue in self.plan.names}
+        """Block on the wake lists; return whether to claim (a hint came, or it is time anyway).
+
+        Not on a paused queue's: enqueues there would wake the worker for nothing. With every
+        queue paused there is nothing to block on: it waits as long without Redis.
+        """
+        queues = [queue for queue in self.plan.names if queue not in self.paused]
+        wakes = {self.scripts.q(queue).wake: queue for queue in queues}
+        if not wakes:
+            time.sleep(WAKE_TIMEOUT_SECONDS)
+            return False
         hint = self.scripts.redis.blpop(list(wakes), timeout=WAKE_TIMEOUT_SECONDS)
         self.idle_waits += 1
+        if hint is not None and self._is_quiet():
+            # Quieted while blocked: the hint is for a worker that will claim (another host's).
+            self.scripts.redis.lpush(hint[0], hint[1])
+            return True
         if hint is not None:
             self.empty_until.pop(wakes[hint[0].decode()], None)
             return True
@@ -228,7 +310,8 @@ class WorkerProcess(StopOnSignal):
         self, job: Job, outcome: Outcome, fields: dict[str, object], attributes: dict[str, object]
     ) -> Job | None:
         """Write the outcome to Redis, retrying through an outage; return the next job."""
-        claim_next = None if self.stopping or self._due_for_recycling() else self.worker_id
+        stop_claiming = self.stopping or self._due_for_recycling() or self._is_quiet()
+        claim_next = None if stop_claiming else self.worker_id
         if claim_next is not None and outcome.ok:
             # Claim in the same call only from the queue the next claim would try first.
             self.order = self._next_order()
@@ -260,6 +343,8 @@ class WorkerProcess(StopOnSignal):
                         queue=job.queue,
                     )
                     self._log_completion(job, ack.code, fields)
+                    if ack.paused:
+                        self._found_paused(job.queue)
                     return ack.next_job
                 self._fail(job, outcome, fields)
                 return None

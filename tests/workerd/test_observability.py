@@ -29,9 +29,9 @@ def test_health_ready_and_metrics_answer_and_other_requests_are_refused(
     workerd = start_workerd(WORKER_COUNT="3")
 
     status, _, body = workerd.http("/health")
-    assert (status, json.loads(body)) == (200, {"status": "ok", "redis": "ok"})
+    assert (status, json.loads(body)) == (200, {"status": "ok", "redis": "ok", "quiet": False})
     status, _, body = workerd.http("/ready")
-    assert (status, json.loads(body)) == (200, {"status": "ready", "redis": "ok"})
+    assert (status, json.loads(body)) == (200, {"status": "ready", "redis": "ok", "quiet": False})
 
     def active_workers() -> float | None:
         status, _, body = workerd.http("/metrics")

@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway.body import MAX_BODY_BYTES
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
+from shared.hosts import HOST_NAME_PATTERN
 from shared.jobs import (
     MAX_RETRIES_RANGE,
     MAX_TIMEOUT_SECONDS,
@@ -22,10 +23,12 @@ from shared.jobs import (
     JobState,
 )
 from shared.queries import CURSOR_PATTERN
+from shared.queues import QUEUE_PATTERN
 
 JOB_ID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"
 TIMESTAMP = {"type": "string", "format": "date-time"}
 STATES = [str(state) for state in JobState]
+HOST_EXAMPLE = "worker-1-4242"  # a registry name as GET /workers shows one
 
 
 def _scheduled_at_pattern() -> str:
@@ -163,7 +166,7 @@ def _object(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
 
 def _schemas() -> dict[str, Any]:
     counts = {s: {"type": "integer", "minimum": 0} for s in STATES}
-    workers = {k: {"type": "integer", "minimum": 0} for k in ("hosts", "live", "busy")}
+    workers = {k: {"type": "integer", "minimum": 0} for k in ("hosts", "live", "busy", "quiet")}
     jobs = {"type": "array", "items": _ref("Job")}
     batch = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": _ref("EnqueueRequest")}
     age = {"type": ["number", "null"], "minimum": 0}
@@ -181,13 +184,69 @@ def _schemas() -> dict[str, Any]:
                 "jobs": _object(STATES, counts),
                 "total": {"type": "integer", "minimum": 0},
                 "oldest_pending_age_seconds": age,
-                "workers": _object(["hosts", "live", "busy"], workers),
+                "workers": _object(["hosts", "live", "busy", "quiet"], workers),
             },
         ),
+        **_queue_schemas(counts, age),
         "Probe": _object(
             ["status", "redis"], {"status": {"type": "string"}, "redis": {"type": "string"}}
         ),
         "Error": _error_schema(),
+    }
+
+
+def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any]:
+    count = {"type": "integer", "minimum": 0}
+    queue = _object(
+        [
+            "name",
+            "paused",
+            "paused_since",
+            "jobs",
+            "oldest_pending_age_seconds",
+            "completed_last_minute",
+            "failed_last_minute",
+        ],
+        {
+            "name": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
+            "paused": {"type": "boolean"},
+            "paused_since": {**TIMESTAMP, "type": ["string", "null"]},
+            "jobs": _object(STATES, counts),
+            "oldest_pending_age_seconds": age,
+            "completed_last_minute": {
+                **count,
+                "description": "Jobs completed in the last 60 s (by finish time).",
+            },
+            "failed_last_minute": {
+                **count,
+                "description": "Failed executions in the last 60 s, retried or dead "
+                "(a job lost with its worker is not a failure).",
+            },
+        },
+    )
+    host = _object(
+        ["name", "host", "pid", "workers", "busy", "quiet", "quiet_requested", "queues"],
+        {
+            "name": {"type": "string", "description": "The registry name, <hostname>-<pid>."},
+            "host": {"type": "string"},
+            "pid": {"type": ["integer", "null"]},
+            "workers": count,
+            "busy": count,
+            "quiet": {"type": "boolean", "description": "Claims nothing more until resumed."},
+            "quiet_requested": {
+                "type": ["boolean", "null"],
+                "description": "An API request the host has not applied yet (null: none).",
+            },
+            "queues": {"type": "array", "items": {"type": "string"}},
+            "worker_queues": {"type": "string", "description": "WORKER_QUEUES as it serves it."},
+            "last_seen": TIMESTAMP,
+        },
+    )
+    return {
+        "Queue": queue,
+        "Queues": _object(["queues"], {"queues": {"type": "array", "items": _ref("Queue")}}),
+        "Host": host,
+        "Hosts": _object(["hosts"], {"hosts": {"type": "array", "items": _ref("Host")}}),
     }
 
 
@@ -211,6 +270,21 @@ def _parameters() -> dict[str, Any]:
             "description": "The next_cursor of the previous page, as it was returned.",
             "schema": {"type": "string", "pattern": f"^{CURSOR_PATTERN.pattern}$"},
         },
+        "QueueName": {
+            "name": "name",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
+            "example": "critical",
+        },
+        "HostName": {
+            "name": "name",
+            "in": "path",
+            "required": True,
+            "description": "A workerd host's registry name, <hostname>-<pid> (GET /workers).",
+            "schema": {"type": "string", "pattern": f"^{HOST_NAME_PATTERN.pattern}$"},
+            "example": HOST_EXAMPLE,
+        },
         "IdempotencyKey": {
             "name": "Idempotency-Key",
             "in": "header",
@@ -228,6 +302,9 @@ def _responses() -> dict[str, Any]:
             "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
         },
         "NotFound": _error('No such job: {"error": "job not found"}.'),
+        "HostNotFound": _error(
+            'No live workerd host has that name: {"error": "workerd host not found"}.'
+        ),
         "Conflict": _error("The job is not in a state this action starts from."),
         "TooLarge": _error(f"Body over {MAX_BODY_BYTES} bytes; refused without reading it."),
         "Unsupported": _error("A Content-Encoding other than identity."),
@@ -243,6 +320,7 @@ def _use(*names: str) -> dict[str, Any]:
         "BadRequest": "400",
         "Unauthorized": "401",
         "NotFound": "404",
+        "HostNotFound": "404",
         "Conflict": "409",
         "TooLarge": "413",
         "Unsupported": "415",
@@ -385,6 +463,65 @@ def _ops_paths() -> dict[str, Any]:
     }
 
 
+def _queue_paths() -> dict[str, Any]:
+    queue = _json(_ref("Queue"), "The queue as it is now.")
+    hosts = _json(_ref("Hosts"), "Every live workerd host, by name.")
+    asked = _json(_ref("Host"), "Asked; the host applies it at its next heartbeat (within 2 s).")
+    by_name = ("BadRequest", "Unauthorized", "Unavailable")
+    by_host = (*by_name, "HostNotFound")
+    return {
+        "/queues": {
+            "get": _operation(
+                "listQueues",
+                "Every queue: jobs per state, paused, oldest pending age, the last minute.",
+                {
+                    "200": _json(_ref("Queues"), "Every queue, by name."),
+                    **_use("Unauthorized", "Unavailable"),
+                },
+            )
+        },
+        "/queues/{name}/pause": {
+            "post": _operation(
+                "pauseQueue",
+                "Pause a queue: jobs still arrive, no worker claims them until resumed.",
+                {"200": queue, **_use(*by_name)},
+                parameters=[_param("QueueName")],
+            )
+        },
+        "/queues/{name}/resume": {
+            "post": _operation(
+                "resumeQueue",
+                "Resume a paused queue.",
+                {"200": queue, **_use(*by_name)},
+                parameters=[_param("QueueName")],
+            )
+        },
+        "/workers": {
+            "get": _operation(
+                "listWorkers",
+                "Every live workerd host: workers, busy, quiet, queues served.",
+                {"200": hosts, **_use("Unauthorized", "Unavailable")},
+            )
+        },
+        "/workers/{name}/quiet": {
+            "post": _operation(
+                "quietWorkers",
+                "Quiet a workerd host: running jobs finish, nothing more is claimed.",
+                {"202": asked, **_use(*by_host)},
+                parameters=[_param("HostName")],
+            )
+        },
+        "/workers/{name}/resume": {
+            "post": _operation(
+                "resumeWorkers",
+                "Let a quiet workerd host claim again.",
+                {"202": asked, **_use(*by_host)},
+                parameters=[_param("HostName")],
+            )
+        },
+    }
+
+
 def _without_auth(doc: dict[str, Any]) -> dict[str, Any]:
     """Return `doc` for a gateway without a token: no security requirement, no 401."""
     doc = copy.deepcopy(doc)
@@ -423,7 +560,7 @@ def _document() -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
-        "paths": {**_job_paths(), **_dlq_paths(), **_ops_paths()},
+        "paths": {**_job_paths(), **_dlq_paths(), **_ops_paths(), **_queue_paths()},
         "components": {
             "schemas": _schemas(),
             "parameters": _parameters(),

@@ -12,7 +12,6 @@ import json
 import signal
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import redis
 from shared.jobs import Job, JobState, validate_enqueue
 from shared.queries import get_job
 from shared.scripts import Scripts
+from tests.support.monitor import commands_by_connection
 from tests.support.redis_server import RedisServer
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
@@ -68,36 +68,6 @@ def stays(scripts: Scripts, job_id: str, status: JobState, seconds: float) -> No
         time.sleep(0.05)
 
 
-def worker_commands(
-    server: RedisServer, r: redis.Redis, seconds: float
-) -> tuple[dict[str, Counter[str]], dict[str, str]]:
-    """Watch Redis for `seconds` with MONITOR; return each worker connection's commands (EVALSHA
-    named by its script's sha) and the scripts' names by sha."""
-    names = {
-        f"{c['addr']}": c["name"]
-        for c in r.client_list()
-        if c["name"].startswith("taskforge-worker-")
-    }
-    monitor_client = redis.Redis.from_url(server.url, socket_timeout=0.2)
-    per_worker: dict[str, Counter[str]] = {name: Counter() for name in names.values()}
-    deadline = time.monotonic() + seconds
-    with monitor_client.monitor() as monitor:
-        while time.monotonic() < deadline:
-            try:
-                entry = monitor.next_command()
-            except redis.TimeoutError:
-                continue
-            address = f"{entry['client_address']}:{entry['client_port']}"
-            if address in names:
-                words = entry["command"].split()
-                command = words[0].lower()
-                if command == "evalsha":
-                    command = f"evalsha {words[1]}"
-                per_worker[names[address]][command] += 1
-    monitor_client.close()
-    return per_worker, names
-
-
 def test_a_paused_queue_is_left_alone_without_spinning_and_served_again_on_resume(
     start_workerd: Callable[..., Workerd],
     engine: Engine,
@@ -114,7 +84,7 @@ def test_a_paused_queue_is_left_alone_without_spinning_and_served_again_on_resum
     # Each worker asked b once a's list was empty, got PAUSED and dropped it: idle now.
     wait_until(lambda: len(workerd.events("job_completed")) == 5, 5, "5 completions logged")
 
-    per_worker, _ = worker_commands(redis_server, r, WATCH)
+    per_worker = commands_by_connection(redis_server.url, "taskforge-worker-", WATCH)
 
     assert len(per_worker) == 2, per_worker
     claim_sha = scripts._scripts["claim"].sha

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 
+from shared.keys import Keys
 from tests.observability.conftest import PREFIX, STATES, poll, samples, total
 from tests.support.gunicorn import Gunicorn
 from tests.support.workerd import Workerd
@@ -41,8 +42,9 @@ def _raw_states(r: redis.Redis) -> dict[str, int]:
 
 def _raw_workers(r: redis.Redis) -> tuple[int, int]:
     live = busy = 0
-    for member in r.zrange(f"{PREFIX}workers", 0, -1):
-        record = r.hmget(f"{PREFIX}worker:{member.decode()}", "workers", "busy")
+    keys = Keys()  # the registry lives in the global slot, not under a queue's prefix
+    for member in r.zrange(keys.workers, 0, -1):
+        record = r.hmget(keys.worker(member.decode()), "workers", "busy")
         if record[0] is not None:
             live += int(record[0])
             busy += int(record[1] or 0)

@@ -11,7 +11,7 @@ from flask import Flask
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from gateway import auth, dlq, errors, history, jobs, listing, ops
+from gateway import auth, dlq, errors, history, jobs, listing, ops, queues, workers
 from gateway.body import MAX_BODY_BYTES
 from gateway.context import Gateway
 from gateway.fastpath import FastEnqueue
@@ -91,7 +91,7 @@ def create_app(
     app.extensions[Gateway.EXTENSION] = Gateway(settings, scripts)
     errors.register(app)
     auth.install(app, settings.api_token)
-    for blueprint in (jobs.bp, history.bp, listing.bp, dlq.bp, ops.bp):
+    for blueprint in (jobs.bp, history.bp, listing.bp, dlq.bp, ops.bp, queues.bp, workers.bp):
         app.register_blueprint(blueprint)
     app.wsgi_app = FastEnqueue(app)  # type: ignore[method-assign]  # POST /enqueue, lean
     warnings = list(settings.warnings)

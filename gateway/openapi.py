@@ -14,6 +14,7 @@ from gateway.body import MAX_BODY_BYTES
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
 from shared import listing
 from shared.history import ACTOR_CODES, CAP, EVENTS
+from shared.hosts import HOST_NAME_PATTERN
 from shared.jobs import (
     MAX_RETRIES_RANGE,
     MAX_TIMEOUT_SECONDS,
@@ -30,6 +31,7 @@ JOB_ID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-
 TIMESTAMP = {"type": "string", "format": "date-time"}
 STATES = [str(state) for state in JobState]
 QUEUE_NAME = {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$", "maxLength": 64}
+HOST_EXAMPLE = "worker-1-4242"  # a registry name as GET /workers shows one
 
 
 def _scheduled_at_pattern() -> str:
@@ -218,7 +220,8 @@ def _counts_schema() -> dict[str, Any]:
 
 
 def _stats_schema() -> dict[str, Any]:
-    workers = {k: {"type": "integer", "minimum": 0} for k in ("hosts", "live", "busy")}
+    names = ("hosts", "live", "busy", "quiet")
+    workers = {k: {"type": "integer", "minimum": 0} for k in names}
     counts = _counts_schema()
     queues = {
         "type": "object",
@@ -228,7 +231,7 @@ def _stats_schema() -> dict[str, Any]:
     }
     return _object(
         [*counts, "queues", "workers"],
-        {**counts, "queues": queues, "workers": _object(["hosts", "live", "busy"], workers)},
+        {**counts, "queues": queues, "workers": _object(list(names), workers)},
     )
 
 
@@ -248,10 +251,69 @@ def _schemas() -> dict[str, Any]:
         "JobPage": _object(
             ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
         ),
+        **_queue_schemas(
+            {s: {"type": "integer", "minimum": 0} for s in STATES},
+            {"type": ["number", "null"], "minimum": 0},
+        ),
         "Probe": _object(
             ["status", "redis"], {"status": {"type": "string"}, "redis": {"type": "string"}}
         ),
         "Error": _error_schema(),
+    }
+
+
+def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any]:
+    count = {"type": "integer", "minimum": 0}
+    queue = _object(
+        [
+            "name",
+            "paused",
+            "paused_since",
+            "jobs",
+            "oldest_pending_age_seconds",
+            "completed_last_minute",
+            "failed_last_minute",
+        ],
+        {
+            "name": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
+            "paused": {"type": "boolean"},
+            "paused_since": {**TIMESTAMP, "type": ["string", "null"]},
+            "jobs": _object(STATES, counts),
+            "oldest_pending_age_seconds": age,
+            "completed_last_minute": {
+                **count,
+                "description": "Jobs completed in the last 60 s (by finish time).",
+            },
+            "failed_last_minute": {
+                **count,
+                "description": "Failed executions in the last 60 s, retried or dead "
+                "(a job lost with its worker is not a failure).",
+            },
+        },
+    )
+    host = _object(
+        ["name", "host", "pid", "workers", "busy", "quiet", "quiet_requested", "queues"],
+        {
+            "name": {"type": "string", "description": "The registry name, <hostname>-<pid>."},
+            "host": {"type": "string"},
+            "pid": {"type": ["integer", "null"]},
+            "workers": count,
+            "busy": count,
+            "quiet": {"type": "boolean", "description": "Claims nothing more until resumed."},
+            "quiet_requested": {
+                "type": ["boolean", "null"],
+                "description": "An API request the host has not applied yet (null: none).",
+            },
+            "queues": {"type": "array", "items": {"type": "string"}},
+            "worker_queues": {"type": "string", "description": "WORKER_QUEUES as it serves it."},
+            "last_seen": TIMESTAMP,
+        },
+    )
+    return {
+        "Queue": queue,
+        "Queues": _object(["queues"], {"queues": {"type": "array", "items": _ref("Queue")}}),
+        "Host": host,
+        "Hosts": _object(["hosts"], {"hosts": {"type": "array", "items": _ref("Host")}}),
     }
 
 
@@ -274,6 +336,21 @@ def _parameters() -> dict[str, Any]:
             "in": "query",
             "description": "The next_cursor of the previous page, as it was returned.",
             "schema": {"type": "string", "pattern": f"^{CURSOR_PATTERN.pattern}$"},
+        },
+        "QueueName": {
+            "name": "name",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
+            "example": "critical",
+        },
+        "HostName": {
+            "name": "name",
+            "in": "path",
+            "required": True,
+            "description": "A workerd host's registry name, <hostname>-<pid> (GET /workers).",
+            "schema": {"type": "string", "pattern": f"^{HOST_NAME_PATTERN.pattern}$"},
+            "example": HOST_EXAMPLE,
         },
         "IdempotencyKey": {
             "name": "Idempotency-Key",
@@ -335,6 +412,9 @@ def _responses() -> dict[str, Any]:
             "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
         },
         "NotFound": _error('No such job: {"error": "job not found"}.'),
+        "HostNotFound": _error(
+            'No live workerd host has that name: {"error": "workerd host not found"}.'
+        ),
         "Conflict": _error("The job is not in a state this action starts from."),
         "TooLarge": _error(f"Body over {MAX_BODY_BYTES} bytes; refused without reading it."),
         "Unsupported": _error("A Content-Encoding other than identity."),
@@ -350,6 +430,7 @@ def _use(*names: str) -> dict[str, Any]:
         "BadRequest": "400",
         "Unauthorized": "401",
         "NotFound": "404",
+        "HostNotFound": "404",
         "Conflict": "409",
         "TooLarge": "413",
         "Unsupported": "415",
@@ -523,6 +604,65 @@ def _ops_paths() -> dict[str, Any]:
     }
 
 
+def _queue_paths() -> dict[str, Any]:
+    queue = _json(_ref("Queue"), "The queue as it is now.")
+    hosts = _json(_ref("Hosts"), "Every live workerd host, by name.")
+    asked = _json(_ref("Host"), "Asked; the host applies it at its next heartbeat (within 2 s).")
+    by_name = ("BadRequest", "Unauthorized", "Unavailable")
+    by_host = (*by_name, "HostNotFound")
+    return {
+        "/queues": {
+            "get": _operation(
+                "listQueues",
+                "Every queue: jobs per state, paused, oldest pending age, the last minute.",
+                {
+                    "200": _json(_ref("Queues"), "Every queue, by name."),
+                    **_use("Unauthorized", "Unavailable"),
+                },
+            )
+        },
+        "/queues/{name}/pause": {
+            "post": _operation(
+                "pauseQueue",
+                "Pause a queue: jobs still arrive, no worker claims them until resumed.",
+                {"200": queue, **_use(*by_name)},
+                parameters=[_param("QueueName")],
+            )
+        },
+        "/queues/{name}/resume": {
+            "post": _operation(
+                "resumeQueue",
+                "Resume a paused queue.",
+                {"200": queue, **_use(*by_name)},
+                parameters=[_param("QueueName")],
+            )
+        },
+        "/workers": {
+            "get": _operation(
+                "listWorkers",
+                "Every live workerd host: workers, busy, quiet, queues served.",
+                {"200": hosts, **_use("Unauthorized", "Unavailable")},
+            )
+        },
+        "/workers/{name}/quiet": {
+            "post": _operation(
+                "quietWorkers",
+                "Quiet a workerd host: running jobs finish, nothing more is claimed.",
+                {"202": asked, **_use(*by_host)},
+                parameters=[_param("HostName")],
+            )
+        },
+        "/workers/{name}/resume": {
+            "post": _operation(
+                "resumeWorkers",
+                "Let a quiet workerd host claim again.",
+                {"202": asked, **_use(*by_host)},
+                parameters=[_param("HostName")],
+            )
+        },
+    }
+
+
 def _without_auth(doc: dict[str, Any]) -> dict[str, Any]:
     """Return `doc` for a gateway without a token: no security requirement, no 401."""
     doc = copy.deepcopy(doc)
@@ -567,6 +707,7 @@ def _document() -> dict[str, Any]:
             **_listing_paths(),
             **_dlq_paths(),
             **_ops_paths(),
+            **_queue_paths(),
         },
         "components": {
             "schemas": _schemas(),

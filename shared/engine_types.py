@@ -22,6 +22,7 @@ class Code(IntEnum):
     DUPLICATE = 2
     RETRYING = 3
     DEAD = 4
+    PAUSED = 5
     NOT_RUNNABLE = 6
     NOT_FOUND = -1
     WRONG_STATE = -2
@@ -43,6 +44,18 @@ class WrongState(EngineError):
     def __init__(self, status: str) -> None:
         self.status = status
         super().__init__(f"job is {status}")
+
+
+class QueuePaused(EngineError):
+    """A claim found its queue paused: nothing was claimed (a worker stops asking it)."""
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        super().__init__(f"queue {queue} is paused")
+
+
+class HostNotFound(EngineError):
+    """No live workerd host has that registry name."""
 
 
 class IdempotencyConflict(EngineError):
@@ -138,6 +151,8 @@ class AckResult:
     code: Code
     status: str | None = None
     next_job: Job | NotRunnable | None = None
+    # complete with a claim: the queue was paused, so nothing was claimed.
+    paused: bool = False
     # release only: the job's type when it was requeued (DONE) or declared dead (DEAD).
     job_type: str | None = field(default=None, compare=False)
 
@@ -189,3 +204,23 @@ class TrimResult:
     completed: int
     canceled: int
     dead: int
+
+
+@dataclass(frozen=True)
+class QueuePause:
+    """What pause_queue did: the time the queue was paused (ms), and whether this call did it."""
+
+    since_ms: int
+    changed: bool
+
+
+@dataclass(frozen=True)
+class HostBeat:
+    """What a registry heartbeat answered: live hosts, and the quiet state the host now runs.
+
+    `quiet` is the supervisor's own state, or the request an API call left in its record since
+    the previous heartbeat (heartbeat.lua).
+    """
+
+    live: int
+    quiet: bool

@@ -104,6 +104,24 @@ class Keys:
         """Return the capped list of wake-up hints that this queue's idle workers block on."""
         return f"{self.prefix}wake"
 
+    @property
+    def paused(self) -> str:
+        """Return the flag that pauses the queue: present, no claim takes from it (value: since, ms).
+
+        Enqueue and promote ignore it (jobs still arrive and become pending); claim.lua and
+        complete.lua's claim part answer PAUSED instead of taking a job (docs/QUEUES.md).
+        """
+        return f"{self.prefix}paused"
+
+    @property
+    def failures(self) -> str:
+        """Return the hash of failed executions per second: second (epoch s) -> count.
+
+        fail.lua adds one per failure; trim.lua forgets seconds past the last minute; /queues
+        reads the last 60.
+        """
+        return f"{self.prefix}failures"
+
     def tombstone(self, job_id: str) -> str:
         """Return the short-lived marker a purge leaves so a repeated purge still succeeds."""
         return f"{self.prefix}purged:{job_id}"

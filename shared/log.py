@@ -51,6 +51,8 @@ EVENTS: frozenset[str] = frozenset(
         "supervisor_hurry",
         "supervisor_halted",
         "supervisor_reloading",
+        "supervisor_quiet",
+        "supervisor_resumed",
         "reload_check",
         "reload_failed",
         "child_spawned",
@@ -74,6 +76,11 @@ EVENTS: frozenset[str] = frozenset(
         # the gateway's own lines
         "unhandled_error",
         "http_request",
+        # operator actions through the API (queues, workerd hosts)
+        "queue_paused",
+        "queue_resumed",
+        "quiet_requested",
+        "resume_requested",
     }
 )
 

@@ -215,11 +215,21 @@ class QueueStateCollector:
             age.add_metric([queue], 0 if oldest is None else oldest / 1000)
         yield jobs
         yield age
+        if self.counts.by_queue:
+            paused = GaugeMetricFamily(
+                "taskforge_queue_paused",
+                "1 while a queue is paused (no worker claims from it), else 0.",
+                labels=["queue"],
+            )
+            for queue, counts in sorted(self.counts.by_queue.items()):
+                paused.add_metric([queue], 1 if counts.paused else 0)
+            yield paused
         if self.workers is not None:
             for name, value, text in (
                 ("hosts", self.workers.hosts, "workerd hosts in the registry"),
                 ("live", self.workers.live, "Live worker processes"),
                 ("busy", self.workers.busy, "Worker processes running a job"),
+                ("quiet", self.workers.quiet, "Quiet workerd hosts (claiming nothing)"),
             ):
                 yield GaugeMetricFamily(
                     f"taskforge_fleet_workers_{name}",

@@ -26,6 +26,16 @@ class QueueCounts:
     oldest_pending_age_ms: int | None
     # Each queue's own counts, when these are the sum of several queues.
     by_queue: dict[str, QueueCounts] = field(default_factory=dict)
+    # One queue's: paused since (ms on Redis's clock; None when not paused). Both queues' and
+    # a sum's: executions completed and failed in the last minute (queue_stats.lua says how).
+    paused_since_ms: int | None = None
+    completed_last_minute: int = 0
+    failed_last_minute: int = 0
+
+    @property
+    def paused(self) -> bool:
+        """Tell whether the queue is paused (a sum of several queues never is)."""
+        return self.paused_since_ms is not None
 
     @property
     def total(self) -> int:
@@ -44,6 +54,8 @@ class QueueCounts:
             {state: sum(c.by_state[state] for c in by_queue.values()) for state in JobState},
             oldest_pending_age_ms=max(ages) if ages else None,
             by_queue=by_queue,
+            completed_last_minute=sum(c.completed_last_minute for c in by_queue.values()),
+            failed_last_minute=sum(c.failed_last_minute for c in by_queue.values()),
         )
 
 

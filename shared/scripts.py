@@ -31,11 +31,15 @@ from shared.engine_types import (
     EngineError,
     EnqueueResult,
     FailResult,
+    HostBeat,
+    HostNotFound,
     IdempotencyConflict,
     JobNotFound,
     NotRunnable,
     Policy,
     PromoteResult,
+    QueuePause,
+    QueuePaused,
     RecoverResult,
     Released,
     TrimResult,
@@ -65,11 +69,15 @@ __all__ = [
     "EngineError",
     "EnqueueResult",
     "FailResult",
+    "HostBeat",
+    "HostNotFound",
     "IdempotencyConflict",
     "JobNotFound",
     "NotRunnable",
     "Policy",
     "PromoteResult",
+    "QueuePause",
+    "QueuePaused",
     "RecoverResult",
     "Released",
     "Scripts",
@@ -99,6 +107,9 @@ SCRIPT_NAMES = (
     "queue_stats",
     "fleet",
     "list_page",
+    "pause_queue",
+    "resume_queue",
+    "quiet_host",
 )
 # Hashes of canceled jobs outlive their index entry by this much: trim.lua deletes both at
 # retention; the TTL only matters if trimming stopped (no scheduler running). Completed jobs
@@ -296,13 +307,14 @@ class Scripts:
         type nothing is claimed: the answer is a :class:`NotRunnable` naming its type, and the
         job stays first in line. A caller that retries a claim that raised passes the same
         `request_id` again: if the first call did reach Redis, the retry gets the job it
-        claimed instead of a second one.
+        claimed instead of a second one. Raises QueuePaused, having claimed nothing, when the
+        queue is paused.
         """
         k = self.q(queue)
         request_id = request_id or new_request_id()
         reply = self._call(
             "claim",
-            [k.pending, k.pending_since, k.processing, k.last_claim(worker_id), k.wake],
+            [k.pending, k.pending_since, k.processing, k.last_claim(worker_id), k.wake, k.paused],
             [
                 k.job_prefix,
                 worker_id,
@@ -313,6 +325,8 @@ class Scripts:
                 self.policy.wake_cap,
             ],
         )
+        if reply[0] == Code.PAUSED:
+            raise QueuePaused(queue)
         return _claimed(reply, worker_id, queue)
 
     def renew(
@@ -353,7 +367,8 @@ class Scripts:
         With `claim_next_for` (a worker id) the worker's next job comes back in
         ``AckResult.next_job`` from the same round trip, as :meth:`claim` would return it (with
         `runnable` as there); a retried call (its reply lost) gets the job the first call
-        claimed, found by the token.
+        claimed, found by the token. A paused queue claims nothing: ``AckResult.paused`` says
+        so (the completion stands).
         """
         k, p = self.q(queue), self.policy
         worker = claim_next_for or ""
@@ -366,6 +381,7 @@ class Scripts:
                 k.pending,
                 k.pending_since,
                 k.wake,
+                k.paused,
             ],
             [
                 token,
@@ -379,6 +395,8 @@ class Scripts:
             ],
         )
         code = Code(reply[0])
+        if code is Code.DONE and len(reply) == 2 and reply[1] == Code.PAUSED:
+            return AckResult(code, paused=True)
         if code in (Code.DONE, Code.NOT_RUNNABLE):
             return AckResult(Code.DONE, next_job=_claimed(reply, worker, queue))
         return AckResult(code, text(reply[1]) if len(reply) > 1 else None)
@@ -404,7 +422,7 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "fail",
-            [k.job(job_id), k.processing, k.retrying, k.dead],
+            [k.job(job_id), k.processing, k.retrying, k.dead, k.failures],
             [
                 token,
                 error,
@@ -614,7 +632,7 @@ class Scripts:
         for _ in range(rounds):
             reply = self._call(
                 "trim",
-                [k.completed, k.canceled, k.dead, k.reply(new_request_id())],
+                [k.completed, k.canceled, k.dead, k.reply(new_request_id()), k.failures],
                 [
                     k.job_prefix,
                     p.finished_retention_ms,
@@ -640,18 +658,44 @@ class Scripts:
         ttl_ms: int,
         *,
         leaving: bool = False,
+        quiet: bool = False,
+        quiet_by_signal: bool = False,
         now_ms: int | None = None,
-    ) -> int:
-        """Record a live worker (or its departure); return how many workers are live."""
+    ) -> HostBeat:
+        """Record a live workerd host (or its departure); return live hosts and its quiet state.
+
+        `quiet` is the supervisor's state; a request quiet_host left in the record since the
+        previous heartbeat replaces it, unless `quiet_by_signal` (a signal set it since then).
+        """
         k = self.keys
         pairs = [item for pair in fields.items() for item in pair]
-        return int(
-            self._call(
-                "heartbeat",
-                [k.workers, k.worker(worker_id)],
-                [worker_id, ttl_ms, "1" if leaving else "0", _now(now_ms), *pairs],
-            )
-        )
+        args = [worker_id, ttl_ms, "1" if leaving else "0", _now(now_ms)]
+        args += ["1" if quiet else "0", "1" if quiet_by_signal else "0", *pairs]
+        live, state = self._call("heartbeat", [k.workers, k.worker(worker_id)], args)
+        return HostBeat(int(live), text(state) == "1")
+
+    def quiet_host(self, name: str, quiet: bool) -> bool | None:
+        """Ask a workerd host to claim nothing more (or again); raise HostNotFound.
+
+        Returns the quiet state the host applied last (None before its first report of one):
+        the host applies the request at its next registry heartbeat.
+        """
+        reply = self._call("quiet_host", [self.keys.worker(name)], ["1" if quiet else "0"])
+        if reply[0] == Code.NOT_FOUND:
+            raise HostNotFound(name)
+        applied = text(reply[1]) if len(reply) > 1 else None
+        return None if applied is None else applied == "1"
+
+    def pause_queue(self, queue: str, *, now_ms: int | None = None) -> QueuePause:
+        """Pause a queue: no claim takes from it until resume_queue (jobs still arrive)."""
+        reply = self._call("pause_queue", [self.q(queue).paused], [_now(now_ms)])
+        return QueuePause(since_ms=int(reply[1]), changed=reply[2] == 1)
+
+    def resume_queue(self, queue: str) -> bool:
+        """Let workers claim from a queue again; return whether it was paused."""
+        k = self.q(queue)
+        reply = self._call("resume_queue", [k.paused, k.pending, k.wake], [self.policy.wake_cap])
+        return reply[1] == 1
 
     def register_queue(self, queue: str) -> None:
         """Add a queue to the list of queues (global slot; SADD, so a repeat changes nothing).
@@ -666,31 +710,35 @@ class Scripts:
         names = {text(name) or "" for name in self.redis.smembers(self.keys.queues)}
         return sorted(names | {DEFAULT_QUEUE})
 
-    def stats(self, queues: Sequence[str] | None = None) -> tuple[QueueCounts, WorkerCounts]:
+    def stats(
+        self, queues: Sequence[str] | None = None, *, now_ms: int | None = None
+    ) -> tuple[QueueCounts, WorkerCounts]:
         """Return jobs per state (all queues, and each) and fleet-wide worker counts.
 
         One pipelined round trip (one read per queue, one of the registry) after reading the
-        list of queues, unless `queues` names them.
+        list of queues, unless `queues` names them. Each queue's counts also say whether it is
+        paused and what it completed and failed in the last minute (queue_stats.lua).
         """
         names = list(queues) if queues is not None else self.queue_names()
         try:
-            replies = self._stats_pipeline(names).execute()
+            replies = self._stats_pipeline(names, now_ms).execute()
         except redis.exceptions.NoScriptError:
             # The cache emptied between the pipeline's SCRIPT EXISTS and its EXEC: once more
             # (the pipeline loads the scripts again first).
-            replies = self._stats_pipeline(names).execute()
+            replies = self._stats_pipeline(names, now_ms).execute()
         *per_queue, (hosts, live, busy, quiet) = replies
         by_queue = {
             name: _queue_counts(reply) for name, reply in zip(names, per_queue, strict=True)
         }
         return QueueCounts.combined(by_queue), WorkerCounts(hosts, live, busy, quiet)
 
-    def _stats_pipeline(self, names: Sequence[str]) -> Any:
+    def _stats_pipeline(self, names: Sequence[str], now_ms: int | None) -> Any:
         pipe = self.redis.pipeline(transaction=False)
         for name in names:
             k = self.q(name)
             keys = [*(k.state_index(state) for state in JobState), k.pending_since]
-            self._piped(pipe, "queue_stats", keys, [])
+            keys += [k.paused, k.failures]
+            self._piped(pipe, "queue_stats", keys, [_now(now_ms)])
         self._piped(pipe, "fleet", [self.keys.workers], [self.keys.worker_prefix])
         return pipe
 
@@ -748,6 +796,12 @@ def _claimed(reply: list[Any], worker_id: str, queue: str) -> Job | NotRunnable 
 
 
 def _queue_counts(reply: list[Any]) -> QueueCounts:
-    cards, oldest, now = reply
+    cards, oldest, now, paused_since, completed, failed = reply
     age = None if oldest < 0 else max(0, now - oldest)
-    return QueueCounts(dict(zip(JobState, cards, strict=True)), oldest_pending_age_ms=age)
+    return QueueCounts(
+        dict(zip(JobState, cards, strict=True)),
+        oldest_pending_age_ms=age,
+        paused_since_ms=None if paused_since < 0 else paused_since,
+        completed_last_minute=completed,
+        failed_last_minute=failed,
+    )

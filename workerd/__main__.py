@@ -48,6 +48,9 @@ signals:
   HUP        reload: check that the handler modules import (if not, log reload_failed and
              keep running), drain as above, then re-exec in place (same pid, same port)
              with freshly imported code
+  TSTP       quiet: running jobs finish, nothing more is claimed until CONT (or
+             POST /workers/<name>/resume); the scheduler and leases carry on
+  CONT       resume claiming after TSTP (or POST /workers/<name>/quiet)
 
 exit codes:
   0  stopped cleanly; or --help, --version, or --check-config found nothing wrong
@@ -154,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     """Configure, load handlers, bind the observability port, and run the supervisor."""
     args = parse_args(argv)
     inherited_fd, generation = reload.inherited()
+    quiet = reload.inherited_quiet()
     settings = load_or_exit()
     if not settings.handlers:
         # A workerd without handlers would claim every job and fail it.
@@ -190,14 +194,20 @@ def main(argv: list[str] | None = None) -> int:
             },
         )
     supervisor = Supervisor(
-        settings, listener=listener, generation=generation, reloaded=inherited_fd is not None
+        settings,
+        listener=listener,
+        generation=generation,
+        reloaded=inherited_fd is not None,
+        quiet=quiet,
     )
     try:
         code = supervisor.run()
         if code == 0 and supervisor.reloading:
             if own_metrics_dir:  # the new image makes its own
                 shutil.rmtree(metrics_dir, ignore_errors=True)
-            error = reload.reexec(listener.socket.fileno(), supervisor.generation)
+            error = reload.reexec(
+                listener.socket.fileno(), supervisor.generation, quiet=supervisor.quiet
+            )
             log.error("reload_failed", extra={"reason": f"cannot re-exec: {error}"})
             return 1
         return code

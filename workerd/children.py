@@ -23,20 +23,23 @@ WORKER, SCHEDULER, OBSERVER = "worker", "scheduler", "observer"
 class StopOnSignal:
     """What every child loop shares: SIGTERM or SIGINT asks it to stop after its current step.
 
-    Installed first thing after the fork, replacing the supervisor's handlers (which would
+    SIGHUP and SIGTSTP, the supervisor's to act on, are ignored. Installed first thing after the fork, replacing the supervisor's handlers (which would
     record the signal in the supervisor's state, in this process's copy of it).
     """
 
     stopping: bool = False
 
     def install_signals(self) -> None:
-        """Stop at the end of the current step on SIGTERM/SIGINT; default SIGCHLD; skip SIGHUP."""
+        """Stop at the end of the step on SIGTERM/SIGINT; default SIGCHLD; skip SIGHUP, SIGTSTP."""
         signal.signal(signal.SIGTERM, self._request_stop)
         signal.signal(signal.SIGINT, self._request_stop)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         # SIGHUP asks the supervisor to reload; sent to the whole process group it must not
         # kill a child mid-job. A handler, not SIG_IGN: programs a handler runs get the default.
         signal.signal(signal.SIGHUP, _ignore)
+        # SIGTSTP quiets the host (the supervisor's to act on); sent to the whole group (systemctl
+        # kill), its default would stop a child mid-job, lease renewals and all.
+        signal.signal(signal.SIGTSTP, _ignore)
 
     def _request_stop(self, signum: int, _frame: FrameType | None) -> None:
         self.stopping = True

@@ -58,14 +58,15 @@ class ObservabilityApp:
         return routes[path](start)
 
     def health(self, start: StartResponse) -> Iterable[bytes]:
-        """Answer 200 when Redis answers; either way, name the queues this host serves."""
-        queues = queues_served(self.plan)
+        """Answer 200 when Redis answers; either way, name the queues this host serves and
+        say whether it is quiet (claims nothing)."""
+        queues, quiet = queues_served(self.plan), self.table.quiet()
         try:
             self.scripts.redis.ping()
         except redis.RedisError:
             body = {"status": "unavailable", "redis": "unreachable", "queues": queues}
-            return _json(start, 503, body)
-        return _json(start, 200, {"status": "ok", "redis": "ok", "queues": queues})
+            return _json(start, 503, {**body, "quiet": quiet})
+        return _json(start, 200, {"status": "ok", "redis": "ok", "queues": queues, "quiet": quiet})
 
     def ready(self, start: StartResponse) -> Iterable[bytes]:
         """Answer 200 when Redis answers, scripts are loaded, and the children are up."""
@@ -85,7 +86,8 @@ class ObservabilityApp:
                 problems.append("no worker process running")
         if problems:
             return _json(start, 503, {"status": "not ready", "redis": "ok", "problems": problems})
-        return _json(start, 200, {"status": "ready", "redis": "ok"})
+        # Quiet is not "not ready": the host is up, it only claims nothing (its own choice).
+        return _json(start, 200, {"status": "ready", "redis": "ok", "quiet": status.quiet})
 
     def metrics(self, start: StartResponse) -> Iterable[bytes]:
         """Answer Prometheus text: every child's counters plus queue depths read now."""

@@ -24,6 +24,7 @@ from workerd.children import describe_exit, signal_child
 # Set only across the exec: "<listening socket's fd>,<child generation>". Read and removed
 # by the new image at start, so nothing it forks or runs inherits it.
 REEXEC_ENV = "TASKFORGE_WORKERD_REEXEC"
+QUIET_ENV = "TASKFORGE_WORKERD_QUIET"  # set by a reload of a quiet host
 CHECK_TIMEOUT = 60.0  # seconds a handler import may take before the reload is called off
 CHECK_OUTPUT_LIMIT = 500  # characters of the check's error kept for the log line
 
@@ -98,25 +99,32 @@ class ImportCheck:
         self.output.close()
 
 
-def reexec(listener_fd: int, generation: int) -> OSError:
+def reexec(listener_fd: int, generation: int, *, quiet: bool = False) -> OSError:
     """Replace this process with a fresh interpreter running the same command; return on failure.
 
     The caller has stopped every child and flushed what it owed Redis. Only the listening
-    socket is inherited (every other descriptor Python opens is close-on-exec).
+    socket is inherited (every other descriptor Python opens is close-on-exec). A quiet host
+    stays quiet in the new image.
     """
     os.set_inheritable(listener_fd, True)
     os.environ[REEXEC_ENV] = f"{listener_fd},{generation}"
+    if quiet:
+        os.environ[QUIET_ENV] = "1"
     # Log lines still buffered would be lost with this image.
     sys.stdout.flush()
     sys.stderr.flush()
     # An ignored signal stays ignored across exec: a second SIGHUP arriving before the new
     # image installs its handlers must not kill it (SIGHUP's default action).
+    # Nor may a SIGTSTP (whose default stops the process); it is lost, the host stays as it was.
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    previous_tstp = signal.signal(signal.SIGTSTP, signal.SIG_IGN)
     try:
         os.execv(sys.executable, command_line())
     except OSError as exc:
         signal.signal(signal.SIGHUP, previous)
+        signal.signal(signal.SIGTSTP, previous_tstp)
         os.environ.pop(REEXEC_ENV, None)
+        os.environ.pop(QUIET_ENV, None)
         os.set_inheritable(listener_fd, False)
         return exc
     raise AssertionError("unreachable: execv returned without an error")
@@ -129,3 +137,8 @@ def inherited() -> tuple[int | None, int]:
     if not fd.isdigit() or not generation.isdigit():
         return None, 0
     return int(fd), int(generation)
+
+
+def inherited_quiet() -> bool:
+    """Return whether the image before a reload was quiet, and forget it."""
+    return os.environ.pop(QUIET_ENV, "") == "1"

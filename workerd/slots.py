@@ -21,8 +21,8 @@ _WORD = 8  # the sequence counter: one aligned 64-bit word at the start of each 
 # Each record is the sequence counter, then these fields (at offset + 8).
 # heartbeat (monotonic s), token, job started (monotonic s), job timeout (s), job id, queue
 _CHILD = struct.Struct("<dqdd36s64s")
-# heartbeat (monotonic s), live workers, scheduler alive, scripts loaded
-_SUPERVISOR = struct.Struct("<diii")
+# heartbeat (monotonic s), live workers, scheduler alive, scripts loaded, quiet
+_SUPERVISOR = struct.Struct("<diiii")
 _READ_ATTEMPTS = 100
 
 
@@ -119,6 +119,7 @@ class SupervisorStatus:
     live_workers: int
     scheduler_alive: bool
     scripts_loaded: bool
+    quiet: bool = False  # the host claims nothing more (SIGTSTP or the API) until resumed
 
 
 class SlotTable:
@@ -137,15 +138,23 @@ class SlotTable:
         return Slot(_SeqRecord(self._region, self._words, index * RECORD_SIZE, _CHILD))
 
     def publish_status(
-        self, live_workers: int, scheduler_alive: bool, scripts_loaded: bool
+        self, live_workers: int, scheduler_alive: bool, scripts_loaded: bool, quiet: bool = False
     ) -> None:
-        """Record the supervisor's view of its children (supervisor side)."""
-        self._status.write(time.monotonic(), live_workers, scheduler_alive, scripts_loaded)
+        """Record the supervisor's view of its children, and whether the host is quiet."""
+        self._status.write(time.monotonic(), live_workers, scheduler_alive, scripts_loaded, quiet)
 
     def status(self) -> SupervisorStatus | None:
         """Return the supervisor's last published status (observability server side)."""
         record = self._status.read()
         if record is None:
             return None
-        heartbeat, live, scheduler, loaded = record
-        return SupervisorStatus(heartbeat, live, bool(scheduler), bool(loaded))  # type: ignore[arg-type]
+        heartbeat, live, scheduler, loaded, quiet = record
+        return SupervisorStatus(heartbeat, live, bool(scheduler), bool(loaded), bool(quiet))  # type: ignore[arg-type]
+
+    def quiet(self, otherwise: bool = False) -> bool:
+        """Tell whether the host is quiet (`otherwise` when the record was being written).
+
+        Workers ask before every claim: a read of shared memory, no system call.
+        """
+        status = self.status()
+        return otherwise if status is None else status.quiet

@@ -64,6 +64,8 @@ TICK = 0.1  # seconds between loop iterations when nothing wakes the loop sooner
 SCHEDULER_STOP_GRACE = 5.0
 FINAL_ACK_WINDOW = 5.0  # at exit, how long to keep trying to requeue jobs of killed workers
 HALT_KILL_WINDOW = 5.0  # after a halt, how long to wait for the killed children to go
+# Sidekiq's choice: TSTP quiets the host (finish running jobs, claim nothing more), CONT resumes.
+QUIET_SIGNALS = (signal.SIGTSTP, signal.SIGCONT)
 
 
 class Supervisor:
@@ -80,6 +82,7 @@ class Supervisor:
         spawner: Spawner | None = None,
         clock: Callable[[], float] = time.monotonic,
         send_notify: Callable[[str], bool] = notify.notify,
+        quiet: bool = False,
     ) -> None:
         self.settings = settings
         self.redis_url = redact_url(settings.redis_url)
@@ -105,12 +108,15 @@ class Supervisor:
             self._redis(), Keys(settings.namespace), Policy.from_settings(settings)
         )
         self.renew_interval = min(1.0, settings.visibility_timeout / 4)
-        self._add_duties(clock, send_notify)
+        self._add_duties(clock, send_notify, quiet)
+        self.readiness.publish()  # quiet after a reload: before the first worker is forked
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
 
-    def _add_duties(self, clock: Callable[[], float], send_notify: Callable[[str], bool]) -> None:
+    def _add_duties(
+        self, clock: Callable[[], float], send_notify: Callable[[str], bool], quiet: bool
+    ) -> None:
         settings, roster, scripts = self.settings, self.roster, self.scripts
         self.loader = ScriptLoader(scripts, Backoff("supervisor", redis_url=settings.redis_url))
         self.leases = Leases(
@@ -125,6 +131,7 @@ class Supervisor:
             name=self.name,
             queues=settings.worker_queues.names,
             types=registered_types(),
+            quiet=quiet,
         )
         self.watchdog = Watchdog(roster, silence_timeout=settings.heartbeat_timeout)
         self.readiness = Readiness(
@@ -133,6 +140,7 @@ class Supervisor:
             worker_count=settings.worker_count,
             reloaded=self.reloaded,
             send=send_notify,
+            quiet=lambda: self.registry.quiet,
         )
 
     def _redis(self) -> redis.Redis:
@@ -152,9 +160,14 @@ class Supervisor:
 
     # -- signals -----------------------------------------------------------------------------
 
+    @property
+    def quiet(self) -> bool:
+        """Tell whether this host claims nothing more (SIGTSTP or the API) until resumed."""
+        return self.registry.quiet
+
     def install_signals(self) -> None:
         """Record signals and wake the loop; everything else happens in step()."""
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP, *QUIET_SIGNALS):
             signal.signal(sig, self.record_signal)
 
     def record_signal(self, signum: int, _frame: FrameType | None = None) -> None:
@@ -170,6 +183,10 @@ class Supervisor:
                 self._begin_shutdown(now, signal.Signals(signum).name)
             elif signum == signal.SIGHUP:
                 self._request_reload(now)
+            elif signum in QUIET_SIGNALS:
+                # Workers read it from shared memory before their next claim.
+                self.registry.signalled(signum == signal.SIGTSTP, signal.Signals(signum).name)
+                self.readiness.publish()
 
     def _begin_shutdown(self, now: float, cause: str) -> None:
         if self.reloading:
@@ -281,8 +298,9 @@ class Supervisor:
         self.release.tick(now)
         if not self.stopping:
             self._spawn_missing(now)
-        self.readiness.tick(now)
+        # The registry first: a quiet request it applies is published to the workers below.
         self.registry.tick(now)
+        self.readiness.tick(now)
 
     @property
     def finished(self) -> bool:
@@ -321,6 +339,9 @@ class Supervisor:
         """Run in the forked child: detach from the supervisor's plumbing, then run its loop."""
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
+        # TSTP's default stops the process: ignored until the child's own handler is in.
+        signal.signal(signal.SIGTSTP, signal.SIG_IGN)
+        signal.signal(signal.SIGCONT, signal.SIG_DFL)
         die_with_parent(self.pid)
         os.close(self._wake_r)
         os.close(self._wake_w)
@@ -330,7 +351,9 @@ class Supervisor:
         scripts = Scripts(client, self.scripts.keys, self.scripts.policy)
         slot = self.table.slot(child.index)
         if child.kind == WORKER:
-            process = WorkerProcess(self.settings, scripts, slot, child.name, self.pid)
+            process = WorkerProcess(
+                self.settings, scripts, slot, child.name, self.pid, quiet=self.table.quiet
+            )
         elif child.kind == SCHEDULER:
             grace = 2 * self.renew_interval + 1.0
             process = SchedulerProcess(

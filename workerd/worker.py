@@ -12,6 +12,12 @@ lower queue does not ask an empty higher one before every job (docs/QUEUES.md). 
 only the job types this host runs; a queue whose first job another host runs is left to it for
 a while (workerd.routing). The supervisor, not this process, renews the lease of the
 running job: a handler that holds the GIL for minutes cannot starve its own lease.
+
+Pausing: a queue whose claim answered PAUSED leaves the claim order and the wake lists; one
+pipelined EXISTS a second (PAUSED_RECHECK) tells when it is resumed. Quiet (the supervisor's
+flag in shared memory, read before every claim): the worker finishes its job, claims nothing
+more, not even with the complete, gives back a next job already claimed, and waits without
+touching Redis, so it takes no wake-up hint another host's idle worker should have.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import os
 import signal
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
@@ -31,7 +38,7 @@ from shared.config import Settings
 from shared.history import Actor
 from shared.jobs import Job, dump_json, format_ms
 from shared.log import error_line, error_text
-from shared.scripts import Code, NotRunnable, Scripts, new_request_id
+from shared.scripts import Code, NotRunnable, QueuePaused, Scripts, new_request_id
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.duties.registry import hosts_running
@@ -52,6 +59,12 @@ CLAIM_ANYWAY_EVERY = 10
 EMPTY_RECHECK = 0.2
 # Claims on one queue at most per claim, each refusal adding a type no live host runs (routing).
 TAKE_TRIES = 3
+# A queue found paused is asked again (one EXISTS, pipelined over every paused queue) this
+# often: how long after a resume a worker that dropped it takes from it again.
+PAUSED_RECHECK = 1.0
+# A quiet worker reads its flag (shared memory, no Redis) this often: how long after a resume
+# (SIGCONT, or the API's request applied) it claims again.
+QUIET_WAIT = 0.2
 
 
 @dataclass(frozen=True)
@@ -72,7 +85,14 @@ class WorkerProcess(StopOnSignal):
     """Runs jobs one at a time until told to stop, recycled, or orphaned."""
 
     def __init__(
-        self, settings: Settings, scripts: Scripts, slot: Slot, worker_id: str, parent_pid: int
+        self,
+        settings: Settings,
+        scripts: Scripts,
+        slot: Slot,
+        worker_id: str,
+        parent_pid: int,
+        *,
+        quiet: Callable[[bool], bool] | None = None,
     ) -> None:
         self.settings = settings
         self.scripts = scripts
@@ -96,6 +116,12 @@ class WorkerProcess(StopOnSignal):
             lambda queue, job_type: hosts_running(scripts, queue, job_type),
             worker_id=worker_id,
         )
+        self.paused: set[str] = set()  # queues that answered PAUSED, asked again once a second
+        self.paused_checked = 0.0  # monotonic time of the last ask
+        # The supervisor's quiet flag (SlotTable.quiet): given the last reading, in case the
+        # record is being written as it is read.
+        self._read_quiet = quiet or (lambda previous: previous)
+        self.quiet = False
         self.backoff = Backoff("worker", redis_url=settings.redis_url)
 
     def _request_stop(self, signum: int, frame: FrameType | None) -> None:
@@ -126,6 +152,12 @@ class WorkerProcess(StopOnSignal):
         """Run one job if one is claimable, else wait (bounded) for a wake-up hint."""
         self.slot.beat()
         try:
+            if self._is_quiet():
+                self._hand_back_unstarted_job()
+                self.claim_now = True  # resumed: claim at once, not at the next hint
+                time.sleep(QUIET_WAIT)  # no BLPOP: a hint taken here would be lost to others
+                return
+            self._recheck_paused()
             job, self.next_job = self.next_job, None
             if job is None and self.claim_now:
                 job = self._claim()
@@ -153,13 +185,23 @@ class WorkerProcess(StopOnSignal):
         return None
 
     def _claim_from(self, queue: str, request_id: str) -> Job | None:
-        """Claim from one queue: its first job, if this host runs its type (or no host does)."""
+        """Claim from one queue: its first job, if this host runs its type (or no host does).
+
+        None when the queue is empty (skipped for EMPTY_RECHECK), paused (dropped until a
+        re-check finds it resumed) or starts with a job another live host runs (left to it).
+        """
         for _ in range(TAKE_TRIES):
+            # Kept until the call answers: one that raised may have reached Redis (reply lost).
             self.claim_retry = (queue, request_id)
             runnable = self.routing.runnable(queue)
-            job = self.scripts.claim(
-                self.worker_id, queue=queue, runnable=runnable, request_id=request_id
-            )
+            try:
+                job = self.scripts.claim(
+                    self.worker_id, queue=queue, runnable=runnable, request_id=request_id
+                )
+            except QueuePaused:
+                self.claim_retry = None
+                self._found_paused(queue)
+                return None
             self.claim_retry = None
             if not isinstance(job, NotRunnable):
                 if job is None:
@@ -170,6 +212,33 @@ class WorkerProcess(StopOnSignal):
             request_id = new_request_id()
         return None
 
+    def _found_paused(self, queue: str) -> None:
+        """Stop asking a paused queue (claims and wake lists) until a re-check finds it resumed."""
+        if not self.paused:
+            self.paused_checked = time.monotonic()
+        self.paused.add(queue)
+
+    def _recheck_paused(self) -> None:
+        """Once a second, ask whether the paused queues still are (one pipelined round trip)."""
+        now = time.monotonic()
+        if not self.paused or now < self.paused_checked + PAUSED_RECHECK:
+            return
+        self.paused_checked = now
+        queues = sorted(self.paused)
+        pipe = self.scripts.redis.pipeline(transaction=False)
+        for queue in queues:
+            pipe.exists(self.scripts.q(queue).paused)
+        for queue, still in zip(queues, pipe.execute(), strict=True):
+            if not still:
+                self.paused.discard(queue)
+                self.empty_until.pop(queue, None)
+                self.claim_now = True
+
+    def _is_quiet(self) -> bool:
+        """Read the supervisor's quiet flag (shared memory: no system call)."""
+        self.quiet = self._read_quiet(self.quiet)
+        return self.quiet
+
     def _next_order(self) -> tuple[str, ...]:
         """Return the queues to try next, in order, without those found empty just now."""
         if not self.order:
@@ -178,27 +247,40 @@ class WorkerProcess(StopOnSignal):
             self.order = tuple(
                 q
                 for q in drawn
-                if self.empty_until.get(q, 0.0) <= now and not self.routing.leaves(q, now)
+                if self.empty_until.get(q, 0.0) <= now
+                and q not in self.paused
+                and not self.routing.leaves(q, now)
             )
         order, self.order = self.order, ()
         return order
 
     def _wait_for_work(self) -> bool:
-        """Block on the wake lists; return whether to claim (a hint came, or it is time anyway)."""
+        """Block on the wake lists; return whether to claim (a hint came, or it is time anyway).
+
+        Not on a paused queue's (enqueues there would wake the worker for nothing), nor on a
+        queue left to other hosts (its hints are for them). With every queue paused there is
+        nothing to block on: it waits as long without Redis.
+        """
         now = time.monotonic()
-        # Not the wake lists of queues left to other hosts: their hints are for those hosts.
         wakes = {
             self.scripts.q(queue).wake: queue
             for queue in self.plan.names
-            if not self.routing.leaves(queue, now)
+            if queue not in self.paused and not self.routing.leaves(queue, now)
         }
         if not wakes:
-            # Every queue this worker serves starts with another host's job: no hint is ours
-            # until the first of them is due for another claim.
+            if all(queue in self.paused for queue in self.plan.names):
+                time.sleep(WAKE_TIMEOUT_SECONDS)
+                return False
+            # Every queue not paused starts with another host's job: no hint is ours until the
+            # first of them is due for another claim.
             time.sleep(min(WAKE_TIMEOUT_SECONDS, max(0.0, self.routing.back_at() - now)))
             return True
         hint = self.scripts.redis.blpop(list(wakes), timeout=WAKE_TIMEOUT_SECONDS)
         self.idle_waits += 1
+        if hint is not None and self._is_quiet():
+            # Quieted while blocked: the hint is for a worker that will claim (another host's).
+            self.scripts.redis.lpush(hint[0], hint[1])
+            return True
         if hint is not None:
             self.empty_until.pop(wakes[hint[0].decode()], None)
             return True
@@ -275,7 +357,8 @@ class WorkerProcess(StopOnSignal):
         self, job: Job, outcome: Outcome, fields: dict[str, object], attributes: dict[str, object]
     ) -> Job | None:
         """Write the outcome to Redis, retrying through an outage; return the next job."""
-        claim_next = None if self.stopping or self._due_for_recycling() else self.worker_id
+        stop_claiming = self.stopping or self._due_for_recycling() or self._is_quiet()
+        claim_next = None if stop_claiming else self.worker_id
         if claim_next is not None and outcome.ok:
             # Claim in the same call only from the queue the next claim would try first.
             self.order = self._next_order()
@@ -318,6 +401,8 @@ class WorkerProcess(StopOnSignal):
                         runnable=self.routing.runnable(job.queue),
                     )
                     self._log_completion(job, ack.code, fields)
+                    if ack.paused:
+                        self._found_paused(job.queue)
                     return ack.next_job
                 self._fail(job, outcome, fields)
                 return None

@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- claim: pop the best pending job and start it, in one step.
+-- claim: pop the best pending job and start it, in one step; nothing from a paused queue.
 --
 -- Invariant: a job leaves `pending` only by becoming `processing` with attempts+1, started_at,
 -- the worker's id, a lease deadline in `processing` and a fresh fencing token, all at once.
@@ -8,15 +8,18 @@
 -- Best = highest priority, then lowest sequence (FIFO). A repeated call with the same request
 -- id (a reply lost and retried) returns the job that request already claimed instead of
 -- claiming a second one. The job keeps its `seq` field: if its worker is lost it goes back to
--- the same place in line. A worker takes only the job types it runs: when the best job is of
--- another type it stays exactly where it is, for a worker that runs it (docs/QUEUES.md,
--- "Routing"), and this worker is told its type.
+-- the same place in line. A paused queue (its `paused` flag set) answers PAUSED and claims
+-- nothing; the flag is read in the same MGET as the repeat pointer, so it costs no command.
+-- A worker takes only the job types it runs: when the best job is of another type it stays
+-- exactly where it is, for a worker that runs it (docs/QUEUES.md, "Routing"), and this worker
+-- is told its type.
 --
 -- KEYS[1] -> {prefix}pending          zset, score -priority, member <seq>:<id>
 -- KEYS[2] -> {prefix}pending_since    zset, id -> claimable since (ms)
 -- KEYS[3] -> {prefix}processing       zset, id -> lease deadline (ms)
 -- KEYS[4] -> {prefix}claim:<worker>   string "<request id>|<job id>", lives one lease
 -- KEYS[5] -> {prefix}wake             capped list of wake-up hints; emptied when none is claimable
+-- KEYS[6] -> {prefix}paused           string, present while the queue is paused
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); the popped id's hash is built from it, inside the
 --            same hash tag (the one exception to "every key in KEYS": only Redis knows the id)
@@ -28,11 +31,13 @@
 -- ARGV[7] -> wake-up hint cap (a refused job gives its hint back, capped as enqueue does)
 --
 -- Returns {DONE, v1, ..., v14}: the code, then the claim reply's values (the job's fields in a
---         fixed order: see includes/claim.lua), in one flat list; {EMPTY}; or
+--         fixed order: see includes/claim.lua), in one flat list; {EMPTY}; {PAUSED}, when
+--         the queue is paused (a repeated call still gets the job its first call claimed); or
 --         {NOT_RUNNABLE, type} when the best job is of a type not in ARGV[6] (nothing claimed).
--- Redis commands: 8 when a job is claimed (GET, ZPOPMIN, HMGET, ZREM, TIME, HSET, ZADD, SET),
--- 3 when none is (GET, ZPOPMIN, DEL), 5 when the best job is refused (GET, ZPOPMIN, HMGET,
--- ZADD, LPUSH; an LTRIM past the hint cap); tests/engine/test_budgets.py holds them to it.
+-- Redis commands: 8 when a job is claimed (MGET, ZPOPMIN, HMGET, ZREM, TIME, HSET, ZADD, SET),
+-- 3 when none is (MGET, ZPOPMIN, DEL), 1 when paused (MGET), 5 when the best job is refused
+-- (MGET, ZPOPMIN, HMGET, ZADD, LPUSH; an LTRIM past the hint cap); tests/engine/test_budgets.py
+-- holds them to it.
 
 --- @include "codes"
 --- @include "common"
@@ -40,7 +45,8 @@
 
 local prefix, worker_id, request_id = ARGV[1], ARGV[2], ARGV[4]
 -- A repeated call (its reply was lost and redis-py retried) gets the job it already claimed.
-local last = redis.call('GET', KEYS[4])
+-- One MGET reads that pointer and the paused flag (same slot): the pause check is free.
+local last, paused = unpack(redis.call('MGET', KEYS[4], KEYS[6]))
 if last then
   local sep = string.find(last, '|', 1, true)
   if string.sub(last, 1, sep - 1) == request_id then
@@ -55,6 +61,9 @@ if last then
     end
     return {EMPTY}
   end
+end
+if paused then
+  return {PAUSED}
 end
 
 local job, refused = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5]}, prefix, worker_id,

@@ -6,8 +6,9 @@
 -- the job leaves `processing` and enters `completed` in the same step. A repeated call with the
 -- same token (reply lost, retried) answers DONE again and changes nothing more; its claim part
 -- returns the job the first call claimed, which the worker holds (a worker runs one job at a
--- time). Nothing is claimed when the completion itself is refused, nor a job of a type the
--- worker does not run (it stays in place, as in claim.lua).
+-- time). Nothing is claimed when the completion itself is refused, nor from a paused queue
+-- (the completion stands; the reply says PAUSED so the worker stops asking that queue), nor a
+-- job of a type the worker does not run (it stays in place, as in claim.lua).
 --
 -- KEYS[1] -> {prefix}job:<id>
 -- KEYS[2] -> {prefix}processing       zset, id -> lease deadline (ms)
@@ -15,6 +16,7 @@
 -- KEYS[4] -> {prefix}pending          zset, score -priority, member <seq>:<id>   (claim only)
 -- KEYS[5] -> {prefix}pending_since    zset, id -> claimable since (ms)           (claim only)
 -- KEYS[6] -> {prefix}wake             capped list of wake-up hints              (claim only)
+-- KEYS[7] -> {prefix}paused           string, present while the queue is paused  (claim only)
 --
 -- ARGV[1] -> fencing token
 -- ARGV[2] -> result (JSON text)
@@ -30,13 +32,14 @@
 -- TTL: trim.lua bounds completed jobs by count and age (docs/JOBS.md, memory).
 --
 -- Returns {DONE}, or {DONE, v1, ..., v14} with the claim reply of the next job after the code
---         (see includes/claim.lua), {NOT_RUNNABLE, type} when it completed the job but the
---         next one is of a type not in ARGV[7] (nothing claimed), {NOT_FOUND}, or
---         {STALE_TOKEN, current status}.
+--         (see includes/claim.lua), {DONE, PAUSED} when the queue is paused and nothing was
+--         claimed, {NOT_RUNNABLE, type} when it completed the job but the next one is of a type
+--         not in ARGV[7] (nothing claimed), {NOT_FOUND}, or {STALE_TOKEN, current status}.
 -- History: completed (worker), then claimed (worker) for the next job, each in its job's HSET.
--- Redis commands: 11 when it completes and claims (HMGET, TIME, HSET, HDEL, ZREM, ZADD,
--- then ZPOPMIN, HMGET, ZREM, HSET, ZADD), 8 when nothing is left to claim (ZPOPMIN, DEL),
--- 10 when the next job is refused (ZPOPMIN, HMGET, ZADD, LPUSH).
+-- Redis commands: 12 when it completes and claims (HMGET, TIME, HSET, HDEL, ZREM, ZADD,
+-- then EXISTS, ZPOPMIN, HMGET, ZREM, HSET, ZADD), 9 when nothing is left to claim (EXISTS,
+-- ZPOPMIN, DEL), 7 when the queue is paused (EXISTS), 6 when asked to claim nothing, 11 when
+-- the next job is refused (EXISTS, ZPOPMIN, HMGET, ZADD, LPUSH).
 
 --- @include "codes"
 --- @include "common"
@@ -73,6 +76,11 @@ redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id')
 redis.call('ZREM', KEYS[2], state[3])
 redis.call('ZADD', KEYS[3], stamp, state[3])
 if worker_id ~= '' then
+  -- The one command issue 14 adds to the hot path: complete reads no key of the queue's that
+  -- could carry the flag for free (claim.lua reads it in the MGET it already made).
+  if redis.call('EXISTS', KEYS[7]) == 1 then
+    return {DONE, PAUSED}
+  end
   local job, refused = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6]}, prefix, worker_id,
     tonumber(ARGV[6]), now, ARGV[7], tonumber(ARGV[8]))
   if refused then

@@ -5,12 +5,16 @@
 -- max_retries (or a permanent failure) is dead and enters the DLQ exactly once; an earlier one
 -- waits in `retrying` for base * 2^(attempts-1) ms, capped, with optional jitter. Only the
 -- holder of the current token can fail the job; a repeated call with that token returns the
--- first call's outcome and writes nothing (the error and traceback are stored once).
+-- first call's outcome and writes nothing (the error and traceback are stored once). Each
+-- failure recorded here (retry or death, not a repeat) adds one to the queue's count of the
+-- second it happened in, which GET /queues sums over the last minute.
 --
 -- KEYS[1] -> {prefix}job:<id>
 -- KEYS[2] -> {prefix}processing   zset, id -> lease deadline (ms)
 -- KEYS[3] -> {prefix}retrying     zset, id -> next_retry_at (ms)
 -- KEYS[4] -> {prefix}dead         zset, id -> time of death (ms)
+-- KEYS[5] -> {prefix}failures     hash, second (epoch s) -> failed executions; trim.lua forgets
+--                                  seconds past the last minute
 --
 -- ARGV[1] -> fencing token
 -- ARGV[2] -> error text, "Type: message" (already length-capped by the caller)
@@ -29,8 +33,9 @@
 --         {STALE_TOKEN, current status}: the type and attempt number are what the caller logs
 --         and counts, so it needs no read of its own.
 -- History: retrying or dead, with the error's type, in the HSET either path makes.
--- Redis commands: 6 to retry (HMGET, TIME, ZREM, HSET, [HDEL], ZADD), 7 to declare it dead
--- (HMGET, TIME, ZREM, HSET, HDEL, ZADD, PEXPIRE).
+-- Redis commands: 7 to retry (HMGET, TIME, ZREM, HINCRBY, HSET, [HDEL], ZADD), 8 to declare
+-- it dead (HMGET, TIME, ZREM, HINCRBY, HSET, HDEL, ZADD, PEXPIRE): the HINCRBY is issue 14's
+-- one extra command on fail (no key fail.lua touches can count failures for free).
 
 --- @include "codes"
 --- @include "common"
@@ -57,6 +62,7 @@ end
 local job_id = state[3]
 local now = now_ms(ARGV[9])
 redis.call('ZREM', KEYS[2], job_id)
+redis.call('HINCRBY', KEYS[5], string.format('%d', math.floor(now / 1000)), 1)
 
 local function history(event)
   return history_add(state[8], event .. ARGV[11], state[9], now, nil, nil,

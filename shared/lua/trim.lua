@@ -2,7 +2,8 @@
 -- trim: enforce retention: forget completed and canceled jobs past their retention or beyond
 -- their maximum count, and dead jobs past the DLQ's maximum age or beyond its maximum count
 -- (oldest first). The counts bound Redis memory under sustained load: at 1,000 jobs/s a day's
--- retention alone would keep 86 million finished jobs.
+-- retention alone would keep 86 million finished jobs. It also forgets the per-second failure
+-- counts (fail.lua) older than a minute, once the hash holds more than FAILURE_SECONDS_KEPT.
 --
 -- Invariant: an index entry and its job hash are deleted together; a job whose status no
 -- longer matches the index (it cannot, but an operator can edit Redis) keeps its hash.
@@ -13,6 +14,7 @@
 -- KEYS[2] -> {prefix}canceled    zset, id -> canceled at (ms)
 -- KEYS[3] -> {prefix}dead        zset, id -> time of death (ms)
 -- KEYS[4] -> {prefix}reply:<request>  this call's answer, kept 15 s for a repeated call
+-- KEYS[5] -> {prefix}failures    hash, second (epoch s) -> failed executions
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from the indexes are built from
 --            it, inside the same hash tag
@@ -66,6 +68,26 @@ local canceled = forget(KEYS[2], 'canceled', older_than(KEYS[2], now - tonumber(
 canceled = canceled + beyond(KEYS[2], 'canceled', tonumber(ARGV[7]))
 local dead = forget(KEYS[3], 'dead', older_than(KEYS[3], now - tonumber(ARGV[3])))
 dead = dead + beyond(KEYS[3], 'dead', tonumber(ARGV[4]))
+
+-- One HLEN a call while the hash is small; past the threshold, every second older than the
+-- minute /queues reads goes (in chunks: unpack has a stack limit).
+local FAILURE_SECONDS_KEPT = 64
+if redis.call('HLEN', KEYS[5]) > FAILURE_SECONDS_KEPT then
+  local oldest_kept = math.floor(now / 1000) - 59
+  local old = {}
+  for _, second in ipairs(redis.call('HKEYS', KEYS[5])) do
+    if tonumber(second) < oldest_kept then
+      old[#old + 1] = second
+      if #old == 1000 then
+        redis.call('HDEL', KEYS[5], unpack(old))
+        old = {}
+      end
+    end
+  end
+  if #old > 0 then
+    redis.call('HDEL', KEYS[5], unpack(old))
+  end
+end
 if completed + canceled + dead > 0 then
   remember_reply(KEYS[4], {completed, canceled, dead})
 end

@@ -15,17 +15,26 @@ from typing import Any
 import pytest
 import redis
 
-from shared.scripts import Code, NotRunnable, Scripts
+from shared.scripts import Code, NotRunnable, QueuePaused, Scripts
 from tests.engine.conftest import J1, J2, J3, request
 
 # Budgets from issue 13 (item 4).
 CLAIM = 8
-COMPLETE_AND_CLAIM = 11
 ENQUEUE = 7
+# Issue 14: +1, the pause check (item 3). A claim must not take a job from a paused queue, not
+# even the claim a complete makes for the worker's next job, and only a read inside the script
+# is exact. claim.lua reads the flag in the MGET that already read its repeat pointer (free);
+# complete.lua reads no key of the queue's that could carry it, so it spends one EXISTS,
+# and only when it claims.
+COMPLETE_AND_CLAIM = 12
 # Issue 14: +1, and a second script call. The key spans queues and lives in the global slot,
 # so reserve.lua (HMGET, HSET, PEXPIRE) runs apart from the enqueue in the queue's slot, which
 # now reads the job's own hash (HMGET) where it used to read the key's.
 ENQUEUE_IDEMPOTENT = 10
+# Issue 14 spends one HINCRBY of it (the retry path 6 → 7, the dead path 7 → 8): the queue's
+# count of failures per second, for "failed in the last minute" (GET /queues). No key fail.lua
+# already writes can count failures, and a count derived afterwards (the dead index by time)
+# would miss every retried failure.
 FAIL = 8
 # Issue 14, routing: a claim that leaves the best job to a worker that runs its type puts it
 # back (ZADD) and gives its wake-up hint back (LPUSH): GET, ZPOPMIN, HMGET, ZADD, LPUSH. The
@@ -171,3 +180,29 @@ def test_complete_whose_next_job_is_left_to_another_worker_is_within_its_budget(
     )
     assert result[0].next_job == NotRunnable("default", "email")
     assert_within(counts, COMPLETE_AND_REFUSE)
+
+
+def test_a_claim_checks_the_pause_at_no_cost(r: redis.Redis, engine: Scripts) -> None:
+    engine.enqueue(request(), J1)
+    counts = commands_of(r, lambda: engine.claim("w1"))
+    assert "get" not in counts and "exists" not in counts and counts["mget"] == 1
+
+
+def test_a_claim_from_a_paused_queue_costs_one_command(r: redis.Redis, engine: Scripts) -> None:
+    engine.enqueue(request(), J1)
+    engine.pause_queue("default")
+
+    def claim() -> None:
+        with pytest.raises(QueuePaused):
+            engine.claim("w1")
+
+    assert_within(commands_of(r, claim), 1)
+
+
+def test_complete_without_a_claim_pays_nothing_for_the_pause(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    token = claimed(engine, J1)
+    counts = commands_of(r, lambda: engine.complete(J1, token))
+    assert_within(counts, 6)
+    assert "exists" not in counts

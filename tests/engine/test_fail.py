@@ -43,8 +43,9 @@ def test_fail_on_the_first_attempt_waits_the_base_delay_and_touches_exactly_its_
 
     after = snapshot(r)
     assert result == FailResult(Code.RETRYING, next_retry_at=now + BASE)
-    assert changed(before, after) == {K.job(J1), K.processing, K.retrying}
+    assert changed(before, after) == {K.job(J1), K.processing, K.retrying, K.failures}
     assert after[K.retrying] == [(J1, now + BASE)]
+    assert after[K.failures] == {str(now // 1000): 1}  # one failure, in the second it happened
     assert after[K.job(J1)] == before[K.job(J1)] | {
         "status": "retrying",
         "last_error": "ValueError: bad",
@@ -74,8 +75,9 @@ def test_max_retries_three_means_three_executions(r: redis.Redis, scripts: Scrip
 
     after = snapshot(r)
     assert third == FailResult(Code.DEAD)
-    assert changed(before, after) == {K.job(J1), K.processing, K.dead}
+    assert changed(before, after) == {K.job(J1), K.processing, K.dead, K.failures}
     assert after[K.dead] == [(J1, now)]
+    assert sum(after[K.failures].values()) == 3  # every execution failed
     assert K.retrying not in after
     dead = after[K.job(J1)]
     assert (dead["status"], dead["attempts"], dead["last_error"]) == ("dead", 3, "e3")

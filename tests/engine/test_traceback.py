@@ -44,7 +44,7 @@ def test_fail_stores_the_traceback_beside_the_error_and_nothing_else_changes(
 
     after = snapshot(r)
     assert result == FailResult(Code.RETRYING, next_retry_at=T0 + 5 + BASE)
-    assert changed(before, after) == {K.job(J1), K.processing, K.retrying}
+    assert changed(before, after) == {K.job(J1), K.processing, K.retrying, K.failures}
     assert after[K.job(J1)] == before[K.job(J1)] | {
         "status": "retrying",
         "last_error": "ValueError: declined",

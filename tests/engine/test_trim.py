@@ -206,6 +206,7 @@ def test_every_key_has_a_ttl_or_a_cap_after_a_mixed_sequence(
         K.dead,
         K.wake,
         K.workers,
+        K.failures,  # at most 64 seconds kept once trim has run
     }
     live = {"pending", "scheduled", "processing", "retrying"}
     scripts.enqueue(request(), J1, idempotency_key="k1", now_ms=T0)

@@ -570,14 +570,25 @@ def test_trim_reports_the_job_it_forgot(engine: Scripts, lossy: LossyEngine) -> 
 
 def test_heartbeat_registers_the_worker_once(r: redis.Redis, lossy: LossyEngine) -> None:
     with lossy.reply_lost("heartbeat"):
-        live = lossy.scripts.heartbeat("w1", {"host": "h1", "pid": 42}, 10_000, now_ms=NOW)
-    assert live == 1
+        beat = lossy.scripts.heartbeat("w1", {"host": "h1", "pid": 42}, 10_000, now_ms=NOW)
+    assert beat.live == 1
     assert r.zrange(KEYS.workers, 0, -1, withscores=True) == [(b"w1", NOW)]
     assert r.hgetall(KEYS.worker("w1")) == {
         b"host": b"h1",
         b"pid": b"42",
         b"last_seen": b"1700000000000",
+        b"quiet": b"0",
     }
+
+
+def test_a_heartbeat_whose_reply_was_lost_still_applies_the_quiet_request(
+    lossy: LossyEngine,
+) -> None:
+    lossy.scripts.heartbeat("w1", {"host": "h1"}, 10_000, now_ms=NOW)
+    lossy.scripts.quiet_host("w1", True)
+    with lossy.reply_lost("heartbeat"):
+        beat = lossy.scripts.heartbeat("w1", {"host": "h1"}, 10_000, now_ms=NOW + 1)
+    assert beat.quiet is True
 
 
 # -- the clients as configured elsewhere ----------------------------------------------------------

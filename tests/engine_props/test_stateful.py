@@ -835,6 +835,7 @@ def read_raw_state(r: redis.Redis, idem_keys: list[str]) -> RawState:
     # are the capped or self-trimming structures; anything else must expire.
     bounded = {KEYS.state_index(state).encode() for state in STATES}
     bounded |= {KEYS.pending_since.encode(), KEYS.seq.encode(), KEYS.wake.encode()}
+    bounded.add(KEYS.failures.encode())  # failures per second: trim keeps at most 64 of them
     others = sorted(k for k in every_key - bounded if not k.startswith(prefix))
     pipe = r.pipeline(transaction=False)
     for state in STATES:

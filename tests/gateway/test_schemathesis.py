@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from gateway.openapi import HOST_EXAMPLE
 from shared.keys import Keys
 from shared.scripts import Scripts
 from tests.gateway import helpers
@@ -29,7 +30,7 @@ from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.redis_server import RedisServer
 
 ST = Path(sys.executable).with_name("st")
-OPERATIONS = 13
+OPERATIONS = 19
 # A fixed seed, one worker and no example database: every run draws the same inputs, so the
 # test cannot flake on a rare draw and a failure reproduces with the command it prints.
 SEED = 12
@@ -44,8 +45,11 @@ DEAD_JOBS = 20
 
 @pytest.fixture
 def dead_jobs(r: redis.Redis) -> list[str]:
-    """Seed dead jobs on the emptied Redis: GET /dlq lists their ids for replay and purge."""
+    """Seed dead jobs on the emptied Redis: GET /dlq lists their ids for replay and purge; and
+    a workerd host under the document's example name, so quiet and resume reach a live one."""
     scripts = Scripts(r, Keys())
+    host = {"host": "worker-1", "pid": 4242, "workers": 2, "busy": 0, "queues": "default"}
+    scripts.heartbeat(HOST_EXAMPLE, host, ttl_ms=3_600_000)
     return [helpers.dead(scripts) for _ in range(DEAD_JOBS)]
 
 

@@ -42,7 +42,7 @@ def _raw_states(r: redis.Redis) -> dict[str, int]:
 
 def _raw_workers(r: redis.Redis) -> tuple[int, int]:
     live = busy = 0
-    keys = Keys()
+    keys = Keys()  # the registry lives in the global slot, not under a queue's prefix
     for member in r.zrange(keys.workers, 0, -1):
         record = r.hmget(keys.worker(member.decode()), "workers", "busy")
         if record[0] is not None:

@@ -30,9 +30,10 @@ def test_health_ready_and_metrics_answer_and_other_requests_are_refused(
 
     status, _, body = workerd.http("/health")
     serves = {"mode": "strict", "names": ["default"], "weights": None}  # WORKER_QUEUES unset
-    assert (status, json.loads(body)) == (200, {"status": "ok", "redis": "ok", "queues": serves})
+    expected = {"status": "ok", "redis": "ok", "queues": serves, "quiet": False}
+    assert (status, json.loads(body)) == (200, expected)
     status, _, body = workerd.http("/ready")
-    assert (status, json.loads(body)) == (200, {"status": "ready", "redis": "ok"})
+    assert (status, json.loads(body)) == (200, {"status": "ready", "redis": "ok", "quiet": False})
 
     def active_workers() -> float | None:
         status, _, body = workerd.http("/metrics")

@@ -577,3 +577,82 @@ def test_at_exit_a_release_redis_never_takes_is_abandoned_with_a_line(
     switch.end()
     rig.step()
     assert rig.job(job_id).status is JobState.PROCESSING  # left to its lease and a scheduler
+
+
+# --- quiet: SIGTSTP / SIGCONT and the API's request ------------------------------------------
+
+
+def _record(rig: Rig) -> dict[bytes, bytes]:
+    return rig.scripts.redis.hgetall(rig.scripts.keys.worker(rig.supervisor.name))
+
+
+def _published_quiet(rig: Rig) -> bool:
+    status = rig.supervisor.table.status()
+    assert status is not None
+    return status.quiet
+
+
+def test_sigtstp_quiets_the_host_at_once_and_sigcont_resumes_it(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    rig.step()
+    rig.up()
+    rig.step()
+    assert not _published_quiet(rig) and _record(rig)[b"quiet"] == b"0"
+
+    rig.supervisor.record_signal(signal.SIGTSTP)
+    rig.step(0.1)  # long before the next heartbeat is due (2 s)
+
+    assert _published_quiet(rig)  # what the workers read before their next claim
+    assert _record(rig)[b"quiet"] == b"1"  # reported in the same step
+    assert [r.cause for r in events(caplog, "supervisor_quiet")] == ["SIGTSTP"]  # type: ignore[attr-defined]
+    assert rig.scripts.stats()[1].quiet == 1
+
+    rig.supervisor.record_signal(signal.SIGCONT)
+    rig.step(0.1)
+
+    assert not _published_quiet(rig) and _record(rig)[b"quiet"] == b"0"
+    assert [r.cause for r in events(caplog, "supervisor_resumed")] == ["SIGCONT"]  # type: ignore[attr-defined]
+
+
+def test_an_api_request_is_applied_at_the_next_heartbeat(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    rig.step()
+    rig.up()
+    name = rig.supervisor.name
+
+    assert rig.scripts.quiet_host(name, True) is False
+    rig.step(1.9)
+    assert not _published_quiet(rig)  # the heartbeat is not due yet
+    rig.step(0.1)
+
+    assert _published_quiet(rig)  # in the step that applied it
+    assert [r.cause for r in events(caplog, "supervisor_quiet")] == ["api"]  # type: ignore[attr-defined]
+    rig.step(0.1)  # reported back at once: the record drops the request it carried out
+    assert _record(rig)[b"quiet"] == b"1" and b"quiet_request" not in _record(rig)
+
+    rig.scripts.quiet_host(name, False)
+    rig.step(2.0)
+    assert not _published_quiet(rig)
+
+
+def test_a_signal_wins_over_an_api_request_made_before_it(rig: Rig) -> None:
+    rig.step()
+    rig.up()
+    rig.scripts.quiet_host(rig.supervisor.name, True)
+
+    rig.supervisor.record_signal(signal.SIGCONT)  # the operator changed their mind
+    rig.step(0.1)
+    rig.step(2.0)
+
+    assert not _published_quiet(rig)
+    assert _record(rig)[b"quiet"] == b"0" and b"quiet_request" not in _record(rig)
+
+
+def test_the_registry_record_names_the_queues_the_host_serves(make_rig: Callable[..., Rig]) -> None:
+    rig = make_rig(WORKER_QUEUES="critical:6,default:3,low:1")
+    rig.step()
+    assert _record(rig)[b"queues"] == b"critical:6,default:3,low:1"

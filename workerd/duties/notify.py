@@ -28,8 +28,10 @@ class Readiness:
         worker_count: int,
         reloaded: bool,
         send: Callable[[str], bool] = notify.notify,
+        quiet: Callable[[], bool] = lambda: False,
     ) -> None:
         self.roster = roster
+        self.quiet = quiet  # the host's quiet state, published with the rest for its workers
         self.loader = loader
         self.worker_count = worker_count
         self.reloaded = reloaded  # this image was started by a reload: said in supervisor_ready
@@ -38,15 +40,21 @@ class Readiness:
         self.draining = False
 
     def tick(self, now: float) -> None:
-        """Publish live workers, scheduler and scripts; send READY=1 the first time all are up."""
-        live = len(self.roster.up(WORKER))
-        scheduler_up = bool(self.roster.up(SCHEDULER))
-        self.roster.table.publish_status(live, scheduler_up, self.loader.loaded)
+        """Publish live workers, scheduler, scripts and quiet; send READY=1 once all are up."""
+        live, scheduler_up = self.publish()
         up = live == self.worker_count and scheduler_up and self.loader.loaded
         if up and not self.ready_sent and not self.draining:
             self.ready_sent = True
             self.send(f"READY=1\nSTATUS={live} workers running")
             log.info("supervisor_ready", extra={"workers": live, "reloaded": self.reloaded})
+
+    def publish(self) -> tuple[int, bool]:
+        """Publish the status now (a quiet change must reach the workers before their next
+        claim); return live workers and whether the scheduler is up."""
+        live = len(self.roster.up(WORKER))
+        scheduler_up = bool(self.roster.up(SCHEDULER))
+        self.roster.table.publish_status(live, scheduler_up, self.loader.loaded, self.quiet())
+        return live, scheduler_up
 
     def on_stopping(self) -> None:
         """A shutdown drain began (SIGTERM/SIGINT)."""

@@ -1,15 +1,21 @@
-"""The fleet registry heartbeat: one record per supervisor in Redis, read by the gateway's /stats.
+"""The fleet registry heartbeat: one record per supervisor in Redis, read by the gateway's /stats
+and /workers; and the host's quiet state, which the heartbeat settles.
 
 Not the handler registry (workerd.registry). The record expires on its own when heartbeats
 stop, so a supervisor that dies without leaving drops out within a few intervals. It names the
 queues the host serves and the job types it runs: a worker that leaves a job of a type it
 does not run asks here whether a live host will take it (:func:`hosts_running`; routing in
 docs/QUEUES.md).
+
+Quiet (the host claims nothing more until resumed) is set by a signal, which the supervisor
+applies at once and reports with an immediate heartbeat, or by ``POST /workers/<name>/quiet``,
+which leaves a request in the record that the next heartbeat (within INTERVAL) applies.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 from collections.abc import Iterable, Sequence
@@ -20,13 +26,15 @@ from shared.replies import text
 from shared.scripts import Scripts
 from workerd.children import WORKER, Roster
 
-INTERVAL = 2.0  # seconds between heartbeats
+log = logging.getLogger(__name__)
+
+INTERVAL = 2.0  # seconds between heartbeats: how late an API quiet or resume takes effect
 TTL_INTERVALS = 5  # a record outlives this many missed heartbeats
 
 
 class RegistryHeartbeat:
-    """Writes {host, pid, workers, busy, queues, types} under the supervisor's name every
-    INTERVAL seconds."""
+    """Writes {host, pid, workers, busy, queues, types, quiet} under the supervisor's name
+    every INTERVAL seconds, and owns the host's quiet state."""
 
     def __init__(
         self,
@@ -37,6 +45,7 @@ class RegistryHeartbeat:
         queues: Sequence[str],
         types: Iterable[str],
         interval: float = INTERVAL,
+        quiet: bool = False,
     ) -> None:
         self.roster = roster
         self.scripts = scripts
@@ -45,9 +54,18 @@ class RegistryHeartbeat:
         self.next_beat = 0.0
         # Comma-separated: neither a queue name nor a job type can hold a comma.
         self.serves = {"queues": ",".join(queues), "types": ",".join(sorted(types))}
+        self.quiet = quiet
+        self.quiet_by_signal = False  # a signal set `quiet` since the last heartbeat
+
+    def signalled(self, quiet: bool, signal_name: str) -> None:
+        """Apply a quiet (SIGTSTP) or resume (SIGCONT) now, and report it at the next tick."""
+        if quiet != self.quiet:
+            _log_change(quiet, signal_name)
+        self.quiet, self.quiet_by_signal = quiet, True
+        self.next_beat = 0.0  # a request waiting in the record must not outlive this word
 
     def tick(self, now: float) -> None:
-        """Heartbeat when due: live workers and how many of them run a job."""
+        """Heartbeat when due: live workers, how many run a job; apply an API quiet request."""
         if now < self.next_beat:
             return
         self.next_beat = now + self.interval
@@ -63,12 +81,28 @@ class RegistryHeartbeat:
         # The registry is informational; an outage is logged by the loops it stops.
         with contextlib.suppress(redis.RedisError):
             ttl_ms = int(self.interval * TTL_INTERVALS * 1000)
-            self.scripts.heartbeat(self.name, fields, ttl_ms=ttl_ms)
+            beat = self.scripts.heartbeat(
+                self.name,
+                fields,
+                ttl_ms=ttl_ms,
+                quiet=self.quiet,
+                quiet_by_signal=self.quiet_by_signal,
+            )
+            self.quiet_by_signal = False
+            if beat.quiet != self.quiet:
+                _log_change(beat.quiet, "api")
+                self.quiet = beat.quiet
+                self.next_beat = now  # report it back at once: the record drops the request
 
     def leave(self) -> None:
         """Remove the record at a clean exit (not at a reload: the same name comes back)."""
         with contextlib.suppress(redis.RedisError):  # else the record expires on its own
             self.scripts.heartbeat(self.name, {}, ttl_ms=1, leaving=True)
+
+
+def _log_change(quiet: bool, cause: str) -> None:
+    event = "supervisor_quiet" if quiet else "supervisor_resumed"
+    log.info(event, extra={"cause": cause})
 
 
 def hosts_running(scripts: Scripts, queue: str, job_type: str) -> list[str]:

@@ -4,6 +4,7 @@ local DONE = 1           -- the transition happened (or had already happened for
 local DUPLICATE = 2      -- enqueue: the idempotency key already names a job for this request
 local RETRYING = 3       -- fail: the job waits out its backoff in the retrying set
 local DEAD = 4           -- fail/release: the job is dead and in the DLQ
+local PAUSED = 5         -- claim: the queue is paused; nothing was claimed
 local NOT_RUNNABLE = 6   -- claim: the next job's type is not one the worker runs; left in place
 local NOT_FOUND = -1     -- no such job
 local WRONG_STATE = -2   -- the job is not in a state this transition starts from

@@ -1,0 +1,81 @@
+"""Queue endpoints: list every queue with its counts, pause one, resume one.
+
+A pause is persisted in Redis (the queue's `paused` key): jobs still arrive and become pending,
+but no worker claims from the queue until it is resumed. Pausing a queue no job has been
+enqueued under yet is allowed: the queue is listed from then on. Repeating a pause or a resume
+changes nothing and answers 200 again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Blueprint
+
+from gateway.context import Gateway, gateway
+from gateway.errors import ApiError
+from gateway.routes import route
+from shared.jobs import format_ms
+from shared.queries import QueueCounts
+from shared.queues import QUEUE_RULE, is_queue_name
+
+log = logging.getLogger(__name__)
+
+bp = Blueprint("queues", __name__)
+
+
+def queue_name(raw: str) -> str:
+    """Return a queue name from the path; refuse one that breaks the rule with 400."""
+    if not is_queue_name(raw):
+        raise ApiError(400, f"bad queue name {raw[:64]!r}: a queue name {QUEUE_RULE}")
+    return raw
+
+
+def queue_json(name: str, counts: QueueCounts) -> dict[str, Any]:
+    """Return one queue as GET /queues lists it."""
+    age = counts.oldest_pending_age_ms
+    return {
+        "name": name,
+        "paused": counts.paused,
+        "paused_since": format_ms(counts.paused_since_ms),
+        "jobs": {str(state): n for state, n in counts.by_state.items()},
+        "oldest_pending_age_seconds": None if age is None else age / 1000,
+        "completed_last_minute": counts.completed_last_minute,
+        "failed_last_minute": counts.failed_last_minute,
+    }
+
+
+def _one(gw: Gateway, name: str) -> dict[str, Any]:
+    counts, _ = gw.scripts.stats([name])
+    return queue_json(name, counts.by_queue[name])
+
+
+@route(bp, "GET", "/queues")
+def list_queues() -> dict[str, Any]:
+    """Return every queue, by name: counts per state, paused, the last minute's throughput."""
+    gw = gateway()
+    names = gw.directory.names(refresh=True)
+    counts, _ = gw.scripts.stats(names)  # one pipelined round trip
+    return {"queues": [queue_json(name, counts.by_queue[name]) for name in names]}
+
+
+@route(bp, "POST", "/queues/<name>/pause")
+def pause(name: str) -> dict[str, Any]:
+    """Pause a queue (listing it if it is new): no worker claims from it until resumed."""
+    name = queue_name(name)
+    gw = gateway()
+    gw.directory.ensure(name)
+    result = gw.scripts.pause_queue(name)
+    log.info("queue_paused", extra={"queue": name, "changed": result.changed})
+    return _one(gw, name)
+
+
+@route(bp, "POST", "/queues/<name>/resume")
+def resume(name: str) -> dict[str, Any]:
+    """Resume a paused queue: idle workers are woken for its pending jobs."""
+    name = queue_name(name)
+    gw = gateway()
+    changed = gw.scripts.resume_queue(name)
+    log.info("queue_resumed", extra={"queue": name, "changed": changed})
+    return _one(gw, name)

@@ -1,0 +1,74 @@
+"""workerd hosts: list them, quiet one (it claims nothing more), resume one.
+
+A request is left in the host's registry record; its supervisor applies it at its next registry
+heartbeat (within 2 s), hence 202. The host's `quiet` shows what it runs with; a request it has
+not applied yet shows as `quiet_requested`. SIGTSTP and SIGCONT do the same on the host itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Blueprint
+
+from gateway.context import gateway
+from gateway.errors import ApiError
+from gateway.routes import route
+from shared.hosts import WorkerHost, is_host_name, list_hosts, read_hosts
+from shared.jobs import format_ms
+from shared.scripts import HostNotFound
+
+log = logging.getLogger(__name__)
+
+bp = Blueprint("workers", __name__)
+
+
+def host_json(host: WorkerHost) -> dict[str, Any]:
+    """Return one host as GET /workers lists it."""
+    return {
+        "name": host.name,
+        "host": host.host,
+        "pid": host.pid,
+        "workers": host.workers,
+        "busy": host.busy,
+        "quiet": host.quiet,
+        "quiet_requested": host.quiet_requested,
+        "queues": host.queues,
+        "worker_queues": host.worker_queues,
+        "last_seen": format_ms(host.last_seen_ms),
+    }
+
+
+@route(bp, "GET", "/workers")
+def list_workers() -> dict[str, Any]:
+    """Return every live workerd host: its workers, busy ones, quiet, the queues it serves."""
+    gw = gateway()
+    return {"hosts": [host_json(host) for host in list_hosts(gw.redis, gw.keys)]}
+
+
+def _ask(name: str, quiet: bool) -> tuple[dict[str, Any], int]:
+    if not is_host_name(name):
+        raise ApiError(400, f"bad workerd host name {name[:64]!r}: expected <hostname>-<pid>")
+    gw = gateway()
+    try:
+        gw.scripts.quiet_host(name, quiet)
+    except HostNotFound:
+        raise ApiError(404, "workerd host not found") from None
+    log.info("quiet_requested" if quiet else "resume_requested", extra={"supervisor": name})
+    (host,) = read_hosts(gw.redis, gw.keys, [name])
+    if host is None:  # it left (or expired) just now
+        raise ApiError(404, "workerd host not found")
+    return host_json(host), 202
+
+
+@route(bp, "POST", "/workers/<name>/quiet")
+def quiet(name: str) -> tuple[dict[str, Any], int]:
+    """Ask a host to finish its running jobs and claim nothing more: 202."""
+    return _ask(name, True)
+
+
+@route(bp, "POST", "/workers/<name>/resume")
+def resume(name: str) -> tuple[dict[str, Any], int]:
+    """Ask a quiet host to claim again: 202."""
+    return _ask(name, False)

@@ -1,0 +1,199 @@
+"""A real ``python -m workerd``: a paused queue is left alone without spinning, and a host is
+quieted by SIGTSTP (to the supervisor or its whole process group) or through the API's request,
+and resumed by SIGCONT or the API.
+
+Idle cost is counted by Redis itself: MONITOR attributes each command to the connection that
+sent it, and CLIENT LIST names the connections (taskforge-worker-<pid>).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+import redis
+
+from shared.jobs import Job, JobState, validate_enqueue
+from shared.queries import get_job
+from shared.scripts import Scripts
+from tests.support.monitor import commands_by_connection
+from tests.support.redis_server import RedisServer
+from tests.support.tools import wait_until
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import Engine, Journal
+
+WATCH = 3.0  # seconds of MONITOR for an idle rate
+QUIET_WINDOW = 1.0  # seconds a quiet host is watched for a claim it must not make
+
+
+def enqueue(scripts: Scripts, queue: str, job_type: str = "noop", payload: object = None) -> str:
+    scripts.register_queue(queue)
+    job_id = str(uuid.uuid4())
+    body: dict[str, object] = {"type": job_type, "queue": queue}
+    if payload is not None:
+        body["payload"] = payload
+    scripts.enqueue(validate_enqueue(body), job_id)
+    return job_id
+
+
+def job(scripts: Scripts, job_id: str, queues: Iterable[str] = ("a", "b", "default")) -> Job:
+    found = get_job(scripts.redis, scripts.keys, job_id, list(queues))
+    assert found is not None, job_id
+    return found
+
+
+def wait_status(
+    scripts: Scripts, job_ids: Iterable[str], status: JobState, timeout: float = 10.0
+) -> float:
+    """Wait until every job has `status`; return when that was seen (monotonic)."""
+    ids = list(job_ids)
+    wait_until(
+        lambda: all(job(scripts, i).status is status for i in ids),
+        timeout,
+        f"{len(ids)} jobs {status}",
+    )
+    return time.monotonic()
+
+
+def stays(scripts: Scripts, job_id: str, status: JobState, seconds: float) -> None:
+    """Assert the job keeps `status` for `seconds` (a claim it must not make would end it)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert job(scripts, job_id).status is status
+        time.sleep(0.05)
+
+
+def test_a_paused_queue_is_left_alone_without_spinning_and_served_again_on_resume(
+    start_workerd: Callable[..., Workerd],
+    engine: Engine,
+    r: redis.Redis,
+    redis_server: RedisServer,
+) -> None:
+    scripts = engine.scripts
+    workerd = start_workerd(WORKER_QUEUES="a,b", WORKER_COUNT="2")
+    scripts.pause_queue("b")
+    held = [enqueue(scripts, "b") for _ in range(5)]
+    served = [enqueue(scripts, "a") for _ in range(5)]
+
+    wait_status(scripts, served, JobState.COMPLETED)
+    # Each worker asked b once a's list was empty, got PAUSED and dropped it: idle now.
+    wait_until(lambda: len(workerd.events("job_completed")) == 5, 5, "5 completions logged")
+
+    per_worker = commands_by_connection(redis_server.url, "taskforge-worker-", WATCH)
+
+    assert len(per_worker) == 2, per_worker
+    claim_sha = scripts._scripts["claim"].sha
+    for name, counts in per_worker.items():
+        total = sum(counts.values())
+        # BLPOP on a's wake list (1 s) and one EXISTS of b's flag, each about once a second;
+        # a claim of a only every tenth empty wait. A spin would be thousands.
+        assert total <= 3 * WATCH, (name, counts)
+        assert set(counts) <= {"blpop", "exists", f"evalsha {claim_sha}"}, (name, counts)
+    assert all(job(scripts, i).status is JobState.PENDING for i in held)
+
+    resumed_at = time.monotonic()
+    assert scripts.resume_queue("b") is True
+    done_at = wait_status(scripts, held, JobState.COMPLETED, timeout=5)
+    # A worker that dropped b asks again within PAUSED_RECHECK (1 s) of the resume.
+    assert done_at - resumed_at < 2.5
+
+
+@pytest.mark.parametrize("whole_group", [False, True], ids=["supervisor", "process_group"])
+def test_sigtstp_lets_the_running_job_finish_claims_nothing_more_and_sigcont_resumes(
+    start_workerd: Callable[..., Workerd],
+    engine: Engine,
+    journal: Journal,
+    whole_group: bool,
+) -> None:
+    scripts = engine.scripts
+    workerd = start_workerd(new_session=whole_group)
+    send = workerd.signal_group if whole_group else workerd.signal
+    running = engine.enqueue("journal", {"file": journal.file, "sleep": 1.0})
+    journal.wait_for("start", running)
+
+    send(signal.SIGTSTP)
+
+    workerd.wait_for("supervisor_quiet", cause="SIGTSTP")
+    wait_until(lambda: _health(workerd).get("quiet") is True, 5, "/health quiet")
+    waiting = engine.enqueue("noop")
+    engine.wait_for(running, JobState.COMPLETED)  # the running job finished
+    stays(scripts, waiting, JobState.PENDING, QUIET_WINDOW)
+    # Not one process of the host was stopped by the signal (its default action).
+    assert all(_state(pid) != "T" for pid in workerd.processes())
+    name = _host_name(scripts)
+    assert scripts.redis.hget(scripts.keys.worker(name), "quiet") == b"1"
+    assert scripts.stats()[1].quiet == 1
+
+    send(signal.SIGCONT)
+
+    workerd.wait_for("supervisor_resumed", cause="SIGCONT")
+    engine.wait_for(waiting, JobState.COMPLETED, timeout=5)
+    assert _health(workerd)["quiet"] is False
+
+
+def test_the_api_request_quiets_the_host_within_a_heartbeat_and_resumes_it(
+    start_workerd: Callable[..., Workerd], engine: Engine
+) -> None:
+    scripts = engine.scripts
+    workerd = start_workerd()
+    name = _host_name(scripts)
+
+    asked = time.monotonic()
+    scripts.quiet_host(name, True)  # what POST /workers/<name>/quiet calls
+
+    workerd.wait_for("supervisor_quiet", cause="api", timeout=5)
+    applied = time.monotonic() - asked
+    assert applied < 2.0 + 1.0  # the registry's interval, and a loop tick
+    waiting = engine.enqueue("noop")
+    stays(scripts, waiting, JobState.PENDING, QUIET_WINDOW)
+    wait_until(
+        lambda: scripts.redis.hget(scripts.keys.worker(name), "quiet") == b"1", 5, "record quiet"
+    )
+
+    scripts.quiet_host(name, False)
+
+    engine.wait_for(waiting, JobState.COMPLETED, timeout=5)
+    workerd.wait_for("supervisor_resumed", cause="api")
+
+
+@pytest.mark.slow
+def test_a_reload_keeps_a_quiet_host_quiet(
+    start_workerd: Callable[..., Workerd], engine: Engine
+) -> None:
+    workerd = start_workerd()
+    workerd.signal(signal.SIGTSTP)
+    workerd.wait_for("supervisor_quiet")
+
+    workerd.signal(signal.SIGHUP)
+
+    workerd.wait_for("supervisor_ready", reloaded=True, timeout=20)
+    waiting = engine.enqueue("noop")
+    stays(engine.scripts, waiting, JobState.PENDING, QUIET_WINDOW)
+    assert _health(workerd)["quiet"] is True
+    workerd.signal(signal.SIGCONT)
+    engine.wait_for(waiting, JobState.COMPLETED, timeout=5)
+
+
+def _health(workerd: Workerd) -> dict[str, object]:
+    return json.loads(workerd.http("/health")[2])
+
+
+def _host_name(scripts: Scripts) -> str:
+    (name,) = wait_until(
+        lambda: scripts.redis.zrange(scripts.keys.workers, 0, -1), 5, "the host in the registry"
+    )
+    return name.decode()
+
+
+def _state(pid: int) -> str:
+    """Return a process's state letter from /proc (T: stopped), or "" once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[0]

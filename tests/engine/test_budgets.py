@@ -37,10 +37,11 @@ ENQUEUE_IDEMPOTENT = 10
 # would miss every retried failure.
 FAIL = 8
 # Issue 14, routing: a claim that leaves the best job to a worker that runs its type puts it
-# back (ZADD) and gives its wake-up hint back (LPUSH): GET, ZPOPMIN, HMGET, ZADD, LPUSH. The
-# claims that do take a job carry the worker's types at no extra command.
+# back (ZADD) and gives its wake-up hint back (LPUSH): MGET, ZPOPMIN, HMGET, ZADD, LPUSH. The
+# claims that do take a job carry the worker's types at no extra command. A complete whose
+# next job is refused pays the pause check too (EXISTS, as COMPLETE_AND_CLAIM).
 CLAIM_REFUSED = 5
-COMPLETE_AND_REFUSE = 10
+COMPLETE_AND_REFUSE = 11
 RUNNABLE = frozenset({"t", "pdf"})
 
 

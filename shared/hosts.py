@@ -81,6 +81,6 @@ def _host(name: str, raw: dict[bytes, bytes]) -> WorkerHost:
         busy=number("busy"),
         quiet=text("quiet") == "1",
         quiet_requested=None if requested is None else requested == b"1",
-        worker_queues=text("queues"),
+        worker_queues=text("plan") or text("queues"),
         last_seen_ms=number("last_seen"),
     )

@@ -131,6 +131,7 @@ class Supervisor:
             name=self.name,
             queues=settings.worker_queues.names,
             types=registered_types(),
+            plan=settings.worker_queues.describe(),
             quiet=quiet,
         )
         self.watchdog = Watchdog(roster, silence_timeout=settings.heartbeat_timeout)

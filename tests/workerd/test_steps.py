@@ -655,4 +655,5 @@ def test_a_signal_wins_over_an_api_request_made_before_it(rig: Rig) -> None:
 def test_the_registry_record_names_the_queues_the_host_serves(make_rig: Callable[..., Rig]) -> None:
     rig = make_rig(WORKER_QUEUES="critical:6,default:3,low:1")
     rig.step()
-    assert _record(rig)[b"queues"] == b"critical:6,default:3,low:1"
+    assert _record(rig)[b"plan"] == b"critical:6,default:3,low:1"
+    assert _record(rig)[b"queues"] == b"critical,default,low"  # what routing reads

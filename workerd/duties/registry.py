@@ -33,7 +33,7 @@ TTL_INTERVALS = 5  # a record outlives this many missed heartbeats
 
 
 class RegistryHeartbeat:
-    """Writes {host, pid, workers, busy, queues, types, quiet} under the supervisor's name
+    """Writes {host, pid, workers, busy, queues, types, plan, quiet} under the supervisor's name
     every INTERVAL seconds, and owns the host's quiet state."""
 
     def __init__(
@@ -44,6 +44,7 @@ class RegistryHeartbeat:
         name: str,
         queues: Sequence[str],
         types: Iterable[str],
+        plan: str = "",
         interval: float = INTERVAL,
         quiet: bool = False,
     ) -> None:
@@ -52,8 +53,13 @@ class RegistryHeartbeat:
         self.name = name
         self.interval = interval
         self.next_beat = 0.0
-        # Comma-separated: neither a queue name nor a job type can hold a comma.
-        self.serves = {"queues": ",".join(queues), "types": ",".join(sorted(types))}
+        # Comma-separated: neither a queue name nor a job type can hold a comma. `plan` is
+        # WORKER_QUEUES as the host serves it (weights and all), for GET /workers.
+        self.serves = {
+            "queues": ",".join(queues),
+            "types": ",".join(sorted(types)),
+            "plan": plan or ",".join(queues),
+        }
         self.quiet = quiet
         self.quiet_by_signal = False  # a signal set `quiet` since the last heartbeat
 

@@ -29,7 +29,6 @@ import redis
 
 from bench import redis_cost
 from bench.peers import harness
-from shared.keys import Keys
 from tests.support.redis_server import NO_PERSISTENCE, RedisServer, redis_binary
 
 TOTAL = re.compile(rb"^totals: (\d+)$", re.MULTILINE)
@@ -84,7 +83,7 @@ def measure(tree: Path, jobs: int) -> dict[str, float]:
             with server.counting():
                 redis_cost.drain_in_process(config, server.url, env)
             drain = server.instructions()
-            done = redis.Redis.from_url(server.url).zcard(Keys().completed)
+            done = redis_cost.completed_count(redis.Redis.from_url(server.url))
         finally:
             server.close()
     if done != jobs + 1:  # the producer's warm-up job too

@@ -36,7 +36,7 @@ from pathlib import Path
 import redis
 
 from bench.peers import configs, harness
-from shared.keys import Keys
+from shared.keys import Keys, V1Keys
 from tests.support.redis_server import private_redis
 
 SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
@@ -95,12 +95,18 @@ def measure_in_process(tree: Path, url: str, jobs: int, ws: harness.Workspace) -
     before = harness.redis_info(client)
     drain_in_process(config, url, env)
     after = harness.redis_info(client)
-    done = client.zcard(Keys().completed)
+    done = completed_count(client)
     if done != jobs:
         raise RuntimeError(f"in-process drain completed {done} of {jobs} jobs")
     out = harness.redis_cost(before, after, jobs)
     out["breakdown"] = breakdown(out, out["redis_cpu_us_per_job"], script_commands(tree))  # type: ignore[arg-type]
     return out
+
+
+def completed_count(client: redis.Redis) -> int:
+    """Return the jobs completed in the default queue, in either layout: a tree measured may
+    be from before named queues (v1, one prefix) or after (v2)."""
+    return client.zcard(Keys().completed) + client.zcard(V1Keys().state_index("completed"))
 
 
 def drain_in_process(config: configs.Config, url: str, env: dict[str, str]) -> None:

@@ -73,14 +73,16 @@ def parse_worker_queues(text: str) -> QueuePlan:
     for item in items:
         name, colon, weight = item.partition(":")
         if not is_queue_name(name):
-            raise ValueError(f"queue {name!r} {QUEUE_RULE}")
+            raise ValueError(
+                f"queue names that are {QUEUE_RULE.removeprefix('must be ')}, not {name!r}"
+            )
         if name in names:
-            raise ValueError(f"queue {name!r} is listed twice")
+            raise ValueError(f"each queue once, but {name!r} is listed twice")
         names.append(name)
         if colon:
             if not weight.isdigit() or not 1 <= int(weight) <= WEIGHT_LIMIT:
-                raise ValueError(f"weight of {name!r} must be a whole number 1-{WEIGHT_LIMIT}")
+                raise ValueError(f"a weight of a whole number 1-{WEIGHT_LIMIT} for {name!r}")
             weights.append(int(weight))
     if weights and len(weights) != len(names):
-        raise ValueError("give every queue a weight (a:6,b:3,c:1) or none (a,b,c), not a mix")
+        raise ValueError("every queue with a weight (a:6,b:3,c:1) or none (a,b,c), not a mix")
     return QueuePlan(tuple(names), tuple(weights) if weights else None)

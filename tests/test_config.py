@@ -226,7 +226,7 @@ def test_worker_queues_are_strict_or_weighted(
     ("text", "reason"),
     [
         ("a,,", None),
-        ("a:6,b", "every queue a weight"),
+        ("a:6,b", "every queue with a weight"),
         ("a,a", "listed twice"),
         ("a:0", "whole number 1-1000"),
         ("a:x", "whole number 1-1000"),

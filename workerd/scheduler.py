@@ -39,6 +39,11 @@ RECOVER_INTERVAL = 1.0
 # off without a reset) and answered at last: no error surfaced, since redis-py's retries
 # outlast such a hang, but the supervisors' lease renewals hung just the same.
 HUNG_CALL_SECONDS = 1.0
+# The keys (shared.keys.Keys attributes) each duty acts on: it runs for a queue only when one
+# of them exists (an empty zset or hash does not).
+PROMOTE_FROM = ("scheduled", "retrying")
+RECOVER_FROM = ("processing",)
+TRIM_FROM = ("completed", "canceled", "dead", "failures")
 
 
 class SchedulerProcess(StopOnSignal):
@@ -99,17 +104,31 @@ class SchedulerProcess(StopOnSignal):
         began = self.clock()
         if not self.queues or now >= self.next_recover:
             self.queues = self._listed_queues()
-        for queue in self.queues:
+        for queue in self._holding(PROMOTE_FROM):
             self._promote(queue, now_ms)
         ended = self.clock()
         if ended - began > HUNG_CALL_SECONDS:
             self.recover_not_before = ended + self.reconnect_grace  # as after an outage
         if now >= self.next_recover and now >= self.recover_not_before:
             self.next_recover = now + RECOVER_INTERVAL
-            for queue in self.queues:
+            for queue in self._holding(RECOVER_FROM):
                 self._recover(queue, now_ms)
+            for queue in self._holding(TRIM_FROM):
                 self.scripts.trim(queue=queue, now_ms=now_ms)
             self.v1_drain.tick(now, now_ms)
+
+    def _holding(self, indexes: tuple[str, ...]) -> list[str]:
+        """Return the listed queues with anything in `indexes` (one pipelined EXISTS each).
+
+        A queue with nothing there has nothing for the duty to do: an idle queue costs an
+        EXISTS in one shared round trip, not a script call of its own, however many queues
+        are listed (a name stays listed once a job was enqueued under it).
+        """
+        pipe = self.scripts.redis.pipeline(transaction=False)
+        for queue in self.queues:
+            keys = self.scripts.q(queue)
+            pipe.exists(*(getattr(keys, name) for name in indexes))
+        return [q for q, found in zip(self.queues, pipe.execute(), strict=True) if found]
 
     def _listed_queues(self) -> list[str]:
         """Return the list of queues, after listing again any this host serves that it lacks."""

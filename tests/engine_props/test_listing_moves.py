@@ -30,6 +30,7 @@ from shared.scripts import Code, Scripts
 from tests.engine.conftest import POLICY, T0, K, request
 from tests.engine.listing_support import Seed, expected, flat, pages, seed
 from tests.support.redis_server import RedisServer
+from tests.support.tools import wait_until
 
 QUEUES = ["a", "b"]
 SPAN = 40  # scores drawn from T0 .. T0 + SPAN ms: ties are common
@@ -272,6 +273,10 @@ def test_paging_while_a_thread_moves_other_jobs_lists_each_stable_job_once(
     moves_before: list[int] = []
 
     def between(_: str) -> None:
+        # Each page waits for a move of the mover's first (bounded): on a loaded machine the
+        # pages could otherwise all be read before the thread ran once.
+        seen = mover.moves
+        wait_until(lambda: mover.moves > seen or mover.error is not None, 10, "a move")
         moves_before.append(mover.moves)
 
     mover.start()

@@ -18,8 +18,10 @@ multiprocess collector): aggregate those with ``sum``.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import (
@@ -250,6 +252,23 @@ def labelled_queues(counts: QueueCounts) -> dict[str, QueueCounts]:
     }
 
 
+class SettledFilesCollector(MultiProcessCollector):
+    """MultiProcessCollector without the files a process is still creating.
+
+    prometheus_client creates a process's file, then sizes it: a scrape in between read an
+    empty file and failed (struct.error), so /metrics answered 500 while a worker was being
+    replaced. A file holds no value until it is sized: leaving it out loses nothing.
+    """
+
+    def collect(self) -> Iterable[Any]:
+        files = []
+        for path in glob.glob(os.path.join(self._path, "*.db")):
+            with contextlib.suppress(FileNotFoundError):  # a dead process's gauge file, gone
+                if os.path.getsize(path) > 0:
+                    files.append(path)
+        return self.merge(files, accumulate=True)
+
+
 def render(counts: QueueCounts, workers: WorkerCounts | None = None) -> tuple[bytes, str]:
     """Return the exposition text and its content type for counts the caller read just now.
 
@@ -258,7 +277,7 @@ def render(counts: QueueCounts, workers: WorkerCounts | None = None) -> tuple[by
     """
     registry = CollectorRegistry()
     if multiprocess_enabled():
-        MultiProcessCollector(registry)
+        SettledFilesCollector(registry)
     else:
         for collector in PROCESS_METRICS:
             registry.register(collector)

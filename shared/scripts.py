@@ -720,12 +720,8 @@ class Scripts:
         paused and what it completed and failed in the last minute (queue_stats.lua).
         """
         names = list(queues) if queues is not None else self.queue_names()
-        try:
-            replies = self._stats_pipeline(names, now_ms).execute()
-        except redis.exceptions.NoScriptError:
-            # The cache emptied between the pipeline's SCRIPT EXISTS and its EXEC: once more
-            # (the pipeline loads the scripts again first).
-            replies = self._stats_pipeline(names, now_ms).execute()
+        # Reads only, so repeatable: bare EVALSHAs, no SCRIPT EXISTS round trip before them.
+        replies = self.execute_loaded(lambda: self._stats_pipeline(names, now_ms))
         *per_queue, (hosts, live, busy, quiet) = replies
         by_queue = {
             name: _queue_counts(reply) for name, reply in zip(names, per_queue, strict=True)
@@ -738,8 +734,8 @@ class Scripts:
             k = self.q(name)
             keys = [*(k.state_index(state) for state in JobState), k.pending_since]
             keys += [k.paused, k.failures]
-            self._piped(pipe, "queue_stats", keys, [_now(now_ms)])
-        self._piped(pipe, "fleet", [self.keys.workers], [self.keys.worker_prefix])
+            self._piped_bare(pipe, "queue_stats", keys, [_now(now_ms)])
+        self._piped_bare(pipe, "fleet", [self.keys.workers], [self.keys.worker_prefix])
         return pipe
 
     def list_page(

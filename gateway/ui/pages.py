@@ -43,8 +43,13 @@ def overview_context() -> dict[str, object]:
     }
 
 
-@bp.route("")
 @bp.route("/")
+def overview_slash() -> BaseResponse:
+    """Send /ui/ to the overview's one address, /ui."""
+    return redirect(url_for("ui.overview"))
+
+
+@bp.route("")
 def overview() -> tuple[str, int]:
     """Show counts per state and queue, the oldest pending job's age, the last hour's chart."""
     return render(

@@ -7,10 +7,14 @@
 // body[data-live] says connecting | connected | off.
 (function () {
   "use strict";
-  var EVENTS = [
+  var JOB_EVENTS = [
     "enqueued", "scheduled", "promoted", "claimed", "completed", "retrying", "dead",
-    "recovered", "released", "replayed", "canceled", "purged", "queue_paused",
-    "queue_resumed", "worker_joined", "worker_left", "worker_quiet", "worker_resumed", "gap"
+    "recovered", "released", "replayed", "canceled", "purged"
+  ];
+  // A gap: the stream was trimmed past us, so what we show may be stale: refresh too.
+  var OTHER_EVENTS = [
+    "queue_paused", "queue_resumed", "worker_joined", "worker_left", "worker_quiet",
+    "worker_resumed", "gap"
   ];
   var THROTTLE_MS = 1000;
 
@@ -73,9 +77,11 @@
       // EventSource reconnects by itself (sending Last-Event-ID) unless the server refused.
       body.setAttribute("data-live", source.readyState === EventSource.CLOSED ? "off" : "connecting");
     };
+    // A fragment page refreshes on anything; a listing hints only when jobs changed.
+    var names = refreshUrl ? JOB_EVENTS.concat(OTHER_EVENTS) : JOB_EVENTS.concat(["gap"]);
     var onEvent = refreshUrl ? schedule : hint;
-    for (var i = 0; i < EVENTS.length; i++) {
-      source.addEventListener(EVENTS[i], onEvent);
+    for (var i = 0; i < names.length; i++) {
+      source.addEventListener(names[i], onEvent);
     }
     window.addEventListener("pagehide", function () { source.close(); });
   }

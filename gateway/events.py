@@ -179,8 +179,23 @@ def events() -> Response:
         raise
     reader = Reader(h, gw, filters, positions)
     response = Response(reader.messages(), mimetype="text/event-stream", headers=HEADERS)
-    response.call_on_close(h.slots.release)  # gunicorn and the test client always close
+    response.call_on_close(_once(h.slots.release))  # gunicorn and the test client close it
     return response
+
+
+def _once(action: Callable[[], object]) -> Callable[[], None]:
+    """Return `action` run at most once, however often a response is closed."""
+    pending = [True]
+    lock = threading.Lock()
+
+    def run() -> None:
+        with lock:
+            if not pending[0]:
+                return
+            pending[0] = False
+        action()
+
+    return run
 
 
 class Reader:

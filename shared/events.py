@@ -32,7 +32,9 @@ StreamId = tuple[int, int]  # (milliseconds, sequence), ordered as Redis orders 
 ZERO: StreamId = (0, 0)  # before every entry: a stream read from here is read whole
 MAX_CURSOR_STREAMS = 1000  # pairs in one cursor (a header of some 100 kB; gunicorn allows 8 kB)
 _ID = re.compile(r"(\d{1,20})-(\d{1,20})")
-_PAIR = re.compile(rf"(\*|{QUEUE_PATTERN.pattern})=(\d{{1,20}}-\d{{1,20}})")
+# One position in a cursor; OpenAPI documents the same pattern.
+CURSOR_PAIR = rf"(\*|{QUEUE_PATTERN.pattern})=(\d{{1,20}}-\d{{1,20}})"
+_PAIR = re.compile(CURSOR_PAIR)
 _U64 = 2**64
 
 
@@ -67,9 +69,9 @@ def decode_cursor(text: str) -> dict[str, StreamId]:
         raise ValueError(f"more than {MAX_CURSOR_STREAMS} streams")
     positions: dict[str, StreamId] = {}
     for pair in pairs:
-        match = _PAIR.fullmatch(pair.strip())
+        match = _PAIR.fullmatch(pair)
         if match is None:
-            raise ValueError(f"{pair.strip()[:80]!r} is not <queue or *>=<ms>-<seq>")
+            raise ValueError(f"{pair[:80]!r} is not <queue or *>=<ms>-<seq>")
         name = match[1]
         if name in positions:
             raise ValueError(f"{name!r} is named twice")

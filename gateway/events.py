@@ -33,6 +33,7 @@ from shared.events import (
     FLEET,
     ZERO,
     Batch,
+    Event,
     StreamId,
     decode_cursor,
     encode_cursor,
@@ -212,7 +213,7 @@ class Reader:
     def messages(self) -> Iterator[bytes]:
         """Yield SSE messages: the cursor first, then events, gaps and keep-alive comments."""
         tail = self.hub.tail
-        tail.join()
+        tail.join(self.filters.queues)
         try:
             yield f"retry: {RETRY_MS}\nid: {encode_cursor(self.positions)}\n\n".encode()
             yield from self._follow(tail)
@@ -228,7 +229,7 @@ class Reader:
             due = self._due(tail, read_at)
             if due:
                 try:
-                    batch = read_events(self.gw.redis, self.gw.keys, due, READ_COUNT)
+                    batch = self._read(tail, due)
                 except redis.exceptions.RedisError as exc:
                     if failed or not redis_unavailable(exc):
                         log.warning("events_read_failed", extra={"error": type(exc).__name__})
@@ -260,6 +261,22 @@ class Reader:
             return dict(self.positions)
         grown = tail.changed_since(read_at)
         return {name: at for name, at in self.positions.items() if name in grown}
+
+    def _read(self, tail: EventTail, due: dict[str, StreamId]) -> Batch:
+        """Take what the tail holds in memory; read Redis only for streams it cannot cover."""
+        held: list[Event] = []
+        behind: dict[str, StreamId] = {}
+        for name, position in due.items():
+            newer = tail.entries_after(name, position)
+            if newer is None:
+                behind[name] = position
+            else:
+                held += newer
+        if not behind:
+            return Batch([], sorted(held, key=lambda event: event.id), more=False)
+        batch = read_events(self.gw.redis, self.gw.keys, behind, READ_COUNT)
+        events = sorted(held + batch.events, key=lambda event: event.id)
+        return Batch(batch.gaps, events, batch.more)
 
     def _render(self, batch: Batch) -> bytes:
         """Return the batch as SSE messages; an id-only one if only filtered entries moved."""

@@ -29,6 +29,7 @@ from shared.keys import Keys
 from shared.scripts import Scripts
 from tests.gateway.conftest import TOKEN
 from tests.support.redis_server import RedisServer
+from tests.support.tools import wait_until
 
 K = Keys()
 KEEPALIVE = 0.2  # seconds: the test streams' keep-alive interval
@@ -341,12 +342,14 @@ def test_the_header_wins_over_the_query_parameter(
 
 
 def test_a_client_behind_the_cap_is_told_of_the_gap_then_gets_what_is_left(
-    opened: Callable[..., Stream], r: redis.Redis
+    app: Flask, opened: Callable[..., Stream], r: redis.Redis
 ) -> None:
     stream = opened()
     cursor = stream.last_id
     stream.close()
-    ids = [emit(r, "default", "enqueued", new_job()) for _ in range(10)]
+    tail = app.extensions[gateway_events.EXTENSION].tail
+    wait_until(lambda: not tail.running, DEADLINE, "the tail to stop with its last reader")
+    ids = [emit(r, "default", "enqueued", new_job()) for _ in range(event_tail.WINDOW + 10)]
     r.xtrim(K.events, maxlen=3, approximate=False)
     again = opened(headers={"Last-Event-ID": cursor})
     gap, *rest = again.events(4)
@@ -355,9 +358,9 @@ def test_a_client_behind_the_cap_is_told_of_the_gap_then_gets_what_is_left(
         "event": "gap",
         "queue": "default",
         "from": format_id(decode_cursor(cursor)["default"]),
-        "first": ids[7],
+        "first": ids[-3],
     }
-    assert [decode_cursor(m.id)["default"] for m in rest] == [parse_id(i) for i in ids[7:]]
+    assert [decode_cursor(m.id)["default"] for m in rest] == [parse_id(i) for i in ids[-3:]]
 
 
 def test_a_live_client_that_falls_behind_is_told_too(
@@ -366,14 +369,32 @@ def test_a_live_client_that_falls_behind_is_told_too(
     stream = opened("?queue=q")
     emit(r, "q", "enqueued", new_job())
     stream.events(1)
-    # The test client runs the stream only when read: entries pile up and are trimmed unread.
-    ids = [emit(r, "q", "enqueued", new_job()) for _ in range(20)]
+    # The test client runs the stream only when read: entries pile up unread, more than the
+    # tail keeps in memory, and are trimmed.
+    jobs = [new_job() for _ in range(event_tail.WINDOW + 100)]
+    ids = [emit(r, "q", "enqueued", job) for job in jobs]
     r.xtrim(K.for_queue("q").events, maxlen=5, approximate=False)
     gap, *rest = stream.events(6)
-    assert gap.event == "gap" and gap.data["queue"] == "q" and gap.data["first"] == ids[15]
-    assert [m.data["job_id"] for m in rest] == [
-        r.xrange(K.for_queue("q").events, i, i)[0][1][b"j"].decode() for i in ids[15:]
-    ]
+    assert gap.event == "gap" and gap.data["queue"] == "q" and gap.data["first"] == ids[-5]
+    assert [m.data["job_id"] for m in rest] == jobs[-5:]
+
+
+def test_entries_the_tail_holds_reach_a_reader_even_after_redis_trimmed_them(
+    app: Flask, opened: Callable[..., Stream], r: redis.Redis
+) -> None:
+    stream = opened("?queue=q")
+    position = decode_cursor(stream.last_id)["q"]
+    tail = app.extensions[gateway_events.EXTENSION].tail
+    wait_until(lambda: tail.entries_after("q", position) == [], DEADLINE, "the tail to watch q")
+    jobs = [new_job() for _ in range(20)]
+    for job in jobs:
+        emit(r, "q", "enqueued", job)
+    wait_until(
+        lambda: len(tail.entries_after("q", position) or []) == 20, DEADLINE, "the tail to read"
+    )
+    r.xtrim(K.for_queue("q").events, maxlen=5, approximate=False)
+    received = stream.events(20)
+    assert [m.data["job_id"] for m in received] == jobs  # from memory: no gap, nothing lost
 
 
 def test_a_trimmed_stream_the_client_kept_up_with_has_no_gap(

@@ -111,6 +111,12 @@ def latencies(gw: Gunicorn, r: redis.Redis, n: int) -> tuple[list[str], list[flo
     return ids, times
 
 
+def stream_reads(r: redis.Redis) -> int:
+    """Return how many XREAD and XINFO calls Redis has served so far."""
+    stats = r.info("commandstats")
+    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("xread", "xinfo"))
+
+
 def ms(values: list[float]) -> str:
     ordered = sorted(values)
     return (
@@ -125,6 +131,7 @@ def test_50_streams_get_every_event_while_enqueues_are_answered(
     _, before = latencies(gw, r, JOBS)
     listeners = listen(gw.port, STREAMS)
     assert [listener.status for listener in listeners] == [200] * STREAMS
+    reads_before = stream_reads(r)
     sent = time.monotonic()
     job_ids, during = latencies(gw, r, JOBS)
     wait_until(
@@ -133,11 +140,15 @@ def test_50_streams_get_every_event_while_enqueues_are_answered(
         "every stream to receive every job's event",
     )
     delivered = time.monotonic() - sent
+    reads = stream_reads(r) - reads_before
     print(  # the figures docs/EVENTS.md quotes (run with -s to see them)
         f"\nPOST /enqueue latency, no stream open: {ms(before)}"
         f"\nPOST /enqueue latency, {STREAMS} streams open: {ms(during)}"
         f"\n{JOBS} events to all {STREAMS} streams: {delivered:.2f} s from the first enqueue"
+        f"\nXREAD + XINFO calls: {reads / JOBS:.1f} per event for {STREAMS} streams"
     )
+    # The tails read for the readers: a few calls per event and process, not one per stream.
+    assert reads < JOBS * STREAMS / 2
     # Answered, and not starved: far under the gateway's own 1 s Redis deadline.
     assert max(during) < 1.0
 

@@ -8,7 +8,8 @@ MULTI). It keeps the last WINDOW entries of each stream in memory with the id th
 condition and wakes every reader. A reader whose position is at or after a stream's floor takes
 its entries from memory, with no Redis call at all; one further behind (a client resumed from
 an older cursor, or one that fell WINDOW entries behind) reads Redis itself, gap check
-included. Fifty streams on one event thus cost Redis two calls per process, not fifty.
+included. Fifty streams thus cost Redis three calls per event and process (the blocking
+XREAD, then XINFO and XREAD in one MULTI), not a hundred.
 
 It starts with the first reader and ends when the last one leaves, when the gunicorn worker
 stops (``alive`` turns false: shutdown or recycling), or on ``stop()``. On a Redis error it
@@ -201,7 +202,7 @@ class EventTail:
                     with self._cond:
                         self._cond.wait_for(lambda: self._stopping, RETRY_SECONDS)
         finally:
-            client.close()
+            client.connection_pool.disconnect()  # its own pool: closing the client keeps it
 
     def _refresh(self, client: redis.Redis, positions: dict[str, StreamId]) -> None:
         """Watch every listed queue: a new stream starts at its last id, and readers look."""

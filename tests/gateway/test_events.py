@@ -23,7 +23,15 @@ from gateway import create_app
 from gateway import events as gateway_events
 from shared import event_tail
 from shared.config import Settings
-from shared.events import FLEET, decode_cursor, encode_cursor, format_id, parse_id
+from shared.events import (
+    FLEET,
+    Event,
+    StreamInfo,
+    decode_cursor,
+    encode_cursor,
+    format_id,
+    parse_id,
+)
 from shared.jobs import format_ms
 from shared.keys import Keys
 from shared.scripts import Scripts
@@ -535,3 +543,48 @@ def test_with_a_token_the_stream_needs_it(r: redis.Redis, redis_server: RedisSer
         assert response.status_code == 200
     finally:
         response.close()
+
+
+# --- the pieces: cursor, gap rule, memory window ---------------------------------------------
+
+
+def test_a_cursor_round_trips_with_the_fleet_stream_first() -> None:
+    positions = {"low": (5, 0), FLEET: (1, 2), "critical": (3, 4)}
+    text = encode_cursor(positions)
+    assert text == "*=1-2,critical=3-4,low=5-0"
+    assert decode_cursor(text) == positions
+
+
+@pytest.mark.parametrize(
+    ("dropped", "first", "position", "lost"),
+    [
+        (False, (10, 0), (5, 0), False),  # nothing ever dropped: an old position lost nothing
+        (True, (10, 0), (5, 0), True),  # dropped, and the client is older than what is left
+        (True, (10, 0), (10, 0), False),  # the client read the oldest entry still there
+        (True, (10, 0), (12, 0), False),
+        (True, None, (5, 0), True),  # emptied entirely after the client's position
+        (True, None, (20, 0), False),  # ... or before it (20-0 is the last id)
+    ],
+)
+def test_the_gap_rule(
+    dropped: bool, first: tuple[int, int] | None, position: tuple[int, int], lost: bool
+) -> None:
+    info = StreamInfo(last_generated=(20, 0), first=first, dropped=dropped, max_deleted=(0, 0))
+    assert info.lost_after(position) is lost
+
+
+def test_an_xdel_past_the_client_is_a_gap_even_without_a_trim() -> None:
+    info = StreamInfo(last_generated=(20, 0), first=(1, 0), dropped=True, max_deleted=(7, 0))
+    assert info.lost_after((6, 0)) and not info.lost_after((7, 0))
+
+
+def test_a_window_serves_only_positions_it_covers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(event_tail, "WINDOW", 3)
+    window = event_tail.Window(floor=(1, 0))
+    for ms in range(2, 7):  # entries 2..6; the window keeps 4..6, so covers after 3
+        window.add(Event(stream="q", id=(ms, 0), name="enqueued"))
+    assert window.floor == (3, 0)
+    assert window.after((2, 0)) is None  # entry 3 is gone from memory: read Redis
+    assert [e.id for e in window.after((3, 0))] == [(4, 0), (5, 0), (6, 0)]
+    assert [e.id for e in window.after((5, 0))] == [(6, 0)]
+    assert window.after((9, 0)) == []  # ahead of the tail: nothing yet

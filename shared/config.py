@@ -22,6 +22,10 @@ from shared.queues import DEFAULT_QUEUE, QueuePlan, is_queue_name, parse_worker_
 
 WORKER_COUNT_DEFAULT = 3
 WORKER_COUNT_MAX = 512
+# 64 per process: 50 streams (a dashboard per operator, or a load test) fit in one process even
+# when all land there (gunicorn does not spread connections evenly), beside its 32 other threads.
+EVENTS_STREAMS_DEFAULT = 64
+EVENTS_STREAMS_MAX = 1000
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SSL_CERT_REQS = ("required", "optional", "none")
@@ -78,6 +82,7 @@ class Settings:
     worker_queues: QueuePlan
     namespace: str
     api_token: str | None = field(repr=False)  # a secret: never in a repr, log or message
+    events_streams: int
     log_level: str
     # True when REDIS_URL was not set, so entry points can say so in their start-up line.
     redis_url_defaulted: bool = False
@@ -325,6 +330,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TASKFORGE_API_TOKEN", "api_token", "",
              "Bearer token required by every endpoint but /health and /ready; unset = no auth",
              _token, secret=True),
+    # --- GET /events (issue 15, the reader) ---
+    Variable("TASKFORGE_EVENTS_STREAMS", "events_streams", str(EVENTS_STREAMS_DEFAULT),
+             "Open GET /events streams each gateway process serves at once; one more gets 503. "
+             "Each holds a thread: gunicorn gets this many threads on top of GUNICORN_THREADS's 32",
+             _integer(1, EVENTS_STREAMS_MAX)),
     Variable("LOG_LEVEL", "log_level", "INFO",
              "DEBUG, INFO, WARNING or ERROR", _choice(LOG_LEVELS, upper=True)),
 )

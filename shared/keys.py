@@ -122,6 +122,11 @@ class Keys:
         """
         return f"{self.prefix}failures"
 
+    @property
+    def events(self) -> str:
+        """Return the capped stream of this queue's job and queue events (docs/EVENTS.md)."""
+        return f"{self.prefix}events"
+
     def tombstone(self, job_id: str) -> str:
         """Return the short-lived marker a purge leaves so a repeated purge still succeeds."""
         return f"{self.prefix}purged:{job_id}"
@@ -166,6 +171,11 @@ class Keys:
     def worker(self, worker_id: str) -> str:
         """Return the hash describing one worker process."""
         return f"{self.global_prefix}worker:{worker_id}"
+
+    @property
+    def fleet_events(self) -> str:
+        """Return the capped stream of host events: workers joining, leaving, quiet, resumed."""
+        return f"{self.global_prefix}events"
 
 
 def glob_escaped(text: str) -> str:

@@ -47,6 +47,7 @@ DEFAULTS = {
     "worker_queues": {"names": ("default",), "weights": None},
     "namespace": "taskforge",
     "api_token": None,
+    "events_streams": 64,
     "log_level": "INFO",
     "redis_url_defaulted": True,
     "warnings": (),

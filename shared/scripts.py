@@ -10,6 +10,10 @@ Out of memory (``maxmemory`` with ``noeviction``): every script opens with a ``#
 so Redis refuses it whole rather than letting it write half its effects. enqueue has no flags:
 producers get a clear refusal. Every other script is ``allow-oom``: they move existing jobs
 (and trim), so workers keep draining the queue while new work is refused.
+
+Events (docs/EVENTS.md): each transition script appends its own event to the queue's stream
+(``Keys.events``; heartbeat to ``Keys.fleet_events``), passed as its last key, with
+``Policy.events_cap`` as an argument; a cap of 0 (TASKFORGE_EVENTS=off) writes none.
 """
 
 from __future__ import annotations
@@ -277,7 +281,7 @@ class Scripts:
         traceparent: str | None = None,
     ) -> tuple[list[str], list[Any]]:
         k = self.q(request.queue)
-        keys = [k.job(job_id), k.pending, k.pending_since, k.seq, k.wake, k.scheduled]
+        keys = [k.job(job_id), k.pending, k.pending_since, k.seq, k.wake, k.scheduled, k.events]
         args = [
             job_id,
             request.type,
@@ -289,6 +293,7 @@ class Scripts:
             self.policy.wake_cap,
             _now(now_ms),
             traceparent or "",
+            self.policy.events_cap,
         ]
         return keys, args
 
@@ -314,7 +319,15 @@ class Scripts:
         request_id = request_id or new_request_id()
         reply = self._call(
             "claim",
-            [k.pending, k.pending_since, k.processing, k.last_claim(worker_id), k.wake, k.paused],
+            [
+                k.pending,
+                k.pending_since,
+                k.processing,
+                k.last_claim(worker_id),
+                k.wake,
+                k.paused,
+                k.events,
+            ],
             [
                 k.job_prefix,
                 worker_id,
@@ -323,6 +336,7 @@ class Scripts:
                 _now(now_ms),
                 runnable_arg(runnable),
                 self.policy.wake_cap,
+                self.policy.events_cap,
             ],
         )
         if reply[0] == Code.PAUSED:
@@ -382,6 +396,7 @@ class Scripts:
                 k.pending_since,
                 k.wake,
                 k.paused,
+                k.events,
             ],
             [
                 token,
@@ -392,6 +407,7 @@ class Scripts:
                 p.lease_ms,
                 runnable_arg(runnable),
                 p.wake_cap,
+                p.events_cap,
             ],
         )
         code = Code(reply[0])
@@ -422,7 +438,7 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "fail",
-            [k.job(job_id), k.processing, k.retrying, k.dead, k.failures],
+            [k.job(job_id), k.processing, k.retrying, k.dead, k.failures, k.events],
             [
                 token,
                 error,
@@ -435,6 +451,7 @@ class Scripts:
                 _now(now_ms),
                 cap_traceback(traceback),
                 ACTOR_CODES[actor],
+                p.events_cap,
             ],
         )
         code = Code(reply[0])
@@ -461,8 +478,15 @@ class Scripts:
                 k.seq,
                 k.wake,
                 k.reply(new_request_id()),
+                k.events,
             ],
-            [k.job_prefix, limit or self.policy.batch_limit, self.policy.wake_cap, _now(now_ms)],
+            [
+                k.job_prefix,
+                limit or self.policy.batch_limit,
+                self.policy.wake_cap,
+                _now(now_ms),
+                self.policy.events_cap,
+            ],
         )
         return PromoteResult(
             scheduled=ids(reply[0]),
@@ -485,7 +509,7 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "recover",
-            [*self._loss_keys(queue), k.reply(new_request_id())],
+            [*self._loss_keys(queue), k.reply(new_request_id()), k.events],
             [
                 k.job_prefix,
                 limit or p.batch_limit,
@@ -493,6 +517,7 @@ class Scripts:
                 p.dlq_max_age_ms,
                 p.wake_cap,
                 _now(now_ms),
+                p.events_cap,
             ],
         )
         return RecoverResult(
@@ -520,7 +545,16 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "release",
-            [k.job(job_id), k.processing, k.pending, k.pending_since, k.seq, k.wake, k.dead],
+            [
+                k.job(job_id),
+                k.processing,
+                k.pending,
+                k.pending_since,
+                k.seq,
+                k.wake,
+                k.dead,
+                k.events,
+            ],
             [
                 token,
                 "drain" if drained else "crash",
@@ -530,6 +564,7 @@ class Scripts:
                 new_request_id(),
                 _now(now_ms),
                 ACTOR_CODES[actor],
+                p.events_cap,
             ],
         )
         code = Code(reply[0])
@@ -563,7 +598,7 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "release_worker",
-            [*self._loss_keys(queue), k.reply(new_request_id())],
+            [*self._loss_keys(queue), k.reply(new_request_id()), k.events],
             [
                 k.job_prefix,
                 worker_id,
@@ -572,6 +607,7 @@ class Scripts:
                 p.dlq_max_age_ms,
                 p.wake_cap,
                 _now(now_ms),
+                p.events_cap,
             ],
         )
         return [
@@ -583,8 +619,8 @@ class Scripts:
         k = self.q(queue)
         reply = self._call(
             "replay",
-            [k.job(job_id), k.dead, k.pending, k.pending_since, k.seq, k.wake],
-            [new_request_id(), self.policy.wake_cap, _now(now_ms)],
+            [k.job(job_id), k.dead, k.pending, k.pending_since, k.seq, k.wake, k.events],
+            [new_request_id(), self.policy.wake_cap, _now(now_ms), self.policy.events_cap],
         )
         return job_from_flat(checked(reply)[1], queue)
 
@@ -595,8 +631,16 @@ class Scripts:
         k = self.q(queue)
         reply = self._call(
             "cancel",
-            [k.job(job_id), k.pending, k.pending_since, k.scheduled, k.retrying, k.canceled],
-            [self._finished_ttl_ms(), _now(now_ms), new_request_id()],
+            [
+                k.job(job_id),
+                k.pending,
+                k.pending_since,
+                k.scheduled,
+                k.retrying,
+                k.canceled,
+                k.events,
+            ],
+            [self._finished_ttl_ms(), _now(now_ms), new_request_id(), self.policy.events_cap],
         )
         checked(reply)
         return CancelResult(job_from_flat(reply[1], queue), changed=reply[0] == Code.DONE)
@@ -606,8 +650,8 @@ class Scripts:
         k = self.q(queue)
         reply = self._call(
             "purge",
-            [k.job(job_id), k.dead, k.tombstone(job_id)],
-            [new_request_id(), TOMBSTONE_TTL_MS],
+            [k.job(job_id), k.dead, k.tombstone(job_id), k.events],
+            [new_request_id(), TOMBSTONE_TTL_MS, self.policy.events_cap],
         )
         return text(checked(reply)[1]) or ""
 
@@ -670,8 +714,10 @@ class Scripts:
         k = self.keys
         pairs = [item for pair in fields.items() for item in pair]
         args = [worker_id, ttl_ms, "1" if leaving else "0", _now(now_ms)]
-        args += ["1" if quiet else "0", "1" if quiet_by_signal else "0", *pairs]
-        live, state = self._call("heartbeat", [k.workers, k.worker(worker_id)], args)
+        args += ["1" if quiet else "0", "1" if quiet_by_signal else "0", self.policy.events_cap]
+        live, state = self._call(
+            "heartbeat", [k.workers, k.worker(worker_id), k.fleet_events], [*args, *pairs]
+        )
         return HostBeat(int(live), text(state) == "1")
 
     def quiet_host(self, name: str, quiet: bool) -> bool | None:
@@ -688,13 +734,20 @@ class Scripts:
 
     def pause_queue(self, queue: str, *, now_ms: int | None = None) -> QueuePause:
         """Pause a queue: no claim takes from it until resume_queue (jobs still arrive)."""
-        reply = self._call("pause_queue", [self.q(queue).paused], [_now(now_ms)])
+        k = self.q(queue)
+        reply = self._call(
+            "pause_queue", [k.paused, k.events], [_now(now_ms), self.policy.events_cap]
+        )
         return QueuePause(since_ms=int(reply[1]), changed=reply[2] == 1)
 
     def resume_queue(self, queue: str) -> bool:
         """Let workers claim from a queue again; return whether it was paused."""
         k = self.q(queue)
-        reply = self._call("resume_queue", [k.paused, k.pending, k.wake], [self.policy.wake_cap])
+        reply = self._call(
+            "resume_queue",
+            [k.paused, k.pending, k.wake, k.events],
+            [self.policy.wake_cap, self.policy.events_cap],
+        )
         return reply[1] == 1
 
     def register_queue(self, queue: str) -> None:

@@ -222,3 +222,36 @@ def test_complete_without_a_claim_pays_nothing_for_the_pause(
     counts = commands_of(r, lambda: engine.complete(J1, token))
     assert_within(counts, budget(engine, counts, 6, 1))
     assert "exists" not in counts
+
+
+# Issue 15: the registry heartbeat. The hosts it forgets are read before they are removed, to
+# name them in worker_left events: with events on, the read (ZRANGEBYSCORE) takes the removal's
+# place, which runs only when there is a host to forget, so a usual beat costs what it did.
+HEARTBEAT = 9
+HOST_TTL = 15_000
+
+
+def test_a_heartbeat_of_a_known_host_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    engine.heartbeat("h1", {"pid": 1}, HOST_TTL)
+    counts = commands_of(r, lambda: engine.heartbeat("h1", {"pid": 1}, HOST_TTL))
+    assert_within(counts, budget(engine, counts, HEARTBEAT, 0))
+    assert counts["zremrangebyscore" if engine.policy.events_cap == 0 else "zrangebyscore"] == 1
+
+
+def test_a_joining_host_pays_one_event(r: redis.Redis, engine: Scripts) -> None:
+    counts = commands_of(r, lambda: engine.heartbeat("h1", {"pid": 1}, HOST_TTL))
+    assert_within(counts, budget(engine, counts, HEARTBEAT, 1))
+
+
+def test_forgetting_silent_hosts_costs_a_read_and_an_event_each(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    engine.heartbeat("h1", {"pid": 1}, HOST_TTL)
+    # Two hosts heard from long ago (their own beats keep h1, whose beat is later).
+    engine.heartbeat("old1", {}, HOST_TTL, now_ms=1_000)
+    engine.heartbeat("old2", {}, HOST_TTL, now_ms=1_000)
+    counts = commands_of(r, lambda: engine.heartbeat("h1", {"pid": 1}, HOST_TTL))
+    # With events on: the read, then the removal and one worker_left per host.
+    extra_read = 1 if engine.policy.events_cap else 0
+    assert_within(counts, budget(engine, counts, HEARTBEAT + extra_read, 2))
+    assert counts["zremrangebyscore"] == 1

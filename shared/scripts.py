@@ -12,8 +12,9 @@ producers get a clear refusal. Every other script is ``allow-oom``: they move ex
 (and trim), so workers keep draining the queue while new work is refused.
 
 Events (docs/EVENTS.md): each transition script appends its own event to the queue's stream
-(``Keys.events``; heartbeat to ``Keys.fleet_events``), passed as its last key, with
-``Policy.events_cap`` as an argument; a cap of 0 (TASKFORGE_EVENTS=off) writes none.
+(``Keys.events``), passed as its last key, with ``Policy.events_cap`` as its last argument;
+with events off (a cap of 0, TASKFORGE_EVENTS=off) neither is passed and it writes none.
+heartbeat.lua always gets the hosts' stream (``Keys.fleet_events``) and the cap, 0 when off.
 """
 
 from __future__ import annotations
@@ -183,6 +184,18 @@ class Scripts:
         self.load()
         return False
 
+    def _events_key(self, k: Keys) -> list[str]:
+        """Return a script's last key: its queue's events stream, or none with events off."""
+        return [k.events] if self.policy.events_cap else []
+
+    def _events_cap(self) -> list[int]:
+        """Return a script's last argument: the events cap, or none with events off.
+
+        Off, the scripts get neither the key nor the cap, and write nothing: each costs Redis
+        about 1 % of a job's instructions to receive (bench.events_cost), so off is as before.
+        """
+        return [self.policy.events_cap] if self.policy.events_cap else []
+
     def q(self, queue: str) -> Keys:
         """Return the key builder of one queue (the global keys are the same on every one)."""
         return self.keys.for_queue(queue)
@@ -281,7 +294,15 @@ class Scripts:
         traceparent: str | None = None,
     ) -> tuple[list[str], list[Any]]:
         k = self.q(request.queue)
-        keys = [k.job(job_id), k.pending, k.pending_since, k.seq, k.wake, k.scheduled, k.events]
+        keys = [
+            k.job(job_id),
+            k.pending,
+            k.pending_since,
+            k.seq,
+            k.wake,
+            k.scheduled,
+            *self._events_key(k),
+        ]
         args = [
             job_id,
             request.type,
@@ -293,7 +314,7 @@ class Scripts:
             self.policy.wake_cap,
             _now(now_ms),
             traceparent or "",
-            self.policy.events_cap,
+            *self._events_cap(),
         ]
         return keys, args
 
@@ -326,7 +347,7 @@ class Scripts:
                 k.last_claim(worker_id),
                 k.wake,
                 k.paused,
-                k.events,
+                *self._events_key(k),
             ],
             [
                 k.job_prefix,
@@ -336,7 +357,7 @@ class Scripts:
                 _now(now_ms),
                 runnable_arg(runnable),
                 self.policy.wake_cap,
-                self.policy.events_cap,
+                *self._events_cap(),
             ],
         )
         if reply[0] == Code.PAUSED:
@@ -396,7 +417,7 @@ class Scripts:
                 k.pending_since,
                 k.wake,
                 k.paused,
-                k.events,
+                *self._events_key(k),
             ],
             [
                 token,
@@ -407,7 +428,7 @@ class Scripts:
                 p.lease_ms,
                 runnable_arg(runnable),
                 p.wake_cap,
-                p.events_cap,
+                *self._events_cap(),
             ],
         )
         code = Code(reply[0])
@@ -438,7 +459,7 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "fail",
-            [k.job(job_id), k.processing, k.retrying, k.dead, k.failures, k.events],
+            [k.job(job_id), k.processing, k.retrying, k.dead, k.failures, *self._events_key(k)],
             [
                 token,
                 error,
@@ -451,7 +472,7 @@ class Scripts:
                 _now(now_ms),
                 cap_traceback(traceback),
                 ACTOR_CODES[actor],
-                p.events_cap,
+                *self._events_cap(),
             ],
         )
         code = Code(reply[0])
@@ -478,14 +499,14 @@ class Scripts:
                 k.seq,
                 k.wake,
                 k.reply(new_request_id()),
-                k.events,
+                *self._events_key(k),
             ],
             [
                 k.job_prefix,
                 limit or self.policy.batch_limit,
                 self.policy.wake_cap,
                 _now(now_ms),
-                self.policy.events_cap,
+                *self._events_cap(),
             ],
         )
         return PromoteResult(
@@ -509,7 +530,7 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "recover",
-            [*self._loss_keys(queue), k.reply(new_request_id()), k.events],
+            [*self._loss_keys(queue), k.reply(new_request_id()), *self._events_key(k)],
             [
                 k.job_prefix,
                 limit or p.batch_limit,
@@ -517,7 +538,7 @@ class Scripts:
                 p.dlq_max_age_ms,
                 p.wake_cap,
                 _now(now_ms),
-                p.events_cap,
+                *self._events_cap(),
             ],
         )
         return RecoverResult(
@@ -553,7 +574,7 @@ class Scripts:
                 k.seq,
                 k.wake,
                 k.dead,
-                k.events,
+                *self._events_key(k),
             ],
             [
                 token,
@@ -564,7 +585,7 @@ class Scripts:
                 new_request_id(),
                 _now(now_ms),
                 ACTOR_CODES[actor],
-                p.events_cap,
+                *self._events_cap(),
             ],
         )
         code = Code(reply[0])
@@ -598,7 +619,7 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "release_worker",
-            [*self._loss_keys(queue), k.reply(new_request_id()), k.events],
+            [*self._loss_keys(queue), k.reply(new_request_id()), *self._events_key(k)],
             [
                 k.job_prefix,
                 worker_id,
@@ -607,7 +628,7 @@ class Scripts:
                 p.dlq_max_age_ms,
                 p.wake_cap,
                 _now(now_ms),
-                p.events_cap,
+                *self._events_cap(),
             ],
         )
         return [
@@ -619,8 +640,16 @@ class Scripts:
         k = self.q(queue)
         reply = self._call(
             "replay",
-            [k.job(job_id), k.dead, k.pending, k.pending_since, k.seq, k.wake, k.events],
-            [new_request_id(), self.policy.wake_cap, _now(now_ms), self.policy.events_cap],
+            [
+                k.job(job_id),
+                k.dead,
+                k.pending,
+                k.pending_since,
+                k.seq,
+                k.wake,
+                *self._events_key(k),
+            ],
+            [new_request_id(), self.policy.wake_cap, _now(now_ms), *self._events_cap()],
         )
         return job_from_flat(checked(reply)[1], queue)
 
@@ -638,9 +667,9 @@ class Scripts:
                 k.scheduled,
                 k.retrying,
                 k.canceled,
-                k.events,
+                *self._events_key(k),
             ],
-            [self._finished_ttl_ms(), _now(now_ms), new_request_id(), self.policy.events_cap],
+            [self._finished_ttl_ms(), _now(now_ms), new_request_id(), *self._events_cap()],
         )
         checked(reply)
         return CancelResult(job_from_flat(reply[1], queue), changed=reply[0] == Code.DONE)
@@ -650,8 +679,8 @@ class Scripts:
         k = self.q(queue)
         reply = self._call(
             "purge",
-            [k.job(job_id), k.dead, k.tombstone(job_id), k.events],
-            [new_request_id(), TOMBSTONE_TTL_MS, self.policy.events_cap],
+            [k.job(job_id), k.dead, k.tombstone(job_id), *self._events_key(k)],
+            [new_request_id(), TOMBSTONE_TTL_MS, *self._events_cap()],
         )
         return text(checked(reply)[1]) or ""
 
@@ -736,7 +765,7 @@ class Scripts:
         """Pause a queue: no claim takes from it until resume_queue (jobs still arrive)."""
         k = self.q(queue)
         reply = self._call(
-            "pause_queue", [k.paused, k.events], [_now(now_ms), self.policy.events_cap]
+            "pause_queue", [k.paused, *self._events_key(k)], [_now(now_ms), *self._events_cap()]
         )
         return QueuePause(since_ms=int(reply[1]), changed=reply[2] == 1)
 
@@ -745,8 +774,8 @@ class Scripts:
         k = self.q(queue)
         reply = self._call(
             "resume_queue",
-            [k.paused, k.pending, k.wake, k.events],
-            [self.policy.wake_cap, self.policy.events_cap],
+            [k.paused, k.pending, k.wake, *self._events_key(k)],
+            [self.policy.wake_cap, *self._events_cap()],
         )
         return reply[1] == 1
 

@@ -81,6 +81,8 @@ class Settings:
     handlers: tuple[str, ...]
     worker_queues: QueuePlan
     namespace: str
+    events: bool
+    events_max: int
     api_token: str | None = field(repr=False)  # a secret: never in a repr, log or message
     events_streams: int
     log_level: str
@@ -254,6 +256,11 @@ def _namespace(text: str) -> str:
     return text
 
 
+def _on_off(text: str) -> bool:
+    """Parse a switch: on or off (any case)."""
+    return _choice(("on", "off"))(text) == "on"
+
+
 def _token(text: str) -> str | None:
     """Return the API token, or None when unset."""
     return text or None
@@ -327,6 +334,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TASKFORGE_NAMESPACE", "namespace", "taskforge",
              "Name inside every Redis key's hash tag ({taskforge:<queue>}:v2:…), so several deployments can share one Redis",
              _namespace),
+    Variable("TASKFORGE_EVENTS", "events", "on",
+             "on: every job transition and worker join, leave, quiet and resume is appended to a capped Redis Stream by the script that makes it (docs/EVENTS.md; GET /events reads them); off: none is written, at no cost",
+             _on_off),
+    Variable("TASKFORGE_EVENTS_MAX", "events_max", "100000",
+             "Events kept per stream (each queue's, and the hosts'), approximately: the oldest go first",
+             _integer(1)),
     Variable("TASKFORGE_API_TOKEN", "api_token", "",
              "Bearer token required by every endpoint but /health and /ready; unset = no auth",
              _token, secret=True),
@@ -377,6 +390,8 @@ def summary(settings: Settings) -> list[str]:
             value = "(set)" if value else "(unset)"
         elif var.env == "REDIS_URL":
             value = redact_url(value)
+        elif isinstance(value, bool):
+            value = "on" if value else "off"
         elif isinstance(value, QueuePlan):
             value = value.describe()
         elif isinstance(value, tuple):

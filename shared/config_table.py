@@ -107,6 +107,8 @@ SECTIONS: tuple[Section, ...] = (
         Setting("TASK_FINISHED_MAX_JOBS", (WORKERD,)),
         Setting("TASK_DLQ_MAX_JOBS", (WORKERD,)),
         Setting("TASK_DLQ_MAX_AGE", (WORKERD,)),
+        Setting("TASKFORGE_EVENTS", _BOTH),
+        Setting("TASKFORGE_EVENTS_MAX", _BOTH),
     )),
     Section("Logs, metrics and traces", (
         Setting("LOG_LEVEL", (*_BOTH, GUNICORN_CONF), "gunicorn's own lines follow it too"),

@@ -124,7 +124,11 @@ class Keys:
 
     @property
     def events(self) -> str:
-        """Return the capped stream of this queue's job and queue events (docs/EVENTS.md)."""
+        """Return the capped stream of this queue's job and queue events (docs/EVENTS.md).
+
+        Appended by the script that makes each transition (XADD MAXLEN ~ the cap, auto ids),
+        in the queue's slot like every key that script touches; GET /events reads it.
+        """
         return f"{self.prefix}events"
 
     def tombstone(self, job_id: str) -> str:
@@ -159,6 +163,14 @@ class Keys:
         return f"{self.global_prefix}idem:{key}"
 
     @property
+    def fleet_events(self) -> str:
+        """Return the capped stream of host events: joined, left, quiet, resumed (docs/EVENTS.md).
+
+        Appended by heartbeat.lua, which makes those changes, in the global slot it writes.
+        """
+        return f"{self.global_prefix}events"
+
+    @property
     def workers(self) -> str:
         """Return the zset of worker ids scored by last heartbeat (ms)."""
         return f"{self.global_prefix}workers"
@@ -171,11 +183,6 @@ class Keys:
     def worker(self, worker_id: str) -> str:
         """Return the hash describing one worker process."""
         return f"{self.global_prefix}worker:{worker_id}"
-
-    @property
-    def fleet_events(self) -> str:
-        """Return the capped stream of host events: workers joining, leaving, quiet, resumed."""
-        return f"{self.global_prefix}events"
 
 
 def glob_escaped(text: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 from shared.config import VARIABLES, ConfigError
 
 _BIND_HOST = next(v for v in VARIABLES if v.env == "TASKFORGE_BIND_HOST")
+_EVENTS_STREAMS = next(v for v in VARIABLES if v.env == "TASKFORGE_EVENTS_STREAMS")
 
 # --- where to listen ------------------------------------------------------------------------
 
@@ -45,6 +46,14 @@ def _host() -> str:
 
 def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _events_streams() -> int:
+    # The gateway reads it too (its bound on open GET /events streams); parsed the same way.
+    try:
+        return _EVENTS_STREAMS.value(os.environ.get("TASKFORGE_EVENTS_STREAMS", "").strip(), [])
+    except ConfigError as exc:
+        raise SystemExit(f"gunicorn.conf.py: {exc}") from None
 
 
 def _count(name: str, default: int) -> int:
@@ -94,6 +103,7 @@ prepare_multiprocess_dir(METRICS_DIR, wipe=False)
 # and so that its workers leave the open-gateway warning to when_ready below.
 from gateway import app as gateway_app  # noqa: E402
 from gateway.body import MAX_BODY_BYTES  # noqa: E402
+from gateway.events import watch_worker  # noqa: E402
 from gateway.server import install_json_errors  # noqa: E402
 from shared.config import Settings  # noqa: E402
 from shared.metrics import mark_dead  # noqa: E402
@@ -106,7 +116,10 @@ gateway_app.leave_open_warning_to_server()
 # connections do not grow with threads: gateway/app.py caps its pool per worker.
 worker_class = "gthread"
 workers = _count("WEB_CONCURRENCY", 2)
-threads = _count("GUNICORN_THREADS", 32)
+# An open GET /events stream holds a thread for as long as it stays open; the gateway serves
+# at most TASKFORGE_EVENTS_STREAMS of them per process (503 beyond), and each gets a thread
+# of its own here, so GUNICORN_THREADS threads still answer everything else with all open.
+threads = _count("GUNICORN_THREADS", 32) + _events_streams()
 # gthread: keep-alive connections wait in the worker's poller, not in a thread.
 worker_connections = 1000
 
@@ -178,6 +191,11 @@ def worker_exit(server: Any, worker: Any) -> None:
 def child_exit(server: Any, worker: Any) -> None:
     """Forget a dead worker's live gauges (its counters stay in the totals)."""
     mark_dead(worker.pid)
+
+
+def post_worker_init(worker: Any) -> None:
+    """Let open event streams end as soon as the worker stops (SIGTERM, or recycling)."""
+    watch_worker(lambda: worker.alive)
 
 
 def pre_request(worker: Any, req: Any) -> None:

@@ -11,7 +11,7 @@ from flask import Flask
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from gateway import auth, dlq, errors, history, jobs, listing, ops, queues, ui, workers
+from gateway import auth, dlq, errors, events, history, jobs, listing, ops, queues, ui, workers
 from gateway.body import MAX_BODY_BYTES
 from gateway.context import Gateway
 from gateway.fastpath import FastEnqueue
@@ -88,11 +88,13 @@ def create_app(
     # refuses the read that would find the end of a body exactly at its limit.
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES + 1
     app.json.sort_keys = False  # keep the job's documented field order
-    app.extensions[Gateway.EXTENSION] = Gateway(settings, scripts)
+    gw = app.extensions[Gateway.EXTENSION] = Gateway(settings, scripts)
     errors.register(app)
     auth.install(app, settings.api_token)
     for blueprint in (jobs.bp, history.bp, listing.bp, dlq.bp, ops.bp, queues.bp, workers.bp):
         app.register_blueprint(blueprint)
+    app.register_blueprint(events.bp)
+    events.install(app, gw)
     ui.install(app)  # the dashboard at /ui, and its session cookie
     app.wsgi_app = FastEnqueue(app)  # type: ignore[method-assign]  # POST /enqueue, lean
     warnings = list(settings.warnings)

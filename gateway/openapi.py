@@ -11,8 +11,10 @@ from functools import cache
 from typing import Any
 
 from gateway.body import MAX_BODY_BYTES
+from gateway.events import KEEPALIVE_SECONDS
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
 from shared import listing
+from shared.events import CURSOR_PAIR, MAX_CURSOR_STREAMS
 from shared.history import ACTOR_CODES, CAP, EVENTS
 from shared.hosts import HOST_NAME_PATTERN
 from shared.jobs import (
@@ -663,6 +665,77 @@ def _queue_paths() -> dict[str, Any]:
     }
 
 
+def _event_paths() -> dict[str, Any]:
+    queues = f"{QUEUE_PATTERN.pattern}(,{QUEUE_PATTERN.pattern})*"
+    cursor = rf"^{CURSOR_PAIR}(,{CURSOR_PAIR}){{0,{MAX_CURSOR_STREAMS - 1}}}$"
+    cursor_doc = (
+        "The id of the last message received: resume right after it. A cursor over every "
+        "stream read, <queue>=<ms>-<seq> pairs joined by ',' with '*' for host events."
+    )
+    stream = {
+        "description": "A text/event-stream that stays open: first `retry: 2000` and the "
+        "cursor of now (or of Last-Event-ID); then one message per event (`id`: the cursor, "
+        "`event`: its name, `data`: JSON {event, job_id, type, queue, attempt, worker, host, "
+        "at}, absent fields left out), `event: gap` when a stream dropped entries the client "
+        "had not read (data: queue, from, first), and a `: keepalive` comment every "
+        f"{KEEPALIVE_SECONDS:g} s while idle. docs/EVENTS.md.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+    busy = {
+        **_error(
+            "Redis is unreachable, or this gateway process already serves "
+            "TASKFORGE_EVENTS_STREAMS streams; try again after Retry-After seconds."
+        ),
+        "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+    }
+    return {
+        "/events": {
+            "get": _operation(
+                "streamEvents",
+                "Follow job, queue and workerd host events live (Server-Sent Events).",
+                {"200": stream, **_use("BadRequest", "Unauthorized"), "503": busy},
+                parameters=[
+                    {
+                        "name": "queue",
+                        "in": "query",
+                        "description": "Only these queues (repeat it, or a comma list); "
+                        "absent: every queue, new ones included.",
+                        "schema": {
+                            "type": "array",
+                            "items": {"type": "string", "pattern": f"^{queues}$"},
+                        },
+                    },
+                    {
+                        "name": "type",
+                        "in": "query",
+                        "description": "Only jobs of this type (and no host events).",
+                        "schema": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
+                    },
+                    {
+                        "name": "job",
+                        "in": "query",
+                        "description": "Only this job's events (and no host events).",
+                        "schema": {"type": "string", "pattern": JOB_ID},
+                    },
+                    {
+                        "name": "last_event_id",
+                        "in": "query",
+                        "description": f"{cursor_doc} For a first connection, which cannot "
+                        "send headers; the Last-Event-ID header wins.",
+                        "schema": {"type": "string", "pattern": cursor},
+                    },
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "description": cursor_doc,
+                        "schema": {"type": "string", "pattern": cursor},
+                    },
+                ],
+            )
+        },
+    }
+
+
 def _without_auth(doc: dict[str, Any]) -> dict[str, Any]:
     """Return `doc` for a gateway without a token: no security requirement, no 401."""
     doc = copy.deepcopy(doc)
@@ -708,6 +781,7 @@ def _document() -> dict[str, Any]:
             **_dlq_paths(),
             **_ops_paths(),
             **_queue_paths(),
+            **_event_paths(),
         },
         "components": {
             "schemas": _schemas(),

@@ -22,6 +22,10 @@ from shared.queues import DEFAULT_QUEUE, QueuePlan, is_queue_name, parse_worker_
 
 WORKER_COUNT_DEFAULT = 3
 WORKER_COUNT_MAX = 512
+# 64 per process: 50 streams (a dashboard per operator, or a load test) fit in one process even
+# when all land there (gunicorn does not spread connections evenly), beside its 32 other threads.
+EVENTS_STREAMS_DEFAULT = 64
+EVENTS_STREAMS_MAX = 1000
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SSL_CERT_REQS = ("required", "optional", "none")
@@ -77,7 +81,10 @@ class Settings:
     handlers: tuple[str, ...]
     worker_queues: QueuePlan
     namespace: str
+    events: bool
+    events_max: int
     api_token: str | None = field(repr=False)  # a secret: never in a repr, log or message
+    events_streams: int
     log_level: str
     # True when REDIS_URL was not set, so entry points can say so in their start-up line.
     redis_url_defaulted: bool = False
@@ -249,6 +256,11 @@ def _namespace(text: str) -> str:
     return text
 
 
+def _on_off(text: str) -> bool:
+    """Parse a switch: on or off (any case)."""
+    return _choice(("on", "off"))(text) == "on"
+
+
 def _token(text: str) -> str | None:
     """Return the API token, or None when unset."""
     return text or None
@@ -322,9 +334,20 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TASKFORGE_NAMESPACE", "namespace", "taskforge",
              "Name inside every Redis key's hash tag ({taskforge:<queue>}:v2:…), so several deployments can share one Redis",
              _namespace),
+    Variable("TASKFORGE_EVENTS", "events", "on",
+             "on: every job transition and worker join, leave, quiet and resume is appended to a capped Redis Stream by the script that makes it (docs/EVENTS.md; GET /events reads them); off: none is written, at no cost",
+             _on_off),
+    Variable("TASKFORGE_EVENTS_MAX", "events_max", "100000",
+             "Events kept per stream (each queue's, and the hosts'), approximately: the oldest go first",
+             _integer(1)),
     Variable("TASKFORGE_API_TOKEN", "api_token", "",
              "Bearer token required by every endpoint but /health and /ready; unset = no auth",
              _token, secret=True),
+    # --- GET /events (issue 15, the reader) ---
+    Variable("TASKFORGE_EVENTS_STREAMS", "events_streams", str(EVENTS_STREAMS_DEFAULT),
+             "Open GET /events streams each gateway process serves at once; one more gets 503. "
+             "Each holds a thread: gunicorn gets this many threads on top of GUNICORN_THREADS's 32",
+             _integer(1, EVENTS_STREAMS_MAX)),
     Variable("LOG_LEVEL", "log_level", "INFO",
              "DEBUG, INFO, WARNING or ERROR", _choice(LOG_LEVELS, upper=True)),
 )
@@ -367,6 +390,8 @@ def summary(settings: Settings) -> list[str]:
             value = "(set)" if value else "(unset)"
         elif var.env == "REDIS_URL":
             value = redact_url(value)
+        elif isinstance(value, bool):
+            value = "on" if value else "off"
         elif isinstance(value, QueuePlan):
             value = value.describe()
         elif isinstance(value, tuple):

@@ -72,9 +72,13 @@ SECTIONS: tuple[Section, ...] = (
                 "bin/run sets 127.0.0.1 unless it is set"),
         External("WEB_CONCURRENCY", "`2`", "gunicorn worker processes of the gateway",
                  (GUNICORN_CONF,)),
-        External("GUNICORN_THREADS", "`32`", "Threads per gunicorn worker process",
+        External("GUNICORN_THREADS", "`32`",
+                 "Threads per gunicorn worker process for requests other than event streams; "
+                 "each process runs this many plus TASKFORGE_EVENTS_STREAMS (96 by default)",
                  (GUNICORN_CONF,)),
         Setting("TASKFORGE_API_TOKEN", (GATEWAY,)),
+        Setting("TASKFORGE_EVENTS_STREAMS", (GATEWAY, GUNICORN_CONF),
+                "the default serves 50 streams even if all land on one process"),
         Setting("TASK_IDEMPOTENCY_TTL", (GATEWAY,)),
     )),
     Section("workerd", (
@@ -103,6 +107,8 @@ SECTIONS: tuple[Section, ...] = (
         Setting("TASK_FINISHED_MAX_JOBS", (WORKERD,)),
         Setting("TASK_DLQ_MAX_JOBS", (WORKERD,)),
         Setting("TASK_DLQ_MAX_AGE", (WORKERD,)),
+        Setting("TASKFORGE_EVENTS", _BOTH),
+        Setting("TASKFORGE_EVENTS_MAX", _BOTH),
     )),
     Section("Logs, metrics and traces", (
         Setting("LOG_LEVEL", (*_BOTH, GUNICORN_CONF), "gunicorn's own lines follow it too"),

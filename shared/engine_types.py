@@ -82,6 +82,8 @@ class Policy:
     idempotency_ttl_ms: int = 86_400_000
     wake_cap: int = 1_000
     batch_limit: int = 1_000
+    # Length cap of each events stream (XADD MAXLEN ~); 0: the scripts write no event.
+    events_cap: int = 100_000
 
     @classmethod
     def from_settings(cls, settings: Any) -> Policy:
@@ -101,6 +103,7 @@ class Policy:
             dlq_max_jobs=settings.dlq_max_jobs,
             finished_max_jobs=settings.finished_max_jobs,
             idempotency_ttl_ms=ms(settings.idempotency_ttl),
+            events_cap=settings.events_max if settings.events else 0,
         )
 
 

@@ -122,6 +122,15 @@ class Keys:
         """
         return f"{self.prefix}failures"
 
+    @property
+    def events(self) -> str:
+        """Return the capped stream of this queue's job and queue events (docs/EVENTS.md).
+
+        Appended by the script that makes each transition (XADD MAXLEN ~ the cap, auto ids),
+        in the queue's slot like every key that script touches; GET /events reads it.
+        """
+        return f"{self.prefix}events"
+
     def tombstone(self, job_id: str) -> str:
         """Return the short-lived marker a purge leaves so a repeated purge still succeeds."""
         return f"{self.prefix}purged:{job_id}"
@@ -157,6 +166,14 @@ class Keys:
     def ui_secret(self) -> str:
         """Return the string holding the dashboard's session-signing key (random, set once)."""
         return f"{self.global_prefix}ui_secret"
+
+    @property
+    def fleet_events(self) -> str:
+        """Return the capped stream of host events: joined, left, quiet, resumed (docs/EVENTS.md).
+
+        Appended by heartbeat.lua, which makes those changes, in the global slot it writes.
+        """
+        return f"{self.global_prefix}events"
 
     @property
     def workers(self) -> str:

@@ -10,6 +10,11 @@ Out of memory (``maxmemory`` with ``noeviction``): every script opens with a ``#
 so Redis refuses it whole rather than letting it write half its effects. enqueue has no flags:
 producers get a clear refusal. Every other script is ``allow-oom``: they move existing jobs
 (and trim), so workers keep draining the queue while new work is refused.
+
+Events (docs/EVENTS.md): each transition script appends its own event to the queue's stream
+(``Keys.events``), passed as its last key, with ``Policy.events_cap`` as its last argument;
+with events off (a cap of 0, TASKFORGE_EVENTS=off) neither is passed and it writes none.
+heartbeat.lua always gets the hosts' stream (``Keys.fleet_events``) and the cap, 0 when off.
 """
 
 from __future__ import annotations
@@ -179,6 +184,18 @@ class Scripts:
         self.load()
         return False
 
+    def _events_key(self, k: Keys) -> list[str]:
+        """Return a script's last key: its queue's events stream, or none with events off."""
+        return [k.events] if self.policy.events_cap else []
+
+    def _events_cap(self) -> list[int]:
+        """Return a script's last argument: the events cap, or none with events off.
+
+        Off, the scripts get neither the key nor the cap, and write nothing: each costs Redis
+        about 1 % of a job's instructions to receive (bench.events_cost), so off is as before.
+        """
+        return [self.policy.events_cap] if self.policy.events_cap else []
+
     def q(self, queue: str) -> Keys:
         """Return the key builder of one queue (the global keys are the same on every one)."""
         return self.keys.for_queue(queue)
@@ -277,7 +294,15 @@ class Scripts:
         traceparent: str | None = None,
     ) -> tuple[list[str], list[Any]]:
         k = self.q(request.queue)
-        keys = [k.job(job_id), k.pending, k.pending_since, k.seq, k.wake, k.scheduled]
+        keys = [
+            k.job(job_id),
+            k.pending,
+            k.pending_since,
+            k.seq,
+            k.wake,
+            k.scheduled,
+            *self._events_key(k),
+        ]
         args = [
             job_id,
             request.type,
@@ -289,6 +314,7 @@ class Scripts:
             self.policy.wake_cap,
             _now(now_ms),
             traceparent or "",
+            *self._events_cap(),
         ]
         return keys, args
 
@@ -314,7 +340,15 @@ class Scripts:
         request_id = request_id or new_request_id()
         reply = self._call(
             "claim",
-            [k.pending, k.pending_since, k.processing, k.last_claim(worker_id), k.wake, k.paused],
+            [
+                k.pending,
+                k.pending_since,
+                k.processing,
+                k.last_claim(worker_id),
+                k.wake,
+                k.paused,
+                *self._events_key(k),
+            ],
             [
                 k.job_prefix,
                 worker_id,
@@ -323,6 +357,7 @@ class Scripts:
                 _now(now_ms),
                 runnable_arg(runnable),
                 self.policy.wake_cap,
+                *self._events_cap(),
             ],
         )
         if reply[0] == Code.PAUSED:
@@ -382,6 +417,7 @@ class Scripts:
                 k.pending_since,
                 k.wake,
                 k.paused,
+                *self._events_key(k),
             ],
             [
                 token,
@@ -392,6 +428,7 @@ class Scripts:
                 p.lease_ms,
                 runnable_arg(runnable),
                 p.wake_cap,
+                *self._events_cap(),
             ],
         )
         code = Code(reply[0])
@@ -422,7 +459,7 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "fail",
-            [k.job(job_id), k.processing, k.retrying, k.dead, k.failures],
+            [k.job(job_id), k.processing, k.retrying, k.dead, k.failures, *self._events_key(k)],
             [
                 token,
                 error,
@@ -435,6 +472,7 @@ class Scripts:
                 _now(now_ms),
                 cap_traceback(traceback),
                 ACTOR_CODES[actor],
+                *self._events_cap(),
             ],
         )
         code = Code(reply[0])
@@ -461,8 +499,15 @@ class Scripts:
                 k.seq,
                 k.wake,
                 k.reply(new_request_id()),
+                *self._events_key(k),
             ],
-            [k.job_prefix, limit or self.policy.batch_limit, self.policy.wake_cap, _now(now_ms)],
+            [
+                k.job_prefix,
+                limit or self.policy.batch_limit,
+                self.policy.wake_cap,
+                _now(now_ms),
+                *self._events_cap(),
+            ],
         )
         return PromoteResult(
             scheduled=ids(reply[0]),
@@ -485,7 +530,7 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "recover",
-            [*self._loss_keys(queue), k.reply(new_request_id())],
+            [*self._loss_keys(queue), k.reply(new_request_id()), *self._events_key(k)],
             [
                 k.job_prefix,
                 limit or p.batch_limit,
@@ -493,6 +538,7 @@ class Scripts:
                 p.dlq_max_age_ms,
                 p.wake_cap,
                 _now(now_ms),
+                *self._events_cap(),
             ],
         )
         return RecoverResult(
@@ -520,7 +566,16 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "release",
-            [k.job(job_id), k.processing, k.pending, k.pending_since, k.seq, k.wake, k.dead],
+            [
+                k.job(job_id),
+                k.processing,
+                k.pending,
+                k.pending_since,
+                k.seq,
+                k.wake,
+                k.dead,
+                *self._events_key(k),
+            ],
             [
                 token,
                 "drain" if drained else "crash",
@@ -530,6 +585,7 @@ class Scripts:
                 new_request_id(),
                 _now(now_ms),
                 ACTOR_CODES[actor],
+                *self._events_cap(),
             ],
         )
         code = Code(reply[0])
@@ -563,7 +619,7 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "release_worker",
-            [*self._loss_keys(queue), k.reply(new_request_id())],
+            [*self._loss_keys(queue), k.reply(new_request_id()), *self._events_key(k)],
             [
                 k.job_prefix,
                 worker_id,
@@ -572,6 +628,7 @@ class Scripts:
                 p.dlq_max_age_ms,
                 p.wake_cap,
                 _now(now_ms),
+                *self._events_cap(),
             ],
         )
         return [
@@ -583,8 +640,16 @@ class Scripts:
         k = self.q(queue)
         reply = self._call(
             "replay",
-            [k.job(job_id), k.dead, k.pending, k.pending_since, k.seq, k.wake],
-            [new_request_id(), self.policy.wake_cap, _now(now_ms)],
+            [
+                k.job(job_id),
+                k.dead,
+                k.pending,
+                k.pending_since,
+                k.seq,
+                k.wake,
+                *self._events_key(k),
+            ],
+            [new_request_id(), self.policy.wake_cap, _now(now_ms), *self._events_cap()],
         )
         return job_from_flat(checked(reply)[1], queue)
 
@@ -595,8 +660,16 @@ class Scripts:
         k = self.q(queue)
         reply = self._call(
             "cancel",
-            [k.job(job_id), k.pending, k.pending_since, k.scheduled, k.retrying, k.canceled],
-            [self._finished_ttl_ms(), _now(now_ms), new_request_id()],
+            [
+                k.job(job_id),
+                k.pending,
+                k.pending_since,
+                k.scheduled,
+                k.retrying,
+                k.canceled,
+                *self._events_key(k),
+            ],
+            [self._finished_ttl_ms(), _now(now_ms), new_request_id(), *self._events_cap()],
         )
         checked(reply)
         return CancelResult(job_from_flat(reply[1], queue), changed=reply[0] == Code.DONE)
@@ -606,8 +679,8 @@ class Scripts:
         k = self.q(queue)
         reply = self._call(
             "purge",
-            [k.job(job_id), k.dead, k.tombstone(job_id)],
-            [new_request_id(), TOMBSTONE_TTL_MS],
+            [k.job(job_id), k.dead, k.tombstone(job_id), *self._events_key(k)],
+            [new_request_id(), TOMBSTONE_TTL_MS, *self._events_cap()],
         )
         return text(checked(reply)[1]) or ""
 
@@ -670,8 +743,10 @@ class Scripts:
         k = self.keys
         pairs = [item for pair in fields.items() for item in pair]
         args = [worker_id, ttl_ms, "1" if leaving else "0", _now(now_ms)]
-        args += ["1" if quiet else "0", "1" if quiet_by_signal else "0", *pairs]
-        live, state = self._call("heartbeat", [k.workers, k.worker(worker_id)], args)
+        args += ["1" if quiet else "0", "1" if quiet_by_signal else "0", self.policy.events_cap]
+        live, state = self._call(
+            "heartbeat", [k.workers, k.worker(worker_id), k.fleet_events], [*args, *pairs]
+        )
         return HostBeat(int(live), text(state) == "1")
 
     def quiet_host(self, name: str, quiet: bool) -> bool | None:
@@ -688,13 +763,20 @@ class Scripts:
 
     def pause_queue(self, queue: str, *, now_ms: int | None = None) -> QueuePause:
         """Pause a queue: no claim takes from it until resume_queue (jobs still arrive)."""
-        reply = self._call("pause_queue", [self.q(queue).paused], [_now(now_ms)])
+        k = self.q(queue)
+        reply = self._call(
+            "pause_queue", [k.paused, *self._events_key(k)], [_now(now_ms), *self._events_cap()]
+        )
         return QueuePause(since_ms=int(reply[1]), changed=reply[2] == 1)
 
     def resume_queue(self, queue: str) -> bool:
         """Let workers claim from a queue again; return whether it was paused."""
         k = self.q(queue)
-        reply = self._call("resume_queue", [k.paused, k.pending, k.wake], [self.policy.wake_cap])
+        reply = self._call(
+            "resume_queue",
+            [k.paused, k.pending, k.wake, *self._events_key(k)],
+            [self.policy.wake_cap, *self._events_cap()],
+        )
         return reply[1] == 1
 
     def register_queue(self, queue: str) -> None:

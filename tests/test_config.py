@@ -46,7 +46,10 @@ DEFAULTS = {
     "handlers": (),
     "worker_queues": {"names": ("default",), "weights": None},
     "namespace": "taskforge",
+    "events": True,
+    "events_max": 100000,
     "api_token": None,
+    "events_streams": 64,
     "log_level": "INFO",
     "redis_url_defaulted": True,
     "warnings": (),
@@ -61,6 +64,21 @@ def test_variables_table_and_settings_list_the_same_fields_in_order() -> None:
     names = [f.name for f in dataclasses.fields(Settings)]
     assert [v.field for v in VARIABLES] == names[: len(VARIABLES)]
     assert names[len(VARIABLES) :] == ["redis_url_defaulted", "warnings"]
+
+
+@pytest.mark.parametrize(("text", "on"), [("on", True), ("OFF", False), ("Off", False)])
+def test_events_switch_is_on_or_off(text: str, on: bool) -> None:
+    settings = Settings.from_env({"TASKFORGE_EVENTS": text, "TASKFORGE_EVENTS_MAX": "500"})
+    assert (settings.events, settings.events_max) == (on, 500)
+    assert f"TASKFORGE_EVENTS={'on' if on else 'off'}" in config.summary(settings)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"), [("TASKFORGE_EVENTS", "no"), ("TASKFORGE_EVENTS_MAX", "0")]
+)
+def test_events_settings_refuse_a_bad_value(name: str, text: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        Settings.from_env({name: text})
 
 
 def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:

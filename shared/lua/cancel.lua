@@ -11,20 +11,23 @@
 -- KEYS[4] -> {prefix}scheduled       zset, id -> scheduled_at (ms)
 -- KEYS[5] -> {prefix}retrying        zset, id -> next_retry_at (ms)
 -- KEYS[6] -> {prefix}canceled        zset, id -> canceled at (ms); trimmed by trim.lua
+-- KEYS[7] -> {prefix}events          capped stream of the queue's events
 --
 -- ARGV[1] -> TTL of the job hash (ms): retention plus a margin, a backstop behind trim.lua
 -- ARGV[2] -> now (ms) override, or '' for Redis TIME
 -- ARGV[3] -> request id: a repeat of the call that canceled the job answers DONE again
+-- ARGV[4] -> events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, HGETALL of the job}, {DUPLICATE, HGETALL} when it was already canceled,
 -- {NOT_FOUND}, or {WRONG_STATE, current status}.
 -- History: canceled (api), with the job's attempts so far.
+-- Event: canceled; a repeat, or a job already canceled, writes none.
 
 --- @include "codes"
 --- @include "common"
 
 local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'seq', 'last_request', 'attempts',
-  'history', 'created_at')
+  'history', 'created_at', 'type')
 local status, job_id = state[1], state[2]
 if not status then
   return {NOT_FOUND}
@@ -50,4 +53,5 @@ redis.call('HSET', KEYS[1], 'status', 'canceled', 'finished_at', now, 'updated_a
 redis.call('HDEL', KEYS[1], 'seq', 'next_retry_at')
 redis.call('ZADD', KEYS[6], now, job_id)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
+emit(KEYS[7], ARGV[4], 'e', 'canceled', 'j', job_id, 't', state[8] or '')
 return {DONE, redis.call('HGETALL', KEYS[1])}

@@ -20,6 +20,7 @@
 -- KEYS[4] -> {prefix}claim:<worker>   string "<request id>|<job id>", lives one lease
 -- KEYS[5] -> {prefix}wake             capped list of wake-up hints; emptied when none is claimable
 -- KEYS[6] -> {prefix}paused           string, present while the queue is paused
+-- KEYS[7] -> {prefix}events           capped stream of the queue's events
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); the popped id's hash is built from it, inside the
 --            same hash tag (the one exception to "every key in KEYS": only Redis knows the id)
@@ -29,15 +30,18 @@
 -- ARGV[5] -> now (ms) override, or '' for Redis TIME
 -- ARGV[6] -> the job types this worker runs, as '|a|b|'; '' takes any type
 -- ARGV[7] -> wake-up hint cap (a refused job gives its hint back, capped as enqueue does)
+-- ARGV[8] -> events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, v1, ..., v14}: the code, then the claim reply's values (the job's fields in a
 --         fixed order: see includes/claim.lua), in one flat list; {EMPTY}; {PAUSED}, when
 --         the queue is paused (a repeated call still gets the job its first call claimed); or
 --         {NOT_RUNNABLE, type} when the best job is of a type not in ARGV[6] (nothing claimed).
--- Redis commands: 8 when a job is claimed (MGET, ZPOPMIN, HMGET, ZREM, TIME, HSET, ZADD, SET),
--- 3 when none is (MGET, ZPOPMIN, DEL), 1 when paused (MGET), 5 when the best job is refused
--- (MGET, ZPOPMIN, HMGET, ZADD, LPUSH; an LTRIM past the hint cap); tests/engine/test_budgets.py
--- holds them to it.
+-- Event: claimed (with attempt and worker) when a job is claimed; none otherwise, nor for a
+-- repeated call.
+-- Redis commands: 9 when a job is claimed (MGET, ZPOPMIN, HMGET, ZREM, TIME, HSET, ZADD, XADD,
+-- SET; 8 with events off), 3 when none is (MGET, ZPOPMIN, DEL), 1 when paused (MGET), 5 when
+-- the best job is refused (MGET, ZPOPMIN, HMGET, ZADD, LPUSH; an LTRIM past the hint cap);
+-- tests/engine/test_budgets.py holds them to it.
 
 --- @include "codes"
 --- @include "common"
@@ -66,8 +70,9 @@ if paused then
   return {PAUSED}
 end
 
-local job, refused = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5]}, prefix, worker_id,
-  tonumber(ARGV[3]), function() return now_ms(ARGV[5]) end, ARGV[6], tonumber(ARGV[7]))
+local job, refused = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7]}, prefix,
+  worker_id, tonumber(ARGV[3]), function() return now_ms(ARGV[5]) end, ARGV[6],
+  tonumber(ARGV[7]), ARGV[8])
 if refused then
   return {NOT_RUNNABLE, refused}
 end

@@ -17,6 +17,7 @@
 -- KEYS[5] -> {prefix}pending_since    zset, id -> claimable since (ms)           (claim only)
 -- KEYS[6] -> {prefix}wake             capped list of wake-up hints              (claim only)
 -- KEYS[7] -> {prefix}paused           string, present while the queue is paused  (claim only)
+-- KEYS[8] -> {prefix}events           capped stream of the queue's events (absent: events off)
 --
 -- ARGV[1] -> fencing token
 -- ARGV[2] -> result (JSON text)
@@ -26,6 +27,7 @@
 -- ARGV[6] -> lease length (ms)                                                    (claim only)
 -- ARGV[7] -> the job types the worker runs, '|a|b|'; '' takes any type            (claim only)
 -- ARGV[8] -> wake-up hint cap (a refused job gives a hint back)                   (claim only)
+-- ARGV[9] -> events stream cap; '0' or absent: events off, no event and no read for one
 --
 -- A completed job keeps what its JSON shows, its token (a repeated or stale call is told apart
 -- by it) and eligible_at; it drops its id (the key holds it), seq and worker_id, and has no
@@ -36,23 +38,39 @@
 --         claimed, {NOT_RUNNABLE, type} when it completed the job but the next one is of a type
 --         not in ARGV[7] (nothing claimed), {NOT_FOUND}, or {STALE_TOKEN, current status}.
 -- History: completed (worker), then claimed (worker) for the next job, each in its job's HSET.
--- Redis commands: 12 when it completes and claims (HMGET, TIME, HSET, HDEL, ZREM, ZADD,
--- then EXISTS, ZPOPMIN, HMGET, ZREM, HSET, ZADD), 9 when nothing is left to claim (EXISTS,
--- ZPOPMIN, DEL), 7 when the queue is paused (EXISTS), 6 when asked to claim nothing, 11 when
--- the next job is refused (EXISTS, ZPOPMIN, HMGET, ZADD, LPUSH).
+-- Events: the same two, each after its job's writes (completed with the worker that ran it:
+-- ARGV[5] when given, else the hash's worker_id); a repeated call writes none.
+-- Redis commands: 14 when it completes and claims (HMGET, TIME, HSET, HDEL, ZREM, ZADD, XADD,
+-- then EXISTS, ZPOPMIN, HMGET, ZREM, HSET, ZADD, XADD), 10 when nothing is left to claim
+-- (EXISTS, ZPOPMIN, DEL), 8 when the queue is paused (EXISTS), 7 when asked to claim nothing,
+-- 12 when the next job is refused (EXISTS, ZPOPMIN, HMGET, ZADD, LPUSH). With events off, one
+-- XADD less for each job completed or claimed: 12, 9, 7, 6 and 11.
 
 --- @include "codes"
 --- @include "common"
 --- @include "claim"
 
-local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'history', 'created_at')
+-- With events on, the event's fields are read in the same HMGET: the type, and the worker's id
+-- unless the call names it (a worker claiming its next job completes its own). Only then: a
+-- field read is a scan of the hash, and worker_id is at its end, behind the payload.
+local events_cap, worker_id = ARGV[9], ARGV[5]
+local state
+if not events_cap or events_cap == '0' then
+  state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'history', 'created_at')
+elseif worker_id ~= '' then
+  state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'history', 'created_at', 'type')
+  state[7] = worker_id
+else
+  state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'history', 'created_at', 'type',
+    'worker_id')
+end
 if not state[1] then
   return {NOT_FOUND}
 end
 if state[2] ~= ARGV[1] then
   return {STALE_TOKEN, state[1]}
 end
-local prefix, worker_id = ARGV[4], ARGV[5]
+local prefix = ARGV[4]
 if state[1] == 'completed' then
   -- A repeat: this call already ran. Nothing more to write; give back what it claimed.
   local job = worker_id ~= '' and claimed_before(KEYS[2], prefix, worker_id)
@@ -75,14 +93,16 @@ redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_
 redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id')
 redis.call('ZREM', KEYS[2], state[3])
 redis.call('ZADD', KEYS[3], stamp, state[3])
+emit(KEYS[8], events_cap, 'e', 'completed', 'j', state[3], 't', state[6] or '', 'w',
+  state[7] or '')
 if worker_id ~= '' then
   -- The one command issue 14 adds to the hot path: complete reads no key of the queue's that
   -- could carry the flag for free (claim.lua reads it in the MGET it already made).
   if redis.call('EXISTS', KEYS[7]) == 1 then
     return {DONE, PAUSED}
   end
-  local job, refused = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6]}, prefix, worker_id,
-    tonumber(ARGV[6]), now, ARGV[7], tonumber(ARGV[8]))
+  local job, refused = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6], KEYS[8]}, prefix,
+    worker_id, tonumber(ARGV[6]), now, ARGV[7], tonumber(ARGV[8]), events_cap)
   if refused then
     return {NOT_RUNNABLE, refused}
   end

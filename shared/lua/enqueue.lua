@@ -14,6 +14,7 @@
 -- KEYS[4] -> {ns:queue}:v2:seq             FIFO counter
 -- KEYS[5] -> {ns:queue}:v2:wake            capped list of wake-up hints
 -- KEYS[6] -> {ns:queue}:v2:scheduled       zset, id -> scheduled_at (ms)
+-- KEYS[7] -> {ns:queue}:v2:events          capped stream of the queue's events
 --
 -- ARGV[1] -> job id (UUIDv4, chosen by the caller)
 -- ARGV[2] -> type
@@ -26,12 +27,14 @@
 -- ARGV[9] -> now (ms) override, or '' for Redis TIME
 -- ARGV[10] -> optional: W3C traceparent of the enqueue span, stored as field `traceparent`
 --             (absent or '' when tracing is off: nothing is stored)
+-- ARGV[11] -> events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, id, status, created_at, existed}: existed is 1 when the job was already there
 --         (a repeat of this call, or of the request an idempotency key names), else 0.
--- History: enqueued or scheduled (api), the job's first entry, in the one HSET.
--- Redis commands for a new pending job: 7 (HMGET, TIME, INCR, ZADD, ZADD, LPUSH, HSET; an LTRIM
--- more once per half-cap enqueues while no worker takes the hints).
+-- History and event: enqueued or scheduled (api), the job's first entry, in the one HSET; a
+-- repeat writes neither.
+-- Redis commands for a new pending job: 8 (HMGET, TIME, INCR, ZADD, ZADD, LPUSH, HSET, XADD; an
+-- LTRIM more once per half-cap enqueues while no worker takes the hints); 7 with events off.
 
 --- @include "codes"
 --- @include "common"
@@ -78,5 +81,7 @@ else
 end
 -- The whole hash in one write: every field this job starts with.
 redis.call('HSET', job_key, unpack(fields))
+emit(KEYS[7], ARGV[11], 'e', status == 'scheduled' and 'scheduled' or 'enqueued', 'j', job_id,
+  't', ARGV[2])
 
 return {DONE, job_id, status, now, 0}

@@ -15,6 +15,7 @@
 -- KEYS[4] -> {prefix}dead         zset, id -> time of death (ms)
 -- KEYS[5] -> {prefix}failures     hash, second (epoch s) -> failed executions; trim.lua forgets
 --                                  seconds past the last minute
+-- KEYS[6] -> {prefix}events       capped stream of the queue's events
 --
 -- ARGV[1] -> fencing token
 -- ARGV[2] -> error text, "Type: message" (already length-capped by the caller)
@@ -28,20 +29,27 @@
 -- ARGV[10] -> the handler's traceback (already capped by the caller), or '' for none
 -- ARGV[11] -> who reports the failure, history's actor letter: 'w' the worker, 'v' the
 --             supervisor (a timeout: it killed the worker)
+-- ARGV[12] -> events stream cap; '0' or absent: no event
 --
 -- Returns {RETRYING, type, attempts, next_retry_at}, {DEAD, type, attempts}, {NOT_FOUND}, or
 --         {STALE_TOKEN, current status}: the type and attempt number are what the caller logs
 --         and counts, so it needs no read of its own.
 -- History: retrying or dead, with the error's type, in the HSET either path makes.
--- Redis commands: 7 to retry (HMGET, TIME, ZREM, HINCRBY, HSET, [HDEL], ZADD), 8 to declare
--- it dead (HMGET, TIME, ZREM, HINCRBY, HSET, HDEL, ZADD, PEXPIRE): the HINCRBY is issue 14's
--- one extra command on fail (no key fail.lua touches can count failures for free).
+-- Event: retrying or dead, with the attempt that failed and its worker; a repeat writes none.
+-- Redis commands: 8 to retry (HMGET, TIME, ZREM, HINCRBY, HSET, [HDEL], ZADD, XADD), 9 to
+-- declare it dead (HMGET, TIME, ZREM, HINCRBY, HSET, HDEL, ZADD, PEXPIRE, XADD); one less each
+-- with events off. The HINCRBY is issue 14's one extra command on fail (no key fail.lua
+-- touches can count failures for free).
 
 --- @include "codes"
 --- @include "common"
 
+-- The worker's id (the event's) is read only with events on: it is at the end of the hash,
+-- behind the payload, a scan. Off, 'id' again takes its place (early, so cheap).
+local events_cap = ARGV[12]
+local events_on = events_cap and events_cap ~= '0'
 local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'attempts', 'max_retries',
-  'next_retry_at', 'type', 'history', 'created_at')
+  'next_retry_at', 'type', 'history', 'created_at', events_on and 'worker_id' or 'id')
 if not state[1] then
   return {NOT_FOUND}
 end
@@ -71,6 +79,8 @@ end
 
 if ARGV[7] == '1' or attempts >= tonumber(state[5]) then
   make_dead(KEYS[4], KEYS[1], job_id, ARGV[2], ARGV[10], now, ARGV[8], history('x'))
+  emit(KEYS[6], events_cap, 'e', 'dead', 'j', job_id, 't', job_type or '', 'a', state[4],
+    'w', state[10] or '')
   return {DEAD, job_type, attempts}
 end
 
@@ -90,4 +100,6 @@ else
   redis.call('HDEL', KEYS[1], 'traceback')
 end
 redis.call('ZADD', KEYS[3], due, job_id)
+emit(KEYS[6], events_cap, 'e', 'retrying', 'j', job_id, 't', job_type or '', 'a', state[4],
+  'w', state[10] or '')
 return {RETRYING, job_type, attempts, due}

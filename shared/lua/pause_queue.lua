@@ -8,10 +8,13 @@
 -- Pausing a paused queue changes nothing (it keeps the time it was first paused).
 --
 -- KEYS[1] -> {ns:queue}:v2:paused   string, paused since (ms)
+-- KEYS[2] -> {ns:queue}:v2:events   capped stream of the queue's events
 --
 -- ARGV[1] -> now (ms) override, or '' for Redis TIME
+-- ARGV[2] -> events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, paused since (ms), 1 when this call paused it or 0 when it already was}.
+-- Event: queue_paused, when this call paused it.
 
 --- @include "codes"
 --- @include "common"
@@ -22,4 +25,5 @@ if since then
 end
 local now = now_ms(ARGV[1])
 redis.call('SET', KEYS[1], string.format('%d', now))
+emit(KEYS[2], ARGV[2], 'e', 'queue_paused')
 return {DONE, now, 1}

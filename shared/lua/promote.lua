@@ -13,17 +13,20 @@
 -- KEYS[5] -> {prefix}seq             FIFO counter
 -- KEYS[6] -> {prefix}wake            capped list of wake-up hints
 -- KEYS[7] -> {prefix}reply:<request>  this call's answer, kept 15 s for a repeated call
+-- KEYS[8] -> {prefix}events          capped stream of the queue's events
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1..2] are built from
 --            it, inside the same hash tag
 -- ARGV[2] -> most jobs to promote from each set in this call
 -- ARGV[3] -> wake list cap
 -- ARGV[4] -> now (ms) override, or '' for Redis TIME
+-- ARGV[5] -> events stream cap; '0' or absent: no event
 --
 -- Returns {scheduled ids, retrying ids, scheduled lateness (ms), retrying lateness (ms),
 -- scheduled types, retrying types}: lateness = now - due time, and type = the job's type, one
 -- entry per promoted id, in the same order.
 -- History: promoted (scheduler), with the job's attempts so far, in make_pending's HSET.
+-- Event: promoted, one per job (an XADD each; a repeated call, answered from KEYS[7], none).
 
 --- @include "codes"
 --- @include "common"
@@ -64,6 +67,7 @@ for _, entry in ipairs(due) do
     redis.call('HDEL', job_key, 'next_retry_at')
     make_pending(pending_keys, job_key, entry.id, now, wake_cap, false,
       history_add(state[4], 'ps', state[5], now, state[3]))
+    emit(KEYS[8], ARGV[5], 'e', 'promoted', 'j', entry.id, 't', state[2] or '')
     local out = promoted[entry.status]
     out[1][#out[1] + 1] = entry.id
     out[2][#out[2] + 1] = now - entry.at

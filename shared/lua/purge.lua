@@ -8,14 +8,18 @@
 -- KEYS[2] -> {prefix}dead           zset, id -> time of death (ms)
 -- KEYS[3] -> {prefix}purged:<id>    tombstone "<request id>|<type>": who deleted the job, and
 --                                   the type a repeated call answers with
+-- KEYS[4] -> {prefix}events         capped stream of the queue's events
 --
 -- ARGV[1] -> request id
 -- ARGV[2] -> tombstone TTL (ms)
+-- ARGV[3] -> events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, type}, {NOT_FOUND}, or {WRONG_STATE, current status}. A repeated call answers
 -- as the first did (the tombstone, not the job, holds the type then: the hash is gone).
+-- Event: purged, when this call deleted the job (a repeat writes none).
 
 --- @include "codes"
+--- @include "common"
 
 local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'type')
 if not state[1] then
@@ -32,4 +36,5 @@ end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], state[2])
 redis.call('SET', KEYS[3], ARGV[1] .. '|' .. state[3], 'PX', ARGV[2])
+emit(KEYS[4], ARGV[3], 'e', 'purged', 'j', state[2], 't', state[3] or '')
 return {DONE, state[3]}

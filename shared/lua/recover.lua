@@ -14,6 +14,7 @@
 -- KEYS[5] -> {prefix}wake            capped list of wake-up hints
 -- KEYS[6] -> {prefix}dead            zset, id -> time of death (ms)
 -- KEYS[7] -> {prefix}reply:<request>  this call's answer, kept 15 s for a repeated call
+-- KEYS[8] -> {prefix}events          capped stream of the queue's events
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1] are built from it
 -- ARGV[2] -> most jobs to recover in this call
@@ -21,10 +22,11 @@
 -- ARGV[4] -> TTL of a dead job's hash (ms)
 -- ARGV[5] -> wake list cap
 -- ARGV[6] -> now (ms) override, or '' for Redis TIME
+-- ARGV[7] -> events stream cap; '0' or absent: no event
 --
 -- Returns {requeued ids, dead ids, requeued types, dead types}: each types list holds the job
 -- type of the id at the same position (for per-type counters, without a read per job).
--- History: recovered, or dead past the cap (scheduler).
+-- History and event: recovered, or dead past the cap (scheduler); one XADD per job.
 
 --- @include "codes"
 --- @include "common"
@@ -35,7 +37,7 @@ if saved then
 end
 local prefix = ARGV[1]
 local now = now_ms(ARGV[6])
-local loss_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
+local loss_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]}
 local requeued, dead, requeued_types, dead_types = {}, {}, {}, {}
 
 -- A lease that ends exactly now is still held: expired means deadline < now.
@@ -46,7 +48,7 @@ for _, job_id in ipairs(expired) do
   local state = redis.call('HMGET', job_key, 'status', 'type')
   if state[1] == 'processing' then
     local outcome = lose_worker(loss_keys, job_key, job_id, true, tonumber(ARGV[3]), ARGV[4],
-      tonumber(ARGV[5]), now, 's')
+      tonumber(ARGV[5]), now, 's', ARGV[7])
     if outcome == DEAD then
       dead[#dead + 1] = job_id
       dead_types[#dead_types + 1] = state[2]

@@ -13,6 +13,7 @@
 -- KEYS[5] -> {prefix}seq             FIFO counter
 -- KEYS[6] -> {prefix}wake            capped list of wake-up hints
 -- KEYS[7] -> {prefix}dead            zset, id -> time of death (ms)
+-- KEYS[8] -> {prefix}events          capped stream of the queue's events
 --
 -- ARGV[1] -> fencing token the lost worker held
 -- ARGV[2] -> 'crash' (counts a recovery) or 'drain' (counts nothing)
@@ -23,9 +24,11 @@
 -- ARGV[7] -> now (ms) override, or '' for Redis TIME
 -- ARGV[8] -> who releases it, history's actor letter: 'w' the worker itself (a job it claimed
 --            and will not run: it is stopping), 'v' the supervisor
+-- ARGV[9] -> events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, type} (requeued), {DEAD, type}, {NOT_FOUND}, or {STALE_TOKEN, current status}.
--- History: released (a drain), recovered (a crash), or dead past the cap.
+-- History and event: released (a drain), recovered (a crash), or dead past the cap; a repeat
+-- writes neither.
 
 --- @include "codes"
 --- @include "common"
@@ -44,6 +47,7 @@ end
 local now = now_ms(ARGV[7])
 redis.call('ZREM', KEYS[2], state[3])
 redis.call('HSET', KEYS[1], 'last_request', ARGV[6])
-local outcome = lose_worker({KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]}, KEYS[1], state[3],
-  ARGV[2] == 'crash', tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), now, ARGV[8])
+local outcome = lose_worker({KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]}, KEYS[1],
+  state[3], ARGV[2] == 'crash', tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), now, ARGV[8],
+  ARGV[9])
 return {outcome, state[5]}

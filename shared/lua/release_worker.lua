@@ -16,6 +16,7 @@
 -- KEYS[5] -> {prefix}wake             capped list of wake-up hints
 -- KEYS[6] -> {prefix}dead             zset, id -> time of death (ms)
 -- KEYS[7] -> {prefix}reply:<request>  this call's answer, kept 15 s for a repeated call
+-- KEYS[8] -> {prefix}events           capped stream of the queue's events
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1] are built from it
 -- ARGV[2] -> the dead worker's id
@@ -24,10 +25,12 @@
 -- ARGV[5] -> TTL of a dead job's hash (ms)
 -- ARGV[6] -> wake list cap
 -- ARGV[7] -> now (ms) override, or '' for Redis TIME
+-- ARGV[8] -> events stream cap; '0' or absent: no event
 --
 -- Returns {{code, job id, type}, ...}: one entry per job released, code DONE (requeued) or
 -- DEAD (past the recovery cap); empty when the worker held nothing.
--- History: released (a drain), recovered (a crash), or dead past the cap (supervisor).
+-- History and event: released (a drain), recovered (a crash), or dead past the cap
+-- (supervisor); one XADD per job.
 
 --- @include "codes"
 --- @include "common"
@@ -38,7 +41,7 @@ if saved then
   return saved
 end
 local released = {}
-local loss_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]}
+local loss_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]}
 local held = held_by(KEYS[1], ARGV[1], ARGV[2])
 if #held == 0 then
   return released
@@ -48,7 +51,7 @@ for _, job in ipairs(held) do
   local job_key, job_id, job_type = job[1], job[2], job[3]
   redis.call('ZREM', KEYS[1], job_id)
   local outcome = lose_worker(loss_keys, job_key, job_id, ARGV[3] == 'crash', tonumber(ARGV[4]),
-    ARGV[5], tonumber(ARGV[6]), now, 'v')
+    ARGV[5], tonumber(ARGV[6]), now, 'v', ARGV[8])
   released[#released + 1] = {outcome, job_id, job_type}
 end
 return remember_reply(KEYS[7], released)

@@ -12,19 +12,22 @@
 -- KEYS[4] -> {prefix}pending_since   zset, id -> claimable since (ms)
 -- KEYS[5] -> {prefix}seq             FIFO counter
 -- KEYS[6] -> {prefix}wake            capped list of wake-up hints
+-- KEYS[7] -> {prefix}events          capped stream of the queue's events
 --
 -- ARGV[1] -> request id
 -- ARGV[2] -> wake list cap
 -- ARGV[3] -> now (ms) override, or '' for Redis TIME
+-- ARGV[4] -> events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, HGETALL of the job}, {NOT_FOUND}, or {WRONG_STATE, current status}.
 -- History: replayed (api), attempt 0; the history before it is kept.
+-- Event: replayed; a repeat writes none.
 
 --- @include "codes"
 --- @include "common"
 
 local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'last_request', 'history',
-  'created_at')
+  'created_at', 'type')
 if not state[1] then
   return {NOT_FOUND}
 end
@@ -43,4 +46,5 @@ redis.call('HDEL', KEYS[1], 'last_error', 'traceback', 'result', 'started_at', '
   'next_retry_at', 'worker_id')
 make_pending({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, KEYS[1], state[2], now, tonumber(ARGV[2]),
   false, history_add(state[4], 'ya', state[5], now, 0))
+emit(KEYS[7], ARGV[4], 'e', 'replayed', 'j', state[2], 't', state[6] or '')
 return {DONE, redis.call('HGETALL', KEYS[1])}

@@ -4,6 +4,11 @@ The hot path's cost is its Redis commands: each one is Redis CPU, which two work
 already saturate on two cores. Every budget is checked on the production path: no `now_ms`
 override, so Redis TIME is counted where it runs in production. A test that fails prints the
 per-command breakdown, so the command that crept in is named.
+
+Issue 15 (live events): every test runs twice, with events on and off. The constants below are
+the budgets with events off, as before; with events on each budget grows by exactly the events
+the call writes (one XADD each: `budget()`), and the XADDs are counted apart, so an event that
+costs more than its XADD fails here.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ FAIL = 8
 CLAIM_REFUSED = 5
 COMPLETE_AND_REFUSE = 11
 RUNNABLE = frozenset({"t", "pdf"})
+EVENTS_CAP = 1_000
 
 
 def commands_of(r: redis.Redis, call: Callable[[], Any]) -> Counter[str]:
@@ -63,11 +69,19 @@ def assert_within(counts: Counter[str], budget: int) -> None:
     assert total <= budget, f"{total} Redis commands, budget {budget}: {breakdown}"
 
 
-@pytest.fixture
-def engine(scripts: Scripts) -> Scripts:
-    """The engine with every script already in Redis's cache (no SCRIPT LOAD counted)."""
-    scripts.load()
-    return scripts
+@pytest.fixture(params=["events-on", "events-off"])
+def engine(request: pytest.FixtureRequest, make_scripts: Callable[..., Scripts]) -> Scripts:
+    """The engine with every script already in Redis's cache (no SCRIPT LOAD counted), with
+    events on (the default) or off (TASKFORGE_EVENTS=off: a cap of 0)."""
+    return make_scripts(events_cap=EVENTS_CAP if request.param == "events-on" else 0)
+
+
+def budget(engine: Scripts, counts: Counter[str], events_off: int, events: int) -> int:
+    """Return the budget of a call that writes `events` events: `events_off` plus one XADD per
+    event when events are on. Asserts the XADDs themselves: exactly that many, or none."""
+    on = engine.policy.events_cap > 0
+    assert counts["xadd"] == (events if on else 0), counts
+    return events_off + events if on else events_off
 
 
 def claimed(engine: Scripts, jid: str) -> int:
@@ -79,7 +93,7 @@ def claimed(engine: Scripts, jid: str) -> int:
 
 def test_enqueue_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
     counts = commands_of(r, lambda: engine.enqueue(request(), J1))
-    assert_within(counts, ENQUEUE)
+    assert_within(counts, budget(engine, counts, ENQUEUE, 1))
     assert counts["time"] == 1  # Redis's clock, not the caller's
 
 
@@ -87,7 +101,7 @@ def test_enqueue_with_an_idempotency_key_is_within_its_budget(
     r: redis.Redis, engine: Scripts
 ) -> None:
     counts = commands_of(r, lambda: engine.enqueue(request(), J1, idempotency_key="k1"))
-    assert_within(counts, ENQUEUE_IDEMPOTENT)
+    assert_within(counts, budget(engine, counts, ENQUEUE_IDEMPOTENT, 1))
 
 
 def test_enqueue_with_every_optional_field_still_writes_the_hash_once(
@@ -96,20 +110,20 @@ def test_enqueue_with_every_optional_field_still_writes_the_hash_once(
     job = request(timeout=5)
     trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     counts = commands_of(r, lambda: engine.enqueue(job, J1, traceparent=trace))
-    assert_within(counts, ENQUEUE)
+    assert_within(counts, budget(engine, counts, ENQUEUE, 1))
     assert counts["hset"] == 1
 
 
 def test_claim_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
     engine.enqueue(request(), J1)
     counts = commands_of(r, lambda: engine.claim("w1"))
-    assert_within(counts, CLAIM)
+    assert_within(counts, budget(engine, counts, CLAIM, 1))
     assert counts["hmget"] == 1 and counts["hset"] == 1  # the job is read once, written once
 
 
 def test_an_empty_claim_costs_three_commands(r: redis.Redis, engine: Scripts) -> None:
     counts = commands_of(r, lambda: engine.claim("w1"))
-    assert_within(counts, 3)
+    assert_within(counts, budget(engine, counts, 3, 0))
 
 
 def test_complete_and_claim_next_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
@@ -118,7 +132,7 @@ def test_complete_and_claim_next_is_within_its_budget(r: redis.Redis, engine: Sc
     result: list[Any] = []
     counts = commands_of(r, lambda: result.append(engine.complete(J1, token, claim_next_for="w1")))
     assert result[0].next_job.id == J2  # it did claim: the budget covers the whole fused path
-    assert_within(counts, COMPLETE_AND_CLAIM)
+    assert_within(counts, budget(engine, counts, COMPLETE_AND_CLAIM, 2))
     assert counts["time"] == 1
 
 
@@ -133,7 +147,7 @@ def test_fail_is_within_its_budget(r: redis.Redis, engine: Scripts, attempts_lef
         r, lambda: results.append(engine.fail(J3, job.token, "E: boom", traceback="tb"))
     )
     assert results[0].code is expected
-    assert_within(counts, FAIL)
+    assert_within(counts, budget(engine, counts, FAIL, 1))
 
 
 def test_a_claim_with_runnable_types_costs_nothing_more(r: redis.Redis, engine: Scripts) -> None:
@@ -141,7 +155,7 @@ def test_a_claim_with_runnable_types_costs_nothing_more(r: redis.Redis, engine: 
     result: list[Any] = []
     counts = commands_of(r, lambda: result.append(engine.claim("w1", runnable=RUNNABLE)))
     assert result[0].id == J1
-    assert_within(counts, CLAIM)
+    assert_within(counts, budget(engine, counts, CLAIM, 1))
 
 
 def test_complete_and_claim_next_with_runnable_types_costs_nothing_more(
@@ -155,7 +169,7 @@ def test_complete_and_claim_next_with_runnable_types_costs_nothing_more(
         lambda: result.append(engine.complete(J1, token, claim_next_for="w1", runnable=RUNNABLE)),
     )
     assert result[0].next_job.id == J2
-    assert_within(counts, COMPLETE_AND_CLAIM)
+    assert_within(counts, budget(engine, counts, COMPLETE_AND_CLAIM, 2))
 
 
 def test_a_claim_that_leaves_the_job_to_another_worker_is_within_its_budget(
@@ -165,7 +179,7 @@ def test_a_claim_that_leaves_the_job_to_another_worker_is_within_its_budget(
     result: list[Any] = []
     counts = commands_of(r, lambda: result.append(engine.claim("w1", runnable=RUNNABLE)))
     assert result[0] == NotRunnable("default", "email")
-    assert_within(counts, CLAIM_REFUSED)
+    assert_within(counts, budget(engine, counts, CLAIM_REFUSED, 0))
     assert counts["time"] == 0  # nothing starts: Redis's clock is not read
 
 
@@ -180,7 +194,7 @@ def test_complete_whose_next_job_is_left_to_another_worker_is_within_its_budget(
         lambda: result.append(engine.complete(J1, token, claim_next_for="w1", runnable=RUNNABLE)),
     )
     assert result[0].next_job == NotRunnable("default", "email")
-    assert_within(counts, COMPLETE_AND_REFUSE)
+    assert_within(counts, budget(engine, counts, COMPLETE_AND_REFUSE, 1))
 
 
 def test_a_claim_checks_the_pause_at_no_cost(r: redis.Redis, engine: Scripts) -> None:
@@ -197,7 +211,8 @@ def test_a_claim_from_a_paused_queue_costs_one_command(r: redis.Redis, engine: S
         with pytest.raises(QueuePaused):
             engine.claim("w1")
 
-    assert_within(commands_of(r, claim), 1)
+    counts = commands_of(r, claim)
+    assert_within(counts, budget(engine, counts, 1, 0))
 
 
 def test_complete_without_a_claim_pays_nothing_for_the_pause(
@@ -205,5 +220,38 @@ def test_complete_without_a_claim_pays_nothing_for_the_pause(
 ) -> None:
     token = claimed(engine, J1)
     counts = commands_of(r, lambda: engine.complete(J1, token))
-    assert_within(counts, 6)
+    assert_within(counts, budget(engine, counts, 6, 1))
     assert "exists" not in counts
+
+
+# Issue 15: the registry heartbeat. The hosts it forgets are read before they are removed, to
+# name them in worker_left events: with events on, the read (ZRANGEBYSCORE) takes the removal's
+# place, which runs only when there is a host to forget, so a usual beat costs what it did.
+HEARTBEAT = 9
+HOST_TTL = 15_000
+
+
+def test_a_heartbeat_of_a_known_host_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    engine.heartbeat("h1", {"pid": 1}, HOST_TTL)
+    counts = commands_of(r, lambda: engine.heartbeat("h1", {"pid": 1}, HOST_TTL))
+    assert_within(counts, budget(engine, counts, HEARTBEAT, 0))
+    assert counts["zremrangebyscore" if engine.policy.events_cap == 0 else "zrangebyscore"] == 1
+
+
+def test_a_joining_host_pays_one_event(r: redis.Redis, engine: Scripts) -> None:
+    counts = commands_of(r, lambda: engine.heartbeat("h1", {"pid": 1}, HOST_TTL))
+    assert_within(counts, budget(engine, counts, HEARTBEAT, 1))
+
+
+def test_forgetting_silent_hosts_costs_a_read_and_an_event_each(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    engine.heartbeat("h1", {"pid": 1}, HOST_TTL)
+    # Two hosts heard from long ago (their own beats keep h1, whose beat is later).
+    engine.heartbeat("old1", {}, HOST_TTL, now_ms=1_000)
+    engine.heartbeat("old2", {}, HOST_TTL, now_ms=1_000)
+    counts = commands_of(r, lambda: engine.heartbeat("h1", {"pid": 1}, HOST_TTL))
+    # With events on: the read, then the removal and one worker_left per host.
+    extra_read = 1 if engine.policy.events_cap else 0
+    assert_within(counts, budget(engine, counts, HEARTBEAT + extra_read, 2))
+    assert counts["zremrangebyscore"] == 1

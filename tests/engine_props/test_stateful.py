@@ -66,6 +66,8 @@ DLQ_AGE = 120_000
 DLQ_MAX = 1
 WAKE_CAP = 4
 BATCH = 3
+# Small, so the runs pass it: the events stream is capped (XADD MAXLEN ~, one macro node over).
+EVENTS_CAP = 10
 POLICY = Policy(
     lease_ms=LEASE,
     retry_base_ms=BASE,
@@ -76,6 +78,7 @@ POLICY = Policy(
     dlq_max_jobs=DLQ_MAX,
     wake_cap=WAKE_CAP,
     batch_limit=BATCH,
+    events_cap=EVENTS_CAP,
 )
 KEYS = Keys()
 STATES = ("pending", "scheduled", "processing", "retrying", "completed", "dead", "canceled")
@@ -836,6 +839,7 @@ def read_raw_state(r: redis.Redis, idem_keys: list[str]) -> RawState:
     bounded = {KEYS.state_index(state).encode() for state in STATES}
     bounded |= {KEYS.pending_since.encode(), KEYS.seq.encode(), KEYS.wake.encode()}
     bounded.add(KEYS.failures.encode())  # failures per second: trim keeps at most 64 of them
+    bounded.add(KEYS.events.encode())  # capped by each XADD (checked in check_raw_state)
     others = sorted(k for k in every_key - bounded if not k.startswith(prefix))
     pipe = r.pipeline(transaction=False)
     for state in STATES:
@@ -875,6 +879,8 @@ def read_raw_state(r: redis.Redis, idem_keys: list[str]) -> RawState:
 
 def check_raw_state(r: redis.Redis, model: Model, tokens_seen: dict[str, int]) -> None:
     raw = read_raw_state(r, sorted(model.idem))
+    # MAXLEN ~ trims whole macro nodes of stream-node-max-entries (100 by default).
+    assert r.xlen(KEYS.events) <= EVENTS_CAP + 100, "the events stream outgrew its cap"
     lost = model.enqueued - model.jobs.keys() - model.gone
     assert not lost, f"jobs neither present nor trimmed/purged: {lost}"
     assert raw.job_ids == model.jobs.keys(), (

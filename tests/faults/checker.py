@@ -214,6 +214,8 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
     fixed |= {keys.pending_since, keys.seq, keys.wake, keys.workers, keys.queues}
     # A pause lasts until a resume; failures per second are capped by trim (64 seconds kept).
     fixed |= {keys.paused, keys.failures}
+    # The events streams are capped by every XADD that writes them (docs/EVENTS.md).
+    fixed |= {keys.events, keys.fleet_events}
     job_keys = [k for k in all_keys if k.startswith(keys.job_prefix)]
     pipe = client.pipeline(transaction=False)
     for k in job_keys:

@@ -375,6 +375,7 @@ ROUTES = [
     ("GET", "/workers"),
     ("POST", "/workers/host-1/quiet"),
     ("POST", "/workers/host-1/resume"),
+    ("GET", "/events"),
 ]
 
 
@@ -399,8 +400,8 @@ def test_an_unknown_query_parameter_is_a_400_naming_it(
     client: FlaskClient, scripts: Scripts, method: str, path: str
 ) -> None:
     body = '{"jobs": [{"type": "a"}]}' if path.endswith("batch") else '{"type": "a"}'
-    # GET /jobs takes type (a filter): there the unknown one is another.
-    name = "status" if path == "/jobs" else "type"
+    # GET /jobs and GET /events take type (a filter): there the unknown one is another.
+    name = "status" if path in ("/jobs", "/events") else "type"
     response = client.open(
         f"{path}?{name}=x", method=method, data=body if method == "POST" else None
     )

@@ -28,6 +28,7 @@ print(json.dumps({k: conf[k] for k in keys}))
 def read_config(tmp_path: Path, **env: str) -> dict[str, Any]:
     """Return the settings the config file computes under `env`."""
     names = ("PORT", "PORT_PRODUCER", "TASKFORGE_BIND_HOST", "WEB_CONCURRENCY", "GUNICORN_THREADS")
+    names += ("TASKFORGE_EVENTS_STREAMS",)
     base = {k: v for k, v in os.environ.items() if k not in names}
     base.update(PYTHONPATH=str(ROOT), PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "m"), **env)
     done = subprocess.run(
@@ -96,7 +97,15 @@ def test_run_as_a_script_it_prints_the_address_gunicorn_binds(
 
 def test_worker_counts_come_from_the_environment(tmp_path: Path) -> None:
     conf = read_config(tmp_path, WEB_CONCURRENCY="5", GUNICORN_THREADS="3")
-    assert (conf["workers"], conf["threads"], conf["worker_class"]) == (5, 3, "gthread")
+    # Each process also gets a thread per event stream it may serve (64 by default).
+    assert (conf["workers"], conf["threads"], conf["worker_class"]) == (5, 3 + 64, "gthread")
+
+
+def test_by_default_a_process_has_32_threads_for_requests_and_64_for_event_streams(
+    tmp_path: Path,
+) -> None:
+    assert read_config(tmp_path)["threads"] == 96
+    assert read_config(tmp_path, TASKFORGE_EVENTS_STREAMS="10")["threads"] == 42
 
 
 @pytest.mark.parametrize(
@@ -107,6 +116,7 @@ def test_worker_counts_come_from_the_environment(tmp_path: Path) -> None:
         {"WEB_CONCURRENCY": "0"},
         {"TASKFORGE_BIND_HOST": "my host"},
         {"TASKFORGE_BIND_HOST": "0.0.0.0:80"},
+        {"TASKFORGE_EVENTS_STREAMS": "0"},
     ],
 )
 def test_a_bad_value_stops_gunicorn_with_its_name(tmp_path: Path, env: dict[str, str]) -> None:

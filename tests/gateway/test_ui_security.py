@@ -217,7 +217,12 @@ def test_the_api_stays_bearer_only_with_a_session(locked: FlaskClient) -> None:
 def test_events_take_a_logged_in_session_instead_of_the_header(locked: FlaskClient) -> None:
     assert locked.get("/events").status_code == 401  # no cookie, no header
     log_in(locked)
-    assert locked.get("/events").status_code != 401
+    response = locked.get("/events")
+    try:
+        assert response.status_code == 200
+        assert response.mimetype == "text/event-stream"
+    finally:
+        response.close()  # ends the stream's generator
     wrong = {"Authorization": f"Bearer {TOKEN}x"}
     assert locked.get("/events", headers=wrong).status_code == 401  # a bad header stays bad
 

@@ -1,5 +1,5 @@
 -- Pop the best pending job and start it for one worker (claim.lua, and complete.lua when it
--- also claims the worker's next job). Needs codes included first.
+-- also claims the worker's next job). Needs codes and common included first.
 --
 -- A claim reply is the job's fields in CLAIM_FIELDS order, with started_at in the place of the
 -- last, status (shared/scripts.py parses it by position and fills in what the caller knows: the
@@ -47,15 +47,16 @@ local function claimed_before(processing_key, prefix, worker_id)
   return redis.call('HMGET', held[#held][1], unpack(reply_fields()))
 end
 
--- keys = {pending, pending_since, processing, wake}. now: a number, or a function returning
--- one (Redis TIME is read only once there is a job to start). runnable: the worker's job types
--- ('|a|b|'), or '' to take any.
+-- keys = {pending, pending_since, processing, wake, events}. now: a number, or a function
+-- returning one (Redis TIME is read only once there is a job to start). runnable: the worker's
+-- job types ('|a|b|'), or '' to take any. events_cap: as common.lua's emit takes it; a job
+-- started is one `claimed` event (a refused or missing one is none).
 -- Returns the claim reply, or nil when nothing is claimable (the wake hints are then cleared:
 -- they would only send idle workers into more empty claims), or nil and the job's type when
 -- the best job is of a type the worker does not run. That job goes back exactly where it was
 -- (same score and member; its pending_since entry is never removed) and nothing else about it
 -- changes; the wake hint this claim may have used goes back too, for a worker that runs it.
-local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_cap)
+local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_cap, events_cap)
   -- Bounded: an entry whose hash is gone (deleted by hand) is dropped and the next one tried.
   for _ = 1, 100 do
     local popped = redis.call('ZPOPMIN', keys[1])
@@ -95,6 +96,8 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
         'worker_id', worker_id,
         'history', history_add(history, 'cw', job[F_CREATED], now, job[F_ATTEMPTS], worker_id))
       redis.call('ZADD', keys[3], string.format('%d', now + lease), job_id)
+      emit(keys[5], events_cap, 'e', 'claimed', 'j', job_id, 't', job[F_TYPE], 'a',
+        job[F_ATTEMPTS], 'w', worker_id)
       job[F_STATUS] = started
       return job
     end

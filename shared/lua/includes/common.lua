@@ -11,6 +11,20 @@ local function now_ms(override)
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Append one event to a capped stream (docs/EVENTS.md, "Writing"): the transition's own script
+-- writes it, so no crash can separate the two. ...: field, value pairs, short names (e event,
+-- j job id, t type, a attempt, w worker id, h host); never a payload, result or traceback.
+-- Every value must be a string or a number: redis.call raises on false, and an error after the
+-- script's first write would leave its transition half done (callers write `x or ''` for a
+-- hash field they did not create). cap: the stream's length cap as the caller passed it (the
+-- MAXLEN ~ trims whole macro nodes, so it is approximate); '0' (TASKFORGE_EVENTS=off), '' or
+-- nil (a caller that passes none) writes nothing and costs no command.
+local function emit(key, cap, ...)
+  if cap and cap ~= '0' and cap ~= '' then
+    redis.call('XADD', key, 'MAXLEN', '~', cap, '*', ...)
+  end
+end
+
 -- The pending zset member: the zero-padded Redis sequence sorts equal priorities FIFO.
 local function pending_member(seq, job_id)
   return string.format('%016d:%s', seq, job_id)
@@ -148,12 +162,16 @@ end
 -- requeue it, or declare it dead once it has lost workers more often than the cap allows.
 -- The lost execution is given back (attempts - 1): losing a worker is not an application
 -- failure, so it must not use up max_retries; `recoveries` counts it instead.
--- keys = {pending, pending_since, seq, wake, dead}. actor: who tells (history's letter).
--- History: recovered (counted), released (a drain), or dead.
-local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake_cap, now, actor)
+-- keys = {pending, pending_since, seq, wake, dead, events}. actor: who tells (history's
+-- letter). events_cap: as emit takes it.
+-- History and event: recovered (counted), released (a drain), or dead (with the lost
+-- execution's attempt and worker).
+local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake_cap, now, actor,
+    events_cap)
   -- A new token fences off the lost worker: if it was only paused, its late writes are refused.
   redis.call('HINCRBY', job_key, 'token', 1)
-  local job = redis.call('HMGET', job_key, 'attempts', 'history', 'created_at')
+  local job = redis.call('HMGET', job_key, 'attempts', 'history', 'created_at', 'type',
+    'worker_id')
   if tonumber(job[1]) > 0 then
     redis.call('HINCRBY', job_key, 'attempts', -1)
   end
@@ -164,11 +182,15 @@ local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake
         'WorkerLost: worker lost ' .. recoveries .. ' times (recovery cap ' .. cap .. '): ' ..
         'the job may be killing its worker', '', now, dead_ttl_ms,
         history_add(job[2], 'x' .. actor, job[3], now, nil, nil, 'WorkerLost'))
+      emit(keys[6], events_cap, 'e', 'dead', 'j', job_id, 't', job[4] or '', 'a', job[1],
+        'w', job[5] or '')
       return DEAD
     end
   end
   make_pending({keys[1], keys[2], keys[3], keys[4]}, job_key, job_id, now, wake_cap, true,
     history_add(job[2], (counts and 'l' or 'h') .. actor, job[3], now))
+  emit(keys[6], events_cap, 'e', counts and 'recovered' or 'released', 'j', job_id,
+    't', job[4] or '')
   return DONE
 end
 

@@ -1,0 +1,240 @@
+"""One tail per gateway process: it follows every event stream and wakes the readers.
+
+Each open ``GET /events`` holds a thread but no Redis connection. The tail holds one of its
+own (outside the gateway's bounded pool): ``XREAD BLOCK`` on every stream from the last id it
+saw, then one read of what arrived (shared.events.read_events: entries and gap check in one
+MULTI). It keeps the last WINDOW entries of each stream in memory with the id they follow
+(`floor`): every entry after the floor is there, in order. Then it bumps a version under a
+condition and wakes every reader. A reader whose position is at or after a stream's floor takes
+its entries from memory, with no Redis call at all; one further behind (a client resumed from
+an older cursor, or one that fell WINDOW entries behind) reads Redis itself, gap check
+included. Fifty streams thus cost Redis three calls per event and process (the blocking
+XREAD, then XINFO and XREAD in one MULTI), not a hundred.
+
+It starts with the first reader and ends when the last one leaves, when the gunicorn worker
+stops (``alive`` turns false: shutdown or recycling), or on ``stop()``. On a Redis error it
+forgets its windows and wakes every reader: their own reads fail and their streams end (a
+browser's EventSource reconnects with Last-Event-ID); it tries again each RETRY_SECONDS.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis
+import redis.exceptions
+
+from shared.events import (
+    FLEET,
+    Event,
+    StreamId,
+    format_id,
+    latest_positions,
+    read_events,
+    stream_key,
+)
+from shared.keys import Keys
+
+log = logging.getLogger(__name__)
+
+BLOCK_MS = 1000  # longest XREAD BLOCK: how soon the tail sees a stopping worker or new queue
+REFRESH_SECONDS = 5.0  # how often the list of queues is re-read (a new queue's stream joins)
+RETRY_SECONDS = 1.0  # pause after a Redis error before the next try
+READ_COUNT = 500  # entries per stream per read
+WINDOW = 200  # entries kept per stream: a reader this far behind still reads from memory
+
+
+@dataclass
+class Window:
+    """The last entries of one stream: every entry after `floor` is in `events`, in order."""
+
+    floor: StreamId
+    events: deque[Event] = field(default_factory=deque)
+
+    def add(self, event: Event) -> None:
+        """Append the stream's next entry, forgetting the oldest beyond WINDOW."""
+        self.events.append(event)
+        if len(self.events) > WINDOW:
+            self.floor = self.events.popleft().id
+
+    def after(self, position: StreamId) -> list[Event] | None:
+        """Return the entries after `position`, or None if some of them are not here."""
+        if position < self.floor:
+            return None
+        newer: list[Event] = []
+        for event in reversed(self.events):
+            if event.id <= position:
+                break
+            newer.append(event)
+        return newer[::-1]
+
+
+class EventTail:
+    """Wakes the readers of one process when any event stream grows."""
+
+    def __init__(
+        self,
+        connect: Callable[[], redis.Redis],
+        keys: Keys,
+        queue_names: Callable[[], list[str]],
+        *,
+        alive: Callable[[], bool] = lambda: True,
+        block_ms: int = BLOCK_MS,
+    ) -> None:
+        self._connect = connect  # called in the tail's thread: its own connection
+        self._keys = keys
+        self._queue_names = queue_names
+        self._alive = alive
+        self._block_ms = block_ms
+        self._cond = threading.Condition()
+        self._version = 0
+        self._changed: dict[str, int] = {}  # stream name -> version of its last growth
+        self._windows: dict[str, Window] = {}
+        self._names: list[str] = []  # the listed queues (what unfiltered readers follow)
+        self._wanted: set[str] = set()  # queues a reader names that are not watched yet
+        self._readers = 0
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    # --- the readers' side -------------------------------------------------------------------
+
+    @property
+    def version(self) -> int:
+        """Return the current version (take it before a read, wait on it after)."""
+        with self._cond:
+            return self._version
+
+    @property
+    def stopping(self) -> bool:
+        """Tell whether readers should end their streams (the worker is going away)."""
+        return self._stopping
+
+    @property
+    def running(self) -> bool:
+        """Tell whether the tail's thread runs (from the first reader to shortly after the last)."""
+        with self._cond:
+            return self._thread is not None
+
+    def queue_names(self) -> list[str]:
+        """Return the queues the tail watches (empty until its first refresh)."""
+        with self._cond:
+            return list(self._names)
+
+    def changed_since(self, version: int) -> set[str]:
+        """Return the streams that grew after `version` (or joined the tail since)."""
+        with self._cond:
+            return {name for name, at in self._changed.items() if at > version}
+
+    def entries_after(self, name: str, position: StreamId) -> list[Event] | None:
+        """Return a stream's entries after `position` from memory; None: read Redis instead."""
+        with self._cond:
+            window = self._windows.get(name)
+            return None if window is None else window.after(position)
+
+    def wait(self, version: int, timeout: float) -> int:
+        """Wait until the version moves past `version` or `timeout` s pass; return it."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._version != version or self._stopping, timeout)
+            return self._version
+
+    def join(self, queues: list[str] | None = None) -> None:
+        """Count a reader in (watching `queues` within BLOCK_MS); start the tail if need be."""
+        with self._cond:
+            self._readers += 1
+            self._wanted.update(queues or ())
+            if self._thread is None and not self._stopping:
+                self._thread = threading.Thread(target=self._run, name="event-tail", daemon=True)
+                self._thread.start()
+
+    def leave(self) -> None:
+        """Count a reader out (the tail ends within BLOCK_MS after the last one)."""
+        with self._cond:
+            self._readers -= 1
+
+    def stop(self) -> None:
+        """End every reader's stream and the tail; joins after this start nothing."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+
+    # --- the tail's thread -------------------------------------------------------------------
+
+    def _bump(self, names: set[str]) -> None:
+        with self._cond:
+            self._version += 1
+            for name in names:
+                self._changed[name] = self._version
+            self._cond.notify_all()
+
+    def _should_run(self) -> bool:
+        if not self._alive():
+            self.stop()
+        with self._cond:
+            if self._readers > 0 and not self._stopping:
+                return True
+            self._thread = None
+            self._windows.clear()  # nobody follows them now: they would only go stale
+            return False
+
+    def _run(self) -> None:
+        client = self._connect()
+        positions: dict[str, StreamId] = {}
+        refreshed = float("-inf")
+        try:
+            while self._should_run():
+                try:
+                    if self._wanted or time.monotonic() - refreshed >= REFRESH_SECONDS:
+                        self._refresh(client, positions)
+                        refreshed = time.monotonic()
+                    self._step(client, positions)
+                except redis.exceptions.RedisError as exc:
+                    log.warning("events_tail_error", extra={"error": type(exc).__name__})
+                    with self._cond:
+                        self._windows.clear()  # readers read Redis: it fails, they end
+                    self._bump(set(positions))
+                    positions.clear()  # pinned again on the next try
+                    refreshed = float("-inf")
+                    with self._cond:
+                        self._cond.wait_for(lambda: self._stopping, RETRY_SECONDS)
+        finally:
+            client.connection_pool.disconnect()  # its own pool: closing the client keeps it
+
+    def _refresh(self, client: redis.Redis, positions: dict[str, StreamId]) -> None:
+        """Watch every listed queue: a new stream starts at its last id, and readers look."""
+        with self._cond:
+            wanted, self._wanted = self._wanted, set()
+        names = sorted(set(self._queue_names()))
+        new = [name for name in [FLEET, *names, *sorted(wanted)] if name not in positions]
+        pinned = latest_positions(client, self._keys, new) if new else {}
+        positions.update(pinned)
+        with self._cond:
+            self._names = names
+            for name, position in pinned.items():
+                self._windows[name] = Window(position)
+        if new:
+            self._bump(set(new))  # entries written before the pin are the readers' to find
+
+    def _step(self, client: redis.Redis, positions: dict[str, StreamId]) -> None:
+        """Block until a stream grows (or BLOCK_MS pass), take what arrived, wake the readers."""
+        keys = {stream_key(self._keys, name): name for name in positions}
+        streams = {key: format_id(positions[name]) for key, name in keys.items()}
+        # Only a signal: the entries are read again below, with the gap check, atomically.
+        reply = client.xread(streams, count=1, block=self._block_ms)
+        grown = {keys[key.decode() if isinstance(key, bytes) else key] for key, _ in reply or []}
+        while grown:
+            batch = read_events(client, self._keys, {n: positions[n] for n in grown}, READ_COUNT)
+            lost = {gap.stream for gap in batch.gaps}
+            with self._cond:
+                for event in batch.events:
+                    positions[event.stream] = event.id
+                    if event.stream not in lost:
+                        self._windows[event.stream].add(event)
+                for name in lost:  # the window restarts past the hole; readers behind it
+                    self._windows[name] = Window(positions[name])  # read Redis, gap and all
+            self._bump(grown)
+            grown = {event.stream for event in batch.events} if batch.more else set()

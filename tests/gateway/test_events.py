@@ -1,0 +1,590 @@
+"""GET /events through Flask's test client on the private redis-server.
+
+Until the Lua scripts write the streams themselves (docs/EVENTS.md, "Writing"), these tests
+append entries in that format with XADD. Every read is bounded: with the keep-alive shortened
+to KEEPALIVE seconds, the stream yields at least a comment that often, so a test waiting for a
+message it never gets fails at its deadline instead of hanging.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import redis
+from flask import Flask
+
+from gateway import create_app
+from gateway import events as gateway_events
+from shared import event_tail
+from shared.config import Settings
+from shared.events import (
+    FLEET,
+    Event,
+    StreamInfo,
+    decode_cursor,
+    encode_cursor,
+    format_id,
+    parse_id,
+)
+from shared.jobs import format_ms
+from shared.keys import Keys
+from shared.scripts import Scripts
+from tests.gateway.conftest import TOKEN
+from tests.support.redis_server import RedisServer
+from tests.support.tools import wait_until
+
+K = Keys()
+KEEPALIVE = 0.2  # seconds: the test streams' keep-alive interval
+DEADLINE = 5.0  # seconds any one expected message may take
+
+
+# --- writing entries as the scripts will ---------------------------------------------------
+
+
+def emit(r: redis.Redis, queue: str, event: str, job_id: str | None = None, **fields: str) -> str:
+    """Append a job or queue event to `queue`'s stream as the scripts do; return its id.
+
+    The queue is listed first, as a producer lists it before its first job there.
+    """
+    r.sadd(K.queues, queue)
+    entry = {"e": event, **({"j": job_id} if job_id else {}), **fields}
+    return r.xadd(K.for_queue(queue).events, entry).decode()
+
+
+def emit_host(r: redis.Redis, event: str, host: str) -> str:
+    """Append a host event to the fleet stream; return its id."""
+    return r.xadd(K.fleet_events, {"e": event, "h": host}).decode()
+
+
+def new_job() -> str:
+    return str(uuid.uuid4())
+
+
+# --- reading a stream ------------------------------------------------------------------------
+
+
+@dataclass
+class Message:
+    """One SSE message (or comment) as a client parses it."""
+
+    id: str | None = None
+    event: str | None = None
+    data: Any = None
+    retry: int | None = None
+    comment: str | None = None
+
+
+def parse_message(block: str) -> Message:
+    message = Message()
+    for line in block.split("\n"):
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "":
+            message.comment = value
+        elif name == "id":
+            message.id = value
+        elif name == "event":
+            message.event = value
+        elif name == "data":
+            message.data = json.loads(value)
+        elif name == "retry":
+            message.retry = int(value)
+    return message
+
+
+@dataclass
+class Stream:
+    """An open GET /events response read message by message."""
+
+    response: Any
+    chunks: Iterator[bytes] = field(init=False)
+    buffer: str = ""
+    last_id: str | None = None
+
+    def __post_init__(self) -> None:
+        self.chunks = self.response.iter_encoded()
+
+    def next(self) -> Message | None:
+        """Return the next message, or None when the stream ended."""
+        while "\n\n" not in self.buffer:
+            try:
+                self.buffer += next(self.chunks).decode()
+            except StopIteration:
+                return None
+        block, self.buffer = self.buffer.split("\n\n", 1)
+        message = parse_message(block)
+        if message.id is not None:
+            self.last_id = message.id
+        return message
+
+    def events(self, count: int) -> list[Message]:
+        """Return the next `count` event messages (skipping comments and id-only ones)."""
+        found: list[Message] = []
+        deadline = time.monotonic() + DEADLINE
+        while len(found) < count:
+            assert time.monotonic() < deadline, f"got {len(found)} of {count} events: {found}"
+            message = self.next()
+            assert message is not None, f"the stream ended after {found}"
+            if message.event is not None:
+                found.append(message)
+        return found
+
+    def quiet_for(self, seconds: float) -> list[Message]:
+        """Read for `seconds`; return the event messages that came (keep-alives bound it)."""
+        found = []
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            message = self.next()
+            if message is None:
+                break
+            if message.event is not None:
+                found.append(message)
+        return found
+
+    def close(self) -> None:
+        self.response.close()
+
+
+@pytest.fixture
+def app(r: redis.Redis, redis_server: RedisServer) -> Iterator[Flask]:
+    yield make_app(r)
+
+
+def make_app(r: redis.Redis, **env: str) -> Flask:
+    settings = Settings.from_env({"REDIS_URL": "redis://unused", **env})
+    application = create_app(settings, scripts=Scripts(r, K))
+    application.testing = True
+    application.extensions[gateway_events.EXTENSION].keepalive = KEEPALIVE
+    return application
+
+
+@pytest.fixture
+def opened(app: Flask) -> Iterator[Callable[..., Stream]]:
+    """Return an opener of streams on `app`; every stream is closed after the test."""
+    streams: list[Stream] = []
+    client = app.test_client()
+
+    def open_stream(query: str = "", headers: dict[str, str] | None = None) -> Stream:
+        response = client.get(f"/events{query}", headers=headers or {}, buffered=False)
+        assert response.status_code == 200, response.get_data(as_text=True)
+        stream = Stream(response)
+        streams.append(stream)
+        first = stream.next()
+        assert first is not None and first.retry == 2000 and first.id is not None
+        return stream
+
+    yield open_stream
+    for stream in streams:
+        stream.close()
+    app.extensions[gateway_events.EXTENSION].tail.stop()
+
+
+# --- format ----------------------------------------------------------------------------------
+
+
+def test_a_job_event_is_an_sse_message_with_a_resumable_id(app: Flask, r: redis.Redis) -> None:
+    response = app.test_client().get("/events", buffered=False)
+    try:
+        assert response.status_code == 200
+        assert response.mimetype == "text/event-stream"
+        assert response.headers["Cache-Control"] == "no-cache"
+        assert response.headers["X-Accel-Buffering"] == "no"
+        stream = Stream(response)
+        first = stream.next()
+        assert first is not None and first.retry == 2000
+        assert set(decode_cursor(first.id)) == {FLEET, "default"}
+        job = new_job()
+        entry = emit(r, "default", "claimed", job, t="email.send", a="2", w="host-1-7:3")
+        (message,) = stream.events(1)
+        assert message.event == "claimed"
+        assert message.data == {
+            "event": "claimed",
+            "job_id": job,
+            "type": "email.send",
+            "queue": "default",
+            "attempt": 2,
+            "worker": "host-1-7:3",
+            "at": format_ms(int(entry.split("-")[0])),
+        }
+        assert decode_cursor(message.id)["default"] == parse_id(entry)
+    finally:
+        response.close()
+
+
+def test_events_written_before_the_stream_opened_are_not_sent(
+    opened: Callable[..., Stream], r: redis.Redis
+) -> None:
+    emit(r, "default", "enqueued", new_job())
+    stream = opened()
+    later = new_job()
+    emit(r, "default", "enqueued", later)
+    (message,) = stream.events(1)
+    assert message.data["job_id"] == later
+
+
+def test_the_first_id_resumes_from_the_moment_the_stream_opened(
+    opened: Callable[..., Stream], r: redis.Redis
+) -> None:
+    stream = opened()
+    start = stream.last_id
+    stream.close()
+    missed = new_job()
+    emit(r, "default", "enqueued", missed)
+    again = opened(headers={"Last-Event-ID": start})
+    (message,) = again.events(1)
+    assert message.data["job_id"] == missed
+
+
+# --- filters ---------------------------------------------------------------------------------
+
+
+def test_a_queue_filter_sends_that_queue_and_host_events(
+    opened: Callable[..., Stream], r: redis.Redis
+) -> None:
+    stream = opened("?queue=critical,low")
+    assert set(decode_cursor(stream.last_id)) == {FLEET, "critical", "low"}
+    emit(r, "default", "enqueued", new_job())
+    wanted = new_job()
+    emit(r, "critical", "enqueued", wanted)
+    emit_host(r, "worker_joined", "host-1-7")
+    # Streams are merged by entry id; two entries of the same millisecond may come either way.
+    job_event, host_event = sorted(stream.events(2), key=lambda m: m.event != "enqueued")
+    assert (job_event.data["job_id"], job_event.data["queue"]) == (wanted, "critical")
+    assert host_event.data == {
+        "event": "worker_joined",
+        "host": "host-1-7",
+        "at": host_event.data["at"],
+    }
+
+
+def test_repeated_queue_parameters_add_up(opened: Callable[..., Stream]) -> None:
+    stream = opened("?queue=a&queue=b,c")
+    assert set(decode_cursor(stream.last_id)) == {FLEET, "a", "b", "c"}
+
+
+def test_a_type_filter_sends_only_that_type_and_no_host_events(
+    opened: Callable[..., Stream], r: redis.Redis
+) -> None:
+    stream = opened("?type=report")
+    assert set(decode_cursor(stream.last_id)) == {"default"}
+    emit_host(r, "worker_joined", "host-1-7")
+    emit(r, "default", "enqueued", new_job(), t="email")
+    wanted = new_job()
+    emit(r, "default", "enqueued", wanted, t="report")
+    (message,) = stream.events(1)
+    assert (message.data["job_id"], message.data["type"]) == (wanted, "report")
+
+
+def test_a_job_filter_follows_one_job_and_still_moves_the_cursor(
+    opened: Callable[..., Stream], r: redis.Redis
+) -> None:
+    job = new_job()
+    stream = opened(f"?job={job.upper()}")
+    emit(r, "default", "enqueued", job, t="a")
+    other = emit(r, "default", "enqueued", new_job(), t="a")
+    emit(r, "default", "claimed", job, t="a", a="1")
+    assert [m.event for m in stream.events(2)] == ["enqueued", "claimed"]
+    last = emit(r, "default", "enqueued", new_job(), t="a")
+    # Only filtered-out entries moved: an id-only message moves the cursor past them.
+    deadline = time.monotonic() + DEADLINE
+    while decode_cursor(stream.last_id)["default"] != parse_id(last):
+        assert time.monotonic() < deadline, "the cursor did not move past filtered entries"
+        assert stream.next() is not None
+    assert parse_id(other) < parse_id(last)
+
+
+# --- resuming and gaps -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["header", "query"])
+def test_a_client_resumed_from_any_id_misses_nothing_and_repeats_nothing(
+    opened: Callable[..., Stream], r: redis.Redis, how: str
+) -> None:
+    r.sadd(K.queues, "critical")  # listed before the stream opens: it reads it from the start
+    stream = opened()
+    jobs = [new_job() for _ in range(6)]
+    written = [
+        emit(r, "critical" if i % 2 else "default", "enqueued", j) for i, j in enumerate(jobs[:4])
+    ]
+    written.append(emit_host(r, "worker_left", "host-2-9"))
+    seen = stream.events(5)
+    resume_at = seen[1].id
+    stream.close()
+    written.append(emit(r, "critical", "enqueued", jobs[4]))
+    written.append(emit(r, "default", "enqueued", jobs[5]))
+    if how == "header":
+        again = opened(headers={"Last-Event-ID": resume_at})
+    else:
+        again = opened(f"?last_event_id={resume_at}")
+    rest = again.events(5)
+    assert again.quiet_for(3 * KEEPALIVE) == []
+    # Each message's id names the entry it carries: its stream's position in the cursor.
+    delivered = [entry_of(m) for m in seen[:2] + rest]
+    assert sorted(delivered) == sorted(written)  # every entry once: none missed, none repeated
+    assert [m.data["job_id"] for m in rest if m.data.get("job_id") in jobs[4:]] == jobs[4:]
+
+
+def entry_of(message: Message) -> str:
+    """Return the id of the entry a message carries: its stream's position in the message's id."""
+    stream = FLEET if message.data.get("queue") is None else message.data["queue"]
+    return format_id(decode_cursor(message.id)[stream])
+
+
+def test_the_header_wins_over_the_query_parameter(
+    opened: Callable[..., Stream], r: redis.Redis
+) -> None:
+    old = emit(r, "default", "enqueued", new_job())
+    newer_job = new_job()
+    newer = emit(r, "default", "enqueued", newer_job)
+    header = encode_cursor({FLEET: (0, 0), "default": parse_id(old)})
+    query = encode_cursor({FLEET: (0, 0), "default": parse_id(newer)})
+    stream = opened(f"?last_event_id={query}", headers={"Last-Event-ID": header})
+    (message,) = stream.events(1)
+    assert message.data["job_id"] == newer_job and message.id.endswith(newer)
+
+
+def test_a_client_behind_the_cap_is_told_of_the_gap_then_gets_what_is_left(
+    app: Flask, opened: Callable[..., Stream], r: redis.Redis
+) -> None:
+    stream = opened()
+    cursor = stream.last_id
+    stream.close()
+    tail = app.extensions[gateway_events.EXTENSION].tail
+    wait_until(lambda: not tail.running, DEADLINE, "the tail to stop with its last reader")
+    ids = [emit(r, "default", "enqueued", new_job()) for _ in range(event_tail.WINDOW + 10)]
+    r.xtrim(K.events, maxlen=3, approximate=False)
+    again = opened(headers={"Last-Event-ID": cursor})
+    gap, *rest = again.events(4)
+    assert gap.event == "gap" and gap.id is None  # the cursor stays where the client was
+    assert gap.data == {
+        "event": "gap",
+        "queue": "default",
+        "from": format_id(decode_cursor(cursor)["default"]),
+        "first": ids[-3],
+    }
+    assert [decode_cursor(m.id)["default"] for m in rest] == [parse_id(i) for i in ids[-3:]]
+
+
+def test_a_live_client_that_falls_behind_is_told_too(
+    opened: Callable[..., Stream], r: redis.Redis
+) -> None:
+    stream = opened("?queue=q")
+    emit(r, "q", "enqueued", new_job())
+    stream.events(1)
+    # The test client runs the stream only when read: entries pile up unread, more than the
+    # tail keeps in memory, and are trimmed.
+    jobs = [new_job() for _ in range(event_tail.WINDOW + 100)]
+    ids = [emit(r, "q", "enqueued", job) for job in jobs]
+    r.xtrim(K.for_queue("q").events, maxlen=5, approximate=False)
+    gap, *rest = stream.events(6)
+    assert gap.event == "gap" and gap.data["queue"] == "q" and gap.data["first"] == ids[-5]
+    assert [m.data["job_id"] for m in rest] == jobs[-5:]
+
+
+def test_entries_the_tail_holds_reach_a_reader_even_after_redis_trimmed_them(
+    app: Flask, opened: Callable[..., Stream], r: redis.Redis
+) -> None:
+    stream = opened("?queue=q")
+    position = decode_cursor(stream.last_id)["q"]
+    tail = app.extensions[gateway_events.EXTENSION].tail
+    wait_until(lambda: tail.entries_after("q", position) == [], DEADLINE, "the tail to watch q")
+    jobs = [new_job() for _ in range(20)]
+    for job in jobs:
+        emit(r, "q", "enqueued", job)
+    wait_until(
+        lambda: len(tail.entries_after("q", position) or []) == 20, DEADLINE, "the tail to read"
+    )
+    r.xtrim(K.for_queue("q").events, maxlen=5, approximate=False)
+    received = stream.events(20)
+    assert [m.data["job_id"] for m in received] == jobs  # from memory: no gap, nothing lost
+
+
+def test_a_trimmed_stream_the_client_kept_up_with_has_no_gap(
+    opened: Callable[..., Stream], r: redis.Redis
+) -> None:
+    for _ in range(10):
+        emit(r, "default", "enqueued", new_job())
+    r.xtrim(K.events, maxlen=2, approximate=False)
+    stream = opened()
+    job = new_job()
+    emit(r, "default", "enqueued", job)
+    (message,) = stream.events(1)
+    assert message.event == "enqueued" and message.data["job_id"] == job
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "garbage",
+        "default=1-2-3",
+        "default=12",
+        "default=1-1,default=2-2",
+        "bad queue=1-1",
+        "*=1-1,",
+        "default=99999999999999999999999-0",
+        ",".join(f"q{i}=1-1" for i in range(1001)),
+    ],
+)
+def test_a_malformed_last_event_id_is_a_400(app: Flask, cursor: str) -> None:
+    for response in (
+        app.test_client().get("/events", headers={"Last-Event-ID": cursor}),
+        app.test_client().get("/events", query_string={"last_event_id": cursor}),
+    ):
+        assert response.status_code == 400
+        assert response.get_json()["error"].startswith("malformed Last-Event-ID: ")
+
+
+@pytest.mark.parametrize(
+    ("query", "names"),
+    [("queue=a%20b", "queue name"), ("type=a%20b", "type"), ("job=123", "job id")],
+)
+def test_a_bad_filter_is_a_400(app: Flask, query: str, names: str) -> None:
+    response = app.test_client().get(f"/events?{query}")
+    assert response.status_code == 400 and names in response.get_json()["error"]
+
+
+# --- queues, keep-alive, bound, shutdown, outage ---------------------------------------------
+
+
+def test_a_new_queue_joins_an_unfiltered_stream(
+    opened: Callable[..., Stream], r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(event_tail, "REFRESH_SECONDS", 0.05)
+    stream = opened()
+    r.sadd(K.queues, "fresh")
+    job = new_job()
+    emit(r, "fresh", "enqueued", job)
+    (message,) = stream.events(1)
+    assert (message.data["queue"], message.data["job_id"]) == ("fresh", job)
+    assert set(decode_cursor(message.id)) == {FLEET, "default", "fresh"}
+
+
+def test_an_idle_stream_sends_a_keepalive_comment(opened: Callable[..., Stream]) -> None:
+    stream = opened()
+    started = time.monotonic()
+    message = stream.next()
+    assert message is not None and message.comment == "keepalive"
+    assert KEEPALIVE * 0.9 <= time.monotonic() - started < DEADLINE
+
+
+def test_streams_beyond_the_bound_get_503_and_a_closed_one_frees_its_slot(
+    r: redis.Redis, redis_server: RedisServer
+) -> None:
+    application = make_app(r, TASKFORGE_EVENTS_STREAMS="2")
+    client = application.test_client()
+    first = client.get("/events", buffered=False)
+    second = client.get("/events", buffered=False)
+    try:
+        assert (first.status_code, second.status_code) == (200, 200)
+        refused = client.get("/events", buffered=False)
+        assert refused.status_code == 503
+        assert refused.headers["Retry-After"] == "5"
+        assert "TASKFORGE_EVENTS_STREAMS" in refused.get_json()["error"]
+        assert client.head("/events").status_code == 200  # HEAD takes no slot and no thread
+        first.close()
+        third = client.get("/events", buffered=False)
+        assert third.status_code == 200
+        third.close()
+    finally:
+        first.close()
+        second.close()
+        application.extensions[gateway_events.EXTENSION].tail.stop()
+
+
+def test_streams_end_when_the_worker_stops(
+    opened: Callable[..., Stream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alive = [True]
+    monkeypatch.setattr(gateway_events, "_worker_alive", lambda: alive[0])
+    stream = opened()
+    alive[0] = False  # gunicorn's worker.alive after SIGTERM or at its max_requests
+    deadline = time.monotonic() + DEADLINE
+    while stream.next() is not None:
+        assert time.monotonic() < deadline, "the stream outlived its worker"
+
+
+def test_a_stream_ends_when_redis_goes_away(
+    opened: Callable[..., Stream], redis_server: RedisServer
+) -> None:
+    stream = opened()
+    redis_server.stop()
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while stream.next() is not None:
+            assert time.monotonic() < deadline, "the stream outlived Redis"
+    finally:
+        redis_server.start()
+
+
+def test_with_redis_down_a_new_stream_is_503(app: Flask, redis_server: RedisServer) -> None:
+    redis_server.stop()
+    try:
+        response = app.test_client().get("/events")
+        assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+    finally:
+        redis_server.start()
+    # The slot it took was given back.
+    hub = app.extensions[gateway_events.EXTENSION]
+    assert hub.slots._value == hub.limit
+
+
+def test_with_a_token_the_stream_needs_it(r: redis.Redis, redis_server: RedisServer) -> None:
+    application = make_app(r, TASKFORGE_API_TOKEN=TOKEN)
+    client = application.test_client()
+    assert client.get("/events").status_code == 401
+    response = client.get("/events", headers={"Authorization": f"Bearer {TOKEN}"}, buffered=False)
+    try:
+        assert response.status_code == 200
+    finally:
+        response.close()
+
+
+# --- the pieces: cursor, gap rule, memory window ---------------------------------------------
+
+
+def test_a_cursor_round_trips_with_the_fleet_stream_first() -> None:
+    positions = {"low": (5, 0), FLEET: (1, 2), "critical": (3, 4)}
+    text = encode_cursor(positions)
+    assert text == "*=1-2,critical=3-4,low=5-0"
+    assert decode_cursor(text) == positions
+
+
+@pytest.mark.parametrize(
+    ("dropped", "first", "position", "lost"),
+    [
+        (False, (10, 0), (5, 0), False),  # nothing ever dropped: an old position lost nothing
+        (True, (10, 0), (5, 0), True),  # dropped, and the client is older than what is left
+        (True, (10, 0), (10, 0), False),  # the client read the oldest entry still there
+        (True, (10, 0), (12, 0), False),
+        (True, None, (5, 0), True),  # emptied entirely after the client's position
+        (True, None, (20, 0), False),  # ... or before it (20-0 is the last id)
+    ],
+)
+def test_the_gap_rule(
+    dropped: bool, first: tuple[int, int] | None, position: tuple[int, int], lost: bool
+) -> None:
+    info = StreamInfo(last_generated=(20, 0), first=first, dropped=dropped, max_deleted=(0, 0))
+    assert info.lost_after(position) is lost
+
+
+def test_an_xdel_past_the_client_is_a_gap_even_without_a_trim() -> None:
+    info = StreamInfo(last_generated=(20, 0), first=(1, 0), dropped=True, max_deleted=(7, 0))
+    assert info.lost_after((6, 0)) and not info.lost_after((7, 0))
+
+
+def test_a_window_serves_only_positions_it_covers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(event_tail, "WINDOW", 3)
+    window = event_tail.Window(floor=(1, 0))
+    for ms in range(2, 7):  # entries 2..6; the window keeps 4..6, so covers after 3
+        window.add(Event(stream="q", id=(ms, 0), name="enqueued"))
+    assert window.floor == (3, 0)
+    assert window.after((2, 0)) is None  # entry 3 is gone from memory: read Redis
+    assert [e.id for e in window.after((3, 0))] == [(4, 0), (5, 0), (6, 0)]
+    assert [e.id for e in window.after((5, 0))] == [(6, 0)]
+    assert window.after((9, 0)) == []  # ahead of the tail: nothing yet

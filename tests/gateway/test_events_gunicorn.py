@@ -1,0 +1,179 @@
+"""GET /events under real gunicorn: 50 streams at once while enqueues are answered, the bound,
+and streams that end when their worker stops.
+
+Until the Lua scripts write the streams themselves (docs/EVENTS.md, "Writing"), the test
+appends each enqueued job's entry with XADD in their format; once they do, every job arrives
+twice and the sets below hold all the same.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, suppress
+from dataclasses import dataclass, field
+
+import pytest
+import redis
+
+from shared.keys import Keys
+from tests.support.gunicorn import Gunicorn
+from tests.support.tools import wait_until
+
+K = Keys()
+STREAMS = 50
+JOBS = 20
+READ_TIMEOUT = 30.0  # seconds a stream's socket waits (keep-alives come every 15 s)
+
+
+@dataclass
+class Listener:
+    """One client of GET /events on its own thread: the job ids it received."""
+
+    port: int
+    status: int | None = None
+    ready: threading.Event = field(default_factory=threading.Event)
+    job_ids: set[str] = field(default_factory=set)
+    ended: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    conn: http.client.HTTPConnection | None = None
+
+    def run(self) -> None:
+        try:
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=READ_TIMEOUT)
+            self.conn.request("GET", "/events")
+            response = self.conn.getresponse()
+            self.status = response.status
+            if response.status != 200:
+                response.read()
+                return
+            while line := response.readline():
+                if line.startswith(b"id: "):
+                    self.ready.set()  # the first message: the cursor of the moment it opened
+                elif line.startswith(b"data: "):
+                    job_id = json.loads(line[6:]).get("job_id")
+                    if job_id:
+                        self.job_ids.add(job_id)
+        except OSError as exc:  # a closed socket when the test ends is no failure
+            self.error = exc
+        finally:
+            self.ready.set()
+            self.ended.set()
+
+    def close(self) -> None:
+        if self.conn is not None and self.conn.sock is not None:
+            self.conn.sock.shutdown(2)  # the reader thread sees the end at once
+
+
+@pytest.fixture
+def listen() -> Iterator[Callable[[int, int], list[Listener]]]:
+    """Return an opener of `n` streams on a port, each on its thread; all closed afterwards."""
+    opened: list[tuple[Listener, threading.Thread]] = []
+
+    def start(port: int, n: int) -> list[Listener]:
+        listeners = [Listener(port) for _ in range(n)]
+        for listener in listeners:
+            thread = threading.Thread(target=listener.run, daemon=True)
+            thread.start()
+            opened.append((listener, thread))
+        for listener in listeners:
+            assert listener.ready.wait(READ_TIMEOUT), "a stream did not open"
+        return listeners
+
+    yield start
+    for listener, _ in opened:
+        with suppress(OSError):
+            listener.close()
+    for _, thread in opened:
+        thread.join(READ_TIMEOUT)
+
+
+def enqueue(gw: Gunicorn, r: redis.Redis) -> tuple[str, float]:
+    """POST one job; write its entry as enqueue.lua will; return its id and the latency (s)."""
+    started = time.perf_counter()
+    status, _, job = gw.request("POST", "/enqueue", {"type": "events.load"})
+    latency = time.perf_counter() - started
+    assert status == 201, job
+    r.xadd(K.events, {"e": "enqueued", "j": job["id"], "t": "events.load"})
+    return job["id"], latency
+
+
+def latencies(gw: Gunicorn, r: redis.Redis, n: int) -> tuple[list[str], list[float]]:
+    ids, times = [], []
+    for _ in range(n):
+        job_id, latency = enqueue(gw, r)
+        ids.append(job_id)
+        times.append(latency)
+    return ids, times
+
+
+def stream_reads(r: redis.Redis) -> int:
+    """Return how many XREAD and XINFO calls Redis has served so far."""
+    stats = r.info("commandstats")
+    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("xread", "xinfo"))
+
+
+def ms(values: list[float]) -> str:
+    ordered = sorted(values)
+    return (
+        f"median {statistics.median(ordered) * 1000:.1f} ms, "
+        f"max {ordered[-1] * 1000:.1f} ms over {len(ordered)}"
+    )
+
+
+def test_50_streams_get_every_event_while_enqueues_are_answered(
+    gw: Gunicorn, r: redis.Redis, listen: Callable[[int, int], list[Listener]]
+) -> None:
+    _, before = latencies(gw, r, JOBS)
+    listeners = listen(gw.port, STREAMS)
+    assert [listener.status for listener in listeners] == [200] * STREAMS
+    reads_before = stream_reads(r)
+    sent = time.monotonic()
+    job_ids, during = latencies(gw, r, JOBS)
+    wait_until(
+        lambda: all(listener.job_ids >= set(job_ids) for listener in listeners),
+        15.0,
+        "every stream to receive every job's event",
+    )
+    delivered = time.monotonic() - sent
+    reads = stream_reads(r) - reads_before
+    print(  # the figures docs/EVENTS.md quotes (run with -s to see them)
+        f"\nPOST /enqueue latency, no stream open: {ms(before)}"
+        f"\nPOST /enqueue latency, {STREAMS} streams open: {ms(during)}"
+        f"\n{JOBS} events to all {STREAMS} streams: {delivered:.2f} s from the first enqueue"
+        f"\nXREAD + XINFO calls: {reads / JOBS:.1f} per event for {STREAMS} streams"
+    )
+    # The tails read for the readers: a few calls per event and process, not one per stream.
+    assert reads < JOBS * STREAMS / 2
+    # Answered, and not starved: far under the gateway's own 1 s Redis deadline.
+    assert max(during) < 1.0
+
+
+def test_one_stream_over_the_bound_is_503_and_streams_end_with_their_worker(
+    start_gateway: Callable[..., AbstractContextManager[Gunicorn]],
+    r: redis.Redis,
+    listen: Callable[[int, int], list[Listener]],
+) -> None:
+    with start_gateway(WEB_CONCURRENCY="1", TASKFORGE_EVENTS_STREAMS="3") as gw:
+        listeners = listen(gw.port, 3)
+        assert [listener.status for listener in listeners] == [200] * 3
+        status, headers, body = gw.request("GET", "/events")
+        assert status == 503 and headers["retry-after"] == "5"
+        assert "TASKFORGE_EVENTS_STREAMS" in body["error"]
+        job_id, _ = enqueue(gw, r)  # the other threads still answer
+        wait_until(
+            lambda: all(job_id in listener.job_ids for listener in listeners),
+            10.0,
+            "the streams to get the job",
+        )
+        # SIGTERM: the streams end at once instead of holding the worker for its 25 s grace.
+        started = time.monotonic()
+        gw.stop()
+        stopped = time.monotonic() - started
+        assert gw.process.returncode == 0
+        assert all(listener.ended.wait(1.0) for listener in listeners)
+        assert stopped < 5.0, f"gunicorn took {stopped:.1f} s to stop with streams open"

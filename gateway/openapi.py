@@ -12,7 +12,7 @@ from typing import Any
 
 from gateway.body import MAX_BODY_BYTES
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
-from shared import listing
+from shared import bulk, listing
 from shared.history import ACTOR_CODES, CAP, EVENTS
 from shared.hosts import HOST_NAME_PATTERN
 from shared.jobs import (
@@ -235,6 +235,55 @@ def _stats_schema() -> dict[str, Any]:
     )
 
 
+def _bulk_schemas() -> dict[str, Any]:
+    high = bulk.MAX_LIMIT
+    ids = {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": high,
+        "items": {"type": "string", "pattern": JOB_ID},
+        "description": "These dead jobs (a repeated id counts once), in any queue.",
+    }
+    by_filter = {
+        "queue": {**QUEUE_NAME, "description": "One queue's dead jobs; absent: every queue's."},
+        "type": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": high, "default": bulk.DEFAULT_LIMIT},
+        "cursor": {
+            "type": "string",
+            "pattern": f"^{listing.CURSOR_PATTERN.pattern}$",
+            "description": "The next_cursor of the previous call with the same filter.",
+        },
+    }
+    skipped = _object(["id", "reason"], {"id": {"type": "string"}, "reason": {"type": "string"}})
+    return {
+        "BulkRequest": {
+            "description": "Either ids, or a filter as GET /jobs?state=dead takes one: a call "
+            "acts on one page of it (newest death first); next_cursor goes on.",
+            "oneOf": [
+                {**_object(["ids"], {"ids": ids}), "additionalProperties": False},
+                {"type": "object", "properties": by_filter, "additionalProperties": False},
+            ],
+            "examples": [{"ids": ["0b8a4c4e-9d6f-4a57-9d0e-3c1f1d2b7a10"]}, {"type": "pdf"}],
+        },
+        "BulkResult": _object(
+            ["done", "skipped", "next_cursor"],
+            {
+                "done": {"type": "array", "items": {"type": "string", "pattern": JOB_ID}},
+                "skipped": {
+                    "type": "array",
+                    "items": skipped,
+                    "description": "Jobs left alone, and why: not found, or not dead (any "
+                    "more: a repeated call skips what the first did).",
+                },
+                "next_cursor": {
+                    "type": ["string", "null"],
+                    "description": "Where the filter goes on; null: nothing more (or ids).",
+                },
+            },
+        ),
+    }
+
+
 def _schemas() -> dict[str, Any]:
     jobs = {"type": "array", "items": _ref("Job")}
     batch = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": _ref("EnqueueRequest")}
@@ -248,6 +297,7 @@ def _schemas() -> dict[str, Any]:
             ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
         ),
         "Stats": _stats_schema(),
+        **_bulk_schemas(),
         "JobPage": _object(
             ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
         ),
@@ -533,6 +583,7 @@ def _listing_paths() -> dict[str, Any]:
 
 def _dlq_paths() -> dict[str, Any]:
     page = _json(_ref("DeadPage"), "A page of dead jobs.")
+    done = _json(_ref("BulkResult"), "What was done, what was skipped, where to go on.")
     return {
         "/dlq": {
             "get": _operation(
@@ -540,6 +591,24 @@ def _dlq_paths() -> dict[str, Any]:
                 "Page through dead jobs, newest first.",
                 {"200": page, **_use("BadRequest", "Unauthorized", "Unavailable")},
                 parameters=[_param("Limit"), _param("Cursor")],
+            )
+        },
+        "/dlq/retry": {
+            "post": _operation(
+                "replayDeadMany",
+                f"Replay dead jobs: the ids given, or up to limit (at most {bulk.MAX_LIMIT}) "
+                "matching a filter.",
+                {"200": done, **_use(*BODY_ERRORS)},
+                requestBody=_body("BulkRequest"),
+            )
+        },
+        "/dlq/purge": {
+            "post": _operation(
+                "purgeDeadMany",
+                f"Delete dead jobs: the ids given, or up to limit (at most {bulk.MAX_LIMIT}) "
+                "matching a filter.",
+                {"200": done, **_use(*BODY_ERRORS)},
+                requestBody=_body("BulkRequest"),
             )
         },
         "/dlq/{job_id}/retry": {

@@ -354,6 +354,8 @@ ROUTES = [
     ("GET", "/dlq"),
     ("POST", f"/dlq/{UNKNOWN}/retry"),
     ("DELETE", f"/dlq/{UNKNOWN}"),
+    ("POST", "/dlq/retry"),
+    ("POST", "/dlq/purge"),
     ("GET", "/stats"),
     ("GET", "/metrics"),
     ("GET", "/health"),

@@ -103,6 +103,7 @@ SCRIPT_NAMES = (
     "cancel",
     "purge",
     "trim",
+    "throughput",
     "heartbeat",
     "queue_stats",
     "fleet",
@@ -676,7 +677,14 @@ class Scripts:
         for _ in range(rounds):
             reply = self._call(
                 "trim",
-                [k.completed, k.canceled, k.dead, k.reply(new_request_id()), k.failures],
+                [
+                    k.completed,
+                    k.canceled,
+                    k.dead,
+                    k.reply(new_request_id()),
+                    k.failures,
+                    k.throughput,
+                ],
                 [
                     k.job_prefix,
                     p.finished_retention_ms,
@@ -803,6 +811,15 @@ class Scripts:
         score, member = ("", "") if after is None else (str(after[0]), after[1])
         args = [k.job_prefix, order, score, member, limit, budget, job_type or ""]
         self._piped_bare(pipe, "list_page", [k.state_index(state)], args)
+
+    def throughput(self, pipe: Any, *, queue: str, minutes: int, now_ms: int | None) -> None:
+        """Queue a read of one queue's completions and failures per minute (throughput.lua).
+
+        shared.throughput sends one per queue on one pipeline (run by execute_loaded).
+        """
+        k = self.q(queue)
+        keys = [k.throughput, k.completed, k.failures]
+        self._piped_bare(pipe, "throughput", keys, [_now(now_ms), minutes])
 
     def _piped_bare(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
         """Queue a bare EVALSHA on a pipeline: redis-py then sends no SCRIPT EXISTS round trip

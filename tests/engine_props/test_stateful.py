@@ -836,6 +836,7 @@ def read_raw_state(r: redis.Redis, idem_keys: list[str]) -> RawState:
     bounded = {KEYS.state_index(state).encode() for state in STATES}
     bounded |= {KEYS.pending_since.encode(), KEYS.seq.encode(), KEYS.wake.encode()}
     bounded.add(KEYS.failures.encode())  # failures per second: trim keeps at most 64 of them
+    bounded.add(KEYS.throughput.encode())  # per-minute counts: trim keeps the last 62 minutes
     others = sorted(k for k in every_key - bounded if not k.startswith(prefix))
     pipe = r.pipeline(transaction=False)
     for state in STATES:

@@ -12,7 +12,7 @@ from typing import Any
 
 from gateway.body import MAX_BODY_BYTES
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
-from shared import bulk, listing
+from shared import bulk, listing, throughput
 from shared.history import ACTOR_CODES, CAP, EVENTS
 from shared.hosts import HOST_NAME_PATTERN
 from shared.jobs import (
@@ -284,6 +284,33 @@ def _bulk_schemas() -> dict[str, Any]:
     }
 
 
+def _throughput_schema() -> dict[str, Any]:
+    count = {"type": "integer", "minimum": 0}
+    minute = _object(
+        ["start", "completed", "failed"],
+        {
+            "start": {**TIMESTAMP, "description": "The minute's start (UTC, Redis's clock)."},
+            "completed": {**count, "description": "Jobs completed in the minute."},
+            "failed": {**count, "description": "Failed executions in it, retried or dead."},
+        },
+    )
+    return _object(
+        ["queue", "minutes", "completed", "failed"],
+        {
+            "queue": {"type": ["string", "null"], "description": "null: every queue, summed."},
+            "minutes": {
+                "type": "array",
+                "items": minute,
+                "minItems": 1,
+                "maxItems": throughput.MAX_MINUTES,
+                "description": "Oldest first; the last is the minute in progress.",
+            },
+            "completed": count,
+            "failed": count,
+        },
+    )
+
+
 def _schemas() -> dict[str, Any]:
     jobs = {"type": "array", "items": _ref("Job")}
     batch = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": _ref("EnqueueRequest")}
@@ -298,6 +325,7 @@ def _schemas() -> dict[str, Any]:
         ),
         "Stats": _stats_schema(),
         **_bulk_schemas(),
+        "Throughput": _throughput_schema(),
         "JobPage": _object(
             ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
         ),
@@ -443,6 +471,17 @@ def _listing_parameters() -> dict[str, Any]:
                 "minimum": low,
                 "maximum": high,
                 "default": listing.DEFAULT_LIMIT,
+            },
+        },
+        "Minutes": {
+            "name": "minutes",
+            "in": "query",
+            "description": "How many minutes, the current one last.",
+            "schema": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": throughput.MAX_MINUTES,
+                "default": throughput.MAX_MINUTES,
             },
         },
         "ListCursor": {
@@ -642,6 +681,18 @@ def _ops_paths() -> dict[str, Any]:
                 "Jobs per state and the oldest pending job's age, in all and per queue; "
                 "workerd hosts and processes.",
                 {"200": stats, **_use("Unauthorized", "Unavailable")},
+            )
+        },
+        "/stats/throughput": {
+            "get": _operation(
+                "statsThroughput",
+                "Completions and failed executions per minute over the last hour (or fewer "
+                "minutes), in all or for one queue.",
+                {
+                    "200": _json(_ref("Throughput"), "One point per minute."),
+                    **_use("BadRequest", "Unauthorized", "Unavailable"),
+                },
+                parameters=[_param("Queue"), _param("Minutes")],
             )
         },
         "/metrics": {

@@ -41,12 +41,13 @@
 --
 -- Returns {completed deleted, canceled deleted, dead deleted}.
 --
--- Redis commands, with nothing to forget: 9 on a call that rolls up a new second (TIME,
--- HGET mark, ZCOUNT, HMGET failure seconds, HSET mark, 3 ZRANGEBYSCORE, 3 ZCARD, HLEN), plus
--- an HINCRBY per bucket that grew (one or two: completions, failures), one more ZCOUNT in the
--- second after a minute turns and an HDEL of the buckets an hour old once a minute; 8 on a
--- call within the same second (the repeat rounds of Scripts.trim: HGET mark and no roll-up).
--- Forgetting adds an HGET and a DEL per job, a ZREM per job, and the reply's SET.
+-- Redis commands, with nothing to forget: 13 on a call that rolls up a new second (GET of the
+-- reply key, TIME, HGET mark, ZCOUNT, HMGET of the failure seconds, HSET mark, 3
+-- ZRANGEBYSCORE, 3 ZCARD, HLEN), plus an HINCRBY per bucket that grew (completions,
+-- failures), one more ZCOUNT in the second after a minute turned and an HDEL of the bucket an
+-- hour old once a minute; 10 on another call within the same second (Scripts.trim's repeat
+-- rounds: no roll-up). Before the roll-up: 9. Forgetting adds an HGET, a DEL and a ZREM per
+-- job, and the reply's SET (and HINCRBY for a completion forgotten before it was rolled up).
 
 --- @include "codes"
 --- @include "common"
@@ -110,9 +111,12 @@ local function roll_up()
   roll_failures(math.floor(from / 1000) + 1, (upto + 1) / 1000 - 1)
   redis.call('HSET', KEYS[6], 'mark', upto)
   if mark then
+    -- The buckets that left the kept hour since the last roll-up (at most KEPT_MINUTES).
     local stale = {}
     local last_stale = math.floor(upto / MINUTE_MS) - KEPT_MINUTES
-    for old = math.max(math.floor(mark / MINUTE_MS) - KEPT_MINUTES + 1, last_stale - KEPT_MINUTES), last_stale do
+    local first_stale = math.max(math.floor(mark / MINUTE_MS) - KEPT_MINUTES + 1,
+      last_stale - KEPT_MINUTES)
+    for old = first_stale, last_stale do
       stale[#stale + 1] = 'c:' .. old
       stale[#stale + 1] = 'f:' .. old
     end

@@ -9,6 +9,7 @@ import redis
 from shared.scripts import Scripts
 from shared.throughput import MINUTE_MS, Minute, last_hour
 from tests.engine.conftest import T0, K, fail_to_retrying, finish, job_id, request
+from tests.engine.test_budgets import commands_of
 
 M0 = T0 // MINUTE_MS  # T0 is a whole minute
 
@@ -141,3 +142,34 @@ def test_queues_are_summed_minute_by_minute(scripts: Scripts) -> None:
 def test_minutes_outside_one_to_sixty_are_refused(scripts: Scripts, minutes: int) -> None:
     with pytest.raises(ValueError, match="minutes must be"):
         last_hour(scripts, ["default"], now_ms=T0, minutes=minutes)
+
+
+def test_the_roll_up_costs_trim_a_few_commands_a_second_whatever_the_job_rate(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    # Issue 15: before the roll-up a trim with nothing to forget ran 8 commands (GET of its
+    # reply key, 3 ZRANGEBYSCORE, 3 ZCARD, HLEN) plus TIME in production. The roll-up adds HGET of the mark;
+    # once a second ZCOUNT, HMGET of the failure seconds, HSET of the mark and an HINCRBY per
+    # bucket that grew. Jobs finishing faster add nothing: one ZCOUNT counts any number.
+    for n in range(50):
+        finish(scripts, job_id(n + 1), now=T0 + 1_000 + n)
+    fail_to_retrying(scripts, job_id(99), now=T0 + 1_500)
+    scripts.trim(now_ms=T0 + 3_500)  # the mark: T0 + 999
+
+    rolling = commands_of(r, lambda: scripts.trim(now_ms=T0 + 4_000))
+    repeat = commands_of(r, lambda: scripts.trim(now_ms=T0 + 4_500))
+
+    print(f"\ntrim commands: rolling a second {dict(rolling)}, same second {dict(repeat)}")
+    assert rolling == {
+        "get": 1,
+        "hget": 1,
+        "zcount": 1,
+        "hmget": 1,
+        "hset": 1,
+        "hincrby": 2,
+        "zrangebyscore": 3,
+        "zcard": 3,
+        "hlen": 1,
+    }
+    assert repeat == {"get": 1, "hget": 1, "zrangebyscore": 3, "zcard": 3, "hlen": 1}
+    assert by_minute(last_hour(scripts, ["default"], now_ms=T0 + 4_500)) == {M0: (50, 1)}

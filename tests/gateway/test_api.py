@@ -357,6 +357,7 @@ ROUTES = [
     ("POST", "/dlq/retry"),
     ("POST", "/dlq/purge"),
     ("GET", "/stats"),
+    ("GET", "/stats/throughput"),
     ("GET", "/metrics"),
     ("GET", "/health"),
     ("GET", "/ready"),

@@ -369,8 +369,25 @@ def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any
             },
         },
     )
+    nullable = {"type": ["string", "null"]}
+    process = _object(
+        ["pid", "job_id", "type", "queue", "busy_since", "last_heartbeat"],
+        {
+            "pid": {"type": "integer"},
+            "job_id": {**nullable, "description": "The job it runs; null: idle."},
+            "type": nullable,
+            "queue": nullable,
+            "busy_since": {
+                **TIMESTAMP,
+                "type": ["string", "null"],
+                "description": "When it started the job (the host's clock).",
+            },
+            "last_heartbeat": {**TIMESTAMP, "type": ["string", "null"]},
+        },
+    )
+    required = ["name", "host", "pid", "workers", "busy", "quiet", "quiet_requested", "queues"]
     host = _object(
-        ["name", "host", "pid", "workers", "busy", "quiet", "quiet_requested", "queues"],
+        [*required, "processes"],
         {
             "name": {"type": "string", "description": "The registry name, <hostname>-<pid>."},
             "host": {"type": "string"},
@@ -385,6 +402,12 @@ def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any
             "queues": {"type": "array", "items": {"type": "string"}},
             "worker_queues": {"type": "string", "description": "WORKER_QUEUES as it serves it."},
             "last_seen": TIMESTAMP,
+            "processes": {
+                "type": "array",
+                "items": process,
+                "description": "Each worker process and its current job, as the host's last "
+                "registry heartbeat (every 2 s) reported them.",
+            },
         },
     )
     return {
@@ -760,7 +783,7 @@ def _queue_paths() -> dict[str, Any]:
         "/workers": {
             "get": _operation(
                 "listWorkers",
-                "Every live workerd host: workers, busy, quiet, queues served.",
+                "Every live workerd host: workers and what each runs, quiet, queues served.",
                 {"200": hosts, **_use("Unauthorized", "Unavailable")},
             )
         },

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from flask import Blueprint
+from flask.blueprints import BlueprintSetupState
+from werkzeug.routing import BaseConverter
 
 from gateway import inputs
 from gateway.context import gateway
@@ -20,6 +22,24 @@ from shared.queues import QUEUE_RULE, is_queue_name
 from shared.scripts import JobNotFound, WrongState
 
 bp = Blueprint("dlq", __name__)
+
+
+class DeadJobId(BaseConverter):
+    """The job id segment of ``/dlq/<id>``: anything but the bulk actions' names.
+
+    ``/dlq/purge`` would otherwise also match ``DELETE /dlq/<id>`` (a 400 for a malformed id),
+    so a 405 there would advertise ``Allow: DELETE, POST``; the id itself is still validated
+    by the view (400), as on every other route.
+    """
+
+    regex = r"(?!(?:retry|purge)$)[^/]+"
+
+
+def _add_converter(state: BlueprintSetupState) -> None:
+    state.app.url_map.converters["dead_job_id"] = DeadJobId
+
+
+bp.record_once(_add_converter)  # before the rules below are added to the app
 
 
 def _not_dead(exc: WrongState) -> ApiError:
@@ -55,7 +75,7 @@ def retry(job_id: str) -> dict[str, Any]:
     return job.to_json()
 
 
-@route(bp, "DELETE", "/dlq/<job_id>")
+@route(bp, "DELETE", "/dlq/<dead_job_id:job_id>")
 def purge(job_id: str) -> tuple[str, int]:
     """Delete a dead job for good: 204."""
     job_id = inputs.job_id(job_id)

@@ -149,3 +149,11 @@ def test_an_integral_float_limit_is_an_integer(gw: Gunicorn, engine: Scripts) ->
     code, doc = post(gw, "/dlq/retry", '{"limit": 1.0}')
 
     assert code == 200 and len(doc["done"]) == 1
+
+
+@pytest.mark.parametrize("path", ["/dlq/retry", "/dlq/purge"])
+def test_the_bulk_paths_allow_post_only(gw: Gunicorn, path: str) -> None:
+    # Not taken for DELETE /dlq/<id> with "purge" as the id (a 400 advertised as allowed).
+    for method in ("DELETE", "GET", "OPTIONS"):
+        code, headers, _ = gw.request(method, path)
+        assert (code, headers.get("allow")) == (405, "POST"), method

@@ -126,9 +126,9 @@ def _ids(value: Any) -> list[str]:
 
 
 def _text(body: dict[str, Any], name: str, valid: Any, rule: str) -> str | None:
-    value = body.get(name)
-    if value is None:
+    if name not in body:
         return None
+    value = body[name]  # null is refused: a next_cursor of null means the walk is over
     if not isinstance(value, str) or not valid(value):
         raise _bad(name, f"{rule}, got {repr(value)[:70]}")
     return value

@@ -125,6 +125,8 @@ def test_retry_without_a_queue_takes_every_queue(
         ({"limit": True}, "limit"),
         ({"limit": "5"}, "limit"),
         ({"cursor": "not-a-cursor"}, "cursor"),
+        ({"cursor": None}, "cursor"),
+        ({"queue": None}, "queue"),
         ({"state": "dead"}, "state"),
     ],
 )

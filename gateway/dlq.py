@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,7 +126,7 @@ def _ids(value: Any) -> list[str]:
     return found
 
 
-def _text(body: dict[str, Any], name: str, valid: Any, rule: str) -> str | None:
+def _text(body: dict[str, Any], name: str, valid: Callable[[str], object], rule: str) -> str | None:
     if name not in body:
         return None
     value = body[name]  # null is refused: a next_cursor of null means the walk is over

@@ -664,7 +664,8 @@ class Scripts:
         now_ms: int | None = None,
         rounds: int = TRIM_ROUNDS,
     ) -> TrimResult:
-        """Forget finished jobs past retention or their count cap, dead jobs past the DLQ's.
+        """Forget finished jobs past retention or their count cap, dead jobs past the DLQ's;
+        first roll what finished since the last call into the per-minute throughput counts.
 
         Calls trim.lua again while a call may have left work (it hit `limit` in an index), at
         most `rounds` times: the scheduler trims once a second, and one call of `limit` would

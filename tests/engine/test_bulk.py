@@ -232,3 +232,35 @@ def test_a_bulk_replay_leaves_the_job_as_a_single_replay_would(
     fields = ("status", "attempts", "recoveries", "last_error", "priority")
     assert r.hmget(K.job(a), *fields) == r.hmget(K.job(b), *fields)
     assert status(r, b) == str(JobState.PENDING)
+
+
+def test_a_bulk_call_after_redis_lost_its_scripts_loads_them_and_acts_once(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    ids = [job_id(n) for n in range(1, 4)]
+    for jid in ids:
+        dead(scripts, jid)
+    r.script_flush()  # a restart or failover empties the cache: every EVALSHA answers NOSCRIPT
+
+    result = bulk_dead(scripts, "replay", queues=["default"], ids=ids)
+
+    assert result.done == ids and result.skipped == []
+    assert [replays(r, jid) for jid in ids] == [1, 1, 1]
+
+
+def test_a_pipeline_run_again_with_the_same_request_ids_answers_as_the_first_time(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    # What _each does when NOSCRIPT cut a pipeline short after some calls ran: run it again.
+    replayed, purged = job_id(1), job_id(2)
+    dead(scripts, replayed)
+    dead(scripts, purged)
+    replay = [scripts._replay_call(replayed, "default", "req-1", None)]
+    purge = [scripts._purge_call(purged, "default", "req-2")]
+
+    first = scripts._each("replay", replay), scripts._each("purge", purge)
+    again = scripts._each("replay", replay), scripts._each("purge", purge)
+
+    assert [reply[0] for reply in first[0] + first[1]] == [Code.DONE, Code.DONE]
+    assert [reply[0] for reply in again[0] + again[1]] == [Code.DONE, Code.DONE]
+    assert replays(r, replayed) == 1

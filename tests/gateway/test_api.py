@@ -220,6 +220,15 @@ def test_health_and_ready_answer_ok(client: FlaskClient) -> None:
     assert client.get("/ready").get_json() == {"status": "ready", "redis": "ok"}
 
 
+# A rule's converter (``<dead_job_id:job_id>``) is not part of its path's name.
+CONVERTER = re.compile(r"<\w+:")
+
+
+def openapi_path(rule: str) -> str:
+    """Return the OpenAPI path of a Flask rule: ``/dlq/<job_id>`` -> ``/dlq/{job_id}``."""
+    return CONVERTER.sub("<", rule).replace("<", "{").replace(">", "}")
+
+
 def test_every_route_is_in_the_openapi_document(client: FlaskClient) -> None:
     document = client.get("/openapi.json").get_json()
     assert document["openapi"].startswith("3.")
@@ -227,11 +236,11 @@ def test_every_route_is_in_the_openapi_document(client: FlaskClient) -> None:
     for rule in app.url_map.iter_rules():
         if rule.endpoint == "static":
             continue
-        path = rule.rule.replace("<", "{").replace(">", "}")
+        path = openapi_path(rule.rule)
         assert path in document["paths"], path
         for method in rule.methods - {"HEAD", "OPTIONS"}:
             assert method.lower() in document["paths"][path], (method, path)
-    routes = {r.rule.replace("<", "{").replace(">", "}") for r in app.url_map.iter_rules()}
+    routes = {openapi_path(r.rule) for r in app.url_map.iter_rules()}
     assert set(document["paths"]) <= routes
 
 
@@ -241,7 +250,7 @@ def test_every_route_takes_the_query_parameters_its_document_names(client: Flask
     for rule in app.url_map.iter_rules():
         if rule.endpoint == "static":
             continue
-        path = rule.rule.replace("<", "{").replace(">", "}")
+        path = openapi_path(rule.rule)
         for method in rule.methods - {"HEAD", "OPTIONS"}:
             operation = doc["paths"][path][method.lower()]
             params = [resolve(doc, p) for p in operation.get("parameters", [])]
@@ -354,7 +363,10 @@ ROUTES = [
     ("GET", "/dlq"),
     ("POST", f"/dlq/{UNKNOWN}/retry"),
     ("DELETE", f"/dlq/{UNKNOWN}"),
+    ("POST", "/dlq/retry"),
+    ("POST", "/dlq/purge"),
     ("GET", "/stats"),
+    ("GET", "/stats/throughput"),
     ("GET", "/metrics"),
     ("GET", "/health"),
     ("GET", "/ready"),
@@ -371,7 +383,7 @@ ROUTES = [
 
 def test_routes_lists_every_route(client: FlaskClient) -> None:
     rules = {
-        (method, rule.rule)
+        (method, CONVERTER.sub("<", rule.rule))
         for rule in client.application.url_map.iter_rules()
         for method in rule.methods - {"HEAD", "OPTIONS"}
         if rule.endpoint != "static"

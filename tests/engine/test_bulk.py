@@ -264,3 +264,19 @@ def test_a_pipeline_run_again_with_the_same_request_ids_answers_as_the_first_tim
     assert [reply[0] for reply in first[0] + first[1]] == [Code.DONE, Code.DONE]
     assert [reply[0] for reply in again[0] + again[1]] == [Code.DONE, Code.DONE]
     assert replays(r, replayed) == 1
+
+
+def test_bulk_actions_write_one_event_per_job(r: redis.Redis, scripts: Scripts) -> None:
+    ids = [job_id(n) for n in range(1, 5)]
+    for n, jid in enumerate(ids):
+        dead(scripts, jid, at=T0 + n)
+    before = r.xlen(K.events)
+
+    bulk_dead(scripts, "replay", queues=["default"], ids=ids[:2])
+    bulk_dead(scripts, "purge", queues=["default"], ids=ids[2:])
+
+    entries = r.xrange(K.events)[before:]
+    written = [(fields[b"e"].decode(), fields[b"j"].decode()) for _, fields in entries]
+    assert written == [("replayed", ids[0]), ("replayed", ids[1])] + [
+        ("purged", jid) for jid in ids[2:]
+    ]

@@ -1,21 +1,46 @@
-"""Dead-letter queue endpoints: list, replay, delete."""
+"""Dead-letter queue endpoints: list, replay, delete; replay or delete many at once."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from flask import Blueprint
+from flask.blueprints import BlueprintSetupState
+from werkzeug.routing import BaseConverter
 
 from gateway import inputs
 from gateway.context import gateway
 from gateway.errors import ApiError
 from gateway.jobs import queue_of
 from gateway.routes import route
+from shared import bulk, listing
+from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN
 from shared.lifecycle import Outcome, record
 from shared.queries import BadCursor, dead_page
+from shared.queues import QUEUE_RULE, is_queue_name
 from shared.scripts import JobNotFound, WrongState
 
 bp = Blueprint("dlq", __name__)
+
+
+class DeadJobId(BaseConverter):
+    """The job id segment of ``/dlq/<id>``: anything but the bulk actions' names.
+
+    ``/dlq/purge`` would otherwise also match ``DELETE /dlq/<id>`` (a 400 for a malformed id),
+    so a 405 there would advertise ``Allow: DELETE, POST``; the id itself is still validated
+    by the view (400), as on every other route.
+    """
+
+    regex = r"(?!(?:retry|purge)$)[^/]+"
+
+
+def _add_converter(state: BlueprintSetupState) -> None:
+    state.app.url_map.converters["dead_job_id"] = DeadJobId
+
+
+bp.record_once(_add_converter)  # before the rules below are added to the app
 
 
 def _not_dead(exc: WrongState) -> ApiError:
@@ -51,7 +76,7 @@ def retry(job_id: str) -> dict[str, Any]:
     return job.to_json()
 
 
-@route(bp, "DELETE", "/dlq/<job_id>")
+@route(bp, "DELETE", "/dlq/<dead_job_id:job_id>")
 def purge(job_id: str) -> tuple[str, int]:
     """Delete a dead job for good: 204."""
     job_id = inputs.job_id(job_id)
@@ -66,3 +91,108 @@ def purge(job_id: str) -> tuple[str, int]:
         raise _not_dead(exc) from None
     record(Outcome.PURGED, job_id, job_type, queue=queue)
     return "", 204
+
+
+BULK_FIELDS = ("ids", "queue", "type", "limit", "cursor")
+FILTER_FIELDS = BULK_FIELDS[1:]
+
+
+@dataclass(frozen=True)
+class BulkRequest:
+    """A bulk DLQ body: explicit ids, or a filter (queue, type) walked a page per call."""
+
+    ids: list[str] | None
+    queue: str | None
+    job_type: str | None
+    limit: int
+    cursor: str | None
+
+
+def _bad(name: str, message: str) -> ApiError:
+    return ApiError(400, f"{name} {message}", fields=[{"field": name, "message": message}])
+
+
+def _ids(value: Any) -> list[str]:
+    high = bulk.MAX_LIMIT
+    if not isinstance(value, list) or not 1 <= len(value) <= high:
+        raise _bad("ids", f"must be an array of 1 to {high} job ids")
+    found: list[str] = []
+    for index, item in enumerate(value):
+        candidate = item.lower() if isinstance(item, str) else None
+        if candidate is None or not JOB_ID_PATTERN.fullmatch(candidate):
+            shown = repr(item)[:64]
+            raise _bad("ids", f"must hold job ids (UUIDv4); ids[{index}] is {shown}")
+        found.append(candidate)
+    return found
+
+
+def _text(body: dict[str, Any], name: str, valid: Callable[[str], object], rule: str) -> str | None:
+    if name not in body:
+        return None
+    value = body[name]  # null is refused: a next_cursor of null means the walk is over
+    if not isinstance(value, str) or not valid(value):
+        raise _bad(name, f"{rule}, got {repr(value)[:70]}")
+    return value
+
+
+def bulk_request(body: Any) -> BulkRequest:
+    """Validate a bulk DLQ body; raise its 400 naming the field otherwise."""
+    if not isinstance(body, dict):
+        raise ApiError(400, 'the body must be a JSON object: {"ids": [...]} or a filter')
+    unknown = sorted(set(body) - set(BULK_FIELDS))
+    if unknown:
+        names = ", ".join(repr(name[:64]) for name in unknown[:20])
+        raise ApiError(
+            400,
+            f"unknown field(s) {names}; a body takes ids, or queue, type, limit and cursor",
+            fields=[{"field": name[:64], "message": "unknown field"} for name in unknown],
+        )
+    if "ids" in body:
+        mixed = [name for name in FILTER_FIELDS if name in body]
+        if mixed:
+            raise _bad(mixed[0], "cannot be given with ids: give ids, or a filter")
+        return BulkRequest(_ids(body["ids"]), None, None, len(body["ids"]), None)
+    queue = _text(body, "queue", is_queue_name, QUEUE_RULE)
+    type_rule = "must be 1-128 characters of A-Z a-z 0-9 _ . : -"
+    job_type = _text(body, "type", TYPE_PATTERN.fullmatch, type_rule)
+    limit = body.get("limit", bulk.DEFAULT_LIMIT)
+    # JSON Schema's integer: 8 or 8.0. bool is an int in Python, not in JSON: true is no limit.
+    if type(limit) is float and limit.is_integer():
+        limit = int(limit)
+    if type(limit) is not int or not 1 <= limit <= bulk.MAX_LIMIT:
+        raise _bad("limit", f"must be an integer from 1 to {bulk.MAX_LIMIT}, got {limit!r:.20}")
+    cursor = _text(body, "cursor", listing.CURSOR_PATTERN.fullmatch, "must be a next_cursor")
+    return BulkRequest(None, queue, job_type, limit, cursor)
+
+
+def _bulk(action: bulk.Action) -> dict[str, Any]:
+    wanted = bulk_request(inputs.json_body())
+    gw = gateway()
+    # Every queue unless one is named: re-read, since another process may have added one.
+    queues = [wanted.queue] if wanted.queue is not None else gw.directory.names(refresh=True)
+    result = bulk.bulk_dead(
+        gw.scripts,
+        action,
+        queues=queues,
+        ids=wanted.ids,
+        job_type=wanted.job_type,
+        limit=wanted.limit,
+        cursor=wanted.cursor,
+    )
+    return {
+        "done": result.done,
+        "skipped": [{"id": job_id, "reason": reason} for job_id, reason in result.skipped],
+        "next_cursor": result.next_cursor,
+    }
+
+
+@route(bp, "POST", "/dlq/retry")
+def retry_many() -> dict[str, Any]:
+    """Replay dead jobs by id, or a page of those matching a filter: 200 with what was done."""
+    return _bulk("replay")
+
+
+@route(bp, "POST", "/dlq/purge")
+def purge_many() -> dict[str, Any]:
+    """Delete dead jobs by id, or a page of those matching a filter: 200 with what was done."""
+    return _bulk("purge")

@@ -13,7 +13,7 @@ from typing import Any
 from gateway.body import MAX_BODY_BYTES
 from gateway.events import KEEPALIVE_SECONDS
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
-from shared import listing
+from shared import bulk, listing, throughput
 from shared.events import CURSOR_PAIR, MAX_CURSOR_STREAMS
 from shared.history import ACTOR_CODES, CAP, EVENTS
 from shared.hosts import HOST_NAME_PATTERN
@@ -237,6 +237,82 @@ def _stats_schema() -> dict[str, Any]:
     )
 
 
+def _bulk_schemas() -> dict[str, Any]:
+    high = bulk.MAX_LIMIT
+    ids = {
+        "type": "array",
+        "minItems": 1,
+        "maxItems": high,
+        "items": {"type": "string", "pattern": JOB_ID},
+        "description": "These dead jobs (a repeated id counts once), in any queue.",
+    }
+    by_filter = {
+        "queue": {**QUEUE_NAME, "description": "One queue's dead jobs; absent: every queue's."},
+        "type": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
+        "limit": {"type": "integer", "minimum": 1, "maximum": high, "default": bulk.DEFAULT_LIMIT},
+        "cursor": {
+            "type": "string",
+            "pattern": f"^{listing.CURSOR_PATTERN.pattern}$",
+            "description": "The next_cursor of the previous call with the same filter.",
+        },
+    }
+    skipped = _object(["id", "reason"], {"id": {"type": "string"}, "reason": {"type": "string"}})
+    return {
+        "BulkRequest": {
+            "description": "Either ids, or a filter as GET /jobs?state=dead takes one: a call "
+            "acts on one page of it (newest death first); next_cursor goes on.",
+            "oneOf": [
+                {**_object(["ids"], {"ids": ids}), "additionalProperties": False},
+                {"type": "object", "properties": by_filter, "additionalProperties": False},
+            ],
+            "examples": [{"ids": ["0b8a4c4e-9d6f-4a57-9d0e-3c1f1d2b7a10"]}, {"type": "pdf"}],
+        },
+        "BulkResult": _object(
+            ["done", "skipped", "next_cursor"],
+            {
+                "done": {"type": "array", "items": {"type": "string", "pattern": JOB_ID}},
+                "skipped": {
+                    "type": "array",
+                    "items": skipped,
+                    "description": "Jobs left alone, and why: not found, or not dead (any "
+                    "more: a repeated call skips what the first did).",
+                },
+                "next_cursor": {
+                    "type": ["string", "null"],
+                    "description": "Where the filter goes on; null: nothing more (or ids).",
+                },
+            },
+        ),
+    }
+
+
+def _throughput_schema() -> dict[str, Any]:
+    count = {"type": "integer", "minimum": 0}
+    minute = _object(
+        ["start", "completed", "failed"],
+        {
+            "start": {**TIMESTAMP, "description": "The minute's start (UTC, Redis's clock)."},
+            "completed": {**count, "description": "Jobs completed in the minute."},
+            "failed": {**count, "description": "Failed executions in it, retried or dead."},
+        },
+    )
+    return _object(
+        ["queue", "minutes", "completed", "failed"],
+        {
+            "queue": {"type": ["string", "null"], "description": "null: every queue, summed."},
+            "minutes": {
+                "type": "array",
+                "items": minute,
+                "minItems": 1,
+                "maxItems": throughput.MAX_MINUTES,
+                "description": "Oldest first; the last is the minute in progress.",
+            },
+            "completed": count,
+            "failed": count,
+        },
+    )
+
+
 def _schemas() -> dict[str, Any]:
     jobs = {"type": "array", "items": _ref("Job")}
     batch = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": _ref("EnqueueRequest")}
@@ -250,6 +326,8 @@ def _schemas() -> dict[str, Any]:
             ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
         ),
         "Stats": _stats_schema(),
+        **_bulk_schemas(),
+        "Throughput": _throughput_schema(),
         "JobPage": _object(
             ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
         ),
@@ -293,8 +371,25 @@ def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any
             },
         },
     )
+    nullable = {"type": ["string", "null"]}
+    process = _object(
+        ["pid", "job_id", "type", "queue", "busy_since", "last_heartbeat"],
+        {
+            "pid": {"type": "integer"},
+            "job_id": {**nullable, "description": "The job it runs; null: idle."},
+            "type": nullable,
+            "queue": nullable,
+            "busy_since": {
+                **TIMESTAMP,
+                "type": ["string", "null"],
+                "description": "When it started the job (the host's clock).",
+            },
+            "last_heartbeat": {**TIMESTAMP, "type": ["string", "null"]},
+        },
+    )
+    required = ["name", "host", "pid", "workers", "busy", "quiet", "quiet_requested", "queues"]
     host = _object(
-        ["name", "host", "pid", "workers", "busy", "quiet", "quiet_requested", "queues"],
+        [*required, "processes"],
         {
             "name": {"type": "string", "description": "The registry name, <hostname>-<pid>."},
             "host": {"type": "string"},
@@ -309,6 +404,12 @@ def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any
             "queues": {"type": "array", "items": {"type": "string"}},
             "worker_queues": {"type": "string", "description": "WORKER_QUEUES as it serves it."},
             "last_seen": TIMESTAMP,
+            "processes": {
+                "type": "array",
+                "items": process,
+                "description": "Each worker process and its current job, as the host's last "
+                "registry heartbeat (every 2 s) reported them.",
+            },
         },
     )
     return {
@@ -395,6 +496,17 @@ def _listing_parameters() -> dict[str, Any]:
                 "minimum": low,
                 "maximum": high,
                 "default": listing.DEFAULT_LIMIT,
+            },
+        },
+        "Minutes": {
+            "name": "minutes",
+            "in": "query",
+            "description": "How many minutes, the current one last.",
+            "schema": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": throughput.MAX_MINUTES,
+                "default": throughput.MAX_MINUTES,
             },
         },
         "ListCursor": {
@@ -535,6 +647,7 @@ def _listing_paths() -> dict[str, Any]:
 
 def _dlq_paths() -> dict[str, Any]:
     page = _json(_ref("DeadPage"), "A page of dead jobs.")
+    done = _json(_ref("BulkResult"), "What was done, what was skipped, where to go on.")
     return {
         "/dlq": {
             "get": _operation(
@@ -542,6 +655,24 @@ def _dlq_paths() -> dict[str, Any]:
                 "Page through dead jobs, newest first.",
                 {"200": page, **_use("BadRequest", "Unauthorized", "Unavailable")},
                 parameters=[_param("Limit"), _param("Cursor")],
+            )
+        },
+        "/dlq/retry": {
+            "post": _operation(
+                "replayDeadMany",
+                f"Replay dead jobs: the ids given, or up to limit (at most {bulk.MAX_LIMIT}) "
+                "matching a filter.",
+                {"200": done, **_use(*BODY_ERRORS)},
+                requestBody=_body("BulkRequest"),
+            )
+        },
+        "/dlq/purge": {
+            "post": _operation(
+                "purgeDeadMany",
+                f"Delete dead jobs: the ids given, or up to limit (at most {bulk.MAX_LIMIT}) "
+                "matching a filter.",
+                {"200": done, **_use(*BODY_ERRORS)},
+                requestBody=_body("BulkRequest"),
             )
         },
         "/dlq/{job_id}/retry": {
@@ -575,6 +706,18 @@ def _ops_paths() -> dict[str, Any]:
                 "Jobs per state and the oldest pending job's age, in all and per queue; "
                 "workerd hosts and processes.",
                 {"200": stats, **_use("Unauthorized", "Unavailable")},
+            )
+        },
+        "/stats/throughput": {
+            "get": _operation(
+                "statsThroughput",
+                "Completions and failed executions per minute over the last hour (or fewer "
+                "minutes), in all or for one queue.",
+                {
+                    "200": _json(_ref("Throughput"), "One point per minute."),
+                    **_use("BadRequest", "Unauthorized", "Unavailable"),
+                },
+                parameters=[_param("Queue"), _param("Minutes")],
             )
         },
         "/metrics": {
@@ -642,7 +785,7 @@ def _queue_paths() -> dict[str, Any]:
         "/workers": {
             "get": _operation(
                 "listWorkers",
-                "Every live workerd host: workers, busy, quiet, queues served.",
+                "Every live workerd host: workers and what each runs, quiet, queues served.",
                 {"200": hosts, **_use("Unauthorized", "Unavailable")},
             )
         },

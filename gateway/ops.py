@@ -7,14 +7,16 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.exceptions
-from flask import Blueprint, Response
+from flask import Blueprint, Response, request
 
 from gateway.context import gateway
-from gateway.errors import json_error, redis_unavailable
+from gateway.errors import ApiError, json_error, redis_unavailable
 from gateway.openapi import document
 from gateway.routes import route
-from shared import metrics
+from shared import metrics, throughput
+from shared.jobs import format_ms
 from shared.queries import QueueCounts
+from shared.queues import QUEUE_RULE, is_queue_name
 
 bp = Blueprint("ops", __name__)
 
@@ -27,6 +29,46 @@ def stats() -> dict[str, Any]:
         **_counts(counts),
         "queues": {name: _counts(c) for name, c in sorted(counts.by_queue.items())},
         "workers": dataclasses.asdict(workers),
+    }
+
+
+THROUGHPUT_QUERY = ("queue", "minutes")
+
+
+def _bad(name: str, message: str) -> ApiError:
+    return ApiError(400, f"{name} {message}", fields=[{"field": name, "message": message}])
+
+
+def _throughput_query() -> tuple[str | None, int]:
+    """Return the queue (None: all) and the number of minutes a throughput request asks for."""
+    for name in THROUGHPUT_QUERY:
+        if len(request.args.getlist(name)) > 1:
+            raise _bad(name, "is given more than once; give each parameter at most once")
+    queue = request.args.get("queue")
+    if queue is not None and not is_queue_name(queue):
+        raise _bad("queue", f"{QUEUE_RULE}, got {queue[:70]!r}")
+    high = throughput.MAX_MINUTES
+    text = request.args.get("minutes", str(high))
+    if not (len(text) <= 2 and text.isascii() and text.isdigit() and 1 <= int(text) <= high):
+        raise _bad("minutes", f"must be an integer from 1 to {high}, got {text[:20]!r}")
+    return queue, int(text)
+
+
+@route(bp, "GET", "/stats/throughput", query=THROUGHPUT_QUERY)
+def stats_throughput() -> dict[str, Any]:
+    """Return completions and failed executions per minute, oldest first, the current last."""
+    queue, minutes = _throughput_query()
+    gw = gateway()
+    queues = [queue] if queue is not None else gw.directory.names(refresh=True)
+    points = throughput.last_hour(gw.scripts, queues, minutes=minutes)
+    return {
+        "queue": queue,
+        "minutes": [
+            {"start": format_ms(m.start_ms), "completed": m.completed, "failed": m.failed}
+            for m in points
+        ],
+        "completed": sum(m.completed for m in points),
+        "failed": sum(m.failed for m in points),
     }
 
 

@@ -15,7 +15,7 @@ from flask import Blueprint
 from gateway.context import gateway
 from gateway.errors import ApiError
 from gateway.routes import route
-from shared.hosts import WorkerHost, is_host_name, list_hosts, read_hosts
+from shared.hosts import WorkerHost, WorkerProcess, is_host_name, list_hosts, read_hosts
 from shared.jobs import format_ms
 from shared.scripts import HostNotFound
 
@@ -37,12 +37,25 @@ def host_json(host: WorkerHost) -> dict[str, Any]:
         "queues": host.queues,
         "worker_queues": host.worker_queues,
         "last_seen": format_ms(host.last_seen_ms),
+        "processes": [process_json(process) for process in host.processes],
+    }
+
+
+def process_json(process: WorkerProcess) -> dict[str, Any]:
+    """Return one worker process as GET /workers lists it: its current job, or nulls."""
+    return {
+        "pid": process.pid,
+        "job_id": process.job_id,
+        "type": process.job_type,
+        "queue": process.queue,
+        "busy_since": format_ms(process.busy_since_ms),
+        "last_heartbeat": format_ms(process.beat_ms),
     }
 
 
 @route(bp, "GET", "/workers")
 def list_workers() -> dict[str, Any]:
-    """Return every live workerd host: its workers, busy ones, quiet, the queues it serves."""
+    """Return every live workerd host: its workers and what each runs, quiet, its queues."""
     gw = gateway()
     return {"hosts": [host_json(host) for host in list_hosts(gw.redis, gw.keys)]}
 

@@ -131,6 +131,16 @@ class Keys:
         """
         return f"{self.prefix}events"
 
+    @property
+    def throughput(self) -> str:
+        """Return the hash of completions and failures per minute over the last hour.
+
+        Fields ``c:<epoch minute>`` and ``f:<epoch minute>`` (counts) and ``mark`` (ms, what
+        they cover): trim.lua rolls the completed index and the failures hash into it before
+        forgetting them; shared/throughput.py reads it (throughput.lua).
+        """
+        return f"{self.prefix}throughput"
+
     def tombstone(self, job_id: str) -> str:
         """Return the short-lived marker a purge leaves so a repeated purge still succeeds."""
         return f"{self.prefix}purged:{job_id}"

@@ -108,6 +108,7 @@ SCRIPT_NAMES = (
     "cancel",
     "purge",
     "trim",
+    "throughput",
     "heartbeat",
     "queue_stats",
     "fleet",
@@ -637,21 +638,30 @@ class Scripts:
 
     def replay(self, job_id: str, *, queue: str = DEFAULT_QUEUE, now_ms: int | None = None) -> Job:
         """Return a dead job to pending with attempts 0; raise JobNotFound or WrongState."""
-        k = self.q(queue)
-        reply = self._call(
-            "replay",
-            [
-                k.job(job_id),
-                k.dead,
-                k.pending,
-                k.pending_since,
-                k.seq,
-                k.wake,
-                *self._events_key(k),
-            ],
-            [new_request_id(), self.policy.wake_cap, _now(now_ms), *self._events_cap()],
-        )
+        reply = self._call("replay", *self._replay_call(job_id, queue, new_request_id(), now_ms))
         return job_from_flat(checked(reply)[1], queue)
+
+    def _replay_call(
+        self, job_id: str, queue: str, request_id: str, now_ms: int | None
+    ) -> tuple[list[str], list[Any]]:
+        k = self.q(queue)
+        keys = [k.job(job_id), k.dead, k.pending, k.pending_since, k.seq, k.wake]
+        keys += self._events_key(k)
+        return keys, [request_id, self.policy.wake_cap, _now(now_ms), *self._events_cap()]
+
+    def replay_each(
+        self, jobs: Sequence[tuple[str, str]], *, now_ms: int | None = None
+    ) -> list[Job | EngineError]:
+        """Replay several dead jobs, (id, queue) each, in one round trip: replay.lua per job.
+
+        Each answers alone: the job, or the JobNotFound or WrongState that replay would raise.
+        """
+        calls = [self._replay_call(jid, q, new_request_id(), now_ms) for jid, q in jobs]
+        replies = self._each("replay", calls)
+        return [
+            _or_error(reply, lambda r, q=queue: job_from_flat(r[1], q))
+            for (_, queue), reply in zip(jobs, replies, strict=True)
+        ]
 
     def cancel(
         self, job_id: str, *, queue: str = DEFAULT_QUEUE, now_ms: int | None = None
@@ -676,13 +686,42 @@ class Scripts:
 
     def purge(self, job_id: str, *, queue: str = DEFAULT_QUEUE) -> str:
         """Delete a dead job and return its type; raise JobNotFound or WrongState."""
-        k = self.q(queue)
-        reply = self._call(
-            "purge",
-            [k.job(job_id), k.dead, k.tombstone(job_id), *self._events_key(k)],
-            [new_request_id(), TOMBSTONE_TTL_MS, *self._events_cap()],
-        )
+        reply = self._call("purge", *self._purge_call(job_id, queue, new_request_id()))
         return text(checked(reply)[1]) or ""
+
+    def _purge_call(self, job_id: str, queue: str, request_id: str) -> tuple[list[str], list[Any]]:
+        k = self.q(queue)
+        keys = [k.job(job_id), k.dead, k.tombstone(job_id), *self._events_key(k)]
+        return keys, [request_id, TOMBSTONE_TTL_MS, *self._events_cap()]
+
+    def purge_each(self, jobs: Sequence[tuple[str, str]]) -> list[str | EngineError]:
+        """Delete several dead jobs, (id, queue) each, in one round trip: purge.lua per job.
+
+        Each answers alone: the type it deleted, or the JobNotFound or WrongState that purge
+        would raise.
+        """
+        replies = self._each(
+            "purge", [self._purge_call(jid, q, new_request_id()) for jid, q in jobs]
+        )
+        return [_or_error(reply, lambda r: text(r[1]) or "") for reply in replies]
+
+    def _each(self, name: str, calls: Sequence[tuple[list[str], list[Any]]]) -> list[Any]:
+        """Run one script per (keys, args) on one pipeline (not a transaction: each call stays
+        short, other clients run between them), replies in order.
+
+        Bare EVALSHAs (no SCRIPT EXISTS round trip first): each call carries its request id, so
+        if Redis lost the scripts (NOSCRIPT; the calls before it may have run) execute_loaded
+        runs the pipeline once more with the same ids, and a script answers a call it already
+        made as it did the first time.
+        """
+
+        def pipeline() -> Any:
+            pipe = self.redis.pipeline(transaction=False)
+            for keys, args in calls:
+                self._piped_bare(pipe, name, keys, args)
+            return pipe
+
+        return self.execute_loaded(pipeline)
 
     def trim(
         self,
@@ -692,7 +731,8 @@ class Scripts:
         now_ms: int | None = None,
         rounds: int = TRIM_ROUNDS,
     ) -> TrimResult:
-        """Forget finished jobs past retention or their count cap, dead jobs past the DLQ's.
+        """Forget finished jobs past retention or their count cap, dead jobs past the DLQ's;
+        first roll what finished since the last call into the per-minute throughput counts.
 
         Calls trim.lua again while a call may have left work (it hit `limit` in an index), at
         most `rounds` times: the scheduler trims once a second, and one call of `limit` would
@@ -705,7 +745,14 @@ class Scripts:
         for _ in range(rounds):
             reply = self._call(
                 "trim",
-                [k.completed, k.canceled, k.dead, k.reply(new_request_id()), k.failures],
+                [
+                    k.completed,
+                    k.canceled,
+                    k.dead,
+                    k.reply(new_request_id()),
+                    k.failures,
+                    k.throughput,
+                ],
                 [
                     k.job_prefix,
                     p.finished_retention_ms,
@@ -842,6 +889,15 @@ class Scripts:
         args = [k.job_prefix, order, score, member, limit, budget, job_type or ""]
         self._piped_bare(pipe, "list_page", [k.state_index(state)], args)
 
+    def throughput(self, pipe: Any, *, queue: str, minutes: int, now_ms: int | None) -> None:
+        """Queue a read of one queue's completions and failures per minute (throughput.lua).
+
+        shared.throughput sends one per queue on one pipeline (run by execute_loaded).
+        """
+        k = self.q(queue)
+        keys = [k.throughput, k.completed, k.failures]
+        self._piped_bare(pipe, "throughput", keys, [_now(now_ms), minutes])
+
     def _piped_bare(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
         """Queue a bare EVALSHA on a pipeline: redis-py then sends no SCRIPT EXISTS round trip
         first. Run the pipeline with execute_loaded, which answers NOSCRIPT."""
@@ -871,6 +927,14 @@ def _claimed(reply: list[Any], worker_id: str, queue: str) -> Job | NotRunnable 
     if reply[0] == Code.DONE and len(reply) > 1:
         return claimed_job(reply[1:], worker_id, queue)
     return None
+
+
+def _or_error(reply: list[Any], value: Callable[[list[Any]], Any]) -> Any:
+    """Return `value(reply)`, or the EngineError a negative code stands for (not raised)."""
+    try:
+        return value(checked(reply))
+    except EngineError as exc:
+        return exc
 
 
 def _queue_counts(reply: list[Any]) -> QueueCounts:

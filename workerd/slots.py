@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 from shared.queues import DEFAULT_QUEUE
 
-RECORD_SIZE = 192  # room to grow a record without moving the others
+RECORD_SIZE = 320  # room to grow a record without moving the others
 _WORD = 8  # the sequence counter: one aligned 64-bit word at the start of each record
 # Each record is the sequence counter, then these fields (at offset + 8).
-# heartbeat (monotonic s), token, job started (monotonic s), job timeout (s), job id, queue
-_CHILD = struct.Struct("<dqdd36s64s")
+# heartbeat (monotonic s), token, job started (monotonic s), job timeout (s), job id, queue,
+# job type (for GET /workers: what each process runs)
+_CHILD = struct.Struct("<dqdd36s64s128s")
 # heartbeat (monotonic s), live workers, scheduler alive, scripts loaded, quiet
 _SUPERVISOR = struct.Struct("<diiii")
 _READ_ATTEMPTS = 100
@@ -72,6 +73,7 @@ class SlotState:
     job_started: float
     job_timeout: float
     queue: str = ""
+    job_type: str = ""
 
     @property
     def booting(self) -> bool:
@@ -87,28 +89,35 @@ class Slot:
 
     def reset(self, *, booting: bool) -> None:
         """Clear the slot before forking its child; while booting the token reads -1."""
-        self._record.write(time.monotonic(), -1 if booting else 0, 0.0, 0.0, b"", b"")
+        self._record.write(time.monotonic(), -1 if booting else 0, 0.0, 0.0, b"", b"", b"")
 
     def beat(self) -> None:
         """Record that the child is alive and between jobs."""
-        self._record.write(time.monotonic(), 0, 0.0, 0.0, b"", b"")
+        self._record.write(time.monotonic(), 0, 0.0, 0.0, b"", b"", b"")
 
     def start_job(
-        self, job_id: str, token: int, timeout: float, queue: str = DEFAULT_QUEUE
+        self,
+        job_id: str,
+        token: int,
+        timeout: float,
+        queue: str = DEFAULT_QUEUE,
+        job_type: str = "",
     ) -> None:
         """Record the job the child is about to run (its lease is renewed from here on)."""
         now = time.monotonic()
-        self._record.write(now, token, now, timeout, job_id.encode(), queue.encode())
+        fields = (job_id.encode(), queue.encode(), job_type.encode())
+        self._record.write(now, token, now, timeout, *fields)
 
     def read(self) -> SlotState | None:
         """Return a consistent reading, or None if the child kept writing (read next tick)."""
         record = self._record.read()
         if record is None:
             return None
-        heartbeat, token, started, timeout, raw_id, raw_queue = record
+        heartbeat, token, started, timeout, raw_id, raw_queue, raw_type = record
         job_id = raw_id.rstrip(b"\0").decode() or None  # type: ignore[union-attr]
         queue = raw_queue.rstrip(b"\0").decode()  # type: ignore[union-attr]
-        return SlotState(heartbeat, job_id, token, started, timeout, queue)  # type: ignore[arg-type]
+        job_type = raw_type.rstrip(b"\0").decode()  # type: ignore[union-attr]
+        return SlotState(heartbeat, job_id, token, started, timeout, queue, job_type)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

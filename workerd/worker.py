@@ -311,7 +311,7 @@ class WorkerProcess(StopOnSignal):
     def _execute(self, job: Job) -> Job | None:
         """Run one claimed job and record its outcome; return the next job if one was claimed."""
         timeout = job.timeout or self.settings.default_job_timeout
-        self.slot.start_job(job.id, job.token, timeout, job.queue)
+        self.slot.start_job(job.id, job.token, timeout, job.queue, job.type)
         metrics.BUSY_WORKERS.set(1)
         eligible_at = int(job.extra["eligible_at"]) if "eligible_at" in job.extra else None
         metrics.observe_queue_wait(job.type, job.queue, eligible_at, job.started_at)

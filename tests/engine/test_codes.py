@@ -13,6 +13,7 @@ import redis
 from shared.jobs import JobState, format_ms
 from shared.listing import list_jobs
 from shared.scripts import SCRIPT_NAMES, Code, EngineError, Scripts, load_source
+from shared.throughput import last_hour
 from shared.upgrade import SCRIPT_NAMES as UPGRADE_SCRIPT_NAMES
 from tests.engine.conftest import J1, J2, J3, POLICY, T0, K, claim, enqueue, request, start
 
@@ -173,6 +174,7 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
     scripts.resume_queue("q")
     scripts.stats()
     list_jobs(scripts, JobState.PENDING, ["default"])
+    last_hour(scripts, ["default"], now_ms=T0)
     scripts.enqueue(request(), "00000000-0000-4000-8000-0000000000e4", idempotency_key="k")
 
     assert set(sent) == set(SCRIPT_NAMES)

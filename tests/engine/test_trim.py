@@ -43,8 +43,11 @@ def test_trim_forgets_completed_jobs_past_retention_with_their_hashes(
 
     after = snapshot(r)
     assert result == TrimResult(completed=1, canceled=0, dead=0)
-    assert changed(before, after) == {K.reply("pinned"), K.job(J1), K.completed}
+    # The roll-up moved its watermark (and counted both completions before one was forgotten).
+    assert changed(before, after) == {K.reply("pinned"), K.job(J1), K.completed, K.throughput}
     assert K.job(J1) not in after
+    mark = (T0 + 1 + RETENTION - 2_000) // 1000 * 1000 - 1
+    assert after[K.throughput] == {"mark": mark, f"c:{T0 // 60_000}": 2}
     assert after[K.completed] == [(J2, T0 + 1)]
 
 
@@ -62,7 +65,7 @@ def test_trim_forgets_canceled_jobs_past_retention_with_their_hashes(
 
     after = snapshot(r)
     assert result == TrimResult(completed=0, canceled=1, dead=0)
-    assert changed(before, after) == {K.reply("pinned"), K.job(J1), K.canceled}
+    assert changed(before, after) == {K.reply("pinned"), K.job(J1), K.canceled, K.throughput}
     assert after[K.canceled] == [(J2, T0 + 5)]
 
 
@@ -78,7 +81,7 @@ def test_trim_forgets_dead_jobs_past_the_dlq_max_age_with_their_hashes(
 
     after = snapshot(r)
     assert result == TrimResult(completed=0, canceled=0, dead=1)
-    assert changed(before, after) == {K.reply("pinned"), K.job(J1), K.dead}
+    assert changed(before, after) == {K.reply("pinned"), K.job(J1), K.dead, K.throughput}
     assert after[K.dead] == [(J2, T0 + 10)]
 
 
@@ -96,7 +99,7 @@ def test_trim_caps_the_dlq_by_count_oldest_first(
     after = snapshot(r)
     assert POLICY.dlq_max_jobs == 4
     assert result == TrimResult(completed=0, canceled=0, dead=2)
-    assert changed(before, after) == {K.reply("pinned"), K.job(J6), K.job(J5), K.dead}
+    assert changed(before, after) == {K.reply("pinned"), K.job(J6), K.job(J5), K.dead, K.throughput}
     assert [m for m, _ in after[K.dead]] == [J4, J3, J2, J1]
 
 
@@ -113,7 +116,13 @@ def test_trim_caps_completed_jobs_by_count_oldest_first_whatever_their_age(
     after = snapshot(r)
     assert POLICY.finished_max_jobs == 3
     assert result == TrimResult(completed=2, canceled=0, dead=0)
-    assert changed(before, after) == {K.reply("pinned"), K.job(J1), K.job(J2), K.completed}
+    assert changed(before, after) == {
+        K.reply("pinned"),
+        K.job(J1),
+        K.job(J2),
+        K.completed,
+        K.throughput,
+    }
     assert [m for m, _ in after[K.completed]] == [J3, J4, J5]
     pin_request_id("again")  # a new call, not a repeat of the pinned one
     assert scripts.trim(now_ms=T0 + 11) == TrimResult(0, 0, 0)  # at the cap: nothing more
@@ -167,7 +176,8 @@ def test_trim_with_nothing_old_changes_nothing(r: redis.Redis, scripts: Scripts)
     before = snapshot(r)
 
     assert scripts.trim(now_ms=T0 + RETENTION) == TrimResult(0, 0, 0)
-    assert changed(before, snapshot(r)) == set()
+    # Only the throughput roll-up: its watermark, and the completion and failure counted.
+    assert changed(before, snapshot(r)) == {K.throughput}
 
 
 def test_trim_keeps_the_hash_of_a_job_that_left_the_index_state(

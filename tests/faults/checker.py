@@ -212,8 +212,9 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
 
     fixed = {keys.state_index(s) for s in STATES}
     fixed |= {keys.pending_since, keys.seq, keys.wake, keys.workers, keys.queues}
-    # A pause lasts until a resume; failures per second are capped by trim (64 seconds kept).
-    fixed |= {keys.paused, keys.failures}
+    # A pause lasts until a resume; failures per second are capped by trim (64 seconds kept),
+    # and so are the throughput minutes (62 kept).
+    fixed |= {keys.paused, keys.failures, keys.throughput}
     # The events streams are capped by every XADD that writes them (docs/EVENTS.md).
     fixed |= {keys.events, keys.fleet_events}
     job_keys = [k for k in all_keys if k.startswith(keys.job_prefix)]

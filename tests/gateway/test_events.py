@@ -1,7 +1,7 @@
 """GET /events through Flask's test client on the private redis-server.
 
-Until the Lua scripts write the streams themselves (docs/EVENTS.md, "Writing"), these tests
-append entries in that format with XADD. Every read is bounded: with the keep-alive shortened
+Most tests append entries in the scripts' format with XADD (docs/EVENTS.md, "Writing"), to
+place each entry exactly; one runs the real scripts end to end. Every read is bounded: with the keep-alive shortened
 to KEEPALIVE seconds, the stream yields at least a comment that often, so a test waiting for a
 message it never gets fails at its deadline instead of hanging.
 """
@@ -215,6 +215,28 @@ def test_a_job_event_is_an_sse_message_with_a_resumable_id(app: Flask, r: redis.
         assert decode_cursor(message.id)["default"] == parse_id(entry)
     finally:
         response.close()
+
+
+def test_a_job_run_by_the_real_scripts_streams_its_whole_life(
+    opened: Callable[..., Stream], app: Flask, r: redis.Redis
+) -> None:
+    stream = opened("?queue=default")
+    answer = app.test_client().post("/enqueue", json={"type": "email.send", "payload": {}})
+    assert answer.status_code == 201, answer.get_data(as_text=True)
+    job = answer.get_json()["id"]
+    scripts = Scripts(r, K)
+    claimed = scripts.claim("host-1-7:3")
+    assert claimed is not None and claimed.id == job
+    scripts.complete(job, claimed.token, "{}")
+
+    messages = stream.events(3)
+
+    assert [(m.event, m.data["job_id"], m.data["type"]) for m in messages] == [
+        ("enqueued", job, "email.send"),
+        ("claimed", job, "email.send"),
+        ("completed", job, "email.send"),
+    ]
+    assert messages[1].data["worker"] == "host-1-7:3" and messages[1].data["attempt"] == 1
 
 
 def test_events_written_before_the_stream_opened_are_not_sent(

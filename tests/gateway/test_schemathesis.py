@@ -30,7 +30,7 @@ from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.redis_server import RedisServer
 
 ST = Path(sys.executable).with_name("st")
-OPERATIONS = 19
+OPERATIONS = 22
 # A fixed seed, one worker and no example database: every run draws the same inputs, so the
 # test cannot flake on a rare draw and a failure reproduces with the command it prints.
 SEED = 12

@@ -35,7 +35,9 @@ class _Slot:
     def beat(self) -> None:
         pass
 
-    def start_job(self, job_id: str, token: int, timeout: float, queue: str = "") -> None:
+    def start_job(
+        self, job_id: str, token: int, timeout: float, queue: str = "", job_type: str = ""
+    ) -> None:
         pass
 
 

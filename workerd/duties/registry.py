@@ -15,9 +15,11 @@ which leaves a request in the record that the next heartbeat (within INTERVAL) a
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Iterable, Sequence
 
 import redis
@@ -25,6 +27,7 @@ import redis
 from shared.replies import text
 from shared.scripts import Scripts
 from workerd.children import WORKER, Roster
+from workerd.slots import SlotState
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +36,8 @@ TTL_INTERVALS = 5  # a record outlives this many missed heartbeats
 
 
 class RegistryHeartbeat:
-    """Writes {host, pid, workers, busy, queues, types, plan, quiet} under the supervisor's name
-    every INTERVAL seconds, and owns the host's quiet state."""
+    """Writes {host, pid, workers, busy, queues, types, plan, procs, quiet} under the
+    supervisor's name every INTERVAL seconds, and owns the host's quiet state."""
 
     def __init__(
         self,
@@ -76,12 +79,14 @@ class RegistryHeartbeat:
             return
         self.next_beat = now + self.interval
         live = self.roster.up(WORKER)
-        busy = sum(1 for c in live if (s := self.roster.state(c)) is not None and s.job_id)
+        states = [(child.pid, self.roster.state(child)) for child in live]
+        busy = sum(1 for _, s in states if s is not None and s.job_id)
         fields: dict[str, str | int] = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "workers": len(live),
             "busy": busy,
+            "procs": processes_json(states, time.time(), time.monotonic()),
             **self.serves,
         }
         # The registry is informational; an outage is logged by the loops it stops.
@@ -104,6 +109,38 @@ class RegistryHeartbeat:
         """Remove the record at a clean exit (not at a reload: the same name comes back)."""
         with contextlib.suppress(redis.RedisError):  # else the record expires on its own
             self.scripts.heartbeat(self.name, {}, ttl_ms=1, leaving=True)
+
+
+def processes_json(
+    states: Sequence[tuple[int, SlotState | None]], wall_now: float, monotonic_now: float
+) -> str:
+    """Return the record's ``procs``: each worker process, its current job, when it started it
+    and when it last beat, as compact JSON (shared.hosts reads it).
+
+    The slots hold monotonic times (immune to clock steps); the record holds epoch ms, as seen
+    from this host's clock now. A job id, type and queue name are not a payload: fine to show.
+    A slot being written at this instant is left out until the next heartbeat.
+    """
+
+    def epoch_ms(monotonic: float) -> int:
+        return int((wall_now - (monotonic_now - monotonic)) * 1000)
+
+    procs = []
+    for pid, state in states:
+        if state is None:
+            continue
+        running = state.job_id is not None
+        procs.append(
+            {
+                "pid": pid,
+                "job_id": state.job_id,
+                "type": (state.job_type or None) if running else None,
+                "queue": (state.queue or None) if running else None,
+                "busy_since_ms": epoch_ms(state.job_started) if running else None,
+                "beat_ms": epoch_ms(state.heartbeat),
+            }
+        )
+    return json.dumps(procs, separators=(",", ":"))
 
 
 def _log_change(quiet: bool, cause: str) -> None:

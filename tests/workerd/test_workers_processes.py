@@ -1,0 +1,89 @@
+"""GET /workers lists each workerd host's processes and the job each runs, from a real
+``python -m workerd`` (its registry heartbeat) read by the gateway on the private Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+from flask.testing import FlaskClient
+
+from gateway import create_app
+from shared.config import Settings
+from shared.jobs import JobState
+from shared.queries import get_job
+from tests.support.redis_server import RedisServer
+from tests.support.tools import wait_until
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import HANDLERS, Engine
+
+WAIT = 15.0  # seconds: the registry heartbeats every 2 s
+
+
+def workers(client: FlaskClient) -> list[dict[str, Any]]:
+    response = client.get("/workers")
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return response.get_json()["hosts"]
+
+
+def processes(client: FlaskClient) -> list[dict[str, Any]]:
+    (host,) = workers(client)
+    return host["processes"]
+
+
+def test_workers_shows_the_job_each_process_runs_then_that_it_is_idle(
+    start_workerd: Callable[..., Workerd],
+    engine: Engine,
+    r: redis.Redis,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    start_workerd(
+        WORKER_QUEUES="ops",
+        WORKER_COUNT="2",
+        TASKFORGE_HANDLERS=f"{HANDLERS},tests.workerd.handlers_hold",
+        TASK_VISIBILITY_TIMEOUT="30s",
+    )
+    client = create_app(Settings.from_env({"REDIS_URL": redis_server.url})).test_client()
+    release = tmp_path / "release"
+    engine.scripts.register_queue("ops")
+    job_id = engine.enqueue("hold", {"release": str(release), "max_seconds": WAIT * 2}, queue="ops")
+
+    def running() -> dict[str, Any] | None:
+        found = [p for p in processes(client) if p["job_id"] == job_id]
+        return found[0] if found else None
+
+    wait_until(lambda: running() is not None, WAIT, "the held job shown on a process")
+    shown = running()
+    assert shown is not None
+    assert (shown["type"], shown["queue"]) == ("hold", "ops")
+    busy_since = datetime.fromisoformat(shown["busy_since"])
+    beat = datetime.fromisoformat(shown["last_heartbeat"])
+    job = get_job(r, engine.keys, job_id, ["ops"])
+    assert job is not None and job.started_at is not None
+    started = job.started_at
+    # The worker marks its slot right after the claim: within a second of Redis's start time.
+    assert abs(busy_since.timestamp() * 1000 - started) < 1000
+    assert beat >= busy_since
+    (host,) = workers(client)
+    assert host["busy"] == 1 and len(host["processes"]) == 2
+    assert shown["pid"] != host["pid"]
+    idle = [p for p in host["processes"] if p["job_id"] is None]
+    assert len(idle) == 1
+    assert (idle[0]["type"], idle[0]["queue"], idle[0]["busy_since"]) == (None, None, None)
+
+    release.touch()
+    wait_until(
+        lambda: (j := get_job(r, engine.keys, job_id, ["ops"])) and j.status is JobState.COMPLETED,
+        WAIT,
+        "the released job completed",
+    )
+    wait_until(
+        lambda: all(p["job_id"] is None for p in processes(client)) and running() is None,
+        WAIT,
+        "every process idle again",
+    )
+    assert len(processes(client)) == 2

@@ -14,12 +14,14 @@ from werkzeug.wrappers import Response as BaseResponse
 from gateway.context import gateway
 from gateway.ui.base import UiError, bp, events_url, render
 from gateway.ui.jobs import Filters, confirm_page, confirmed, read_filters, read_page
+from shared.bulk import Action, bulk_dead
 from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, JobState
+from shared.listing import BadCursor
 from shared.queues import is_queue_name
 
 BATCH = 100  # jobs per bulk_dead call
 PER_REQUEST = 1000  # jobs one request handles at most before asking to continue
-OPERATIONS = {
+OPERATIONS: dict[str, tuple[Action, str]] = {
     "replay-selected": ("replay", "selected"),
     "purge-selected": ("purge", "selected"),
     "replay-all": ("replay", "all"),
@@ -112,29 +114,30 @@ def _dead_count(queue: str | None) -> int:
 
 
 def run_bulk(
-    action: str,
+    action: Action,
     queue: str | None,
     job_type: str | None,
     ids: list[str] | None,
     cursor: str | None,
 ) -> tuple[list[str], list[tuple[str, str]], str | None]:
     """Run bulk_dead batch after batch, up to PER_REQUEST jobs; return done, skipped, cursor."""
-    from shared.bulk import bulk_dead  # helper C's module: wired when its branch is merged
-
     gw = gateway()
     queues = [queue] if queue else gw.directory.names(refresh=True)
     done: list[str] = []
     skipped: list[tuple[str, str]] = []
     while True:
-        result = bulk_dead(
-            gw.scripts,
-            action,
-            queues=queues,
-            ids=ids,
-            job_type=job_type,
-            limit=len(ids) if ids else BATCH,
-            cursor=cursor,
-        )
+        try:
+            result = bulk_dead(
+                gw.scripts,
+                action,
+                queues=queues,
+                ids=ids,
+                job_type=job_type,
+                limit=len(ids) if ids else BATCH,
+                cursor=cursor,
+            )
+        except BadCursor:
+            raise UiError(400, "That continue button is not one this dashboard made.") from None
         done += result.done
         skipped += result.skipped
         cursor = result.next_cursor

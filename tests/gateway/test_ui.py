@@ -270,3 +270,16 @@ def test_redis_down_is_an_html_503_page() -> None:
         assert response.headers["Retry-After"] == "1"
         assert "Redis is unavailable" in text(response)
         assert response.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+
+
+def test_the_chart_counts_completions_and_failures(ui: FlaskClient, engine: Scripts) -> None:
+    for _ in range(2):
+        job_id = put(engine, "mail", priority=2**31)
+        job = engine.claim("w-1", queue="mail")
+        assert job is not None and job.id == job_id
+        engine.complete(job_id, job.token, "1", queue="mail")
+    put_dead(engine, "pdf")
+    body = text(ui.get("/ui"))
+    assert "2 completed, 1 failed</title>" in body
+    assert body.count('<rect class="completed"') == 1  # one minute's bar (both this minute)
+    assert body.count('<rect class="failed"') == 1

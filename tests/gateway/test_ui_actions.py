@@ -3,6 +3,7 @@ replay, purge and cancel a job (each destructive one after its confirmation page
 
 from __future__ import annotations
 
+import json
 import re
 
 import redis
@@ -50,16 +51,30 @@ def test_a_bad_queue_name_is_a_400_page(ui: FlaskClient) -> None:  # noqa: F811
     assert post(ui, "/ui/queues/b%20d/pause", "/ui/queues").status_code == 400
 
 
+BUSY_JOB = "0f0e0d0c-0b0a-4908-8706-050403020100"
+
+
 def beat(engine: Scripts) -> None:  # noqa: F811
-    """Register a workerd host as its supervisor's heartbeat does."""
-    fields = {"host": "box-1", "pid": 4242, "workers": 3, "busy": 1, "plan": "default"}
-    engine.heartbeat(HOST, fields, ttl_ms=60_000)
+    """Register a workerd host as its supervisor's heartbeat does, one process busy."""
+    procs = [
+        {"pid": 501, "job_id": BUSY_JOB, "type": "pdf", "queue": "default",
+         "busy_since_ms": 1_800_000_000_000, "beat_ms": 1_800_000_001_000},
+        {"pid": 502, "beat_ms": 1_800_000_001_000},
+    ]  # fmt: skip
+    fields = {"host": "box-1", "pid": 4242, "workers": 2, "busy": 1, "plan": "default"}
+    engine.heartbeat(HOST, {**fields, "procs": json.dumps(procs)}, ttl_ms=60_000)
 
 
 def test_workers_lists_hosts_and_quiet_asks_one(ui: FlaskClient, engine: Scripts) -> None:  # noqa: F811
     beat(engine)
     page = text(ui.get("/ui/workers"))
-    assert f'<tr data-host="{HOST}">' in page and "1 / 3" in page
+    assert f'<tr data-host="{HOST}">' in page and "1 / 2" in page
+    busy = re.search(r'<tr data-pid="501">(.*?)</tr>', page, re.S)
+    assert busy, "each process has its row"
+    assert f'href="/ui/jobs/{BUSY_JOB}"' in busy.group(1) and "pdf" in busy.group(1)
+    assert "2027-01-15T08:00:00.000Z" in busy.group(1)  # busy since
+    idle = re.search(r'<tr data-pid="502">(.*?)</tr>', page, re.S)
+    assert idle and "idle" in idle.group(1)
 
     response = post(ui, f"/ui/workers/{HOST}/quiet", "/ui/workers")
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import redis
 from flask.testing import FlaskClient
 
+from gateway.ui import dlq
 from shared.scripts import Scripts
 from tests.gateway.test_ui import (  # noqa: F401
     K,
@@ -169,3 +171,60 @@ def test_dlq_selected_with_nothing_selected_says_so(ui: FlaskClient) -> None:  #
     response = post(ui, "/ui/dlq/act", "/ui/dlq", op="replay-selected")
     assert response.status_code == 303
     assert "Select at least one job" in text(ui.get(response.location))
+
+
+# --- bulk DLQ actions (shared.bulk.bulk_dead) ------------------------------------------------
+
+
+def test_dlq_replay_selected_replays_those_only(ui: FlaskClient, engine: Scripts) -> None:  # noqa: F811
+    chosen = [put_dead(engine) for _ in range(2)]
+    left = put_dead(engine)
+
+    response = post(ui, "/ui/dlq/act", "/ui/dlq", op="replay-selected", id=chosen, confirm="yes")
+
+    assert (response.status_code, response.location) == (303, "/ui/dlq")
+    status = {job_id: engine.redis.hget(K.job(job_id), "status") for job_id in [*chosen, left]}
+    assert status == {chosen[0]: b"pending", chosen[1]: b"pending", left: b"dead"}
+    assert "2 replayed, 0 skipped" in text(ui.get("/ui/dlq"))
+
+
+def test_dlq_purge_all_matching_the_filter(ui: FlaskClient, engine: Scripts) -> None:  # noqa: F811
+    mail = [put_dead(engine, "mail", type="email") for _ in range(3)]
+    other_type = put_dead(engine, "mail", type="sms")
+    other_queue = put_dead(engine, "pdf", type="email")
+
+    post(ui, "/ui/dlq/act", "/ui/dlq", op="purge-all", queue="mail", type="email", confirm="yes")
+
+    assert not any(engine.redis.exists(K.for_queue("mail").job(j)) for j in mail)
+    assert engine.redis.exists(K.for_queue("mail").job(other_type))
+    assert engine.redis.exists(K.for_queue("pdf").job(other_queue))
+
+
+def test_dlq_all_stops_at_its_bound_and_continues(
+    ui: FlaskClient,  # noqa: F811
+    engine: Scripts,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(dlq, "BATCH", 2)
+    monkeypatch.setattr(dlq, "PER_REQUEST", 3)
+    ids = [put_dead(engine, "mail") for _ in range(5)]
+
+    first = post(ui, "/ui/dlq/act", "/ui/dlq", op="replay-all", queue="mail", confirm="yes")
+
+    body = text(first)
+    assert first.status_code == 200 and 'data-page="confirm"' in body
+    assert "more remain" in body
+    cursor = re.search(r'name="cursor" value="([^"]+)"', body)
+    assert cursor
+    dead = [j for j in ids if engine.redis.hget(K.for_queue("mail").job(j), "status") == b"dead"]
+    assert len(dead) == 5 - 4  # two batches of two: the bound of three reached after the second
+
+    done = ui.post(
+        "/ui/dlq/act",
+        data={"csrf": csrf_of(first), "op": "replay-all", "queue": "mail", "type": "",
+              "cursor": cursor.group(1), "confirm": "yes"},
+    )  # fmt: skip
+
+    assert (done.status_code, done.location) == (303, "/ui/dlq?queue=mail")
+    statuses = {engine.redis.hget(K.for_queue("mail").job(j), "status") for j in ids}
+    assert statuses == {b"pending"}

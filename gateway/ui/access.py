@@ -23,6 +23,9 @@ def _safe_next(target: str | None) -> str:
 @bp.before_request
 def guard() -> BaseResponse | tuple[str, int] | None:
     """Send a logged-out browser to the login page; refuse a POST without its CSRF token."""
+    if request.endpoint == "ui.static":
+        return None  # files: no session, no Redis
+    security.ensure_session_key()
     token = gateway().settings.api_token
     if request.endpoint not in OPEN_ENDPOINTS and not security.logged_in(token):
         return redirect(url_for("ui.login", next=request.full_path.rstrip("?")))
@@ -51,8 +54,8 @@ def login() -> BaseResponse | tuple[str, int]:
     """Show the login form; log in with the API token."""
     token = gateway().settings.api_token
     target = _safe_next(request.values.get("next"))
-    if token is None:  # nothing to log in to: the dashboard is open
-        return redirect(target)
+    if token is None or (request.method == "GET" and security.logged_in(token)):
+        return redirect(target)  # open, or logged in already: nothing to do here
     error = None
     if request.method == "POST":
         if security.token_matches(request.form.get("token", ""), token):

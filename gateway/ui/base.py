@@ -52,14 +52,17 @@ class UiError(Exception):
 
 def render(template: str, page: str, *, status: int = 200, **context: Any) -> tuple[str, int]:
     """Render a page: `page` is its ``body[data-page]`` (and which nav entry is current)."""
-    settings = gateway().settings
+    token = gateway().settings.api_token
     context.setdefault("nav_current", page)
-    return (
-        render_template(
-            template, page=page, nav=NAV, auth_required=settings.api_token is not None, **context
-        ),
-        status,
+    html = render_template(
+        template,
+        page=page,
+        nav=NAV,
+        auth_required=token is not None,
+        signed_in=token is not None and security.logged_in(token),
+        **context,
     )
+    return html, status
 
 
 @bp.errorhandler(UiError)

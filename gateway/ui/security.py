@@ -68,7 +68,8 @@ class RedisKeyedSessions(SecureCookieSessionInterface):
         self._keys = keys
         self._lock = threading.Lock()
 
-    def _ensure_key(self, app: Flask) -> None:
+    def ensure_key(self, app: Flask) -> None:
+        """Load the signing key from Redis unless this process has it (raises RedisError)."""
         if app.secret_key:
             return
         with self._lock:  # gthread: two first requests at once read it once
@@ -77,7 +78,7 @@ class RedisKeyedSessions(SecureCookieSessionInterface):
 
     def get_signing_serializer(self, app: Flask) -> Any:
         """Return Flask's serializer with the Redis-kept key."""
-        self._ensure_key(app)
+        self.ensure_key(app)
         return super().get_signing_serializer(app)
 
     def get_cookie_secure(self, app: Flask) -> bool:
@@ -95,6 +96,14 @@ class RedisKeyedSessions(SecureCookieSessionInterface):
                 raise
             # Redis is down: the page itself answers 503; the cookie is kept for later.
             return self.session_class()
+
+
+def ensure_session_key() -> None:
+    """Have the session's signing key before a page may write a session: without Redis the
+    page answers 503 (its view runs no further) rather than fail as it sets its cookie."""
+    interface = current_app.session_interface
+    if isinstance(interface, RedisKeyedSessions):
+        interface.ensure_key(current_app)
 
 
 def install_sessions(app: Flask, client: redis.Redis, keys: Keys) -> None:

@@ -12,10 +12,13 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
+from gateway.app import gateway_client
 from gateway.ui.security import COOKIE_NAME, SECRET_BYTES
+from shared.config import Settings
 from shared.scripts import Scripts
 from tests.gateway.conftest import TOKEN, make_app
 from tests.gateway.test_ui import PAGES, K, csrf_of, engine, put, text, ui  # noqa: F401
+from tests.support.tools import free_port
 
 NOW_OPEN = "open to anyone who can reach this address"
 
@@ -81,6 +84,7 @@ def test_the_right_token_logs_in_and_logout_ends_it(locked: FlaskClient) -> None
         assert page.status_code == 200, path
         assert '<form id="logout"' in text(page) and 'id="open-banner"' not in text(page)
 
+    assert locked.get("/ui/login").location == "/ui"  # logged in: no form again
     out = locked.post("/ui/logout", data={"csrf": csrf_of(locked.get("/ui"))})
 
     assert (out.status_code, out.location) == (303, "/ui/login")
@@ -236,3 +240,15 @@ def test_events_refuse_a_logged_out_session(locked: FlaskClient) -> None:
 def test_ui_paths_that_are_no_page_stay_closed(locked: FlaskClient) -> None:
     assert locked.get("/ui/nowhere").status_code == 401
     assert re.search("Bearer", locked.get("/ui/nowhere").headers["WWW-Authenticate"])
+
+
+def test_redis_down_with_a_token_is_a_503_page_not_a_failed_cookie() -> None:
+    settings = Settings.from_env({"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
+    scripts = Scripts(gateway_client(settings), K)
+    down = make_app(scripts, TASKFORGE_API_TOKEN=TOKEN).test_client()
+    for path in ("/ui/login", "/ui"):
+        response = down.get(path)
+        assert response.status_code == 503, path
+        assert "Redis is unavailable" in text(response)
+        assert "Set-Cookie" not in response.headers
+    assert down.get("/ui/static/ui.css").status_code == 200  # files need no Redis

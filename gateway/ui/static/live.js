@@ -17,6 +17,8 @@
     "worker_resumed", "gap"
   ];
   var THROTTLE_MS = 1000;
+  var RETRY_MS = 2000;
+  var MAX_RETRY_MS = 60000;
 
   function start() {
     var body = document.body;
@@ -70,24 +72,50 @@
       if (el) { el.hidden = false; }
     }
 
-    var source = new EventSource(stream);
-    body.setAttribute("data-live", "connecting");
-    source.onopen = function () {
-      body.setAttribute("data-live", "connected");
-      // The stream starts now, not when the page was rendered: whatever happened in between
-      // (a replayed job that already ran) is read once, here.
-      if (refreshUrl) { schedule(); }
-    };
-    source.onerror = function () {
-      // EventSource reconnects by itself (sending Last-Event-ID) unless the server refused.
-      body.setAttribute("data-live", source.readyState === EventSource.CLOSED ? "off" : "connecting");
-    };
     // A fragment page refreshes on anything; a listing hints only when jobs changed.
     var names = refreshUrl ? JOB_EVENTS.concat(OTHER_EVENTS) : JOB_EVENTS.concat(["gap"]);
     var onEvent = refreshUrl ? schedule : hint;
-    for (var i = 0; i < names.length; i++) {
-      source.addEventListener(names[i], onEvent);
+    var lastId = "";
+    var delay = RETRY_MS;
+    var source = null;
+
+    function received(event) {
+      if (event.lastEventId) { lastId = event.lastEventId; }
+      onEvent();
     }
+
+    function connect() {
+      var url = stream;
+      if (lastId) {
+        url += (url.indexOf("?") < 0 ? "?" : "&") + "last_event_id=" + encodeURIComponent(lastId);
+      }
+      source = new EventSource(url);
+      body.setAttribute("data-live", "connecting");
+      source.onopen = function () {
+        body.setAttribute("data-live", "connected");
+        delay = RETRY_MS;
+        // The stream starts now, not when the page was rendered: whatever happened in between
+        // (a replayed job that already ran) is read once, here.
+        if (refreshUrl) { schedule(); }
+      };
+      source.onerror = function () {
+        if (source.readyState !== EventSource.CLOSED) {
+          // It reconnects by itself, sending Last-Event-ID: nothing is missed.
+          body.setAttribute("data-live", "connecting");
+          return;
+        }
+        // A refusal (503: the gateway serves its most streams; a restart) closes it for good:
+        // try again later, from the last event seen, waiting longer each time.
+        body.setAttribute("data-live", "off");
+        window.setTimeout(connect, delay);
+        delay = Math.min(delay * 2, MAX_RETRY_MS);
+      };
+      for (var i = 0; i < names.length; i++) {
+        source.addEventListener(names[i], received);
+      }
+    }
+
+    connect();
     window.addEventListener("pagehide", function () { source.close(); });
   }
 

@@ -68,6 +68,7 @@ class Report:
     event_mismatches: list[str] = field(default_factory=list)
     events_checked: int = 0  # jobs whose events were compared
     events_capped: int = 0  # of those, jobs whose history was capped (checked by its tail)
+    events_compared: int = 0  # stream entries of those jobs
 
     @property
     def overlapping_duplicates(self) -> int:
@@ -94,6 +95,7 @@ class Report:
             "event_mismatches": len(self.event_mismatches),
             "events_checked": self.events_checked,
             "events_capped": self.events_capped,
+            "events_compared": self.events_compared,
             "statuses": dict(sorted(self.statuses.items())),
         }
 
@@ -188,6 +190,7 @@ def check(
         found = event_mismatches(client, keys, [r.job_id for r in records])
         report.event_mismatches = found.mismatches
         report.events_checked, report.events_capped = found.checked, found.capped
+        report.events_compared = found.events
     return report
 
 
@@ -296,6 +299,7 @@ class EventCheck:
     mismatches: list[str] = field(default_factory=list)
     checked: int = 0
     capped: int = 0  # jobs whose history was capped: only its tail and its count compared
+    events: int = 0  # stream entries of the jobs compared
 
 
 def read_job_events(client: redis.Redis, stream: str) -> dict[str, list[str]]:
@@ -405,6 +409,7 @@ def event_mismatches(
         kept = history.parse(value, int(created or 0))
         result.checked += 1
         result.capped += kept.dropped > 0
+        result.events += len(stream.get(job_id, []))
         problem = compare_job_events(
             job_id,
             _text(status),

@@ -241,6 +241,7 @@ def test_events_of_a_run_with_every_kind_of_transition_match(r: redis.Redis) -> 
     scripts.purge(purged)
     found = event_mismatches(r, KEYS, [done, dead, canceled, purged, str(uuid.uuid4())])
     assert found.mismatches == [] and found.checked == 5, found
+    assert found.events == 3 + 3 + 4 + 2  # done, dead, purged, canceled; none for the 5th
     assert events_of(r, done) == [b"enqueued", b"claimed", b"completed"]
     assert events_of(r, purged)[-1] == b"purged"
 

@@ -3,7 +3,8 @@
 Inputs: the client's enqueue records (job id and ok / failed / unknown), the journal the
 ``journaled`` handler wrote (one line per execution that produced its side effect), and a
 Redis client. Nothing here goes through shared.queries: the invariants are read key by key,
-so a bug in the engine's own read path cannot hide one.
+so a bug in the engine's own read path cannot hide one. The events check holds each job's
+events stream entries against the job's own history (both written by the same script).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import redis
 
+from shared import history
 from shared.keys import Keys
 
 OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
@@ -62,6 +64,11 @@ class Report:
     unexpected: list[str] = field(default_factory=list)  # executed, never acknowledged
     completed_unexecuted: list[str] = field(default_factory=list)  # completed, no side effect
     violations: list[str] = field(default_factory=list)  # Redis invariants broken
+    # Jobs whose events (the queue's stream) disagree with their history or status.
+    event_mismatches: list[str] = field(default_factory=list)
+    events_checked: int = 0  # jobs whose events were compared
+    events_capped: int = 0  # of those, jobs whose history was capped (checked by its tail)
+    events_compared: int = 0  # stream entries of those jobs
 
     @property
     def overlapping_duplicates(self) -> int:
@@ -85,6 +92,10 @@ class Report:
             "unexpected": len(self.unexpected),
             "completed_unexecuted": len(self.completed_unexecuted),
             "violations": len(self.violations),
+            "event_mismatches": len(self.event_mismatches),
+            "events_checked": self.events_checked,
+            "events_capped": self.events_capped,
+            "events_compared": self.events_compared,
             "statuses": dict(sorted(self.statuses.items())),
         }
 
@@ -150,11 +161,13 @@ def check(
     keys: Keys | None = None,
     *,
     journaled: Iterable[str] | None = None,
+    events: bool = True,
 ) -> Report:
     """Account for every job and check the invariants; `journaled` = ids whose handler journals.
 
     By default every acknowledged job is expected to journal its execution; pass the ids that
     do (e.g. all but a poison pill) to limit the completed-without-side-effect check.
+    `events=False` skips the events check (a run with TASKFORGE_EVENTS=off writes none).
     """
     keys = keys or Keys()
     report = Report(executions=len(executions))
@@ -173,6 +186,11 @@ def check(
         if s == "completed" and j in expect_effect and j not in by_job
     )
     report.violations = invariant_violations(client, keys)
+    if events:
+        found = event_mismatches(client, keys, [r.job_id for r in records])
+        report.event_mismatches = found.mismatches
+        report.events_checked, report.events_capped = found.checked, found.capped
+        report.events_compared = found.events
     return report
 
 
@@ -254,3 +272,151 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
             if ttl == -1:
                 problems.append(f"key without a TTL: {k!r}")
     return problems
+
+
+# The status a job is in right after each history event (shared/history.py EVENTS): the job's
+# status must be that of its last transition, or a transition changed it without a trace.
+STATUS_AFTER = {
+    "enqueued": "pending",
+    "scheduled": "scheduled",
+    "promoted": "pending",
+    "claimed": "processing",
+    "completed": "completed",
+    "retrying": "retrying",
+    "dead": "dead",
+    "recovered": "pending",
+    "released": "pending",
+    "canceled": "canceled",
+    "replayed": "pending",
+}
+STREAM_PAGE = 10_000  # XRANGE entries per call: no one reply the size of the whole stream
+
+
+@dataclass
+class EventCheck:
+    """What the events check found: mismatches, and how many jobs it compared."""
+
+    mismatches: list[str] = field(default_factory=list)
+    checked: int = 0
+    capped: int = 0  # jobs whose history was capped: only its tail and its count compared
+    events: int = 0  # stream entries of the jobs compared
+
+
+def read_job_events(client: redis.Redis, stream: str) -> dict[str, list[str]]:
+    """Return each job's event names in a stream, in stream order (host and queue events out)."""
+    by_job: dict[str, list[str]] = defaultdict(list)
+    start = "-"
+    while True:
+        page = client.xrange(stream, min=start, max="+", count=STREAM_PAGE)
+        for _, raw in page:
+            entry = {_text(k): _text(v) for k, v in raw.items()}  # either kind of client
+            job_id = entry.get("j")
+            if job_id is not None:
+                by_job[job_id].append(entry.get("e") or "")
+        if len(page) < STREAM_PAGE:
+            return by_job
+        start = "(" + _text(page[-1][0])  # type: ignore[operator]
+
+
+def stream_trimmed(client: redis.Redis, stream: str) -> str | None:
+    """Return why the stream cannot be compared (the cap dropped entries), or None."""
+    if not client.exists(stream):
+        return None
+    info = client.xinfo_stream(stream)
+    added, length = info.get("entries-added"), info["length"]
+    if added is None:
+        return f"stream {stream!r}: this Redis does not report entries-added (Redis < 7.0)"
+    if added != length:
+        return (
+            f"stream {stream!r} was trimmed ({added} added, {length} kept; or entries deleted):"
+            " events unchecked"
+        )
+    return None
+
+
+def _differ(history_events: list[str], stream_events: list[str]) -> str:
+    """Say how two event lists differ: which events one has more of, or only the order."""
+    want, got = Counter(history_events), Counter(stream_events)
+    missing = ", ".join(f"{e}×{n}" for e, n in sorted((want - got).items()))
+    extra = ", ".join(f"{e}×{n}" for e, n in sorted((got - want).items()))
+    parts = [f"missing {missing}" if missing else "", f"extra {extra}" if extra else ""]
+    return "; ".join(p for p in parts if p) or "same events in another order"
+
+
+def compare_job_events(
+    job_id: str,
+    status: str | None,
+    entries: list[str],
+    dropped: int,
+    stream_events: list[str],
+) -> str | None:
+    """Return what is wrong with one job's events, or None when they match its history.
+
+    entries: the event names its history keeps, oldest first; dropped: how many older ones the
+    history's cap dropped (then only the stream's tail and its count can be compared); status:
+    None when the job has no hash (then only a purge, its last event, explains events).
+    """
+    if status is None:
+        if not stream_events:
+            return None
+        if stream_events.count("purged") == 1 and stream_events[-2:] == ["dead", "purged"]:
+            return None  # purge deletes the dead job's hash; its events stay
+        return f"job {job_id}: no job hash, but events {stream_events}"
+    if not entries:
+        if stream_events:  # a hash without history was not written by the scripts
+            return f"job {job_id}: no history, but events {stream_events}"
+        return None
+    expected_status = STATUS_AFTER.get(entries[-1])
+    if expected_status != status:
+        return f"job {job_id}: status {status!r} but its last transition was {entries[-1]!r}"
+    tail = stream_events[len(stream_events) - len(entries) :] if dropped else stream_events
+    if tail != entries or (dropped and len(stream_events) != dropped + len(entries)):
+        if dropped:
+            return (
+                f"job {job_id}: {dropped + len(entries)} transitions (history capped) but "
+                f"{len(stream_events)} events; {_differ(entries, tail)} in the kept tail"
+            )
+        return f"job {job_id}: events {_differ(entries, stream_events)} (history {entries})"
+    return None
+
+
+def event_mismatches(
+    client: redis.Redis, keys: Keys | None = None, job_ids: Iterable[str] = ()
+) -> EventCheck:
+    """Hold every job's entries in its queue's events stream against its history and status.
+
+    The same script writes a transition, its history entry and its event, and a repeated call
+    (a lost reply) writes none of them again, so for each job the stream's events are exactly
+    its history's, in order: one enqueued (or scheduled), one completed for a completed job and
+    none for another, one claimed per claim, one dead per death. Checked: every job hash of the
+    queue, every id in `job_ids` (an enqueue that may not have landed: no hash, no events), and
+    every job the stream names. Meaningless once the cap trimmed the stream, so that is
+    reported instead.
+    """
+    keys = keys or Keys()
+    result = EventCheck()
+    trimmed = stream_trimmed(client, keys.events)
+    if trimmed:
+        result.mismatches.append(trimmed)
+        return result
+    stream = read_job_events(client, keys.events)
+    hashed = [k[len(keys.job_prefix) :] for k in _scan(client) if k.startswith(keys.job_prefix)]
+    ids = sorted(set(hashed) | set(job_ids) | set(stream))
+    pipe = client.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hmget(keys.job(job_id), "status", "history", "created_at")
+    for job_id, (status, value, created) in zip(ids, pipe.execute(), strict=True):
+        kept = history.parse(value, int(created or 0))
+        result.checked += 1
+        result.capped += kept.dropped > 0
+        result.events += len(stream.get(job_id, []))
+        problem = compare_job_events(
+            job_id,
+            _text(status),
+            [e.event for e in kept.entries],
+            kept.dropped,
+            stream.get(job_id, []),
+        )
+        if problem:
+            result.mismatches.append(problem)
+    return result

@@ -33,8 +33,10 @@ COLUMNS = [
     ("recovery_s_max", "recovery max s"),
     ("throughput_jobs_per_s", "jobs/s"),
     ("violations", "invariant violations"),
+    ("event_mismatches", "event mismatches"),
+    ("events_checked", "jobs' events checked"),
 ]
-LEFT_OUT = {"duplicates", "executions", "completed_unexecuted", "statuses"}
+LEFT_OUT = {"duplicates", "executions", "completed_unexecuted", "statuses", "events_capped"}
 
 
 def collect(output: str) -> list[tuple[str, dict[str, Any]]]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import redis
 
+from shared.engine_types import Policy
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
 from shared.scripts import Scripts
@@ -18,6 +19,8 @@ from tests.faults.checker import (
     EnqueueRecord,
     Execution,
     check,
+    compare_job_events,
+    event_mismatches,
     invariant_violations,
     read_journal,
 )
@@ -49,6 +52,8 @@ def test_clean_run_has_nothing_to_report(r: redis.Redis) -> None:
     assert report.lost == [] and report.duplicates == 0 and report.unexpected == []
     assert report.violations == [], report.violations
     assert report.statuses == {"completed": 2}
+    assert report.event_mismatches == [], report.event_mismatches
+    assert report.events_checked == 2 and report.summary()["event_mismatches"] == 0
 
 
 def test_acknowledged_job_never_finished_is_lost(r: redis.Redis) -> None:
@@ -208,3 +213,127 @@ def test_read_journal_skips_a_torn_last_line(tmp_path: Path) -> None:
     path.write_text(json.dumps(line) + "\n" + '{"id": "b", "sta')
     assert read_journal(path) == [Execution("a", 1.0, 2.0, pid=7, attempt=1)]
     assert read_journal(tmp_path / "missing.jsonl") == []
+
+
+# --- the events check: every job's stream entries against its own history ------------------
+
+
+def add_event(r: redis.Redis, event: str, job_id: str) -> None:
+    """Append an event by hand, as no script would: the fault the check must catch."""
+    r.xadd(KEYS.events, {"e": event, "j": job_id, "t": "journaled"})
+
+
+def events_of(r: redis.Redis, job_id: str) -> list[bytes]:
+    return [
+        fields[b"e"] for _, fields in r.xrange(KEYS.events) if fields.get(b"j") == job_id.encode()
+    ]
+
+
+def test_events_of_a_run_with_every_kind_of_transition_match(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    done, dead, purged, canceled = (enqueue(scripts) for _ in range(4))  # claimed in order
+    complete(scripts, done)
+    for job_id in (dead, purged):
+        job = scripts.claim("w1")
+        assert job is not None and job.id == job_id
+        scripts.fail(job.id, job.token, "Boom: no", permanent=True)
+    scripts.cancel(canceled)
+    scripts.purge(purged)
+    found = event_mismatches(r, KEYS, [done, dead, canceled, purged, str(uuid.uuid4())])
+    assert found.mismatches == [] and found.checked == 5, found
+    assert found.events == 3 + 3 + 4 + 2  # done, dead, purged, canceled; none for the 5th
+    assert events_of(r, done) == [b"enqueued", b"claimed", b"completed"]
+    assert events_of(r, purged)[-1] == b"purged"
+
+
+def test_a_repeated_call_writes_no_second_event(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job_id = str(uuid.uuid4())
+    body = validate_enqueue({"type": "journaled"})
+    assert scripts.enqueue(body, job_id).created
+    assert scripts.enqueue(body, job_id).job_id == job_id  # a resend after a lost reply
+    complete(scripts, job_id)
+    assert events_of(r, job_id) == [b"enqueued", b"claimed", b"completed"]
+    assert event_mismatches(r, KEYS, [job_id]).mismatches == []
+
+
+def test_a_missing_event_is_caught(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job = enqueue(scripts)
+    claimed = scripts.claim("w1")
+    assert claimed is not None and claimed.id == job
+    # Completed by a script that writes no event (as TASKFORGE_EVENTS=off makes it).
+    Scripts(r, KEYS, Policy(events_cap=0)).complete(job, claimed.token, "{}")
+    report = check([EnqueueRecord(job, OK)], [Execution(job, 1, 2)], r)
+    assert report.event_mismatches == [
+        f"job {job}: events missing completed×1 (history ['enqueued', 'claimed', 'completed'])"
+    ]
+    assert report.summary()["event_mismatches"] == 1
+
+
+def test_a_doubled_event_is_caught(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job = enqueue(scripts)
+    complete(scripts, job)
+    add_event(r, "completed", job)
+    [problem] = check([EnqueueRecord(job, OK)], [Execution(job, 1, 2)], r).event_mismatches
+    assert problem.startswith(f"job {job}: events extra completed×1"), problem
+
+
+def test_an_event_for_a_transition_that_did_not_happen_is_caught(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    pending, never = enqueue(scripts), str(uuid.uuid4())
+    add_event(r, "dead", pending)  # the job is still pending: it never died
+    add_event(r, "enqueued", never)  # no such job (an enqueue that did not land)
+    found = event_mismatches(r, KEYS, [pending, never])
+    assert sorted(found.mismatches) == sorted(
+        [
+            f"job {pending}: events extra dead×1 (history ['enqueued'])",
+            f"job {never}: no job hash, but events ['enqueued']",
+        ]
+    ), found.mismatches
+
+
+def test_a_status_no_transition_explains_is_caught(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job = enqueue(scripts)
+    r.hset(KEYS.job(job), "status", "completed")  # as if completed without a transition
+    [problem] = event_mismatches(r, KEYS, [job]).mismatches
+    assert problem == f"job {job}: status 'completed' but its last transition was 'enqueued'"
+
+
+def test_events_in_another_order_are_caught() -> None:
+    history_events = ["enqueued", "claimed", "completed"]
+    problem = compare_job_events("j", "completed", history_events, 0, history_events[::-1])
+    assert problem is not None and "same events in another order" in problem
+
+
+def test_a_capped_history_is_compared_by_its_tail_and_count() -> None:
+    kept = ["claimed", "recovered"] * 24 + ["claimed", "completed"]
+    stream = ["enqueued"] + ["claimed", "recovered"] * 30 + ["claimed", "completed"]
+    dropped = len(stream) - len(kept)
+    assert compare_job_events("j", "completed", kept, dropped, stream) is None
+    short = compare_job_events("j", "completed", kept, dropped, stream[1:])  # enqueued lost
+    assert short is not None and "history capped" in short, short
+    doubled = compare_job_events("j", "completed", kept, dropped, [*stream, "completed"])
+    assert doubled is not None, doubled
+
+
+def test_a_trimmed_stream_is_reported_not_compared(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job = enqueue(scripts)
+    r.xtrim(KEYS.events, maxlen=0)
+    found = event_mismatches(r, KEYS, [job])
+    assert len(found.mismatches) == 1 and "was trimmed (1 added, 0 kept;" in found.mismatches[0]
+    assert found.checked == 0
+
+
+def test_a_capped_history_written_by_the_scripts_matches_its_events(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    job = enqueue(scripts)
+    for _ in range(30):  # 1 + 60 transitions: past the history's cap of 50
+        claimed = scripts.claim("w1")
+        assert claimed is not None and claimed.id == job
+        scripts.release(job, claimed.token, drained=True)
+    found = event_mismatches(r, KEYS, [job])
+    assert found.mismatches == [] and found.capped == 1, found

@@ -139,6 +139,7 @@ def test_chaos_random_worker_kills_under_steady_load(
     assert report.sequential_duplicates <= len(kills), figures
     assert report.unexpected == [] and report.completed_unexecuted == [], figures
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
 # -- scenario 3 -----------------------------------------------------------------------------------
@@ -205,6 +206,7 @@ def test_sigkilled_supervisor_takes_its_children_and_another_host_recovers_its_j
     assert report.sequential_duplicates <= len(orphans), figures
     assert report.unexpected == [] and report.completed_unexecuted == [], figures
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
 def _kill_each_scheduler_at_its_first(
@@ -299,6 +301,7 @@ def test_scheduler_sigkilled_mid_batch_neither_loses_nor_repeats_a_job(
     assert report.duplicates == 0, figures
     assert report.unexpected == [] and report.completed_unexecuted == [], figures
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
 def test_two_schedulers_promote_and_recover_each_job_once(
@@ -350,6 +353,7 @@ def test_two_schedulers_promote_and_recover_each_job_once(
     assert report.duplicates == 0, figures
     assert report.unexpected == [] and report.completed_unexecuted == [], figures
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
 # -- scenario 4 -----------------------------------------------------------------------------------
@@ -445,6 +449,7 @@ def test_sigstopped_worker_past_its_lease_is_fenced_off(
     assert report.duplicates <= len(freezes), figures
     assert report.unexpected == [] and report.completed_unexecuted == [], figures
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
 # -- scenario 6 -----------------------------------------------------------------------------------
@@ -522,3 +527,4 @@ def test_sigterm_drain_releases_jobs_longer_than_the_grace_and_a_restart_runs_th
     assert report.duplicates == 0, figures
     assert report.unexpected == [] and report.completed_unexecuted == [], figures
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]

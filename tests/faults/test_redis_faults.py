@@ -176,6 +176,7 @@ def test_redis_kill9_under_load_restarts_from_aof(
     unknown = {r.job_id for r in records if r.outcome == UNKNOWN}
     assert set(report.unexpected) <= unknown, report.unexpected
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
     workerd.stop()
 
 
@@ -314,6 +315,7 @@ def test_redis_unavailable_for_10s(
         # Executions nobody acknowledged come from requests that got a 503 or no answer.
         assert unexpected_requests <= load.unanswered(), report.unexpected
         assert report.violations == [], report.violations
+        assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
 class _Clock:
@@ -466,6 +468,7 @@ def test_redis_at_maxmemory_refuses_enqueues_and_drains(
     assert report.statuses == {"completed": len(all_ids)}, report.statuses
     assert report.lost == [] and report.duplicates == 0, figures
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
     assert figures["eviction_gauge"] == {"gateway": 0.0, "workerd": 0.0}
     workerd.stop()
 
@@ -607,6 +610,7 @@ def test_script_flush_and_redis_restart_are_invisible(
     assert report.statuses == {"completed": len(records)}, report.statuses
     assert report.lost == [] and report.duplicates == 0 and report.unexpected == [], figures
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
     workerd.stop()
 
 

@@ -241,6 +241,7 @@ def test_lost_enqueue_replies_through_gateway(
         assert report.unexpected == [], report.unexpected
     assert report.completed_unexecuted == []
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
 # -- scenario 9 (ii): lost replies on fail ---------------------------------------------------
@@ -341,6 +342,7 @@ def test_lost_fail_replies_count_each_attempt_once(
     assert report.sequential_duplicates == jobs * (max_retries - 1), figures
     assert report.unexpected == []
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
 # -- scenario 12: a host clock 30 s ahead or behind ------------------------------------------
@@ -525,3 +527,4 @@ def test_skewed_host_clock_moves_no_lease_or_schedule(
     assert report.unexpected == [] and report.completed_unexecuted == []
     assert report.statuses == {"completed": len(records)}, report.statuses
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]

@@ -82,6 +82,7 @@ def test_sigkill_workers_mid_job(
     assert report.sequential_duplicates <= len(kills), figures
     assert report.unexpected == []
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
 def test_poison_pill_goes_dead_others_flow(
@@ -119,6 +120,7 @@ def test_poison_pill_goes_dead_others_flow(
     assert report.duplicates == 0, figures
     assert report.completed_unexecuted == []
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
 def test_lost_replies_on_claim_and_complete(
@@ -168,6 +170,7 @@ def test_lost_replies_on_claim_and_complete(
     assert report.completed_unexecuted == []
     assert report.statuses == {"completed": len(ids)}, report.statuses
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
 AIMED_HANDLERS = f"{FAULT_ENV['TASKFORGE_HANDLERS']},tests.faults.handlers_aimed"
@@ -232,6 +235,7 @@ def test_sigkill_at_aimed_points(
     assert report.statuses == {"completed": len(ids)}, report.statuses
     assert report.unexpected == []
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
 def test_sigkill_during_the_ack(
@@ -269,6 +273,7 @@ def test_sigkill_during_the_ack(
     assert report.duplicates == 0, figures  # the ack had landed: nothing runs twice
     assert report.statuses == {"completed": len(ids)}, report.statuses
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
 @pytest.mark.parametrize("script", ["claim", "complete"])
@@ -304,3 +309,4 @@ def test_a_claim_whose_every_reply_is_lost_is_not_orphaned(
     assert report.lost == [] and report.duplicates == 0, figures
     assert sum(recoveries) == 0, "a job waited out its lease"
     assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]

@@ -102,7 +102,7 @@ def act() -> BaseResponse | tuple[str, int]:
     if cursor is not None:
         message = f"{len(done)} {done_word}, {len(skipped)} skipped; more remain. Continue?"
         return confirm_page(f"{verb} dead jobs: continue", message, [], back, cursor=cursor)
-    flash(f"{len(done)} {done_word}, {len(skipped)} skipped (no longer dead).")
+    flash(f"{len(done)} {done_word}, {len(skipped)} skipped (no longer dead, or gone).")
     return redirect(back, code=303)
 
 

@@ -11,7 +11,7 @@ from flask import Flask
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from gateway import auth, dlq, errors, events, history, jobs, listing, ops, queues, workers
+from gateway import auth, dlq, errors, events, history, jobs, listing, ops, queues, ui, workers
 from gateway.body import MAX_BODY_BYTES
 from gateway.context import Gateway
 from gateway.fastpath import FastEnqueue
@@ -95,6 +95,7 @@ def create_app(
         app.register_blueprint(blueprint)
     app.register_blueprint(events.bp)
     events.install(app, gw)
+    ui.install(app)  # the dashboard at /ui, and its session cookie
     app.wsgi_app = FastEnqueue(app)  # type: ignore[method-assign]  # POST /enqueue, lean
     warnings = list(settings.warnings)
     if settings.api_token is None and _app_warns_when_open:

@@ -173,6 +173,11 @@ class Keys:
         return f"{self.global_prefix}idem:{key}"
 
     @property
+    def ui_secret(self) -> str:
+        """Return the string holding the dashboard's session-signing key (random, set once)."""
+        return f"{self.global_prefix}ui_secret"
+
+    @property
     def fleet_events(self) -> str:
         """Return the capped stream of host events: joined, left, quiet, resumed (docs/EVENTS.md).
 

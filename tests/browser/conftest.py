@@ -41,7 +41,10 @@ from tests.support.tools import ROOT, free_port, require_tool, wait_until
 from tests.support.workerd import Workerd, start_workerd, stop_all
 
 TOKEN = "browser-test-token"
-WORK_QUEUE = "work"  # the one queue workerd serves; jobs elsewhere stay where they are put
+# The queues workerd serves; jobs put anywhere else stay pending. DLQ_QUEUE's dead jobs are
+# the DLQ test's alone (it purges them all).
+WORK_QUEUE = "work"
+DLQ_QUEUE = "dlq-test"
 HANDLERS = "workerd.demo,tests.browser.handlers_for_browser"
 WINDOW = (1280, 800)
 PHONE = (390, 844)
@@ -80,6 +83,12 @@ class System:
         status, _, doc = self.open_gateway.request("GET", f"/jobs/{job_id}")
         assert status == 200, (status, doc)
         return doc
+
+    def exists(self, job_id: str) -> bool:
+        """Tell whether GET /jobs/<id> finds the job (200) or not (404)."""
+        status, _, doc = self.open_gateway.request("GET", f"/jobs/{job_id}")
+        assert status in (200, 404), (status, doc)
+        return status == 200
 
     def wait_status(self, job_id: str, status: str, timeout: float = JOB_WAIT) -> dict[str, Any]:
         """Wait until the job's status is `status`; return the job."""
@@ -130,7 +139,7 @@ def system(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) 
         "REDIS_URL": redis_server.url,
         "PORT_WORKER": str(free_port()),
         "TASKFORGE_HANDLERS": HANDLERS,
-        "WORKER_QUEUES": WORK_QUEUE,
+        "WORKER_QUEUES": f"{WORK_QUEUE},{DLQ_QUEUE}",
         "WORKER_COUNT": "1",  # the machine is small; one worker runs these few jobs at once
         "WORKER_DRAIN_GRACE": "2s",
         "TASKFORGE_BIND_HOST": "127.0.0.1",
@@ -244,8 +253,11 @@ class Browser:
 
 
 @pytest.fixture(scope="module")
-def browser(system: System) -> Iterator[Browser]:
-    """Start one headless Chromium (1280x800) for the module; quit it after."""
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    """Start one headless Chromium (1280x800) for the module; quit it after.
+
+    Tests name it before `system`, so a machine without Chromium skips (CI: fails) at once.
+    """
     chromium = require_tool("chromium")
     chromedriver = require_tool("chromedriver")
     options = webdriver.ChromeOptions()
@@ -267,10 +279,11 @@ def browser(system: System) -> Iterator[Browser]:
     ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
+    log_dir = tmp_path_factory.mktemp("chromedriver")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SE_OFFLINE", "true")  # Selenium Manager: never download anything
         driver = webdriver.Chrome(
-            service=Service(chromedriver, log_output=str(system.tmp / "chromedriver.log")),
+            service=Service(chromedriver, log_output=str(log_dir / "chromedriver.log")),
             options=options,
         )
     try:

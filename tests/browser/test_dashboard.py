@@ -17,7 +17,16 @@ import pytest
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.select import Select
 
-from tests.browser.conftest import JOB_WAIT, PHONE, TOKEN, WORK_QUEUE, Browser, System, origin
+from tests.browser.conftest import (
+    DLQ_QUEUE,
+    JOB_WAIT,
+    PHONE,
+    TOKEN,
+    WORK_QUEUE,
+    Browser,
+    System,
+    origin,
+)
 
 # Every page of the nav, by the path that opens it and the data-page it declares.
 PAGES = {
@@ -62,7 +71,7 @@ def paused(system: System, queue: str) -> Iterator[None]:
         system.open_gateway.request("POST", f"/queues/{queue}/resume")
 
 
-def test_overview_shows_counts_chart_and_banner(system: System, browser: Browser) -> None:
+def test_overview_shows_counts_chart_and_banner(browser: Browser, system: System) -> None:
     """The overview counts the seeded jobs per queue and state, as GET /queues does."""
     idle = [system.enqueue("browser_ok", queue="ov-idle") for _ in range(3)]
     done = system.enqueue("browser_ok", queue=WORK_QUEUE)
@@ -70,6 +79,10 @@ def test_overview_shows_counts_chart_and_banner(system: System, browser: Browser
     system.wait_status(done, "completed")
 
     url = f"{system.open_gateway.url}/ui"
+    # The console check after each test means something only under a policy that forbids.
+    _, headers, _ = system.open_gateway.request("GET", "/ui")
+    policy = headers.get("content-security-policy", "")
+    assert "default-src 'self'" in policy and "script-src 'self'" in policy, policy
     browser.open(url, "overview")
     browser.shot("overview")
 
@@ -91,7 +104,7 @@ def test_overview_shows_counts_chart_and_banner(system: System, browser: Browser
     assert url in {request for request, _ in browser.requests}
 
 
-def test_every_page_opens_with_the_open_banner(system: System, browser: Browser) -> None:
+def test_every_page_opens_with_the_open_banner(browser: Browser, system: System) -> None:
     """Without a token every page says the UI is open; the workers page lists workerd."""
     hosts = system.workers()
     for page, path in PAGES.items():
@@ -103,7 +116,7 @@ def test_every_page_opens_with_the_open_banner(system: System, browser: Browser)
         assert browser.find_all(f'tr[data-host="{host["name"]}"]'), host["name"]
 
 
-def test_job_filters_show_only_matching_rows(system: System, browser: Browser) -> None:
+def test_job_filters_show_only_matching_rows(browser: Browser, system: System) -> None:
     """State, type and queue filters narrow the listing to exactly the matching jobs."""
     tag = uuid.uuid4().hex[:8]
     alpha = {system.enqueue(f"alpha-{tag}", queue="flt") for _ in range(2)}
@@ -126,7 +139,7 @@ def test_job_filters_show_only_matching_rows(system: System, browser: Browser) -
     assert row_ids(browser) == set()
 
 
-def test_job_page_shows_payload_result_and_history(system: System, browser: Browser) -> None:
+def test_job_page_shows_payload_result_and_history(browser: Browser, system: System) -> None:
     """From the listing to a job's page: payload (as text), result and its history."""
     job_id = system.enqueue("browser_ok", {"note": "<b>not bold</b>"}, queue=WORK_QUEUE)
     system.wait_status(job_id, "completed")
@@ -149,7 +162,7 @@ def test_job_page_shows_payload_result_and_history(system: System, browser: Brow
     assert events[0] == "enqueued" and events[-1] == "completed", events
 
 
-def test_replay_dead_job_completes_live_without_reload(system: System, browser: Browser) -> None:
+def test_replay_dead_job_completes_live_without_reload(browser: Browser, system: System) -> None:
     """Replay a dead job from its page through the confirmation; the status turns completed
     by the live events, in the same document (no reload)."""
     job_id, marker = system.gated_dead_job()
@@ -187,7 +200,61 @@ def test_replay_dead_job_completes_live_without_reload(system: System, browser: 
     assert "replayed" in events and events[-1] == "completed", events
 
 
-def test_pause_and_resume_a_queue_from_the_queues_page(system: System, browser: Browser) -> None:
+def filter_dlq(browser: Browser, queue: str) -> None:
+    """Fill the DLQ page's filter form with `queue` and submit it."""
+    form = browser.find("form#dlq-filters")
+    field = form.find_element("css selector", "input[name=queue]")
+    field.clear()
+    field.send_keys(queue)
+    browser.submit(form.find_element("css selector", "button[type=submit]"), "dlq")
+
+
+def confirm(browser: Browser, step: str, *shown: str) -> None:
+    """On a confirmation page naming each of `shown`, say yes; wait for the next page."""
+    browser.wait_page("confirm")
+    browser.shot(step)
+    source = browser.driver.page_source
+    assert all(item in source for item in shown), shown
+    assert browser.find("a#confirm-no").is_displayed()
+    old_body = browser.find("body")
+    browser.find("form#confirm button#confirm-yes").click()
+    browser.wait(ec.staleness_of(old_body), "the confirmation to be left")
+
+
+def test_dlq_replay_selected_then_purge_all_matching(browser: Browser, system: System) -> None:
+    """The DLQ page replays the checked jobs, then purges all that match its queue filter,
+    each after a confirmation page naming what it will do."""
+    jobs = [system.gated_dead_job(DLQ_QUEUE) for _ in range(3)]
+    for _, marker in jobs:
+        marker.unlink()  # a replayed job now completes
+    (first, _), (second, _), (third, _) = jobs
+
+    browser.open(f"{system.open_gateway.url}/ui/dlq", "dlq")
+    filter_dlq(browser, DLQ_QUEUE)
+    browser.shot("filtered")
+    assert row_ids(browser) == {first, second, third}
+    for job_id in (first, second):
+        browser.find(f'tr[data-job-id="{job_id}"] input[type=checkbox][name=id]').click()
+    old_body = browser.find("body")
+    browser.find("button#replay-selected").click()
+    browser.wait(ec.staleness_of(old_body), "the DLQ page to be left")
+    confirm(browser, "confirm-replay", first, second)
+    system.wait_status(first, "completed")
+    system.wait_status(second, "completed")
+    assert system.job(third)["status"] == "dead"
+
+    browser.open(f"{system.open_gateway.url}/ui/dlq", "dlq")
+    filter_dlq(browser, DLQ_QUEUE)
+    assert row_ids(browser) == {third}
+    old_body = browser.find("body")
+    browser.find("button#purge-all").click()
+    browser.wait(ec.staleness_of(old_body), "the DLQ page to be left")
+    confirm(browser, "confirm-purge-all", DLQ_QUEUE)
+    browser.wait(lambda _: not system.exists(third), "the purge to delete the dead job")
+    assert system.job(first)["status"] == "completed"  # not in the DLQ: purge leaves it
+
+
+def test_pause_and_resume_a_queue_from_the_queues_page(browser: Browser, system: System) -> None:
     """The queues page's buttons pause and resume a queue; the API agrees each time."""
     system.enqueue("browser_ok", queue="pq")
     row = 'tr[data-queue="pq"]'
@@ -205,7 +272,7 @@ def test_pause_and_resume_a_queue_from_the_queues_page(system: System, browser: 
     assert system.queue("pq")["paused"] is False
 
 
-def test_token_login_and_logout(system: System, browser: Browser) -> None:
+def test_token_login_and_logout(browser: Browser, system: System) -> None:
     """With a token: /ui sends to the login page; a wrong token is refused, the right one
     logs in (no open banner), logout returns to the login page and /ui is closed again."""
     base = system.token_gateway.url
@@ -241,7 +308,7 @@ def test_token_login_and_logout(system: System, browser: Browser) -> None:
 
 @pytest.mark.parametrize("page", list(PAGES))
 def test_phone_width_has_no_horizontal_overflow(
-    system: System, browser: Browser, page: str
+    browser: Browser, system: System, page: str
 ) -> None:
     """At 390 px the page itself never scrolls sideways (wide tables scroll in their box)."""
     system.enqueue("browser_ok", {"wide": "x" * 300}, queue="phone-queue-with-a-long-name")

@@ -11,7 +11,7 @@ from flask import Flask
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from gateway import auth, dlq, errors, history, jobs, listing, ops, queues, workers
+from gateway import auth, dlq, errors, history, jobs, listing, ops, queues, ui, workers
 from gateway.body import MAX_BODY_BYTES
 from gateway.context import Gateway
 from gateway.fastpath import FastEnqueue
@@ -93,6 +93,7 @@ def create_app(
     auth.install(app, settings.api_token)
     for blueprint in (jobs.bp, history.bp, listing.bp, dlq.bp, ops.bp, queues.bp, workers.bp):
         app.register_blueprint(blueprint)
+    ui.install(app)  # the dashboard at /ui, and its session cookie
     app.wsgi_app = FastEnqueue(app)  # type: ignore[method-assign]  # POST /enqueue, lean
     warnings = list(settings.warnings)
     if settings.api_token is None and _app_warns_when_open:

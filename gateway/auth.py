@@ -1,4 +1,10 @@
-"""Bearer-token authentication for every endpoint but the health checks."""
+"""Bearer-token authentication for every endpoint but the health checks.
+
+The dashboard (/ui, its blueprint ``ui``) is let through: it checks its own login (a signed
+session cookie, gateway/ui/security.py) and sends a browser to its login form instead of a 401.
+``GET /events`` also takes that cookie when it is logged in, since a browser's EventSource
+cannot send an Authorization header. Every other endpoint takes the bearer token only.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,13 @@ from flask import Flask, request
 from werkzeug.datastructures import Headers
 
 from gateway.errors import ApiError
+from gateway.ui.security import logged_in
 
 # Load balancers and platform probes call these without credentials; they reveal nothing.
 OPEN_ENDPOINTS = frozenset({"ops.health", "ops.ready"})
 REALM = 'Bearer realm="taskforge"'
+# The live event stream, which the dashboard's pages open with the session cookie.
+EVENTS_PATH = "/events"
 
 
 def bearer_token(header: str | None) -> bytes | None:
@@ -53,5 +62,16 @@ def install(app: Flask, token: str | None) -> None:
     def require_token() -> None:
         """Refuse the request with 401 unless it carries the token."""
         # Unknown paths (endpoint None) are refused too: a stranger learns no routes.
-        if request.endpoint not in OPEN_ENDPOINTS:
-            check_token(request.headers, expected)
+        if request.endpoint in OPEN_ENDPOINTS or request.blueprint == "ui":
+            return
+        if _session_may_read_events(token):
+            return
+        check_token(request.headers, expected)
+
+
+def _session_may_read_events(token: str) -> bool:
+    """Tell whether this is GET /events from a logged-in dashboard session without a header."""
+    if request.path != EVENTS_PATH or request.method not in ("GET", "HEAD"):
+        return False
+    # A bearer header, when sent, is checked as usual: a wrong one stays a 401.
+    return "Authorization" not in request.headers and logged_in(token)

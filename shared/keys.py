@@ -154,6 +154,11 @@ class Keys:
         return f"{self.global_prefix}idem:{key}"
 
     @property
+    def ui_secret(self) -> str:
+        """Return the string holding the dashboard's session-signing key (random, set once)."""
+        return f"{self.global_prefix}ui_secret"
+
+    @property
     def workers(self) -> str:
         """Return the zset of worker ids scored by last heartbeat (ms)."""
         return f"{self.global_prefix}workers"

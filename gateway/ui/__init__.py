@@ -1,0 +1,22 @@
+"""The dashboard at /ui: server-rendered pages over the same engine calls as the API.
+
+Pages (docs/DASHBOARD.md): overview, queues, workers, jobs and one job, the DLQ, login.
+Every asset ships in this package (templates/, static/): nothing is fetched from elsewhere.
+"""
+
+from __future__ import annotations
+
+from flask import Flask
+
+from gateway.context import Gateway
+from gateway.ui import access, dlq, jobs, pages, security
+from gateway.ui.base import bp
+
+__all__ = ["access", "bp", "dlq", "install", "jobs", "pages"]
+
+
+def install(app: Flask) -> None:
+    """Give `app` the dashboard: its pages under /ui and the signed session they log in with."""
+    gw: Gateway = app.extensions[Gateway.EXTENSION]
+    security.install_sessions(app, gw.redis, gw.keys)
+    app.register_blueprint(bp)

@@ -1,0 +1,94 @@
+"""The dashboard's blueprint and what every page shares: rendering, HTML errors, the nav."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from flask import Blueprint, render_template
+
+from gateway.context import gateway
+from gateway.ui import security
+from shared.jobs import format_ms
+
+bp = Blueprint(
+    "ui",
+    __name__,
+    url_prefix="/ui",
+    template_folder="templates",
+    static_folder="static",
+    static_url_path="/static",
+)
+
+# The nav, in order: (label, endpoint, query arguments, the page it marks as current).
+NAV: tuple[tuple[str, str, dict[str, str], str], ...] = (
+    ("Overview", "ui.overview", {}, "overview"),
+    ("Queues", "ui.queues", {}, "queues"),
+    ("Workers", "ui.workers", {}, "workers"),
+    ("Jobs", "ui.jobs", {}, "jobs"),
+    ("Scheduled", "ui.jobs", {"state": "scheduled"}, "jobs:scheduled"),
+    ("Retrying", "ui.jobs", {"state": "retrying"}, "jobs:retrying"),
+    ("Dead (DLQ)", "ui.dlq", {}, "dlq"),
+)
+
+
+def events_url(**filters: str | None) -> str:
+    """Return the address of the live event stream (GET /events) with these filters."""
+    query = urlencode({name: value for name, value in filters.items() if value})
+    return f"/events?{query}" if query else "/events"
+
+
+class UiError(Exception):
+    """A page that cannot be shown: rendered as an HTML error page with this status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def render(template: str, page: str, *, status: int = 200, **context: Any) -> tuple[str, int]:
+    """Render a page: `page` is its ``body[data-page]`` (and which nav entry is current)."""
+    settings = gateway().settings
+    context.setdefault("nav_current", page)
+    return (
+        render_template(
+            template, page=page, nav=NAV, auth_required=settings.api_token is not None, **context
+        ),
+        status,
+    )
+
+
+@bp.errorhandler(UiError)
+def ui_error(exc: UiError) -> tuple[str, int]:
+    """Answer a UiError with the error page (inside the nav, so the operator can go on)."""
+    return render("error.html", "error", status=exc.status, message=exc.message)
+
+
+@bp.app_template_filter("when")
+def when(ms: int | None) -> str:
+    """Show a Redis-clock time (epoch ms) as RFC 3339 UTC, or a dash."""
+    return format_ms(ms) or "—"
+
+
+@bp.app_template_filter("duration")
+def duration(ms: int | None) -> str:
+    """Show a length of time (ms) the way an operator reads it: 4 s, 3 min 20 s, 2 h 5 min."""
+    if ms is None:
+        return "—"
+    seconds = ms // 1000
+    if seconds < 60:
+        return f"{ms / 1000:.1f} s" if ms < 10_000 else f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    return f"{hours // 24} d {hours % 24} h"
+
+
+@bp.context_processor
+def page_globals() -> dict[str, Any]:
+    """Give every dashboard template the CSRF token its forms carry."""
+    return {"csrf_token": security.csrf_token}

@@ -1,0 +1,142 @@
+"""The dead-letter page: dead jobs by queue and type; replay or purge the selected ones or all
+that match the filter, each after a confirmation page.
+
+The bulk work goes through shared.bulk.bulk_dead (as POST /dlq/retry and /dlq/purge do), a
+bounded batch per call, looped here up to PER_REQUEST jobs: a larger DLQ answers "N done, more
+remain" with a button that continues from the cursor, so no request runs for long.
+"""
+
+from __future__ import annotations
+
+from flask import flash, redirect, request, url_for
+from werkzeug.wrappers import Response as BaseResponse
+
+from gateway.context import gateway
+from gateway.ui.base import UiError, bp, events_url, render
+from gateway.ui.jobs import Filters, confirm_page, confirmed, read_filters, read_page
+from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, JobState
+from shared.queues import is_queue_name
+
+BATCH = 100  # jobs per bulk_dead call
+PER_REQUEST = 1000  # jobs one request handles at most before asking to continue
+OPERATIONS = {
+    "replay-selected": ("replay", "selected"),
+    "purge-selected": ("purge", "selected"),
+    "replay-all": ("replay", "all"),
+    "purge-all": ("purge", "all"),
+}
+VERBS = {"replay": ("Replay", "replayed"), "purge": ("Purge", "purged")}
+
+
+@bp.route("/dlq")
+def dlq() -> tuple[str, int]:
+    """List dead jobs, newest first, filtered by queue and type, with the bulk actions."""
+    filters = read_filters(JobState.DEAD)
+    filters = Filters(JobState.DEAD, filters.queue, filters.job_type, filters.cursor)
+    page = read_page(filters)
+    next_url = None
+    if page.next_cursor is not None:
+        args = filters.args(cursor=page.next_cursor)
+        args.pop("state")
+        next_url = url_for("ui.dlq", **args)
+    return render(
+        "dlq.html",
+        "dlq",
+        filters=filters,
+        jobs=page.jobs,
+        next_url=next_url,
+        live_events=events_url(queue=filters.queue, type=filters.job_type),
+    )
+
+
+def _selected_ids() -> list[str]:
+    ids = [raw.lower() for raw in request.form.getlist("id")]
+    if len(ids) > PER_REQUEST:
+        raise UiError(400, f"At most {PER_REQUEST} jobs can be selected at once.")
+    if not all(JOB_ID_PATTERN.fullmatch(job_id) for job_id in ids):
+        raise UiError(400, "A selected id is not a job id.")
+    return list(dict.fromkeys(ids))
+
+
+def _form_filters() -> tuple[str | None, str | None]:
+    queue = request.form.get("queue", "").strip() or None
+    job_type = request.form.get("type", "").strip() or None
+    if queue is not None and not is_queue_name(queue):
+        raise UiError(400, "bad queue name")
+    if job_type is not None and not TYPE_PATTERN.fullmatch(job_type):
+        raise UiError(400, "bad job type")
+    return queue, job_type
+
+
+def _describe(queue: str | None, job_type: str | None) -> str:
+    where = f"queue {queue}" if queue else "every queue"
+    return f"{where}, type {job_type}" if job_type else where
+
+
+@bp.route("/dlq/act", methods=["POST"])
+def act() -> BaseResponse | tuple[str, int]:
+    """Replay or purge the selected dead jobs, or all matching the filter (after confirming)."""
+    op = request.form.get("op", "")
+    if op not in OPERATIONS:
+        raise UiError(400, "Unknown action.")
+    action, scope = OPERATIONS[op]
+    verb, done_word = VERBS[action]
+    queue, job_type = _form_filters()
+    back_args = {name: value for name, value in (("queue", queue), ("type", job_type)) if value}
+    back = url_for("ui.dlq", **back_args)
+    ids = _selected_ids() if scope == "selected" else None
+    if ids is not None and not ids:
+        flash("Select at least one job first.")
+        return redirect(back, code=303)
+    cursor = request.form.get("cursor") or None
+    if not confirmed():
+        if ids is not None:
+            message = f"{verb} these {len(ids)} dead jobs?"
+        else:
+            message = f"{verb} every dead job in {_describe(queue, job_type)}"
+            message += f" ({_dead_count(queue)} dead there now)?" if not job_type else "?"
+        return confirm_page(f"{verb} dead jobs", message, ids or [], back)
+    done, skipped, cursor = run_bulk(action, queue, job_type, ids, cursor)
+    if cursor is not None:
+        message = f"{len(done)} {done_word}, {len(skipped)} skipped; more remain. Continue?"
+        return confirm_page(f"{verb} dead jobs: continue", message, [], back, cursor=cursor)
+    flash(f"{len(done)} {done_word}, {len(skipped)} skipped (no longer dead).")
+    return redirect(back, code=303)
+
+
+def _dead_count(queue: str | None) -> int:
+    gw = gateway()
+    names = [queue] if queue else gw.directory.names(refresh=True)
+    counts, _ = gw.scripts.stats(names)
+    return counts.by_state[JobState.DEAD]
+
+
+def run_bulk(
+    action: str,
+    queue: str | None,
+    job_type: str | None,
+    ids: list[str] | None,
+    cursor: str | None,
+) -> tuple[list[str], list[tuple[str, str]], str | None]:
+    """Run bulk_dead batch after batch, up to PER_REQUEST jobs; return done, skipped, cursor."""
+    from shared.bulk import bulk_dead  # helper C's module: wired when its branch is merged
+
+    gw = gateway()
+    queues = [queue] if queue else gw.directory.names(refresh=True)
+    done: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    while True:
+        result = bulk_dead(
+            gw.scripts,
+            action,
+            queues=queues,
+            ids=ids,
+            job_type=job_type,
+            limit=len(ids) if ids else BATCH,
+            cursor=cursor,
+        )
+        done += result.done
+        skipped += result.skipped
+        cursor = result.next_cursor
+        if ids is not None or cursor is None or len(done) + len(skipped) >= PER_REQUEST:
+            return done, skipped, cursor

@@ -1,0 +1,240 @@
+"""The job listing (one state, filtered, paged by cursor) and one job's page with its actions."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from flask import flash, redirect, request, url_for
+from werkzeug.wrappers import Response as BaseResponse
+
+from gateway.context import gateway
+from gateway.ui.base import UiError, bp, events_url, render
+from shared import history, listing
+from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, Job, JobState
+from shared.lifecycle import Outcome, record
+from shared.queues import QUEUE_RULE, is_queue_name
+from shared.scripts import JobNotFound, WrongState
+
+PAGE_SIZE = 50
+CANCELABLE = frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING})
+
+
+@dataclass(frozen=True)
+class Filters:
+    """A listing's filters as the form gave them (None: not filtered)."""
+
+    state: JobState
+    queue: str | None
+    job_type: str | None
+    cursor: str | None
+
+    def args(self, **changes: Any) -> dict[str, str]:
+        """Return the filters as query arguments (for links), with `changes` applied."""
+        values = {"state": str(self.state), "queue": self.queue, "type": self.job_type}
+        values.update(changes)
+        return {name: value for name, value in values.items() if value}
+
+
+def read_filters(default_state: JobState) -> Filters:
+    """Return the listing's filters from the query string; UiError 400 for a bad one."""
+    raw_state = request.args.get("state") or str(default_state)
+    try:
+        state = JobState(raw_state)
+    except ValueError:
+        raise UiError(400, f"unknown state {raw_state[:32]!r}") from None
+    queue = request.args.get("queue", "").strip() or None
+    if queue is not None and not is_queue_name(queue):
+        raise UiError(400, f"bad queue name {queue[:64]!r}: a queue name {QUEUE_RULE}")
+    job_type = request.args.get("type", "").strip() or None
+    if job_type is not None and not TYPE_PATTERN.fullmatch(job_type):
+        raise UiError(400, f"bad job type {job_type[:128]!r}: 1 to 128 of A-Z a-z 0-9 _ . : -")
+    return Filters(state, queue, job_type, request.args.get("cursor") or None)
+
+
+def read_page(filters: Filters) -> listing.JobPage:
+    """Return one page of the filtered listing (every queue unless one is named)."""
+    gw = gateway()
+    queues = [filters.queue] if filters.queue else gw.directory.names(refresh=True)
+    try:
+        return listing.list_jobs(
+            gw.scripts,
+            filters.state,
+            queues,
+            limit=PAGE_SIZE,
+            cursor=filters.cursor,
+            job_type=filters.job_type,
+        )
+    except listing.BadCursor:
+        raise UiError(400, "That page link is not one this dashboard made; start again.") from None
+
+
+@bp.route("/jobs")
+def jobs() -> tuple[str, int]:
+    """List one state's jobs, filtered by queue and type, a page at a time."""
+    filters = read_filters(JobState.PENDING)
+    page = read_page(filters)
+    next_url = None
+    if page.next_cursor is not None:
+        next_url = url_for("ui.jobs", **filters.args(cursor=page.next_cursor))
+    current = f"jobs:{filters.state}" if filters.state in ("scheduled", "retrying") else "jobs"
+    return render(
+        "jobs.html",
+        "jobs",
+        nav_current=current,
+        filters=filters,
+        states=list(JobState),
+        jobs=page.jobs,
+        next_url=next_url,
+        live_events=events_url(queue=filters.queue, type=filters.job_type),
+    )
+
+
+def job_id_of(raw: str) -> str:
+    """Return a job id from the path (any case); UiError 400 for something else."""
+    job_id = raw.lower()
+    if not JOB_ID_PATTERN.fullmatch(job_id):
+        raise UiError(400, "That is not a job id.")
+    return job_id
+
+
+def pretty(text: str | None) -> str | None:
+    """Return stored JSON indented for reading (as stored, if it is not JSON)."""
+    if text is None:
+        return None
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except ValueError:
+        return text
+
+
+def job_context(job_id: str) -> dict[str, Any]:
+    """Return a job and its history for its page; UiError 404 when there is no such job."""
+    gw = gateway()
+    job = gw.directory.find_job(job_id)
+    if job is None:
+        raise UiError(404, "No such job: it never existed, or it was purged or trimmed.")
+    kept = history.read(gw.redis, gw.keys, job_id, job.queue)
+    return {
+        "job": job,
+        "history": kept.entries if kept else [],
+        "dropped": kept.dropped if kept else 0,
+        "payload": pretty(job.payload_json),
+        "result": pretty(job.result_json),
+        "cancelable": job.status in CANCELABLE,
+    }
+
+
+@bp.route("/jobs/<job_id>")
+def job(job_id: str) -> tuple[str, int]:
+    """Show one job: status, payload, result, traceback, history, and what can be done."""
+    job_id = job_id_of(job_id)
+    return render(
+        "job.html",
+        "job",
+        nav_current="jobs",
+        live_events=events_url(job=job_id),
+        live_refresh=url_for("ui.job_live", job_id=job_id),
+        **job_context(job_id),
+    )
+
+
+@bp.route("/jobs/<job_id>/live")
+def job_live(job_id: str) -> tuple[str, int]:
+    """Return the job page's changing part alone, for live.js to swap in."""
+    return render("_job_live.html", "job", **job_context(job_id_of(job_id)))
+
+
+def confirmed() -> bool:
+    """Tell whether this POST is the confirmation page's "yes" (not the first click)."""
+    return request.form.get("confirm") == "yes"
+
+
+def confirm_page(
+    title: str, message: str, ids: list[str], back: str, **extra: str
+) -> tuple[str, int]:
+    """Render the confirmation of an action on `ids`: it posts the same form again, with yes
+    (and `extra` fields, such as where to continue from)."""
+    dropped = {"csrf", "confirm", *extra}
+    fields = [(k, v) for k, v in request.form.items(multi=True) if k not in dropped]
+    fields += list(extra.items())
+    return render(
+        "confirm.html",
+        "confirm",
+        title=title,
+        message=message,
+        ids=ids,
+        fields=fields,
+        action=request.path,
+        back=back,
+    )
+
+
+def _located(job_id: str) -> Job:
+    job = gateway().directory.find_job(job_id)
+    if job is None:
+        raise UiError(404, "No such job: it never existed, or it was purged or trimmed.")
+    return job
+
+
+@bp.route("/jobs/<job_id>/replay", methods=["POST"])
+def replay(job_id: str) -> BaseResponse | tuple[str, int]:
+    """Replay a dead job (after a confirmation): back to pending with attempts 0."""
+    job = _located(job_id_of(job_id))
+    back = url_for("ui.job", job_id=job.id)
+    if not confirmed():
+        message = f"Replay this dead {job.type} job in queue {job.queue}? It runs again."
+        return confirm_page("Replay a dead job", message, [job.id], back)
+    try:
+        replayed = gateway().scripts.replay(job.id, queue=job.queue)
+    except JobNotFound:
+        raise UiError(404, "No such job: it was purged meanwhile.") from None
+    except WrongState as exc:
+        flash(f"Not replayed: the job is {exc.status} now, not dead.")
+        return redirect(back, code=303)
+    record(
+        Outcome.REPLAYED, job.id, job.type, queue=job.queue, trace=replayed.extra.get("traceparent")
+    )
+    flash("Replayed: the job is pending again.")
+    return redirect(back, code=303)
+
+
+@bp.route("/jobs/<job_id>/purge", methods=["POST"])
+def purge(job_id: str) -> BaseResponse | tuple[str, int]:
+    """Delete a dead job for good (after a confirmation)."""
+    job = _located(job_id_of(job_id))
+    if not confirmed():
+        message = f"Delete this dead {job.type} job in queue {job.queue} for good?"
+        return confirm_page("Purge a dead job", message, [job.id], url_for("ui.job", job_id=job.id))
+    try:
+        job_type = gateway().scripts.purge(job.id, queue=job.queue)
+    except JobNotFound:
+        raise UiError(404, "No such job: it was purged meanwhile.") from None
+    except WrongState as exc:
+        flash(f"Not purged: the job is {exc.status} now, not dead.")
+        return redirect(url_for("ui.job", job_id=job.id), code=303)
+    record(Outcome.PURGED, job.id, job_type, queue=job.queue)
+    flash(f"Purged job {job.id}.")
+    return redirect(url_for("ui.dlq"), code=303)
+
+
+@bp.route("/jobs/<job_id>/cancel", methods=["POST"])
+def cancel(job_id: str) -> BaseResponse | tuple[str, int]:
+    """Cancel a job that has not started (after a confirmation)."""
+    job = _located(job_id_of(job_id))
+    back = url_for("ui.job", job_id=job.id)
+    if not confirmed():
+        message = f"Cancel this {job.status} {job.type} job in queue {job.queue}? It will not run."
+        return confirm_page("Cancel a job", message, [job.id], back)
+    try:
+        outcome = gateway().scripts.cancel(job.id, queue=job.queue)
+    except JobNotFound:
+        raise UiError(404, "No such job: it was purged meanwhile.") from None
+    except WrongState as exc:
+        flash(f"Not canceled: the job is {exc.status} now (only jobs not started can be).")
+        return redirect(back, code=303)
+    if outcome.changed:
+        record(Outcome.CANCELED, job.id, job.type, queue=job.queue)
+    flash("Canceled.")
+    return redirect(back, code=303)

@@ -1,0 +1,140 @@
+"""The overview, queues and workers pages, and their actions (pause, resume, quiet)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from flask import flash, redirect, url_for
+from werkzeug.wrappers import Response as BaseResponse
+
+from gateway.context import Gateway, gateway
+from gateway.ui.base import UiError, bp, events_url, render
+from gateway.ui.chart import MinutePoint, throughput_chart
+from shared.hosts import is_host_name, list_hosts
+from shared.jobs import JobState
+from shared.queues import QUEUE_RULE, is_queue_name
+from shared.scripts import HostNotFound
+
+log = logging.getLogger(__name__)
+
+# The columns of the counts table, in a job's usual path through them.
+STATES = list(JobState)
+
+
+def throughput_points(gw: Gateway, queues: Sequence[str]) -> list[MinutePoint]:
+    """Return the last hour's completions and failures per minute over `queues`.
+
+    Empty until helper C's shared.throughput is merged; then this calls its last_hour.
+    """
+    return []
+
+
+def overview_context() -> dict[str, object]:
+    """Return what the overview (and its live fragment) shows: one stats round trip."""
+    gw = gateway()
+    names = gw.directory.names(refresh=True)
+    counts, workers = gw.scripts.stats(names)
+    return {
+        "counts": counts,
+        "states": STATES,
+        "workers": workers,
+        "chart": throughput_chart(throughput_points(gw, names)),
+    }
+
+
+@bp.route("/")
+def overview_slash() -> BaseResponse:
+    """Send /ui/ to the overview's one address, /ui."""
+    return redirect(url_for("ui.overview"))
+
+
+@bp.route("")
+def overview() -> tuple[str, int]:
+    """Show counts per state and queue, the oldest pending job's age, the last hour's chart."""
+    return render(
+        "overview.html",
+        "overview",
+        live_events=events_url(),
+        live_refresh=url_for("ui.overview_live"),
+        **overview_context(),
+    )
+
+
+@bp.route("/live/overview")
+def overview_live() -> tuple[str, int]:
+    """Return the overview's changing part alone, for live.js to swap in."""
+    return render("_overview_live.html", "overview", **overview_context())
+
+
+@bp.route("/queues")
+def queues() -> tuple[str, int]:
+    """Show every queue: counts, paused or active, oldest pending, pause and resume."""
+    gw = gateway()
+    names = gw.directory.names(refresh=True)
+    counts, _ = gw.scripts.stats(names)
+    rows = [(name, counts.by_queue[name]) for name in names]
+    return render("queues.html", "queues", rows=rows, states=STATES)
+
+
+def _queue(name: str) -> str:
+    if not is_queue_name(name):
+        raise UiError(400, f"bad queue name {name[:64]!r}: a queue name {QUEUE_RULE}")
+    return name
+
+
+@bp.route("/queues/<name>/pause", methods=["POST"])
+def pause_queue(name: str) -> BaseResponse:
+    """Pause a queue (as POST /queues/<name>/pause does) and go back to the queues."""
+    gw = gateway()
+    name = _queue(name)
+    gw.directory.ensure(name)
+    result = gw.scripts.pause_queue(name)
+    log.info("queue_paused", extra={"queue": name, "changed": result.changed})
+    flash(f"Queue {name} paused: no worker claims from it until it is resumed.")
+    return redirect(url_for("ui.queues"), code=303)
+
+
+@bp.route("/queues/<name>/resume", methods=["POST"])
+def resume_queue(name: str) -> BaseResponse:
+    """Resume a paused queue and go back to the queues."""
+    gw = gateway()
+    name = _queue(name)
+    changed = gw.scripts.resume_queue(name)
+    log.info("queue_resumed", extra={"queue": name, "changed": changed})
+    flash(f"Queue {name} resumed." if changed else f"Queue {name} was not paused.")
+    return redirect(url_for("ui.queues"), code=303)
+
+
+@bp.route("/workers")
+def workers() -> tuple[str, int]:
+    """Show every live workerd host, its processes and what they run."""
+    gw = gateway()
+    return render("workers.html", "workers", hosts=list_hosts(gw.redis, gw.keys))
+
+
+def _ask_host(name: str, quiet: bool) -> BaseResponse:
+    if not is_host_name(name):
+        raise UiError(400, f"bad workerd host name {name[:64]!r}: expected <hostname>-<pid>")
+    try:
+        gateway().scripts.quiet_host(name, quiet)
+    except HostNotFound:
+        raise UiError(
+            404, "That workerd host is not in the registry (it left or expired)."
+        ) from None
+    log.info("quiet_requested" if quiet else "resume_requested", extra={"supervisor": name})
+    what = "finish its running jobs and claim nothing more" if quiet else "claim again"
+    flash(f"Asked {name} to {what}; it applies this within a couple of seconds.")
+    return redirect(url_for("ui.workers"), code=303)
+
+
+@bp.route("/workers/<name>/quiet", methods=["POST"])
+def quiet_host(name: str) -> BaseResponse:
+    """Ask a host to claim nothing more (as POST /workers/<name>/quiet does)."""
+    return _ask_host(name, True)
+
+
+@bp.route("/workers/<name>/resume", methods=["POST"])
+def resume_host(name: str) -> BaseResponse:
+    """Ask a quiet host to claim again."""
+    return _ask_host(name, False)

@@ -1,0 +1,163 @@
+"""The dashboard's security: the signed session, login state, CSRF tokens, response headers.
+
+The session is Flask's signed cookie. Its signing key lives in Redis (``Keys.ui_secret``, 32
+random bytes set once with SET NX), so every gunicorn process and every gateway host signs and
+checks alike, and a restart logs nobody out. A logged-in session holds an HMAC of the API token
+under that key, never the token: changing TASKFORGE_API_TOKEN logs everyone out.
+
+Every POST from the dashboard carries the session's CSRF token (a random value kept in the
+session), checked in constant time, with or without an API token: the cookie alone (which a
+browser attaches to a cross-site form post when SameSite fails or is absent) changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+from typing import Any
+
+import redis
+from flask import Flask, Request, Response, current_app, request, session
+from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
+
+from gateway.errors import redis_unavailable
+from shared.keys import Keys
+
+SECRET_BYTES = 32
+CSRF_FIELD = "csrf"
+COOKIE_NAME = "taskforge_ui"
+# No inline script and no inline style anywhere in the dashboard: its CSS and JS are files it
+# serves itself; the chart is inline SVG, whose presentation attributes are not styles.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
+class CsrfError(Exception):
+    """A dashboard POST without the session's CSRF token (or with another one)."""
+
+
+def load_secret(client: redis.Redis, keys: Keys) -> bytes:
+    """Return the dashboard's signing key, creating it if no process has yet (one round trip)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.set(keys.ui_secret, secrets.token_bytes(SECRET_BYTES), nx=True)
+    pipe.get(keys.ui_secret)
+    _, secret = pipe.execute()
+    return bytes(secret)
+
+
+class RedisKeyedSessions(SecureCookieSessionInterface):
+    """Flask's signed-cookie sessions, signed with the key kept in Redis.
+
+    The key is read once per process, at the first request that carries a session cookie or
+    writes a session: API requests (no cookie) never touch it, so they answer as before when
+    Redis is down.
+    """
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self._client = client
+        self._keys = keys
+        self._lock = threading.Lock()
+
+    def _ensure_key(self, app: Flask) -> None:
+        if app.secret_key:
+            return
+        with self._lock:  # gthread: two first requests at once read it once
+            if not app.secret_key:
+                app.secret_key = load_secret(self._client, self._keys)
+
+    def get_signing_serializer(self, app: Flask) -> Any:
+        """Return Flask's serializer with the Redis-kept key."""
+        self._ensure_key(app)
+        return super().get_signing_serializer(app)
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        """Mark the cookie Secure when the browser reached us over https."""
+        return request.is_secure
+
+    def open_session(self, app: Flask, request: Request) -> SecureCookieSession | None:
+        """Return the request's session; an empty one without a cookie (no Redis read)."""
+        if request.cookies.get(self.get_cookie_name(app)) is None:
+            return self.session_class()
+        try:
+            return super().open_session(app, request)
+        except redis.exceptions.RedisError as exc:
+            if not redis_unavailable(exc):
+                raise
+            # Redis is down: the page itself answers 503; the cookie is kept for later.
+            return self.session_class()
+
+
+def install_sessions(app: Flask, client: redis.Redis, keys: Keys) -> None:
+    """Give `app` the Redis-keyed signed-cookie session and its cookie flags."""
+    app.session_interface = RedisKeyedSessions(client, keys)
+    app.config.update(
+        SESSION_COOKIE_NAME=COOKIE_NAME,
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Strict",
+    )
+
+
+def login_digest(token: str) -> str:
+    """Return what a logged-in session holds: an HMAC of the API token under the session key."""
+    key = current_app.secret_key
+    if isinstance(key, str):
+        key = key.encode()
+    assert key, "the session key is loaded before a session can be logged in"
+    return hmac.new(key, b"taskforge-ui-login\0" + token.encode(), hashlib.sha256).hexdigest()
+
+
+def token_matches(given: str, token: str) -> bool:
+    """Tell whether a token typed into the login form is the API token (constant time)."""
+    return hmac.compare_digest(given.encode("utf-8", "replace"), token.encode("utf-8"))
+
+
+def logged_in(token: str | None) -> bool:
+    """Tell whether this request's session is logged in (always, when no token is set)."""
+    if token is None:
+        return True
+    held = session.get("auth")
+    if not isinstance(held, str):
+        return False  # no cookie, or one without a login: no Redis read needed
+    return hmac.compare_digest(held.encode(), login_digest(token).encode())
+
+
+def log_in(token: str) -> None:
+    """Start a fresh logged-in session (a new CSRF token: nothing from before carries over)."""
+    session.clear()
+    session["auth"] = login_digest(token)
+    session[CSRF_FIELD] = secrets.token_urlsafe(32)
+
+
+def csrf_token() -> str:
+    """Return this session's CSRF token, creating it on first use."""
+    token = session.get(CSRF_FIELD)
+    if not isinstance(token, str):
+        token = secrets.token_urlsafe(32)
+        session[CSRF_FIELD] = token
+    return token
+
+
+def check_csrf() -> None:
+    """Raise CsrfError unless the posted form carries this session's CSRF token."""
+    expected = session.get(CSRF_FIELD)
+    given = request.form.get(CSRF_FIELD)
+    if not isinstance(expected, str) or not given:
+        raise CsrfError()
+    if not hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode()):
+        raise CsrfError()
+
+
+def add_headers(response: Response) -> Response:
+    """Put the dashboard's security headers on a response."""
+    response.headers.update(HEADERS)
+    return response

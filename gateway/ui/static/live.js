@@ -1,0 +1,94 @@
+// Live updates for the dashboard from GET /events (Server-Sent Events). Little script on
+// purpose: every page works without it; this only refreshes what the server renders.
+//
+// <body data-events="/events?..."> names the stream. With data-refresh="/ui/..." the page
+// fetches that fragment (at most once a second) when an event arrives and swaps in each
+// element marked data-live-part (by id). Without it, a listing shows its "refresh" hint.
+// body[data-live] says connecting | connected | off.
+(function () {
+  "use strict";
+  var JOB_EVENTS = [
+    "enqueued", "scheduled", "promoted", "claimed", "completed", "retrying", "dead",
+    "recovered", "released", "replayed", "canceled", "purged"
+  ];
+  // A gap: the stream was trimmed past us, so what we show may be stale: refresh too.
+  var OTHER_EVENTS = [
+    "queue_paused", "queue_resumed", "worker_joined", "worker_left", "worker_quiet",
+    "worker_resumed", "gap"
+  ];
+  var THROTTLE_MS = 1000;
+
+  function start() {
+    var body = document.body;
+    var stream = body.getAttribute("data-events");
+    if (!stream || typeof window.EventSource !== "function") {
+      body.setAttribute("data-live", "off");
+      return;
+    }
+    var refreshUrl = body.getAttribute("data-refresh");
+    var lastRefresh = 0;
+    var timer = null;
+    var inFlight = false;
+
+    function swap(html) {
+      var doc = new DOMParser().parseFromString(html, "text/html");
+      var parts = doc.querySelectorAll("[data-live-part][id]");
+      for (var i = 0; i < parts.length; i++) {
+        var old = document.getElementById(parts[i].id);
+        if (old) {
+          old.replaceWith(document.importNode(parts[i], true));
+        }
+      }
+    }
+
+    function refresh() {
+      timer = null;
+      if (inFlight) {
+        schedule();
+        return;
+      }
+      inFlight = true;
+      lastRefresh = Date.now();
+      fetch(refreshUrl, { credentials: "same-origin", redirect: "error" })
+        .then(function (response) {
+          if (!response.ok) { throw new Error("HTTP " + response.status); }
+          return response.text();
+        })
+        .then(swap)
+        .catch(function () { /* the next event tries again */ })
+        .then(function () { inFlight = false; });
+    }
+
+    function schedule() {
+      if (timer !== null) { return; }
+      var wait = Math.max(0, lastRefresh + THROTTLE_MS - Date.now());
+      timer = window.setTimeout(refresh, wait);
+    }
+
+    function hint() {
+      var el = document.getElementById("live-hint");
+      if (el) { el.hidden = false; }
+    }
+
+    var source = new EventSource(stream);
+    body.setAttribute("data-live", "connecting");
+    source.onopen = function () { body.setAttribute("data-live", "connected"); };
+    source.onerror = function () {
+      // EventSource reconnects by itself (sending Last-Event-ID) unless the server refused.
+      body.setAttribute("data-live", source.readyState === EventSource.CLOSED ? "off" : "connecting");
+    };
+    // A fragment page refreshes on anything; a listing hints only when jobs changed.
+    var names = refreshUrl ? JOB_EVENTS.concat(OTHER_EVENTS) : JOB_EVENTS.concat(["gap"]);
+    var onEvent = refreshUrl ? schedule : hint;
+    for (var i = 0; i < names.length; i++) {
+      source.addEventListener(names[i], onEvent);
+    }
+    window.addEventListener("pagehide", function () { source.close(); });
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();

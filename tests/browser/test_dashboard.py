@@ -296,7 +296,7 @@ def test_token_login_and_logout(browser: Browser, system: System) -> None:
     log_in(TOKEN, "overview")
     browser.shot("logged-in")
     assert not browser.find_all("#open-banner")
-    browser.open(f"{base}/ui/jobs", "jobs")  # the session holds across pages and processes
+    browser.open(f"{base}/ui/jobs", "jobs")  # the session holds from page to page
     assert not browser.find_all("#open-banner")
 
     browser.submit(browser.find("form#logout button"), "login")

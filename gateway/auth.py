@@ -53,7 +53,8 @@ def check_token(headers: Headers, expected: bytes) -> None:
 
 
 def install(app: Flask, token: str | None) -> None:
-    """Require `token` on every request to `app` except OPEN_ENDPOINTS; do nothing when None."""
+    """Require `token` on every request to `app` except OPEN_ENDPOINTS, the dashboard's own
+    routes and a logged-in dashboard session's GET /events; do nothing when None."""
     if token is None:
         return
     expected = token.encode("utf-8")

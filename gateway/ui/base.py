@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
+import redis.exceptions
 from flask import Blueprint, render_template
+from werkzeug.wrappers import Response as BaseResponse
 
 from gateway.context import gateway
+from gateway.errors import OUTAGES, RETRY_AFTER_SECONDS, redis_unavailable, unexpected_response
 from gateway.ui import security
 from shared.jobs import format_ms
 
@@ -63,6 +66,17 @@ def render(template: str, page: str, *, status: int = 200, **context: Any) -> tu
 def ui_error(exc: UiError) -> tuple[str, int]:
     """Answer a UiError with the error page (inside the nav, so the operator can go on)."""
     return render("error.html", "error", status=exc.status, message=exc.message)
+
+
+@bp.errorhandler(redis.exceptions.RedisError)
+def redis_error(exc: redis.exceptions.RedisError) -> tuple[str, int, dict[str, str]] | BaseResponse:
+    """Answer a Redis outage with an HTML 503 page (the API's JSON answer for anything else)."""
+    if not redis_unavailable(exc):
+        return unexpected_response(exc)  # a bug: logged, 500
+    OUTAGES.warn(exc)
+    message = "Redis is unavailable, so the dashboard cannot read the queues. Try again shortly."
+    body, status = render("error.html", "error", status=503, message=message)
+    return body, status, {"Retry-After": str(RETRY_AFTER_SECONDS)}
 
 
 @bp.app_template_filter("when")

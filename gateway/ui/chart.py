@@ -90,9 +90,10 @@ def throughput_chart(points: Sequence[MinutePoint]) -> Chart:
         minute = (format_ms(point.start_ms) or "")[11:16]
         completed.append(_bar(x, bar, point.completed, peak, f"{minute} UTC: completed"))
         failed.append(_bar(x + bar, bar, point.failed, peak, f"{minute} UTC: failed"))
+    shares = (0, 0.5, 1) if peak > 1 else (0, 1)  # no middle line at half a job
     y_ticks = [
         Tick(LEFT - 6, TOP + PLOT_HEIGHT * (1 - share) + 4, f"{round(peak * share):,}")
-        for share in (0, 0.5, 1)
+        for share in shares
     ]
     bottom = TOP + PLOT_HEIGHT + 18
     x_ticks = [

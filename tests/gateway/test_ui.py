@@ -16,12 +16,15 @@ import redis
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
+from gateway.app import gateway_client
 from gateway.ui.security import CONTENT_SECURITY_POLICY
+from shared.config import Settings
 from shared.directory import QueueDirectory
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
 from shared.scripts import Code, Scripts
 from tests.gateway.conftest import TOKEN, make_app
+from tests.support.tools import free_port
 
 K = Keys()
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -256,3 +259,14 @@ def test_pages_name_their_event_stream_and_fragment(ui: FlaskClient, engine: Scr
     listing = text(ui.get("/ui/jobs?queue=mail&type=email"))
     assert 'data-events="/events?queue=mail&amp;type=email"' in listing
     assert 'id="live-hint"' in listing
+
+
+def test_redis_down_is_an_html_503_page() -> None:
+    settings = Settings.from_env({"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
+    down = make_app(Scripts(gateway_client(settings), K)).test_client()
+    for path in PAGES:
+        response = down.get(path)
+        assert response.status_code == 503, path
+        assert response.headers["Retry-After"] == "1"
+        assert "Redis is unavailable" in text(response)
+        assert response.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY

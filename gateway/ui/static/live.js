@@ -72,7 +72,12 @@
 
     var source = new EventSource(stream);
     body.setAttribute("data-live", "connecting");
-    source.onopen = function () { body.setAttribute("data-live", "connected"); };
+    source.onopen = function () {
+      body.setAttribute("data-live", "connected");
+      // The stream starts now, not when the page was rendered: whatever happened in between
+      // (a replayed job that already ran) is read once, here.
+      if (refreshUrl) { schedule(); }
+    };
     source.onerror = function () {
       // EventSource reconnects by itself (sending Last-Event-ID) unless the server refused.
       body.setAttribute("data-live", source.readyState === EventSource.CLOSED ? "off" : "connecting");

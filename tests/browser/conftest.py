@@ -184,6 +184,8 @@ class Browser:
     step: int = 0
     # Every request the pages made (Network.requestWillBeSent), drained from the log per test.
     requests: list[tuple[str, str]] = field(default_factory=list)
+    # Every console entry, drained from the log per test.
+    console: list[dict[str, Any]] = field(default_factory=list)
 
     # -- pages -------------------------------------------------------------------------------
 
@@ -247,9 +249,18 @@ class Browser:
         self.requests.extend(new)
         return new
 
-    def console(self) -> list[dict[str, Any]]:
-        """Read (and so drain) the console log."""
-        return self.driver.get_log("browser")
+    def drain_console(self) -> list[dict[str, Any]]:
+        """Read the console log; keep and return its new entries."""
+        new = self.driver.get_log("browser")
+        self.console.extend(new)
+        return new
+
+    def forget_logs(self) -> None:
+        """Drain both logs and forget everything seen so far."""
+        self.drain_requests()
+        self.drain_console()
+        self.requests.clear()
+        self.console.clear()
 
 
 @pytest.fixture(scope="module")
@@ -294,6 +305,27 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
         driver.quit()
 
 
+def page_problems(browser: Browser, system: System) -> list[str]:
+    """Drain the browser's logs; return every request that left the page's own gateway origin
+    (data: URLs aside) and every Content-Security-Policy violation the console reported."""
+    gateways = {origin(system.open_gateway.url), origin(system.token_gateway.url)}
+    browser.drain_requests()
+    browser.drain_console()
+    problems = [
+        f"request beyond the page's own gateway origin: {url} (from {document})"
+        for url, document in browser.requests
+        if not url.startswith("data:")
+        and (origin(url) not in gateways or origin(url) != origin(document or url))
+    ]
+    # Chromium reports a blocked inline script or style, or a blocked load, as "security".
+    problems += [
+        f"CSP violation in the console: {entry['message']}"
+        for entry in browser.console
+        if entry.get("source") == "security" or "Content Security Policy" in entry["message"]
+    ]
+    return problems
+
+
 @pytest.fixture(autouse=True)
 def _clean_pages(request: pytest.FixtureRequest) -> Iterator[None]:
     """Name the test's screenshots; after it, fail if a page requested another origin or the
@@ -303,23 +335,9 @@ def _clean_pages(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     browser: Browser = request.getfixturevalue("browser")
     system: System = request.getfixturevalue("system")
-    browser.drain_requests()  # what an earlier test left belongs to it
-    browser.console()
-    browser.test_name, browser.step, browser.requests = request.node.name, 0, []
+    browser.forget_logs()  # what an earlier test left was its own to check
+    browser.test_name, browser.step = request.node.name, 0
     browser.resize(WINDOW)
     yield
-    gateways = {origin(system.open_gateway.url), origin(system.token_gateway.url)}
-    browser.drain_requests()
-    foreign = [
-        (url, document)
-        for url, document in browser.requests
-        if not url.startswith("data:")
-        and (origin(url) not in gateways or origin(url) != origin(document or url))
-    ]
-    violations = [
-        entry["message"]
-        for entry in browser.console()
-        if "Content Security Policy" in entry["message"] or "Refused to" in entry["message"]
-    ]
-    assert not foreign, f"requests beyond the page's own gateway origin: {foreign}"
-    assert not violations, f"CSP violations in the console: {violations}"
+    problems = page_problems(browser, system)
+    assert not problems, "; ".join(problems)

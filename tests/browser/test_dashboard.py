@@ -26,6 +26,7 @@ from tests.browser.conftest import (
     Browser,
     System,
     origin,
+    page_problems,
 )
 
 # Every page of the nav, by the path that opens it and the data-page it declares.
@@ -320,3 +321,26 @@ def test_phone_width_has_no_horizontal_overflow(
     )
     assert widths[1] <= PHONE[0] + 1, widths  # the viewport really is phone-wide
     assert widths[0] <= widths[1] + 1, f"{page} overflows: scrollWidth, innerWidth = {widths}"
+
+
+def test_the_page_checks_see_a_foreign_request_and_a_csp_violation(
+    browser: Browser, system: System
+) -> None:
+    """The check every test ends with is not blind: a page that loads from another origin,
+    and one that tries an inline style, are both reported."""
+    browser.open(f"{system.open_gateway.url}/ui", "overview")
+    browser.driver.execute_script(
+        "const img = document.createElement('img');"
+        "img.src = 'http://127.0.0.2:9/elsewhere.png';"
+        "document.body.appendChild(img);"
+        "document.body.setAttribute('style', 'color: red');"
+    )
+
+    def reported() -> list[str]:
+        problems = page_problems(browser, system)
+        image = [p for p in problems if "request beyond" in p and "elsewhere.png" in p]
+        style = [p for p in problems if "CSP violation" in p and "style-src" in p]
+        return problems if image and style else []
+
+    browser.wait(lambda _: reported(), "the checks to report the image and the inline style")
+    browser.forget_logs()  # seen and expected: the check after the test starts clean

@@ -1,0 +1,346 @@
+"""The dashboard at /ui in a real headless Chromium, against a whole running TaskForge.
+
+Each test seeds its own jobs through the API, in queues of its own where counts matter, and
+uses the hooks docs/DASHBOARD.md promises (``data-page``, ``data-queue``/``data-state`` cells,
+``#job-status``…). After each, conftest's `_clean_pages` fails it if a page requested another
+origin or the console shows a Content-Security-Policy violation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.select import Select
+
+from tests.browser.conftest import (
+    DLQ_QUEUE,
+    JOB_WAIT,
+    PHONE,
+    TOKEN,
+    WORK_QUEUE,
+    Browser,
+    System,
+    origin,
+    page_problems,
+)
+
+# Every page of the nav, by the path that opens it and the data-page it declares.
+PAGES = {
+    "overview": "/ui",
+    "queues": "/ui/queues",
+    "workers": "/ui/workers",
+    "jobs": "/ui/jobs",
+    "dlq": "/ui/dlq",
+}
+
+
+def text_is(browser: Browser, css: str, expected: str) -> bool:
+    """Tell whether the element `css` selects exists and shows exactly `expected`."""
+    found = browser.find_all(css)
+    return bool(found) and found[0].text.strip() == expected
+
+
+def row_ids(browser: Browser) -> set[str]:
+    """Return the job ids of the rows of a jobs or DLQ table."""
+    return {row.get_attribute("data-job-id") for row in browser.find_all("tr[data-job-id]")}
+
+
+def filter_jobs(browser: Browser, state: str, job_type: str = "", queue: str = "") -> None:
+    """Fill the jobs page's filter form and submit it."""
+    form = browser.find("form#job-filters")
+    Select(form.find_element("css selector", "select[name=state]")).select_by_value(state)
+    for name, value in (("type", job_type), ("queue", queue)):
+        field = form.find_element("css selector", f"input[name={name}]")
+        field.clear()
+        field.send_keys(value)
+    browser.submit(form.find_element("css selector", "button[type=submit]"), "jobs")
+
+
+@contextlib.contextmanager
+def paused(system: System, queue: str) -> Iterator[None]:
+    """Pause `queue` through the API for the block; resume it after, whatever happens."""
+    status, _, doc = system.open_gateway.request("POST", f"/queues/{queue}/pause")
+    assert status == 200, (status, doc)
+    try:
+        yield
+    finally:
+        system.open_gateway.request("POST", f"/queues/{queue}/resume")
+
+
+def test_overview_shows_counts_chart_and_banner(browser: Browser, system: System) -> None:
+    """The overview counts the seeded jobs per queue and state, as GET /queues does."""
+    idle = [system.enqueue("browser_ok", queue="ov-idle") for _ in range(3)]
+    done = system.enqueue("browser_ok", queue=WORK_QUEUE)
+    dead, _ = system.gated_dead_job()
+    system.wait_status(done, "completed")
+
+    url = f"{system.open_gateway.url}/ui"
+    # The console check after each test means something only under a policy that forbids.
+    _, headers, _ = system.open_gateway.request("GET", "/ui")
+    policy = headers.get("content-security-policy", "")
+    assert "default-src 'self'" in policy and "script-src 'self'" in policy, policy
+    browser.open(url, "overview")
+    browser.shot("overview")
+
+    assert text_is(browser, 'td[data-queue="ov-idle"][data-state="pending"]', str(len(idle)))
+    assert browser.find("#open-banner").is_displayed()
+    assert browser.find("svg#throughput").is_displayed()
+    assert browser.text("#oldest-pending")  # three jobs have waited a while
+    # Every count the page shows is the one the API reports (workerd is idle now).
+    for queue in system.queues():
+        for state, count in queue["jobs"].items():
+            css = f'td[data-queue="{queue["name"]}"][data-state="{state}"]'
+            cells = browser.find_all(css)
+            if count or cells:  # a page may leave a zero out
+                assert cells, f"no cell {css}"
+                assert cells[0].text.strip() == str(count), (css, cells[0].text)
+    assert system.job(dead)["status"] == "dead"
+    # The origin check after the test is not vacuous: it saw the page itself load.
+    browser.drain_requests()
+    assert url in {request for request, _ in browser.requests}
+
+
+def test_every_page_opens_with_the_open_banner(browser: Browser, system: System) -> None:
+    """Without a token every page says the UI is open; the workers page lists workerd."""
+    hosts = system.workers()
+    for page, path in PAGES.items():
+        browser.open(system.open_gateway.url + path, page)
+        browser.shot(page)
+        assert browser.find("#open-banner").is_displayed(), page
+    browser.open(system.open_gateway.url + PAGES["workers"], "workers")
+    for host in hosts:
+        assert browser.find_all(f'tr[data-host="{host["name"]}"]'), host["name"]
+
+
+def test_job_filters_show_only_matching_rows(browser: Browser, system: System) -> None:
+    """State, type and queue filters narrow the listing to exactly the matching jobs."""
+    tag = uuid.uuid4().hex[:8]
+    alpha = {system.enqueue(f"alpha-{tag}", queue="flt") for _ in range(2)}
+    beta = {system.enqueue(f"beta-{tag}", queue="flt") for _ in range(2)}
+    other_queue = system.enqueue(f"beta-{tag}", queue="flt-other")
+
+    browser.open(f"{system.open_gateway.url}/ui/jobs", "jobs")
+    filter_jobs(browser, "pending", job_type=f"alpha-{tag}")
+    browser.shot("pending-alpha")
+    assert row_ids(browser) == alpha
+
+    filter_jobs(browser, "pending", job_type=f"beta-{tag}")
+    assert row_ids(browser) == beta | {other_queue}
+
+    filter_jobs(browser, "pending", job_type=f"beta-{tag}", queue="flt")
+    browser.shot("pending-beta-flt")
+    assert row_ids(browser) == beta
+
+    filter_jobs(browser, "completed", job_type=f"alpha-{tag}")
+    assert row_ids(browser) == set()
+
+
+def test_job_page_shows_payload_result_and_history(browser: Browser, system: System) -> None:
+    """From the listing to a job's page: payload (as text), result and its history."""
+    job_id = system.enqueue("browser_ok", {"note": "<b>not bold</b>"}, queue=WORK_QUEUE)
+    system.wait_status(job_id, "completed")
+
+    browser.open(f"{system.open_gateway.url}/ui/jobs", "jobs")
+    filter_jobs(browser, "completed", job_type="browser_ok", queue=WORK_QUEUE)
+    link = browser.find(f'tr[data-job-id="{job_id}"] a')
+    browser.submit(link, "job")
+    browser.shot("job")
+
+    assert browser.text("#job-status") == "completed"
+    payload = browser.find("#job-payload")
+    assert "<b>not bold</b>" in payload.text  # shown as text, not markup
+    assert not payload.find_elements("css selector", "b")
+    assert '"ok"' in browser.text("#job-result") or "ok" in browser.text("#job-result")
+    events = [li.get_attribute("data-event") for li in browser.find_all("ol#job-history > li")]
+    status, _, doc = system.open_gateway.request("GET", f"/jobs/{job_id}/history")
+    assert status == 200
+    assert events == [entry["event"] for entry in doc["history"]]
+    assert events[0] == "enqueued" and events[-1] == "completed", events
+
+
+def test_replay_dead_job_completes_live_without_reload(browser: Browser, system: System) -> None:
+    """Replay a dead job from its page through the confirmation; the status turns completed
+    by the live events, in the same document (no reload)."""
+    job_id, marker = system.gated_dead_job()
+    job_url = f"{system.open_gateway.url}/ui/jobs/{job_id}"
+    browser.open(job_url, "job")
+    assert browser.text("#job-status") == "dead"
+    browser.shot("dead")
+
+    marker.unlink()  # from now on the job's handler succeeds
+    # Paused, the replayed job waits until the page is listening: the change must arrive live.
+    with paused(system, WORK_QUEUE):
+        browser.submit(browser.find("form#replay button"), "confirm")
+        browser.shot("confirm")
+        browser.submit(browser.find("form#confirm button#confirm-yes"), "job")
+        if urlsplit(browser.driver.current_url).path != urlsplit(job_url).path:
+            browser.open(job_url, "job")
+        assert browser.text("#job-status") == "pending"
+        assert system.job(job_id)["status"] == "pending"
+        marker_value = uuid.uuid4().hex
+        browser.driver.execute_script("window.__noReload = arguments[0];", marker_value)
+        browser.wait(
+            ec.presence_of_element_located(("css selector", 'body[data-live="connected"]')),
+            "the page's event stream to connect",
+        )
+        browser.shot("pending")
+    browser.wait(
+        lambda _: text_is(browser, "#job-status", "completed"),
+        "#job-status to become completed live",
+        timeout=JOB_WAIT,
+    )
+    browser.shot("completed")
+    assert browser.driver.execute_script("return window.__noReload;") == marker_value
+    assert system.job(job_id)["status"] == "completed"
+    events = [li.get_attribute("data-event") for li in browser.find_all("ol#job-history > li")]
+    assert events.count("replayed") == 1 and events[-1] == "completed", events
+
+
+def filter_dlq(browser: Browser, queue: str) -> None:
+    """Fill the DLQ page's filter form with `queue` and submit it."""
+    form = browser.find("form#dlq-filters")
+    field = form.find_element("css selector", "input[name=queue]")
+    field.clear()
+    field.send_keys(queue)
+    browser.submit(form.find_element("css selector", "button[type=submit]"), "dlq")
+
+
+def confirm(browser: Browser, step: str, *shown: str) -> None:
+    """On a confirmation page naming each of `shown`, say yes; wait for the next page."""
+    browser.wait_page("confirm")
+    browser.shot(step)
+    source = browser.driver.page_source
+    assert all(item in source for item in shown), shown
+    assert browser.find("a#confirm-no").is_displayed()
+    old_body = browser.find("body")
+    browser.find("form#confirm button#confirm-yes").click()
+    browser.wait(ec.staleness_of(old_body), "the confirmation to be left")
+
+
+def test_dlq_replay_selected_then_purge_all_matching(browser: Browser, system: System) -> None:
+    """The DLQ page replays the checked jobs, then purges all that match its queue filter,
+    each after a confirmation page naming what it will do."""
+    jobs = [system.gated_dead_job(DLQ_QUEUE) for _ in range(3)]
+    for _, marker in jobs:
+        marker.unlink()  # a replayed job now completes
+    (first, _), (second, _), (third, _) = jobs
+
+    browser.open(f"{system.open_gateway.url}/ui/dlq", "dlq")
+    filter_dlq(browser, DLQ_QUEUE)
+    browser.shot("filtered")
+    assert row_ids(browser) == {first, second, third}
+    for job_id in (first, second):
+        browser.find(f'tr[data-job-id="{job_id}"] input[type=checkbox][name=id]').click()
+    old_body = browser.find("body")
+    browser.find("button#replay-selected").click()
+    browser.wait(ec.staleness_of(old_body), "the DLQ page to be left")
+    confirm(browser, "confirm-replay", first, second)
+    system.wait_status(first, "completed")
+    system.wait_status(second, "completed")
+    assert system.job(third)["status"] == "dead"
+
+    browser.open(f"{system.open_gateway.url}/ui/dlq", "dlq")
+    filter_dlq(browser, DLQ_QUEUE)
+    assert row_ids(browser) == {third}
+    old_body = browser.find("body")
+    browser.find("button#purge-all").click()
+    browser.wait(ec.staleness_of(old_body), "the DLQ page to be left")
+    confirm(browser, "confirm-purge-all", DLQ_QUEUE)
+    browser.wait(lambda _: not system.exists(third), "the purge to delete the dead job")
+    assert system.job(first)["status"] == "completed"  # not in the DLQ: purge leaves it
+
+
+def test_pause_and_resume_a_queue_from_the_queues_page(browser: Browser, system: System) -> None:
+    """The queues page's buttons pause and resume a queue; the API agrees each time."""
+    system.enqueue("browser_ok", queue="pq")
+    row = 'tr[data-queue="pq"]'
+    browser.open(f"{system.open_gateway.url}/ui/queues", "queues")
+    assert text_is(browser, f"{row} td.state", "active")
+
+    browser.submit(browser.find(f"{row} form.pause button"), "queues")
+    browser.shot("paused")
+    assert text_is(browser, f"{row} td.state", "paused")
+    assert system.queue("pq")["paused"] is True
+
+    browser.submit(browser.find(f"{row} form.resume button"), "queues")
+    browser.shot("resumed")
+    assert text_is(browser, f"{row} td.state", "active")
+    assert system.queue("pq")["paused"] is False
+
+
+def test_token_login_and_logout(browser: Browser, system: System) -> None:
+    """With a token: /ui sends to the login page; a wrong token is refused, the right one
+    logs in (no open banner), logout returns to the login page and /ui is closed again."""
+    base = system.token_gateway.url
+    browser.driver.get(f"{base}/ui")
+    browser.wait_page("login")
+    assert urlsplit(browser.driver.current_url).path == "/ui/login"
+    assert not browser.find_all("#login-error")
+    assert not browser.find_all("#open-banner")
+    browser.shot("login")
+
+    def log_in(token: str, page: str) -> None:
+        field = browser.find("form#login input[name=token]")
+        field.clear()
+        field.send_keys(token)
+        browser.submit(browser.find("button#login-submit"), page)
+
+    log_in("not-the-token", "login")
+    browser.shot("wrong-token")
+    assert browser.find("#login-error").is_displayed()
+
+    log_in(TOKEN, "overview")
+    browser.shot("logged-in")
+    assert not browser.find_all("#open-banner")
+    browser.open(f"{base}/ui/jobs", "jobs")  # the session holds from page to page
+    assert not browser.find_all("#open-banner")
+
+    browser.submit(browser.find("form#logout button"), "login")
+    browser.shot("logged-out")
+    browser.driver.get(f"{base}/ui/queues")
+    browser.wait_page("login")
+    assert origin(browser.driver.current_url) == origin(base)
+
+
+@pytest.mark.parametrize("page", list(PAGES))
+def test_phone_width_has_no_horizontal_overflow(
+    browser: Browser, system: System, page: str
+) -> None:
+    """At 390 px the page itself never scrolls sideways (wide tables scroll in their box)."""
+    system.enqueue("browser_ok", {"wide": "x" * 300}, queue="phone-queue-with-a-long-name")
+    browser.resize(PHONE)
+    browser.open(system.open_gateway.url + PAGES[page], page)
+    browser.shot(f"phone-{page}")
+    widths = browser.driver.execute_script(
+        "return [document.scrollingElement.scrollWidth, window.innerWidth];"
+    )
+    assert widths[1] <= PHONE[0] + 1, widths  # the viewport really is phone-wide
+    assert widths[0] <= widths[1] + 1, f"{page} overflows: scrollWidth, innerWidth = {widths}"
+
+
+def test_the_page_checks_see_a_foreign_request_and_a_csp_violation(
+    browser: Browser, system: System
+) -> None:
+    """The check every test ends with is not blind: a page that loads from another origin,
+    and one that tries an inline style, are both reported."""
+    browser.open(f"{system.open_gateway.url}/ui", "overview")
+    browser.driver.execute_script(
+        "const img = document.createElement('img');"
+        "img.src = 'http://127.0.0.2:9/elsewhere.png';"
+        "document.body.appendChild(img);"
+        "document.body.setAttribute('style', 'color: red');"
+    )
+
+    def reported() -> list[str]:
+        problems = page_problems(browser, system)
+        image = [p for p in problems if "request beyond" in p and "elsewhere.png" in p]
+        style = [p for p in problems if "CSP violation" in p and "style-src" in p]
+        return problems if image and style else []
+
+    browser.wait(lambda _: reported(), "the checks to report the image and the inline style")
+    browser.forget_logs()  # seen and expected: the check after the test starts clean

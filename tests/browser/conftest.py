@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
@@ -203,10 +204,23 @@ class Browser:
 
     def submit(self, button: WebElement, page: str) -> None:
         """Click a button that navigates; wait for the old document to go and `page` to load."""
-        old_body = self.driver.find_element(By.CSS_SELECTOR, "body")
-        button.click()
-        self.wait(ec.staleness_of(old_body), "the page to be left")
+        self.click_away(button, "the page to be left")
         self.wait_page(page)
+
+    def click_away(self, element: WebElement, what: str) -> None:
+        """Click `element`, which navigates, and wait until the old document is gone.
+
+        A mark on the old document's window tells: a new document has none. (Selenium's
+        staleness_of asks about the old element mid-navigation, which chromedriver sometimes
+        answers with an "unknown error" instead of "stale", failing the wait at random; a script
+        run while the document unloads may fail the same way, so such errors mean "not yet".)
+        """
+        self.driver.execute_script("window.__tfLeaving = true;")
+        element.click()
+        WebDriverWait(self.driver, WAIT, ignored_exceptions=(WebDriverException,)).until(
+            lambda driver: driver.execute_script("return window.__tfLeaving !== true;"),
+            f"waiting for {what}",
+        )
 
     def wait(self, condition: Any, what: str, timeout: float = WAIT) -> Any:
         """Wait for a Selenium condition, at most `timeout` seconds."""
@@ -222,7 +236,28 @@ class Browser:
 
     def text(self, css: str) -> str:
         """Return the visible text of the element `css` selects, stripped."""
-        return self.find(css).text.strip()
+        # Read in one script, not find-then-read: live.js may swap the element in between.
+        found = self.driver.execute_script(
+            "const e = document.querySelector(arguments[0]); return e && e.innerText;", css
+        )
+        assert found is not None, f"nothing matches {css}"
+        return found.strip()
+
+    def texts(self, css: str) -> list[str]:
+        """Return the stripped visible text of every element `css` selects, read at once."""
+        return self.driver.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText.trim());",
+            css,
+        )
+
+    def attributes(self, css: str, name: str) -> list[str | None]:
+        """Return attribute `name` of every element `css` selects, read at once (see text)."""
+        return self.driver.execute_script(
+            "return [...document.querySelectorAll(arguments[0])]"
+            ".map(e => e.getAttribute(arguments[1]));",
+            css,
+            name,
+        )
 
     def resize(self, size: tuple[int, int]) -> None:
         """Resize the window (the viewport follows its width)."""

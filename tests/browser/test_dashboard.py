@@ -41,13 +41,13 @@ PAGES = {
 
 def text_is(browser: Browser, css: str, expected: str) -> bool:
     """Tell whether the element `css` selects exists and shows exactly `expected`."""
-    found = browser.find_all(css)
-    return bool(found) and found[0].text.strip() == expected
+    found = browser.texts(css)
+    return bool(found) and found[0] == expected
 
 
 def row_ids(browser: Browser) -> set[str]:
     """Return the job ids of the rows of a jobs or DLQ table."""
-    return {row.get_attribute("data-job-id") for row in browser.find_all("tr[data-job-id]")}
+    return set(browser.attributes("tr[data-job-id]", "data-job-id"))
 
 
 def filter_jobs(browser: Browser, state: str, job_type: str = "", queue: str = "") -> None:
@@ -95,10 +95,10 @@ def test_overview_shows_counts_chart_and_banner(browser: Browser, system: System
     for queue in system.queues():
         for state, count in queue["jobs"].items():
             css = f'td[data-queue="{queue["name"]}"][data-state="{state}"]'
-            cells = browser.find_all(css)
+            cells = browser.texts(css)
             if count or cells:  # a page may leave a zero out
                 assert cells, f"no cell {css}"
-                assert cells[0].text.strip() == str(count), (css, cells[0].text)
+                assert cells[0] == str(count), (css, cells[0])
     assert system.job(dead)["status"] == "dead"
     # The origin check after the test is not vacuous: it saw the page itself load.
     browser.drain_requests()
@@ -156,7 +156,7 @@ def test_job_page_shows_payload_result_and_history(browser: Browser, system: Sys
     assert "<b>not bold</b>" in payload.text  # shown as text, not markup
     assert not payload.find_elements("css selector", "b")
     assert '"ok"' in browser.text("#job-result") or "ok" in browser.text("#job-result")
-    events = [li.get_attribute("data-event") for li in browser.find_all("ol#job-history > li")]
+    events = browser.attributes("ol#job-history > li", "data-event")
     status, _, doc = system.open_gateway.request("GET", f"/jobs/{job_id}/history")
     assert status == 200
     assert events == [entry["event"] for entry in doc["history"]]
@@ -197,7 +197,7 @@ def test_replay_dead_job_completes_live_without_reload(browser: Browser, system:
     browser.shot("completed")
     assert browser.driver.execute_script("return window.__noReload;") == marker_value
     assert system.job(job_id)["status"] == "completed"
-    events = [li.get_attribute("data-event") for li in browser.find_all("ol#job-history > li")]
+    events = browser.attributes("ol#job-history > li", "data-event")
     assert events.count("replayed") == 1 and events[-1] == "completed", events
 
 
@@ -217,9 +217,9 @@ def confirm(browser: Browser, step: str, *shown: str) -> None:
     source = browser.driver.page_source
     assert all(item in source for item in shown), shown
     assert browser.find("a#confirm-no").is_displayed()
-    old_body = browser.find("body")
-    browser.find("form#confirm button#confirm-yes").click()
-    browser.wait(ec.staleness_of(old_body), "the confirmation to be left")
+    browser.click_away(
+        browser.find("form#confirm button#confirm-yes"), "the confirmation to be left"
+    )
 
 
 def test_dlq_replay_selected_then_purge_all_matching(browser: Browser, system: System) -> None:
@@ -236,9 +236,7 @@ def test_dlq_replay_selected_then_purge_all_matching(browser: Browser, system: S
     assert row_ids(browser) == {first, second, third}
     for job_id in (first, second):
         browser.find(f'tr[data-job-id="{job_id}"] input[type=checkbox][name=id]').click()
-    old_body = browser.find("body")
-    browser.find("button#replay-selected").click()
-    browser.wait(ec.staleness_of(old_body), "the DLQ page to be left")
+    browser.click_away(browser.find("button#replay-selected"), "the DLQ page to be left")
     confirm(browser, "confirm-replay", first, second)
     system.wait_status(first, "completed")
     system.wait_status(second, "completed")
@@ -247,9 +245,7 @@ def test_dlq_replay_selected_then_purge_all_matching(browser: Browser, system: S
     browser.open(f"{system.open_gateway.url}/ui/dlq", "dlq")
     filter_dlq(browser, DLQ_QUEUE)
     assert row_ids(browser) == {third}
-    old_body = browser.find("body")
-    browser.find("button#purge-all").click()
-    browser.wait(ec.staleness_of(old_body), "the DLQ page to be left")
+    browser.click_away(browser.find("button#purge-all"), "the DLQ page to be left")
     confirm(browser, "confirm-purge-all", DLQ_QUEUE)
     browser.wait(lambda _: not system.exists(third), "the purge to delete the dead job")
     assert system.job(first)["status"] == "completed"  # not in the DLQ: purge leaves it

@@ -81,6 +81,13 @@ EVENTS: frozenset[str] = frozenset(
         "queue_resumed",
         "quiet_requested",
         "resume_requested",
+        # live events (GET /events): a stream's or the tail's Redis read failed
+        "events_read_failed",
+        "events_tail_error",
+        # the dashboard's login (never the token given)
+        "ui_login",
+        "ui_login_failed",
+        "ui_logout",
     }
 )
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 from flask import Response, redirect, request, session, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
 from gateway.context import gateway
 from gateway.ui import security
 from gateway.ui.base import bp, render
+
+log = logging.getLogger(__name__)
 
 # Reachable without logging in: the login form itself and the CSS/JS it needs.
 OPEN_ENDPOINTS = frozenset({"ui.login", "ui.static"})
@@ -60,7 +64,10 @@ def login() -> BaseResponse | tuple[str, int]:
     if request.method == "POST":
         if security.token_matches(request.form.get("token", ""), token):
             security.log_in(token)
+            log.info("ui_login", extra={"client": request.remote_addr})
             return redirect(target, code=303)
+        # An operator can alert on guessing (nothing limits the rate of attempts).
+        log.warning("ui_login_failed", extra={"client": request.remote_addr})
         error = "That is not the API token."
     status = 401 if error else 200
     return render("login.html", "login", status=status, error=error, next=target)
@@ -70,4 +77,5 @@ def login() -> BaseResponse | tuple[str, int]:
 def logout() -> BaseResponse:
     """End the session: the browser must log in again."""
     session.clear()
+    log.info("ui_logout", extra={"client": request.remote_addr})
     return redirect(url_for("ui.login"), code=303)

@@ -76,6 +76,17 @@ def test_a_wrong_token_shows_an_error_and_logs_nobody_in(locked: FlaskClient) ->
     assert locked.get("/ui").status_code == 302
 
 
+def test_logins_are_logged_and_never_the_token(
+    locked: FlaskClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="gateway.ui.access")
+    log_in(locked, token="guess-" + TOKEN)
+    log_in(locked)
+    events = [r.getMessage() for r in caplog.records if r.name == "gateway.ui.access"]
+    assert events == ["ui_login_failed", "ui_login"]
+    assert all(TOKEN not in repr(r.__dict__) for r in caplog.records)
+
+
 def test_the_right_token_logs_in_and_logout_ends_it(locked: FlaskClient) -> None:
     response = log_in(locked, next_path="/ui/queues")
     assert (response.status_code, response.location) == (303, "/ui/queues")

@@ -623,7 +623,8 @@ def test_the_tail_survives_an_unexpected_error(r: redis.Redis) -> None:
             raise failures.pop()
         return ["mail"]
 
-    own = redis.Redis(**r.connection_pool.connection_kwargs)  # the tail closes its client's pool
+    # The tail's client is its own: the tail closes that client's pool when it ends.
+    own = redis.Redis(connection_pool=redis.ConnectionPool(**r.connection_pool.connection_kwargs))
     tail = event_tail.EventTail(lambda: own, K, names, block_ms=50)
     tail.join()
     try:

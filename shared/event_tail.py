@@ -12,9 +12,10 @@ included. Fifty streams thus cost Redis three calls per event and process (the b
 XREAD, then XINFO and XREAD in one MULTI), not a hundred.
 
 It starts with the first reader and ends when the last one leaves, when the gunicorn worker
-stops (``alive`` turns false: shutdown or recycling), or on ``stop()``. On a Redis error it
-forgets its windows and wakes every reader: their own reads fail and their streams end (a
-browser's EventSource reconnects with Last-Event-ID); it tries again each RETRY_SECONDS.
+stops (``alive`` turns false: shutdown or recycling), or on ``stop()``. On an error (Redis's,
+or a bug's) it forgets its windows and wakes every reader: they read Redis themselves (in an
+outage that fails and their streams end; a browser's EventSource reconnects with
+Last-Event-ID); it tries again each RETRY_SECONDS.
 """
 
 from __future__ import annotations
@@ -192,8 +193,14 @@ class EventTail:
                         self._refresh(client, positions)
                         refreshed = time.monotonic()
                     self._step(client, positions)
-                except redis.exceptions.RedisError as exc:
-                    log.warning("events_tail_error", extra={"error": type(exc).__name__})
+                except Exception as exc:
+                    # Any error, not only Redis's: a thread that died here would stay counted
+                    # as running, so no join would start another and every stream would go
+                    # silent. A bug is logged with its traceback and retried like an outage.
+                    if isinstance(exc, redis.exceptions.RedisError):
+                        log.warning("events_tail_error", extra={"error": type(exc).__name__})
+                    else:
+                        log.exception("events_tail_failed", extra={"error": type(exc).__name__})
                     with self._cond:
                         self._windows.clear()  # readers read Redis: it fails, they end
                     self._bump(set(positions))

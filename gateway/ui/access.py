@@ -19,7 +19,8 @@ OPEN_ENDPOINTS = frozenset({"ui.login", "ui.static"})
 
 def _safe_next(target: str | None) -> str:
     """Return where to go after login: a dashboard path only (never another site)."""
-    if target and target.startswith("/ui") and not target.startswith("//"):
+    # No control characters: a CR or LF cannot go into the Location header (a 500, not a page).
+    if target and target.startswith("/ui") and not target.startswith("//") and target.isprintable():
         return target
     return url_for("ui.overview")
 

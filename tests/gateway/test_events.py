@@ -610,3 +610,35 @@ def test_a_window_serves_only_positions_it_covers(monkeypatch: pytest.MonkeyPatc
     assert [e.id for e in window.after((3, 0))] == [(4, 0), (5, 0), (6, 0)]
     assert [e.id for e in window.after((5, 0))] == [(6, 0)]
     assert window.after((9, 0)) == []  # ahead of the tail: nothing yet
+
+
+def test_the_tail_survives_an_unexpected_error(r: redis.Redis) -> None:
+    """A failure that is not Redis's (here: listing the queues) must not end the tail for good:
+    it would stay marked running, no join would start another, and every stream would go silent.
+    """
+    failures = [RuntimeError("listing failed")]
+
+    def names() -> list[str]:
+        if failures:
+            raise failures.pop()
+        return ["mail"]
+
+    # The tail's client is its own: the tail closes that client's pool when it ends.
+    own = redis.Redis(connection_pool=redis.ConnectionPool(**r.connection_pool.connection_kwargs))
+    tail = event_tail.EventTail(lambda: own, K, names, block_ms=50)
+    tail.join()
+    try:
+        # The tail retries after its pause and watches the queue...
+        wait_until(lambda: tail.queue_names() == ["mail"], DEADLINE, "the tail watching mail")
+        # ...and still follows it: an entry written now reaches its window.
+        job_id = new_job()
+        emit(r, "mail", "enqueued", job_id)
+        wait_until(
+            lambda: [e.job_id for e in tail.entries_after("mail", (0, 0)) or []] == [job_id],
+            DEADLINE,
+            "the entry in the tail's window",
+        )
+        assert tail.running
+    finally:
+        tail.leave()
+        tail.stop()

@@ -107,6 +107,16 @@ def test_login_never_sends_the_browser_off_the_dashboard(locked: FlaskClient, ta
     assert log_in(locked, next_path=target).location == "/ui"
 
 
+@pytest.mark.parametrize("target", ["/ui\r\nX-Evil: 1", "/ui/queues\t", "/ui\x7f"])
+def test_a_next_with_control_characters_goes_to_the_overview(
+    locked: FlaskClient, target: str
+) -> None:
+    assert log_in(locked, next_path=target).location == "/ui"
+    # Logged in already: the form sends the browser on at once, to the same safe place.
+    again = locked.get("/ui/login", query_string={"next": target})
+    assert (again.status_code, again.location) == (302, "/ui")
+
+
 def test_the_cookie_is_httponly_samesite_strict_and_secure_over_https(
     locked_app: Flask,
 ) -> None:

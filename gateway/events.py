@@ -48,11 +48,12 @@ log = logging.getLogger(__name__)
 bp = Blueprint("events", __name__)
 
 EXTENSION = "taskforge.events"
-KEEPALIVE_SECONDS = 15.0  # an idle stream sends a comment this often: proxies keep it open
+KEEPALIVE_SECONDS = 15.0  # TASKFORGE_EVENTS_KEEPALIVE's default (openapi.py quotes it)
 RETRY_MS = 2000  # what EventSource waits before it reconnects
 READ_COUNT = 100  # entries per stream per read; a reader behind reads again at once
 MAX_QUEUES = 100  # queues one request may name
 TAIL_SOCKET_SLACK = 1.0  # seconds the tail's socket waits beyond its XREAD BLOCK
+SEND_TIMEOUT_KEEPALIVES = 2  # a write blocked this many keep-alive intervals ends the stream
 HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # nginx: do not buffer
 
 # Set by deploy/gunicorn.conf.py in each worker: false once the worker is stopping (SIGTERM,
@@ -73,7 +74,7 @@ class EventHub:
     tail: EventTail
     slots: threading.BoundedSemaphore
     limit: int
-    keepalive: float = KEEPALIVE_SECONDS  # tests shorten it
+    keepalive: float = KEEPALIVE_SECONDS  # seconds: an idle stream sends a comment this often
 
 
 def install(app: Flask, gw: Gateway) -> None:
@@ -85,7 +86,9 @@ def install(app: Flask, gw: Gateway) -> None:
         lambda: gw.directory.names(refresh=True),
         alive=lambda: _worker_alive(),
     )
-    app.extensions[EXTENSION] = EventHub(tail, threading.BoundedSemaphore(limit), limit)
+    app.extensions[EXTENSION] = EventHub(
+        tail, threading.BoundedSemaphore(limit), limit, gw.settings.events_keepalive
+    )
 
 
 def _tail_client(pooled: redis.Redis) -> redis.Redis:
@@ -178,10 +181,25 @@ def events() -> Response:
     except BaseException:
         h.slots.release()
         raise
+    _bound_writes(h.keepalive)
     reader = Reader(h, gw, filters, positions)
     response = Response(reader.messages(), mimetype="text/event-stream", headers=HEADERS)
     response.call_on_close(_once(h.slots.release))  # gunicorn and the test client close it
     return response
+
+
+def _bound_writes(keepalive: float) -> None:
+    """Give up on a client that stops reading: a write may wait SEND_TIMEOUT_KEEPALIVES
+    keep-alive intervals, then fails and the stream ends, freeing its slot and thread.
+
+    gunicorn's gthread worker writes to a blocking socket without a timeout, so a client that
+    keeps its connection open but reads nothing would otherwise hold the slot forever once the
+    socket's buffers fill. (A client that disconnects is noticed at the next keep-alive.)
+    gunicorn makes the socket non-blocking again before it reuses the connection.
+    """
+    sock = request.environ.get("gunicorn.socket")
+    if sock is not None:
+        sock.settimeout(SEND_TIMEOUT_KEEPALIVES * keepalive)
 
 
 def _once(action: Callable[[], object]) -> Callable[[], None]:

@@ -821,7 +821,8 @@ def _event_paths() -> dict[str, Any]:
         "`event`: its name, `data`: JSON {event, job_id, type, queue, attempt, worker, host, "
         "at}, absent fields left out), `event: gap` when a stream dropped entries the client "
         "had not read (data: queue, from, first), and a `: keepalive` comment every "
-        f"{KEEPALIVE_SECONDS:g} s while idle. docs/EVENTS.md.",
+        f"TASKFORGE_EVENTS_KEEPALIVE ({KEEPALIVE_SECONDS:g} s by default) while idle. A client "
+        "that reads nothing for twice that long is dropped. docs/EVENTS.md.",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},
     }
     busy = {

@@ -85,6 +85,7 @@ class Settings:
     events_max: int
     api_token: str | None = field(repr=False)  # a secret: never in a repr, log or message
     events_streams: int
+    events_keepalive: float
     log_level: str
     # True when REDIS_URL was not set, so entry points can say so in their start-up line.
     redis_url_defaulted: bool = False
@@ -348,6 +349,10 @@ VARIABLES: tuple[Variable, ...] = (
              "Open GET /events streams each gateway process serves at once; one more gets 503. "
              "Each holds a thread: gunicorn gets this many threads on top of GUNICORN_THREADS's 32",
              _integer(1, EVENTS_STREAMS_MAX)),
+    Variable("TASKFORGE_EVENTS_KEEPALIVE", "events_keepalive", "15s",
+             "An idle GET /events stream sends a comment this often (below every proxy's idle "
+             "timeout); a client that reads nothing for twice this long is dropped",
+             duration_parser(positive=True)),
     Variable("LOG_LEVEL", "log_level", "INFO",
              "DEBUG, INFO, WARNING or ERROR", _choice(LOG_LEVELS, upper=True)),
 )

@@ -79,6 +79,7 @@ SECTIONS: tuple[Section, ...] = (
         Setting("TASKFORGE_API_TOKEN", (GATEWAY,)),
         Setting("TASKFORGE_EVENTS_STREAMS", (GATEWAY, GUNICORN_CONF),
                 "the default serves 50 streams even if all land on one process"),
+        Setting("TASKFORGE_EVENTS_KEEPALIVE", (GATEWAY,)),
         Setting("TASK_IDEMPOTENCY_TTL", (GATEWAY,)),
     )),
     Section("workerd", (

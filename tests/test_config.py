@@ -50,6 +50,7 @@ DEFAULTS = {
     "events_max": 100000,
     "api_token": None,
     "events_streams": 64,
+    "events_keepalive": 15.0,
     "log_level": "INFO",
     "redis_url_defaulted": True,
     "warnings": (),

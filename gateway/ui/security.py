@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import secrets
 import threading
+from datetime import timedelta
 from typing import Any
 
 import redis
@@ -28,6 +29,7 @@ from shared.keys import Keys
 SECRET_BYTES = 32
 CSRF_FIELD = "csrf"
 COOKIE_NAME = "taskforge_ui"
+SESSION_LIFETIME = timedelta(hours=12)  # a login lasts at most this long
 # No inline script and no inline style anywhere in the dashboard: its CSS and JS are files it
 # serves itself; the chart is inline SVG, whose presentation attributes are not styles.
 CONTENT_SECURITY_POLICY = (
@@ -113,6 +115,9 @@ def install_sessions(app: Flask, client: redis.Redis, keys: Keys) -> None:
         SESSION_COOKIE_NAME=COOKIE_NAME,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Strict",
+        # A signature older than this is refused: logout clears the cookie in its browser, but
+        # a copied cookie would stay valid until then (or until the token changes).
+        PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
     )
 
 

@@ -1,15 +1,14 @@
 """GET /events under real gunicorn: 50 streams at once while enqueues are answered, the bound,
-and streams that end when their worker stops.
+streams that end when their worker stops, and a client that stops reading is dropped.
 
-Until the Lua scripts write the streams themselves (docs/EVENTS.md, "Writing"), the test
-appends each enqueued job's entry with XADD in their format; once they do, every job arrives
-twice and the sets below hold all the same.
+Each enqueue's `enqueued` event is written by enqueue.lua itself (docs/EVENTS.md, "Writing").
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import socket
 import statistics
 import threading
 import time
@@ -93,12 +92,11 @@ def listen() -> Iterator[Callable[[int, int], list[Listener]]]:
 
 
 def enqueue(gw: Gunicorn, r: redis.Redis) -> tuple[str, float]:
-    """POST one job; write its entry as enqueue.lua will; return its id and the latency (s)."""
+    """POST one job (enqueue.lua writes its event); return its id and the latency (s)."""
     started = time.perf_counter()
     status, _, job = gw.request("POST", "/enqueue", {"type": "events.load"})
     latency = time.perf_counter() - started
     assert status == 201, job
-    r.xadd(K.events, {"e": "enqueued", "j": job["id"], "t": "events.load"})
     return job["id"], latency
 
 
@@ -177,3 +175,39 @@ def test_one_stream_over_the_bound_is_503_and_streams_end_with_their_worker(
         assert gw.process.returncode == 0
         assert all(listener.ended.wait(1.0) for listener in listeners)
         assert stopped < 5.0, f"gunicorn took {stopped:.1f} s to stop with streams open"
+
+
+def test_a_client_that_stops_reading_is_dropped_and_frees_its_slot(
+    start_gateway: Callable[..., AbstractContextManager[Gunicorn]], r: redis.Redis
+) -> None:
+    """A client that keeps its connection open but reads nothing would block its stream's
+    writes forever once the socket buffers fill; the write times out after two keep-alive
+    intervals instead, and the one slot serves a new stream."""
+    env = {"WEB_CONCURRENCY": "1", "TASKFORGE_EVENTS_STREAMS": "1"}
+    with start_gateway(**env, TASKFORGE_EVENTS_KEEPALIVE="0.5s") as gw:
+        stalled = socket.socket()
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills at once
+        try:
+            stalled.connect(("127.0.0.1", gw.port))
+            stalled.sendall(b"GET /events HTTP/1.1\r\nHost: test\r\n\r\n")
+            assert stalled.recv(12) == b"HTTP/1.1 200"  # open; never read again
+            assert gw.request("GET", "/events")[0] == 503  # its one slot is taken
+            # Far more than loopback's socket buffers hold, so the stream's writes block.
+            big = "x" * 8192
+            for _ in range(4):
+                pipe = r.pipeline(transaction=False)
+                for _ in range(250):
+                    pipe.xadd(K.events, {"e": "enqueued", "j": "0" * 8, "t": big})
+                pipe.execute()
+
+            def slot_free() -> bool:
+                conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=5)
+                try:
+                    conn.request("GET", "/events")
+                    return conn.getresponse().status == 200
+                finally:
+                    conn.close()
+
+            wait_until(slot_free, 15.0, "the stalled stream to be dropped")
+        finally:
+            stalled.close()

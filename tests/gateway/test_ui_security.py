@@ -4,16 +4,18 @@ banner, and what gateway/auth.py lets through (/ui, static files, GET /events wi
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 
 import pytest
 import redis
 from flask import Flask
 from flask.testing import FlaskClient
+from itsdangerous import TimestampSigner
 from werkzeug.test import TestResponse
 
 from gateway.app import gateway_client
-from gateway.ui.security import COOKIE_NAME, SECRET_BYTES
+from gateway.ui.security import COOKIE_NAME, SECRET_BYTES, SESSION_LIFETIME
 from shared.config import Settings
 from shared.scripts import Scripts
 from tests.gateway.conftest import TOKEN, make_app
@@ -163,6 +165,18 @@ def test_changing_the_token_logs_everyone_out(locked: FlaskClient, engine: Scrip
     changed = make_app(engine, TASKFORGE_API_TOKEN="another-token").test_client()
     changed.set_cookie(COOKIE_NAME, session_cookie(locked))
     assert changed.get("/ui").status_code == 302
+
+
+def test_a_login_older_than_the_session_lifetime_is_logged_out(
+    locked: FlaskClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stale = time.time() - SESSION_LIFETIME.total_seconds() - 60
+    with monkeypatch.context() as signed_then:
+        signed_then.setattr(TimestampSigner, "get_timestamp", lambda self: int(stale))
+        log_in(locked)
+    assert locked.get("/ui").status_code == 302
+    log_in(locked)  # signed now
+    assert locked.get("/ui").status_code == 200
 
 
 def test_a_tampered_cookie_is_logged_out(locked: FlaskClient) -> None:

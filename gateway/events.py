@@ -272,12 +272,17 @@ class Reader:
 
     def _due(self, tail: EventTail, read_at: int | None) -> dict[str, StreamId]:
         """Return the positions of the streams to read now (new queues join at ZERO)."""
+        joined: set[str] = set()
         if self.filters.queues is None:
             for name in tail.queue_names():
-                self.positions.setdefault(name, ZERO)
+                if name not in self.positions:
+                    self.positions[name] = ZERO
+                    joined.add(name)
         if read_at is None:
             return dict(self.positions)
-        grown = tail.changed_since(read_at)
+        # A queue new to this reader is read whatever the tail says: the tail may have seen it
+        # grow (for another reader that named it) before this reader followed it.
+        grown = tail.changed_since(read_at) | joined
         return {name: at for name, at in self.positions.items() if name in grown}
 
     def _read(self, tail: EventTail, due: dict[str, StreamId]) -> Batch:

@@ -25,6 +25,7 @@ from shared import event_tail
 from shared.config import Settings
 from shared.events import (
     FLEET,
+    ZERO,
     Event,
     StreamInfo,
     decode_cursor,
@@ -485,6 +486,29 @@ def test_a_new_queue_joins_an_unfiltered_stream(
     (message,) = stream.events(1)
     assert (message.data["queue"], message.data["job_id"]) == ("fresh", job)
     assert set(decode_cursor(message.id)) == {FLEET, "default", "fresh"}
+
+
+def test_a_queue_another_reader_named_first_still_joins_an_unfiltered_stream(
+    app: Flask, opened: Callable[..., Stream], r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tail follows "fresh" early for the filtered reader and sees it grow before the
+    # unfiltered reader follows it: that reader must still read it once it does.
+    monkeypatch.setattr(event_tail, "REFRESH_SECONDS", 0.5)
+    everything = opened()
+    only_fresh = opened("?queue=fresh")
+    tail = app.extensions[gateway_events.EXTENSION].tail
+    wait_until(lambda: tail.entries_after("fresh", ZERO) is not None, DEADLINE, "the pin")
+    early = new_job()
+    r.xadd(K.for_queue("fresh").events, {"e": "enqueued", "j": early})  # not listed yet
+    (seen,) = only_fresh.events(1)
+    assert seen.data["job_id"] == early
+    meanwhile = emit(r, "default", "enqueued", new_job())  # the unfiltered reader reads on
+    assert [m.data["queue"] for m in everything.events(1)] == ["default"], meanwhile
+    r.sadd(K.queues, "fresh")  # listed now: the unfiltered reader follows it from its start
+
+    messages = everything.events(1)
+
+    assert [(m.data["queue"], m.data["job_id"]) for m in messages] == [("fresh", early)]
 
 
 def test_an_idle_stream_sends_a_keepalive_comment(opened: Callable[..., Stream]) -> None:

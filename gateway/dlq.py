@@ -93,8 +93,15 @@ def purge(job_id: str) -> tuple[str, int]:
     return "", 204
 
 
-BULK_FIELDS = ("ids", "queue", "type", "limit", "cursor")
+BULK_FIELDS = ("ids", "queue", "type", "all", "limit", "cursor")
 FILTER_FIELDS = BULK_FIELDS[1:]
+# A body must say which dead jobs: an empty one acting on every queue's DLQ would make a typo
+# (or a client that lost its filter) delete everything.
+SELECTORS = ("queue", "type", "all", "cursor")
+NO_SELECTOR = (
+    'say which dead jobs: "ids", a filter ("queue", "type"), or "all": true for every dead job '
+    "(a next_cursor goes on with the filter it came from)"
+)
 
 
 @dataclass(frozen=True)
@@ -144,7 +151,7 @@ def bulk_request(body: Any) -> BulkRequest:
         names = ", ".join(repr(name[:64]) for name in unknown[:20])
         raise ApiError(
             400,
-            f"unknown field(s) {names}; a body takes ids, or queue, type, limit and cursor",
+            f"unknown field(s) {names}; a body takes ids, or queue, type, all, limit and cursor",
             fields=[{"field": name[:64], "message": "unknown field"} for name in unknown],
         )
     if "ids" in body:
@@ -152,6 +159,8 @@ def bulk_request(body: Any) -> BulkRequest:
         if mixed:
             raise _bad(mixed[0], "cannot be given with ids: give ids, or a filter")
         return BulkRequest(_ids(body["ids"]), None, None, len(body["ids"]), None)
+    if "all" in body and body["all"] is not True:
+        raise _bad("all", f"must be true (or left out), got {repr(body['all'])[:20]}")
     queue = _text(body, "queue", is_queue_name, QUEUE_RULE)
     type_rule = "must be 1-128 characters of A-Z a-z 0-9 _ . : -"
     job_type = _text(body, "type", TYPE_PATTERN.fullmatch, type_rule)
@@ -162,6 +171,8 @@ def bulk_request(body: Any) -> BulkRequest:
     if type(limit) is not int or not 1 <= limit <= bulk.MAX_LIMIT:
         raise _bad("limit", f"must be an integer from 1 to {bulk.MAX_LIMIT}, got {limit!r:.20}")
     cursor = _text(body, "cursor", listing.CURSOR_PATTERN.fullmatch, "must be a next_cursor")
+    if not any(name in body for name in SELECTORS):
+        raise ApiError(400, NO_SELECTOR)
     return BulkRequest(None, queue, job_type, limit, cursor)
 
 

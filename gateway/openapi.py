@@ -249,6 +249,11 @@ def _bulk_schemas() -> dict[str, Any]:
     by_filter = {
         "queue": {**QUEUE_NAME, "description": "One queue's dead jobs; absent: every queue's."},
         "type": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
+        "all": {
+            "const": True,
+            "description": "Every dead job (with queue or type: all of those). A body must "
+            "name ids, queue, type, all or cursor: an empty one is refused.",
+        },
         "limit": {"type": "integer", "minimum": 1, "maximum": high, "default": bulk.DEFAULT_LIMIT},
         "cursor": {
             "type": "string",
@@ -263,9 +268,18 @@ def _bulk_schemas() -> dict[str, Any]:
             "acts on one page of it (newest death first); next_cursor goes on.",
             "oneOf": [
                 {**_object(["ids"], {"ids": ids}), "additionalProperties": False},
-                {"type": "object", "properties": by_filter, "additionalProperties": False},
+                {
+                    "type": "object",
+                    "properties": by_filter,
+                    "additionalProperties": False,
+                    "anyOf": [{"required": [name]} for name in ("queue", "type", "all", "cursor")],
+                },
             ],
-            "examples": [{"ids": ["0b8a4c4e-9d6f-4a57-9d0e-3c1f1d2b7a10"]}, {"type": "pdf"}],
+            "examples": [
+                {"ids": ["0b8a4c4e-9d6f-4a57-9d0e-3c1f1d2b7a10"]},
+                {"type": "pdf"},
+                {"all": True, "limit": 1000},
+            ],
         },
         "BulkResult": _object(
             ["done", "skipped", "next_cursor"],

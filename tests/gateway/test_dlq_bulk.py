@@ -98,13 +98,13 @@ def test_purge_by_filter_pages_through_one_queue_and_type_to_the_end(
     assert status(r, queue, kept[0]) == "dead" and status(r, other, kept[1]) == "dead"
 
 
-def test_retry_without_a_queue_takes_every_queue(
+def test_all_without_a_queue_takes_every_queue(
     gw: Gunicorn, engine: Scripts, r: redis.Redis
 ) -> None:
     one, two = fresh("one"), fresh("two")
     jobs = {put_dead(engine, one): one, put_dead(engine, two): two}
 
-    code, doc = post(gw, "/dlq/retry", {})
+    code, doc = post(gw, "/dlq/retry", {"all": True})
 
     assert code == 200 and sorted(doc["done"]) == sorted(jobs) and doc["next_cursor"] is None
     assert all(status(r, queue, job_id) == "pending" for job_id, queue in jobs.items())
@@ -128,6 +128,8 @@ def test_retry_without_a_queue_takes_every_queue(
         ({"cursor": None}, "cursor"),
         ({"queue": None}, "queue"),
         ({"state": "dead"}, "state"),
+        ({"all": False}, "all"),
+        ({"all": "yes"}, "all"),
     ],
 )
 def test_a_bad_bulk_body_is_400_naming_the_field(
@@ -139,6 +141,20 @@ def test_a_bad_bulk_body_is_400_naming_the_field(
     assert doc["fields"][0]["field"] == field, doc
 
 
+@pytest.mark.parametrize("body", [{}, {"limit": 5}])
+@pytest.mark.parametrize("path", ["/dlq/retry", "/dlq/purge"])
+def test_a_body_that_names_no_jobs_is_400_and_touches_none(
+    gw: Gunicorn, engine: Scripts, r: redis.Redis, path: str, body: dict[str, Any]
+) -> None:
+    queue = fresh("kept")
+    job_id = put_dead(engine, queue)
+
+    code, doc = post(gw, path, body)
+
+    assert code == 400 and '"all": true' in doc["error"], doc
+    assert status(r, queue, job_id) == "dead"
+
+
 def test_a_body_that_is_not_an_object_is_400(gw: Gunicorn) -> None:
     code, doc = post(gw, "/dlq/purge", "[1]")
 
@@ -148,7 +164,7 @@ def test_a_body_that_is_not_an_object_is_400(gw: Gunicorn) -> None:
 def test_an_integral_float_limit_is_an_integer(gw: Gunicorn, engine: Scripts) -> None:
     put_dead(engine, fresh("bulk"))
 
-    code, doc = post(gw, "/dlq/retry", '{"limit": 1.0}')
+    code, doc = post(gw, "/dlq/retry", '{"all": true, "limit": 1.0}')
 
     assert code == 200 and len(doc["done"]) == 1
 

@@ -115,20 +115,16 @@ class BulkRequest:
     cursor: str | None
 
 
-def _bad(name: str, message: str) -> ApiError:
-    return ApiError(400, f"{name} {message}", fields=[{"field": name, "message": message}])
-
-
 def _ids(value: Any) -> list[str]:
     high = bulk.MAX_LIMIT
     if not isinstance(value, list) or not 1 <= len(value) <= high:
-        raise _bad("ids", f"must be an array of 1 to {high} job ids")
+        raise inputs.bad_field("ids", f"must be an array of 1 to {high} job ids")
     found: list[str] = []
     for index, item in enumerate(value):
         candidate = item.lower() if isinstance(item, str) else None
         if candidate is None or not JOB_ID_PATTERN.fullmatch(candidate):
             shown = repr(item)[:64]
-            raise _bad("ids", f"must hold job ids (UUIDv4); ids[{index}] is {shown}")
+            raise inputs.bad_field("ids", f"must hold job ids (UUIDv4); ids[{index}] is {shown}")
         found.append(candidate)
     return found
 
@@ -138,7 +134,7 @@ def _text(body: dict[str, Any], name: str, valid: Callable[[str], object], rule:
         return None
     value = body[name]  # null is refused: a next_cursor of null means the walk is over
     if not isinstance(value, str) or not valid(value):
-        raise _bad(name, f"{rule}, got {repr(value)[:70]}")
+        raise inputs.bad_field(name, f"{rule}, got {repr(value)[:70]}")
     return value
 
 
@@ -157,10 +153,10 @@ def bulk_request(body: Any) -> BulkRequest:
     if "ids" in body:
         mixed = [name for name in FILTER_FIELDS if name in body]
         if mixed:
-            raise _bad(mixed[0], "cannot be given with ids: give ids, or a filter")
+            raise inputs.bad_field(mixed[0], "cannot be given with ids: give ids, or a filter")
         return BulkRequest(_ids(body["ids"]), None, None, len(body["ids"]), None)
     if "all" in body and body["all"] is not True:
-        raise _bad("all", f"must be true (or left out), got {repr(body['all'])[:20]}")
+        raise inputs.bad_field("all", f"must be true (or left out), got {repr(body['all'])[:20]}")
     queue = _text(body, "queue", is_queue_name, QUEUE_RULE)
     type_rule = "must be 1-128 characters of A-Z a-z 0-9 _ . : -"
     job_type = _text(body, "type", TYPE_PATTERN.fullmatch, type_rule)
@@ -169,7 +165,9 @@ def bulk_request(body: Any) -> BulkRequest:
     if type(limit) is float and limit.is_integer():
         limit = int(limit)
     if type(limit) is not int or not 1 <= limit <= bulk.MAX_LIMIT:
-        raise _bad("limit", f"must be an integer from 1 to {bulk.MAX_LIMIT}, got {limit!r:.20}")
+        raise inputs.bad_field(
+            "limit", f"must be an integer from 1 to {bulk.MAX_LIMIT}, got {limit!r:.20}"
+        )
     cursor = _text(body, "cursor", listing.CURSOR_PATTERN.fullmatch, "must be a next_cursor")
     if not any(name in body for name in SELECTORS):
         raise ApiError(400, NO_SELECTOR)

@@ -173,7 +173,8 @@ class ListQuery:
     cursor: str | None
 
 
-def _bad(name: str, message: str) -> ApiError:
+def bad_field(name: str, message: str) -> ApiError:
+    """Return the 400 that names one bad field (in the message and in ``fields``)."""
     return ApiError(400, f"{name} {message}", fields=[{"field": name, "message": message}])
 
 
@@ -181,7 +182,7 @@ def _once() -> dict[str, str]:
     """Return each query parameter's value; refuse one given twice."""
     repeated = [name for name in LIST_QUERY if len(request.args.getlist(name)) > 1]
     if repeated:
-        raise _bad(repeated[0], "is given more than once; give each parameter at most once")
+        raise bad_field(repeated[0], "is given more than once; give each parameter at most once")
     return {name: request.args[name] for name in LIST_QUERY if name in request.args}
 
 
@@ -191,22 +192,22 @@ def list_query() -> ListQuery:
     state = given.get("state")
     if state is None:
         # A page across states would have no single order: each state has its own.
-        raise _bad("state", f"is required: one of {', '.join(STATES)}")
+        raise bad_field("state", f"is required: one of {', '.join(STATES)}")
     if state not in STATES:
-        raise _bad("state", f"must be one of {', '.join(STATES)}, got {state[:20]!r}")
+        raise bad_field("state", f"must be one of {', '.join(STATES)}, got {state[:20]!r}")
     queue = given.get("queue")
     if queue is not None and not is_queue_name(queue):
-        raise _bad("queue", f"{QUEUE_RULE}, got {queue[:70]!r}")
+        raise bad_field("queue", f"{QUEUE_RULE}, got {queue[:70]!r}")
     job_type = given.get("type")
     if job_type is not None and not TYPE_PATTERN.fullmatch(job_type):
         rule = "must be 1-128 characters of A-Z a-z 0-9 _ . : -"
-        raise _bad("type", f"{rule}, got {job_type[:70]!r}")
+        raise bad_field("type", f"{rule}, got {job_type[:70]!r}")
     low, high = listing.LIMIT_RANGE
     limit = listing.DEFAULT_LIMIT
     if "limit" in given:
         text = given["limit"]
         if not (len(text) <= 4 and re.fullmatch("[0-9]+", text) and low <= int(text) <= high):
-            raise _bad("limit", f"must be an integer from {low} to {high}, got {text[:20]!r}")
+            raise bad_field("limit", f"must be an integer from {low} to {high}, got {text[:20]!r}")
         limit = int(text)
     cursor = given.get("cursor")
     if cursor is not None:

@@ -7,6 +7,7 @@ from urllib.parse import urlencode
 
 import redis.exceptions
 from flask import Blueprint, render_template
+from markupsafe import Markup, escape
 from werkzeug.wrappers import Response as BaseResponse
 
 from gateway.context import gateway
@@ -86,6 +87,31 @@ def redis_error(exc: redis.exceptions.RedisError) -> tuple[str, int, dict[str, s
 def when(ms: int | None) -> str:
     """Show a Redis-clock time (epoch ms) as RFC 3339 UTC, or a dash."""
     return format_ms(ms) or "—"
+
+
+@bp.app_template_filter("when_wrap")
+def when_wrap(ms: int | None) -> Markup:
+    """Show a time as `when` does, allowed to break between the date and the time of day.
+
+    A table column of RFC 3339 times is then half as wide: the listings fit 1280 px.
+    """
+    text = when(ms)
+    date, sep, clock = text.partition("T")
+    if not sep:
+        return escape(text)
+    return escape(date) + Markup("<wbr>T") + escape(clock)
+
+
+# Past this many characters a listing shows the start of an error; the job's page has it all.
+ERROR_PREVIEW = 200
+
+
+@bp.app_template_filter("error_preview")
+def error_preview(error: str | None) -> str:
+    """Shorten an error message for a listing's cell (the cell's title holds all of it)."""
+    if not error:
+        return "—"
+    return error if len(error) <= ERROR_PREVIEW else error[: ERROR_PREVIEW - 1].rstrip() + "…"
 
 
 @bp.app_template_filter("duration")

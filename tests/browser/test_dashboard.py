@@ -17,11 +17,14 @@ import pytest
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.select import Select
 
+from shared.keys import Keys
+from shared.scripts import Scripts
 from tests.browser.conftest import (
     DLQ_QUEUE,
     JOB_WAIT,
     PHONE,
     TOKEN,
+    WINDOW,
     WORK_QUEUE,
     Browser,
     System,
@@ -303,20 +306,75 @@ def test_token_login_and_logout(browser: Browser, system: System) -> None:
     assert origin(browser.driver.current_url) == origin(base)
 
 
-@pytest.mark.parametrize("page", list(PAGES))
-def test_phone_width_has_no_horizontal_overflow(
-    browser: Browser, system: System, page: str
-) -> None:
-    """At 390 px the page itself never scrolls sideways (wide tables scroll in their box)."""
-    system.enqueue("browser_ok", {"wide": "x" * 300}, queue="phone-queue-with-a-long-name")
-    browser.resize(PHONE)
-    browser.open(system.open_gateway.url + PAGES[page], page)
-    browser.shot(f"phone-{page}")
-    widths = browser.driver.execute_script(
+# A realistic load for the width checks: a long job type, an error that quotes a URL (long
+# unbreakable words), a few queues with long names, one of them paused.
+LONG_TYPE = "billing.invoices.generate_monthly_statement_pdf_for_enterprise_accounts"
+LONG_ERROR = (
+    "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='payments-api.internal."
+    "example.com', port=443): Max retries exceeded with url: /v2/accounts/8f14e45f-ceea-467f-"
+    "a8b6-4a2b1c9e0d3f/statements?month=2026-11&format=pdf&include=line_items,adjustments,"
+    "credits (Caused by NewConnectionError('<urllib3.connection.HTTPSConnection object at "
+    "0x7f3a2c1d9e80>: Failed to establish a new connection: [Errno 111] Connection refused'))"
+)
+WIDE_QUEUES = ("reports-monthly-enterprise", "notifications-email-transactional", "thumbnails")
+# Every nav entry: the listings by state too, since each state has its own columns.
+NAV_PAGES = {
+    **{f"{page}:": (path, page) for page, path in PAGES.items()},
+    "jobs:scheduled": ("/ui/jobs?state=scheduled", "jobs"),
+    "jobs:retrying": ("/ui/jobs?state=retrying", "jobs"),
+    "jobs:dead": ("/ui/jobs?state=dead", "jobs"),
+    "jobs:processing": ("/ui/jobs?state=processing", "jobs"),
+}
+
+
+@pytest.fixture(scope="module")
+def wide_data(system: System) -> Iterator[None]:
+    """Seed the width checks' load once: long types and errors, in retrying and dead jobs
+    (failed through the engine, as a worker would, in queues workerd does not serve), a
+    scheduled job, and a paused queue (resumed after the module's width checks)."""
+    engine = Scripts(system.redis, Keys())
+    retrying_queue, dead_queue, other = WIDE_QUEUES
+    for queue, retries in ((retrying_queue, 5), (dead_queue, 1)):
+        job_id = system.enqueue(LONG_TYPE, {"account": "x" * 200}, queue=queue, max_retries=retries)
+        job = engine.claim("browser-wide-worker-with-a-long-name-0001", queue=queue)
+        assert job is not None and job.id == job_id
+        engine.fail(job_id, job.token, LONG_ERROR, queue=queue)
+    system.enqueue(LONG_TYPE, queue=other, scheduled_at="2099-01-01T00:00:00Z")
+    system.enqueue(LONG_TYPE, queue=other)
+    with paused(system, other):
+        yield
+
+
+def page_widths(browser: Browser) -> tuple[int, int]:
+    """Return the document's scroll width and the viewport's width, read at once."""
+    return browser.driver.execute_script(
         "return [document.scrollingElement.scrollWidth, window.innerWidth];"
     )
-    assert widths[1] <= PHONE[0] + 1, widths  # the viewport really is phone-wide
+
+
+@pytest.mark.parametrize("size", [WINDOW, PHONE], ids=["1280x800", "phone"])
+@pytest.mark.parametrize("page", list(NAV_PAGES))
+def test_no_page_scrolls_sideways(
+    browser: Browser, system: System, wide_data: None, page: str, size: tuple[int, int]
+) -> None:
+    """At 1280x800 every page fits, tables included (nothing inside scrolls either); at 390 px
+    the page itself never scrolls sideways (wide tables scroll in their own box)."""
+    path, data_page = NAV_PAGES[page]
+    browser.resize(size)
+    browser.open(system.open_gateway.url + path, data_page)
+    browser.shot(f"{size[0]}-{page}")
+    widths = page_widths(browser)
+    assert widths[1] <= size[0] + 1, widths  # the viewport really is that wide
     assert widths[0] <= widths[1] + 1, f"{page} overflows: scrollWidth, innerWidth = {widths}"
+    if size == WINDOW:
+        # Wide enough for every column: no table scrolls inside its box either.
+        boxes = browser.driver.execute_script(
+            "return [...document.querySelectorAll('.scroll')]"
+            ".filter(e => e.scrollWidth > e.clientWidth + 1)"
+            ".map(e => [e.querySelector('table').id || e.querySelector('table').className,"
+            " e.scrollWidth, e.clientWidth]);"
+        )
+        assert not boxes, f"{page}: tables wider than their box at 1280: {boxes}"
 
 
 def test_the_page_checks_see_a_foreign_request_and_a_csp_violation(

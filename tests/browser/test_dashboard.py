@@ -272,6 +272,84 @@ def test_pause_and_resume_a_queue_from_the_queues_page(browser: Browser, system:
     assert system.queue("pq")["paused"] is False
 
 
+def mark_document(browser: Browser) -> str:
+    """Put a random mark on the page's window and return it: a reload would drop it."""
+    mark = uuid.uuid4().hex
+    browser.driver.execute_script("window.__noReload = arguments[0];", mark)
+    return mark
+
+
+def wait_connected(browser: Browser) -> None:
+    """Wait until the page's event stream is open."""
+    browser.wait(
+        ec.presence_of_element_located(("css selector", 'body[data-live="connected"]')),
+        "the page's event stream to connect",
+    )
+
+
+def test_queues_page_shows_a_pause_through_the_api_live(browser: Browser, system: System) -> None:
+    """A queue paused and resumed through the API (not the page) is shown so by the open
+    queues page without a reload, as are the jobs enqueued meanwhile."""
+    queue = f"live-{uuid.uuid4().hex[:8]}"
+    system.enqueue("browser_ok", queue=queue)
+    row = f'tr[data-queue="{queue}"]'
+    browser.open(f"{system.open_gateway.url}/ui/queues", "queues")
+    assert browser.find_all(".live-state"), "a live page shows its live indicator"
+    wait_connected(browser)
+    mark = mark_document(browser)
+    assert text_is(browser, f"{row} td.state", "active")
+
+    with paused(system, queue):
+        browser.wait(lambda _: text_is(browser, f"{row} td.state", "paused"), f"{queue} paused")
+        browser.shot("paused-by-api")
+        assert browser.find_all(f"{row} form.resume button")
+        system.enqueue("browser_ok", queue=queue)
+        browser.wait(
+            lambda _: text_is(browser, f'{row} td[data-state="pending"]', "2"),
+            "the second pending job to be counted",
+        )
+    browser.wait(lambda _: text_is(browser, f"{row} td.state", "active"), f"{queue} resumed")
+    assert browser.driver.execute_script("return window.__noReload;") == mark
+
+
+def test_workers_page_is_live(browser: Browser, system: System) -> None:
+    """The workers page subscribes to host events and refreshes its hosts from a fragment;
+    a quiet requested through the API shows without a reload."""
+    [host] = system.workers()
+    name = host["name"]
+    browser.open(f"{system.open_gateway.url}/ui/workers", "workers")
+    wait_connected(browser)
+    assert browser.find_all(".live-state")
+    mark = mark_document(browser)
+    state = f'tr[data-host="{name}"] td.state'
+    assert text_is(browser, state, "running")
+    status, _, doc = system.open_gateway.request("POST", f"/workers/{name}/quiet")
+    assert status in (200, 202), (status, doc)
+    try:
+        # workerd applies the request within a couple of seconds and says so (worker_quiet).
+        browser.wait(lambda _: text_is(browser, state, "quiet"), f"{name} quiet", timeout=JOB_WAIT)
+        browser.shot("quiet-by-api")
+    finally:
+        system.open_gateway.request("POST", f"/workers/{name}/resume")
+    browser.wait(lambda _: text_is(browser, state, "running"), f"{name} running", timeout=JOB_WAIT)
+    assert browser.driver.execute_script("return window.__noReload;") == mark
+
+
+def test_pages_without_a_stream_show_no_live_indicator(browser: Browser, system: System) -> None:
+    """The login and confirmation pages have no event stream, so they say nothing about it
+    (a grey "live off" there read as a fault)."""
+    browser.driver.get(f"{system.token_gateway.url}/ui")
+    browser.wait_page("login")
+    assert not browser.find_all(".live-state")
+    job_id, _ = system.gated_dead_job()
+    browser.open(f"{system.open_gateway.url}/ui/jobs/{job_id}", "job")
+    assert browser.find_all(".live-state")
+    browser.submit(browser.find("form#replay button"), "confirm")
+    browser.shot("confirm")
+    assert not browser.find_all(".live-state")
+    assert browser.find("a#confirm-no").is_displayed()
+
+
 def test_token_login_and_logout(browser: Browser, system: System) -> None:
     """With a token: /ui sends to the login page; a wrong token is refused, the right one
     logs in (no open banner), logout returns to the login page and /ui is closed again."""

@@ -406,21 +406,25 @@ NAV_PAGES = {
 
 
 @pytest.fixture(scope="module")
-def wide_data(system: System) -> Iterator[None]:
+def wide_data(system: System) -> Iterator[str]:
     """Seed the width checks' load once: long types and errors, in retrying and dead jobs
     (failed through the engine, as a worker would, in queues workerd does not serve), a
-    scheduled job, and a paused queue (resumed after the module's width checks)."""
+    scheduled job, and a paused queue (resumed after the module's width checks).
+
+    Yield the dead job's id.
+    """
     engine = Scripts(system.redis, Keys())
     retrying_queue, dead_queue, other = WIDE_QUEUES
     for queue, retries in ((retrying_queue, 5), (dead_queue, 1)):
         job_id = system.enqueue(LONG_TYPE, {"account": "x" * 200}, queue=queue, max_retries=retries)
         job = engine.claim("browser-wide-worker-with-a-long-name-0001", queue=queue)
         assert job is not None and job.id == job_id
-        engine.fail(job_id, job.token, LONG_ERROR, queue=queue)
+        traceback = f'Traceback (most recent call last):\n  File "/srv/app/{"x/" * 60}tasks.py"\n'
+        engine.fail(job_id, job.token, LONG_ERROR, traceback=traceback, queue=queue)
     system.enqueue(LONG_TYPE, queue=other, scheduled_at="2099-01-01T00:00:00Z")
     system.enqueue(LONG_TYPE, queue=other)
     with paused(system, other):
-        yield
+        yield job_id  # the last one failed: dead
 
 
 def page_widths(browser: Browser) -> tuple[int, int]:
@@ -430,16 +434,9 @@ def page_widths(browser: Browser) -> tuple[int, int]:
     )
 
 
-@pytest.mark.parametrize("size", [WINDOW, PHONE], ids=["1280x800", "phone"])
-@pytest.mark.parametrize("page", list(NAV_PAGES))
-def test_no_page_scrolls_sideways(
-    browser: Browser, system: System, wide_data: None, page: str, size: tuple[int, int]
-) -> None:
-    """At 1280x800 every page fits, tables included (nothing inside scrolls either); at 390 px
-    the page itself never scrolls sideways (wide tables scroll in their own box)."""
-    path, data_page = NAV_PAGES[page]
-    browser.resize(size)
-    browser.open(system.open_gateway.url + path, data_page)
+def assert_fits(browser: Browser, page: str, size: tuple[int, int]) -> None:
+    """At 1280x800 the page fits, tables included (no table scrolls in its box either); at
+    390 px the page itself never scrolls sideways (wide tables scroll in their own box)."""
     browser.shot(f"{size[0]}-{page}")
     widths = page_widths(browser)
     assert widths[1] <= size[0] + 1, widths  # the viewport really is that wide
@@ -453,6 +450,35 @@ def test_no_page_scrolls_sideways(
             " e.scrollWidth, e.clientWidth]);"
         )
         assert not boxes, f"{page}: tables wider than their box at 1280: {boxes}"
+
+
+SIZES = pytest.mark.parametrize("size", [WINDOW, PHONE], ids=["1280x800", "phone"])
+
+
+@SIZES
+@pytest.mark.parametrize("page", list(NAV_PAGES))
+def test_no_page_scrolls_sideways(
+    browser: Browser, system: System, wide_data: str, page: str, size: tuple[int, int]
+) -> None:
+    """Every nav page fits 1280x800 and never scrolls sideways at phone width."""
+    path, data_page = NAV_PAGES[page]
+    browser.resize(size)
+    browser.open(system.open_gateway.url + path, data_page)
+    assert_fits(browser, page, size)
+
+
+@SIZES
+def test_a_job_page_and_its_confirmation_fit(
+    browser: Browser, system: System, wide_data: str, size: tuple[int, int]
+) -> None:
+    """The dead job's page (long type, error and traceback) and the replay confirmation fit
+    as the nav pages do."""
+    browser.resize(size)
+    browser.open(f"{system.open_gateway.url}/ui/jobs/{wide_data}", "job")
+    assert LONG_ERROR in browser.text("main")  # all of it, not the listing's cut
+    assert_fits(browser, "job", size)
+    browser.submit(browser.find("form#replay button"), "confirm")
+    assert_fits(browser, "confirm", size)
 
 
 def test_the_page_checks_see_a_foreign_request_and_a_csp_violation(

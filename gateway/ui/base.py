@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlencode
 
@@ -101,6 +102,18 @@ def when_wrap(ms: int | None) -> Markup:
         return escape(text)
     # The datetime attribute keeps the time whole for a machine (and a copy of the page).
     return Markup('<time datetime="{0}">{1}<wbr>T{2}</time>').format(text, date, clock)
+
+
+# After these a long name may break: a dotted job type wraps at its dots, not mid-word.
+_NAME_BREAKS = re.compile(r"(?<=[._:/,-])")
+
+
+@bp.app_template_filter("breakable")
+def breakable(name: str | None) -> Markup:
+    """Escape a name and let it break after its separators (``<wbr>``), or show a dash."""
+    if not name:
+        return Markup("—")
+    return Markup("<wbr>").join(escape(part) for part in _NAME_BREAKS.split(name) if part)
 
 
 # Past this many characters a listing shows the start of an error; the job's page has it all.

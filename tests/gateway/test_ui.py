@@ -346,3 +346,12 @@ def test_the_chart_counts_completions_and_failures(ui: FlaskClient, engine: Scri
     assert "2 completed, 1 failed</title>" in body
     assert body.count('<rect class="completed"') == 1  # one minute's bar (both this minute)
     assert body.count('<rect class="failed"') == 1
+
+
+def test_a_listing_lets_a_dotted_type_break_at_its_separators(
+    ui: FlaskClient, engine: Scripts
+) -> None:
+    put(engine, "mail-eu", type="billing.invoices.make_pdf")
+    body = text(ui.get("/ui/jobs?state=pending"))
+    assert '<td class="name">billing.<wbr>invoices.<wbr>make_<wbr>pdf</td>' in body
+    assert '<td class="name">mail-<wbr>eu</td>' in body

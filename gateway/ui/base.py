@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import urlencode
 
 import redis.exceptions
 from flask import Blueprint, render_template
+from markupsafe import Markup, escape
 from werkzeug.wrappers import Response as BaseResponse
 
 from gateway.context import gateway
@@ -86,6 +88,44 @@ def redis_error(exc: redis.exceptions.RedisError) -> tuple[str, int, dict[str, s
 def when(ms: int | None) -> str:
     """Show a Redis-clock time (epoch ms) as RFC 3339 UTC, or a dash."""
     return format_ms(ms) or "—"
+
+
+@bp.app_template_filter("when_wrap")
+def when_wrap(ms: int | None) -> Markup:
+    """Show a time as `when` does, allowed to break between the date and the time of day.
+
+    A table column of RFC 3339 times is then half as wide: the listings fit 1280 px.
+    """
+    text = when(ms)
+    date, sep, clock = text.partition("T")
+    if not sep:
+        return escape(text)
+    # The datetime attribute keeps the time whole for a machine (and a copy of the page).
+    return Markup('<time datetime="{0}">{1}<wbr>T{2}</time>').format(text, date, clock)
+
+
+# After these a long name may break: a dotted job type wraps at its dots, not mid-word.
+_NAME_BREAKS = re.compile(r"(?<=[._:/,-])")
+
+
+@bp.app_template_filter("breakable")
+def breakable(name: str | None) -> Markup:
+    """Escape a name and let it break after its separators (``<wbr>``), or show a dash."""
+    if not name:
+        return Markup("—")
+    return Markup("<wbr>").join(escape(part) for part in _NAME_BREAKS.split(name) if part)
+
+
+# Past this many characters a listing shows the start of an error; the job's page has it all.
+ERROR_PREVIEW = 200
+
+
+@bp.app_template_filter("error_preview")
+def error_preview(error: str | None) -> str:
+    """Shorten an error message for a listing's cell (the cell's title holds all of it)."""
+    if not error:
+        return "—"
+    return error if len(error) <= ERROR_PREVIEW else error[: ERROR_PREVIEW - 1].rstrip() + "…"
 
 
 @bp.app_template_filter("duration")

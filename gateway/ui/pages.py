@@ -59,14 +59,45 @@ def overview_live() -> tuple[str, int]:
     return render("_overview_live.html", "overview", **overview_context())
 
 
-@bp.route("/queues")
-def queues() -> tuple[str, int]:
-    """Show every queue: counts, paused or active, oldest pending, pause and resume."""
+# What each live page refreshes on (live.js's data-live-on; absent: every event). The queues
+# page: any job event (its counts) and a pause or resume. The workers page: a host joining,
+# leaving, going quiet or resuming, and a claim or an end of a run (a process's current job).
+# A gap (the stream was trimmed past the page) may hide any of these.
+QUEUE_EVENTS = (
+    "enqueued scheduled promoted claimed completed retrying dead recovered released replayed "
+    "canceled purged queue_paused queue_resumed gap"
+)
+WORKER_EVENTS = (
+    "worker_joined worker_left worker_quiet worker_resumed "
+    "claimed completed retrying dead recovered released gap"
+)
+
+
+def queues_context() -> dict[str, object]:
+    """Return what the queues page (and its live fragment) shows: one stats round trip."""
     gw = gateway()
     names = gw.directory.names(refresh=True)
     counts, _ = gw.scripts.stats(names)
-    rows = [(name, counts.by_queue[name]) for name in names]
-    return render("queues.html", "queues", rows=rows, states=STATES)
+    return {"rows": [(name, counts.by_queue[name]) for name in names], "states": STATES}
+
+
+@bp.route("/queues")
+def queues() -> tuple[str, int]:
+    """Show every queue: counts, paused or active, oldest pending, pause and resume."""
+    return render(
+        "queues.html",
+        "queues",
+        live_events=events_url(),
+        live_refresh=url_for("ui.queues_live"),
+        live_on=QUEUE_EVENTS,
+        **queues_context(),
+    )
+
+
+@bp.route("/live/queues")
+def queues_live() -> tuple[str, int]:
+    """Return the queues table alone, for live.js to swap in."""
+    return render("_queues_live.html", "queues", **queues_context())
 
 
 def _queue(name: str) -> str:
@@ -102,7 +133,21 @@ def resume_queue(name: str) -> BaseResponse:
 def workers() -> tuple[str, int]:
     """Show every live workerd host, its processes and what they run."""
     gw = gateway()
-    return render("workers.html", "workers", hosts=list_hosts(gw.redis, gw.keys))
+    return render(
+        "workers.html",
+        "workers",
+        live_events=events_url(),
+        live_refresh=url_for("ui.workers_live"),
+        live_on=WORKER_EVENTS,
+        hosts=list_hosts(gw.redis, gw.keys),
+    )
+
+
+@bp.route("/live/workers")
+def workers_live() -> tuple[str, int]:
+    """Return the hosts and their processes alone, for live.js to swap in."""
+    gw = gateway()
+    return render("_workers_live.html", "workers", hosts=list_hosts(gw.redis, gw.keys))
 
 
 def _ask_host(name: str, quiet: bool) -> BaseResponse:

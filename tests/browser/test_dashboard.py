@@ -17,11 +17,15 @@ import pytest
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.select import Select
 
+from shared.engine_types import Policy
+from shared.keys import Keys
+from shared.scripts import Scripts
 from tests.browser.conftest import (
     DLQ_QUEUE,
     JOB_WAIT,
     PHONE,
     TOKEN,
+    WINDOW,
     WORK_QUEUE,
     Browser,
     System,
@@ -269,6 +273,84 @@ def test_pause_and_resume_a_queue_from_the_queues_page(browser: Browser, system:
     assert system.queue("pq")["paused"] is False
 
 
+def mark_document(browser: Browser) -> str:
+    """Put a random mark on the page's window and return it: a reload would drop it."""
+    mark = uuid.uuid4().hex
+    browser.driver.execute_script("window.__noReload = arguments[0];", mark)
+    return mark
+
+
+def wait_connected(browser: Browser) -> None:
+    """Wait until the page's event stream is open."""
+    browser.wait(
+        ec.presence_of_element_located(("css selector", 'body[data-live="connected"]')),
+        "the page's event stream to connect",
+    )
+
+
+def test_queues_page_shows_a_pause_through_the_api_live(browser: Browser, system: System) -> None:
+    """A queue paused and resumed through the API (not the page) is shown so by the open
+    queues page without a reload, as are the jobs enqueued meanwhile."""
+    queue = f"live-{uuid.uuid4().hex[:8]}"
+    system.enqueue("browser_ok", queue=queue)
+    row = f'tr[data-queue="{queue}"]'
+    browser.open(f"{system.open_gateway.url}/ui/queues", "queues")
+    assert browser.find_all(".live-state"), "a live page shows its live indicator"
+    wait_connected(browser)
+    mark = mark_document(browser)
+    assert text_is(browser, f"{row} td.state", "active")
+
+    with paused(system, queue):
+        browser.wait(lambda _: text_is(browser, f"{row} td.state", "paused"), f"{queue} paused")
+        browser.shot("paused-by-api")
+        assert browser.find_all(f"{row} form.resume button")
+        system.enqueue("browser_ok", queue=queue)
+        browser.wait(
+            lambda _: text_is(browser, f'{row} td[data-state="pending"]', "2"),
+            "the second pending job to be counted",
+        )
+    browser.wait(lambda _: text_is(browser, f"{row} td.state", "active"), f"{queue} resumed")
+    assert browser.driver.execute_script("return window.__noReload;") == mark
+
+
+def test_workers_page_is_live(browser: Browser, system: System) -> None:
+    """The workers page subscribes to host events and refreshes its hosts from a fragment;
+    a quiet requested through the API shows without a reload."""
+    [host] = system.workers()
+    name = host["name"]
+    browser.open(f"{system.open_gateway.url}/ui/workers", "workers")
+    wait_connected(browser)
+    assert browser.find_all(".live-state")
+    mark = mark_document(browser)
+    state = f'tr[data-host="{name}"] td.state'
+    assert text_is(browser, state, "running")
+    status, _, doc = system.open_gateway.request("POST", f"/workers/{name}/quiet")
+    assert status in (200, 202), (status, doc)
+    try:
+        # workerd applies the request within a couple of seconds and says so (worker_quiet).
+        browser.wait(lambda _: text_is(browser, state, "quiet"), f"{name} quiet", timeout=JOB_WAIT)
+        browser.shot("quiet-by-api")
+    finally:
+        system.open_gateway.request("POST", f"/workers/{name}/resume")
+    browser.wait(lambda _: text_is(browser, state, "running"), f"{name} running", timeout=JOB_WAIT)
+    assert browser.driver.execute_script("return window.__noReload;") == mark
+
+
+def test_pages_without_a_stream_show_no_live_indicator(browser: Browser, system: System) -> None:
+    """The login and confirmation pages have no event stream, so they say nothing about it
+    (a grey "live off" there read as a fault)."""
+    browser.driver.get(f"{system.token_gateway.url}/ui")
+    browser.wait_page("login")
+    assert not browser.find_all(".live-state")
+    job_id, _ = system.gated_dead_job()
+    browser.open(f"{system.open_gateway.url}/ui/jobs/{job_id}", "job")
+    assert browser.find_all(".live-state")
+    browser.submit(browser.find("form#replay button"), "confirm")
+    browser.shot("confirm")
+    assert not browser.find_all(".live-state")
+    assert browser.find("a#confirm-no").is_displayed()
+
+
 def test_token_login_and_logout(browser: Browser, system: System) -> None:
     """With a token: /ui sends to the login page; a wrong token is refused, the right one
     logs in (no open banner), logout returns to the login page and /ui is closed again."""
@@ -303,20 +385,104 @@ def test_token_login_and_logout(browser: Browser, system: System) -> None:
     assert origin(browser.driver.current_url) == origin(base)
 
 
-@pytest.mark.parametrize("page", list(PAGES))
-def test_phone_width_has_no_horizontal_overflow(
-    browser: Browser, system: System, page: str
-) -> None:
-    """At 390 px the page itself never scrolls sideways (wide tables scroll in their box)."""
-    system.enqueue("browser_ok", {"wide": "x" * 300}, queue="phone-queue-with-a-long-name")
-    browser.resize(PHONE)
-    browser.open(system.open_gateway.url + PAGES[page], page)
-    browser.shot(f"phone-{page}")
-    widths = browser.driver.execute_script(
+# A realistic load for the width checks: a long job type, an error that quotes a URL (long
+# unbreakable words), a few queues with long names, one of them paused.
+LONG_TYPE = "billing.invoices.generate_monthly_statement_pdf_for_enterprise_accounts"
+LONG_ERROR = (
+    "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='payments-api.internal."
+    "example.com', port=443): Max retries exceeded with url: /v2/accounts/8f14e45f-ceea-467f-"
+    "a8b6-4a2b1c9e0d3f/statements?month=2026-11&format=pdf&include=line_items,adjustments,"
+    "credits (Caused by NewConnectionError('<urllib3.connection.HTTPSConnection object at "
+    "0x7f3a2c1d9e80>: Failed to establish a new connection: [Errno 111] Connection refused'))"
+)
+WIDE_QUEUES = ("reports-monthly-enterprise", "notifications-email-transactional", "thumbnails")
+# Every nav entry: the listings by state too, since each state has its own columns.
+NAV_PAGES = {
+    **{f"{page}:": (path, page) for page, path in PAGES.items()},
+    "jobs:scheduled": ("/ui/jobs?state=scheduled", "jobs"),
+    "jobs:retrying": ("/ui/jobs?state=retrying", "jobs"),
+    "jobs:dead": ("/ui/jobs?state=dead", "jobs"),
+    "jobs:processing": ("/ui/jobs?state=processing", "jobs"),
+}
+
+
+@pytest.fixture(scope="module")
+def wide_data(system: System) -> Iterator[str]:
+    """Seed the width checks' load once: long types and errors, in retrying and dead jobs
+    (failed through the engine, as a worker would, in queues workerd does not serve), a
+    scheduled job, and a paused queue (resumed after the module's width checks).
+
+    Yield the dead job's id.
+    """
+    # An hour's backoff: the retrying job stays retrying while the checks run.
+    engine = Scripts(system.redis, Keys(), Policy(retry_base_ms=3_600_000))
+    retrying_queue, dead_queue, other = WIDE_QUEUES
+    for queue, retries in ((retrying_queue, 5), (dead_queue, 1)):
+        job_id = system.enqueue(LONG_TYPE, {"account": "x" * 200}, queue=queue, max_retries=retries)
+        job = engine.claim("browser-wide-worker-with-a-long-name-0001", queue=queue)
+        assert job is not None and job.id == job_id
+        traceback = f'Traceback (most recent call last):\n  File "/srv/app/{"x/" * 60}tasks.py"\n'
+        engine.fail(job_id, job.token, LONG_ERROR, traceback=traceback, queue=queue)
+    system.enqueue(LONG_TYPE, queue=other, scheduled_at="2099-01-01T00:00:00Z")
+    system.enqueue(LONG_TYPE, queue=other)
+    with paused(system, other):
+        yield job_id  # the last one failed: dead
+
+
+def page_widths(browser: Browser) -> tuple[int, int]:
+    """Return the document's scroll width and the viewport's width, read at once."""
+    return browser.driver.execute_script(
         "return [document.scrollingElement.scrollWidth, window.innerWidth];"
     )
-    assert widths[1] <= PHONE[0] + 1, widths  # the viewport really is phone-wide
+
+
+def assert_fits(browser: Browser, page: str, size: tuple[int, int]) -> None:
+    """At 1280x800 the page fits, tables included (no table scrolls in its box either); at
+    390 px the page itself never scrolls sideways (wide tables scroll in their own box)."""
+    browser.shot(f"{size[0]}-{page}")
+    widths = page_widths(browser)
+    assert widths[1] <= size[0] + 1, widths  # the viewport really is that wide
     assert widths[0] <= widths[1] + 1, f"{page} overflows: scrollWidth, innerWidth = {widths}"
+    if size == WINDOW:
+        # Wide enough for every column: no table scrolls inside its box either.
+        boxes = browser.driver.execute_script(
+            "return [...document.querySelectorAll('.scroll')]"
+            ".filter(e => e.scrollWidth > e.clientWidth + 1)"
+            ".map(e => [e.querySelector('table').id || e.querySelector('table').className,"
+            " e.scrollWidth, e.clientWidth]);"
+        )
+        assert not boxes, f"{page}: tables wider than their box at 1280: {boxes}"
+
+
+SIZES = pytest.mark.parametrize("size", [WINDOW, PHONE], ids=["1280x800", "phone"])
+
+
+@SIZES
+@pytest.mark.parametrize("page", list(NAV_PAGES))
+def test_no_page_scrolls_sideways(
+    browser: Browser, system: System, wide_data: str, page: str, size: tuple[int, int]
+) -> None:
+    """Every nav page fits 1280x800 and never scrolls sideways at phone width."""
+    path, data_page = NAV_PAGES[page]
+    browser.resize(size)
+    browser.open(system.open_gateway.url + path, data_page)
+    if page in ("jobs:", "jobs:scheduled", "jobs:retrying", "jobs:dead", "dlq:"):
+        assert browser.find_all("tr[data-job-id]"), f"{page} lists no job: a vacuous check"
+    assert_fits(browser, page, size)
+
+
+@SIZES
+def test_a_job_page_and_its_confirmation_fit(
+    browser: Browser, system: System, wide_data: str, size: tuple[int, int]
+) -> None:
+    """The dead job's page (long type, error and traceback) and the replay confirmation fit
+    as the nav pages do."""
+    browser.resize(size)
+    browser.open(f"{system.open_gateway.url}/ui/jobs/{wide_data}", "job")
+    assert LONG_ERROR in browser.text("main")  # all of it, not the listing's cut
+    assert_fits(browser, "job", size)
+    browser.submit(browser.find("form#replay button"), "confirm")
+    assert_fits(browser, "confirm", size)
 
 
 def test_the_page_checks_see_a_foreign_request_and_a_csp_violation(

@@ -261,6 +261,69 @@ def test_pages_name_their_event_stream_and_fragment(ui: FlaskClient, engine: Scr
     assert 'id="live-hint"' in listing
 
 
+def test_queues_and_workers_are_live_on_their_own_events(ui: FlaskClient, engine: Scripts) -> None:
+    put(engine, "mail")
+    queues = text(ui.get("/ui/queues"))
+    assert 'data-events="/events" data-refresh="/ui/live/queues"' in queues
+    on = re.search(r'data-live-on="([^"]+)"', queues)
+    assert on and {"queue_paused", "queue_resumed", "enqueued", "gap"} <= set(on.group(1).split())
+    assert not any(name.startswith("worker_") for name in on.group(1).split())
+    workers = text(ui.get("/ui/workers"))
+    assert 'data-events="/events" data-refresh="/ui/live/workers"' in workers
+    on = re.search(r'data-live-on="([^"]+)"', workers)
+    assert on and {"worker_joined", "worker_left", "worker_quiet", "claimed"} <= set(
+        on.group(1).split()
+    )
+    assert "queue_paused" not in on.group(1)
+
+
+def test_the_queues_and_workers_fragments_hold_their_live_part(
+    ui: FlaskClient, engine: Scripts
+) -> None:
+    put(engine, "mail")
+    engine.pause_queue("mail")
+    body = text(ui.get("/ui/live/queues"))
+    assert body.lstrip().startswith('<div id="queues-live" data-live-part>')
+    assert '<tr data-queue="mail">' in body and '<td class="state">paused</td>' in body
+    assert 'form class="resume"' in body and "<nav" not in body
+    body = text(ui.get("/ui/live/workers"))
+    assert body.lstrip().startswith('<div id="workers-live" data-live-part>')
+    assert 'id="no-hosts"' in body and "<nav" not in body
+
+
+def test_only_pages_with_a_stream_show_the_live_indicator(ui: FlaskClient) -> None:
+    for path in PAGES:
+        assert 'class="live-state"' in text(ui.get(path)), path
+    confirm = post(ui, "/ui/dlq/act", "/ui/dlq", op="replay-all")
+    assert 'data-page="confirm"' in text(confirm)
+    assert 'class="live-state"' not in text(confirm)
+
+
+def test_the_login_page_shows_no_live_indicator(locked: FlaskClient) -> None:
+    body = text(locked.get("/ui/login"))
+    assert 'data-page="login"' in body and 'class="live-state"' not in body
+
+
+def test_a_listing_cuts_a_long_error_and_keeps_it_whole_in_the_title(
+    ui: FlaskClient, engine: Scripts
+) -> None:
+    job_id = put(engine, max_retries=1, priority=2**31)
+    job = engine.claim("w-test", queue="default")
+    assert job is not None and job.id == job_id
+    error = "ConnectionError: " + "x" * 400 + " <end>"
+    engine.fail(job_id, job.token, error)
+    for path in ("/ui/jobs?state=dead", "/ui/dlq"):
+        body = text(ui.get(path))
+        cell = re.search(
+            r'<td class="error-text" title="([^"]+)"><div class="clamp">([^<]+)<', body
+        )
+        assert cell, path
+        assert cell.group(1) == error.replace("<", "&lt;").replace(">", "&gt;"), path
+        assert cell.group(2).endswith("…") and len(cell.group(2)) == 200, path
+        assert "<wbr>T" in body  # a time may break after its date
+    assert error.replace("<", "&lt;").replace(">", "&gt;") in text(ui.get(f"/ui/jobs/{job_id}"))
+
+
 def test_redis_down_is_an_html_503_page() -> None:
     settings = Settings.from_env({"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})
     down = make_app(Scripts(gateway_client(settings), K)).test_client()
@@ -283,3 +346,12 @@ def test_the_chart_counts_completions_and_failures(ui: FlaskClient, engine: Scri
     assert "2 completed, 1 failed</title>" in body
     assert body.count('<rect class="completed"') == 1  # one minute's bar (both this minute)
     assert body.count('<rect class="failed"') == 1
+
+
+def test_a_listing_lets_a_dotted_type_break_at_its_separators(
+    ui: FlaskClient, engine: Scripts
+) -> None:
+    put(engine, "mail-eu", type="billing.invoices.make_pdf")
+    body = text(ui.get("/ui/jobs?state=pending"))
+    assert '<td class="name">billing.<wbr>invoices.<wbr>make_<wbr>pdf</td>' in body
+    assert '<td class="name">mail-<wbr>eu</td>' in body

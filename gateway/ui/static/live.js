@@ -4,6 +4,7 @@
 // <body data-events="/events?..."> names the stream. With data-refresh="/ui/..." the page
 // fetches that fragment (at most once a second) when an event arrives and swaps in each
 // element marked data-live-part (by id). Without it, a listing shows its "refresh" hint.
+// data-live-on="name name ..." narrows the events a fragment page refreshes on (default: all).
 // body[data-live] says connecting | connected | off.
 (function () {
   "use strict";
@@ -73,7 +74,9 @@
     }
 
     // A fragment page refreshes on anything; a listing hints only when jobs changed.
+    var only = (body.getAttribute("data-live-on") || "").split(" ").filter(Boolean);
     var names = refreshUrl ? JOB_EVENTS.concat(OTHER_EVENTS) : JOB_EVENTS.concat(["gap"]);
+    if (refreshUrl && only.length) { names = only; }
     var onEvent = refreshUrl ? schedule : hint;
     var lastId = "";
     var delay = RETRY_MS;

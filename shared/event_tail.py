@@ -97,7 +97,10 @@ class EventTail:
         self._changed: dict[str, int] = {}  # stream name -> version of its last growth
         self._windows: dict[str, Window] = {}
         self._names: list[str] = []  # the listed queues (what unfiltered readers follow)
-        self._wanted: set[str] = set()  # queues a reader names that are not watched yet
+        # Queues a reader names: the tail re-reads the list of queues at once, not within
+        # REFRESH_SECONDS. Only listed ones are watched, so a client naming made-up queues
+        # cannot grow what the tail reads (a queue is listed before its first job).
+        self._wanted: set[str] = set()
         self._readers = 0
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -214,9 +217,9 @@ class EventTail:
     def _refresh(self, client: redis.Redis, positions: dict[str, StreamId]) -> None:
         """Watch every listed queue: a new stream starts at its last id, and readers look."""
         with self._cond:
-            wanted, self._wanted = self._wanted, set()
+            self._wanted = set()  # asked for: this refresh answers it
         names = sorted(set(self._queue_names()))
-        new = [name for name in [FLEET, *names, *sorted(wanted)] if name not in positions]
+        new = [name for name in [FLEET, *names] if name not in positions]
         pinned = latest_positions(client, self._keys, new) if new else {}
         positions.update(pinned)
         with self._cond:

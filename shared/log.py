@@ -84,6 +84,7 @@ EVENTS: frozenset[str] = frozenset(
         # live events (GET /events): a stream's or the tail's Redis read failed
         "events_read_failed",
         "events_tail_error",
+        "events_tail_failed",
         # the dashboard's login (never the token given)
         "ui_login",
         "ui_login_failed",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -97,10 +98,11 @@ BULK_FIELDS = ("ids", "queue", "type", "all", "limit", "cursor")
 FILTER_FIELDS = BULK_FIELDS[1:]
 # A body must say which dead jobs: an empty one acting on every queue's DLQ would make a typo
 # (or a client that lost its filter) delete everything.
-SELECTORS = ("queue", "type", "all", "cursor")
+# A cursor is only a position: it does not remember its filter, so it never selects alone.
+SELECTORS = ("queue", "type", "all")
 NO_SELECTOR = (
-    'say which dead jobs: "ids", a filter ("queue", "type"), or "all": true for every dead job '
-    "(a next_cursor goes on with the filter it came from)"
+    'say which dead jobs: "ids", a filter ("queue", "type"), or "all": true for every dead job; '
+    "send a next_cursor with the same filter it came with"
 )
 
 
@@ -156,7 +158,8 @@ def bulk_request(body: Any) -> BulkRequest:
             raise inputs.bad_field(mixed[0], "cannot be given with ids: give ids, or a filter")
         return BulkRequest(_ids(body["ids"]), None, None, len(body["ids"]), None)
     if "all" in body and body["all"] is not True:
-        raise inputs.bad_field("all", f"must be true (or left out), got {repr(body['all'])[:20]}")
+        shown = json.dumps(body["all"])[:20]  # JSON's spelling: false, not False
+        raise inputs.bad_field("all", f"must be true (or left out), got {shown}")
     queue = _text(body, "queue", is_queue_name, QUEUE_RULE)
     type_rule = "must be 1-128 characters of A-Z a-z 0-9 _ . : -"
     job_type = _text(body, "type", TYPE_PATTERN.fullmatch, type_rule)

@@ -252,7 +252,7 @@ def _bulk_schemas() -> dict[str, Any]:
         "all": {
             "const": True,
             "description": "Every dead job (with queue or type: all of those). A body must "
-            "name ids, queue, type, all or cursor: an empty one is refused.",
+            "name ids, queue, type or all: an empty one, or a cursor alone, is refused.",
         },
         "limit": {"type": "integer", "minimum": 1, "maximum": high, "default": bulk.DEFAULT_LIMIT},
         "cursor": {
@@ -272,7 +272,7 @@ def _bulk_schemas() -> dict[str, Any]:
                     "type": "object",
                     "properties": by_filter,
                     "additionalProperties": False,
-                    "anyOf": [{"required": [name]} for name in ("queue", "type", "all", "cursor")],
+                    "anyOf": [{"required": [name]} for name in ("queue", "type", "all")],
                 },
             ],
             "examples": [

@@ -71,8 +71,8 @@ def _form_filters() -> tuple[str | None, str | None]:
 
 
 def _describe(queue: str | None, job_type: str | None) -> str:
-    where = f"queue {queue}" if queue else "every queue"
-    return f"{where}, type {job_type}" if job_type else where
+    where = f"in queue {queue}" if queue else "in every queue"
+    return f"of type {job_type}, {where}" if job_type else where
 
 
 @bp.route("/dlq/act", methods=["POST"])
@@ -95,8 +95,11 @@ def act() -> BaseResponse | tuple[str, int]:
         if ids is not None:
             message = f"{verb} these {len(ids)} dead jobs?"
         else:
-            message = f"{verb} every dead job in {_describe(queue, job_type)}"
-            message += f" ({_dead_count(queue)} dead there now)?" if not job_type else "?"
+            message = f"{verb} every dead job {_describe(queue, job_type)}"
+            if job_type:  # a count by type would read every dead job: the DLQ page lists them
+                message += "? The list on the DLQ page shows which they are."
+            else:
+                message += f" ({_dead_count(queue)} dead there now)?"
         return confirm_page(f"{verb} dead jobs", message, ids or [], back)
     done, skipped, cursor = run_bulk(action, queue, job_type, ids, cursor)
     if cursor is not None:

@@ -141,7 +141,9 @@ def test_a_bad_bulk_body_is_400_naming_the_field(
     assert doc["fields"][0]["field"] == field, doc
 
 
-@pytest.mark.parametrize("body", [{}, {"limit": 5}])
+@pytest.mark.parametrize(
+    "body", [{}, {"limit": 5}, {"cursor": "1796187428892:3909656c-7f6f-49d5-9287-3ed7409bb242"}]
+)
 @pytest.mark.parametrize("path", ["/dlq/retry", "/dlq/purge"])
 def test_a_body_that_names_no_jobs_is_400_and_touches_none(
     gw: Gunicorn, engine: Scripts, r: redis.Redis, path: str, body: dict[str, Any]
@@ -153,6 +155,12 @@ def test_a_body_that_names_no_jobs_is_400_and_touches_none(
 
     assert code == 400 and '"all": true' in doc["error"], doc
     assert status(r, queue, job_id) == "dead"
+
+
+def test_a_bad_all_is_shown_as_json_spells_it(gw: Gunicorn) -> None:
+    code, doc = post(gw, "/dlq/purge", {"all": False})
+
+    assert code == 400 and doc["error"] == "all must be true (or left out), got false", doc
 
 
 def test_a_body_that_is_not_an_object_is_400(gw: Gunicorn) -> None:

@@ -167,6 +167,12 @@ def test_dlq_all_asks_with_the_count(ui: FlaskClient, engine: Scripts) -> None: 
     assert "every dead job in queue mail (3 dead there now)" in body
 
 
+def test_dlq_all_of_a_type_names_the_type_first(ui: FlaskClient, engine: Scripts) -> None:  # noqa: F811
+    put_dead(engine, "mail", type="email")
+    body = text(post(ui, "/ui/dlq/act", "/ui/dlq?type=email", op="replay-all", type="email"))
+    assert "every dead job of type email, in every queue?" in body
+
+
 def test_dlq_selected_with_nothing_selected_says_so(ui: FlaskClient) -> None:  # noqa: F811
     response = post(ui, "/ui/dlq/act", "/ui/dlq", op="replay-selected")
     assert response.status_code == 303

@@ -18,3 +18,18 @@ class FakeScripts(Scripts):
 def fake_scripts(policy: Policy | None = None) -> FakeScripts:
     """Return engine scripts bound to a fresh in-memory fakeredis server."""
     return FakeScripts(fakeredis.FakeRedis(), Keys(), policy or Policy())
+
+
+class IdleSlot:
+    """The shared-memory slot a worker or scheduler reports to, reduced to what they call.
+
+    A process stepped in a test has no supervisor reading its slot, so each report is dropped.
+    """
+
+    def beat(self) -> None:
+        pass
+
+    def start_job(
+        self, job_id: str, token: int, timeout: float, queue: str = "", job_type: str = ""
+    ) -> None:
+        pass

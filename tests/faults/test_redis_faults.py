@@ -26,6 +26,7 @@ from shared.jobs import format_ms, validate_enqueue
 from shared.keys import Keys
 from shared.redis_checks import EVICTION, METRIC
 from shared.scripts import Policy, Scripts
+from tests.fakes import IdleSlot
 from tests.faults.checker import (
     OK,
     SETTLED,
@@ -328,11 +329,6 @@ class _Clock:
         return self.now
 
 
-class _Slot:
-    def beat(self) -> None:
-        pass
-
-
 def test_scheduler_holds_recovery_after_a_call_that_hung(r: redis.Redis) -> None:
     """Scenario 8, made deterministic: Redis hangs (frozen, black-holed) rather than failing.
 
@@ -360,7 +356,9 @@ def test_scheduler_holds_recovery_after_a_call_that_hung(r: redis.Redis) -> None
     # A job scheduled far ahead: the scheduler calls promote only for a queue holding one.
     later = validate_enqueue({"type": "journaled", "scheduled_at": format_ms(t0 + 86_400_000)})
     scripts.enqueue(later, str(uuid.uuid4()), now_ms=t0)
-    scheduler = SchedulerProcess(scripts, _Slot(), os.getppid(), reconnect_grace=2.0, clock=clock)
+    scheduler = SchedulerProcess(
+        scripts, IdleSlot(), os.getppid(), reconnect_grace=2.0, clock=clock
+    )
 
     scheduler.step(clock(), now_ms=t0 + 10_500)  # the lease lapsed while Redis hung
 

@@ -13,12 +13,8 @@ from shared import metrics
 from shared.jobs import validate_enqueue
 from shared.queues import is_queue_name
 from shared.scripts import Scripts
+from tests.fakes import IdleSlot
 from workerd.scheduler import SchedulerProcess
-
-
-class _Slot:
-    def beat(self) -> None:
-        pass
 
 
 def _value(name: str, **labels: str) -> float:
@@ -27,7 +23,7 @@ def _value(name: str, **labels: str) -> float:
 
 def test_recovered_jobs_are_counted_under_their_own_type(r: redis.Redis) -> None:
     scripts = Scripts(r)
-    scheduler = SchedulerProcess(scripts, _Slot(), os.getppid(), reconnect_grace=0)
+    scheduler = SchedulerProcess(scripts, IdleSlot(), os.getppid(), reconnect_grace=0)
     job_type = "lost_kind"
     scripts.enqueue(validate_enqueue({"type": job_type}), "00000000-0000-4000-8000-000000000001")
     assert scripts.claim("a-worker-that-dies") is not None

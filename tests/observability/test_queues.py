@@ -35,6 +35,7 @@ from shared.metrics import QueueStateCollector
 from shared.queries import QueueCounts
 from shared.queues import QUEUE_PATTERN
 from shared.scripts import Policy, Scripts
+from tests.fakes import IdleSlot
 from tests.gateway.conftest import make_app
 from tests.observability.conftest import samples
 from tests.support.tools import ROOT, wait_until
@@ -45,18 +46,6 @@ from workerd.worker import WorkerProcess
 
 QUEUE = "q1"
 HOUR_MS = 3_600_000
-
-
-class _Slot:
-    """The shared-memory slot a worker reports to, reduced to what the worker calls."""
-
-    def beat(self) -> None:
-        pass
-
-    def start_job(
-        self, job_id: str, token: int, timeout: float, queue: str = "", job_type: str = ""
-    ) -> None:
-        pass
 
 
 @dataclass
@@ -105,8 +94,8 @@ def stack(r: redis.Redis) -> Stack:
     return Stack(
         app=make_app(scripts).test_client(),
         scripts=scripts,
-        worker=WorkerProcess(settings, scripts, _Slot(), "w1", os.getppid()),
-        scheduler=SchedulerProcess(scripts, _Slot(), os.getppid(), reconnect_grace=0),
+        worker=WorkerProcess(settings, scripts, IdleSlot(), "w1", os.getppid()),
+        scheduler=SchedulerProcess(scripts, IdleSlot(), os.getppid(), reconnect_grace=0),
         release=Release(scripts, redis_url="redis://private", queues=("default", QUEUE)),
     )
 

@@ -29,6 +29,7 @@ import workerd.demo  # noqa: F401 (registers the demo handlers)
 from shared import tracing
 from shared.config import Settings
 from shared.scripts import Policy, Scripts
+from tests.fakes import IdleSlot
 from tests.gateway.conftest import make_app
 from tests.observability.conftest import PREFIX
 from tests.support.redis_server import RedisServer
@@ -42,18 +43,6 @@ HOUR_MS = 3_600_000
 QUEUE_SPANS = {"task.enqueue", "task.claim", "task.execute", "task.acknowledge"}
 
 
-class _Slot:
-    """The shared-memory slot a worker reports to, reduced to what the worker calls."""
-
-    def beat(self) -> None:
-        pass
-
-    def start_job(
-        self, job_id: str, token: int, timeout: float, queue: str = "", job_type: str = ""
-    ) -> None:
-        pass
-
-
 @pytest.fixture
 def stack(r: redis.Redis) -> dict[str, Any]:
     return make_stack(r)
@@ -64,8 +53,8 @@ def make_stack(r: redis.Redis, **env: str) -> dict[str, Any]:
     scripts = Scripts(r, policy=Policy(retry_base_ms=1, retry_max_ms=1))
     scripts.load()
     settings = Settings.from_env(env)
-    worker = WorkerProcess(settings, scripts, _Slot(), "w1", os.getppid())
-    scheduler = SchedulerProcess(scripts, _Slot(), os.getppid(), reconnect_grace=0)
+    worker = WorkerProcess(settings, scripts, IdleSlot(), "w1", os.getppid())
+    scheduler = SchedulerProcess(scripts, IdleSlot(), os.getppid(), reconnect_grace=0)
     return {"app": make_app(scripts).test_client(), "worker": worker, "sched": scheduler}
 
 

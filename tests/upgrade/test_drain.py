@@ -13,16 +13,12 @@ from shared.jobs import JobState
 from shared.queries import get_job
 from shared.scripts import Scripts
 from shared.upgrade import Upgrade
+from tests.fakes import IdleSlot
 from tests.upgrade.conftest import NOW, T0, V1K, K, job_id, v1_job_keys
 from tests.upgrade.v1 import V1
 from workerd import v1_drain
 from workerd.scheduler import SchedulerProcess
 from workerd.v1_drain import CHECK_INTERVAL, FAILED_PAUSE, V1Drain
-
-
-class _Slot:
-    def beat(self) -> None:
-        pass
 
 
 def moved_lines(caplog: pytest.LogCaptureFixture, event: str = "v1_jobs_moved") -> list[dict]:
@@ -44,7 +40,7 @@ def test_the_scheduler_moves_v1_jobs_enqueued_after_it_started(
     r: redis.Redis, v1: V1, scripts: Scripts, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="workerd.v1_drain")
-    scheduler = SchedulerProcess(scripts, _Slot(), os.getppid(), reconnect_grace=0)
+    scheduler = SchedulerProcess(scripts, IdleSlot(), os.getppid(), reconnect_grace=0)
     scheduler.step(0.0, now_ms=NOW)  # v1 empty: nothing to move
     v1.enqueue(job_id(1), {"type": "t"}, key="k1", now_ms=NOW)  # an old gateway, later
     v1.enqueue(job_id(2), {"type": "t", "priority": 3}, now_ms=NOW)

@@ -16,21 +16,10 @@ import workerd.demo  # noqa: F401 (registers the demo handlers)
 from shared import history
 from shared.config import Settings
 from shared.jobs import JobState
+from tests.fakes import IdleSlot
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine
 from workerd.worker import WorkerProcess
-
-
-class _Slot:
-    """The shared-memory slot a worker reports to, reduced to what the worker calls."""
-
-    def beat(self) -> None:
-        pass
-
-    def start_job(
-        self, job_id: str, token: int, timeout: float, queue: str = "", job_type: str = ""
-    ) -> None:
-        pass
 
 
 def kept(engine: Engine, job_id: str) -> list[tuple[str, str, int | None, str | None]]:
@@ -90,7 +79,7 @@ def test_a_stopping_worker_hands_back_the_job_it_claimed_and_says_so(engine: Eng
     """Stepped by hand: completing the first job claims the second, which it will not run."""
     first, second = engine.enqueue("noop"), engine.enqueue("noop")
     engine.scripts.load()
-    worker = WorkerProcess(Settings.from_env({}), engine.scripts, _Slot(), "w1", os.getppid())
+    worker = WorkerProcess(Settings.from_env({}), engine.scripts, IdleSlot(), "w1", os.getppid())
     worker.step()  # claims the first, runs it, and its completion claims the second
     assert worker.next_job is not None and worker.next_job.id == second
 

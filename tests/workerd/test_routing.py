@@ -22,6 +22,7 @@ import workerd.demo  # noqa: F401 (registers the demo handlers in this process)
 from shared.config import Settings
 from shared.jobs import Job, JobState, validate_enqueue
 from shared.scripts import NotRunnable, Policy, Scripts
+from tests.fakes import IdleSlot
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine
@@ -111,18 +112,6 @@ def test_each_decision_is_logged_once_a_minute_per_queue_and_type(
 # --- one worker process, stepped here, on the private Redis ---------------------------------
 
 
-class _Slot:
-    """The shared-memory slot a worker reports to, reduced to what the worker calls."""
-
-    def beat(self) -> None:
-        pass
-
-    def start_job(
-        self, job_id: str, token: int, timeout: float, queue: str = "", job_type: str = ""
-    ) -> None:
-        pass
-
-
 @pytest.fixture
 def scripts(r: redis.Redis) -> Scripts:
     engine = Scripts(r, policy=Policy(retry_base_ms=60_000))
@@ -133,7 +122,7 @@ def scripts(r: redis.Redis) -> Scripts:
 @pytest.fixture
 def worker(scripts: Scripts) -> WorkerProcess:
     """A worker of a host running the demo and `routed` types, serving `default`."""
-    return WorkerProcess(Settings.from_env({}), scripts, _Slot(), "w1", os.getppid())
+    return WorkerProcess(Settings.from_env({}), scripts, IdleSlot(), "w1", os.getppid())
 
 
 def put(scripts: Scripts, job_type: str, job_id: str, **fields: Any) -> str:

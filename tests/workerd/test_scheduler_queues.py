@@ -17,15 +17,11 @@ from shared.jobs import JobState, format_ms, validate_enqueue
 from shared.keys import Keys
 from shared.queries import get_job
 from shared.scripts import Scripts
+from tests.fakes import IdleSlot
 from workerd.scheduler import RECOVER_INTERVAL, SchedulerProcess
 
 JOB = "00000000-0000-4000-8000-000000000001"
 T0 = 1_796_000_000_000
-
-
-class _Slot:
-    def beat(self) -> None:
-        pass
 
 
 def _commands(r: redis.Redis) -> dict[str, int]:
@@ -38,7 +34,7 @@ def test_idle_listed_queues_cost_one_exists_each_and_no_script(r: redis.Redis) -
     scripts.load()
     for n in range(40):
         scripts.register_queue(f"idle-{n}")
-    scheduler = SchedulerProcess(scripts, _Slot(), os.getppid(), reconnect_grace=0)
+    scheduler = SchedulerProcess(scripts, IdleSlot(), os.getppid(), reconnect_grace=0)
     scheduler.step(0.0, now_ms=T0)  # reads the list of queues, recovers and trims (none due)
     r.config_resetstat()
 
@@ -56,7 +52,7 @@ def test_a_queue_with_a_due_job_is_still_promoted_among_idle_ones(r: redis.Redis
     due = validate_enqueue({"type": "t", "queue": "busy", "scheduled_at": format_ms(T0 + 10)})
     scripts.register_queue("busy")
     scripts.enqueue(due, JOB, now_ms=T0)
-    scheduler = SchedulerProcess(scripts, _Slot(), os.getppid(), reconnect_grace=0)
+    scheduler = SchedulerProcess(scripts, IdleSlot(), os.getppid(), reconnect_grace=0)
     scheduler.step(0.0, now_ms=T0)
     r.config_resetstat()
 

@@ -24,21 +24,10 @@ from shared.keys import Keys
 from shared.queries import get_job
 from shared.redis_conn import connect
 from shared.scripts import Policy, Scripts
+from tests.fakes import IdleSlot
 from tests.support.redis_server import RedisServer
 from workerd import worker as worker_module
 from workerd.worker import WorkerProcess
-
-
-class _Slot:
-    """The worker's shared-memory slot, reduced to what the worker calls."""
-
-    def beat(self) -> None:
-        pass
-
-    def start_job(
-        self, job_id: str, token: int, timeout: float, queue: str = "", job_type: str = ""
-    ) -> None:
-        pass
 
 
 class Quiet:
@@ -87,7 +76,7 @@ def harness(r: redis.Redis, redis_server: RedisServer) -> Iterator[Harness]:
     scripts = Scripts(connect(settings, role="worker"), keys, policy)
     scripts.load()
     quiet = Quiet()
-    worker = WorkerProcess(settings, scripts, _Slot(), "w1", os.getppid(), quiet=quiet)
+    worker = WorkerProcess(settings, scripts, IdleSlot(), "w1", os.getppid(), quiet=quiet)
     yield Harness(scripts, worker, quiet)
     scripts.redis.close()
 

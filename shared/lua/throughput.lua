@@ -49,20 +49,9 @@ for minute = math.floor((mark + 1) / MINUTE_MS), last do
   end
 end
 -- A failure second after the mark; the current second counts (its failures so far).
-local s = math.floor(mark / 1000) + 1
-local last_s = math.floor(now / 1000)
-while s <= last_s do
-  local seconds = {}
-  for second = s, math.min(last_s, s + 999) do
-    seconds[#seconds + 1] = second
-  end
-  local values = redis.call('HMGET', KEYS[3], unpack(seconds))
-  for i, second in ipairs(seconds) do
-    if values[i] then
-      local at = math.floor(second / 60) - first + 1
-      failed[at] = failed[at] + tonumber(values[i])
-    end
-  end
-  s = s + 1000
-end
+each_failure_second(KEYS[3], math.floor(mark / 1000) + 1, math.floor(now / 1000),
+  function(second, failures)
+    local at = math.floor(second / 60) - first + 1
+    failed[at] = failed[at] + failures
+  end)
 return {now, first, completed, failed}

@@ -70,26 +70,6 @@ local function count(field, n)
   bucket_adds[field] = (bucket_adds[field] or 0) + n
 end
 
--- Add the failure seconds first_s..last_s to their minutes (HMGET in chunks: unpack has a
--- stack limit).
-local function roll_failures(first_s, last_s)
-  local s = first_s
-  while s <= last_s do
-    local seconds = {}
-    for second = s, math.min(last_s, s + 999) do
-      seconds[#seconds + 1] = second
-    end
-    local values = redis.call('HMGET', KEYS[5], unpack(seconds))
-    for i, second in ipairs(seconds) do
-      if values[i] then
-        count('f:' .. math.floor(second / 60), tonumber(values[i]))
-      end
-    end
-    s = s + 1000
-  end
-end
-
--- Count what finished in (mark, now - settle] into minute buckets; return the new mark.
 local function roll_up()
   local upto = math.floor((now - SETTLE_MS) / 1000) * 1000 - 1
   local mark = tonumber(redis.call('HGET', KEYS[6], 'mark'))
@@ -108,7 +88,10 @@ local function roll_up()
     end
     minute = minute + 1
   end
-  roll_failures(math.floor(from / 1000) + 1, (upto + 1) / 1000 - 1)
+  each_failure_second(KEYS[5], math.floor(from / 1000) + 1, (upto + 1) / 1000 - 1,
+    function(second, failures)
+      count('f:' .. math.floor(second / 60), failures)
+    end)
   redis.call('HSET', KEYS[6], 'mark', upto)
   if mark then
     -- The buckets that left the kept hour since the last roll-up (at most KEPT_MINUTES).

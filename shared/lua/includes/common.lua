@@ -217,3 +217,23 @@ local function remember_reply(reply_key, reply)
   redis.call('SET', reply_key, cjson.encode(reply), 'PX', 15000)
   return reply
 end
+
+-- Call visit(second, failures) for each second first_s..last_s that the per-second failures
+-- hash (fail.lua counts there) holds (trim.lua rolls them into minutes; throughput.lua reads the
+-- ones not rolled yet). HMGET in chunks of 1,000: unpack has a stack limit.
+local function each_failure_second(failures_key, first_s, last_s, visit)
+  local s = first_s
+  while s <= last_s do
+    local seconds = {}
+    for second = s, math.min(last_s, s + 999) do
+      seconds[#seconds + 1] = second
+    end
+    local values = redis.call('HMGET', failures_key, unpack(seconds))
+    for i, second in ipairs(seconds) do
+      if values[i] then
+        visit(second, tonumber(values[i]))
+      end
+    end
+    s = s + 1000
+  end
+end

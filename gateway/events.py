@@ -272,17 +272,14 @@ class Reader:
 
     def _due(self, tail: EventTail, read_at: int | None) -> dict[str, StreamId]:
         """Return the positions of the streams to read now (new queues join at ZERO)."""
-        joined: set[str] = set()
         if self.filters.queues is None:
             for name in tail.queue_names():
-                if name not in self.positions:
-                    self.positions[name] = ZERO
-                    joined.add(name)
+                self.positions.setdefault(name, ZERO)
         if read_at is None:
             return dict(self.positions)
-        # A queue new to this reader is read whatever the tail says: the tail may have seen it
-        # grow (for another reader that named it) before this reader followed it.
-        grown = tail.changed_since(read_at) | joined
+        # A queue new to the tail counts as grown when the tail lists it (it watches listed
+        # queues only), so a reader that follows it from then on reads it from its start.
+        grown = tail.changed_since(read_at)
         return {name: at for name, at in self.positions.items() if name in grown}
 
     def _read(self, tail: EventTail, due: dict[str, StreamId]) -> Batch:

@@ -55,7 +55,7 @@
 -- field read is a scan of the hash, and worker_id is at its end, behind the payload.
 local events_cap, worker_id = ARGV[9], ARGV[5]
 local state
-if not events_cap or events_cap == '0' then
+if not events_on(events_cap) then
   state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'history', 'created_at')
 elseif worker_id ~= '' then
   state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'history', 'created_at', 'type')

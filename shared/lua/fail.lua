@@ -47,9 +47,8 @@
 -- The worker's id (the event's) is read only with events on: it is at the end of the hash,
 -- behind the payload, a scan. Off, 'id' again takes its place (early, so cheap).
 local events_cap = ARGV[12]
-local events_on = events_cap and events_cap ~= '0'
 local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'attempts', 'max_retries',
-  'next_retry_at', 'type', 'history', 'created_at', events_on and 'worker_id' or 'id')
+  'next_retry_at', 'type', 'history', 'created_at', events_on(events_cap) and 'worker_id' or 'id')
 if not state[1] then
   return {NOT_FOUND}
 end

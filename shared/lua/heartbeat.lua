@@ -73,7 +73,7 @@ else
   end
 end
 local silent = '(' .. (now - ttl)
-if cap == '0' or cap == '' or cap == nil then
+if not events_on(cap) then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', silent)
 else
   -- The hosts forgotten are read first, to name them; the removal only when there are any, so

@@ -19,8 +19,12 @@ end
 -- hash field they did not create). cap: the stream's length cap as the caller passed it (the
 -- MAXLEN ~ trims whole macro nodes, so it is approximate); '0' (TASKFORGE_EVENTS=off), '' or
 -- nil (a caller that passes none) writes nothing and costs no command.
+local function events_on(cap)
+  return cap ~= nil and cap ~= '' and cap ~= '0'
+end
+
 local function emit(key, cap, ...)
-  if cap and cap ~= '0' and cap ~= '' then
+  if events_on(cap) then
     redis.call('XADD', key, 'MAXLEN', '~', cap, '*', ...)
   end
 end

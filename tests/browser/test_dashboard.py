@@ -313,6 +313,25 @@ def test_queues_page_shows_a_pause_through_the_api_live(browser: Browser, system
     assert browser.driver.execute_script("return window.__noReload;") == mark
 
 
+def test_a_listing_hints_at_new_jobs_without_moving_its_rows(
+    browser: Browser, system: System
+) -> None:
+    """A jobs listing does not rewrite its rows under the operator: a job event shows the
+    "Jobs have changed — refresh" hint instead, in the same document."""
+    queue = f"hint-{uuid.uuid4().hex[:8]}"
+    first = system.enqueue("browser_ok", queue=queue)
+    with paused(system, queue):  # the jobs stay pending: the rows stay what the page showed
+        browser.open(f"{system.open_gateway.url}/ui/jobs?state=pending&queue={queue}", "jobs")
+        wait_connected(browser)
+        mark = mark_document(browser)
+        assert not browser.find("#live-hint").is_displayed()
+        system.enqueue("browser_ok", queue=queue)
+        browser.wait(lambda _: browser.find("#live-hint").is_displayed(), "the refresh hint")
+        browser.shot("hint")
+        assert row_ids(browser) == {first}
+        assert browser.driver.execute_script("return window.__noReload;") == mark
+
+
 def test_workers_page_is_live(browser: Browser, system: System) -> None:
     """The workers page subscribes to host events and refreshes its hosts from a fragment;
     a quiet requested through the API shows without a reload."""

@@ -67,8 +67,10 @@ def test_login_page_and_assets_need_no_login(locked: FlaskClient) -> None:
     assert page.status_code == 200
     assert '<form id="login"' in text(page) and 'id="login-submit"' in text(page)
     assert 'id="open-banner"' not in text(page)
-    assert locked.get("/ui/static/ui.css").status_code == 200
-    assert locked.get("/ui/static/live.js").status_code == 200
+    for asset in ("/ui/static/ui.css", "/ui/static/live.js"):
+        served = locked.get(asset)
+        assert served.status_code == 200
+        assert "script-src 'self'" in served.headers["Content-Security-Policy"]
 
 
 def test_a_wrong_token_shows_an_error_and_logs_nobody_in(locked: FlaskClient) -> None:
@@ -84,8 +86,9 @@ def test_logins_are_logged_and_never_the_token(
     caplog.set_level("INFO", logger="gateway.ui.access")
     log_in(locked, token="guess-" + TOKEN)
     log_in(locked)
+    locked.post("/ui/logout", data={"csrf": csrf_of(locked.get("/ui"))})
     events = [r.getMessage() for r in caplog.records if r.name == "gateway.ui.access"]
-    assert events == ["ui_login_failed", "ui_login"]
+    assert events == ["ui_login_failed", "ui_login", "ui_logout"]
     assert all(TOKEN not in repr(r.__dict__) for r in caplog.records)
 
 

@@ -18,13 +18,13 @@ tf_python_ok() {
 
 # Hash of the files that decide what a level of the venv holds ("run" or "test"); a change
 # means reinstall. Which of the project's packages exist counts too: the editable install maps
-# only those it saw (setup.cfg includes shared, gateway and workerd; a user's myapp/ is none).
+# only those it saw (setup.cfg includes shared, gateway, workerd and taskforge; a user's myapp/ is none).
 tf_requirements_hash() {
   local files=(requirements.txt setup.cfg pyproject.toml)
   [ "$1" = run ] || files+=(requirements-test.txt)
   {
     cat "${files[@]}"
-    ls -d -- shared/__init__.py gateway/__init__.py workerd/__init__.py 2>/dev/null || true
+    ls -d -- shared/__init__.py gateway/__init__.py workerd/__init__.py taskforge/__init__.py 2>/dev/null || true
   } | sha256sum | cut -d' ' -f1
 }
 

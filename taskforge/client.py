@@ -1,0 +1,360 @@
+"""``Client``: every gateway endpoint a program needs, as typed Python calls.
+
+One client holds one connection pool and is safe to share between threads (each request takes a
+pooled connection for its own duration only). Create it once per process and reuse it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+from taskforge.errors import JobCanceled, JobFailed, WaitTimeout
+from taskforge.models import BulkResult, History, Host, Job, JobPage, Queue, Stats
+from taskforge.transport import DEFAULT_URL, Replay, Transport
+
+Duration = float | int | str | timedelta
+BATCH_MAX = 1000  # jobs per POST /enqueue/batch (the gateway's limit)
+WAIT_STEP = 30.0  # seconds one GET /jobs/<id>?wait= may take; a longer wait asks again
+
+
+def _duration(value: Duration | None, name: str) -> float | str | None:
+    """Return a duration as the gateway takes it: seconds (a number) or a text such as "5m"."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(
+            f"{name} must be seconds, a timedelta or a text such as '5m', not {value!r}"
+        )
+    return value
+
+
+def _moment(value: datetime | str | None) -> str | None:
+    """Return an absolute time as RFC 3339; refuse a naive datetime (its zone would be a guess)."""
+    if value is None or isinstance(value, str):
+        return value
+    if value.tzinfo is None:
+        raise ValueError("at must be an aware datetime (with a zone), e.g. datetime.now(UTC)")
+    return value.isoformat()
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job to enqueue, for ``Client.enqueue_many`` (None means the gateway's default)."""
+
+    type: str
+    payload: dict[str, Any] | None = None
+    queue: str | None = None
+    priority: int | None = None
+    max_retries: int | None = None
+    at: datetime | str | None = None
+    delay: Duration | None = None
+    timeout: Duration | None = None
+
+    def body(self) -> dict[str, Any]:
+        """Return the enqueue body for this job (only the fields that were given)."""
+        if self.at is not None and self.delay is not None:
+            raise ValueError("give at or delay, not both")
+        fields = {
+            "type": self.type,
+            "payload": self.payload,
+            "queue": self.queue,
+            "priority": self.priority,
+            "max_retries": self.max_retries,
+            "scheduled_at": _moment(self.at),
+            "delay": _duration(self.delay, "delay"),
+            "timeout": _duration(self.timeout, "timeout"),
+        }
+        return {name: value for name, value in fields.items() if value is not None}
+
+
+class Client:
+    """A TaskForge gateway, reached over HTTP.
+
+    ``url`` and ``token`` default to ``TASKFORGE_URL`` (else http://127.0.0.1:8080) and
+    ``TASKFORGE_API_TOKEN``. ``timeout`` bounds each try (connect, then each read); a failed try
+    is repeated up to ``retries`` times with exponential backoff from ``backoff`` seconds, when
+    repeating is safe (see taskforge.transport).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 10.0,
+        retries: int = 4,
+        backoff: float = 0.2,
+        max_backoff: float = 2.0,
+        pool_size: int = 10,
+    ) -> None:
+        self._http = Transport(
+            url or os.environ.get("TASKFORGE_URL") or DEFAULT_URL,
+            token=token if token is not None else os.environ.get("TASKFORGE_API_TOKEN"),
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            pool_size=pool_size,
+        )
+
+    @property
+    def url(self) -> str:
+        """Return the gateway's base URL."""
+        return self._http.url
+
+    def close(self) -> None:
+        """Close the pooled connections (the client can still be used: it reconnects)."""
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- enqueue -----------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        type: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        max_retries: int | None = None,
+        at: datetime | str | None = None,
+        delay: Duration | None = None,
+        timeout: Duration | None = None,
+        idempotency_key: str | None = None,
+    ) -> Job:
+        """Create one job and return it (status pending, or scheduled for ``at`` or ``delay``).
+
+        Every call sends an Idempotency-Key (a new random one unless given), and a try that
+        fails is repeated with the same key: a reply lost on the way never makes a second job.
+        Give your own key to make a repeat of the whole call (after a crash, say) safe too.
+        """
+        spec = JobSpec(type, payload, queue, priority, max_retries, at, delay, timeout)
+        key = idempotency_key or f"tf-{uuid.uuid4().hex}"
+        doc = self._http.request(
+            "POST", "/enqueue", body=spec.body(), headers={"Idempotency-Key": key}
+        )
+        return Job.from_json(doc)
+
+    def enqueue_many(self, jobs: Iterable[JobSpec | dict[str, Any]]) -> list[Job]:
+        """Create many jobs, 1,000 per request, each request all or none; return them in order.
+
+        A batch takes no Idempotency-Key, so a try is repeated only when it cannot have reached
+        the gateway; a lost reply raises ``Unavailable`` with ``outcome_unknown``.
+        """
+        bodies = [job.body() if isinstance(job, JobSpec) else dict(job) for job in jobs]
+        created: list[Job] = []
+        for start in range(0, len(bodies), BATCH_MAX):
+            chunk = bodies[start : start + BATCH_MAX]
+            doc = self._http.request(
+                "POST", "/enqueue/batch", body={"jobs": chunk}, replay=Replay.UNSENT
+            )
+            created += [Job.from_json(job) for job in doc["jobs"]]
+        return created
+
+    # --- one job -----------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        """Return a job; ``NotFound`` if there is none (or it has expired)."""
+        return Job.from_json(self._http.request("GET", f"/jobs/{_seg(job_id)}"))
+
+    def wait(self, job_id: str, timeout: float | None = None) -> Job:
+        """Return the job once it has completed; ``timeout`` None waits as long as it takes.
+
+        Raises ``JobFailed`` if it died, ``JobCanceled`` if it was canceled and ``WaitTimeout``
+        if it was still unfinished after ``timeout`` seconds; each carries the job. The gateway
+        holds each request until the job finishes (``GET /jobs/<id>?wait=``), so nothing polls.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = WAIT_STEP if deadline is None else max(0.0, deadline - time.monotonic())
+            step = min(WAIT_STEP, left)
+            doc = self._http.request(
+                "GET",
+                f"/jobs/{_seg(job_id)}",
+                query={"wait": f"{step:.3f}"},
+                read_timeout=step + self._http.timeout,
+            )
+            job = Job.from_json(doc)
+            if job.status == "completed":
+                return job
+            if job.status == "dead":
+                error = f": {job.last_error}" if job.last_error else ""
+                raise JobFailed(job, f"job {job.id} is dead after {job.attempts} attempts{error}")
+            if job.status == "canceled":
+                raise JobCanceled(job, f"job {job.id} was canceled")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(job, f"job {job.id} is still {job.status} after {timeout:g} s")
+
+    def cancel(self, job_id: str) -> Job:
+        """Cancel a job that has not started; ``Conflict`` once it runs or has finished."""
+        doc = self._http.request("POST", f"/jobs/{_seg(job_id)}/cancel")
+        return Job.from_json(doc)
+
+    def history(self, job_id: str) -> History:
+        """Return what happened to a job, oldest first (the last 50 transitions)."""
+        return History.from_json(self._http.request("GET", f"/jobs/{_seg(job_id)}/history"))
+
+    # --- listings ----------------------------------------------------------------------------
+
+    def iter_jobs(
+        self,
+        state: str,
+        *,
+        queue: str | None = None,
+        type: str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[Job]:
+        """Yield every job in one state, page by page (each listed once; see ``list``)."""
+        cursor: str | None = None
+        while True:
+            page = self.list(state, queue=queue, type=type, limit=page_size, cursor=cursor)
+            yield from page.jobs
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def dlq(self, *, limit: int | None = None, cursor: str | None = None) -> JobPage:
+        """Return a page of dead jobs, newest first."""
+        doc = self._http.request("GET", "/dlq", query={"limit": limit, "cursor": cursor})
+        return JobPage.from_json(doc)
+
+    # --- the dead-letter queue ---------------------------------------------------------------
+
+    def replay(self, job_id: str) -> Job:
+        """Send one dead job back to pending with its attempts at 0; return it."""
+        doc = self._http.request("POST", f"/dlq/{_seg(job_id)}/retry", replay=Replay.UNSENT)
+        return Job.from_json(doc)
+
+    def purge(self, job_id: str) -> None:
+        """Delete one dead job for good."""
+        self._http.request("DELETE", f"/dlq/{_seg(job_id)}", replay=Replay.UNSENT)
+
+    def replay_dead(
+        self,
+        ids: Iterable[str] | None = None,
+        *,
+        queue: str | None = None,
+        type: str | None = None,
+        all: bool = False,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> BulkResult:
+        """Replay dead jobs: these ``ids``, or one page of those a filter matches.
+
+        Follow ``next_cursor`` (with the same filter) until it is None. A repeat acts on no job
+        twice (what it already replayed is skipped as "not dead"), so it is retried freely.
+        """
+        body = _bulk_body(ids, queue, type, all, limit, cursor)
+        return BulkResult.from_json(self._http.request("POST", "/dlq/retry", body=body))
+
+    def purge_dead(
+        self,
+        ids: Iterable[str] | None = None,
+        *,
+        queue: str | None = None,
+        type: str | None = None,
+        all: bool = False,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> BulkResult:
+        """Delete dead jobs: these ``ids``, or one page of those a filter matches."""
+        body = _bulk_body(ids, queue, type, all, limit, cursor)
+        return BulkResult.from_json(self._http.request("POST", "/dlq/purge", body=body))
+
+    # --- queues, workers, statistics ---------------------------------------------------------
+
+    def stats(self) -> Stats:
+        """Return jobs per state (all queues and each), the oldest pending age, worker counts."""
+        return Stats.from_json(self._http.request("GET", "/stats"))
+
+    def throughput(self, *, queue: str | None = None, minutes: int | None = None) -> dict[str, Any]:
+        """Return jobs completed and failed per minute (``GET /stats/throughput``), as JSON."""
+        query = {"queue": queue, "minutes": minutes}
+        doc: dict[str, Any] = self._http.request("GET", "/stats/throughput", query=query)
+        return doc
+
+    def queues(self) -> list[Queue]:
+        """Return every queue: counts per state, paused or not, the last minute's throughput."""
+        doc = self._http.request("GET", "/queues")
+        return [Queue.from_json(queue) for queue in doc["queues"]]
+
+    def pause_queue(self, name: str) -> Queue:
+        """Pause a queue: jobs still arrive, no worker claims them until it is resumed."""
+        return Queue.from_json(self._http.request("POST", f"/queues/{_seg(name)}/pause"))
+
+    def resume_queue(self, name: str) -> Queue:
+        """Resume a paused queue (resuming one that runs changes nothing)."""
+        return Queue.from_json(self._http.request("POST", f"/queues/{_seg(name)}/resume"))
+
+    def workers(self) -> list[Host]:
+        """Return every live workerd host with its worker processes and what each runs."""
+        doc = self._http.request("GET", "/workers")
+        return [Host.from_json(host) for host in doc["hosts"]]
+
+    def quiet_worker(self, name: str) -> Host:
+        """Ask a workerd host to finish its jobs and claim no more (within 2 s)."""
+        return Host.from_json(self._http.request("POST", f"/workers/{_seg(name)}/quiet"))
+
+    def resume_worker(self, name: str) -> Host:
+        """Ask a quiet workerd host to claim again."""
+        return Host.from_json(self._http.request("POST", f"/workers/{_seg(name)}/resume"))
+
+    def health(self) -> dict[str, Any]:
+        """Return ``GET /ready``: the gateway answers and reaches Redis (else ``Unavailable``)."""
+        doc: dict[str, Any] = self._http.request("GET", "/ready")
+        return doc
+
+    # Last: inside the class body, the name ``list`` is this method from here on.
+    def list(
+        self,
+        state: str,
+        *,
+        queue: str | None = None,
+        type: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> JobPage:
+        """Return one page of the jobs in ``state`` (optionally of one queue and one type).
+
+        Pass ``next_cursor`` back as ``cursor`` for the next page (``iter_jobs`` does it).
+        """
+        query = {"state": state, "queue": queue, "type": type, "limit": limit, "cursor": cursor}
+        return JobPage.from_json(self._http.request("GET", "/jobs", query=query))
+
+
+def _seg(value: str) -> str:
+    """Return a path segment quoted, so an odd id or name cannot reach another route."""
+    return quote(value, safe="")
+
+
+def _bulk_body(
+    ids: Iterable[str] | None,
+    queue: str | None,
+    type: str | None,
+    all: bool,
+    limit: int | None,
+    cursor: str | None,
+) -> dict[str, Any]:
+    """Return a bulk DLQ body; the gateway refuses one that names no jobs."""
+    if ids is not None:
+        return {"ids": [str(job_id) for job_id in ids]}
+    fields = {"queue": queue, "type": type, "limit": limit, "cursor": cursor}
+    body = {name: value for name, value in fields.items() if value is not None}
+    if all:
+        body["all"] = True
+    return body

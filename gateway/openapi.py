@@ -18,6 +18,8 @@ from shared.events import CURSOR_PAIR, MAX_CURSOR_STREAMS
 from shared.history import ACTOR_CODES, CAP, EVENTS
 from shared.hosts import HOST_NAME_PATTERN
 from shared.jobs import (
+    DELAY_PATTERN,
+    MAX_DELAY_SECONDS,
     MAX_RETRIES_RANGE,
     MAX_TIMEOUT_SECONDS,
     PRIORITY_LIMIT,
@@ -75,6 +77,14 @@ def _enqueue_schema() -> dict[str, Any]:
         "type": "object",
         "additionalProperties": False,
         "required": ["type"],
+        # delay and scheduled_at exclude each other; either may be null, which is not giving it.
+        "not": {
+            "required": ["delay", "scheduled_at"],
+            "properties": {
+                "delay": {"not": {"type": "null"}},
+                "scheduled_at": {"not": {"type": "null"}},
+            },
+        },
         "examples": [{"type": "send_email", "payload": {"to": "ada@example.com"}, "priority": 5}],
         "properties": {
             "type": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
@@ -96,8 +106,21 @@ def _enqueue_schema() -> dict[str, Any]:
                 "pattern": SCHEDULED_AT,
                 "description": (
                     "When to run it: RFC 3339 with a zone, from 1970-01-01T00:00:00Z to "
-                    "9999-12-31T23:59:59.999Z. A moment already past, null or none: now."
+                    "9999-12-31T23:59:59.999Z, on the client's clock. A moment already past, "
+                    "null or none: now. Or give `delay` instead (not both)."
                 ),
+            },
+            "delay": {
+                "description": "Run it this long after enqueue, counted on Redis's clock (a "
+                "producer's clock does not move it): seconds (a number) or a duration (500ms, "
+                "2s, 1m, 1h, 1d, bare seconds as text), from 0 (now) to 366 days, kept in whole "
+                "milliseconds. The job shows the resulting `scheduled_at`. Null or none: no "
+                "delay. Not with `scheduled_at`.",
+                "oneOf": [
+                    {"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS},
+                    {"type": "string", "pattern": DELAY_PATTERN},
+                    {"type": "null"},
+                ],
             },
             "timeout": {
                 "description": "Seconds (a number), or a duration as the environment takes one "

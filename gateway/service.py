@@ -33,7 +33,8 @@ def new_job_ids(count: int) -> list[str]:
 def created_job(request: EnqueueRequest, result: EnqueueResult) -> Job:
     """Return a job just created as the enqueue script stored it, without reading it back.
 
-    The answer is the job as created even if a worker has claimed it since.
+    The answer is the job as created even if a worker has claimed it since. A delay's
+    scheduled_at is counted from created_at, Redis's clock, as the script counted it.
     """
     return Job(
         id=result.job_id,
@@ -46,7 +47,7 @@ def created_job(request: EnqueueRequest, result: EnqueueResult) -> Job:
         payload_json=request.payload_json,
         created_at=result.created_at_ms,
         updated_at=result.created_at_ms,
-        scheduled_at=request.scheduled_at_ms,
+        scheduled_at=request.scheduled_at_for(result.created_at_ms),
         timeout=request.timeout,
         queue=request.queue,
     )

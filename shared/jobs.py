@@ -39,17 +39,24 @@ MAX_RETRIES_RANGE = (1, 100)
 DEFAULT_MAX_RETRIES = 3
 # A week: longer per-job limits are almost always a unit mistake (ms given as seconds).
 MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
-_parse_duration = duration_parser(positive=True)
+# A leap year: "the same day next year" fits; more is likelier a unit mistake than a plan.
+MAX_DELAY_SECONDS = 366 * 24 * 3600
+# The bounds are checked by the patterns below (and the number bounds): the parser only reads.
+_parse_duration = duration_parser(positive=False)
 TIMEOUT_RULE = (
     "must be seconds (a number) or a duration such as 500ms, 2s, 1m, 1h or 1d, "
     f"above 0 and at most {MAX_TIMEOUT_SECONDS} seconds (7d), with at most 9 decimals"
+)
+DELAY_RULE = (
+    "must be seconds (a number) or a duration such as 500ms, 2s, 1m, 1h or 1d, "
+    f"from 0 to {MAX_DELAY_SECONDS} seconds (366d), with at most 9 decimals"
 )
 # A handler's traceback is kept with its job up to this many bytes (UTF-8), cut from the start:
 # the innermost frames and the exception line, at its end, are what explains a failure.
 TRACEBACK_LIMIT = 8 * 1024
 
 REQUEST_FIELDS = frozenset(
-    {"type", "payload", "priority", "max_retries", "scheduled_at", "timeout", "queue"}
+    {"type", "payload", "priority", "max_retries", "scheduled_at", "delay", "timeout", "queue"}
 )
 LIFECYCLE_FIELDS = frozenset(
     {
@@ -101,23 +108,32 @@ class EnqueueRequest:
     scheduled_at_ms: int | None = None
     timeout: float | None = None
     queue: str = DEFAULT_QUEUE
+    # Run this long after Redis's clock at enqueue (enqueue.lua adds it); never with
+    # scheduled_at_ms, which is the client's absolute time.
+    delay_ms: int | None = None
 
     def canonical(self) -> str:
         """Return one string that is equal for two requests exactly when they mean the same."""
-        return json.dumps(
-            {
-                "type": self.type,
-                "payload": json.loads(self.payload_json),
-                "priority": self.priority,
-                "max_retries": self.max_retries,
-                "scheduled_at_ms": self.scheduled_at_ms,
-                "timeout": self.timeout,
-                "queue": self.queue,
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-        )
+        doc: dict[str, Any] = {
+            "type": self.type,
+            "payload": json.loads(self.payload_json),
+            "priority": self.priority,
+            "max_retries": self.max_retries,
+            "scheduled_at_ms": self.scheduled_at_ms,
+            "timeout": self.timeout,
+            "queue": self.queue,
+        }
+        # Only when given: a request without one keeps the digest it had before delays existed,
+        # so an Idempotency-Key reserved then still matches its repeat.
+        if self.delay_ms is not None:
+            doc["delay_ms"] = self.delay_ms
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    def scheduled_at_for(self, created_at_ms: int) -> int | None:
+        """Return the scheduled_at the job stores, given its created_at (Redis's now)."""
+        if self.delay_ms is None:
+            return self.scheduled_at_ms
+        return created_at_ms + self.delay_ms
 
 
 def dump_json(value: Any) -> str:
@@ -206,17 +222,8 @@ def validate_enqueue(body: Any) -> EnqueueRequest:
             )
         )
 
-    scheduled_at_ms = None
-    if body.get("scheduled_at") is not None:
-        try:
-            scheduled_at_ms = parse_rfc3339_ms(body["scheduled_at"])
-        except (TypeError, ValueError, OverflowError) as exc:
-            errors.append(FieldError("scheduled_at", str(exc) or "is not a valid timestamp"))
-        else:
-            if not 0 <= scheduled_at_ms <= LATEST_MS:  # before 1970 means "now" anyway
-                errors.append(
-                    FieldError("scheduled_at", "must be from 1970 to 9999-12-31T23:59:59.999Z")
-                )
+    scheduled_at_ms, delay_ms, when_errors = _when(body)
+    errors += when_errors
 
     timeout = None
     if body.get("timeout") is not None:
@@ -239,7 +246,41 @@ def validate_enqueue(body: Any) -> EnqueueRequest:
         scheduled_at_ms=scheduled_at_ms,
         timeout=timeout,
         queue=queue,
+        delay_ms=delay_ms,
     )
+
+
+_EITHER = (("delay", "scheduled_at"), ("scheduled_at", "delay"))
+
+
+def _when(body: Mapping[str, Any]) -> tuple[int | None, int | None, list[FieldError]]:
+    """Return (scheduled_at ms, delay ms, errors) of a body: at most one of the two is given."""
+    given_at, given_delay = body.get("scheduled_at"), body.get("delay")  # null: not given
+    if given_at is not None and given_delay is not None:
+        # One entry per field, so a client matching on field names finds each.
+        both = "cannot be given with {}: give one of the two"
+        refused = [FieldError(name, both.format(other)) for name, other in _EITHER]
+        return None, None, refused
+    try:
+        if given_delay is not None:
+            return None, parse_delay(given_delay), []
+        if given_at is not None:
+            return parse_scheduled_at(given_at), None, []
+    except ValueError as exc:
+        name = "delay" if given_delay is not None else "scheduled_at"
+        return None, None, [FieldError(name, str(exc))]
+    return None, None, []
+
+
+def parse_scheduled_at(value: Any) -> int:
+    """Return epoch milliseconds of a scheduled_at: RFC 3339 with a zone, 1970 to 9999."""
+    try:
+        scheduled_at_ms = parse_rfc3339_ms(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(str(exc) or "is not a valid timestamp") from None
+    if not 0 <= scheduled_at_ms <= LATEST_MS:  # before 1970 means "now" anyway
+        raise ValueError("must be from 1970 to 9999-12-31T23:59:59.999Z")
+    return scheduled_at_ms
 
 
 def _below(limit: int) -> str:
@@ -255,34 +296,60 @@ def _below(limit: int) -> str:
     return "|".join(options)
 
 
-def _duration_pattern(bound: int, unit: str) -> str:
-    """Return a regex of the decimals above 0 and at most `bound` (whole), then `unit`."""
+def _duration_pattern(bound: int, unit: str, *, zero: bool) -> str:
+    """Return a regex of the decimals above 0 (or from 0, when `zero`) and at most `bound`
+    (whole), then `unit`."""
     fraction = r"(\.[0-9]{1,9})?"
     under_one = "|".join(f"{'0' * k}[1-9][0-9]{{0,{8 - k}}}" for k in range(9))
     number = f"0*({_below(bound)}){fraction}|0*{bound}(\\.0{{1,9}})?|0+\\.({under_one})"
+    if zero:
+        number += r"|0+(\.0{1,9})?"
     return f"({number}){unit}"
 
 
-# The duration texts a timeout may be, exactly: the forms of shared.config's parser, above 0,
-# at most a week and with at most 9 decimals. A regex, so the OpenAPI document states the
-# bound precisely (a client or fuzzer generating from it never meets a surprise refusal).
-_WEEK = {"ms": MAX_TIMEOUT_SECONDS * 1000, "s": MAX_TIMEOUT_SECONDS, "": MAX_TIMEOUT_SECONDS}
-_WEEK |= {"m": MAX_TIMEOUT_SECONDS // 60, "h": MAX_TIMEOUT_SECONDS // 3600, "d": 7}
-TIMEOUT_PATTERN = "^(" + "|".join(_duration_pattern(b, u) for u, b in _WEEK.items()) + ")$"
+def _durations_pattern(bound_seconds: int, *, zero: bool) -> str:
+    """Return a regex of the duration texts up to `bound_seconds` (whole days) in every unit."""
+    bounds = {"ms": bound_seconds * 1000, "s": bound_seconds, "": bound_seconds}
+    bounds |= {"m": bound_seconds // 60, "h": bound_seconds // 3600, "d": bound_seconds // 86400}
+    units = "|".join(_duration_pattern(b, u, zero=zero) for u, b in bounds.items())
+    return f"^({units})$"
+
+
+# The duration texts a timeout (above 0, at most a week) and a delay (0 to 366 days) may be,
+# exactly: the forms of shared.config's parser, with at most 9 decimals. Regexes, so the
+# OpenAPI document states the bounds precisely (a client or fuzzer generating from it never
+# meets a surprise refusal).
+TIMEOUT_PATTERN = _durations_pattern(MAX_TIMEOUT_SECONDS, zero=False)
+DELAY_PATTERN = _durations_pattern(MAX_DELAY_SECONDS, zero=True)
 _TIMEOUT_TEXT = re.compile(TIMEOUT_PATTERN)
+_DELAY_TEXT = re.compile(DELAY_PATTERN)
+
+
+def _seconds(value: Any, texts: re.Pattern[str]) -> float:
+    """Return the seconds of a number, or of a text `texts` matches; NaN for anything else."""
+    if isinstance(value, str) and texts.fullmatch(value):
+        return _parse_duration(value)  # within the bounds, as the pattern guarantees
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        with contextlib.suppress(OverflowError):  # an integer past any float
+            return float(value)
+    return math.nan
 
 
 def parse_timeout(value: Any) -> float:
     """Return a job timeout in seconds: a number of seconds or a duration text such as "5s"."""
-    seconds = -1.0  # refused unless one of the forms below gives a value
-    if isinstance(value, str) and _TIMEOUT_TEXT.fullmatch(value):
-        seconds = _parse_duration(value)  # within the bounds, as the pattern guarantees
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        with contextlib.suppress(OverflowError):  # an integer past any float
-            seconds = float(value)
+    seconds = _seconds(value, _TIMEOUT_TEXT)
     if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_SECONDS):
         raise ValueError(TIMEOUT_RULE)
     return seconds
+
+
+def parse_delay(value: Any) -> int:
+    """Return a delay in whole milliseconds (Redis's clock's unit, rounded to the nearest): a
+    number of seconds or a duration text such as "5m"."""
+    seconds = _seconds(value, _DELAY_TEXT)
+    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_DELAY_SECONDS):
+        raise ValueError(DELAY_RULE)
+    return round(seconds * 1000)
 
 
 def cap_traceback(text: str, limit: int = TRACEBACK_LIMIT) -> str:

@@ -223,7 +223,8 @@ class Scripts:
         now_ms: int | None = None,
         traceparent: str | None = None,
     ) -> EnqueueResult:
-        """Create a job (pending, or scheduled when scheduled_at is in the future).
+        """Create a job (pending, or scheduled when scheduled_at is in the future or a delay
+        above 0 is given; the delay counts from Redis's clock).
 
         With an idempotency key, two calls: reserve.lua ties the key to this job id in the
         global slot, then enqueue.lua creates the job in its queue's slot (no script spans
@@ -311,6 +312,7 @@ class Scripts:
             request.priority,
             request.max_retries,
             "" if request.scheduled_at_ms is None else request.scheduled_at_ms,
+            "" if request.delay_ms is None else request.delay_ms,
             "" if request.timeout is None else repr(request.timeout),
             self.policy.wake_cap,
             _now(now_ms),

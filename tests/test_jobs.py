@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from shared.config import Settings
 from shared.jobs import (
+    DELAY_PATTERN,
     LIFECYCLE_FIELDS,
+    MAX_DELAY_SECONDS,
     MAX_TIMEOUT_SECONDS,
     TIMEOUT_PATTERN,
     TRACEBACK_LIMIT,
@@ -287,9 +289,9 @@ def test_timeout_out_of_bounds_or_in_no_duration_form_is_refused_naming_it(timeo
 
 
 def test_unknown_fields_are_refused_with_a_message_naming_them() -> None:
-    errors = errors_of({"type": "t", "queue": "q", "delay": 5, "queues": "q"})
+    errors = errors_of({"type": "t", "queue": "q", "after": 5, "queues": "q"})
 
-    assert errors == {"delay": "unknown field", "queues": "unknown field"}
+    assert errors == {"after": "unknown field", "queues": "unknown field"}
 
 
 @pytest.mark.parametrize("queue", ["critical", "low.priority-2", "Q_1", "x" * 64])
@@ -594,3 +596,131 @@ def test_the_timeout_pattern_accepts_exactly_the_durations_within_the_bounds(
 def test_the_timeout_pattern_takes_its_edges(text: str) -> None:
     assert re.fullmatch(TIMEOUT_PATTERN, text)
     assert 0 < (validate_enqueue({"type": "t", "timeout": text}).timeout or 0) <= 604800
+
+
+# --- delay: relative to Redis's clock ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("delay", "ms"),
+    [
+        (0, 0),
+        ("0", 0),
+        ("0ms", 0),
+        (30, 30_000),
+        (2.5, 2_500),
+        ("500ms", 500),
+        ("90s", 90_000),
+        ("5m", 300_000),
+        ("1h", 3_600_000),
+        ("1d", 86_400_000),
+        ("0.3", 300),  # not 300.00000000000006 rounded up: whole milliseconds, the nearest
+        ("366d", MAX_DELAY_SECONDS * 1000),
+        (MAX_DELAY_SECONDS, MAX_DELAY_SECONDS * 1000),
+    ],
+)
+def test_delay_takes_what_timeout_takes_and_zero_in_whole_milliseconds(delay: Any, ms: int) -> None:
+    request = validate_enqueue({"type": "t", "delay": delay})
+
+    assert (request.delay_ms, request.scheduled_at_ms) == (ms, None)
+    assert request.scheduled_at_for(T0) == T0 + ms
+
+
+def test_a_null_delay_is_no_delay() -> None:
+    request = validate_enqueue({"type": "t", "delay": None})
+
+    assert request == validate_enqueue({"type": "t"})
+    assert request.scheduled_at_for(T0) is None
+
+
+@pytest.mark.parametrize(
+    "delay",
+    [
+        -1,
+        -0.001,
+        "-1s",
+        MAX_DELAY_SECONDS + 1,
+        "367d",
+        "366.000000001d",
+        "31622401",
+        10**400,
+        True,
+        float("nan"),
+        float("inf"),
+        "5 m",
+        "5M",
+        "1w",
+        ".5s",
+        "",
+        "soon",
+        [5],
+        {"m": 5},
+    ],
+    ids=repr,
+)
+def test_a_bad_delay_is_refused_naming_it(delay: Any) -> None:
+    errors = errors_of({"type": "t", "delay": delay})
+
+    assert list(errors) == ["delay"]
+    assert "500ms, 2s, 1m, 1h or 1d" in errors["delay"] and "31622400" in errors["delay"]
+
+
+@pytest.mark.parametrize("delay", [0, "5m", "bad"])
+def test_delay_and_scheduled_at_together_are_refused_naming_both(delay: Any) -> None:
+    errors = errors_of({"type": "t", "delay": delay, "scheduled_at": "2026-01-01T00:00:00Z"})
+
+    assert errors == {
+        "delay": "cannot be given with scheduled_at: give one of the two",
+        "scheduled_at": "cannot be given with delay: give one of the two",
+    }
+
+
+def test_a_null_beside_the_other_is_not_giving_it() -> None:
+    at = validate_enqueue({"type": "t", "delay": None, "scheduled_at": "2026-01-01T00:00:00Z"})
+    later = validate_enqueue({"type": "t", "delay": "5m", "scheduled_at": None})
+
+    assert (at.scheduled_at_ms, at.delay_ms) == (T0, None)
+    assert (later.scheduled_at_ms, later.delay_ms) == (None, 300_000)
+
+
+def test_the_idempotency_digest_covers_the_delay_and_not_its_spelling() -> None:
+    def canonical(**body: Any) -> str:
+        return validate_enqueue({"type": "t", **body}).canonical()
+
+    assert canonical(delay="5m") == canonical(delay=300) == canonical(delay="300000ms")
+    assert len({canonical(delay="5m"), canonical(delay="6m"), canonical(delay=0), canonical()}) == 4
+    # A request without a delay keeps the digest it had before delays existed (keys reserved
+    # then still match their repeats).
+    assert "delay" not in canonical()
+
+
+@settings(max_examples=2_000, deadline=None)
+@given(
+    whole=st.from_regex(r"[0-9]{1,12}", fullmatch=True),
+    decimals=st.none() | st.from_regex(r"[0-9]{1,11}", fullmatch=True),
+    unit=st.sampled_from(sorted(UNIT_SECONDS)),
+)
+def test_the_delay_pattern_accepts_exactly_the_durations_within_the_bounds(
+    whole: str, decimals: str | None, unit: str
+) -> None:
+    # The OpenAPI document publishes DELAY_PATTERN: it must say exactly what is accepted.
+    text = whole + ("" if decimals is None else "." + decimals) + unit
+    seconds = Decimal(text.removesuffix(unit)) * UNIT_SECONDS[unit]
+    inside = 0 <= seconds <= MAX_DELAY_SECONDS and len(decimals or "") <= 9
+
+    assert bool(re.fullmatch(DELAY_PATTERN, text)) == inside, text
+    if inside:
+        delay_ms = validate_enqueue({"type": "t", "delay": text}).delay_ms
+        # The nearest millisecond (a float's error, far below 1 µs here, may tip a half).
+        assert delay_ms is not None and abs(delay_ms - seconds * 1000) <= Decimal("0.50001")
+    else:
+        assert "delay" in errors_of({"type": "t", "delay": text})
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["0", "0ms", "00.000000000d", "366d", "8784h", "527040m", "31622400", "31622400000ms"],
+)
+def test_the_delay_pattern_takes_its_edges(text: str) -> None:
+    assert re.fullmatch(DELAY_PATTERN, text)
+    assert 0 <= (validate_enqueue({"type": "t", "delay": text}).delay_ms or 0) <= 31_622_400_000

@@ -1,6 +1,6 @@
 #!lua
--- enqueue: create a job in one queue, pending now or scheduled for later, at most once per job
--- id.
+-- enqueue: create a job in one queue, pending now or scheduled for later (at a time or after a
+-- delay), at most once per job id.
 --
 -- Invariant: a new job is in exactly one index (pending or scheduled). Repeating the same call
 -- (redis-py retries a command whose reply was lost) creates nothing new: the job id is the
@@ -21,16 +21,19 @@
 -- ARGV[3] -> payload (JSON text)
 -- ARGV[4] -> priority (integer)
 -- ARGV[5] -> max_retries (maximum number of executions)
--- ARGV[6] -> scheduled_at (ms) or ''
--- ARGV[7] -> timeout (seconds) or ''
--- ARGV[8] -> wake list cap
--- ARGV[9] -> now (ms) override, or '' for Redis TIME
--- ARGV[10] -> optional: W3C traceparent of the enqueue span, stored as field `traceparent`
+-- ARGV[6] -> scheduled_at (ms, the client's clock) or ''
+-- ARGV[7] -> delay (ms, 0 or more) or '': scheduled_at is now + delay, on this script's clock
+--            (never given with ARGV[6])
+-- ARGV[8] -> timeout (seconds) or ''
+-- ARGV[9] -> wake list cap
+-- ARGV[10] -> now (ms) override, or '' for Redis TIME
+-- ARGV[11] -> optional: W3C traceparent of the enqueue span, stored as field `traceparent`
 --             (absent or '' when tracing is off: nothing is stored)
--- ARGV[11] -> events stream cap; '0' or absent: no event
+-- ARGV[12] -> events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, id, status, created_at, existed}: existed is 1 when the job was already there
---         (a repeat of this call, or of the request an idempotency key names), else 0.
+--         (a repeat of this call, or of the request an idempotency key names), else 0. A
+--         delayed job's scheduled_at is created_at + delay (EnqueueRequest.scheduled_at_for).
 -- History and event: enqueued or scheduled (api), the job's first entry, in the one HSET; a
 -- repeat writes neither.
 -- Redis commands for a new pending job: 8 (HMGET, TIME, INCR, ZADD, ZADD, LPUSH, HSET, XADD; an
@@ -46,10 +49,16 @@ if prior[1] then
   return {DONE, job_id, prior[1], tonumber(prior[2]), 1}
 end
 
-local now = now_ms(ARGV[9])
+local now = now_ms(ARGV[10])
 -- Numbers are formatted once, as %d: redis.call formats a Lua number with %.17g on each use.
 local stamp = string.format('%d', now)
-local scheduled_at = ARGV[6] ~= '' and tonumber(ARGV[6]) or nil
+-- A delay becomes an absolute scheduled_at here, on Redis's clock, so a producer's skewed
+-- clock cannot move the job; from then on it is stored and promoted like any scheduled_at.
+local due = ARGV[6]
+if ARGV[7] ~= '' then
+  due = string.format('%d', now + tonumber(ARGV[7]))
+end
+local scheduled_at = due ~= '' and tonumber(due) or nil
 local status = (scheduled_at and scheduled_at > now) and 'scheduled' or 'pending'
 -- History's first entry, a constant: enqueued (or scheduled) by the api at created_at, attempt 0.
 local first = status == 'scheduled' and 'sa0|0' or 'qa0|0'
@@ -62,26 +71,26 @@ local function add(name, value)
   fields[#fields + 1] = name
   fields[#fields + 1] = value
 end
-if ARGV[7] ~= '' then
-  add('timeout', ARGV[7])
+if ARGV[8] ~= '' then
+  add('timeout', ARGV[8])
 end
-if ARGV[10] and ARGV[10] ~= '' then
-  add('traceparent', ARGV[10])
+if ARGV[11] and ARGV[11] ~= '' then
+  add('traceparent', ARGV[11])
 end
 if scheduled_at then
-  add('scheduled_at', ARGV[6])
+  add('scheduled_at', due)
 end
 if status == 'scheduled' then
-  redis.call('ZADD', KEYS[6], ARGV[6], job_id)
+  redis.call('ZADD', KEYS[6], due, job_id)
 else
   local seq = redis.call('INCR', KEYS[4])
   add('seq', string.format('%d', seq))
   add('eligible_at', stamp)
-  index_pending({KEYS[2], KEYS[3], KEYS[5]}, job_id, ARGV[4], seq, stamp, tonumber(ARGV[8]))
+  index_pending({KEYS[2], KEYS[3], KEYS[5]}, job_id, ARGV[4], seq, stamp, tonumber(ARGV[9]))
 end
 -- The whole hash in one write: every field this job starts with.
 redis.call('HSET', job_key, unpack(fields))
-emit(KEYS[7], ARGV[11], 'e', status == 'scheduled' and 'scheduled' or 'enqueued', 'j', job_id,
+emit(KEYS[7], ARGV[12], 'e', status == 'scheduled' and 'scheduled' or 'enqueued', 'j', job_id,
   't', ARGV[2])
 
 return {DONE, job_id, status, now, 0}

@@ -114,6 +114,15 @@ def test_enqueue_with_every_optional_field_still_writes_the_hash_once(
     assert counts["hset"] == 1
 
 
+def test_enqueue_with_a_delay_is_within_its_budget_and_reads_redis_time_once(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    counts = commands_of(r, lambda: engine.enqueue(request(delay="5m"), J1))
+    assert_within(counts, budget(engine, counts, ENQUEUE, 1))
+    # The due time comes from the TIME the script already reads: no command of its own.
+    assert counts["time"] == 1 and counts["hset"] == 1
+
+
 def test_claim_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
     engine.enqueue(request(), J1)
     counts = commands_of(r, lambda: engine.claim("w1"))

@@ -13,6 +13,7 @@ from tests.engine.conftest import (
     J2,
     J3,
     J4,
+    J5,
     POLICY,
     T0,
     K,
@@ -301,3 +302,119 @@ def test_enqueue_many_sent_again_creates_nothing_new(r: redis.Redis, scripts: Sc
 
     assert [result.job_id for result in again] == [J1, J2]
     assert changed(before, snapshot(r)) == set()
+
+
+# --- delay: scheduled_at counted from the script's own clock ----------------------------------
+
+
+def test_enqueue_with_a_delay_schedules_it_that_long_after_the_scripts_now(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    before = snapshot(r)
+
+    # T0 is the script's now (ARGV override), not this host's clock: the due time follows it.
+    result = scripts.enqueue(request(delay="5m"), J1, now_ms=T0)
+
+    after = snapshot(r)
+    assert result == EnqueueResult(J1, JobState.SCHEDULED, created=True, created_at_ms=T0)
+    assert changed(before, after) == {K.job(J1), K.scheduled}
+    assert after[K.scheduled] == [(J1, T0 + 300_000)]
+    stored = after[K.job(J1)]
+    assert (stored["status"], stored["scheduled_at"], stored["created_at"]) == (
+        "scheduled",
+        T0 + 300_000,
+        T0,
+    )
+    assert stored["history"] == "sa0|0"  # scheduled by the api, as for an absolute time
+    assert "seq" not in stored and "delay" not in stored
+
+
+def test_enqueue_with_no_override_counts_the_delay_from_redis_time(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    def redis_ms() -> int:
+        seconds, micros = r.time()
+        return seconds * 1000 + micros // 1000
+
+    earliest = redis_ms()
+    result = scripts.enqueue(request(delay=2.5), J1)
+    latest = redis_ms()
+
+    stored = job(r, J1)
+    assert earliest <= result.created_at_ms <= latest
+    assert stored.created_at == result.created_at_ms
+    assert stored.scheduled_at == result.created_at_ms + 2_500
+    assert r.zscore(K.scheduled, J1) == stored.scheduled_at
+
+
+def test_enqueue_with_a_delay_of_zero_is_pending_at_once_with_scheduled_at_now(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    before = snapshot(r)
+
+    result = scripts.enqueue(request(delay=0), J1, now_ms=T0)
+
+    after = snapshot(r)
+    assert result.status is JobState.PENDING
+    assert changed(before, after) == {K.job(J1), K.pending, K.pending_since, K.seq, K.wake}
+    assert after[K.job(J1)]["scheduled_at"] == T0  # as an absolute scheduled_at of now is
+    assert after[K.pending] == [(pending_member(1, J1), 0)]
+
+
+def test_enqueue_with_a_delay_repeated_with_the_same_job_id_keeps_the_first_due_time(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    scripts.enqueue(request(delay="1m"), J1, now_ms=T0)
+    before = snapshot(r)
+
+    # redis-py resends a call whose reply was lost: the later now must not move the job.
+    again = scripts.enqueue(request(delay="1m"), J1, now_ms=T0 + 30_000)
+
+    assert again == EnqueueResult(J1, JobState.SCHEDULED, created=True, created_at_ms=T0)
+    assert changed(before, snapshot(r)) == set()
+    assert job(r, J1).scheduled_at == T0 + 60_000
+
+
+def test_enqueue_same_idempotency_key_and_delay_returns_the_first_job_unmoved(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    scripts.enqueue(request(delay="5m"), J1, idempotency_key="k", now_ms=T0)
+    before = snapshot(r)
+
+    # The same delay spelt otherwise, a minute later: the same request, the same job.
+    second = scripts.enqueue(request(delay=300), J2, idempotency_key="k", now_ms=T0 + 60_000)
+
+    assert second == EnqueueResult(J1, JobState.SCHEDULED, created=False, created_at_ms=T0)
+    assert changed(before, snapshot(r)) == set()
+    assert job(r, J1).scheduled_at == T0 + 300_000
+    with pytest.raises(IdempotencyConflict):
+        scripts.enqueue(request(delay="6m"), J3, idempotency_key="k", now_ms=T0 + 60_000)
+    with pytest.raises(IdempotencyConflict):  # no delay is another request too
+        scripts.enqueue(request(), J3, idempotency_key="k", now_ms=T0 + 60_000)
+
+
+def test_enqueue_many_with_mixed_delays_schedules_each_from_the_one_now(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    batch = [
+        (request(delay="1.5s"), J1),
+        (request(), J2),
+        (request(delay=0), J3),
+        (request(scheduled_at=format_ms(T0 + 9)), J4),
+        (request(delay="1d"), J5),
+    ]
+
+    results = scripts.enqueue_many(batch, now_ms=T0)
+
+    after = snapshot(r)
+    assert [(res.job_id, res.status) for res in results] == [
+        (J1, JobState.SCHEDULED),
+        (J2, JobState.PENDING),
+        (J3, JobState.PENDING),
+        (J4, JobState.SCHEDULED),
+        (J5, JobState.SCHEDULED),
+    ]
+    assert after[K.scheduled] == [(J4, T0 + 9), (J1, T0 + 1_500), (J5, T0 + 86_400_000)]
+    assert after[K.pending] == [(pending_member(1, J2), 0), (pending_member(2, J3), 0)]
+    assert "scheduled_at" not in after[K.job(J2)]
+    assert after[K.job(J3)]["scheduled_at"] == T0

@@ -82,6 +82,21 @@ def test_promote_takes_a_job_due_exactly_now_and_leaves_future_ones(
     assert job(r, J2).status is JobState.SCHEDULED
 
 
+def test_a_delayed_job_is_promoted_once_its_delay_from_enqueue_is_over_and_then_claimed(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    enqueue(scripts, J1, now=T0, delay="1m")  # due at T0 + 60 s: DUE
+
+    assert scripts.promote(now_ms=DUE - 1).scheduled == []
+    assert job(r, J1).status is JobState.SCHEDULED
+    assert scripts.claim("w1", now_ms=DUE - 1) is None
+
+    assert scripts.promote(now_ms=DUE).scheduled == [J1]
+    claimed = claim(scripts, J1, now=DUE)
+    assert (claimed.scheduled_at, claimed.created_at) == (DUE, T0)
+    assert job(r, J1).to_json()["scheduled_at"] == format_ms(DUE)
+
+
 def test_promote_of_nothing_due_changes_nothing(r: redis.Redis, scripts: Scripts) -> None:
     schedule(scripts, J1)
     fail_to_retrying(scripts, J2)

@@ -7,6 +7,7 @@ import re
 import time
 from typing import Any
 
+import jsonschema_rs
 import pytest
 import redis
 from flask.testing import FlaskClient
@@ -331,6 +332,46 @@ def accepts_scheduled_at(text: str) -> bool:
 @pytest.mark.parametrize("text", SCHEDULED_AT_CASES)
 def test_the_documented_scheduled_at_pattern_is_what_the_server_accepts(text: str) -> None:
     assert bool(re.search(SCHEDULED_AT, text)) == accepts_scheduled_at(text)
+
+
+# What the document says of delay (its forms, bounds, and never beside scheduled_at) against
+# what validate_enqueue does.
+AT = "2099-01-01T00:00:00Z"
+DELAY_CASES: list[dict[str, Any]] = [
+    {"delay": 0},
+    {"delay": "0ms"},
+    {"delay": 2.5},
+    {"delay": "5m"},
+    {"delay": "366d"},
+    {"delay": 31_622_400},
+    {"delay": None},
+    {"delay": None, "scheduled_at": AT},
+    {"delay": "5m", "scheduled_at": None},
+    {"delay": -1},
+    {"delay": "-1s"},
+    {"delay": "367d"},
+    {"delay": 31_622_401},
+    {"delay": "1w"},
+    {"delay": True},
+    {"delay": [5]},
+    {"delay": "5m", "scheduled_at": AT},
+    {"delay": 0, "scheduled_at": AT},
+]
+
+
+@pytest.mark.parametrize("fields", DELAY_CASES, ids=repr)
+def test_the_documented_delay_is_what_the_server_accepts(fields: dict[str, Any]) -> None:
+    components = document(False)["components"]
+    schema = {"$ref": "#/components/schemas/EnqueueRequest", "components": components}
+    body = {"type": "t", **fields}
+    try:
+        validate_enqueue(body)
+    except ValidationError:
+        accepted = False
+    else:
+        accepted = True
+
+    assert jsonschema_rs.validator_for(schema).is_valid(body) == accepted
 
 
 def test_a_scheduled_at_past_year_9999_in_utc_is_a_400_not_a_job_nobody_can_read(

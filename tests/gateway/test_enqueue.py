@@ -93,6 +93,18 @@ def test_a_past_scheduled_at_is_pending_at_once(client: FlaskClient) -> None:
         ({"type": "a", "scheduled_at": 1767225600}, ["scheduled_at"]),
         ({"type": "a", "scheduled_at": "0999-01-01T00:00:00Z"}, ["scheduled_at"]),
         ({"type": "a", "scheduled_at": "1969-12-31T23:59:59Z"}, ["scheduled_at"]),
+        ({"type": "a", "delay": -1}, ["delay"]),
+        ({"type": "a", "delay": "-5s"}, ["delay"]),
+        ({"type": "a", "delay": "367d"}, ["delay"]),
+        ({"type": "a", "delay": 366 * 86400 + 1}, ["delay"]),
+        ({"type": "a", "delay": "5 m"}, ["delay"]),
+        ({"type": "a", "delay": "soon"}, ["delay"]),
+        ({"type": "a", "delay": True}, ["delay"]),
+        (
+            {"type": "a", "delay": "5m", "scheduled_at": "2099-01-01T00:00:00Z"},
+            ["delay", "scheduled_at"],
+        ),
+        ({"type": "a", "delay": 0, "scheduled_at": "tomorrow"}, ["delay", "scheduled_at"]),
         ({"type": "a", "timeout": 0}, ["timeout"]),
         ({"type": "a", "timeout": -1}, ["timeout"]),
         ({"type": "a", "timeout": 10**9}, ["timeout"]),
@@ -186,6 +198,36 @@ def test_a_bad_timeout_is_400_naming_it_single_and_batch(
     assert field["field"] == "timeout" and "500ms, 2s, 1m, 1h or 1d" in field["message"]
     assert [e["field"] for e in batch.get_json()["errors"]] == ["timeout"]
     assert count_jobs(scripts) == 0
+
+
+BOTH = {"delay": "5m", "scheduled_at": "2099-01-01T00:00:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [({"delay": d}, ["delay"]) for d in ["-1s", -0.5, "367d", 31_622_401, "1w", "", [5], {}]]
+    + [(BOTH, ["delay", "scheduled_at"])],
+    ids=repr,
+)
+def test_a_bad_delay_is_400_naming_it_single_and_batch(
+    client: FlaskClient, scripts: Scripts, fields: dict[str, Any], named: list[str]
+) -> None:
+    body = {"type": "a", **fields}
+    one = post(client, "/enqueue", body)
+    batch = post(client, "/enqueue/batch", {"jobs": [{"type": "ok"}, body]})
+
+    assert (one.status_code, batch.status_code) == (400, 400)
+    messages = {f["field"]: f["message"] for f in one.get_json()["fields"]}
+    assert sorted(messages) == named
+    assert "give one of the two" in messages["delay"] or "366d" in messages["delay"]
+    assert sorted(e["field"] for e in batch.get_json()["errors"] if e["index"] == 1) == named
+    assert count_jobs(scripts) == 0
+
+
+def test_a_null_delay_is_no_delay(client: FlaskClient) -> None:
+    created = post(client, "/enqueue", {"type": "a", "delay": None}).get_json()
+
+    assert created["status"] == "pending" and "scheduled_at" not in created
 
 
 @pytest.mark.parametrize("body", ["[]", '"job"', "42", "null", "true"])

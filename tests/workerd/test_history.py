@@ -75,6 +75,31 @@ def test_each_process_signs_the_transitions_it_makes(
     assert times[-1] == job.finished_at
 
 
+@pytest.mark.slow
+def test_a_delayed_job_waits_its_delay_on_redis_clock_then_is_promoted_and_run(
+    start_workerd: Callable[..., Workerd], engine: Engine
+) -> None:
+    start_workerd(WORKER_COUNT="1")
+    job_id = engine.enqueue("noop", delay="700ms")
+
+    waiting = engine.job(job_id)
+    assert waiting.status is JobState.SCHEDULED
+    assert waiting.scheduled_at == waiting.created_at + 700
+    done = engine.wait_for(job_id, JobState.COMPLETED, timeout=15)
+
+    assert [e[:2] for e in kept(engine, job_id)] == [
+        ("scheduled", "api"),
+        ("promoted", "scheduler"),
+        ("claimed", "worker"),
+        ("completed", "worker"),
+    ]
+    found = history.read(engine.redis, engine.keys, job_id, engine.keys.queue)
+    assert found is not None
+    # Every time here is Redis's: promoted at or after the due time, never before.
+    assert found.entries[1].at_ms >= waiting.scheduled_at
+    assert done.started_at is not None and done.started_at >= waiting.scheduled_at
+
+
 def test_a_stopping_worker_hands_back_the_job_it_claimed_and_says_so(engine: Engine) -> None:
     """Stepped by hand: completing the first job claims the second, which it will not run."""
     first, second = engine.enqueue("noop"), engine.enqueue("noop")

@@ -168,6 +168,7 @@ def exc_code(exc: TaskForgeError) -> int:
 
 def fail(message: str, status: int) -> int:
     """Report one error line on stderr; return the exit status."""
-    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
-    click.echo(f"{PROG}: error: {first}", err=True)
+    # Click spreads some messages over lines ("Choose from:" and a list): one line, always.
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    click.echo(f"{PROG}: error: {line or 'unknown error'}", err=True)
     return int(status)

@@ -1,16 +1,21 @@
-"""Fixtures shared by all tests: a private redis-server, a client on it, settings for it."""
+"""Fixtures shared by all tests: a private redis-server, a client on it, settings for it, and the
+gateway under real gunicorn on it (for the gateway, client and CLI tests)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import pytest
 import redis
 
 from shared.config import Settings
+from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.redis_server import RedisServer
 from tests.support.tools import require_tool
 
@@ -59,3 +64,30 @@ def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
 def settings(redis_server: RedisServer) -> Settings:
     """Return default settings pointed at the private server."""
     return Settings.from_env({"REDIS_URL": redis_server.url})
+
+
+@pytest.fixture(scope="session")
+def gateway_server(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gunicorn]:
+    """Run one open gateway under gunicorn for the session, on the private redis-server."""
+    with run_gunicorn(redis_server.url, tmp_path_factory.mktemp("gunicorn")) as server:
+        yield server
+
+
+@pytest.fixture
+def gw(gateway_server: Gunicorn, r: Any) -> Gunicorn:
+    """Return the session's gateway with Redis emptied (and running) for this test."""
+    return gateway_server
+
+
+@pytest.fixture
+def start_gateway(
+    redis_server: RedisServer, tmp_path: Path
+) -> Iterator[Callable[..., contextlib.AbstractContextManager[Gunicorn]]]:
+    """Return a starter of extra gateways with their own environment (auth on, …)."""
+
+    def start(**env: str) -> contextlib.AbstractContextManager[Gunicorn]:
+        return run_gunicorn(redis_server.url, tmp_path, **env)
+
+    yield start

@@ -95,6 +95,18 @@ def test_reset_all_fails_a_command_in_flight(
     assert len(errors) == 1 and isinstance(errors[0], redis.ConnectionError)
 
 
+def test_peak_connections_counts_the_most_open_at_once(proxy: TcpProxy) -> None:
+    first = socket.create_connection((proxy.host, proxy.port), timeout=WAIT)
+    second = socket.create_connection((proxy.host, proxy.port), timeout=WAIT)
+    _wait_for(lambda: proxy.connections == 2, "both connections to be accepted")
+    first.close()
+    second.close()
+    _wait_for(lambda: proxy.connections == 0, "both connections to close")
+    with socket.create_connection((proxy.host, proxy.port), timeout=WAIT):
+        _wait_for(lambda: proxy.connections == 1, "a third connection")
+        assert proxy.peak_connections == 2
+
+
 def test_latency_delays_each_reply(proxy: TcpProxy, via_proxy: redis.Redis) -> None:
     via_proxy.ping()
     proxy.set_latency(0.5)

@@ -12,7 +12,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shared import tracing
 from shared.keys import Keys
-from tests.gateway.conftest import start_gateway  # noqa: F401 (a fixture)
 from tests.support.tools import wait_until
 from tests.workerd.conftest import engine, start_workerd  # noqa: F401 (fixtures)
 

@@ -6,7 +6,8 @@
         client.evalsha(...)        # runs on the server; its reply never reaches the client
         assert lost.is_set()
 
-Controls (each takes effect on open connections and on new ones):
+``connections`` counts the client connections open now, ``peak_connections`` the most ever open
+at once. Controls (each takes effect on open connections and on new ones):
 
 - ``pause()`` / ``resume()``: stop forwarding in both directions; bytes read meanwhile are held
   and delivered, in order, on resume. Connections are still accepted while paused.
@@ -87,6 +88,7 @@ class TcpProxy:
         self._stopping = False
         self._armed: tuple[bytes, threading.Event, int] | None = None
         self._links: set[_Link] = set()
+        self._peak = 0  # the most client connections ever open at once
         self._threads: list[threading.Thread] = []
         self._accepter: threading.Thread | None = None
 
@@ -143,6 +145,12 @@ class TcpProxy:
         """Return how many client connections are open through the proxy."""
         with self._cond:
             return len(self._links)
+
+    @property
+    def peak_connections(self) -> int:
+        """Return the most client connections that were ever open at once through the proxy."""
+        with self._cond:
+            return self._peak
 
     def pause(self) -> None:
         """Stop forwarding in both directions until resume(); nothing is lost."""
@@ -222,6 +230,7 @@ class TcpProxy:
                     link.close()
                     return
                 self._links.add(link)
+                self._peak = max(self._peak, len(self._links))
             self._spawn(self._pump_requests, "requests", link)
             self._spawn(self._pump_replies, "replies", link)
 

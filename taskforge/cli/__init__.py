@@ -1,0 +1,21 @@
+"""The ``taskforge`` command line, built on ``taskforge.Client`` alone (docs/CLI.md).
+
+app.py holds the group, the global options and the exit codes; jobs.py, dlq.py and ops.py the
+commands; render.py the human tables.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from taskforge.cli import dlq, jobs, ops  # noqa: F401  (each registers its commands)
+from taskforge.cli.app import Exit, cli, run
+
+__all__ = ["Exit", "cli", "main", "run"]
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Run ``taskforge`` (the console script's entry point) and exit with its status."""
+    sys.exit(run(argv))

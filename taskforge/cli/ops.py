@@ -1,0 +1,182 @@
+"""Commands on the system as a whole: ``stats`` (once or live), ``workers``, ``queues``."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+import click
+
+from taskforge.cli import render
+from taskforge.cli.app import Exit, Session, cli, output, pass_session
+from taskforge.cli.jobs import STATES
+from taskforge.models import Host, Queue, Stats
+
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, then clear the screen: each refresh redraws in place
+STAT_HEADERS = ("QUEUE", *(state.upper() for state in STATES), "TOTAL", "OLDEST PENDING")
+
+
+def stats_screen(stats: Stats) -> str:
+    """Return the statistics as one screen: counts per state overall and per queue, workers."""
+    rows: list[list[render.Cell]] = [
+        [
+            "(all)",
+            *(stats.jobs.get(s, 0) for s in STATES),
+            stats.total,
+            render.age(stats.oldest_pending_age_seconds),
+        ]
+    ]
+    for name in sorted(stats.queues):
+        queue = stats.queues[name]
+        counts = queue.get("jobs", {})
+        age = render.age(queue.get("oldest_pending_age_seconds"))
+        rows.append([name, *(counts.get(s, 0) for s in STATES), queue.get("total", 0), age])
+    workers = stats.workers
+    summary = (
+        f"workers: {workers.get('hosts', 0)} hosts, {workers.get('live', 0)} live, "
+        f"{workers.get('busy', 0)} busy, {workers.get('quiet', 0)} quiet"
+    )
+    return render.table(STAT_HEADERS, rows) + "\n\n" + summary
+
+
+@cli.command()
+@click.option(
+    "--watch",
+    "interval",
+    type=click.FloatRange(min=0.1),
+    is_flag=False,
+    flag_value=2.0,
+    default=None,
+    metavar="[SECONDS]",
+    help="Refresh every SECONDS (2 if not given) until Ctrl-C.",
+)
+@pass_session
+def stats(session: Session, interval: float | None) -> int:
+    """Show jobs per state (overall and per queue), the oldest pending age and the workers.
+
+    With --watch the screen is redrawn in place; with --json too, one JSON line per refresh.
+    """
+    if interval is None:
+        found = session.client.stats()
+        output(session, found.raw, stats_screen(found))
+        return Exit.OK
+    try:
+        while True:
+            found = session.client.stats()
+            if session.as_json:
+                click.echo(json.dumps(found.raw, separators=(",", ":")))
+            else:
+                now = datetime.now(UTC).strftime("%H:%M:%S")
+                title = f"{session.url}  every {interval:g}s  {now}  (Ctrl-C to quit)"
+                click.echo(CLEAR + title + "\n\n" + stats_screen(found))
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return Exit.OK  # the way out of --watch, not an error
+
+
+HOST_HEADERS = ("NAME", "HOST", "PID", "WORKERS", "BUSY", "STATE", "QUEUES", "LAST SEEN")
+PROCESS_HEADERS = ("PID", "JOB", "TYPE", "QUEUE", "BUSY SINCE", "HEARTBEAT")
+
+
+def host_state(host: Host) -> str:
+    """Return whether a host claims jobs, is going quiet, or is quiet."""
+    if host.quiet:
+        return "quiet"
+    return "quieting" if host.quiet_requested else "running"
+
+
+def workers_screen(hosts: list[Host]) -> str:
+    """Return the hosts table, then each host's worker processes."""
+    if not hosts:
+        return "no live workerd hosts"
+    rows = [
+        [
+            h.name,
+            h.host,
+            h.pid,
+            h.workers,
+            h.busy,
+            host_state(h),
+            ",".join(h.queues) or None,
+            render.when(h.last_seen),
+        ]
+        for h in hosts
+    ]
+    parts = [render.table(HOST_HEADERS, rows)]
+    for host in hosts:
+        procs = [
+            [
+                p.get("pid"),
+                p.get("job_id"),
+                p.get("type"),
+                p.get("queue"),
+                p.get("busy_since"),
+                p.get("last_heartbeat"),
+            ]
+            for p in host.processes
+        ]
+        parts.append(f"{host.name}:\n" + render.table(PROCESS_HEADERS, procs))
+    return "\n\n".join(parts)
+
+
+@cli.command()
+@pass_session
+def workers(session: Session) -> None:
+    """Show the live workerd hosts and what each worker process runs."""
+    hosts = session.client.workers()
+    output(session, {"hosts": [h.raw for h in hosts]}, workers_screen(hosts))
+
+
+QUEUE_HEADERS = (
+    "NAME",
+    "STATE",
+    *(s.upper() for s in STATES),
+    "OLDEST PENDING",
+    "DONE/MIN",
+    "FAILED/MIN",
+)
+
+
+def queue_row(queue: Queue) -> list[render.Cell]:
+    """Return a queue as one row under QUEUE_HEADERS."""
+    return [
+        queue.name,
+        "paused" if queue.paused else "running",
+        *(queue.jobs.get(s, 0) for s in STATES),
+        render.age(queue.oldest_pending_age_seconds),
+        queue.completed_last_minute,
+        queue.failed_last_minute,
+    ]
+
+
+@cli.group()
+def queues() -> None:
+    """List, pause and resume queues."""
+
+
+@queues.command("ls")
+@pass_session
+def queues_ls(session: Session) -> None:
+    """List every queue: paused or not, jobs per state, the last minute's throughput."""
+    found = session.client.queues()
+    text = render.table(QUEUE_HEADERS, [queue_row(q) for q in found])
+    output(session, {"queues": [q.raw for q in found]}, text)
+
+
+@queues.command("pause")
+@click.argument("name")
+@pass_session
+def queues_pause(session: Session, name: str) -> None:
+    """Pause a queue: jobs still arrive; no worker claims them until it is resumed."""
+    queue = session.client.pause_queue(name)
+    output(session, queue.raw, f"{queue.name} paused")
+
+
+@queues.command("resume")
+@click.argument("name")
+@pass_session
+def queues_resume(session: Session, name: str) -> None:
+    """Resume a paused queue."""
+    queue = session.client.resume_queue(name)
+    output(session, queue.raw, f"{queue.name} {'paused' if queue.paused else 'running'}")

@@ -1,0 +1,111 @@
+"""Bad input and bad conditions give one ``taskforge: error:`` line and the documented exit
+status, never a traceback; ``python -m taskforge`` and shell completion work."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskforge.cli import Exit
+from tests.cli.conftest import Taskforge, invoke, run_module
+from tests.support.tools import free_port
+
+UNKNOWN = "0b1f3c0e-6f2c-4c35-9a39-3b8f7e1e2a11"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (("get", UNKNOWN), Exit.API_ERROR, "job not found (HTTP 404)"),
+        (("history", UNKNOWN), Exit.API_ERROR, "job not found (HTTP 404)"),
+        (("cancel", UNKNOWN), Exit.API_ERROR, "(HTTP 404)"),
+        (("get", "not-an-id"), Exit.API_ERROR, "malformed job id 'not-an-id'"),
+        (("enqueue", "t", "--priority", "99999999999"), Exit.API_ERROR, "priority"),
+        (("queues", "pause", "bad name!"), Exit.API_ERROR, "(HTTP 400)"),
+        (("enqueue", "t", "{not json"), Exit.USAGE, "PAYLOAD is not valid JSON"),
+        (("enqueue", "t", "[1, 2]"), Exit.USAGE, "must be a JSON object, not list"),
+        (
+            ("enqueue", "t", "@/nonexistent/job.json"),
+            Exit.USAGE,
+            "cannot read '/nonexistent/job.json'",
+        ),
+        (("enqueue", "t", "--at", "2030-01-01T00:00:00Z", "--delay", "5"), Exit.USAGE, "not both"),
+        (("enqueue", "t", "--priority", "high"), Exit.USAGE, "'high' is not a valid integer"),
+        (("enqueue",), Exit.USAGE, "Missing argument 'TYPE'"),
+        (("jobs", "ls"), Exit.USAGE, "Missing option '--state'"),
+        (("jobs", "ls", "--state", "lost"), Exit.USAGE, "'lost' is not one of"),
+        (("get", UNKNOWN, "--bogus"), Exit.USAGE, "No such option '--bogus'"),
+        (("frobnicate",), Exit.USAGE, "No such command 'frobnicate'"),
+        (("dlq", "retry"), Exit.USAGE, "name the dead jobs"),
+        (("dlq", "purge", UNKNOWN, "--all"), Exit.USAGE, "not both"),
+        (("stats", "--watch", "0"), Exit.USAGE, "0"),
+    ],
+)
+def test_bad_input_is_one_line_and_its_exit_status(
+    taskforge: Taskforge, args: tuple[str, ...], code: int, says: str
+) -> None:
+    done = taskforge(*args)
+    assert done.code == code, (done.out, done.err)
+    assert says in done.error_line()
+    assert done.out == ""
+
+
+def test_usage_errors_point_at_the_commands_help(taskforge: Taskforge) -> None:
+    line = taskforge("jobs", "ls").error_line()
+    assert line.endswith("(see 'taskforge jobs ls --help')")
+
+
+def test_a_gateway_that_is_down_is_exit_3(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    done = invoke("--url", url, "--retries", "1", "get", UNKNOWN)
+    assert done.code == Exit.UNAVAILABLE
+    assert "cannot connect to" in done.error_line() and "tried 2 times" in done.err
+
+
+def test_a_bad_url_is_a_usage_error() -> None:
+    done = invoke("--url", "ftp://example", "stats")
+    assert done.code == Exit.USAGE and "bad gateway URL" in done.error_line()
+
+
+def test_a_wrong_token_is_exit_4_and_the_right_one_from_the_environment_works(
+    start_gateway: Any, r: Any
+) -> None:
+    with start_gateway(TASKFORGE_API_TOKEN="right-token") as guarded:
+        missing = invoke("--url", guarded.url, "stats")
+        assert missing.code == Exit.UNAUTHORIZED and "TASKFORGE_API_TOKEN" in missing.error_line()
+        wrong = invoke("--url", guarded.url, "--token", "wrong", "stats")
+        assert wrong.code == Exit.UNAUTHORIZED and "(HTTP 401" in wrong.error_line()
+        env = {"TASKFORGE_URL": guarded.url, "TASKFORGE_API_TOKEN": "right-token"}
+        assert invoke("stats", env=env).code == Exit.OK
+
+
+def test_python_m_taskforge_runs_the_cli_and_its_help_lists_the_exit_statuses() -> None:
+    done = run_module("--help")
+    assert done.returncode == 0 and done.stderr == ""
+    for line in ("0  ok", "3  gateway unavailable", "4  unauthorized", "5  wait: the job is dead"):
+        assert line in done.stdout
+    assert run_module("--version").stdout.startswith("taskforge, version ")
+    closed = f"http://127.0.0.1:{free_port()}"
+    down = run_module("--url", closed, "--retries", "0", "stats")
+    assert down.returncode == Exit.UNAVAILABLE
+    assert (
+        down.stderr.startswith("taskforge: error: cannot connect")
+        and "Traceback" not in down.stderr
+    )
+
+
+def test_shell_completion_source_is_produced() -> None:
+    env = {**os.environ, "_TASKFORGE_COMPLETE": "bash_source"}
+    done = run_module(env=env)
+    assert done.returncode == 0
+    assert "_taskforge_completion()" in done.stdout and "complete " in done.stdout
+    completing = {
+        **os.environ,
+        "_TASKFORGE_COMPLETE": "bash_complete",
+        "COMP_WORDS": "taskforge dl",
+        "COMP_CWORD": "1",
+    }
+    assert "plain,dlq" in run_module(env=completing).stdout

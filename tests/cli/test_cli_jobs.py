@@ -1,0 +1,160 @@
+"""``taskforge enqueue|get|wait|history|cancel|jobs ls``, human and --json, on the real gateway."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shared.scripts import Scripts
+from taskforge.cli import Exit
+from tests.cli.conftest import Taskforge
+from tests.support.engine_jobs import (
+    DELAY_PENDING,
+    WAIT_PENDING,
+    complete,
+    delay_missing,
+    fresh_queue,
+    kill,
+    wait_missing,
+)
+from tests.support.gunicorn import Gunicorn
+
+
+def enqueue_json(taskforge: Taskforge, *args: str, input: str | None = None) -> dict:
+    """Enqueue through the CLI with --json; return the job's JSON."""
+    done = taskforge("--json", "enqueue", *args, input=input)
+    assert done.code == Exit.OK and done.err == "", done.err
+    return json.loads(done.out)
+
+
+def test_enqueue_prints_the_id_and_get_shows_the_job(taskforge: Taskforge) -> None:
+    done = taskforge("enqueue", "send_email", '{"to": "a@example.com"}')
+    assert done.code == Exit.OK and done.err == ""
+    job_id = done.out.strip()
+    shown = taskforge("get", job_id)
+    assert shown.code == Exit.OK
+    lines = dict(line.split(None, 1) for line in shown.out.splitlines() if " " in line)
+    assert lines["id"] == job_id and lines["status"] == "pending" and lines["type"] == "send_email"
+    assert lines["payload"] == '{"to": "a@example.com"}'
+    as_json = json.loads(taskforge("--json", "get", job_id).out)
+    assert as_json["id"] == job_id and as_json["payload"] == {"to": "a@example.com"}
+
+
+def test_enqueue_json_takes_every_option(taskforge: Taskforge) -> None:
+    queue = fresh_queue()
+    job = enqueue_json(
+        taskforge,
+        "report",
+        "{}",
+        "--queue", queue,
+        "--priority", "9",
+        "--max-retries", "2",
+        "--at", "2099-01-01T00:00:00Z",
+        "--timeout", "90s",
+        "--idempotency-key", "cli-key",
+    )  # fmt: skip
+    assert (job["queue"], job["priority"], job["max_retries"]) == (queue, 9, 2)
+    assert job["status"] == "scheduled" and job["scheduled_at"].startswith("2099-01-01T00:00:00")
+    assert job["timeout"] == 90
+    again = enqueue_json(taskforge, "report", "{}", "--queue", queue, "--priority", "9",
+                         "--max-retries", "2", "--at", "2099-01-01T00:00:00Z", "--timeout", "90s",
+                         "--idempotency-key", "cli-key")  # fmt: skip
+    assert again["id"] == job["id"], "the same key and body: the same job"
+
+
+def test_enqueue_reads_the_payload_from_a_file_or_stdin(
+    taskforge: Taskforge, tmp_path: Path
+) -> None:
+    path = tmp_path / "job.json"
+    path.write_text('{"from": "file"}')
+    assert enqueue_json(taskforge, "t", f"@{path}")["payload"] == {"from": "file"}
+    assert enqueue_json(taskforge, "t", "-", input='{"from": "stdin"}')["payload"] == {
+        "from": "stdin"
+    }
+    assert enqueue_json(taskforge, "t")["payload"] == {}
+
+
+def test_enqueue_with_delay(taskforge: Taskforge, gw: Gunicorn) -> None:
+    if delay_missing(gw):
+        pytest.skip(DELAY_PENDING)
+    job = enqueue_json(taskforge, "t", "--delay", "5m")
+    assert job["status"] == "scheduled" and job["scheduled_at"] is not None
+    assert enqueue_json(taskforge, "t", "--delay", "0")["status"] == "pending"
+
+
+def test_history_and_cancel(taskforge: Taskforge, engine: Scripts) -> None:
+    queue = fresh_queue()
+    job_id = enqueue_json(taskforge, "t", "--queue", queue)["id"]
+    canceled = taskforge("cancel", job_id)
+    assert canceled.code == Exit.OK and canceled.out.strip() == f"{job_id} canceled"
+    assert json.loads(taskforge("--json", "cancel", job_id).out)["status"] == "canceled"
+    shown = taskforge("history", job_id)
+    assert shown.code == Exit.OK
+    header, *rows = shown.out.splitlines()
+    assert header.split()[:4] == ["AT", "EVENT", "ATTEMPT", "ACTOR"]
+    assert [row.split()[1] for row in rows] == ["enqueued", "canceled"]
+    doc = json.loads(taskforge("--json", "history", job_id).out)
+    assert [entry["event"] for entry in doc["history"]] == ["enqueued", "canceled"]
+    # A running job cannot be canceled: a conflict, exit 1, one line.
+    running = enqueue_json(taskforge, "t", "--queue", queue)["id"]
+    engine.claim("w", queue=queue)
+    refused = taskforge("cancel", running)
+    assert refused.code == Exit.API_ERROR and "409" in refused.error_line()
+
+
+def test_jobs_ls_pages_with_a_cursor_or_follows_them_all(taskforge: Taskforge) -> None:
+    queue = fresh_queue()
+    ids = [enqueue_json(taskforge, "t", "--queue", queue)["id"] for _ in range(5)]
+    first = taskforge("jobs", "ls", "--state", "pending", "--queue", queue, "--limit", "2")
+    assert first.code == Exit.OK
+    header, *rows = first.out.splitlines()
+    assert header.split() == ["ID", "TYPE", "QUEUE", "STATUS", "PRIORITY", "ATTEMPTS", "CREATED"]
+    assert [row.split()[0] for row in rows] == ids[:2]
+    assert first.err.startswith("more: --cursor ")
+    cursor = first.err.split()[-1]
+    rest = taskforge(
+        "--json", "jobs", "ls", "--state", "pending", "--queue", queue, "--cursor", cursor
+    )
+    assert [job["id"] for job in json.loads(rest.out)["jobs"]] == ids[2:]
+    every = taskforge(
+        "--json", "jobs", "ls", "--state", "pending", "--queue", queue, "--limit", "2", "--all"
+    )
+    doc = json.loads(every.out)
+    assert [job["id"] for job in doc["jobs"]] == ids and doc["next_cursor"] is None
+    assert every.err == ""
+    empty = taskforge("jobs", "ls", "--state", "dead", "--queue", queue)
+    assert empty.code == Exit.OK and empty.out.strip() == "no jobs"
+
+
+# --- wait (GET /jobs/<id>?wait=, branch i16-wait) ----------------------------------------
+
+
+@pytest.fixture
+def waits(gw: Gunicorn) -> None:
+    """Skip while the gateway does not take ?wait= yet (these tests run once it is merged)."""
+    if wait_missing(gw):
+        pytest.skip(WAIT_PENDING)
+
+
+@pytest.mark.usefixtures("waits")
+def test_wait_exits_by_outcome(taskforge: Taskforge, engine: Scripts) -> None:
+    queue = fresh_queue()
+    done, dead, canceled, pending = (
+        enqueue_json(taskforge, "t", "--queue", queue)["id"] for _ in range(4)
+    )
+    complete(engine, queue, done, '{"ok": true}')
+    kill(engine, queue, dead, "E: broken")
+    taskforge("cancel", canceled)
+
+    completed = taskforge("--json", "wait", done, "--timeout", "5")
+    assert completed.code == Exit.OK and json.loads(completed.out)["result"] == {"ok": True}
+    died = taskforge("wait", dead, "--timeout", "5")
+    assert died.code == Exit.DEAD and "E: broken" in died.error_line()
+    assert "status" in died.out and "dead" in died.out
+    gone = taskforge("wait", canceled, "--timeout", "5")
+    assert gone.code == Exit.CANCELED and "canceled" in gone.error_line()
+    late = taskforge("--json", "wait", pending, "--timeout", "0.3")
+    assert late.code == Exit.WAIT_TIMEOUT and "still pending" in late.error_line()
+    assert json.loads(late.out)["status"] == "pending"

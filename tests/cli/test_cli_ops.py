@@ -1,0 +1,202 @@
+"""``taskforge dlq|stats|workers|queues``, human and --json, on the real gateway."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from shared.scripts import Scripts
+from taskforge import Client
+from taskforge.cli import Exit
+from tests.cli.conftest import SUBPROCESS_TIMEOUT, Taskforge
+from tests.support.engine_jobs import complete, fresh_queue, kill
+from tests.support.gunicorn import Gunicorn
+from tests.support.tools import ROOT, wait_until
+
+CLEAR = b"\x1b[H\x1b[2J"
+
+
+def dead_jobs(taskforge: Taskforge, engine: Scripts, queue: str, count: int) -> list[str]:
+    """Enqueue `count` jobs into `queue` through the CLI and kill each; return their ids."""
+    ids = []
+    for n in range(count):
+        job_id = taskforge("enqueue", "t", f'{{"n": {n}}}', "--queue", queue).out.strip()
+        kill(engine, queue, job_id, f"E: number {n}")
+        ids.append(job_id)
+    return ids
+
+
+def test_dlq_ls_shows_dead_jobs_with_their_error(taskforge: Taskforge, engine: Scripts) -> None:
+    queue = fresh_queue()
+    ids = dead_jobs(taskforge, engine, queue, 3)
+    shown = taskforge("dlq", "ls")
+    assert shown.code == Exit.OK
+    header, *rows = shown.out.splitlines()
+    assert header.split()[:4] == ["ID", "TYPE", "QUEUE", "ATTEMPTS"] and "LAST ERROR" in header
+    assert sorted(row.split()[0] for row in rows) == sorted(ids)
+    assert all("E: number" in row for row in rows)
+    page = taskforge("--json", "dlq", "ls", "--limit", "2")
+    assert len(json.loads(page.out)["jobs"]) == 2 and page.err == ""
+    every = json.loads(taskforge("--json", "dlq", "ls", "--limit", "2", "--all").out)
+    assert sorted(job["id"] for job in every["jobs"]) == sorted(ids)
+
+
+def test_dlq_retry_by_ids_and_by_queue_page_by_page(taskforge: Taskforge, engine: Scripts) -> None:
+    queue, other = fresh_queue(), fresh_queue()
+    ids = dead_jobs(taskforge, engine, queue, 5)
+    theirs = dead_jobs(taskforge, engine, other, 1)
+    unknown = str(uuid.uuid4())
+    by_id = taskforge("dlq", "retry", ids[0], unknown)
+    assert by_id.code == Exit.OK
+    assert by_id.out.splitlines() == ["replayed 1, skipped 1", f"skipped {unknown}: not found"]
+    by_queue = taskforge("--json", "dlq", "retry", "--queue", queue, "--page", "2")
+    doc = json.loads(by_queue.out)
+    assert (
+        sorted(doc["done"]) == sorted(ids[1:])
+        and doc["skipped"] == []
+        and doc["next_cursor"] is None
+    )
+    shown = json.loads(taskforge("--json", "jobs", "ls", "--state", "dead").out)
+    assert [job["id"] for job in shown["jobs"]] == theirs
+
+
+def test_dlq_purge_asks_first_unless_yes(taskforge: Taskforge, engine: Scripts) -> None:
+    queue = fresh_queue()
+    ids = dead_jobs(taskforge, engine, queue, 3)
+    declined = taskforge("dlq", "purge", "--queue", queue, input="n\n")
+    assert declined.code == Exit.API_ERROR
+    assert f"every dead job in queue {queue} (3 now)" in declined.err
+    assert declined.err.splitlines()[-1].startswith("taskforge: error: not confirmed")
+    assert len(json.loads(taskforge("--json", "dlq", "ls").out)["jobs"]) == 3
+    no_answer = taskforge("dlq", "purge", ids[0], input="")
+    assert no_answer.code == Exit.API_ERROR, "end of input is a no"
+    accepted = taskforge("dlq", "purge", ids[0], input="y\n")
+    assert accepted.code == Exit.OK and "purged 1, skipped 0" in accepted.out
+    forced = taskforge("--json", "dlq", "purge", "--all", "--yes")
+    assert forced.code == Exit.OK and sorted(json.loads(forced.out)["done"]) == sorted(ids[1:])
+    assert json.loads(taskforge("--json", "dlq", "ls").out)["jobs"] == []
+
+
+def test_stats_shows_counts_per_queue_and_workers(taskforge: Taskforge, engine: Scripts) -> None:
+    queue = fresh_queue()
+    first = taskforge("enqueue", "t", "--queue", queue).out.strip()
+    taskforge("enqueue", "t", "--queue", queue)
+    complete(engine, queue, first)
+    shown = taskforge("stats")
+    assert shown.code == Exit.OK
+    lines = shown.out.splitlines()
+    assert lines[0].split()[:9] == [
+        "QUEUE",
+        "PENDING",
+        "SCHEDULED",
+        "PROCESSING",
+        "RETRYING",
+        "COMPLETED",
+        "DEAD",
+        "CANCELED",
+        "TOTAL",
+    ]
+    mine = next(line.split() for line in lines if line.startswith(queue))
+    assert mine[1:9] == ["1", "0", "0", "0", "1", "0", "0", "2"]
+    assert any(line.startswith("(all)") for line in lines)
+    assert lines[-1].startswith("workers: 0 hosts")
+    doc = json.loads(taskforge("--json", "stats").out)
+    assert doc["queues"][queue]["jobs"]["completed"] == 1 and doc["queues"][queue]["total"] == 2
+
+
+def watch(gw: Gunicorn, *flags: str, tty: bool) -> tuple[int, str, str]:
+    """Run ``stats --watch 0.1`` as a process (stdout a terminal or a pipe), let it refresh
+    twice, Ctrl-C it; return its exit status, stdout and stderr."""
+    reader, writer = pty.openpty() if tty else os.pipe()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "taskforge", "--url", gw.url, *flags, "stats", "--watch", "0.1"],
+        cwd=ROOT,
+        stdout=writer,
+        stderr=subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if not k.startswith("TASKFORGE_")},
+    )
+    os.close(writer)
+    os.set_blocking(reader, False)  # so the bounded waits below never hang in a read
+    chunks: list[bytes] = []
+    ended = False
+
+    def read() -> bytes:
+        """Return all output so far, after reading what is there without blocking."""
+        nonlocal ended
+        try:
+            data = os.read(reader, 65536)
+        except BlockingIOError:
+            data = None
+        except OSError:  # EIO: a terminal whose other side has closed
+            data = b""
+        if data is not None:
+            ended = ended or data == b""
+            chunks.append(data)
+        return b"".join(chunks)
+
+    try:
+        marker = CLEAR if tty else b"}\n"
+        wait_until(lambda: read().count(marker) >= 2, 10.0, "stats --watch to refresh twice")
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=SUBPROCESS_TIMEOUT)
+        wait_until(lambda: read() is not None and ended, 5.0, "the end of its output")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(reader)
+    return process.returncode, b"".join(chunks).decode(), err.decode()
+
+
+def test_stats_watch_redraws_in_place_until_ctrl_c(gw: Gunicorn) -> None:
+    code, out, err = watch(gw, tty=True)
+    assert code == 0 and err == ""
+    frames = out.split(CLEAR.decode())[1:]
+    assert len(frames) >= 2 and all("QUEUE" in frame for frame in frames[:2])
+
+
+def test_stats_watch_json_prints_one_line_per_refresh(gw: Gunicorn) -> None:
+    code, out, err = watch(gw, "--json", tty=False)
+    assert code == 0 and err == "" and "Traceback" not in out
+    lines = out.splitlines()
+    assert len(lines) >= 2 and all("jobs" in json.loads(line) for line in lines)
+
+
+def test_queues_ls_pause_resume(taskforge: Taskforge) -> None:
+    queue = fresh_queue()
+    taskforge("enqueue", "t", "--queue", queue)
+    paused = taskforge("queues", "pause", queue)
+    assert paused.code == Exit.OK and paused.out.strip() == f"{queue} paused"
+    listed = taskforge("queues", "ls")
+    header, *rows = listed.out.splitlines()
+    assert header.split()[:3] == ["NAME", "STATE", "PENDING"]
+    mine = next(row.split() for row in rows if row.startswith(queue))
+    assert mine[1:3] == ["paused", "1"]
+    doc = json.loads(taskforge("--json", "queues", "resume", queue).out)
+    assert doc["name"] == queue and doc["paused"] is False
+    by_name = {q["name"]: q for q in json.loads(taskforge("--json", "queues", "ls").out)["queues"]}
+    assert by_name[queue]["paused"] is False and by_name[queue]["jobs"]["pending"] == 1
+
+
+def test_workers_lists_hosts_and_their_processes(
+    taskforge: Taskforge, gw: Gunicorn, start_workerd: Callable[..., Any]
+) -> None:
+    assert taskforge("workers").out.strip() == "no live workerd hosts"
+    start_workerd()
+    with Client(gw.url, "") as client:
+        hosts = wait_until(client.workers, 15.0, "workerd to register")
+    shown = taskforge("workers")
+    assert shown.code == Exit.OK
+    header, first = shown.out.splitlines()[:2]
+    assert header.split()[:3] == ["NAME", "HOST", "PID"] and first.split()[0] == hosts[0].name
+    assert f"{hosts[0].name}:" in shown.out and "BUSY SINCE" in shown.out
+    doc = json.loads(taskforge("--json", "workers").out)
+    assert [h["name"] for h in doc["hosts"]] == [hosts[0].name]
+    assert len(doc["hosts"][0]["processes"]) == doc["hosts"][0]["workers"]

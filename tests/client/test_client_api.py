@@ -1,0 +1,239 @@
+"""Every ``taskforge.Client`` method against the real gateway under gunicorn on a real Redis."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from shared.scripts import Scripts
+from taskforge import (
+    Client,
+    JobCanceled,
+    JobFailed,
+    JobSpec,
+    NotFound,
+    WaitTimeout,
+)
+from tests.support.engine_jobs import (
+    DELAY_PENDING,
+    WAIT_PENDING,
+    complete,
+    delay_missing,
+    fresh_queue,
+    kill,
+    wait_missing,
+)
+from tests.support.gunicorn import Gunicorn
+
+
+def test_enqueue_sends_every_option_and_get_reads_the_same_job(tf: Client) -> None:
+    queue = fresh_queue()
+    at = datetime.now(UTC) + timedelta(hours=1)
+    job = tf.enqueue(
+        "send_email",
+        {"to": "a@example.com"},
+        queue=queue,
+        priority=7,
+        max_retries=5,
+        at=at,
+        timeout="90s",
+        idempotency_key="key-1",
+    )
+    assert (job.type, job.queue, job.status) == ("send_email", queue, "scheduled")
+    assert (job.priority, job.max_retries, job.timeout) == (7, 5, 90)
+    assert job.payload == {"to": "a@example.com"}
+    assert job.scheduled_at is not None and abs(job.scheduled_at - at) < timedelta(seconds=1)
+    again = tf.get(job.id)
+    assert again == job and again.raw == tf.get(job.id).raw
+
+
+def test_enqueue_repeated_with_one_key_returns_the_first_job(tf: Client) -> None:
+    first = tf.enqueue("t", {"n": 1}, idempotency_key="same")
+    second = tf.enqueue("t", {"n": 1}, idempotency_key="same")
+    assert second.id == first.id
+    assert len(tf.list("pending").jobs) == 1
+
+
+def test_enqueue_refuses_at_with_delay_before_sending(tf: Client) -> None:
+    with pytest.raises(ValueError, match="not both"):
+        tf.enqueue("t", at="2030-01-01T00:00:00Z", delay=5)
+
+
+def test_enqueue_with_a_delay_is_scheduled_that_long_ahead(tf: Client, gw: Gunicorn) -> None:
+    if delay_missing(gw):
+        pytest.skip(DELAY_PENDING)
+    before = datetime.now(UTC)
+    job = tf.enqueue("t", delay="5m")
+    assert job.status == "scheduled" and job.scheduled_at is not None
+    # Redis's clock is this machine's: the due time is five minutes from the call.
+    assert timedelta(minutes=5) - timedelta(seconds=5) < job.scheduled_at - before
+    assert job.scheduled_at - before < timedelta(minutes=5, seconds=5)
+    assert tf.enqueue("t", delay=timedelta(0)).status == "pending"
+
+
+def test_enqueue_many_chunks_by_a_thousand_and_keeps_the_order(tf: Client) -> None:
+    queue = fresh_queue()
+    specs = [JobSpec("bulk", {"i": i}, queue=queue) for i in range(2500)]
+    specs[1200] = JobSpec("bulk", {"i": 1200}, queue=queue, priority=3)
+    created = tf.enqueue_many(
+        [
+            *specs[:2000],
+            *({"type": "bulk", "payload": {"i": i}, "queue": queue} for i in range(2000, 2500)),
+        ]
+    )
+    assert [job.payload["i"] for job in created] == list(range(2500))
+    assert len({job.id for job in created}) == 2500
+    assert created[1200].priority == 3
+    assert tf.stats().queues[queue]["jobs"]["pending"] == 2500
+
+
+def test_cancel_then_get_shows_it_canceled(tf: Client) -> None:
+    job = tf.enqueue("t")
+    assert tf.cancel(job.id).status == "canceled"
+    assert tf.get(job.id).status == "canceled"
+    assert tf.cancel(job.id).status == "canceled", "canceling twice is fine"
+
+
+def test_history_lists_transitions_oldest_first(tf: Client, engine: Scripts) -> None:
+    queue = fresh_queue()
+    job = tf.enqueue("t", queue=queue)
+    complete(engine, queue, job.id)
+    kept = tf.history(job.id)
+    assert kept.id == job.id and kept.queue == queue and kept.dropped == 0
+    assert [entry.event for entry in kept.entries] == ["enqueued", "claimed", "completed"]
+    assert kept.entries[0].actor == "api" and kept.entries[1].attempt == 1
+
+
+def test_list_pages_with_cursors_and_iter_jobs_walks_them_all(tf: Client) -> None:
+    queue = fresh_queue()
+    ids = [tf.enqueue("t", queue=queue).id for _ in range(7)]
+    first = tf.list("pending", queue=queue, limit=3)
+    assert [job.id for job in first.jobs] == ids[:3] and first.next_cursor is not None
+    rest = tf.list("pending", queue=queue, limit=10, cursor=first.next_cursor)
+    assert [job.id for job in rest.jobs] == ids[3:] and rest.next_cursor is None
+    assert [job.id for job in tf.iter_jobs("pending", queue=queue, page_size=2)] == ids
+    assert list(tf.iter_jobs("pending", queue=queue, type="other")) == []
+
+
+def test_dlq_replay_and_purge_one_by_one(tf: Client, engine: Scripts) -> None:
+    queue = fresh_queue()
+    a, b = tf.enqueue("t", queue=queue).id, tf.enqueue("t", queue=queue).id
+    kill(engine, queue, a, "E: first")
+    kill(engine, queue, b, "E: second")
+    page = tf.dlq(limit=1)
+    assert len(page.jobs) == 1 and page.next_cursor is not None
+    rest = tf.dlq(cursor=page.next_cursor)
+    # Newest death first; two deaths in one millisecond are ordered by id.
+    by_id = {job.id: job for job in [*page.jobs, *rest.jobs]}
+    assert sorted(by_id) == sorted([a, b]) and rest.next_cursor is None
+    assert by_id[b].last_error == "E: second" and by_id[b].status == "dead"
+    replayed = tf.replay(a)
+    assert (replayed.id, replayed.status, replayed.attempts) == (a, "pending", 0)
+    tf.purge(b)
+    with pytest.raises(NotFound):
+        tf.get(b)
+    assert tf.dlq().jobs == []
+
+
+def test_replay_dead_and_purge_dead_by_ids_and_by_filter(tf: Client, engine: Scripts) -> None:
+    queue, other = fresh_queue(), fresh_queue()
+    mine = [tf.enqueue("t", queue=queue).id for _ in range(5)]
+    theirs = tf.enqueue("t", queue=other).id
+    for job_id in mine:
+        kill(engine, queue, job_id)
+    kill(engine, other, theirs)
+    unknown = str(uuid.uuid4())
+    by_ids = tf.replay_dead([mine[0], unknown])
+    assert by_ids.done == [mine[0]] and by_ids.skipped == [{"id": unknown, "reason": "not found"}]
+    purged: list[str] = []
+    cursor = None
+    while True:
+        result = tf.purge_dead(queue=queue, limit=2, cursor=cursor)
+        purged += result.done
+        if result.next_cursor is None:
+            break
+        cursor = result.next_cursor
+    assert sorted(purged) == sorted(mine[1:])
+    assert tf.get(theirs).status == "dead", "the filter took only its queue"
+    assert tf.replay_dead(all=True).done == [theirs]
+
+
+def test_stats_throughput_and_health(tf: Client, engine: Scripts) -> None:
+    queue = fresh_queue()
+    done, waiting = tf.enqueue("t", queue=queue).id, tf.enqueue("t", queue=queue).id
+    complete(engine, queue, done)
+    stats = tf.stats()
+    assert stats.queues[queue]["jobs"]["completed"] == 1
+    assert stats.queues[queue]["jobs"]["pending"] == 1
+    assert stats.total == sum(stats.jobs.values()) and stats.workers["hosts"] == 0
+    assert tf.get(waiting).status == "pending"
+    throughput = tf.throughput(queue=queue, minutes=5)
+    assert throughput["completed"] == 1 and len(throughput["minutes"]) == 5
+    assert tf.health()["status"] == "ready"
+
+
+def test_queues_pause_and_resume(tf: Client) -> None:
+    queue = fresh_queue()
+    tf.enqueue("t", queue=queue)
+    paused = tf.pause_queue(queue)
+    assert paused.name == queue and paused.paused and paused.paused_since is not None
+    listed = {q.name: q for q in tf.queues()}
+    assert listed[queue].paused and listed[queue].jobs["pending"] == 1
+    assert not tf.resume_queue(queue).paused
+
+
+def test_workers_is_empty_without_workerd_and_quiet_names_a_missing_host(tf: Client) -> None:
+    assert tf.workers() == []
+    with pytest.raises(NotFound, match="workerd host not found"):
+        tf.quiet_worker("nohost-1")
+
+
+# --- wait: GET /jobs/<id>?wait= (branch i16-wait) ----------------------------------------
+
+
+@pytest.fixture
+def waits(gw: Gunicorn) -> None:
+    """Skip while the gateway does not take ?wait= yet (these tests run once it is merged)."""
+    if wait_missing(gw):
+        pytest.skip(WAIT_PENDING)
+
+
+@pytest.mark.usefixtures("waits")
+def test_wait_returns_the_completed_job_with_its_result(tf: Client, engine: Scripts) -> None:
+    queue = fresh_queue()
+    job = tf.enqueue("t", queue=queue)
+    complete(engine, queue, job.id, '{"ok": true}')
+    done = tf.wait(job.id, timeout=5)
+    assert done.status == "completed" and done.result == {"ok": True}
+
+
+@pytest.mark.usefixtures("waits")
+def test_wait_raises_job_failed_for_a_dead_job(tf: Client, engine: Scripts) -> None:
+    queue = fresh_queue()
+    job = tf.enqueue("t", queue=queue)
+    kill(engine, queue, job.id, "E: broken")
+    with pytest.raises(JobFailed, match="E: broken") as raised:
+        tf.wait(job.id, timeout=5)
+    assert raised.value.state == "dead" and raised.value.job.id == job.id
+
+
+@pytest.mark.usefixtures("waits")
+def test_wait_raises_job_canceled(tf: Client) -> None:
+    job = tf.enqueue("t")
+    tf.cancel(job.id)
+    with pytest.raises(JobCanceled) as raised:
+        tf.wait(job.id, timeout=5)
+    assert raised.value.state == "canceled"
+
+
+@pytest.mark.usefixtures("waits")
+def test_wait_times_out_with_the_unfinished_job(tf: Client) -> None:
+    job = tf.enqueue("t")
+    started = time.monotonic()
+    with pytest.raises(WaitTimeout) as raised:
+        tf.wait(job.id, timeout=0.5)
+    assert 0.4 <= time.monotonic() - started < 5
+    assert raised.value.state == "pending"

@@ -1,0 +1,160 @@
+"""The client over a faulty network (tests/support/tcp_proxy.py between it and the real
+gateway): lost replies, refused connections, typed errors, and one client shared by threads."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from shared.scripts import Scripts
+from taskforge import (
+    BadRequest,
+    Client,
+    Conflict,
+    JobSpec,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+)
+from tests.support.engine_jobs import claim, fresh_queue
+from tests.support.gunicorn import Gunicorn
+from tests.support.tcp_proxy import TcpProxy
+from tests.support.tools import free_port, wait_until
+
+QUICK = {"timeout": 5.0, "retries": 2, "backoff": 0.01, "max_backoff": 0.05}
+
+
+@pytest.fixture
+def proxy(gw: Gunicorn) -> Iterator[TcpProxy]:
+    """Return a fault-injecting proxy in front of the real gateway."""
+    with TcpProxy(gw.host, gw.port) as running:
+        yield running
+
+
+@pytest.fixture
+def via_proxy(proxy: TcpProxy) -> Iterator[Client]:
+    """Return a client that reaches the gateway through the proxy."""
+    with Client(f"http://{proxy.host}:{proxy.port}", "", **QUICK) as client:
+        yield client
+
+
+def enqueue_statuses(gw: Gunicorn, start: int) -> list[int]:
+    """Return the statuses the gateway logged for POST /enqueue after log line `start`."""
+    lines = gw.log_lines()[start:]
+    return [
+        line["status"]
+        for line in lines
+        if line.get("event") == "http_request" and line.get("path") == "/enqueue"
+    ]
+
+
+def test_a_lost_enqueue_reply_is_retried_with_the_same_key_and_makes_one_job(
+    gw: Gunicorn, tf: Client, proxy: TcpProxy, via_proxy: Client
+) -> None:
+    queue = fresh_queue()
+    logged = len(gw.log_lines())
+    lost = proxy.drop_next_reply(b"POST /enqueue ")
+
+    job = via_proxy.enqueue("send_email", {"to": "a@example.com"}, queue=queue)
+
+    assert lost.is_set(), "the first try reached the gateway and its reply was lost"
+    # The first try made the job (201, reply lost); the retry carried the same
+    # Idempotency-Key and was answered with that job (200), not a second one.
+    # The request line is logged after the reply is written: wait for the second one.
+    statuses = wait_until(
+        lambda: [found for found in [enqueue_statuses(gw, logged)] if len(found) >= 2],
+        5.0,
+        "both enqueue tries in the gateway's log",
+    )[0]
+    assert statuses == [201, 200]
+    pending = tf.list("pending", queue=queue).jobs
+    assert [j.id for j in pending] == [job.id]
+    assert tf.stats().queues[queue]["total"] == 1
+
+
+def test_a_lost_batch_reply_is_not_retried_and_says_the_outcome_is_unknown(
+    tf: Client, proxy: TcpProxy, via_proxy: Client
+) -> None:
+    queue = fresh_queue()
+    lost = proxy.drop_next_reply(b"POST /enqueue/batch")
+    with pytest.raises(Unavailable) as raised:
+        via_proxy.enqueue_many([JobSpec("t", queue=queue) for _ in range(3)])
+    assert raised.value.outcome_unknown and "may or may not" in str(raised.value)
+    assert lost.is_set()
+    # Sent once: the jobs exist once (a retry would have made six).
+    assert len(tf.list("pending", queue=queue).jobs) == 3
+
+
+def test_a_refused_connection_is_retried_then_unavailable() -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    with Client(closed, "", timeout=1.0, retries=2, backoff=0.01, max_backoff=0.02) as client:
+        with pytest.raises(Unavailable, match="tried 3 times") as raised:
+            client.get("0b1f3c0e-6f2c-4c35-9a39-3b8f7e1e2a11")
+        assert "refused" in str(raised.value).lower()
+        # A batch is retried too when the connection was refused: it cannot have arrived.
+        with pytest.raises(Unavailable, match="tried 3 times") as raised:
+            client.enqueue_many([JobSpec("t")])
+        assert not raised.value.outcome_unknown
+
+
+def test_errors_carry_the_servers_message(tf: Client, engine: Scripts) -> None:
+    with pytest.raises(NotFound, match="job not found") as missing:
+        tf.get("0b1f3c0e-6f2c-4c35-9a39-3b8f7e1e2a11")
+    assert missing.value.status == 404
+    with pytest.raises(BadRequest, match="malformed job id"):
+        tf.get("nope")
+    with pytest.raises(BadRequest) as bad:
+        tf.enqueue("t", priority=2**40)
+    assert bad.value.status == 400 and [f["field"] for f in bad.value.fields] == ["priority"]
+    tf.enqueue("t", {"n": 1}, idempotency_key="k")
+    with pytest.raises(Conflict, match="Idempotency-Key"):
+        tf.enqueue("t", {"n": 2}, idempotency_key="k")
+    queue = fresh_queue()
+    running = tf.enqueue("t", queue=queue)
+    claim(engine, queue, running.id)
+    with pytest.raises(Conflict) as conflict:
+        tf.cancel(running.id)
+    assert conflict.value.status == 409 and "processing" in conflict.value.message
+
+
+def test_a_wrong_token_is_unauthorized(start_gateway: object, r: object) -> None:
+    with start_gateway(TASKFORGE_API_TOKEN="right-token") as guarded:  # type: ignore[operator]
+        with (
+            Client(guarded.url, "wrong-token", **QUICK) as client,
+            pytest.raises(Unauthorized) as raised,
+        ):
+            client.stats()
+        assert raised.value.status == 401
+        with Client(guarded.url, "right-token", **QUICK) as client:
+            assert client.stats().total == 0
+
+
+def test_threads_sharing_one_client_make_distinct_jobs_on_at_most_pool_size_connections(
+    tf: Client, proxy: TcpProxy
+) -> None:
+    queue, pool_size, threads, each = fresh_queue(), 4, 8, 50
+    made: list[list[str]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+    url = f"http://{proxy.host}:{proxy.port}"
+    with Client(url, "", pool_size=pool_size, **QUICK) as shared:
+
+        def produce(index: int) -> None:
+            try:
+                for n in range(each):
+                    made[index].append(shared.enqueue("t", {"n": n}, queue=queue).id)
+            except BaseException as exc:  # reported by the test below
+                errors.append(exc)
+
+        workers = [threading.Thread(target=produce, args=(i,)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+        assert not any(worker.is_alive() for worker in workers)
+    assert errors == []
+    ids = [job_id for batch in made for job_id in batch]
+    assert len(ids) == len(set(ids)) == threads * each
+    assert tf.stats().queues[queue]["jobs"]["pending"] == threads * each
+    assert 1 <= proxy.peak_connections <= pool_size

@@ -213,11 +213,46 @@ def test_five_minute_demo_runs_verbatim_against_bin_run(stack: Path) -> None:
     assert claimed_priorities() == [10, 5, 1]
 
 
+@pytest.mark.slow
+def test_client_and_command_line_run_verbatim_against_bin_run(stack: Path) -> None:
+    """The "Python client" block, then the "Command line" block, as a reader would run them."""
+    python = subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), "-c", _python_block("Python client")],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT,
+    )
+    report = f"stdout:\n{python.stdout}\nstderr:\n{python.stderr}"
+    assert python.returncode == 0, report
+    lines = python.stdout.splitlines()
+    assert lines[0] == "completed {'pages': 1, 'bytes': 2048}", report
+    assert lines[1].startswith("job ") and "is dead after 1 attempts: NoHandler: " in lines[1]
+    assert "'pending'" in lines[2] and "'scheduled'" in lines[2], report
+
+    shell = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", "\n".join(shell_blocks("Command line"))],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT,
+        start_new_session=True,
+    )
+    report = f"stdout:\n{shell.stdout}\nstderr:\n{shell.stderr}"
+    assert shell.returncode == 0, report
+    assert "Traceback" not in shell.stdout + shell.stderr, report
+    assert "exit status 5" in shell.stdout, report  # the dead job's wait
+    assert "completed" in shell.stdout and "send_email" in shell.stdout, report
+
+
 # Every ```sh block of the README is run by a test: this names which, by section.
 SECTIONS_RUN = {
     "Quickstart": "test_quickstart_commands_exist_and_are_executable, and every test here",
     "Five-minute demo": "test_five_minute_demo_runs_verbatim_against_bin_run",
     "Writing and running a handler": "test_handler_loop_runs_verbatim_against_bin_run",
+    "Command line": "test_client_and_command_line_run_verbatim_against_bin_run",
     "Upgrading from v1": "tests/upgrade/test_readme_block.py",
 }
 

@@ -116,9 +116,10 @@ gateway_app.leave_open_warning_to_server()
 # connections do not grow with threads: gateway/app.py caps its pool per worker.
 worker_class = "gthread"
 workers = _count("WEB_CONCURRENCY", 2)
-# An open GET /events stream holds a thread for as long as it stays open; the gateway serves
-# at most TASKFORGE_EVENTS_STREAMS of them per process (503 beyond), and each gets a thread
-# of its own here, so GUNICORN_THREADS threads still answer everything else with all open.
+# An open GET /events stream, or a GET /jobs/<id>?wait= waiting, holds a thread for as long as
+# it lasts; the gateway serves at most TASKFORGE_EVENTS_STREAMS of them per process (503
+# beyond), and each gets a thread of its own here, so GUNICORN_THREADS threads still answer
+# everything else with all of them open.
 threads = _count("GUNICORN_THREADS", 32) + _events_streams()
 # gthread: keep-alive connections wait in the worker's poller, not in a thread.
 worker_connections = 1000

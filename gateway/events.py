@@ -67,6 +67,11 @@ def watch_worker(alive: Callable[[], bool]) -> None:
     _worker_alive = alive
 
 
+def worker_alive() -> bool:
+    """Tell whether this gunicorn worker still serves (false once it is stopping)."""
+    return _worker_alive()
+
+
 @dataclass
 class EventHub:
     """One process's event readers: the slots that bound them, the tail that wakes them."""
@@ -84,7 +89,7 @@ def install(app: Flask, gw: Gateway) -> None:
         lambda: _tail_client(gw.redis),
         gw.keys,
         lambda: gw.directory.names(refresh=True),
-        alive=lambda: _worker_alive(),
+        alive=worker_alive,
     )
     app.extensions[EXTENSION] = EventHub(
         tail, threading.BoundedSemaphore(limit), limit, gw.settings.events_keepalive

@@ -9,7 +9,7 @@ import flask
 from flask import Blueprint
 from werkzeug.datastructures import Headers
 
-from gateway import inputs, service
+from gateway import events, inputs, service, waiting
 from gateway.context import Gateway, gateway
 from gateway.errors import ApiError
 from gateway.routes import route
@@ -75,13 +75,18 @@ def enqueue_batch() -> tuple[dict[str, Any], int]:
     return {"jobs": docs}, 201
 
 
-@route(bp, "GET", "/jobs/<job_id>")
+@route(bp, "GET", "/jobs/<job_id>", query=("wait",))
 def get(job_id: str) -> dict[str, Any]:
-    """Return one job."""
-    job = gateway().directory.find_job(inputs.job_id(job_id))
+    """Return one job; with ``wait``, once it is finished or when the wait ends."""
+    job_id = inputs.job_id(job_id)
+    seconds = waiting.wait_seconds()
+    gw = gateway()
+    job = gw.directory.find_job(job_id)
     if job is None:
         raise ApiError(404, "job not found")
-    return job.to_json()
+    if flask.request.method == "HEAD":  # headers only: nothing worth holding a thread for
+        return job.to_json()
+    return waiting.wait_for(gw, events.hub(), job, seconds).to_json()
 
 
 @route(bp, "POST", "/jobs/<job_id>/cancel")

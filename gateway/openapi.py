@@ -13,6 +13,7 @@ from typing import Any
 from gateway.body import MAX_BODY_BYTES
 from gateway.events import KEEPALIVE_SECONDS
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
+from gateway.waiting import MAX_WAIT_SECONDS, WAIT_PATTERN
 from shared import bulk, listing, throughput
 from shared.events import CURSOR_PAIR, MAX_CURSOR_STREAMS
 from shared.history import ACTOR_CODES, CAP, EVENTS
@@ -471,6 +472,15 @@ def _parameters() -> dict[str, Any]:
             "in": "query",
             "schema": {"type": "integer", "minimum": low, "maximum": high, "default": high},
         },
+        "Wait": {
+            "name": "wait",
+            "in": "query",
+            "description": "Answer once the job is completed, dead or canceled, or when this "
+            "much time has passed (then with the job as it is): seconds (2.5) or a duration "
+            f"(500ms, 30s, 1m), at most {MAX_WAIT_SECONDS} s; ask again to wait longer. "
+            "Absent or 0: answer at once. docs/API.md.",
+            "schema": {"type": "string", "pattern": WAIT_PATTERN, "examples": ["30s"]},
+        },
         "Cursor": {
             "name": "cursor",
             "in": "query",
@@ -615,6 +625,14 @@ def _job_paths() -> dict[str, Any]:
     }
     again = _json(_ref("Job"), "The job this Idempotency-Key already created.")
     batch = _json(_ref("Jobs"), "The jobs, in the order given.")
+    waits_busy = {
+        **_error(
+            "Redis is unreachable, or (with wait) this gateway process already serves "
+            "TASKFORGE_EVENTS_STREAMS event streams and waits; try again after Retry-After "
+            "seconds."
+        ),
+        "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+    }
     return {
         "/enqueue": {
             "post": _operation(
@@ -636,9 +654,9 @@ def _job_paths() -> dict[str, Any]:
         "/jobs/{job_id}": {
             "get": _operation(
                 "getJob",
-                "Read one job.",
-                {"200": JOB_OK, **_use(*BY_ID)},
-                parameters=[_param("JobId")],
+                "Read one job; with wait, once it is finished or when the wait ends.",
+                {"200": JOB_OK, **_use(*BY_ID), "503": waits_busy},
+                parameters=[_param("JobId"), _param("Wait")],
             )
         },
         "/jobs/{job_id}/cancel": {

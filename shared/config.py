@@ -336,7 +336,7 @@ VARIABLES: tuple[Variable, ...] = (
              "Name inside every Redis key's hash tag ({taskforge:<queue>}:v2:…), so several deployments can share one Redis",
              _namespace),
     Variable("TASKFORGE_EVENTS", "events", "on",
-             "on: every job transition and worker join, leave, quiet and resume is appended to a capped Redis Stream by the script that makes it (docs/EVENTS.md; GET /events reads them); off: none is written, at no cost",
+             "on: every job transition and worker join, leave, quiet and resume is appended to a capped Redis Stream by the script that makes it (docs/EVENTS.md; GET /events reads them); off: none is written, at no cost (GET /jobs/<id>?wait= then re-reads the job every 0.5 s)",
              _on_off),
     Variable("TASKFORGE_EVENTS_MAX", "events_max", "100000",
              "Events kept per stream (each queue's, and the hosts'), approximately: the oldest go first",
@@ -346,8 +346,9 @@ VARIABLES: tuple[Variable, ...] = (
              _token, secret=True),
     # --- GET /events (issue 15, the reader) ---
     Variable("TASKFORGE_EVENTS_STREAMS", "events_streams", str(EVENTS_STREAMS_DEFAULT),
-             "Open GET /events streams each gateway process serves at once; one more gets 503. "
-             "Each holds a thread: gunicorn gets this many threads on top of GUNICORN_THREADS's 32",
+             "Open GET /events streams and GET /jobs/<id>?wait= waits each gateway process "
+             "serves at once; one more gets 503. Each holds a thread: gunicorn gets this many "
+             "threads on top of GUNICORN_THREADS's 32",
              _integer(1, EVENTS_STREAMS_MAX)),
     Variable("TASKFORGE_EVENTS_KEEPALIVE", "events_keepalive", "15s",
              "An idle GET /events stream sends a comment this often (below every proxy's idle "

@@ -73,7 +73,8 @@ SECTIONS: tuple[Section, ...] = (
         External("WEB_CONCURRENCY", "`2`", "gunicorn worker processes of the gateway",
                  (GUNICORN_CONF,)),
         External("GUNICORN_THREADS", "`32`",
-                 "Threads per gunicorn worker process for requests other than event streams; "
+                 "Threads per gunicorn worker process for requests other than event streams and "
+                 "waits; "
                  "each process runs this many plus TASKFORGE_EVENTS_STREAMS (96 by default)",
                  (GUNICORN_CONF,)),
         Setting("TASKFORGE_API_TOKEN", (GATEWAY,)),

@@ -63,6 +63,11 @@ class Window:
         if len(self.events) > WINDOW:
             self.floor = self.events.popleft().id
 
+    @property
+    def last(self) -> StreamId:
+        """Return the id of the last entry seen (the floor until one arrives)."""
+        return self.events[-1].id if self.events else self.floor
+
     def after(self, position: StreamId) -> list[Event] | None:
         """Return the entries after `position`, or None if some of them are not here."""
         if position < self.floor:
@@ -139,6 +144,16 @@ class EventTail:
         with self._cond:
             window = self._windows.get(name)
             return None if window is None else window.after(position)
+
+    def position(self, name: str) -> StreamId | None:
+        """Return the last id the tail has of a stream; None while it does not watch it.
+
+        Every entry after it reaches the tail's memory later: a reader that takes it before
+        reading what the stream records (a job's state) misses no later change.
+        """
+        with self._cond:
+            window = self._windows.get(name)
+            return None if window is None else window.last
 
     def wait(self, version: int, timeout: float) -> int:
         """Wait until the version moves past `version` or `timeout` s pass; return it."""

@@ -103,6 +103,12 @@ BUSY_WORKERS = Gauge(
     "Worker processes of this supervisor running a job.",
     multiprocess_mode="livesum",
 )
+# A gauge, not a log line per wait: clients loop on GET /jobs/<id>?wait=, so lines would flood.
+JOB_WAITS = Gauge(
+    "taskforge_gateway_job_waits",
+    "GET /jobs/<id>?wait= requests of this gateway waiting for their job now.",
+    multiprocess_mode="livesum",
+)
 
 PROCESS_METRICS = (
     *LIFECYCLE.values(),
@@ -112,6 +118,7 @@ PROCESS_METRICS = (
     ENQUEUE_SECONDS,
     ACTIVE_WORKERS,
     BUSY_WORKERS,
+    JOB_WAITS,
 )
 
 _seen_types: set[str] = set()

@@ -13,6 +13,7 @@ a test per operation plus a separate state machine, configured apart, to do the 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -28,8 +29,10 @@ from tests.gateway import helpers
 from tests.gateway.conftest import TOKEN
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.redis_server import RedisServer
+from tests.support.tools import ROOT
 
 ST = Path(sys.executable).with_name("st")
+HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
 OPERATIONS = 22
 # A fixed seed, one worker and no example database: every run draws the same inputs, so the
 # test cannot flake on a rare draw and a failure reproduces with the command it prints.
@@ -65,8 +68,12 @@ def schemathesis(gw: Gunicorn, tmp: Path, *headers: str) -> str:
     args += ["--exclude-operation-id", "streamEvents"]
     for header in headers:
         args += ["--header", header]
+    # Valid waits are shortened before they are sent (why: the hooks module's docstring).
+    env = {**os.environ, "SCHEMATHESIS_HOOKS": str(HOOKS), "PYTHONPATH": str(ROOT)}
     # cwd: a directory of its own, so no schemathesis.toml or report lands in the checkout.
-    run = subprocess.run(args, cwd=tmp, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    run = subprocess.run(
+        args, cwd=tmp, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT
+    )
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-6000:]
     return output

@@ -1,0 +1,175 @@
+"""``GET /jobs/<id>?wait=``: answer when the job finishes, or when the wait ends, without polling.
+
+A waiting request holds a gunicorn thread like an open event stream, so it takes a slot of
+the same bound (TASKFORGE_EVENTS_STREAMS, gateway/events.py) and never one of the threads
+that answer the rest. It holds no Redis connection while it waits: the process's EventTail
+wakes it when the job's queue's event stream grows, and a pooled connection serves only the
+short reads of the job.
+
+No lost wake-up: the wait takes the tail's position in the queue's stream, THEN reads the job.
+Every transition script writes its event in the same atomic step as the transition, so a
+finish after that read has an entry after that position, which the tail holds in memory
+(or, if the reader fell out of the tail's window, the wait reads the job again and re-pins).
+
+With TASKFORGE_EVENTS=off no event is written: the wait reads the job every POLL_SECONDS.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from flask import request
+
+from gateway.context import Gateway
+from gateway.errors import ApiError
+from gateway.events import EventHub, worker_alive
+from gateway.inputs import bad_field
+from shared import metrics
+from shared.config import duration_parser
+from shared.event_tail import EventTail
+from shared.events import StreamId
+from shared.jobs import Job, JobState
+from shared.queries import get_job
+
+# A proxy commonly closes a connection idle for 60 s (nginx's proxy_read_timeout, AWS ALB's
+# idle timeout): a longer wait would be cut there. A client wanting longer asks again.
+MAX_WAIT_SECONDS = 60
+POLL_SECONDS = 0.5  # events off: how often a wait reads the job again
+RETRY_AFTER = "1"  # a wait's slot frees within MAX_WAIT_SECONDS, usually far sooner
+FINISHED = frozenset({JobState.COMPLETED, JobState.DEAD, JobState.CANCELED})
+# After these events of the job it may be finished or gone: the wait reads it again. Not
+# `replayed`: it takes a dead job back to pending, and a wait that saw it dead has answered.
+FINISHING_EVENTS = frozenset({"completed", "dead", "canceled", "purged"})
+# What duration_parser reads, limited to ms, s and m and to 0..60 s by the pattern itself, so
+# that the OpenAPI document can state the very rule the server applies (schemathesis checks
+# both ways). ASCII digits only: Python's \d and float() also take other scripts' digits.
+_FRACTION = r"(\.[0-9]+)?"
+_ZEROS = r"(\.0+)?"
+WAIT_PATTERN = (
+    rf"^(0*([0-5]?[0-9]{_FRACTION}|60{_ZEROS})s?"
+    rf"|0*([0-9]{{1,4}}{_FRACTION}|[1-5][0-9]{{4}}{_FRACTION}|60000{_ZEROS})ms"
+    rf"|(0+{_FRACTION}|0*1{_ZEROS})m)$"
+)
+WAIT_RULE = "must be seconds (2.5) or a duration (500ms, 30s, 1m) from 0 to 60s"
+
+_wait = re.compile(WAIT_PATTERN)
+_duration = duration_parser(positive=False)
+
+
+def parse_wait(text: str) -> float | None:
+    """Return the seconds a ``wait`` value asks for, or None when the value is not allowed."""
+    return _duration(text) if _wait.fullmatch(text) else None
+
+
+def wait_seconds() -> float:
+    """Return how long the request asks to wait (0 without ``wait``); refuse a bad value.
+
+    Over 60 s is refused, not clamped: a client that asked for more than it can get learns it
+    here, instead of taking the end of a shorter wait for the end of its own.
+    """
+    given = request.args.getlist("wait")
+    if not given:
+        return 0.0
+    if len(given) > 1:
+        raise bad_field("wait", "is given more than once; give it at most once")
+    text = given[0]
+    seconds = parse_wait(text)
+    if seconds is None:
+        raise bad_field("wait", f"{WAIT_RULE} (ask again to wait longer), got {text[:20]!r}")
+    return seconds
+
+
+def finished(job: Job) -> bool:
+    """Tell whether a job will not change state again by itself."""
+    return job.status in FINISHED
+
+
+def read_job(gw: Gateway, job_id: str, queue: str) -> Job:
+    """Return the job as Redis holds it now (one short pooled read); 404 once it is gone."""
+    job = get_job(gw.redis, gw.keys, job_id, [queue])
+    if job is None:
+        raise ApiError(404, "job not found")
+    return job
+
+
+def wait_for(gw: Gateway, hub: EventHub, job: Job, seconds: float) -> Job:
+    """Return `job` once finished, or as it is after `seconds`; 503 when no slot is free."""
+    if seconds <= 0 or finished(job):
+        return job
+    if not hub.slots.acquire(blocking=False):
+        raise ApiError(
+            503,
+            f"this gateway process already serves {hub.limit} event streams and waits "
+            "(TASKFORGE_EVENTS_STREAMS); try again shortly",
+            headers={"Retry-After": RETRY_AFTER},
+        )
+    metrics.JOB_WAITS.inc()
+    try:
+        deadline = time.monotonic() + seconds
+        if gw.scripts.policy.events_cap == 0:
+            return _poll(gw, job, deadline)
+        return _follow(gw, hub.tail, job, deadline)
+    finally:
+        metrics.JOB_WAITS.dec()
+        hub.slots.release()
+
+
+def _follow(gw: Gateway, tail: EventTail, job: Job, deadline: float) -> Job:
+    """Wait on the tail: pin the queue's position, read the job, wake on its finishing event."""
+    queue = job.queue
+    # Naming the queue makes a tail that does not watch it yet list it now, not within 5 s.
+    tail.join([queue] if tail.position(queue) is None else None)
+    try:
+        while not tail.stopping:
+            version = tail.version  # before the look: a pin right after it still wakes us
+            position = tail.position(queue)
+            if position is not None:
+                job = read_job(gw, job.id, queue)
+                if finished(job):
+                    return job
+                if not _until_news(tail, job.id, queue, position, deadline):
+                    break
+                continue  # news (or the window lost our place): pin again, read again
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            tail.wait(version, remaining)  # until the tail watches the queue
+    finally:
+        tail.leave()
+    return read_job(gw, job.id, queue)
+
+
+def _until_news(
+    tail: EventTail, job_id: str, queue: str, position: StreamId, deadline: float
+) -> bool:
+    """Wait for a finishing event of the job after `position`; False when the wait ends.
+
+    True also when the tail's memory no longer covers `position` (the reader fell more than
+    its window behind, or the tail restarted after an error): the caller reads the job again.
+    """
+    while True:
+        version = tail.version  # before entries_after: an entry added after it wakes us
+        newer = tail.entries_after(queue, position)
+        if newer is None:
+            return True
+        if any(e.job_id == job_id and e.name in FINISHING_EVENTS for e in newer):
+            return True
+        if newer:
+            position = newer[-1].id
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or tail.stopping:
+            return False
+        tail.wait(version, remaining)
+
+
+def _poll(gw: Gateway, job: Job, deadline: float) -> Job:
+    """Events off: read the job every POLL_SECONDS until it finishes or the wait ends."""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not worker_alive():
+            return job
+        time.sleep(min(POLL_SECONDS, remaining))  # a pause between reads, nothing to wake it
+        job = read_job(gw, job.id, job.queue)
+        if finished(job):
+            return job

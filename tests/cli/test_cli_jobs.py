@@ -5,19 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from shared.scripts import Scripts
 from taskforge.cli import Exit
 from tests.cli.conftest import Taskforge
 from tests.support.engine_jobs import (
-    DELAY_PENDING,
-    WAIT_PENDING,
     complete,
-    delay_missing,
     fresh_queue,
     kill,
-    wait_missing,
 )
 from tests.support.gunicorn import Gunicorn
 
@@ -77,8 +71,6 @@ def test_enqueue_reads_the_payload_from_a_file_or_stdin(
 
 
 def test_enqueue_with_delay(taskforge: Taskforge, gw: Gunicorn) -> None:
-    if delay_missing(gw):
-        pytest.skip(DELAY_PENDING)
     job = enqueue_json(taskforge, "t", "--delay", "5m")
     assert job["status"] == "scheduled" and job["scheduled_at"] is not None
     assert enqueue_json(taskforge, "t", "--delay", "0")["status"] == "pending"
@@ -128,17 +120,9 @@ def test_jobs_ls_pages_with_a_cursor_or_follows_them_all(taskforge: Taskforge) -
     assert empty.code == Exit.OK and empty.out.strip() == "no jobs"
 
 
-# --- wait (GET /jobs/<id>?wait=, branch i16-wait) ----------------------------------------
+# --- wait (GET /jobs/<id>?wait=) ----------------------------------------
 
 
-@pytest.fixture
-def waits(gw: Gunicorn) -> None:
-    """Skip while the gateway does not take ?wait= yet (these tests run once it is merged)."""
-    if wait_missing(gw):
-        pytest.skip(WAIT_PENDING)
-
-
-@pytest.mark.usefixtures("waits")
 def test_wait_exits_by_outcome(taskforge: Taskforge, engine: Scripts) -> None:
     queue = fresh_queue()
     done, dead, canceled, pending = (

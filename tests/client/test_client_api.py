@@ -18,13 +18,9 @@ from taskforge import (
     WaitTimeout,
 )
 from tests.support.engine_jobs import (
-    DELAY_PENDING,
-    WAIT_PENDING,
     complete,
-    delay_missing,
     fresh_queue,
     kill,
-    wait_missing,
 )
 from tests.support.gunicorn import Gunicorn
 
@@ -63,8 +59,6 @@ def test_enqueue_refuses_at_with_delay_before_sending(tf: Client) -> None:
 
 
 def test_enqueue_with_a_delay_is_scheduled_that_long_ahead(tf: Client, gw: Gunicorn) -> None:
-    if delay_missing(gw):
-        pytest.skip(DELAY_PENDING)
     before = datetime.now(UTC)
     job = tf.enqueue("t", delay="5m")
     assert job.status == "scheduled" and job.scheduled_at is not None
@@ -191,17 +185,9 @@ def test_workers_is_empty_without_workerd_and_quiet_names_a_missing_host(tf: Cli
         tf.quiet_worker("nohost-1")
 
 
-# --- wait: GET /jobs/<id>?wait= (branch i16-wait) ----------------------------------------
+# --- wait: GET /jobs/<id>?wait= ----------------------------------------
 
 
-@pytest.fixture
-def waits(gw: Gunicorn) -> None:
-    """Skip while the gateway does not take ?wait= yet (these tests run once it is merged)."""
-    if wait_missing(gw):
-        pytest.skip(WAIT_PENDING)
-
-
-@pytest.mark.usefixtures("waits")
 def test_wait_returns_the_completed_job_with_its_result(tf: Client, engine: Scripts) -> None:
     queue = fresh_queue()
     job = tf.enqueue("t", queue=queue)
@@ -210,7 +196,6 @@ def test_wait_returns_the_completed_job_with_its_result(tf: Client, engine: Scri
     assert done.status == "completed" and done.result == {"ok": True}
 
 
-@pytest.mark.usefixtures("waits")
 def test_wait_raises_job_failed_for_a_dead_job(tf: Client, engine: Scripts) -> None:
     queue = fresh_queue()
     job = tf.enqueue("t", queue=queue)
@@ -220,7 +205,6 @@ def test_wait_raises_job_failed_for_a_dead_job(tf: Client, engine: Scripts) -> N
     assert raised.value.state == "dead" and raised.value.job.id == job.id
 
 
-@pytest.mark.usefixtures("waits")
 def test_wait_raises_job_canceled(tf: Client) -> None:
     job = tf.enqueue("t")
     tf.cancel(job.id)
@@ -229,7 +213,6 @@ def test_wait_raises_job_canceled(tf: Client) -> None:
     assert raised.value.state == "canceled"
 
 
-@pytest.mark.usefixtures("waits")
 def test_wait_times_out_with_the_unfinished_job(tf: Client) -> None:
     job = tf.enqueue("t")
     started = time.monotonic()

@@ -194,7 +194,8 @@ class Client:
                 return job
             if job.status == "dead":
                 error = f": {job.last_error}" if job.last_error else ""
-                raise JobFailed(job, f"job {job.id} is dead after {job.attempts} attempts{error}")
+                tries = f"{job.attempts} attempt{'' if job.attempts == 1 else 's'}"
+                raise JobFailed(job, f"job {job.id} is dead after {tries}{error}")
             if job.status == "canceled":
                 raise JobCanceled(job, f"job {job.id} was canceled")
             if deadline is not None and time.monotonic() >= deadline:

@@ -165,12 +165,14 @@ def stack() -> Iterator[Path]:
         yield log_path
 
 
-@pytest.mark.slow
-def test_five_minute_demo_runs_verbatim_against_bin_run(stack: Path) -> None:
-    script = "\n".join(shell_blocks("Five-minute demo"))
+def run_block(
+    command: list[str], blocks: list[str]
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run README blocks, joined, as the last argument of `command`; return the run and a report
+    of its output; fail unless it exits 0 within DEMO_TIMEOUT."""
     try:
-        demo = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", script],
+        done = subprocess.run(
+            [*command, "\n".join(blocks)],
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
             capture_output=True,
@@ -179,9 +181,15 @@ def test_five_minute_demo_runs_verbatim_against_bin_run(stack: Path) -> None:
             start_new_session=True,
         )
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"the README demo ran over {DEMO_TIMEOUT:g}s:\n{exc.stdout}") from None
-    report = f"stdout:\n{demo.stdout}\nstderr:\n{demo.stderr}"
-    assert demo.returncode == 0, report
+        raise AssertionError(f"a README block ran over {DEMO_TIMEOUT:g}s:\n{exc.stdout}") from None
+    report = f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert done.returncode == 0, report
+    return done, report
+
+
+@pytest.mark.slow
+def test_five_minute_demo_runs_verbatim_against_bin_run(stack: Path) -> None:
+    demo, report = run_block(["bash", "-euo", "pipefail", "-c"], shell_blocks("Five-minute demo"))
     objects = list(_json_objects(demo.stdout))
     jobs = [o for o in objects if isinstance(o, dict) and "status" in o and "type" in o]
     assert any(job["type"] == "generate_pdf" and job["status"] == "completed" for job in jobs), (
@@ -216,32 +224,14 @@ def test_five_minute_demo_runs_verbatim_against_bin_run(stack: Path) -> None:
 @pytest.mark.slow
 def test_client_and_command_line_run_verbatim_against_bin_run(stack: Path) -> None:
     """The "Python client" block, then the "Command line" block, as a reader would run them."""
-    python = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "python"), "-c", _python_block("Python client")],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=DEMO_TIMEOUT,
-    )
-    report = f"stdout:\n{python.stdout}\nstderr:\n{python.stderr}"
-    assert python.returncode == 0, report
+    venv_python = str(ROOT / ".venv" / "bin" / "python")
+    python, report = run_block([venv_python, "-c"], [_python_block("Python client")])
     lines = python.stdout.splitlines()
     assert lines[0] == "completed {'pages': 1, 'bytes': 2048}", report
-    assert lines[1].startswith("job ") and "is dead after 1 attempts: NoHandler: " in lines[1]
+    assert lines[1].startswith("job ") and "is dead after 1 attempt: NoHandler: " in lines[1]
     assert "'pending'" in lines[2] and "'scheduled'" in lines[2], report
 
-    shell = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", "\n".join(shell_blocks("Command line"))],
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=DEMO_TIMEOUT,
-        start_new_session=True,
-    )
-    report = f"stdout:\n{shell.stdout}\nstderr:\n{shell.stderr}"
-    assert shell.returncode == 0, report
+    shell, report = run_block(["bash", "-euo", "pipefail", "-c"], shell_blocks("Command line"))
     assert "Traceback" not in shell.stdout + shell.stderr, report
     assert "exit status 5" in shell.stdout, report  # the dead job's wait
     assert "completed" in shell.stdout and "send_email" in shell.stdout, report

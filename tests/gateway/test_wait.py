@@ -28,7 +28,8 @@ from tests.support.tools import wait_until
 
 K = Keys()
 DEADLINE = 5.0  # seconds any one expected answer may take
-PROMPT = 0.5  # seconds: a wait ends this soon after its job finishes (events on)
+PROMPT = 2.0  # seconds: a wait ends this soon after its job finishes (events on); generous for
+# a loaded 2-core CI machine, and still far below the 30-s waits a missed wake-up would sit out
 
 
 def make_app(r: redis.Redis, **env: str) -> Flask:

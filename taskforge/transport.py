@@ -132,7 +132,7 @@ class Transport:
                 if response.status < 400:
                     return doc
                 if response.status != 503:
-                    raise api_error(response.status, doc, f"HTTP {response.status}")
+                    raise api_error(response.status, doc, self._stranger(response.status))
                 last = f"{self.url} is unavailable (503): {_message(doc)}"
                 if replay is Replay.UNSENT:
                     raise Unavailable(
@@ -142,7 +142,14 @@ class Transport:
                 pause = max(pause, _retry_after(response))
             if attempt < self.retries:
                 time.sleep(pause)
-        raise Unavailable(f"{last} (tried {self.retries + 1} times)")
+        tries = self.retries + 1
+        raise Unavailable(f"{last} (tried {tries} time{'' if tries == 1 else 's'})")
+
+    def _stranger(self, status: int) -> str:
+        """Return the message for an error answer without the gateway's ``{"error": ...}``."""
+        return (
+            f"HTTP {status} without a TaskForge error message: is {self.url} a TaskForge gateway?"
+        )
 
     def _pause(self, attempt: int) -> float:
         """Return the wait before try ``attempt + 1``: exponential, capped, with full jitter."""
@@ -178,11 +185,12 @@ def _retry_after(response: urllib3.BaseHTTPResponse) -> float:
 
 
 def _reason(exc: Exception) -> str:
-    """Return a one-line reason for a transport error (urllib3 nests the useful part)."""
-    reason = getattr(exc, "reason", None) or exc
-    text = str(reason)
-    # "<urllib3.connection.HTTPConnection object at 0x..>: Failed to establish a new
-    # connection: [Errno 111] Connection refused" -> the part after the object's repr.
-    if ">: " in text:
-        text = text.split(">: ", 1)[1]
+    """Return a one-line reason for a transport error, without urllib3's object reprs."""
+    cause = exc.__cause__
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror.lower()  # "connection refused", "name or service not known"
+    text = str(getattr(exc, "reason", None) or exc)
+    # "HTTPConnection(host='127.0.0.1', port=9): Failed to establish a new connection: ..."
+    if "): " in text:
+        text = text.split("): ", 1)[1]
     return text.splitlines()[0] if text else type(exc).__name__

@@ -46,7 +46,7 @@ Exit status:
   5  wait: the job is dead
   6  wait: the job was canceled
   7  wait: the job was still unfinished when the wait timed out
-  130  interrupted (Ctrl-C)
+  130  interrupted (Ctrl-C); stats --watch, whose way out it is, exits 0
 
 \b
 Completion (bash; zsh and fish alike):
@@ -99,11 +99,13 @@ pass_session = click.make_pass_decorator(Session)
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the server's JSON, for scripts.")
 @click.option(
-    "--timeout",
+    "--request-timeout",
+    "timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=10.0,
     show_default=True,
-    help="Seconds each try of a request may take (to connect, then to answer).",
+    help="Seconds each try of a request may take (to connect, then to answer); "
+    "not a job's --timeout nor wait's.",
 )
 @click.option(
     "--retries",
@@ -121,6 +123,30 @@ def cli(
     session = Session(url, token, as_json, timeout, retries)
     ctx.obj = session
     ctx.call_on_close(session.close)
+
+
+def _as_json(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """Turn --json on for this run when a command is given it (the group has run by then)."""
+    if value:
+        ctx.find_object(Session).as_json = True  # type: ignore[union-attr]
+
+
+def json_everywhere(group: click.Group) -> None:
+    """Give every command under `group` its own --json, so it may follow the command too
+    (``taskforge jobs ls --state dead --json``), as users of other CLIs expect."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            json_everywhere(command)
+        elif not any(param.name == "json_output" for param in command.params):
+            command.params.append(
+                click.Option(
+                    ["--json", "json_output"],
+                    is_flag=True,
+                    expose_value=False,
+                    callback=_as_json,
+                    help="Print the server's JSON, for scripts.",
+                )
+            )
 
 
 def output(session: Session, doc: Any, human: str) -> None:
@@ -142,7 +168,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     except Unauthorized as exc:
         return fail(f"{exc.message} (HTTP 401; set --token or TASKFORGE_API_TOKEN)", exc_code(exc))
     except ApiError as exc:
-        return fail(f"{exc.message} (HTTP {exc.status})", exc_code(exc))
+        status = f"HTTP {exc.status}"
+        return fail(
+            exc.message if status in exc.message else f"{exc.message} ({status})", exc_code(exc)
+        )
     except TaskForgeError as exc:
         return fail(str(exc), exc_code(exc))
     except (ValueError, TypeError) as exc:

@@ -152,7 +152,7 @@ def confirm(question: str) -> bool:
 def describe(session: Session, ids: Sequence[str], queue: str | None, job_type: str | None) -> str:
     """Return what a bulk action takes, in words, with a count when one is known."""
     if ids:
-        return f"{len(ids)} dead job{'s' if len(ids) != 1 else ''}"
+        return f"the {len(ids)} job{'s' if len(ids) != 1 else ''} given (those dead)"
     words = "every dead job"
     if job_type is not None:
         words += f" of type {job_type}"

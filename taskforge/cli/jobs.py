@@ -78,7 +78,7 @@ def duration(text: str | None) -> float | str | None:
 @click.argument("payload", required=False)
 @click.option("--queue", help="The queue it waits in (default: default).")
 @click.option("--priority", type=int, help="Higher runs first (default 0).")
-@click.option("--max-retries", type=int, help="How many executions it may take in all.")
+@click.option("--max-retries", type=int, help="How many executions it may take in all (default 3).")
 @click.option("--at", metavar="RFC3339", help="Run it no earlier than this time (with a zone).")
 @click.option("--delay", metavar="DURATION", help="Run it this long from now: 30, 90s, 5m, 1h.")
 @click.option("--timeout", metavar="DURATION", help="How long one execution may run: 90s, 5m.")
@@ -164,7 +164,10 @@ def show_job(session: Session, job: Job) -> None:
 @click.argument("job_id", metavar="ID")
 @pass_session
 def history(session: Session, job_id: str) -> None:
-    """Show what happened to a job, oldest first (its last 50 transitions)."""
+    """Show what happened to a job, oldest first.
+
+    Each transition (its last 50): when, the event, the attempt, who acted, the worker.
+    """
     kept = session.client.history(job_id)
     rows = [
         [render.when(e.at), e.event, e.attempt, e.actor, e.worker, e.host, e.error]
@@ -180,7 +183,10 @@ def history(session: Session, job_id: str) -> None:
 @click.argument("job_id", metavar="ID")
 @pass_session
 def cancel(session: Session, job_id: str) -> None:
-    """Cancel a job that has not started (a running or finished one is a conflict, exit 1)."""
+    """Cancel a job that has not started.
+
+    A running or finished job cannot be canceled: that is a conflict (exit 1).
+    """
     job = session.client.cancel(job_id)
     output(session, job.raw, f"{job.id} {job.status}")
 

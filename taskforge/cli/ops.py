@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 import click
 
 from taskforge.cli import render
-from taskforge.cli.app import Exit, Session, cli, output, pass_session
+from taskforge.cli.app import PROG, Exit, Session, cli, output, pass_session
 from taskforge.cli.jobs import STATES
-from taskforge.models import Host, Queue, Stats
+from taskforge.models import Host, Queue, Stats, parse_time
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, then clear the screen: each refresh redraws in place
 STAT_HEADERS = ("QUEUE", *(state.upper() for state in STATES), "TOTAL", "OLDEST PENDING")
@@ -53,9 +53,10 @@ def stats_screen(stats: Stats) -> str:
 )
 @pass_session
 def stats(session: Session, interval: float | None) -> int:
-    """Show jobs per state (overall and per queue), the oldest pending age and the workers.
+    """Show jobs per state, per queue, and the workers.
 
-    With --watch the screen is redrawn in place; with --json too, one JSON line per refresh.
+    Counts over all queues and for each, the oldest pending job's age, the workerd hosts and
+    their busy workers. With --watch the screen is redrawn in place; with --json too, one JSON line per refresh.
     """
     if interval is None:
         found = session.client.stats()
@@ -111,8 +112,8 @@ def workers_screen(hosts: list[Host]) -> str:
                 p.get("job_id"),
                 p.get("type"),
                 p.get("queue"),
-                p.get("busy_since"),
-                p.get("last_heartbeat"),
+                render.when(parse_time(p.get("busy_since"))),
+                render.when(parse_time(p.get("last_heartbeat"))),
             ]
             for p in host.processes
         ]
@@ -169,7 +170,11 @@ def queues_ls(session: Session) -> None:
 @pass_session
 def queues_pause(session: Session, name: str) -> None:
     """Pause a queue: jobs still arrive; no worker claims them until it is resumed."""
+    known = name in {queue.name for queue in session.client.queues()}
     queue = session.client.pause_queue(name)
+    if not known:
+        # The gateway lists a queue from its first pause too: a typo would stay listed.
+        click.echo(f"{PROG}: note: no queue {name!r} was known; it is listed from now on", err=True)
     output(session, queue.raw, f"{queue.name} paused")
 
 

@@ -3,7 +3,11 @@ status, never a traceback; ``python -m taskforge`` and shell completion work."""
 
 from __future__ import annotations
 
+import http.server
 import os
+import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +67,45 @@ def test_a_gateway_that_is_down_is_exit_3(tmp_path: Path) -> None:
     done = invoke("--url", url, "--retries", "1", "get", UNKNOWN)
     assert done.code == Exit.UNAVAILABLE
     assert "cannot connect to" in done.error_line() and "tried 2 times" in done.err
+
+
+def test_a_server_that_is_not_a_gateway_is_named_as_such() -> None:
+    """An error answer without TaskForge's {"error": ...} body (another web server)."""
+
+    class Empty404(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Empty404) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            url = f"http://127.0.0.1:{server.server_address[1]}"
+            done = invoke("--url", url, "get", UNKNOWN)
+        finally:
+            server.shutdown()
+    assert done.code == Exit.API_ERROR
+    assert done.error_line() == (
+        f"taskforge: error: HTTP 404 without a TaskForge error message: is {url} a TaskForge "
+        "gateway?"
+    )
+
+
+def test_the_request_timeout_bounds_each_try() -> None:
+    """--request-timeout (the global one) is not a job's or a wait's --timeout."""
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        done = invoke("--url", url, "--retries", "0", "--request-timeout", "0.3", "stats")
+        elapsed = time.monotonic() - started
+    assert done.code == Exit.UNAVAILABLE and "no answer from" in done.error_line()
+    assert elapsed < 5.0  # the default, 10 s, would still be waiting
 
 
 def test_a_bad_url_is_a_usage_error() -> None:

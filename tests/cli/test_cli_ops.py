@@ -174,6 +174,7 @@ def test_queues_ls_pause_resume(taskforge: Taskforge) -> None:
     taskforge("enqueue", "t", "--queue", queue)
     paused = taskforge("queues", "pause", queue)
     assert paused.code == Exit.OK and paused.out.strip() == f"{queue} paused"
+    assert paused.err == ""  # a queue with jobs is known: no note
     listed = taskforge("queues", "ls")
     header, *rows = listed.out.splitlines()
     assert header.split()[:3] == ["NAME", "STATE", "PENDING"]
@@ -183,6 +184,26 @@ def test_queues_ls_pause_resume(taskforge: Taskforge) -> None:
     assert doc["name"] == queue and doc["paused"] is False
     by_name = {q["name"]: q for q in json.loads(taskforge("--json", "queues", "ls").out)["queues"]}
     assert by_name[queue]["paused"] is False and by_name[queue]["jobs"]["pending"] == 1
+
+
+def test_pausing_a_queue_nobody_knows_says_so_on_stderr_and_still_pauses_it(
+    taskforge: Taskforge,
+) -> None:
+    typo = fresh_queue()
+    paused = taskforge("queues", "pause", typo)
+    assert paused.code == Exit.OK and paused.out.strip() == f"{typo} paused"
+    assert paused.err == f"taskforge: note: no queue {typo!r} was known; it is listed from now on\n"
+    assert taskforge("queues", "pause", typo).err == ""  # listed now
+    taskforge("queues", "resume", typo)
+
+
+def test_json_may_follow_the_command_too(taskforge: Taskforge) -> None:
+    queue = fresh_queue()
+    made = json.loads(taskforge("enqueue", "t", "--queue", queue, "--json").out)
+    listed = taskforge("jobs", "ls", "--state", "pending", "--queue", queue, "--json")
+    assert [job["id"] for job in json.loads(listed.out)["jobs"]] == [made["id"]]
+    assert json.loads(taskforge("queues", "ls", "--json").out)["queues"]
+    assert json.loads(taskforge("dlq", "ls", "--json").out)["jobs"] is not None
 
 
 def test_workers_lists_hosts_and_their_processes(

@@ -16,7 +16,7 @@ from taskforge.cli import render
 from taskforge.cli.app import Exit, Session, cli, fail, output, pass_session
 from taskforge.cli.jobs import print_page
 from taskforge.client import BATCH_MAX
-from taskforge.models import BulkResult, Job
+from taskforge.models import BulkResult, Job, JobPage
 
 DLQ_HEADERS = ("ID", "TYPE", "QUEUE", "ATTEMPTS", "DIED", "LAST ERROR")
 Action = Callable[..., BulkResult]  # Client.replay_dead or Client.purge_dead
@@ -41,20 +41,36 @@ def dlq() -> None:
 
 
 @dlq.command("ls")
+@click.option("--queue", help="Only this queue's dead jobs.")
+@click.option("--type", "job_type", metavar="TYPE", help="Only dead jobs of this type.")
 @click.option(
     "--limit", type=click.IntRange(1, 100), default=50, show_default=True, help="Jobs per page."
 )
 @click.option("--cursor", help="Start where a previous page ended (its 'more: --cursor').")
 @click.option("--all", "every", is_flag=True, help="Follow the cursors to the end.")
 @pass_session
-def dlq_ls(session: Session, limit: int, cursor: str | None, every: bool) -> None:
-    """List dead jobs, newest first (filter with: jobs ls --state dead --queue Q --type T)."""
-    page = session.client.dlq(limit=limit, cursor=cursor)
-    listed, next_cursor = list(page.jobs), page.next_cursor
+def dlq_ls(
+    session: Session,
+    queue: str | None,
+    job_type: str | None,
+    limit: int,
+    cursor: str | None,
+    every: bool,
+) -> None:
+    """List dead jobs, newest first, with their last error."""
+
+    def page(after: str | None) -> JobPage:
+        if queue is None and job_type is None:
+            return session.client.dlq(limit=limit, cursor=after)
+        # GET /dlq takes no filter; the listing of the dead state does, in the same order.
+        return session.client.list("dead", queue=queue, type=job_type, limit=limit, cursor=after)
+
+    found = page(cursor)
+    listed, next_cursor = list(found.jobs), found.next_cursor
     while every and next_cursor is not None:
-        page = session.client.dlq(limit=limit, cursor=next_cursor)
-        listed += page.jobs
-        next_cursor = page.next_cursor
+        found = page(next_cursor)
+        listed += found.jobs
+        next_cursor = found.next_cursor
     print_page(session, listed, next_cursor, DLQ_HEADERS, dead_row)
 
 

@@ -48,6 +48,16 @@ def test_dlq_ls_shows_dead_jobs_with_their_error(taskforge: Taskforge, engine: S
     assert sorted(job["id"] for job in every["jobs"]) == sorted(ids)
 
 
+def test_dlq_ls_filters_by_queue_and_type(taskforge: Taskforge, engine: Scripts) -> None:
+    queue, other = fresh_queue(), fresh_queue()
+    mine = dead_jobs(taskforge, engine, queue, 2)
+    dead_jobs(taskforge, engine, other, 1)
+    shown = json.loads(taskforge("dlq", "ls", "--queue", queue, "--all", "--json").out)
+    assert sorted(job["id"] for job in shown["jobs"]) == sorted(mine)
+    none = taskforge("dlq", "ls", "--queue", queue, "--type", "no_such_type")
+    assert none.code == Exit.OK and none.out.strip() == "no jobs"
+
+
 def test_dlq_retry_by_ids_and_by_queue_page_by_page(taskforge: Taskforge, engine: Scripts) -> None:
     queue, other = fresh_queue(), fresh_queue()
     ids = dead_jobs(taskforge, engine, queue, 5)

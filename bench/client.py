@@ -49,16 +49,19 @@ def timed(seconds: float, threads: int, work: Callable[[], int]) -> tuple[float,
 
 
 def raw_enqueue(port: int, with_key: bool) -> Callable[[], int]:
-    """Return one thread's bare http.client enqueue (keep-alive), optionally with a key."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    """Return a bare http.client enqueue (keep-alive, one connection per thread), optionally
+    with a key."""
+    local = threading.local()
     body = json.dumps({"type": "bench", "payload": PAYLOAD})
 
     def work() -> int:
+        if not hasattr(local, "conn"):
+            local.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         headers = {"Content-Type": "application/json"}
         if with_key:
             headers["Idempotency-Key"] = uuid.uuid4().hex
-        conn.request("POST", "/enqueue", body=body, headers=headers)
-        response = conn.getresponse()
+        local.conn.request("POST", "/enqueue", body=body, headers=headers)
+        response = local.conn.getresponse()
         response.read()
         assert response.status == 201, response.status
         return 1
@@ -81,6 +84,7 @@ def measure(url: str, port: int, seconds: float, rounds: int) -> tuple[dict[str,
         "http.client, 1 thread, no key": (1, raw_enqueue(port, with_key=False)),
         "http.client, 1 thread, with key": (1, raw_enqueue(port, with_key=True)),
         "Client.enqueue, 1 thread": (1, one),
+        "http.client, 8 threads, with key": (8, raw_enqueue(port, with_key=True)),
         "Client.enqueue, 8 threads": (8, one),
         "Client.enqueue_many, 100 a call": (1, lambda: len(client.enqueue_many(batch100))),
         "Client.enqueue_many, 1,000 a call": (1, lambda: len(client.enqueue_many(batch1000))),

@@ -84,16 +84,6 @@ def idempotency_key(headers: Headers) -> str | None:
     return key
 
 
-def no_idempotency_key() -> None:
-    """Refuse an Idempotency-Key where it would silently protect nothing."""
-    if "Idempotency-Key" in request.headers:
-        raise ApiError(
-            400,
-            "Idempotency-Key is supported on POST /enqueue only; a batch is all or none, "
-            "so retry it whole or enqueue its jobs one by one with keys",
-        )
-
-
 def enqueue_request(body: Any) -> EnqueueRequest:
     """Validate one enqueue body; raise 400 naming every bad field."""
     try:

@@ -66,13 +66,19 @@ def key_conflict(exc: IdempotencyConflict) -> ApiError:
 
 @route(bp, "POST", "/enqueue/batch")
 def enqueue_batch() -> tuple[dict[str, Any], int]:
-    """Create 1 to 1,000 jobs, all or none: 201 with the jobs in the order given."""
+    """Create 1 to 1,000 jobs, all or none: 201 with the jobs in the order given, or 200 with
+    the jobs an Idempotency-Key already made for the same batch."""
     started = time.perf_counter()
-    inputs.no_idempotency_key()
-    requests = inputs.batch_requests(inputs.json_body())
-    docs = service.enqueue_batch(gateway(), requests, _client_trace(flask.request.headers))
+    headers = flask.request.headers
+    body = inputs.json_body()
+    key = inputs.idempotency_key(headers)  # checked where POST /enqueue checks it
+    requests = inputs.batch_requests(body)
+    try:
+        docs, created = service.enqueue_batch(gateway(), requests, key, _client_trace(headers))
+    except IdempotencyConflict as exc:
+        raise key_conflict(exc) from None
     metrics.ENQUEUE_SECONDS.observe(time.perf_counter() - started)
-    return {"jobs": docs}, 201
+    return {"jobs": docs}, 201 if created else 200
 
 
 @route(bp, "GET", "/jobs/<job_id>", query=("wait",))

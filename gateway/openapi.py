@@ -505,7 +505,10 @@ def _parameters() -> dict[str, Any]:
         "IdempotencyKey": {
             "name": "Idempotency-Key",
             "in": "header",
-            "description": "Same key and body within the key's TTL: 200 with the first job.",
+            "description": (
+                "Same key and body within the key's TTL: 200 with the job (or a batch's jobs) "
+                "the first request created; the same key with another body: 409."
+            ),
             "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,255}$"},
         },
     }
@@ -625,6 +628,13 @@ def _job_paths() -> dict[str, Any]:
     }
     again = _json(_ref("Job"), "The job this Idempotency-Key already created.")
     batch = _json(_ref("Jobs"), "The jobs, in the order given.")
+    batch_again = _json(
+        _ref("Jobs"), "The jobs this Idempotency-Key already created, as they are now, in order."
+    )
+    key_conflict = _error(
+        "The Idempotency-Key was already used with another body (another batch, or a single "
+        "enqueue); the message and job_id name its first job."
+    )
     waits_busy = {
         **_error(
             "Redis is unreachable, or (with wait) this gateway process already serves "
@@ -647,7 +657,8 @@ def _job_paths() -> dict[str, Any]:
             "post": _operation(
                 "enqueueBatch",
                 f"Create 1 to {MAX_BATCH} jobs, all or none.",
-                {"201": batch, **_use(*BODY_ERRORS)},
+                {"201": batch, "200": batch_again, **_use(*BODY_ERRORS), "409": key_conflict},
+                parameters=[_param("IdempotencyKey")],
                 requestBody=_body("BatchRequest"),
             )
         },

@@ -10,7 +10,7 @@ from gateway.context import Gateway
 from shared import tracing
 from shared.jobs import EnqueueRequest, Job
 from shared.lifecycle import Outcome, record, record_batch
-from shared.queries import get_job
+from shared.queries import get_job, get_jobs
 from shared.scripts import EnqueueResult
 
 tracing.configure(tracing.PRODUCER)
@@ -88,9 +88,13 @@ def enqueue_one(
 
 
 def enqueue_batch(
-    gw: Gateway, requests: Sequence[EnqueueRequest], client_trace: str | None
-) -> list[dict[str, Any]]:
-    """Create every job of a batch, all or none; return their JSON in order."""
+    gw: Gateway,
+    requests: Sequence[EnqueueRequest],
+    idempotency_key: str | None,
+    client_trace: str | None,
+) -> tuple[list[dict[str, Any]], bool]:
+    """Create every job of a batch, all or none (or find those its idempotency key names);
+    return their JSON in order, and whether this request created them."""
     ids = new_job_ids(len(requests))
     queues = list(dict.fromkeys(request.queue for request in requests))
     for queue in queues:
@@ -104,12 +108,34 @@ def enqueue_batch(
         attributes[tracing.QUEUE] = queues[0]
     with tracing.span("task.enqueue", client_trace, attributes):
         results = gw.scripts.enqueue_many(
-            list(zip(requests, ids, strict=True)), traceparent=tracing.current_traceparent()
+            list(zip(requests, ids, strict=True)),
+            idempotency_key=idempotency_key,
+            traceparent=tracing.current_traceparent(),
         )
+        created = all(result.created for result in results)  # a repeat's are all not created
         # One line per queue of the batch, inside the span (its outcome, its trace ids).
         by_queue: dict[str, list[tuple[str, str]]] = {}
         for request, result in zip(requests, results, strict=True):
             by_queue.setdefault(request.queue, []).append((result.job_id, request.type))
+        outcome = Outcome.ENQUEUED if created else Outcome.DUPLICATE
         for queue, jobs in by_queue.items():
-            record_batch(Outcome.ENQUEUED, jobs, queue=queue)
-    return [created_job(q, r).to_json() for q, r in zip(requests, results, strict=True)]
+            record_batch(outcome, jobs, queue=queue)
+    if created:
+        return [created_job(q, r).to_json() for q, r in zip(requests, results, strict=True)], True
+    return jobs_now(gw, requests, results), False
+
+
+def jobs_now(
+    gw: Gateway, requests: Sequence[EnqueueRequest], results: Sequence[EnqueueResult]
+) -> list[dict[str, Any]]:
+    """Return the JSON of jobs an idempotency key named, as they are now (one round trip).
+
+    Same batch, so each job is in its request's queue (the digest covers it). A job deleted
+    since the script answered (retention, a purge) is shown as created, with its status.
+    """
+    located = [(r.job_id, q.queue) for q, r in zip(requests, results, strict=True)]
+    found = get_jobs(gw.redis, gw.keys, located)
+    return [
+        (job or created_job(request, result)).to_json()
+        for request, result, job in zip(requests, results, found, strict=True)
+    ]

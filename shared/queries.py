@@ -95,6 +95,22 @@ def get_job(
     return None
 
 
+def get_jobs(
+    client: redis.Redis, keys: Keys, located: Sequence[tuple[str, str]]
+) -> list[Job | None]:
+    """Return each of several jobs given as (id, queue), None for one that does not exist.
+
+    One pipelined round trip, one HGETALL per job, answered in the order given.
+    """
+    pipe = client.pipeline(transaction=False)
+    for job_id, queue in located:
+        pipe.hgetall(keys.for_queue(queue).job(job_id))
+    return [
+        Job.from_hash(raw, job_id, queue) if raw else None
+        for (job_id, queue), raw in zip(located, pipe.execute(), strict=True)
+    ]
+
+
 def _parse_cursor(cursor: str) -> tuple[int, str]:
     match = CURSOR_PATTERN.fullmatch(cursor)
     if not match:

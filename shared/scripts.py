@@ -88,6 +88,7 @@ __all__ = [
     "Scripts",
     "TrimResult",
     "WrongState",
+    "batch_digest",
     "load_source",
     "new_request_id",
     "runnable_arg",
@@ -95,6 +96,7 @@ __all__ = [
 
 SCRIPT_NAMES = (
     "reserve",
+    "reserve_batch",
     "enqueue",
     "claim",
     "renew",
@@ -135,6 +137,20 @@ def load_source(name: str) -> str:
 
 def _now(now_ms: int | None) -> str:
     return "" if now_ms is None else str(int(now_ms))
+
+
+def batch_digest(requests: Sequence[EnqueueRequest]) -> str:
+    """Return the idempotency digest of a batch: equal for the same jobs in the same order.
+
+    Domain-separated from a single request's (the hash of its canonical text alone), so a key
+    used for one enqueue and then for a batch of that one job is a conflict, never a match.
+    A canonical text holds no raw newline (JSON escapes it), so the separator is unambiguous.
+    """
+    digest = hashlib.sha256(b"batch\n")
+    for request in requests:
+        digest.update(request.canonical().encode())
+        digest.update(b"\n")
+    return digest.hexdigest()
 
 
 @cache
@@ -264,17 +280,58 @@ class Scripts:
         self,
         requests: Sequence[tuple[EnqueueRequest, str]],
         *,
+        idempotency_key: str | None = None,
         now_ms: int | None = None,
         traceparent: str | None = None,
     ) -> list[EnqueueResult]:
-        """Create several jobs, all or none (one MULTI/EXEC round trip), in the given order."""
+        """Create several jobs, all or none (one MULTI/EXEC round trip), in the given order.
+
+        With an idempotency key, one call more first: reserve_batch.lua ties the key to these
+        job ids in the global slot. A repeat of the same batch finds the key naming the
+        earlier ids and runs the same transaction with those: it creates what its producer
+        never created (it died between the two calls) and only answers what exists, every
+        result DUPLICATE (created False).
+        """
+        duplicate = False
+        if idempotency_key is not None:
+            requests, duplicate = self._reserve_batch(requests, idempotency_key)
         try:
-            return self._enqueue_transaction(requests, now_ms, traceparent)
+            results = self._enqueue_transaction(requests, now_ms, traceparent)
         except redis.exceptions.NoScriptError:
             # The cache emptied (SCRIPT FLUSH, restart, failover) between the pipeline's SCRIPT
             # EXISTS and its EXEC: every EVALSHA failed alike, so nothing was written. Once
             # more: the pipeline loads the script again first.
-            return self._enqueue_transaction(requests, now_ms, traceparent)
+            results = self._enqueue_transaction(requests, now_ms, traceparent)
+        if duplicate:
+            # As for a single enqueue: only the request that reserved the key answers "created".
+            return [dataclasses.replace(result, created=False) for result in results]
+        return results
+
+    def _reserve_batch(
+        self, requests: Sequence[tuple[EnqueueRequest, str]], idempotency_key: str
+    ) -> tuple[list[tuple[EnqueueRequest, str]], bool]:
+        """Tie the key to this batch's jobs; return the batch under the ids the key names (this
+        call's, or an earlier same batch's) and whether they were an earlier call's."""
+        jobs = ",".join(f"{job_id} {request.queue}" for request, job_id in requests)
+        reply = self._call(
+            "reserve_batch",
+            [self.keys.idempotency(idempotency_key)],
+            [
+                batch_digest([request for request, _ in requests]),
+                jobs,
+                self.policy.idempotency_ttl_ms,
+            ],
+        )
+        code = Code(reply[0])
+        if code is Code.CONFLICT:
+            raise IdempotencyConflict(text(reply[1]) or "")
+        if code is Code.DONE:
+            return list(requests), False
+        # Each entry is "<id> <queue>"; the digest covers every job's queue, so a same batch's
+        # jobs go to the queues this one names, in the same order: only the ids are taken.
+        ids = [entry.split(" ", 1)[0] for entry in (text(reply[1]) or "").split(",")]
+        batch = [(request, job_id) for (request, _), job_id in zip(requests, ids, strict=True)]
+        return batch, True
 
     def _enqueue_transaction(
         self,

@@ -150,18 +150,29 @@ class Client:
         )
         return Job.from_json(doc)
 
-    def enqueue_many(self, jobs: Iterable[JobSpec | dict[str, Any]]) -> list[Job]:
+    def enqueue_many(
+        self, jobs: Iterable[JobSpec | dict[str, Any]], *, idempotency_key: str | None = None
+    ) -> list[Job]:
         """Create many jobs, 1,000 per request, each request all or none; return them in order.
 
-        A batch takes no Idempotency-Key, so a try is repeated only when it cannot have reached
-        the gateway; a lost reply raises ``Unavailable`` with ``outcome_unknown``.
+        Every request carries an Idempotency-Key (a new random one per request unless given),
+        and a try that fails is repeated with the same key: a reply lost on the way never makes
+        a batch twice. Give your own key to make a repeat of the whole call safe too: request
+        ``i`` (the jobs from ``i * 1000``) sends ``f"{idempotency_key}.{i}"`` (so at most 255
+        characters of printable ASCII in all), and the same jobs in the same order are answered
+        with the jobs first made.
         """
         bodies = [job.body() if isinstance(job, JobSpec) else dict(job) for job in jobs]
         created: list[Job] = []
-        for start in range(0, len(bodies), BATCH_MAX):
+        for index, start in enumerate(range(0, len(bodies), BATCH_MAX)):
             chunk = bodies[start : start + BATCH_MAX]
+            key = f"{idempotency_key}.{index}" if idempotency_key else f"tf-{uuid.uuid4().hex}"
             doc = self._http.request(
-                "POST", "/enqueue/batch", body={"jobs": chunk}, replay=Replay.UNSENT
+                "POST",
+                "/enqueue/batch",
+                body={"jobs": chunk},
+                headers={"Idempotency-Key": key},
+                replay=Replay.ALWAYS,  # the key makes a repeat answer the same jobs
             )
             created += [Job.from_json(job) for job in doc["jobs"]]
         return created

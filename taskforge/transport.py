@@ -4,10 +4,10 @@ urllib3 (no dependencies of its own; its pools are thread-safe) keeps the connec
 shared by many threads opens at most ``pool_size`` of them and reuses each. Its own retries are
 off, since what may be retried depends on the request, which only the caller knows:
 
-- ``Replay.ALWAYS``: reads, and writes the gateway makes idempotent (an enqueue with its
-  Idempotency-Key, a cancel, a pause). Retried on a refused or reset connection, a timeout, a
-  lost reply and a 503 (Redis unreachable, or no slot free for a wait).
-- ``Replay.UNSENT``: writes a repeat could apply twice (a batch, a single replay). Retried only
+- ``Replay.ALWAYS``: reads, and writes the gateway makes idempotent (an enqueue or a batch
+  with its Idempotency-Key, a cancel, a pause). Retried on a refused or reset connection, a
+  timeout, a lost reply and a 503 (Redis unreachable, or no slot free for a wait).
+- ``Replay.UNSENT``: writes a repeat could apply twice (a single replay). Retried only
   when the request cannot have reached the gateway (the connection was never made); otherwise
   ``Unavailable(outcome_unknown=True)`` says the write may or may not have happened.
 """

@@ -6,7 +6,8 @@
 -- the global slot, and the job is created by enqueue.lua in its queue's slot afterwards (no
 -- script touches two slots). Crash-safe in that order: a reservation whose job was never
 -- created (the caller died in between) names a job id that enqueue.lua, repeat-safe by id,
--- creates when the same request comes again.
+-- creates when the same request comes again. A key that reserve_batch.lua holds for a batch
+-- has a batch's digest, never a single request's: CONFLICT, naming the batch's first job.
 --
 -- KEYS[1] -> {ns}:v2:idem:<key>   hash {digest, job_id, queue}; expires after the key's TTL
 --

@@ -11,6 +11,7 @@ import pytest
 from shared.scripts import Scripts
 from taskforge import (
     Client,
+    Conflict,
     JobCanceled,
     JobFailed,
     JobSpec,
@@ -82,6 +83,24 @@ def test_enqueue_many_chunks_by_a_thousand_and_keeps_the_order(tf: Client) -> No
     assert len({job.id for job in created}) == 2500
     assert created[1200].priority == 3
     assert tf.stats().queues[queue]["jobs"]["pending"] == 2500
+
+
+def test_enqueue_many_with_a_key_made_again_answers_the_same_jobs_chunk_by_chunk(
+    tf: Client,
+) -> None:
+    queue = fresh_queue()
+    specs = [JobSpec("bulk", {"i": i}, queue=queue) for i in range(1500)]
+
+    first = tf.enqueue_many(specs, idempotency_key=f"import-{queue}")
+    again = tf.enqueue_many(specs, idempotency_key=f"import-{queue}")
+
+    assert [job.id for job in again] == [job.id for job in first]
+    assert tf.stats().queues[queue]["jobs"]["pending"] == 1500
+    # The second chunk's key ("<key>.1") names its own 500 jobs: another body there conflicts.
+    with pytest.raises(Conflict, match="Idempotency-Key") as conflict:
+        tf.enqueue_many(specs[:1000] + specs[1001:], idempotency_key=f"import-{queue}")
+    assert conflict.value.status == 409
+    assert tf.stats().queues[queue]["jobs"]["pending"] == 1500
 
 
 def test_cancel_then_get_shows_it_canceled(tf: Client) -> None:

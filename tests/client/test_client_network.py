@@ -7,7 +7,9 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+import redis
 
+from shared.keys import Keys
 from shared.scripts import Scripts
 from taskforge import (
     BadRequest,
@@ -40,13 +42,13 @@ def via_proxy(proxy: TcpProxy) -> Iterator[Client]:
         yield client
 
 
-def enqueue_statuses(gw: Gunicorn, start: int) -> list[int]:
-    """Return the statuses the gateway logged for POST /enqueue after log line `start`."""
+def enqueue_statuses(gw: Gunicorn, start: int, path: str = "/enqueue") -> list[int]:
+    """Return the statuses the gateway logged for POST `path` after log line `start`."""
     lines = gw.log_lines()[start:]
     return [
         line["status"]
         for line in lines
-        if line.get("event") == "http_request" and line.get("path") == "/enqueue"
+        if line.get("event") == "http_request" and line.get("path") == path
     ]
 
 
@@ -74,17 +76,30 @@ def test_a_lost_enqueue_reply_is_retried_with_the_same_key_and_makes_one_job(
     assert tf.stats().queues[queue]["total"] == 1
 
 
-def test_a_lost_batch_reply_is_not_retried_and_says_the_outcome_is_unknown(
-    tf: Client, proxy: TcpProxy, via_proxy: Client
+def test_a_lost_batch_reply_is_retried_with_the_same_key_and_makes_each_job_once(
+    gw: Gunicorn, r: redis.Redis, tf: Client, proxy: TcpProxy, via_proxy: Client
 ) -> None:
     queue = fresh_queue()
+    logged = len(gw.log_lines())
     lost = proxy.drop_next_reply(b"POST /enqueue/batch")
-    with pytest.raises(Unavailable) as raised:
-        via_proxy.enqueue_many([JobSpec("t", queue=queue) for _ in range(3)])
-    assert raised.value.outcome_unknown and "may or may not" in str(raised.value)
-    assert lost.is_set()
-    # Sent once: the jobs exist once (a retry would have made six).
-    assert len(tf.list("pending", queue=queue).jobs) == 3
+
+    created = via_proxy.enqueue_many([JobSpec("t", {"i": i}, queue=queue) for i in range(3)])
+
+    assert lost.is_set(), "the first try reached the gateway and its reply was lost"
+    # The first try made the jobs (201, reply lost); the retry carried the same key and was
+    # answered with those jobs (200). Logged after each reply is written: wait for both.
+    statuses = wait_until(
+        lambda: [s for s in [enqueue_statuses(gw, logged, "/enqueue/batch")] if len(s) >= 2],
+        5.0,
+        "both batch tries in the gateway's log",
+    )[0]
+    assert statuses == [201, 200]
+    assert [job.payload["i"] for job in created] == [0, 1, 2]
+    listed = [job.id for job in tf.list("pending", queue=queue).jobs]
+    assert listed == [job.id for job in created]
+    # Each job once in Redis: no hash beside the three the listing shows.
+    stored = r.keys(Keys(queue=queue).job("*"))
+    assert sorted(key.decode().rsplit(":", 1)[1] for key in stored) == sorted(listed)
 
 
 def test_a_refused_connection_is_retried_then_unavailable() -> None:

@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from shared.scripts import Code, NotRunnable, QueuePaused, Scripts
-from tests.engine.conftest import J1, J2, J3, request
+from tests.engine.conftest import J1, J2, J3, J4, request
 
 # Budgets from issue 13 (item 4).
 CLAIM = 8
@@ -102,6 +102,26 @@ def test_enqueue_with_an_idempotency_key_is_within_its_budget(
 ) -> None:
     counts = commands_of(r, lambda: engine.enqueue(request(), J1, idempotency_key="k1"))
     assert_within(counts, budget(engine, counts, ENQUEUE_IDEMPOTENT, 1))
+
+
+def test_a_batch_with_an_idempotency_key_costs_one_reserve_call_more(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    # Issue 16: a batch takes a key. reserve_batch.lua ties it to the batch's ids in the global
+    # slot (HMGET, HSET, PEXPIRE), one EVALSHA more beside the MULTI/EXEC, which is unchanged.
+    # Each batch in a fresh queue: the same state before each (the wake list's trim included).
+    plain = commands_of(r, lambda: engine.enqueue_many([(request(), J1), (request(), J2)]))
+    calls: list[int] = []
+
+    def keyed() -> None:
+        batch = [(request(queue="q2"), J3), (request(queue="q2"), J4)]
+        engine.enqueue_many(batch, idempotency_key="kb")
+        calls.append(r.info("commandstats")["cmdstat_evalsha"]["calls"])
+
+    counts = commands_of(r, keyed)
+    assert counts - plain == Counter({"hmget": 1, "hset": 1, "pexpire": 1})
+    assert plain - counts == Counter()
+    assert calls == [3]  # two enqueues and the reserve
 
 
 def test_enqueue_with_every_optional_field_still_writes_the_hash_once(

@@ -176,6 +176,8 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
     list_jobs(scripts, JobState.PENDING, ["default"])
     last_hour(scripts, ["default"], now_ms=T0)
     scripts.enqueue(request(), "00000000-0000-4000-8000-0000000000e4", idempotency_key="k")
+    batch = [(request(), "00000000-0000-4000-8000-0000000000e5")]
+    scripts.enqueue_many(batch, idempotency_key="kb")
 
     assert set(sent) == set(SCRIPT_NAMES)
     for name, counts in sent.items():

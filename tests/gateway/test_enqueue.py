@@ -391,12 +391,6 @@ def test_a_malformed_batch_is_400(client: FlaskClient, scripts: Scripts, body: A
     assert count_jobs(scripts) == 0
 
 
-def test_a_batch_refuses_an_idempotency_key(client: FlaskClient, scripts: Scripts) -> None:
-    response = post(client, "/enqueue/batch", {"jobs": [VALID]}, **{"Idempotency-Key": "k"})
-    assert response.status_code == 400
-    assert count_jobs(scripts) == 0
-
-
 def test_enqueue_logs_ids_and_types_never_payloads(
     client: FlaskClient, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -147,7 +147,9 @@ def test_300_dead_processes_files_keep_their_counts_and_scrape_fast(tmp_path: Pa
     assert parsed[("taskforge_jobs_completed_total", (("queue", "q1"), ("type", "a")))] == RESTARTS
     assert total(parsed, "taskforge_queue_wait_seconds_count") == 6 * RESTARTS
     assert parsed[("taskforge_active_workers", ())] == 0  # every one marked dead
-    assert float(worst) < 0.5
+    # The figure is printed above (about 250 ms on a quiet 2-core VM). The bound only catches a
+    # scrape that grows out of hand (seconds): a loaded machine took 0.58 s against 0.5.
+    assert float(worst) < 1.5
 
 
 def test_a_scrape_skips_a_file_a_process_is_still_creating(

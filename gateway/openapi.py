@@ -635,6 +635,10 @@ def _job_paths() -> dict[str, Any]:
         "The Idempotency-Key was already used with another body (another batch, or a single "
         "enqueue); the message and job_id name its first job."
     )
+    single_key_conflict = _error(
+        "The Idempotency-Key was already used with another body (another job, or a batch); "
+        "the message and job_id name its first job."
+    )
     waits_busy = {
         **_error(
             "Redis is unreachable, or (with wait) this gateway process already serves "
@@ -648,7 +652,7 @@ def _job_paths() -> dict[str, Any]:
             "post": _operation(
                 "enqueue",
                 "Create a job.",
-                {"201": created, "200": again, **_use(*BODY_ERRORS, "Conflict")},
+                {"201": created, "200": again, **_use(*BODY_ERRORS), "409": single_key_conflict},
                 parameters=[_param("IdempotencyKey")],
                 requestBody=_body("EnqueueRequest"),
             )

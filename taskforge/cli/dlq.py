@@ -14,7 +14,7 @@ import click
 
 from taskforge.cli import render
 from taskforge.cli.app import Exit, Session, cli, fail, output, pass_session
-from taskforge.cli.jobs import print_page
+from taskforge.cli.jobs import collect, print_page
 from taskforge.client import BATCH_MAX
 from taskforge.models import BulkResult, Job, JobPage
 
@@ -65,12 +65,7 @@ def dlq_ls(
         # GET /dlq takes no filter; the listing of the dead state does, in the same order.
         return session.client.list("dead", queue=queue, type=job_type, limit=limit, cursor=after)
 
-    found = page(cursor)
-    listed, next_cursor = list(found.jobs), found.next_cursor
-    while every and next_cursor is not None:
-        found = page(next_cursor)
-        listed += found.jobs
-        next_cursor = found.next_cursor
+    listed, next_cursor = collect(page, cursor, every)
     print_page(session, listed, next_cursor, DLQ_HEADERS, dead_row)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -11,7 +12,7 @@ import click
 from taskforge.cli import render
 from taskforge.cli.app import Exit, Session, cli, fail, output, pass_session
 from taskforge.errors import JobCanceled, JobError, JobFailed
-from taskforge.models import Job
+from taskforge.models import Job, JobPage
 
 STATES = ("pending", "scheduled", "processing", "retrying", "completed", "dead", "canceled")
 
@@ -220,14 +221,26 @@ def jobs_ls(
     every: bool,
 ) -> None:
     """List one state's jobs in its order (pending: claim order; finished: newest first)."""
-    client = session.client
-    page = client.list(state, queue=queue, type=job_type, limit=limit, cursor=cursor)
-    listed, next_cursor = list(page.jobs), page.next_cursor
-    while every and next_cursor is not None:
-        page = client.list(state, queue=queue, type=job_type, limit=limit, cursor=next_cursor)
-        listed += page.jobs
-        next_cursor = page.next_cursor
+
+    def page(after: str | None) -> JobPage:
+        return session.client.list(state, queue=queue, type=job_type, limit=limit, cursor=after)
+
+    listed, next_cursor = collect(page, cursor, every)
     print_page(session, listed, next_cursor, render.JOB_HEADERS, render.job_row)
+
+
+def collect(
+    page: Callable[[str | None], JobPage], cursor: str | None, every: bool
+) -> tuple[list[Job], str | None]:
+    """Return the jobs of the page at `cursor` (of every page after it too, with `every`) and
+    the cursor after the last page read (None at the end)."""
+    found = page(cursor)
+    listed, next_cursor = list(found.jobs), found.next_cursor
+    while every and next_cursor is not None:
+        found = page(next_cursor)
+        listed += found.jobs
+        next_cursor = found.next_cursor
+    return listed, next_cursor
 
 
 def print_page(

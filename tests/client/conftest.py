@@ -11,6 +11,7 @@ from shared.scripts import Scripts
 from taskforge import Client
 from tests.support.engine_jobs import engine_on
 from tests.support.gunicorn import Gunicorn
+from tests.workerd.conftest import start_workerd  # noqa: F401 (a fixture)
 
 
 @pytest.fixture

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -24,6 +26,7 @@ from tests.support.engine_jobs import (
     kill,
 )
 from tests.support.gunicorn import Gunicorn
+from tests.support.tools import wait_until
 
 
 def test_enqueue_sends_every_option_and_get_reads_the_same_job(tf: Client) -> None:
@@ -202,6 +205,25 @@ def test_workers_is_empty_without_workerd_and_quiet_names_a_missing_host(tf: Cli
     assert tf.workers() == []
     with pytest.raises(NotFound, match="workerd host not found"):
         tf.quiet_worker("nohost-1")
+
+
+def test_a_real_workerd_runs_what_the_client_enqueues_and_obeys_quiet_and_resume(
+    tf: Client, start_workerd: Callable[..., Any]
+) -> None:
+    start_workerd()
+    host = wait_until(tf.workers, 15.0, "workerd to register")[0]
+    assert host.workers == len(host.processes) > 0 and not host.quiet_requested
+    done = tf.wait(tf.enqueue("generate_pdf", {"order": 1}).id, timeout=15)
+    assert done.status == "completed" and done.result == {"pages": 1, "bytes": 2048}
+    assert [entry.event for entry in tf.history(done.id).entries] == [
+        "enqueued",
+        "claimed",
+        "completed",
+    ]
+    assert tf.quiet_worker(host.name).quiet_requested is True
+    wait_until(lambda: tf.workers()[0].quiet, 10.0, "the host to go quiet")
+    assert tf.resume_worker(host.name).quiet_requested is False
+    wait_until(lambda: not tf.workers()[0].quiet, 10.0, "the host to resume")
 
 
 # --- wait: GET /jobs/<id>?wait= ----------------------------------------

@@ -694,7 +694,9 @@ def test_the_idempotency_digest_covers_the_delay_and_not_its_spelling() -> None:
     assert "delay" not in canonical()
 
 
-@settings(max_examples=2_000, deadline=None)
+# 500, not the timeout pattern's 2,000: the same generator over the same parser, and the edges
+# are pinned one by one below.
+@settings(max_examples=500, deadline=None)
 @given(
     whole=st.from_regex(r"[0-9]{1,12}", fullmatch=True),
     decimals=st.none() | st.from_regex(r"[0-9]{1,11}", fullmatch=True),

@@ -11,7 +11,7 @@ from tests.support.tools import ROOT
 
 def test_every_case_runs_and_every_acknowledged_job_is_stored_once() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "bench.client", "--seconds", "0.3", "--rounds", "1"],
+        [sys.executable, "-m", "bench.client", "--seconds", "0.1", "--rounds", "1"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -33,8 +33,9 @@ def stats_screen(stats: Stats) -> str:
         age = render.age(queue.get("oldest_pending_age_seconds"))
         rows.append([name, *(counts.get(s, 0) for s in STATES), queue.get("total", 0), age])
     workers = stats.workers
+    hosts = workers.get("hosts", 0)
     summary = (
-        f"workers: {workers.get('hosts', 0)} hosts, {workers.get('live', 0)} live, "
+        f"workers: {hosts} host{'' if hosts == 1 else 's'}, {workers.get('live', 0)} live, "
         f"{workers.get('busy', 0)} busy, {workers.get('quiet', 0)} quiet"
     )
     return render.table(STAT_HEADERS, rows) + "\n\n" + summary
@@ -172,10 +173,15 @@ def queues_pause(session: Session, name: str) -> None:
     """Pause a queue: jobs still arrive; no worker claims them until it is resumed."""
     known = name in {queue.name for queue in session.client.queues()}
     queue = session.client.pause_queue(name)
-    if not known:
-        # The gateway lists a queue from its first pause too: a typo would stay listed.
-        click.echo(f"{PROG}: note: no queue {name!r} was known; it is listed from now on", err=True)
     output(session, queue.raw, f"{queue.name} paused")
+    if not known:
+        # The gateway lists a queue from its first pause: a typo would stay listed.
+        note(f"no queue {name!r} was known; it is listed from now on")
+
+
+def note(text: str) -> None:
+    """Say something worth knowing on stderr (a pause or resume of a queue nobody knew)."""
+    click.echo(f"{PROG}: note: {text}", err=True)
 
 
 @queues.command("resume")
@@ -183,5 +189,8 @@ def queues_pause(session: Session, name: str) -> None:
 @pass_session
 def queues_resume(session: Session, name: str) -> None:
     """Resume a paused queue."""
+    known = name in {queue.name for queue in session.client.queues()}
     queue = session.client.resume_queue(name)
     output(session, queue.raw, f"{queue.name} {'paused' if queue.paused else 'running'}")
+    if not known:
+        note(f"no queue {name!r} is known: nothing was paused there")

@@ -204,7 +204,10 @@ def test_pausing_a_queue_nobody_knows_says_so_on_stderr_and_still_pauses_it(
     assert paused.code == Exit.OK and paused.out.strip() == f"{typo} paused"
     assert paused.err == f"taskforge: note: no queue {typo!r} was known; it is listed from now on\n"
     assert taskforge("queues", "pause", typo).err == ""  # listed now
-    taskforge("queues", "resume", typo)
+    assert taskforge("queues", "resume", typo).err == ""
+    other = fresh_queue()
+    resumed = taskforge("queues", "resume", other)
+    assert resumed.out.strip() == f"{other} running" and "no queue" in resumed.err
 
 
 def test_json_may_follow_the_command_too(taskforge: Taskforge) -> None:

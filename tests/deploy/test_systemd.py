@@ -27,7 +27,7 @@ from shared.config import VARIABLES
 from shared.jobs import JobState
 from tests.deploy.conftest import ROOT, SYSTEMD, procfile, unit_settings
 from tests.support.redis_server import RedisServer
-from tests.support.tools import free_port, require_tool
+from tests.support.tools import free_port, require_tool, wait_until
 from tests.support.workerd import MARKER_ENV, Workerd, marked_processes
 from tests.workerd.conftest import HANDLERS, Engine, Journal
 
@@ -359,6 +359,15 @@ def test_gunicorn_notifies_ready_from_its_master_and_stops_on_sigterm_to_it_alon
             while len(marked_processes(marker)) < 3:  # the master and its two workers
                 assert time.monotonic() - start < BOOT_TIMEOUT, marked_processes(marker)
                 time.sleep(0.02)
+            # And both workers booted: a worker signalled before it installs its own handlers
+            # runs the master's, inherited at fork, and the SIGTERM is lost (gunicorn 23; the
+            # master then waits its graceful timeout). A CI run hit it 4 ms after a fork.
+            log_path = tmp_path / "gunicorn.log"
+            wait_until(
+                lambda: log_path.read_bytes().count(b'"event": "gateway_started"') >= 2,
+                BOOT_TIMEOUT,
+                "both gunicorn workers to boot",
+            )
             proc.send_signal(signal.SIGTERM)  # KillMode=mixed: the main process only
             assert proc.wait(timeout=EXIT_TIMEOUT) == 0
             _wait_gone(marker, EXIT_TIMEOUT)

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 import redis
 
+from shared import lifecycle
 from shared.config import Settings
+from shared.lifecycle import Transition
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.redis_server import RedisServer
 from tests.support.tools import require_tool
@@ -91,3 +93,14 @@ def start_gateway(
         return run_gunicorn(redis_server.url, tmp_path, **env)
 
     yield start
+
+
+@pytest.fixture
+def transitions() -> Iterator[list[Transition]]:
+    """Return the lifecycle transitions this process records during the test."""
+    seen: list[Transition] = []
+    lifecycle.add_sink(seen.append)
+    try:
+        yield seen
+    finally:
+        lifecycle.remove_sink(seen.append)

@@ -171,12 +171,17 @@ def queues_ls(session: Session) -> None:
 @pass_session
 def queues_pause(session: Session, name: str) -> None:
     """Pause a queue: jobs still arrive; no worker claims them until it is resumed."""
-    known = name in {queue.name for queue in session.client.queues()}
+    known = is_known(session, name)
     queue = session.client.pause_queue(name)
     output(session, queue.raw, f"{queue.name} paused")
     if not known:
         # The gateway lists a queue from its first pause: a typo would stay listed.
         note(f"no queue {name!r} was known; it is listed from now on")
+
+
+def is_known(session: Session, name: str) -> bool:
+    """Tell whether the gateway lists a queue of this name (before a pause or resume)."""
+    return name in {queue.name for queue in session.client.queues()}
 
 
 def note(text: str) -> None:
@@ -189,7 +194,7 @@ def note(text: str) -> None:
 @pass_session
 def queues_resume(session: Session, name: str) -> None:
     """Resume a paused queue."""
-    known = name in {queue.name for queue in session.client.queues()}
+    known = is_known(session, name)
     queue = session.client.resume_queue(name)
     output(session, queue.raw, f"{queue.name} {'paused' if queue.paused else 'running'}")
     if not known:

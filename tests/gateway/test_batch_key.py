@@ -5,14 +5,12 @@ the jobs the first request made, in order, as they are now; never made twice."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 from flask import Flask
 
-from shared import lifecycle
 from shared.keys import Keys
 from shared.lifecycle import Outcome, Transition
 from shared.scripts import Policy, Scripts
@@ -42,17 +40,6 @@ def engine(r: redis.Redis) -> Scripts:
 @pytest.fixture
 def app(engine: Scripts) -> Flask:
     return make_app(engine)
-
-
-@pytest.fixture
-def transitions() -> Iterator[list[Transition]]:
-    """Return the lifecycle transitions this process records during the test."""
-    seen: list[Transition] = []
-    lifecycle.add_sink(seen.append)
-    try:
-        yield seen
-    finally:
-        lifecycle.remove_sink(seen.append)
 
 
 def post(app: Flask, body: Any, **headers: str) -> Any:

@@ -15,7 +15,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ from prometheus_client import REGISTRY
 
 import workerd.demo  # noqa: F401 (registers the demo handlers)
 from gateway.openapi import document
-from shared import lifecycle, metrics
+from shared import metrics
 from shared.config import Settings
 from shared.jobs import JobState, format_ms, validate_enqueue
 from shared.lifecycle import Outcome, Transition
@@ -105,16 +105,6 @@ def fresh_labels(monkeypatch: pytest.MonkeyPatch) -> None:
     # Other tests' types and queues must not push these past the label caps.
     monkeypatch.setattr(metrics, "_seen_types", set())
     monkeypatch.setattr(metrics, "_seen_queues", set())
-
-
-@pytest.fixture
-def transitions() -> Iterator[list[Transition]]:
-    seen: list[Transition] = []
-    lifecycle.add_sink(seen.append)
-    try:
-        yield seen
-    finally:
-        lifecycle.remove_sink(seen.append)
 
 
 def counted(name: str, queue: str = QUEUE) -> float:

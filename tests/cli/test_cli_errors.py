@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
-from taskforge.cli import Exit
+from taskforge.cli import Exit, cli
 from tests.cli.conftest import Taskforge, invoke, run_module
 from tests.support.tools import free_port
 
@@ -105,7 +106,19 @@ def test_the_request_timeout_bounds_each_try() -> None:
         done = invoke("--url", url, "--retries", "0", "--request-timeout", "0.3", "stats")
         elapsed = time.monotonic() - started
     assert done.code == Exit.UNAVAILABLE and "no answer from" in done.error_line()
+    assert done.error_line().endswith("(tried 1 time)")
     assert elapsed < 5.0  # the default, 10 s, would still be waiting
+
+
+def test_every_command_takes_json_after_its_name() -> None:
+    leaves: list[click.Command] = []
+    groups: list[click.Group] = [cli]
+    while groups:
+        for command in groups.pop().commands.values():
+            (groups if isinstance(command, click.Group) else leaves).append(command)  # type: ignore[arg-type]
+    assert len(leaves) >= 14
+    for command in leaves:
+        assert any("--json" in param.opts for param in command.params), command.name
 
 
 def test_a_bad_url_is_a_usage_error() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import signal
 import subprocess
 import sys
@@ -87,6 +88,7 @@ def test_dlq_purge_asks_first_unless_yes(taskforge: Taskforge, engine: Scripts) 
     assert len(json.loads(taskforge("--json", "dlq", "ls").out)["jobs"]) == 3
     no_answer = taskforge("dlq", "purge", ids[0], input="")
     assert no_answer.code == Exit.API_ERROR, "end of input is a no"
+    assert "Purge the 1 job given (those dead) for good?" in no_answer.err
     accepted = taskforge("dlq", "purge", ids[0], input="y\n")
     assert accepted.code == Exit.OK and "purged 1, skipped 0" in accepted.out
     forced = taskforge("--json", "dlq", "purge", "--all", "--yes")
@@ -225,12 +227,17 @@ def test_workers_lists_hosts_and_their_processes(
     assert taskforge("workers").out.strip() == "no live workerd hosts"
     start_workerd()
     with Client(gw.url, "") as client:
-        hosts = wait_until(client.workers, 15.0, "workerd to register")
+        # The registry's first heartbeat may come before the children have reported.
+        hosts = wait_until(
+            lambda: [h for h in client.workers() if h.processes], 15.0, "workerd's workers"
+        )
     shown = taskforge("workers")
     assert shown.code == Exit.OK
     header, first = shown.out.splitlines()[:2]
     assert header.split()[:3] == ["NAME", "HOST", "PID"] and first.split()[0] == hosts[0].name
     assert f"{hosts[0].name}:" in shown.out and "BUSY SINCE" in shown.out
+    # Times to the second, as everywhere in the CLI (the gateway's carry milliseconds).
+    assert re.search(r"T\d\d:\d\d:\d\dZ", shown.out) and not re.search(r"\.\d{3}Z", shown.out)
     doc = json.loads(taskforge("--json", "workers").out)
     assert [h["name"] for h in doc["hosts"]] == [hosts[0].name]
     assert len(doc["hosts"][0]["processes"]) == doc["hosts"][0]["workers"]

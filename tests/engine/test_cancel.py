@@ -22,7 +22,6 @@ from tests.engine.conftest import (
     kill,
     pending_member,
     snapshot,
-    start,
 )
 
 NOW = T0 + 500

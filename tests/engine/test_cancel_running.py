@@ -46,8 +46,7 @@ def entries(r: redis.Redis, jid: str = J1) -> list[history.Entry]:
 
 def events(r: redis.Redis, keys: Keys = K) -> list[dict[str, str]]:
     return [
-        {k.decode(): v.decode() for k, v in fields.items()}
-        for _, fields in r.xrange(keys.events)
+        {k.decode(): v.decode() for k, v in fields.items()} for _, fields in r.xrange(keys.events)
     ]
 
 
@@ -78,7 +77,12 @@ def test_a_cancel_of_a_processing_job_records_the_request_and_nothing_else(
         "ui alice",
     )
     last = entries(r)[-1]
-    assert (last.event, last.actor, last.at_ms, last.by) == ("cancel_requested", "api", ASKED, "ui alice")
+    assert (last.event, last.actor, last.at_ms, last.by) == (
+        "cancel_requested",
+        "api",
+        ASKED,
+        "ui alice",
+    )
     assert last.to_json()["by"] == "ui alice" and "error" not in last.to_json()
     assert events(r)[-1] == {"e": "cancel_requested", "j": J1, "t": "t", "w": "w1"}
 
@@ -371,8 +375,8 @@ def test_a_cancel_racing_the_completion_ends_in_exactly_one_of_the_two(r: redis.
         scripts.cancel(jid, by="race")
         done, canceled, released = race(
             [
-                lambda: completer.complete(jid, token, "1"),
-                lambda: canceler.cancel_running(jid, token, "sigterm"),
+                lambda jid=jid, token=token: completer.complete(jid, token, "1"),
+                lambda jid=jid, token=token: canceler.cancel_running(jid, token, "sigterm"),
                 lambda: supervisor.release_worker("w1", canceling=True),
             ]
         )

@@ -90,6 +90,7 @@ SECTIONS: tuple[Section, ...] = (
         Setting("TASKFORGE_HANDLERS", (WORKERD, BIN_RUN),
                 "bin/run sets workerd.demo unless it is set"),
         Setting("WORKER_DRAIN_GRACE", (WORKERD,)),
+        Setting("WORKER_CANCEL_GRACE", (WORKERD,)),
         Setting("WORKER_HEARTBEAT_TIMEOUT", (WORKERD,)),
         Setting("WORKER_MAX_JOBS", (WORKERD,)),
         Setting("WORKER_MAX_RSS_MB", (WORKERD,)),

@@ -203,6 +203,10 @@ def test_a_job_in_q1_writes_q1_on_every_line_counter_and_histogram_of_its_life(
         Outcome.TIMED_OUT_DEAD,
         Outcome.TIMED_OUT_STALE,
         Outcome.RECOVERY_CAP,
+        # A running job's cancel needs a supervisor's signal: tests/workerd/test_cancel.py and
+        # tests/gateway/test_cancel_running.py check their lines (queue included).
+        Outcome.CANCEL_REQUESTED,
+        Outcome.CANCELED_RUNNING,
     }
     assert {t.queue for t in transitions} == {QUEUE}
 

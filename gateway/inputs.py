@@ -127,12 +127,15 @@ CANCEL_BY_LIMIT = 64  # characters of a cancel's `by` (kept to 64 bytes: shared.
 def cancel_by(raw: bytes, client: str | None) -> str:
     """Return who asks for a cancel: the body's optional {"by": "..."} (the caller names
     itself), else "api" and the client's address. Refuse any other body with 400."""
+    default = f"api {client}" if client else "api"
     if not raw.strip():
-        return f"api {client}" if client else "api"
+        return default
     body = parse_json(raw)
     if not isinstance(body, dict) or set(body) - {"by"}:
         raise ApiError(400, 'the body must be empty or {"by": "<who asks>"} and nothing else')
-    by = body.get("by")
+    if "by" not in body:
+        return default
+    by = body["by"]
     if not isinstance(by, str) or not 1 <= len(by) <= CANCEL_BY_LIMIT:
         raise ApiError(
             400,

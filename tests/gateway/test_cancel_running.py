@@ -81,6 +81,9 @@ def test_a_pending_job_takes_the_body_too_and_is_canceled_with_200(
     job_id = helpers.enqueue(scripts)
     response = client.post(f"/jobs/{job_id}/cancel", json={"by": "me"})
     assert (response.status_code, response.get_json()["status"]) == (200, "canceled")
+    running = helpers.processing(scripts)
+    response = client.post(f"/jobs/{running}/cancel", json={})  # an empty object: nobody named
+    assert response.get_json()["cancel_requested_by"] == "api 127.0.0.1"
 
 
 def test_the_dashboard_stops_a_running_job_after_confirming(

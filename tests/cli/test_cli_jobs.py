@@ -110,6 +110,10 @@ def test_cancel_of_a_running_job_says_requested_and_waits_for_its_end(
     asked = taskforge("cancel", running, "--by", "ops")
     assert asked.code == Exit.OK
     assert asked.out.strip() == f"{running} cancel requested (still processing)"
+    assert (
+        "cancel asked" in taskforge("get", running).out
+        and "by ops" in taskforge("get", running).out
+    )
 
     def worker_ends() -> None:  # what the worker does once its supervisor tells it
         if ends == "canceled":

@@ -47,6 +47,7 @@ from shared.engine_types import (
     QueuePaused,
     RecoverResult,
     Released,
+    ScheduleNotFound,
     TrimResult,
     WrongState,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "QueuePaused",
     "RecoverResult",
     "Released",
+    "ScheduleNotFound",
     "Scripts",
     "TrimResult",
     "WrongState",
@@ -118,6 +120,10 @@ SCRIPT_NAMES = (
     "pause_queue",
     "resume_queue",
     "quiet_host",
+    "advance_schedule",
+    "pause_schedule",
+    "resume_schedule",
+    "publish_schedules",
 )
 # Hashes of canceled jobs outlive their index entry by this much: trim.lua deletes both at
 # retention; the TTL only matters if trimming stopped (no scheduler running). Completed jobs
@@ -884,6 +890,40 @@ class Scripts:
             [self.policy.wake_cap, *self._events_cap()],
         )
         return reply[1] == 1
+
+    def advance_schedule(
+        self, name: str, tick_ms: int, job_id: str | None, *, missed: int = 0, jobs: int = 0
+    ) -> bool:
+        """Move a schedule's last tick up to `tick_ms` (never back); return whether it moved.
+
+        `job_id`: the job enqueued for that tick (None: none was); `missed`: due ticks that got
+        no job; `jobs`: jobs enqueued for the ticks up to it. The counts are added only by the
+        call that moves it (docs/SCHEDULES.md).
+        """
+        args = [tick_ms, job_id or "", missed, jobs]
+        reply = self._call("advance_schedule", [self.keys.schedule(name)], args)
+        return reply[1] == 1
+
+    def pause_schedule(self, name: str, *, now_ms: int | None = None) -> QueuePause:
+        """Pause a published schedule: its ticks pass without jobs; raise ScheduleNotFound."""
+        keys = [self.keys.schedules, self.keys.schedule(name)]
+        reply = self._call("pause_schedule", keys, [name, _now(now_ms)])
+        if reply[0] == Code.NOT_FOUND:
+            raise ScheduleNotFound(name)
+        return QueuePause(since_ms=int(reply[1]), changed=reply[2] == 1)
+
+    def resume_schedule(self, name: str, *, now_ms: int | None = None) -> bool:
+        """Resume a schedule from its next tick; return whether it was paused."""
+        keys = [self.keys.schedules, self.keys.schedule(name)]
+        reply = self._call("resume_schedule", keys, [name, _now(now_ms)])
+        if reply[0] == Code.NOT_FOUND:
+            raise ScheduleNotFound(name)
+        return reply[1] == 1
+
+    def publish_schedules(self, definitions: Sequence[tuple[str, str]]) -> int:
+        """Replace the published schedule definitions with these (name, JSON) pairs."""
+        args = [item for pair in definitions for item in pair]
+        return int(self._call("publish_schedules", [self.keys.schedules], args)[1])
 
     def register_queue(self, queue: str) -> None:
         """Add a queue to the list of queues (global slot; SADD, so a repeat changes nothing).

@@ -1,0 +1,123 @@
+"""The scheduler's periodic duty: enqueue one job per tick of each schedule, with no leader.
+
+Every workerd host runs it (in its scheduler process) for the schedules of its
+TASKFORGE_SCHEDULES file. A pass reads Redis TIME and every schedule's state in one round trip;
+for a schedule with due ticks it enqueues each tick's job under an id derived from (schedule,
+tick) through the engine's enqueue, which creates a job once per id, then moves the schedule's
+last tick forward with an atomic max (advance_schedule.lua). Two hosts that see the same tick
+enqueue the same id: one job. A host killed between the two steps leaves the tick due, and the
+next pass, any host's, enqueues the same id again: one job. docs/SCHEDULES.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from shared import metrics, ticks
+from shared.lifecycle import Outcome, record
+from shared.schedule_state import ScheduleState, read_states
+from shared.schedules import Schedule
+from shared.scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+PASS_INTERVAL = 1.0  # seconds between passes: a tick's job is enqueued within about a second
+
+
+def iso(ms: int) -> str:
+    """Return epoch milliseconds as ISO-8601 UTC (log fields)."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+class Periodic:
+    """One pass over this host's schedules per :meth:`step`; tests call it directly."""
+
+    def __init__(self, scripts: Scripts, schedules: Sequence[Schedule]) -> None:
+        self.scripts = scripts
+        self.schedules = tuple(schedules)
+        self.published = False
+        self.listed: set[str] = set()  # queues this process has put on the list of queues
+        # name -> (the tick the next is counted from, that next tick): an idle pass computes
+        # no cron tick, only compares.
+        self.next_due: dict[str, tuple[int, int]] = {}
+
+    def step(self, *, now_ms: int | None = None) -> None:
+        """Publish the definitions once, then enqueue what is due (`now_ms`: tests' clock)."""
+        if not self.schedules:
+            return
+        if not self.published:
+            self.publish()
+        names = [schedule.name for schedule in self.schedules]
+        redis_now, states = read_states(self.scripts.redis, self.scripts.keys, names)
+        now = redis_now if now_ms is None else now_ms
+        for schedule, state in zip(self.schedules, states, strict=True):
+            self._schedule(schedule, state, now)
+
+    def publish(self) -> None:
+        """Replace the published definitions with this host's (every host runs the same file)."""
+        definitions = [(s.name, json.dumps(s.to_json(), sort_keys=True)) for s in self.schedules]
+        self.scripts.publish_schedules(definitions)
+        self.published = True
+        log.info("schedules_published", extra={"schedules": [s.name for s in self.schedules]})
+
+    def _schedule(self, schedule: Schedule, state: ScheduleState, now: int) -> None:
+        name = schedule.name
+        if state.last_ms is None:
+            # First sight: start from the latest tick, enqueue nothing (no job at deploy).
+            self.scripts.advance_schedule(name, ticks.latest_at_or_before(schedule, now), None)
+            return
+        # Ticks up to a resume are passed, not missed: a pause is never caught up.
+        start = max(state.last_ms, state.resumed_ms or 0)
+        cached = self.next_due.get(name)
+        if cached is None or cached[0] != start:
+            cached = (start, ticks.next_after(schedule, start))
+            self.next_due[name] = cached
+        if cached[1] > now:
+            return
+        plan = ticks.plan(schedule, start, now)
+        if plan is None:
+            return
+        if state.paused_ms is not None:
+            self.scripts.advance_schedule(name, plan.tick_ms, None)
+            return
+        job_id = None
+        for tick in plan.jobs:
+            job_id = self._enqueue(schedule, tick)
+        moved = self.scripts.advance_schedule(
+            name, plan.tick_ms, job_id, missed=plan.missed, jobs=len(plan.jobs)
+        )
+        if moved and plan.missed:
+            metrics.SCHEDULE_MISSED.labels(name).inc(plan.missed)
+            log.warning(
+                "schedule_missed",
+                extra={
+                    "schedule": name,
+                    "missed": plan.missed,
+                    "policy": schedule.missed,
+                    "tick": iso(plan.tick_ms),
+                    "enqueued": len(plan.jobs),
+                },
+            )
+
+    def _enqueue(self, schedule: Schedule, tick_ms: int) -> str:
+        """Enqueue a tick's job (once per id, whoever else does too); return its id."""
+        job = schedule.job
+        job_id = ticks.job_id(schedule.name, tick_ms)
+        if job.queue not in self.listed:
+            self.scripts.register_queue(job.queue)
+            self.listed.add(job.queue)
+        result = self.scripts.enqueue(job, job_id)
+        if not result.existed:
+            metrics.SCHEDULE_JOBS.labels(schedule.name).inc()
+            record(
+                Outcome.ENQUEUED,
+                job_id,
+                job.type,
+                queue=job.queue,
+                schedule=schedule.name,
+                tick=iso(tick_ms),
+            )
+        return job_id

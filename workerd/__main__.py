@@ -156,10 +156,11 @@ def describe_schedules(schedules: tuple[Schedule, ...]) -> str:
 
 
 def check_config(settings: Settings) -> int:
-    """Import the handler modules without touching the live metrics directory; say what
-    was found and return 0 (a failure exits 2 on the way)."""
+    """Read the schedules and import the handler modules without touching the live metrics
+    directory; say what was found and return 0 (a failure exits 2 on the way)."""
     for warning in settings.warnings:  # replaced values (WORKER_COUNT=abc) are worth a word
         print(f"workerd: warning: {warning}", file=sys.stderr)
+    schedules = load_schedules(settings)
     # A handler module may import prometheus_client, which writes per-process files into
     # PROMETHEUS_MULTIPROC_DIR: keep this process's files out of a running workerd's.
     with tempfile.TemporaryDirectory(prefix="taskforge-workerd-check-") as scratch:
@@ -177,7 +178,7 @@ def check_config(settings: Settings) -> int:
         "a job of another type is left to a live host that runs it (or, if none does, "
         "taken and failed as NoHandler)"
     )
-    print(describe_schedules(load_schedules(settings)))
+    print(describe_schedules(schedules))
     return 0
 
 

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import redis
 
+from shared import ticks
 from shared.keys import Keys
 from shared.replies import text
 from shared.schedules import Schedule, ScheduleError, from_json
 
 FIELDS = ("last", "job", "job_tick", "paused", "resumed", "jobs", "missed")
+NEXT_RUNS = 5  # next run times the API and the dashboard show per schedule
 
 
 @dataclass(frozen=True)
@@ -76,3 +79,32 @@ def published(client: redis.Redis, keys: Keys) -> dict[str, Schedule]:
             continue
         found[text(name) or ""] = schedule
     return found
+
+
+@dataclass(frozen=True)
+class ScheduleView:
+    """A published schedule with its state and next runs, as the API and the dashboard show it."""
+
+    schedule: Schedule
+    state: ScheduleState
+    next_runs: list[datetime]
+
+
+def view_schedules(
+    client: redis.Redis, keys: Keys, *, name: str | None = None, count: int = NEXT_RUNS
+) -> list[ScheduleView]:
+    """Return the published schedules (or the one named) with state and next runs after now.
+
+    Two round trips: the definitions, then Redis TIME with every state. The next runs come
+    from the same tick arithmetic the schedulers use (shared.ticks), in each schedule's zone.
+    """
+    schedules = published(client, keys)
+    if name is not None:
+        schedules = {name: schedules[name]} if name in schedules else {}
+    if not schedules:
+        return []
+    now_ms, states = read_states(client, keys, list(schedules))
+    return [
+        ScheduleView(schedule, state, ticks.next_runs(schedule, now_ms, count))
+        for schedule, state in zip(schedules.values(), states, strict=True)
+    ]

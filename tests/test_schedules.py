@@ -296,3 +296,20 @@ def test_next_runs_are_aware_datetimes_in_the_schedules_zone() -> None:
         "2026-10-25T03:00:00+01:00",
         "2026-10-26T03:00:00+01:00",
     ]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/SCHEDULES.md"])
+def test_the_documented_files_are_valid(doc: str) -> None:
+    import re
+    import tomllib
+
+    from shared.schedules import parse_document
+
+    blocks = re.findall(r"```toml\n(.*?)```", (ROOT / doc).read_text(), re.S)
+    assert blocks, doc
+    for block in blocks:
+        assert parse_document(tomllib.loads(block))
+    assert len(load_file(str(ROOT / "deploy/schedules.example.toml"))) == 2

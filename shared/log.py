@@ -88,6 +88,7 @@ EVENTS: frozenset[str] = frozenset(
         # periodic schedules (docs/SCHEDULES.md)
         "schedules_published",
         "schedule_missed",
+        "schedule_failed",
         "schedule_paused",
         "schedule_resumed",
         # the dashboard's login (never the token given)

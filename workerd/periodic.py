@@ -16,9 +16,12 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+import redis
+
 from shared import metrics, ticks
 from shared.lifecycle import Outcome, record
-from shared.schedule_state import ScheduleState, read_states
+from shared.log import error_text
+from shared.schedule_state import FIELDS, ScheduleState
 from shared.schedules import Schedule
 from shared.scripts import Scripts
 
@@ -45,16 +48,34 @@ class Periodic:
         self.next_due: dict[str, tuple[int, int]] = {}
 
     def step(self, *, now_ms: int | None = None) -> None:
-        """Publish the definitions once, then enqueue what is due (`now_ms`: tests' clock)."""
+        """Publish the definitions if Redis lacks them, then enqueue what is due (`now_ms`:
+        tests' clock). One round trip when nothing is due: TIME, EXISTS and the states."""
         if not self.schedules:
             return
         if not self.published:
             self.publish()
-        names = [schedule.name for schedule in self.schedules]
-        redis_now, states = read_states(self.scripts.redis, self.scripts.keys, names)
-        now = redis_now if now_ms is None else now_ms
-        for schedule, state in zip(self.schedules, states, strict=True):
-            self._schedule(schedule, state, now)
+        keys = self.scripts.keys
+        pipe = self.scripts.redis.pipeline(transaction=False)
+        pipe.time()
+        # A flushed or failed-over Redis lost them: the API would list nothing.
+        pipe.exists(keys.schedules)
+        for schedule in self.schedules:
+            pipe.hmget(keys.schedule(schedule.name), FIELDS)
+        (seconds, micros), listed, *replies = pipe.execute()
+        if not listed:
+            self.publish()
+        now = seconds * 1000 + micros // 1000 if now_ms is None else now_ms
+        for schedule, reply in zip(self.schedules, replies, strict=True):
+            try:
+                self._schedule(schedule, ScheduleState.from_reply(reply), now)
+            except redis.RedisError:
+                raise  # the scheduler's loop backs off and tries again
+            except Exception as exc:  # one schedule's fault must not stop the others, nor
+                # crash-loop the process that also promotes and recovers every queue's jobs
+                log.error(
+                    "schedule_failed",
+                    extra={"schedule": schedule.name, "error": error_text(exc)},
+                )
 
     def publish(self) -> None:
         """Replace the published definitions with this host's (every host runs the same file)."""

@@ -173,7 +173,41 @@ def test_an_idle_pass_is_one_round_trip(scripts: Scripts, r: redis.Redis) -> Non
     stats = {k.removeprefix("cmdstat_"): v["calls"] for k, v in r.info("commandstats").items()}
     stats.pop("info", None)
     stats.pop("config|resetstat", None)
-    assert stats == {"time": 1, "hmget": 20}
+    assert stats == {"time": 1, "exists": 1, "hmget": 20}
+
+
+def test_definitions_a_flushed_redis_lost_are_published_again(
+    scripts: Scripts, r: redis.Redis
+) -> None:
+    periodic = Periodic(scripts, [schedule(every="1m")])
+    periodic.step(now_ms=T)
+    r.flushall()
+    periodic.step(now_ms=T + 1_000)
+    assert list(published(r, K)) == ["s"]
+
+
+def test_a_schedule_that_fails_is_logged_and_the_others_go_on(
+    scripts: Scripts,
+    r: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bad, good = schedule("bad", every="1m"), schedule("good", every="1m")
+    periodic = Periodic(scripts, [bad, good])
+    periodic.step(now_ms=T)
+    real = ticks.plan
+
+    def broken(s: Schedule, last: int, now: int) -> ticks.Plan | None:
+        if s.name == "bad":
+            raise RuntimeError("a bug")
+        return real(s, last, now)
+
+    monkeypatch.setattr(ticks, "plan", broken)
+    with caplog.at_level(logging.ERROR):
+        periodic.step(now_ms=T + MIN)
+    assert jobs_of(r) == [ticks.job_id("good", T + MIN)]
+    [line] = [rec for rec in caplog.records if rec.message == "schedule_failed"]
+    assert (line.schedule, line.error) == ("bad", "RuntimeError: a bug")
 
 
 def test_keys_live_in_the_global_slot() -> None:

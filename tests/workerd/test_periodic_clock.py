@@ -83,7 +83,7 @@ def test_redis_clock_jumps_neither_flood_nor_repeat_ticks(
     path = tmp_path / "schedules.toml"
     path.write_text(SCHEDULES)
     schedules = {s.name: s for s in load_file(str(path))}
-    start_workerd(REDIS_URL=server.url, WORKER_COUNT="1", TASKFORGE_SCHEDULES=str(path))
+    host = start_workerd(REDIS_URL=server.url, WORKER_COUNT="1", TASKFORGE_SCHEDULES=str(path))
 
     def state(name: str) -> object:
         return read_states(r, K, [name])[1][0]
@@ -115,6 +115,11 @@ def test_redis_clock_jumps_neither_flood_nor_repeat_ticks(
     second_jobs = [j for j in after_jump if j != catch_up.job_id]
     assert len(second_jobs) <= ticks.GRACE_FLOOR_MS // 1000 + 3, len(second_jobs)
     assert state("second").missed > 2 * 3600
+    # The host that made the jobs and moved past the dropped ticks counted them.
+    metrics = host.http("/metrics")[2].decode()
+    assert 'taskforge_schedule_jobs_total{schedule="hourly-catch-up"} 1.0' in metrics
+    missed = f'taskforge_schedule_missed_total{{schedule="hourly-skip"}} {skip.missed}.0'
+    assert missed in metrics
 
     # Backward, an hour behind the last tick: nothing is enqueued, nothing again.
     last_second = state("second").last_ms

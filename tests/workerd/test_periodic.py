@@ -4,13 +4,17 @@ fault scenario 13 (tests/faults/test_scenarios.py); clock jumps are test_periodi
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from shared.keys import Keys
 from tests.support.tools import ROOT
-from tests.support.workerd import scrubbed_environment
+from tests.support.workerd import Workerd, scrubbed_environment
 
 K = Keys()
 CLI_TIMEOUT = 30.0
@@ -73,3 +77,20 @@ def test_check_config_lists_the_schedules(tmp_path: Path) -> None:
         "missed=catch_up); cron-second (cron '* * * * * *' Europe/Berlin, noop on periodic, "
         "missed=skip)"
     ) in result.stdout
+
+
+@pytest.mark.slow
+def test_a_reload_with_a_broken_file_keeps_the_running_schedules(
+    start_workerd: Callable[..., Workerd], tmp_path: Path
+) -> None:
+    path = tmp_path / "schedules.toml"
+    path.write_text(SCHEDULES)
+    workerd = start_workerd(WORKER_COUNT="1", TASKFORGE_SCHEDULES=str(path))
+    [started] = workerd.events("supervisor_started")
+    assert started["schedules"] == ["each-second", "cron-second"]
+    children = sorted(workerd.children())
+    path.write_text(SCHEDULES.replace('every = "1s"', 'every = "soon"'))
+    workerd.signal(signal.SIGHUP)
+    [failed] = workerd.wait_for("reload_failed", timeout=30)
+    assert 'schedule "each-second": bad interval' in failed["reason"], failed
+    assert sorted(workerd.children()) == children  # nothing was stopped

@@ -120,8 +120,9 @@ class EnqueueResult:
     created: bool
     created_at_ms: int
     # The job id was there already (enqueue.lua's `existed`): a repeat of the call, or a
-    # periodic tick another scheduler enqueued first (workerd/periodic.py).
-    existed: bool = False
+    # periodic tick another scheduler enqueued first (workerd/periodic.py counts only its own).
+    # Left out of ==: two answers about the same job compare equal, as before it was read.
+    existed: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -214,3 +214,10 @@ def test_keys_live_in_the_global_slot() -> None:
     keys = Keys("ns")
     assert keys.schedules == "{ns}:v2:schedules"
     assert keys.schedule("nightly") == "{ns}:v2:schedule:nightly"
+
+
+def test_an_enqueue_of_an_id_already_there_says_it_existed(scripts: Scripts) -> None:
+    job = schedule(every="1m").job
+    first = scripts.enqueue(job, ticks.job_id("s", T), now_ms=T)
+    again = scripts.enqueue(job, ticks.job_id("s", T), now_ms=T + 5)
+    assert (first.existed, again.existed) == (False, True)

@@ -74,8 +74,8 @@ def _passes(r: redis.Redis, count: int) -> None:
 
 @pytest.mark.slow
 def test_redis_clock_jumps_neither_flood_nor_repeat_ticks(
+    moved: tuple[RedisServer, MovableClock],  # first: its Redis outlives the workerd
     start_workerd: Callable[..., Workerd],
-    moved: tuple[RedisServer, MovableClock],
     tmp_path: Path,
 ) -> None:
     server, clock = moved

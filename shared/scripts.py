@@ -244,9 +244,11 @@ class Scripts:
         idempotency_key: str | None = None,
         now_ms: int | None = None,
         traceparent: str | None = None,
+        actor: Actor | None = None,
     ) -> EnqueueResult:
         """Create a job (pending, or scheduled when scheduled_at is in the future or a delay
-        above 0 is given; the delay counts from Redis's clock).
+        above 0 is given; the delay counts from Redis's clock). `actor`: who its history says
+        enqueued it (None: the api; a periodic schedule's tick passes Actor.SCHEDULER).
 
         With an idempotency key, two calls: reserve.lua ties the key to this job id in the
         global slot, then enqueue.lua creates the job in its queue's slot (no script spans
@@ -259,6 +261,9 @@ class Scripts:
                 request if queue == request.queue else dataclasses.replace(request, queue=queue)
             )
         keys, args = self._enqueue_call(request, job_id, now_ms, traceparent)
+        if actor is not None:
+            # The cap is then always given ('0' when off): the actor comes after it.
+            args = [*args[:11], self.policy.events_cap, ACTOR_CODES[actor]]
         reply = self._call("enqueue", keys, args)
         result = enqueue_result(reply)
         # The key named an earlier request's job: an answer about that job (200), even when

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 import redis
 
 from shared import metrics, ticks
+from shared.history import Actor
 from shared.lifecycle import Outcome, record
 from shared.log import error_text
 from shared.schedule_state import FIELDS, ScheduleState
@@ -63,6 +64,7 @@ class Periodic:
             pipe.hmget(keys.schedule(schedule.name), FIELDS)
         (seconds, micros), listed, *replies = pipe.execute()
         if not listed:
+            self.listed.clear()  # the list of queues went with them
             self.publish()
         now = seconds * 1000 + micros // 1000 if now_ms is None else now_ms
         for schedule, reply in zip(self.schedules, replies, strict=True):
@@ -130,7 +132,7 @@ class Periodic:
         if job.queue not in self.listed:
             self.scripts.register_queue(job.queue)
             self.listed.add(job.queue)
-        result = self.scripts.enqueue(job, job_id)
+        result = self.scripts.enqueue(job, job_id, actor=Actor.SCHEDULER)
         if not result.existed:
             metrics.SCHEDULE_JOBS.labels(schedule.name).inc()
             record(

@@ -87,6 +87,12 @@ def test_the_last_tick_and_its_job_show_once_a_scheduler_passed(
     assert (doc["jobs"], doc["missed_ticks"]) == (1, 0)
     status, _, job = gw.request("GET", f"/jobs/{doc['last_job_id']}")
     assert status == 200 and job["type"] == "noop" and job["timeout"] == 30.0
+    status, _, history = gw.request("GET", f"/jobs/{doc['last_job_id']}/history")
+    assert status == 200
+    assert {k: history["history"][0][k] for k in ("event", "actor")} == {
+        "event": "enqueued",
+        "actor": "scheduler",
+    }
 
 
 def test_pause_and_resume_are_idempotent_and_404_for_an_unknown_name(

@@ -406,6 +406,8 @@ def summary(settings: Settings) -> list[str]:
             value = value.describe()
         elif isinstance(value, tuple):
             value = ",".join(value) or "(unset)"
+        elif value == "":
+            value = "(unset)"  # TASKFORGE_SCHEDULES: no file
         elif isinstance(value, float) and re.fullmatch(r"[0-9.]+(ms|s|m|h|d)", var.default):
             value = f"{value:g}s"  # a duration: say its unit, as the variable is written
         lines.append(f"{var.env}={value}")

@@ -25,7 +25,17 @@ from taskforge.errors import (
     Unavailable,
     WaitTimeout,
 )
-from taskforge.models import BulkResult, History, HistoryEntry, Host, Job, JobPage, Queue, Stats
+from taskforge.models import (
+    BulkResult,
+    History,
+    HistoryEntry,
+    Host,
+    Job,
+    JobPage,
+    Queue,
+    Schedule,
+    Stats,
+)
 
 __all__ = [
     "ApiError",
@@ -44,6 +54,7 @@ __all__ = [
     "JobSpec",
     "NotFound",
     "Queue",
+    "Schedule",
     "Stats",
     "TaskForgeError",
     "Unauthorized",

@@ -327,3 +327,17 @@ def test_a_failure_of_a_job_asked_to_stop_costs_no_more_than_a_failure(
     counts = commands_of(r, lambda: results.append(engine.fail(J1, token, "E: boom")))
     assert results[0].code is Code.CANCELED
     assert_within(counts, budget(engine, counts, FAIL, 1))
+
+
+# Issue 17, periodic schedules: a tick's job costs an enqueue (above) and this advance: HGET,
+# HSET, HINCRBY of the jobs; a pass that lost the race, or a clock behind, only the HGET.
+ADVANCE_SCHEDULE = 3
+ADVANCE_SCHEDULE_LOST = 1
+
+
+def test_advancing_a_schedule_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    engine.advance_schedule("s", 1_000, None)
+    counts = commands_of(r, lambda: engine.advance_schedule("s", 2_000, J1, jobs=1))
+    assert_within(counts, budget(engine, counts, ADVANCE_SCHEDULE, 0))
+    counts = commands_of(r, lambda: engine.advance_schedule("s", 2_000, J1, jobs=1))
+    assert_within(counts, budget(engine, counts, ADVANCE_SCHEDULE_LOST, 0))

@@ -235,6 +235,10 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
     fixed |= {keys.paused, keys.failures, keys.throughput}
     # The events streams are capped by every XADD that writes them (docs/EVENTS.md).
     fixed |= {keys.events, keys.fleet_events}
+    # Periodic schedules: the published definitions, and each schedule's state (docs/SCHEDULES.md:
+    # one small hash per schedule ever published, kept so a schedule resumes where it was).
+    fixed |= {keys.schedules}
+    fixed |= {k for k in all_keys if k.startswith(keys.schedule(""))}
     job_keys = [k for k in all_keys if k.startswith(keys.job_prefix)]
     pipe = client.pipeline(transaction=False)
     for k in job_keys:

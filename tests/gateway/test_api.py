@@ -427,6 +427,10 @@ ROUTES = [
     ("GET", "/workers"),
     ("POST", "/workers/host-1/quiet"),
     ("POST", "/workers/host-1/resume"),
+    ("GET", "/schedules"),
+    ("GET", "/schedules/nightly"),
+    ("POST", "/schedules/nightly/pause"),
+    ("POST", "/schedules/nightly/resume"),
     ("GET", "/events"),
 ]
 
@@ -438,6 +442,7 @@ def test_routes_lists_every_route(client: FlaskClient) -> None:
         for method in rule.methods - {"HEAD", "OPTIONS"}
     }
     named = {UNKNOWN: "<job_id>", "/critical/": "/<name>/", "/host-1/": "/<name>/"}
+    named["/schedules/nightly"] = "/schedules/<name>"
 
     def rule_of(path: str) -> str:
         for value, placeholder in named.items():

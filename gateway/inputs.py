@@ -121,6 +121,30 @@ def batch_requests(body: Any) -> list[EnqueueRequest]:
     return requests
 
 
+CANCEL_BY_LIMIT = 64  # characters of a cancel's `by` (kept to 64 bytes: shared.scripts)
+
+
+def cancel_by(raw: bytes, client: str | None) -> str:
+    """Return who asks for a cancel: the body's optional {"by": "..."} (the caller names
+    itself), else "api" and the client's address. Refuse any other body with 400."""
+    default = f"api {client}" if client else "api"
+    if not raw.strip():
+        return default
+    body = parse_json(raw)
+    if not isinstance(body, dict) or set(body) - {"by"}:
+        raise ApiError(400, 'the body must be empty or {"by": "<who asks>"} and nothing else')
+    if "by" not in body:
+        return default
+    by = body["by"]
+    if not isinstance(by, str) or not 1 <= len(by) <= CANCEL_BY_LIMIT:
+        raise ApiError(
+            400,
+            f"by must be a string of 1 to {CANCEL_BY_LIMIT} characters",
+            errors=[{"field": "by", "message": f"must be 1 to {CANCEL_BY_LIMIT} characters"}],
+        )
+    return by
+
+
 def refuse_unknown_query(allowed: frozenset[str]) -> None:
     """Refuse with 400 a query parameter the route does not read, naming every such one."""
     unknown = sorted(set(request.args) - allowed)

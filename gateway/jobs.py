@@ -14,12 +14,14 @@ from gateway.context import Gateway, gateway
 from gateway.errors import ApiError
 from gateway.routes import route
 from shared import metrics
+from shared.engine_types import CancelResult
+from shared.jobs import JobState
 from shared.lifecycle import Outcome, record
 from shared.scripts import IdempotencyConflict, JobNotFound, WrongState
 
 bp = Blueprint("jobs", __name__)
 
-CANCELABLE = "pending, scheduled or retrying"
+CANCELABLE = "pending, scheduled, retrying or processing"
 Reply = tuple[dict[str, Any], int, dict[str, str]]
 
 
@@ -96,12 +98,15 @@ def get(job_id: str) -> dict[str, Any]:
 
 
 @route(bp, "POST", "/jobs/<job_id>/cancel")
-def cancel(job_id: str) -> dict[str, Any]:
-    """Cancel a job that has not started (canceling a canceled job changes nothing)."""
+def cancel(job_id: str) -> tuple[dict[str, Any], int]:
+    """Cancel a job that has not started (200), or ask for a running one to be stopped (202:
+    its supervisor stops it; it then ends canceled, unless it completes first). A repeat
+    changes nothing and is answered alike."""
     job_id = inputs.job_id(job_id)
+    by = inputs.cancel_by(inputs.raw_body(), flask.request.remote_addr)
     gw = gateway()
     try:
-        outcome = gw.scripts.cancel(job_id, queue=queue_of(gw, job_id))
+        outcome = gw.scripts.cancel(job_id, queue=queue_of(gw, job_id), by=by)
     except JobNotFound:
         raise ApiError(404, "job not found") from None
     except WrongState as exc:
@@ -110,7 +115,19 @@ def cancel(job_id: str) -> dict[str, Any]:
             f"job is {exc.status}: only {CANCELABLE} jobs can be canceled",
             status=exc.status,
         ) from None
+    record_cancel(outcome)
     job = outcome.job
-    if outcome.changed:  # a repeated cancel is answered the same but not counted again
+    return job.to_json(), 202 if job.status is JobState.PROCESSING else 200
+
+
+def record_cancel(outcome: CancelResult) -> None:
+    """Record what a cancel did (the API's and the dashboard's): a job canceled, or a running
+    job asked to stop. A repeat is answered the same but not recorded again."""
+    job = outcome.job
+    if not outcome.changed:
+        return
+    if job.status is JobState.PROCESSING:
+        by = job.cancel_requested_by or None
+        record(Outcome.CANCEL_REQUESTED, job.id, job.type, queue=job.queue, by=by)
+    else:
         record(Outcome.CANCELED, job.id, job.type, queue=job.queue)
-    return job.to_json()

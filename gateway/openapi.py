@@ -13,7 +13,7 @@ from typing import Any
 from gateway import openapi_schedules
 from gateway.body import MAX_BODY_BYTES
 from gateway.events import KEEPALIVE_SECONDS
-from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
+from gateway.inputs import CANCEL_BY_LIMIT, DLQ_LIMIT_RANGE, MAX_BATCH
 from gateway.waiting import MAX_WAIT_SECONDS, WAIT_PATTERN
 from shared import bulk, listing, throughput
 from shared.events import CURSOR_PAIR, MAX_CURSOR_STREAMS
@@ -168,6 +168,16 @@ def _job_schema() -> dict[str, Any]:
             },
             "result": {},
             "timeout": {"type": "number"},
+            "cancel_requested_at": {
+                **TIMESTAMP,
+                "description": "When a stop of the job was requested while it ran (kept once "
+                "it ended, whichever way: a job that completed first shows it too).",
+            },
+            "cancel_requested_by": {
+                "type": "string",
+                "description": "Who asked: the request's by, else api and the client's "
+                "address, or dashboard and the browser's.",
+            },
         },
     }
 
@@ -176,7 +186,7 @@ def _history_schema() -> dict[str, Any]:
     entry = _object(
         ["event", "at", "actor"],
         {
-            "event": {"type": "string", "enum": list(EVENTS.values())},
+            "event": {"type": "string", "enum": list(dict.fromkeys(EVENTS.values()))},
             "at": {**TIMESTAMP, "description": "When, on Redis's clock."},
             "attempt": {
                 "type": "integer",
@@ -186,6 +196,12 @@ def _history_schema() -> dict[str, Any]:
             "worker": {"type": "string", "description": "The worker id, for an execution."},
             "host": {"type": "string", "description": "The workerd host the worker ran on."},
             "error": {"type": "string", "description": "The error's type (retrying, dead)."},
+            "by": {"type": "string", "description": "Who asked (cancel_requested)."},
+            "stopped": {
+                "type": "string",
+                "description": "How a running job stopped for its cancel (canceled): handler, "
+                "sigterm, sigkill, failed, timeout or lost.",
+            },
             "actor": {"type": "string", "enum": [str(actor) for actor in ACTOR_CODES]},
         },
     )
@@ -358,6 +374,22 @@ def _schemas() -> dict[str, Any]:
     return {
         "EnqueueRequest": _enqueue_schema(),
         "BatchRequest": {**_object(["jobs"], {"jobs": batch}), "additionalProperties": False},
+        "CancelRequest": {
+            **_object(
+                [],
+                {
+                    "by": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": CANCEL_BY_LIMIT,
+                        "description": "Who asks, kept with a running job's request and in "
+                        "its history (its first 64 bytes; '|' and control characters become "
+                        "spaces). Without it: api and the client's address.",
+                    }
+                },
+            ),
+            "additionalProperties": False,
+        },
         "Job": _job_schema(),
         "Jobs": _object(["jobs"], {"jobs": jobs}),
         "History": _history_schema(),
@@ -678,9 +710,25 @@ def _job_paths() -> dict[str, Any]:
         "/jobs/{job_id}/cancel": {
             "post": _operation(
                 "cancelJob",
-                "Cancel a pending, scheduled or retrying job.",
-                {"200": JOB_OK, **_use(*BY_ID, "Conflict")},
+                "Cancel a pending, scheduled or retrying job (200); ask for a processing job to "
+                "be stopped (202: its worker gets SIGTERM, then SIGKILL after "
+                "WORKER_CANCEL_GRACE, and the job ends canceled unless it completes first).",
+                {
+                    "200": _json(_ref("Job"), "Canceled (or already canceled)."),
+                    "202": _json(
+                        _ref("Job"),
+                        "Still processing: the request is recorded (cancel_requested_at, "
+                        "cancel_requested_by); a repeat changes nothing. Poll GET /jobs/<id> "
+                        "(wait) for its end.",
+                    ),
+                    **_use(*BODY_ERRORS[:2], "NotFound", "TooLarge", "Unsupported", "Unavailable"),
+                    "409": _error("The job is completed or dead."),
+                },
                 parameters=[_param("JobId")],
+                requestBody={
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("CancelRequest")}},
+                },
             )
         },
     }

@@ -75,6 +75,7 @@ class Settings:
     dlq_max_age: float
     idempotency_ttl: float
     drain_grace: float
+    cancel_grace: float
     heartbeat_timeout: float
     worker_max_jobs: int
     worker_max_rss_mb: int
@@ -318,6 +319,9 @@ VARIABLES: tuple[Variable, ...] = (
              "How long an idempotency key maps to its job", duration_parser(positive=True)),
     Variable("WORKER_DRAIN_GRACE", "drain_grace", "25s",
              "On SIGTERM or SIGHUP (reload), how long running jobs may finish before they are released",
+             duration_parser(positive=False)),
+    Variable("WORKER_CANCEL_GRACE", "cancel_grace", "5s",
+             "A running job whose cancel was requested gets SIGTERM, then SIGKILL this much later if it has not stopped",
              duration_parser(positive=False)),
     Variable("WORKER_HEARTBEAT_TIMEOUT", "heartbeat_timeout", "30s",
              "A child process silent this long outside a job is killed and replaced",

@@ -91,6 +91,7 @@ SECTIONS: tuple[Section, ...] = (
                 "bin/run sets workerd.demo unless it is set"),
         Setting("TASKFORGE_SCHEDULES", (WORKERD,)),
         Setting("WORKER_DRAIN_GRACE", (WORKERD,)),
+        Setting("WORKER_CANCEL_GRACE", (WORKERD,)),
         Setting("WORKER_HEARTBEAT_TIMEOUT", (WORKERD,)),
         Setting("WORKER_MAX_JOBS", (WORKERD,)),
         Setting("WORKER_MAX_RSS_MB", (WORKERD,)),

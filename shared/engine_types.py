@@ -24,6 +24,8 @@ class Code(IntEnum):
     DEAD = 4
     PAUSED = 5
     NOT_RUNNABLE = 6
+    CANCELED = 7
+    CANCEL_ASKED = 8
     NOT_FOUND = -1
     WRONG_STATE = -2
     STALE_TOKEN = -3
@@ -127,9 +129,10 @@ class EnqueueResult:
 
 @dataclass(frozen=True)
 class FailResult:
-    """What fail did: RETRYING (with next_retry_at), DEAD, NOT_FOUND or STALE_TOKEN.
+    """What fail did: RETRYING (with next_retry_at), DEAD, CANCELED (its cancel was requested),
+    NOT_FOUND or STALE_TOKEN.
 
-    RETRYING and DEAD carry the job's type and the attempt that failed (what a caller logs and
+    RETRYING, DEAD and CANCELED carry the job's type and the attempt that failed (what a caller logs and
     counts); STALE_TOKEN carries the job's current status.
     """
 
@@ -153,7 +156,8 @@ class NotRunnable:
 
 @dataclass(frozen=True)
 class AckResult:
-    """What a worker-side write did: DONE, DEAD, NOT_FOUND or STALE_TOKEN (with the status).
+    """What a worker-side write did: DONE, DEAD, CANCELED, NOT_FOUND, WRONG_STATE or
+    STALE_TOKEN (with the status).
 
     A complete that also claimed puts the next job in `next_job`, or a :class:`NotRunnable`
     when the queue's best job is not the worker's to run (the completion happened either way).
@@ -164,13 +168,15 @@ class AckResult:
     next_job: Job | NotRunnable | None = None
     # complete with a claim: the queue was paused, so nothing was claimed.
     paused: bool = False
-    # release only: the job's type when it was requeued (DONE) or declared dead (DEAD).
+    # release and cancel_running: the job's type when it was requeued (DONE), declared dead
+    # (DEAD) or canceled (CANCELED; cancel_running's DONE).
     job_type: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
 class Released:
-    """One job release_worker gave back: requeued (DONE) or dead past the recovery cap (DEAD)."""
+    """One job release_worker gave back: requeued (DONE), dead past the recovery cap (DEAD), or
+    canceled (CANCELED: its cancel was requested)."""
 
     code: Code
     job_id: str
@@ -180,7 +186,11 @@ class Released:
 
 @dataclass(frozen=True)
 class CancelResult:
-    """The canceled job, and whether this call canceled it (False: it already was)."""
+    """The canceled job, and whether this call canceled it (False: it already was).
+
+    A processing job is not canceled yet: this call recorded the request to stop it (the job's
+    ``cancel_requested_at``), and `changed` says whether it was this call's.
+    """
 
     job: Job
     changed: bool
@@ -200,12 +210,15 @@ class PromoteResult:
 
 @dataclass(frozen=True)
 class RecoverResult:
-    """Jobs whose lease expired: requeued, or dead past the recovery cap."""
+    """Jobs whose lease expired: requeued, dead past the recovery cap, or canceled (asked to
+    stop before their worker was lost)."""
 
     requeued: list[str]
     dead: list[str]
     requeued_types: list[str] = field(default_factory=list, compare=False)
     dead_types: list[str] = field(default_factory=list, compare=False)
+    canceled: list[str] = field(default_factory=list)
+    canceled_types: list[str] = field(default_factory=list, compare=False)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ The transition scripts write it (lua/includes/common.lua, history_add): the
     <event><actor><ms since created_at>|<attempt>|<worker id>|<error type>
 
 with empty fields at the end left out, and event and actor one letter each (EVENTS, ACTORS).
+The last field is the error's type, except in two entries of a cancel while the job runs
+(DETAIL): a request names who asked, and the end of the execution it stopped says how.
 An entry that ends an execution (ENDS_EXECUTION) names no attempt and no worker: they are the
 claim's just before it. Past CAP entries the oldest go, and a first line ``+<n>`` counts them.
 The field lives and dies with the job (the same hash, so the same retention).
@@ -13,6 +15,7 @@ The field lives and dies with the job (the same hash, so the same retention).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -50,8 +53,12 @@ EVENTS = {
     "h": "released",
     "k": "canceled",
     "y": "replayed",
+    "n": "cancel_requested",  # a running job was asked to stop (cancel.lua)
+    "o": "canceled",  # a running job stopped for its cancel: ends the execution
 }
-ENDS_EXECUTION = "drxlh"  # ENDS_EXECUTION in lua/includes/common.lua
+ENDS_EXECUTION = "drxlho"  # ENDS_EXECUTION in lua/includes/common.lua
+# The entries whose last field is not an error's type: which Entry field it is.
+DETAIL = {"n": "by", "o": "stopped"}
 ENTRY = re.compile(r"([a-z])([a-z])(-?\d+)(?:\|(\d*)(?:\|([^|]*)(?:\|(.*))?)?)?")
 # A worker id is <host>-<pid>-<kind><slot>-<generation> (workerd/supervisor.py).
 WORKER_ID = re.compile(r"(?P<host>.+)-\d+-[a-z]+\d+-\d+")
@@ -73,6 +80,8 @@ class Entry:
     attempt: int | None = None
     worker: str | None = None
     error: str | None = None  # the type of the error, for retrying and dead
+    by: str | None = None  # cancel_requested: who asked
+    stopped: str | None = None  # canceled while running: handler, sigterm, sigkill, ...
 
     def to_json(self) -> dict[str, Any]:
         """Return the entry's JSON: fields that do not apply are left out, as in a job's."""
@@ -82,6 +91,8 @@ class Entry:
             "worker": self.worker,
             "host": host_of(self.worker),
             "error": self.error,
+            "by": self.by,
+            "stopped": self.stopped,
         }
         doc.update({k: v for k, v in optional.items() if v is not None})
         doc["actor"] = self.actor
@@ -123,19 +134,18 @@ def _entry(line: str, created_at_ms: int, claim: Entry | None) -> Entry | None:
     match = ENTRY.fullmatch(line)
     if match is None or match.group(1) not in EVENTS or match.group(2) not in ACTORS:
         return None
-    code, actor, delta, attempt, worker, error = match.groups()
+    code, actor, delta, attempt, worker, last = match.groups()
+    detail = {DETAIL.get(code, "error"): last or None}
     entry = Entry(
         event=EVENTS[code],
         at_ms=created_at_ms + int(delta),
         actor=str(ACTORS[actor]),
         attempt=int(attempt) if attempt else None,
         worker=worker or None,
-        error=error or None,
+        **detail,
     )
     if code in ENDS_EXECUTION and claim is not None:
-        entry = Entry(
-            entry.event, entry.at_ms, entry.actor, claim.attempt, claim.worker, entry.error
-        )
+        entry = dataclasses.replace(entry, attempt=claim.attempt, worker=claim.worker)
     return entry
 
 

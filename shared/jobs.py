@@ -74,6 +74,8 @@ LIFECYCLE_FIELDS = frozenset(
         "result",
         "token",
         "worker_id",
+        "cancel_requested_at",
+        "cancel_requested_by",
     }
 )
 
@@ -419,6 +421,10 @@ class Job:
     result_json: str | None = None
     timeout: float | None = None
     worker_id: str | None = None
+    # A request to stop the job while it ran (cancel.lua): when, and who asked ("" for nobody
+    # named). It stays once the job ended, whichever way.
+    cancel_requested_at: int | None = None
+    cancel_requested_by: str | None = None
     # The key a job's hash lives under names its queue; the hash does not repeat it.
     queue: str = DEFAULT_QUEUE
     extra: dict[str, str] = field(default_factory=dict, compare=False)
@@ -453,6 +459,8 @@ class Job:
             result_json=_text(raw, "result"),
             timeout=float(timeout) if timeout is not None else None,
             worker_id=_text(raw, "worker_id"),
+            cancel_requested_at=_int(raw, "cancel_requested_at"),
+            cancel_requested_by=_text(raw, "cancel_requested_by"),
             queue=queue,
         )
 
@@ -488,6 +496,8 @@ class Job:
             "last_error": self.last_error,
             "result": json.loads(self.result_json) if self.result_json is not None else None,
             "timeout": self.timeout,
+            "cancel_requested_at": format_ms(self.cancel_requested_at),
+            "cancel_requested_by": self.cancel_requested_by or None,
         }
         doc.update({k: v for k, v in optional.items() if v is not None})
         if self.result_json == "null":

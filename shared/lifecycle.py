@@ -62,6 +62,8 @@ class Outcome(enum.Enum):
     RELEASED = "released"  # a worker killed during a drain: its job back, not its fault
     REPLAYED = "replayed"
     CANCELED = "canceled"
+    CANCEL_REQUESTED = "cancel_requested"  # a running job asked to stop (it still runs)
+    CANCELED_RUNNING = "canceled_running"  # a running job stopped for its cancel (field stopped)
     PURGED = "purged"
 
 
@@ -74,6 +76,8 @@ class Row:
     counters: tuple[str, ...]  # names in metrics.LIFECYCLE_EVENTS
     span: str | None = None  # a point span recorded here; None: only the open span is marked
     span_outcome: str | None = None  # taskforge.outcome, on the point span and the open one
+    # Also counted in taskforge_running_cancels_total by the record's `stopped` field.
+    running_cancel: bool = False
 
 
 TABLE: dict[Outcome, Row] = {
@@ -101,6 +105,10 @@ TABLE: dict[Outcome, Row] = {
     Outcome.RELEASED: Row("job_released", WARNING, ("released",)),
     Outcome.REPLAYED: Row("job_replayed", INFO, ("replayed",), "task.replay", "replayed"),
     Outcome.CANCELED: Row("job_canceled", INFO, ("canceled",)),
+    Outcome.CANCEL_REQUESTED: Row("job_cancel_requested", INFO, ("cancel_requested",)),
+    Outcome.CANCELED_RUNNING: Row(
+        "job_canceled", INFO, ("canceled",), None, "canceled", running_cancel=True
+    ),
     Outcome.PURGED: Row("job_purged", INFO, ("purged",)),
 }
 
@@ -155,6 +163,8 @@ def record(
     row = TABLE[outcome]
     for counter in row.counters:  # first: a scrape right after the transition sees it sooner
         metrics.count(counter, job_type, queue)
+    if row.running_cancel:
+        metrics.count_running_cancel(str(fields.get("stopped", "")), queue)
     if row.event is not None and log.isEnabledFor(row.level):
         extra = {"job_id": job_id, "type": job_type, "queue": queue}
         if attempt is not None:

@@ -31,6 +31,8 @@ EVENTS: frozenset[str] = frozenset(
         "job_dead",
         "job_replayed",
         "job_canceled",
+        "job_cancel_requested",
+        "cancel_signaled",
         "job_purged",
         "job_recovered",
         "job_released",

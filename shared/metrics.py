@@ -60,6 +60,7 @@ LIFECYCLE_EVENTS = (
     "recovered",
     "released",
     "canceled",
+    "cancel_requested",
     "timed_out",
     "purged",
     "stale_acks",
@@ -100,6 +101,16 @@ SCHEDULE_LATENESS_SECONDS = Histogram(
     ["kind", "queue"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+# Issue 17: how each cancel of a running job ended. stopped: handler (it stopped by itself, or
+# raised, after the request), sigterm (interrupted), sigkill (killed after WORKER_CANCEL_GRACE),
+# failed (it failed before its worker learned of the request), timeout, lost (its worker died,
+# or its host: recovered), completed (it completed first).
+RUNNING_CANCELS = Counter(
+    "taskforge_running_cancels_total",
+    "Cancels of running jobs, by how each ended (stopped) and queue.",
+    ["stopped", "queue"],
+)
+RUNNING_CANCEL_ENDS = ("handler", "sigterm", "sigkill", "failed", "timeout", "lost", "completed")
 # Per request, not per job: a batch can span queues.
 ENQUEUE_SECONDS = Histogram(
     "taskforge_enqueue_request_duration_seconds", "Time to answer an enqueue request."
@@ -123,6 +134,7 @@ JOB_WAITS = Gauge(
 
 PROCESS_METRICS = (
     *LIFECYCLE.values(),
+    RUNNING_CANCELS,
     HANDLER_SECONDS,
     QUEUE_WAIT_SECONDS,
     SCHEDULE_LATENESS_SECONDS,
@@ -174,6 +186,11 @@ def count(event: str, job_type: str | None, queue: str, amount: int = 1) -> None
     """Increment one lifecycle counter (an unknown type counts under "other")."""
     type_ = type_label(job_type or OTHER_TYPE)
     _labelled(LIFECYCLE[event], type_, queue_label(queue)).inc(amount)
+
+
+def count_running_cancel(stopped: str, queue: str) -> None:
+    """Count how a cancel of a running job ended (one of RUNNING_CANCEL_ENDS)."""
+    _labelled(RUNNING_CANCELS, stopped, queue_label(queue)).inc()
 
 
 def observe_queue_wait(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import random
+import re
 import secrets
 from collections.abc import Callable, Sequence
 from functools import cache
@@ -110,6 +111,7 @@ SCRIPT_NAMES = (
     "release_worker",
     "replay",
     "cancel",
+    "cancel_running",
     "purge",
     "trim",
     "throughput",
@@ -530,7 +532,15 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "fail",
-            [k.job(job_id), k.processing, k.retrying, k.dead, k.failures, *self._events_key(k)],
+            [
+                k.job(job_id),
+                k.processing,
+                k.retrying,
+                k.dead,
+                k.failures,
+                k.canceled,
+                *self._events_key(k),
+            ],
             [
                 token,
                 error,
@@ -543,6 +553,7 @@ class Scripts:
                 _now(now_ms),
                 cap_traceback(traceback),
                 ACTOR_CODES[actor],
+                self._finished_ttl_ms(),
                 *self._events_cap(),
             ],
         )
@@ -551,7 +562,7 @@ class Scripts:
             return FailResult(
                 code, next_retry_at=int(reply[3]), job_type=text(reply[1]), attempt=int(reply[2])
             )
-        if code is Code.DEAD:
+        if code in (Code.DEAD, Code.CANCELED):
             return FailResult(code, job_type=text(reply[1]), attempt=int(reply[2]))
         return FailResult(code, status=text(reply[1]) if len(reply) > 1 else None)
 
@@ -601,7 +612,12 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "recover",
-            [*self._loss_keys(queue), k.reply(new_request_id()), *self._events_key(k)],
+            [
+                *self._loss_keys(queue),
+                k.reply(new_request_id()),
+                k.canceled,
+                *self._events_key(k),
+            ],
             [
                 k.job_prefix,
                 limit or p.batch_limit,
@@ -609,6 +625,7 @@ class Scripts:
                 p.dlq_max_age_ms,
                 p.wake_cap,
                 _now(now_ms),
+                self._finished_ttl_ms(),
                 *self._events_cap(),
             ],
         )
@@ -617,6 +634,8 @@ class Scripts:
             dead=ids(reply[1]),
             requeued_types=ids(reply[2]),
             dead_types=ids(reply[3]),
+            canceled=ids(reply[4]),
+            canceled_types=ids(reply[5]),
         )
 
     def release(
@@ -627,12 +646,14 @@ class Scripts:
         drained: bool = False,
         queue: str = DEFAULT_QUEUE,
         actor: Actor = Actor.SUPERVISOR,
+        canceling: bool = False,
         now_ms: int | None = None,
     ) -> AckResult:
         """Requeue a job whose worker is gone: a crash counts a recovery, a drain does not.
 
         `actor`: who releases it, for the job's history (a worker hands back a job it claimed
-        and will not run).
+        and will not run). A job whose cancel was requested ends canceled instead (CANCELED);
+        `canceling`: the supervisor killed its worker to stop it (its history says sigkill).
         """
         k, p = self.q(queue), self.policy
         reply = self._call(
@@ -645,23 +666,25 @@ class Scripts:
                 k.seq,
                 k.wake,
                 k.dead,
+                k.canceled,
                 *self._events_key(k),
             ],
             [
                 token,
-                "drain" if drained else "crash",
+                _loss_mode(drained, canceling),
                 p.max_recoveries,
                 p.dlq_max_age_ms,
                 p.wake_cap,
                 new_request_id(),
                 _now(now_ms),
                 ACTOR_CODES[actor],
+                self._finished_ttl_ms(),
                 *self._events_cap(),
             ],
         )
         code = Code(reply[0])
         detail = text(reply[1]) if len(reply) > 1 else None
-        if code in (Code.DONE, Code.DEAD):
+        if code in (Code.DONE, Code.DEAD, Code.CANCELED):
             return AckResult(code, job_type=detail)
         return AckResult(code, detail)
 
@@ -671,34 +694,39 @@ class Scripts:
         *,
         drained: bool = False,
         queues: Sequence[str] = (DEFAULT_QUEUE,),
+        canceling: bool = False,
         now_ms: int | None = None,
     ) -> list[Released]:
         """Requeue whatever job a dead worker still holds, found by its id (one call a queue).
 
         For a worker that died holding a job its supervisor never saw (inside a claim, or the
         complete that claims its next job). A crash counts a recovery, a drain does not.
-        `queues`: every queue the worker served (its job can be in any of them).
+        `queues`: every queue the worker served (its job can be in any of them). A job whose
+        cancel was requested ends canceled (CANCELED); `canceling`: the supervisor killed the
+        worker to stop it.
         """
+        mode = _loss_mode(drained, canceling)
         released: list[Released] = []
         for queue in queues:
-            released += self._release_worker(worker_id, drained, queue, now_ms)
+            released += self._release_worker(worker_id, mode, queue, now_ms)
         return released
 
     def _release_worker(
-        self, worker_id: str, drained: bool, queue: str, now_ms: int | None
+        self, worker_id: str, mode: str, queue: str, now_ms: int | None
     ) -> list[Released]:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "release_worker",
-            [*self._loss_keys(queue), k.reply(new_request_id()), *self._events_key(k)],
+            [*self._loss_keys(queue), k.reply(new_request_id()), k.canceled, *self._events_key(k)],
             [
                 k.job_prefix,
                 worker_id,
-                "drain" if drained else "crash",
+                mode,
                 p.max_recoveries,
                 p.dlq_max_age_ms,
                 p.wake_cap,
                 _now(now_ms),
+                self._finished_ttl_ms(),
                 *self._events_cap(),
             ],
         )
@@ -734,9 +762,18 @@ class Scripts:
         ]
 
     def cancel(
-        self, job_id: str, *, queue: str = DEFAULT_QUEUE, now_ms: int | None = None
+        self,
+        job_id: str,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        by: str = "",
+        now_ms: int | None = None,
     ) -> CancelResult:
-        """Cancel a job that has not started; raise JobNotFound or WrongState."""
+        """Cancel a job that has not started, or ask for a running one to be stopped; raise
+        JobNotFound or WrongState (completed, dead).
+
+        `by`: who asks, kept with a running job's request (cleaned by :func:`requester`).
+        """
         k = self.q(queue)
         reply = self._call(
             "cancel",
@@ -749,10 +786,51 @@ class Scripts:
                 k.canceled,
                 *self._events_key(k),
             ],
-            [self._finished_ttl_ms(), _now(now_ms), new_request_id(), *self._events_cap()],
+            [
+                self._finished_ttl_ms(),
+                _now(now_ms),
+                new_request_id(),
+                requester(by),
+                *self._events_cap(),
+            ],
         )
         checked(reply)
         return CancelResult(job_from_flat(reply[1], queue), changed=reply[0] == Code.DONE)
+
+    def cancel_running(
+        self,
+        job_id: str,
+        token: int,
+        stopped: str,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        actor: Actor = Actor.WORKER,
+        now_ms: int | None = None,
+    ) -> AckResult:
+        """End a running job canceled once its stop was requested and its worker stopped it.
+
+        `stopped`: how ("handler", "sigterm"), kept in its history. DONE carries the job's
+        type; STALE_TOKEN the status that won (completed first, or recovered); WRONG_STATE: no
+        cancel was requested.
+        """
+        k = self.q(queue)
+        reply = self._call(
+            "cancel_running",
+            [k.job(job_id), k.processing, k.canceled, *self._events_key(k)],
+            [
+                token,
+                stopped,
+                ACTOR_CODES[actor],
+                self._finished_ttl_ms(),
+                _now(now_ms),
+                *self._events_cap(),
+            ],
+        )
+        code = Code(reply[0])
+        detail = text(reply[1]) if len(reply) > 1 else None
+        if code is Code.DONE:
+            return AckResult(code, job_type=detail)
+        return AckResult(code, detail)
 
     def purge(self, job_id: str, *, queue: str = DEFAULT_QUEUE) -> str:
         """Delete a dead job and return its type; raise JobNotFound or WrongState."""
@@ -1022,6 +1100,26 @@ class Scripts:
 
     def _finished_ttl_ms(self) -> int:
         return self.policy.finished_retention_ms + HASH_TTL_MARGIN_MS
+
+
+def _loss_mode(drained: bool, canceling: bool) -> str:
+    """Return release.lua's and release_worker.lua's mode argument."""
+    if canceling:
+        return "cancel"
+    return "drain" if drained else "crash"
+
+
+# What a cancel request keeps of who asked: history's fields are '|'-separated lines.
+_REQUESTER_UNSAFE = re.compile(r"[|\x00-\x1f\x7f]+")
+REQUESTER_LIMIT = 64
+
+
+def requester(by: str) -> str:
+    """Return who asked for a cancel as a running job keeps it: no '|' nor control character
+    (history's separators), at most REQUESTER_LIMIT bytes of UTF-8, spaces trimmed."""
+    cleaned = _REQUESTER_UNSAFE.sub(" ", by).strip()
+    data = cleaned.encode()[:REQUESTER_LIMIT]
+    return data.decode(errors="ignore").strip()
 
 
 def _claimed(reply: list[Any], worker_id: str, queue: str) -> Job | NotRunnable | None:

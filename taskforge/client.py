@@ -212,9 +212,18 @@ class Client:
             if deadline is not None and time.monotonic() >= deadline:
                 raise WaitTimeout(job, f"job {job.id} is still {job.status} after {timeout:g} s")
 
-    def cancel(self, job_id: str) -> Job:
-        """Cancel a job that has not started; ``Conflict`` once it runs or has finished."""
-        doc = self._http.request("POST", f"/jobs/{_seg(job_id)}/cancel")
+    def cancel(self, job_id: str, *, by: str | None = None) -> Job:
+        """Cancel a job; return it. ``Conflict`` once it has completed or died.
+
+        A job that has not started comes back ``canceled``. A running one comes back still
+        ``processing`` with ``cancel_requested_at`` set (the gateway's 202): its worker is
+        stopped within seconds and the job ends ``canceled`` — unless it completes first.
+        ``wait`` tells which (``JobCanceled``, or the completed job). `by` names who asks (kept
+        with a running job's request and in its history; default: "api" and this client's
+        address). Safe to repeat.
+        """
+        body = None if by is None else {"by": by}
+        doc = self._http.request("POST", f"/jobs/{_seg(job_id)}/cancel", body=body)
         return Job.from_json(doc)
 
     def history(self, job_id: str) -> History:

@@ -41,6 +41,9 @@ class Job:
     last_error: str | None = None
     traceback: str | None = None
     recoveries: int = 0
+    # A stop asked while it ran (POST /jobs/<id>/cancel answered 202): when, and who asked.
+    cancel_requested_at: datetime | None = None
+    cancel_requested_by: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -71,6 +74,8 @@ class Job:
             last_error=doc.get("last_error"),
             traceback=doc.get("traceback"),
             recoveries=doc.get("recoveries", 0),
+            cancel_requested_at=parse_time(doc.get("cancel_requested_at")),
+            cancel_requested_by=doc.get("cancel_requested_by"),
             raw=doc,
         )
 
@@ -101,6 +106,8 @@ class HistoryEntry:
     worker: str | None = None
     host: str | None = None
     error: str | None = None
+    by: str | None = None  # cancel_requested: who asked
+    stopped: str | None = None  # canceled while running: how it stopped
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> HistoryEntry:
@@ -113,6 +120,8 @@ class HistoryEntry:
             worker=doc.get("worker"),
             host=doc.get("host"),
             error=doc.get("error"),
+            by=doc.get("by"),
+            stopped=doc.get("stopped"),
         )
 
 

@@ -23,13 +23,16 @@ def fake_scripts(policy: Policy | None = None) -> FakeScripts:
 class IdleSlot:
     """The shared-memory slot a worker or scheduler reports to, reduced to what they call.
 
-    A process stepped in a test has no supervisor reading its slot, so each report is dropped.
+    A process stepped in a test has no supervisor reading its slot, so each report is dropped,
+    and none asks anything of it (no Control: no cancel, no drain).
     """
+
+    control = None
 
     def beat(self) -> None:
         pass
 
     def start_job(
         self, job_id: str, token: int, timeout: float, queue: str = "", job_type: str = ""
-    ) -> None:
-        pass
+    ) -> float:
+        return 0.0

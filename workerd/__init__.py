@@ -1,8 +1,9 @@
 """workerd: the supervisor, its worker processes and the scheduler.
 
-Handler modules use ``from workerd import handler, PermanentError``.
+Handler modules use ``from workerd import handler, PermanentError`` (and ``JobCanceled``, what
+a cancel raises inside a running handler: docs/JOBS.md).
 """
 
-from workerd.registry import JobContext, PermanentError, handler
+from workerd.registry import JobCanceled, JobContext, PermanentError, handler
 
-__all__ = ["JobContext", "PermanentError", "handler"]
+__all__ = ["JobCanceled", "JobContext", "PermanentError", "handler"]

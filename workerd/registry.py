@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
 class PermanentError(Exception):
     """Raise from a handler to send the job to the DLQ without further attempts."""
+
+
+class JobCanceled(BaseException):
+    """Raised inside a handler when its job's cancel stops it (the supervisor's SIGTERM).
+
+    A BaseException, as KeyboardInterrupt is: an ``except Exception`` in the handler does not
+    swallow it, while ``finally`` blocks and context managers still run as the stack unwinds.
+    """
+
+
+def _never() -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -21,6 +33,19 @@ class JobContext:
     max_retries: int
     priority: int
     recoveries: int
+    # Reads the supervisor's word in shared memory (workerd.slots.Control): no Redis call.
+    _cancel_check: Callable[[], bool] = field(default=_never, repr=False, compare=False)
+
+    def cancel_requested(self) -> bool:
+        """Tell whether a cancel of this job was requested while it runs (no Redis call).
+
+        Cheap enough to ask in a loop. The request reaches the worker within about a second
+        (the supervisor's lease renewal). A handler that asks has said it stops by itself:
+        the SIGTERM that follows a request no longer interrupts it (no JobCanceled), but it
+        is still killed once WORKER_CANCEL_GRACE is over. Whatever it then does, return or
+        raise, the job ends canceled (docs/JOBS.md, "Cancelling a running job").
+        """
+        return self._cancel_check()
 
 
 Handler = Callable[[Any, JobContext], Any]

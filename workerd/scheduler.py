@@ -188,3 +188,6 @@ class SchedulerProcess(StopOnSignal):
             record(
                 outcome, job_id, job_type, queue=queue, trace=trace, attributes=lease, reason=reason
             )
+        # Asked to stop, then their host died: canceled, not requeued.
+        for job_id, job_type in zip(result.canceled, result.canceled_types, strict=True):
+            record(Outcome.CANCELED_RUNNING, job_id, job_type, queue=queue, stopped="lost")

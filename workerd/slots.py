@@ -5,6 +5,11 @@ and one more record holds the supervisor's own status for the observability serv
 writes its heartbeat and current job with no system call (a pipe could fill up and block a
 child; a file's mtime costs a syscall per beat), and the supervisor reads every slot on each
 tick. A sequence counter (a seqlock) lets a reader skip a torn, half-written record.
+
+The other way, each slot ends with a few words only the supervisor writes and only its child
+reads (:class:`Control`): a request to stop the running job (a cancel) and a drain, set before
+the supervisor sends SIGTERM, so the child tells the two signals apart. One aligned 8-byte word
+each: a single store, no seqlock needed.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ _CHILD = struct.Struct("<dqdd36s64s128s")
 # heartbeat (monotonic s), live workers, scheduler alive, scripts loaded, quiet
 _SUPERVISOR = struct.Struct("<diiii")
 _READ_ATTEMPTS = 100
+# The supervisor's words at the end of each child's record (the child's fields end at 268):
+# cancels sent (a counter), the execution to cancel (its start, monotonic s), drain requested.
+_CONTROL_AT = RECORD_SIZE - 3 * _WORD
+_CANCELS, _CANCEL_TARGET, _DRAIN = 0, 1, 2
 
 
 class _SeqRecord:
@@ -81,15 +90,57 @@ class SlotState:
         return self.token < 0
 
 
-class Slot:
-    """One child's record: written by the child, read by the supervisor."""
+class Control:
+    """The supervisor's words in one slot: what it asks of the child besides signals.
 
-    def __init__(self, record: _SeqRecord) -> None:
+    A job's execution is named by its start (the monotonic time start_job wrote, unique per
+    child): a cancel sent for a job that ended meanwhile does not match the child's next one.
+    """
+
+    def __init__(self, words: memoryview, floats: memoryview, offset: int) -> None:
+        self._words = words
+        self._floats = floats
+        self._index = (offset + _CONTROL_AT) // _WORD
+
+    def clear(self) -> None:
+        """Forget every request (before the child is forked)."""
+        for word in (_CANCELS, _CANCEL_TARGET, _DRAIN):
+            self._words[self._index + word] = 0
+
+    def request_cancel(self, started: float) -> None:
+        """Ask the child to stop the execution that started at `started` (supervisor)."""
+        self._floats[self._index + _CANCEL_TARGET] = started
+        self._words[self._index + _CANCELS] += 1  # after the target: a reader sees both
+
+    def request_drain(self) -> None:
+        """Say that the next SIGTERM is a drain (supervisor)."""
+        self._words[self._index + _DRAIN] = 1
+
+    def cancels_sent(self) -> int:
+        """Return how many cancels the supervisor sent this child (child)."""
+        return self._words[self._index + _CANCELS]
+
+    def cancel_requested(self, started: float) -> bool:
+        """Tell whether the execution that started at `started` is asked to stop (child)."""
+        return started != 0.0 and self._floats[self._index + _CANCEL_TARGET] == started
+
+    def drain_requested(self) -> bool:
+        """Tell whether the supervisor asked the child to drain (child)."""
+        return self._words[self._index + _DRAIN] != 0
+
+
+class Slot:
+    """One child's record: written by the child, read by the supervisor; and its Control."""
+
+    def __init__(self, record: _SeqRecord, control: Control | None = None) -> None:
         self._record = record
+        self.control = control
 
     def reset(self, *, booting: bool) -> None:
         """Clear the slot before forking its child; while booting the token reads -1."""
         self._record.write(time.monotonic(), -1 if booting else 0, 0.0, 0.0, b"", b"", b"")
+        if self.control is not None:
+            self.control.clear()
 
     def beat(self) -> None:
         """Record that the child is alive and between jobs."""
@@ -102,11 +153,13 @@ class Slot:
         timeout: float,
         queue: str = DEFAULT_QUEUE,
         job_type: str = "",
-    ) -> None:
-        """Record the job the child is about to run (its lease is renewed from here on)."""
+    ) -> float:
+        """Record the job the child is about to run (its lease is renewed from here on); return
+        its start, which names this execution (Control)."""
         now = time.monotonic()
         fields = (job_id.encode(), queue.encode(), job_type.encode())
         self._record.write(now, token, now, timeout, *fields)
+        return now
 
     def read(self) -> SlotState | None:
         """Return a consistent reading, or None if the child kept writing (read next tick)."""
@@ -138,13 +191,16 @@ class SlotTable:
         self.count = count
         self._region = mmap.mmap(-1, (count + 1) * RECORD_SIZE)
         self._words = memoryview(self._region).cast("Q")
+        self._floats = memoryview(self._region).cast("d")
         self._status = _SeqRecord(self._region, self._words, count * RECORD_SIZE, _SUPERVISOR)
 
     def slot(self, index: int) -> Slot:
         """Return the slot at `index`."""
         if not 0 <= index < self.count:
             raise IndexError(index)
-        return Slot(_SeqRecord(self._region, self._words, index * RECORD_SIZE, _CHILD))
+        offset = index * RECORD_SIZE
+        control = Control(self._words, self._floats, offset)
+        return Slot(_SeqRecord(self._region, self._words, offset, _CHILD), control)
 
     def publish_status(
         self, live_workers: int, scheduler_alive: bool, scripts_loaded: bool, quiet: bool = False

@@ -45,6 +45,7 @@ from workerd.children import (
     describe_exit,
     die_with_parent,
 )
+from workerd.duties.cancels import Cancels
 from workerd.duties.leases import Leases
 from workerd.duties.notify import Readiness
 from workerd.duties.registry import RegistryHeartbeat
@@ -122,8 +123,13 @@ class Supervisor:
     ) -> None:
         settings, roster, scripts = self.settings, self.roster, self.scripts
         self.loader = ScriptLoader(scripts, Backoff("supervisor", redis_url=settings.redis_url))
+        self.cancels = Cancels(roster, grace=settings.cancel_grace)
         self.leases = Leases(
-            roster, scripts, interval=self.renew_interval, redis_url=self.redis_url
+            roster,
+            scripts,
+            interval=self.renew_interval,
+            redis_url=self.redis_url,
+            cancels=self.cancels,
         )
         self.release = Release(
             scripts, redis_url=self.redis_url, clock=clock, queues=settings.worker_queues.names
@@ -212,6 +218,10 @@ class Supervisor:
         self.stopping = True
         self.drain_deadline = now + self.settings.drain_grace
         for child in self.roster.of_kind(WORKER):
+            control = self.table.slot(child.index).control
+            if control is not None:
+                # Told apart from a cancel's SIGTERM, should the two arrive as one signal.
+                control.request_drain()
             self.roster.spawner.kill(child.pid, signal.SIGTERM)
 
     # -- reload (SIGHUP) -----------------------------------------------------------------------
@@ -300,6 +310,7 @@ class Supervisor:
             self._kill_workers("drain grace over")
         self.watchdog.tick(now)
         self.leases.tick(now)
+        self.cancels.tick(now)
         self.release.tick(now)
         if not self.stopping:
             self._spawn_missing(now)

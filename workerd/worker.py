@@ -18,6 +18,12 @@ pipelined EXISTS a second (PAUSED_RECHECK) tells when it is resumed. Quiet (the 
 flag in shared memory, read before every claim): the worker finishes its job, claims nothing
 more, not even with the complete, gives back a next job already claimed, and waits without
 touching Redis, so it takes no wake-up hint another host's idle worker should have.
+
+Cancelling the running job (docs/JOBS.md): the supervisor writes the request in this
+process's slot (workerd.slots.Control), then sends SIGTERM. The handler's
+``job.cancel_requested()`` reads that word; a SIGTERM that comes with a request raises
+JobCanceled inside the handler (unless it asked: it stops by itself), one without is the
+usual "finish the job, then exit". The job then ends canceled (cancel_running.lua).
 """
 
 from __future__ import annotations
@@ -42,9 +48,9 @@ from shared.scripts import Code, NotRunnable, QueuePaused, Scripts, new_request_
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.duties.registry import hosts_running
-from workerd.registry import JobContext, PermanentError, lookup, registered_types
+from workerd.registry import JobCanceled, JobContext, PermanentError, lookup, registered_types
 from workerd.routing import Routing
-from workerd.slots import Slot
+from workerd.slots import Control, Slot
 
 log = logging.getLogger(__name__)
 tracing.configure(tracing.WORKER)
@@ -79,6 +85,28 @@ class Outcome:
     error_kind: str = ""
     permanent: bool = False
     traceback: str = ""
+    # Stopped for its cancel: how ("sigterm": interrupted; "handler": it returned or raised
+    # after the request), and the job ends canceled. "" when no cancel stopped it.
+    canceled: str = ""
+
+
+@dataclass
+class Execution:
+    """One run of a handler, as its cancel sees it: named by its start (Slot.start_job)."""
+
+    started: float
+    control: Control | None = None
+    armed: bool = False  # inside the handler: a cancel's SIGTERM may raise JobCanceled there
+    asked: bool = False  # the handler asked cancel_requested(): it stops by itself
+
+    def requested(self) -> bool:
+        """Tell whether the supervisor asked this execution to stop (shared memory)."""
+        return self.control is not None and self.control.cancel_requested(self.started)
+
+    def ask(self) -> bool:
+        """The handler's job.cancel_requested(): from now on it is trusted to stop by itself."""
+        self.asked = True
+        return self.requested()
 
 
 class WorkerProcess(StopOnSignal):
@@ -123,11 +151,42 @@ class WorkerProcess(StopOnSignal):
         self._read_quiet = quiet or (lambda previous: previous)
         self.quiet = False
         self.backoff = Backoff("worker", redis_url=settings.redis_url)
+        self.execution: Execution | None = None  # the handler running now, if any
+        self.cancels_seen = slot.control.cancels_sent() if slot.control is not None else 0
+
+    def install_signals(self) -> None:
+        """As every child; SIGTERM also carries the supervisor's cancels (_on_sigterm)."""
+        super().install_signals()
+        signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _request_stop(self, signum: int, frame: FrameType | None) -> None:
         """SIGTERM/SIGINT: finish the current job, then exit (and say which signal)."""
         super()._request_stop(signum, frame)
         self.exit_reason = f"signal {signal.Signals(signum).name}"
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        """Stop the running handler if this SIGTERM carries a cancel of its job; else (or
+        also, for a drain) finish the job, then exit.
+
+        The supervisor counts each cancel it sends in the slot before signalling: a count
+        unchanged since the last SIGTERM means a plain one (a drain, or systemd's to the whole
+        group). Two pending signals are delivered once, so a drain is also told by its flag.
+        """
+        control = self.slot.control
+        sent = control.cancels_sent() if control is not None else self.cancels_seen
+        cancel, self.cancels_seen = sent != self.cancels_seen, sent
+        if not cancel or (control is not None and control.drain_requested()):
+            self._request_stop(signum, frame)
+        running = self.execution
+        if (
+            cancel
+            and running is not None
+            and running.armed
+            and not running.asked
+            and running.requested()
+        ):
+            running.armed = False  # once: the handler then unwinds
+            raise JobCanceled()
 
     def run(self) -> int:
         """Loop until stopped; return the process exit code (0: a clean exit)."""
@@ -311,7 +370,8 @@ class WorkerProcess(StopOnSignal):
     def _execute(self, job: Job) -> Job | None:
         """Run one claimed job and record its outcome; return the next job if one was claimed."""
         timeout = job.timeout or self.settings.default_job_timeout
-        self.slot.start_job(job.id, job.token, timeout, job.queue, job.type)
+        started_at = self.slot.start_job(job.id, job.token, timeout, job.queue, job.type)
+        self.execution = Execution(started_at, self.slot.control)
         metrics.BUSY_WORKERS.set(1)
         eligible_at = int(job.extra["eligible_at"]) if "eligible_at" in job.extra else None
         metrics.observe_queue_wait(job.type, job.queue, eligible_at, job.started_at)
@@ -340,13 +400,20 @@ class WorkerProcess(StopOnSignal):
         )
         started = time.perf_counter()
         with tracing.span("task.execute", trace, attributes) as span:
-            outcome = run_handler(job, self.settings.result_max_bytes)
-            tracing.outcome(span, "succeeded" if outcome.ok else "failed")
-            if not outcome.ok:
+            outcome = run_handler(job, self.settings.result_max_bytes, self.execution)
+            asked_to_stop = self.execution.requested()
+            self.execution = None
+            if outcome.canceled:
+                tracing.outcome(span, "canceled")
+            else:
+                tracing.outcome(span, "succeeded" if outcome.ok else "failed")
+            if not outcome.ok and not outcome.canceled:
                 tracing.failed(span, outcome.error_kind)
         duration = time.perf_counter() - started
         metrics.observe_handler(job.type, job.queue, duration)
-        fields = {"duration_ms": round(duration * 1000, 3)}
+        fields: dict[str, object] = {"duration_ms": round(duration * 1000, 3)}
+        if outcome.ok and asked_to_stop:
+            fields["cancel_requested"] = True  # it completed first, if its completion lands
         self.jobs_done += 1  # before recording: the last job before recycling claims no next
         next_job = self._record(job, outcome, fields, attributes)
         metrics.BUSY_WORKERS.set(0)
@@ -404,7 +471,10 @@ class WorkerProcess(StopOnSignal):
                     if ack.paused:
                         self._found_paused(job.queue)
                     return ack.next_job
-                self._fail(job, outcome, fields)
+                if outcome.canceled:
+                    self._cancel(job, outcome, fields)
+                else:
+                    self._fail(job, outcome, fields)
                 return None
             except redis.RedisError as exc:
                 # The job ran; its outcome must reach Redis. The supervisor keeps its lease.
@@ -416,8 +486,24 @@ class WorkerProcess(StopOnSignal):
         # Inside the acknowledge span, which gets the outcome.
         if code is Code.DONE:
             fate, more = lifecycle.Outcome.COMPLETED, {}
+            if fields.get("cancel_requested"):
+                metrics.count_running_cancel("completed", job.queue)
         else:
             fate, more = lifecycle.Outcome.STALE_ACK, {"result": code.name.lower()}
+        lifecycle.record(
+            fate, job.id, job.type, queue=job.queue, attempt=job.attempts, **fields, **more
+        )
+
+    def _cancel(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
+        """End the job canceled: its handler stopped for the request (cancel_running.lua)."""
+        result = self.scripts.cancel_running(
+            job.id, job.token, outcome.canceled, queue=job.queue, actor=Actor.WORKER
+        )
+        if result.code is Code.DONE:
+            fate, more = lifecycle.Outcome.CANCELED_RUNNING, {"stopped": outcome.canceled}
+        else:
+            # Completed, recovered or claimed anew first: not this worker's any more.
+            fate, more = lifecycle.Outcome.STALE_ACK, {"result": result.code.name.lower()}
         lifecycle.record(
             fate, job.id, job.type, queue=job.queue, attempt=job.attempts, **fields, **more
         )
@@ -441,6 +527,9 @@ class WorkerProcess(StopOnSignal):
             fate, extra["next_retry_at"] = lifecycle.Outcome.RETRYING, retry_at
         elif result.code is Code.DEAD:
             fate = lifecycle.Outcome.DEAD
+        elif result.code is Code.CANCELED:
+            # Asked to stop before this worker learned of it: canceled, not retried.
+            fate, extra["stopped"] = lifecycle.Outcome.CANCELED_RUNNING, "failed"
         else:
             fate, extra["result"] = lifecycle.Outcome.STALE_FAILURE, result.code.name.lower()
         lifecycle.record(
@@ -464,8 +553,15 @@ def _span_attributes(job: Job) -> dict[str, object]:
     return tracing.job_attributes(job.id, job.type, queue=job.queue, **more)
 
 
-def run_handler(job: Job, result_max_bytes: int) -> Outcome:
-    """Call the job's handler; turn every exception into a recorded failure, never a crash."""
+def run_handler(job: Job, result_max_bytes: int, execution: Execution | None = None) -> Outcome:
+    """Call the job's handler; turn every exception into a recorded failure, never a crash.
+
+    With an `execution`, a cancel requested while it runs ends it canceled: interrupted
+    (JobCanceled, raised by the worker's SIGTERM handler while armed), or the handler raised
+    after the request, or it returned after asking job.cancel_requested() and seeing it. A
+    handler that returns without having asked completes: its work is done (and the
+    completion wins if it reaches Redis before any cancel does).
+    """
     handler = lookup(job.type)
     if handler is None:
         return _refused("NoHandler", f"no handler for job type {job.type!r}")
@@ -476,10 +572,21 @@ def run_handler(job: Job, result_max_bytes: int) -> Outcome:
         max_retries=job.max_retries,
         priority=job.priority,
         recoveries=job.recoveries,
+        _cancel_check=execution.ask if execution is not None else _not_asked,
     )
     try:
-        result = handler(job.payload, context)
+        try:
+            if execution is not None:
+                execution.armed = True
+            result = handler(job.payload, context)
+        finally:
+            if execution is not None:
+                execution.armed = False
+    except JobCanceled:
+        return Outcome(False, canceled="sigterm")
     except Exception as exc:  # the handler boundary: any failure is the job's, not ours
+        if execution is not None and execution.requested():
+            return Outcome(False, canceled="handler")
         return Outcome(
             False,
             error=error_text(exc),
@@ -487,6 +594,8 @@ def run_handler(job: Job, result_max_bytes: int) -> Outcome:
             permanent=isinstance(exc, PermanentError),
             traceback=handler_traceback(exc),
         )
+    if execution is not None and execution.asked and execution.requested():
+        return Outcome(False, canceled="handler")
     try:
         result_json = dump_json(result)
     except (TypeError, ValueError) as exc:
@@ -499,6 +608,10 @@ def run_handler(job: Job, result_max_bytes: int) -> Outcome:
             "ResultTooLarge", f"result is {size} bytes, over the {result_max_bytes} cap"
         )
     return Outcome(ok=True, result_json=result_json)
+
+
+def _not_asked() -> bool:
+    return False
 
 
 def _refused(kind: str, message: str) -> Outcome:

@@ -10,6 +10,7 @@ from flask import flash, redirect, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
 from gateway.context import gateway
+from gateway.jobs import record_cancel
 from gateway.ui.base import UiError, bp, events_url, render
 from shared import history, listing
 from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, Job, JobState
@@ -18,7 +19,9 @@ from shared.queues import QUEUE_RULE, is_queue_name
 from shared.scripts import JobNotFound, WrongState
 
 PAGE_SIZE = 50
-CANCELABLE = frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING})
+CANCELABLE = frozenset(
+    {JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING, JobState.PROCESSING}
+)
 
 
 @dataclass(frozen=True)
@@ -221,20 +224,33 @@ def purge(job_id: str) -> BaseResponse | tuple[str, int]:
 
 @bp.route("/jobs/<job_id>/cancel", methods=["POST"])
 def cancel(job_id: str) -> BaseResponse | tuple[str, int]:
-    """Cancel a job that has not started (after a confirmation)."""
+    """Cancel a job that has not started, or stop a running one (after a confirmation)."""
     job = _located(job_id_of(job_id))
     back = url_for("ui.job", job_id=job.id)
     if not confirmed():
-        message = f"Cancel this {job.status} {job.type} job in queue {job.queue}? It will not run."
+        if job.status is JobState.PROCESSING:
+            grace = gateway().settings.cancel_grace
+            message = (
+                f"Stop this running {job.type} job in queue {job.queue}? Its worker is "
+                f"interrupted (SIGTERM, then SIGKILL after {grace:g} s) and the job ends "
+                "canceled, never retried, unless it completes first."
+            )
+        else:
+            message = (
+                f"Cancel this {job.status} {job.type} job in queue {job.queue}? It will not run."
+            )
         return confirm_page("Cancel a job", message, [job.id], back)
+    by = f"dashboard {request.remote_addr}" if request.remote_addr else "dashboard"
     try:
-        outcome = gateway().scripts.cancel(job.id, queue=job.queue)
+        outcome = gateway().scripts.cancel(job.id, queue=job.queue, by=by)
     except JobNotFound:
         raise UiError(404, "No such job: it was purged meanwhile.") from None
     except WrongState as exc:
-        flash(f"Not canceled: the job is {exc.status} now (only jobs not started can be).")
+        flash(f"Not canceled: the job is {exc.status} now.")
         return redirect(back, code=303)
-    if outcome.changed:
-        record(Outcome.CANCELED, job.id, job.type, queue=job.queue)
-    flash("Canceled.")
+    record_cancel(outcome)
+    if outcome.job.status is JobState.PROCESSING:
+        flash("Cancel requested: its worker stops it within seconds.")
+    else:
+        flash("Canceled.")
     return redirect(back, code=303)

@@ -1,9 +1,14 @@
 #!lua flags=allow-oom
--- cancel: withdraw a job that has not started (pending, scheduled or retrying).
+-- cancel: withdraw a job that has not started (pending, scheduled or retrying), or record a
+-- request to stop a running one.
 --
 -- Invariant: a canceled job is in no claimable or deferred index, so no worker can start it.
--- Canceling a canceled job succeeds and changes nothing (so a repeated call is harmless);
--- processing, completed and dead jobs are refused with their status.
+-- A processing job is not touched beyond the request (cancel_requested_at, _by, and its
+-- history): it stays processing under its lease until its worker's supervisor stops it and
+-- cancel_running.lua (or fail.lua, or a lost worker's release or recovery) ends it canceled;
+-- a completion that arrives first wins. Canceling a canceled job, or asking again to stop a
+-- running one, succeeds and changes nothing (so a repeated call is harmless); completed and
+-- dead jobs are refused with their status.
 --
 -- KEYS[1] -> {prefix}job:<id>
 -- KEYS[2] -> {prefix}pending         zset, score -priority, member <seq>:<id>
@@ -16,24 +21,41 @@
 -- ARGV[1] -> TTL of the job hash (ms): retention plus a margin, a backstop behind trim.lua
 -- ARGV[2] -> now (ms) override, or '' for Redis TIME
 -- ARGV[3] -> request id: a repeat of the call that canceled the job answers DONE again
--- ARGV[4] -> events stream cap; '0' or absent: no event
+-- ARGV[4] -> who asks (a running job's request keeps it): at most 64 bytes, no '|' nor line
+--            break (the caller cleans it), or '' for nobody named
+-- ARGV[5] -> events stream cap; '0' or absent: no event
 --
--- Returns {DONE, HGETALL of the job}, {DUPLICATE, HGETALL} when it was already canceled,
+-- Returns {DONE, HGETALL of the job} (canceled, or for a processing job the request recorded),
+-- {DUPLICATE, HGETALL} when it was already canceled or its stop already requested,
 -- {NOT_FOUND}, or {WRONG_STATE, current status}.
--- History: canceled (api), with the job's attempts so far.
--- Event: canceled; a repeat, or a job already canceled, writes none.
+-- History: canceled (api), with the job's attempts so far; for a running job
+-- cancel_requested (api), with who asked.
+-- Event: canceled, or cancel_requested (with the worker running it); a repeat, or a job
+-- already canceled or asked to stop, writes none.
+-- Redis commands: 3 to record a stop request without events (HMGET, TIME, HSET) and the
+-- HGETALL of the reply; one XADD more with events.
 
 --- @include "codes"
 --- @include "common"
 
 local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'seq', 'last_request', 'attempts',
-  'history', 'created_at', 'type')
+  'history', 'created_at', 'type', 'cancel_requested_at', 'worker_id')
 local status, job_id = state[1], state[2]
 if not status then
   return {NOT_FOUND}
 end
-if status == 'canceled' then
+if status == 'canceled' or (status == 'processing' and state[9]) then
   return {state[4] == ARGV[3] and DONE or DUPLICATE, redis.call('HGETALL', KEYS[1])}
+end
+if status == 'processing' then
+  local now = now_ms(ARGV[2])
+  local by = ARGV[4] ~= '' and ARGV[4] or nil
+  redis.call('HSET', KEYS[1], 'cancel_requested_at', now, 'cancel_requested_by', ARGV[4],
+    'updated_at', now, 'last_request', ARGV[3], 'history', history_add(state[6], 'na',
+    state[7], now, nil, nil, by))
+  emit(KEYS[7], ARGV[5], 'e', 'cancel_requested', 'j', job_id, 't', state[8] or '',
+    'w', state[10] or '')
+  return {DONE, redis.call('HGETALL', KEYS[1])}
 end
 if status == 'pending' then
   redis.call('ZREM', KEYS[2], pending_member(tonumber(state[3]), job_id))
@@ -53,5 +75,5 @@ redis.call('HSET', KEYS[1], 'status', 'canceled', 'finished_at', now, 'updated_a
 redis.call('HDEL', KEYS[1], 'seq', 'next_retry_at')
 redis.call('ZADD', KEYS[6], now, job_id)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
-emit(KEYS[7], ARGV[4], 'e', 'canceled', 'j', job_id, 't', state[8] or '')
+emit(KEYS[7], ARGV[5], 'e', 'canceled', 'j', job_id, 't', state[8] or '')
 return {DONE, redis.call('HGETALL', KEYS[1])}

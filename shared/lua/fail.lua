@@ -15,7 +15,8 @@
 -- KEYS[4] -> {prefix}dead         zset, id -> time of death (ms)
 -- KEYS[5] -> {prefix}failures     hash, second (epoch s) -> failed executions; trim.lua forgets
 --                                  seconds past the last minute
--- KEYS[6] -> {prefix}events       capped stream of the queue's events
+-- KEYS[6] -> {prefix}canceled     zset, id -> canceled at (ms)
+-- KEYS[7] -> {prefix}events       capped stream of the queue's events
 --
 -- ARGV[1] -> fencing token
 -- ARGV[2] -> error text, "Type: message" (already length-capped by the caller)
@@ -29,12 +30,19 @@
 -- ARGV[10] -> the handler's traceback (already capped by the caller), or '' for none
 -- ARGV[11] -> who reports the failure, history's actor letter: 'w' the worker, 'v' the
 --             supervisor (a timeout: it killed the worker)
--- ARGV[12] -> events stream cap; '0' or absent: no event
+-- ARGV[12] -> TTL of a canceled job's hash (ms): retention plus a margin, as cancel.lua's
+-- ARGV[13] -> events stream cap; '0' or absent: no event
 --
--- Returns {RETRYING, type, attempts, next_retry_at}, {DEAD, type, attempts}, {NOT_FOUND}, or
+-- A job whose cancel was requested (cancel.lua) is not retried nor dead: its failure (the
+-- handler raised before its worker learned of the request, or it timed out) ends it canceled,
+-- as cancel_running.lua would, and is not counted among the queue's failures.
+--
+-- Returns {RETRYING, type, attempts, next_retry_at}, {DEAD, type, attempts}, {CANCELED, type,
+--         attempts}, {NOT_FOUND}, or
 --         {STALE_TOKEN, current status}: the type and attempt number are what the caller logs
 --         and counts, so it needs no read of its own.
--- History: retrying or dead, with the error's type, in the HSET either path makes.
+-- History: retrying or dead, with the error's type, in the HSET either path makes; canceled
+-- ('o', stopped 'failed' or 'timeout') for a job asked to stop.
 -- Event: retrying or dead, with the attempt that failed and its worker; a repeat writes none.
 -- Redis commands: 8 to retry (HMGET, TIME, ZREM, HINCRBY, HSET, [HDEL], ZADD, XADD), 9 to
 -- declare it dead (HMGET, TIME, ZREM, HINCRBY, HSET, HDEL, ZADD, PEXPIRE, XADD); one less each
@@ -46,9 +54,10 @@
 
 -- The worker's id (the event's) is read only with events on: it is at the end of the hash,
 -- behind the payload, a scan. Off, 'id' again takes its place (early, so cheap).
-local events_cap = ARGV[12]
+local events_cap = ARGV[13]
 local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'attempts', 'max_retries',
-  'next_retry_at', 'type', 'history', 'created_at', events_on(events_cap) and 'worker_id' or 'id')
+  'next_retry_at', 'type', 'history', 'created_at', events_on(events_cap) and 'worker_id' or 'id',
+  'cancel_requested_at')
 if not state[1] then
   return {NOT_FOUND}
 end
@@ -62,6 +71,9 @@ end
 if state[1] == 'dead' then
   return {DEAD, job_type, attempts}
 end
+if state[1] == 'canceled' then
+  return {CANCELED, job_type, attempts}
+end
 if state[1] ~= 'processing' then
   return {STALE_TOKEN, state[1]}
 end
@@ -69,6 +81,12 @@ end
 local job_id = state[3]
 local now = now_ms(ARGV[9])
 redis.call('ZREM', KEYS[2], job_id)
+if state[11] then
+  end_canceled({KEYS[6], KEYS[7]}, KEYS[1], job_id, now, ARGV[12],
+    history_add(state[8], 'o' .. ARGV[11], state[9], now, nil, nil,
+      ARGV[11] == 'v' and 'timeout' or 'failed'), events_cap, job_type, state[4], state[10])
+  return {CANCELED, job_type, attempts}
+end
 redis.call('HINCRBY', KEYS[5], string.format('%d', math.floor(now / 1000)), 1)
 
 local function history(event)
@@ -78,7 +96,7 @@ end
 
 if ARGV[7] == '1' or attempts >= tonumber(state[5]) then
   make_dead(KEYS[4], KEYS[1], job_id, ARGV[2], ARGV[10], now, ARGV[8], history('x'))
-  emit(KEYS[6], events_cap, 'e', 'dead', 'j', job_id, 't', job_type or '', 'a', state[4],
+  emit(KEYS[7], events_cap, 'e', 'dead', 'j', job_id, 't', job_type or '', 'a', state[4],
     'w', state[10] or '')
   return {DEAD, job_type, attempts}
 end
@@ -99,6 +117,6 @@ else
   redis.call('HDEL', KEYS[1], 'traceback')
 end
 redis.call('ZADD', KEYS[3], due, job_id)
-emit(KEYS[6], events_cap, 'e', 'retrying', 'j', job_id, 't', job_type or '', 'a', state[4],
+emit(KEYS[7], events_cap, 'e', 'retrying', 'j', job_id, 't', job_type or '', 'a', state[4],
   'w', state[10] or '')
 return {RETRYING, job_type, attempts, due}

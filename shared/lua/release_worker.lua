@@ -5,7 +5,8 @@
 --
 -- Invariant: as release.lua for each job still `processing` under that worker id: a crash
 -- counts a recovery (dead past the cap), a drain counts nothing; a job since finished,
--- recovered or claimed by another worker is left alone. The scan is of `processing` (one
+-- recovered or claimed by another worker is left alone; one whose cancel was requested ends
+-- canceled. The scan is of `processing` (one
 -- entry per running job), which only a worker's death pays for. A repeated call with the same
 -- request id gets the first call's answer (kept 15 s).
 --
@@ -16,20 +17,24 @@
 -- KEYS[5] -> {prefix}wake             capped list of wake-up hints
 -- KEYS[6] -> {prefix}dead             zset, id -> time of death (ms)
 -- KEYS[7] -> {prefix}reply:<request>  this call's answer, kept 15 s for a repeated call
--- KEYS[8] -> {prefix}events           capped stream of the queue's events
+-- KEYS[8] -> {prefix}canceled         zset, id -> canceled at (ms)
+-- KEYS[9] -> {prefix}events           capped stream of the queue's events
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1] are built from it
 -- ARGV[2] -> the dead worker's id
--- ARGV[3] -> 'crash' (counts a recovery) or 'drain' (counts nothing)
+-- ARGV[3] -> 'crash' (counts a recovery), 'drain' (counts nothing) or 'cancel' (the supervisor
+--            killed the worker for its job's cancel: as a crash, the job's history says sigkill)
 -- ARGV[4] -> recovery cap
 -- ARGV[5] -> TTL of a dead job's hash (ms)
 -- ARGV[6] -> wake list cap
 -- ARGV[7] -> now (ms) override, or '' for Redis TIME
--- ARGV[8] -> events stream cap; '0' or absent: no event
+-- ARGV[8] -> TTL of a canceled job's hash (ms), as cancel.lua's
+-- ARGV[9] -> events stream cap; '0' or absent: no event
 --
--- Returns {{code, job id, type}, ...}: one entry per job released, code DONE (requeued) or
--- DEAD (past the recovery cap); empty when the worker held nothing.
--- History and event: released (a drain), recovered (a crash), or dead past the cap
+-- Returns {{code, job id, type}, ...}: one entry per job released, code DONE (requeued),
+-- DEAD (past the recovery cap) or CANCELED (its cancel was requested); empty when the worker
+-- held nothing.
+-- History and event: released (a drain), recovered (a crash), dead past the cap, or canceled
 -- (supervisor); one XADD per job.
 
 --- @include "codes"
@@ -41,7 +46,7 @@ if saved then
   return saved
 end
 local released = {}
-local loss_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]}
+local loss_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[9], KEYS[8]}
 local held = held_by(KEYS[1], ARGV[1], ARGV[2])
 if #held == 0 then
   return released
@@ -50,8 +55,9 @@ local now = now_ms(ARGV[7])
 for _, job in ipairs(held) do
   local job_key, job_id, job_type = job[1], job[2], job[3]
   redis.call('ZREM', KEYS[1], job_id)
-  local outcome = lose_worker(loss_keys, job_key, job_id, ARGV[3] == 'crash', tonumber(ARGV[4]),
-    ARGV[5], tonumber(ARGV[6]), now, 'v', ARGV[8])
+  local outcome = lose_worker(loss_keys, job_key, job_id, ARGV[3] ~= 'drain', tonumber(ARGV[4]),
+    ARGV[5], tonumber(ARGV[6]), now, 'v', ARGV[9], ARGV[3] == 'cancel' and 'sigkill' or 'lost',
+    ARGV[8])
   released[#released + 1] = {outcome, job_id, job_type}
 end
 return remember_reply(KEYS[7], released)

@@ -12,7 +12,7 @@ import click
 from taskforge.cli import render
 from taskforge.cli.app import Exit, Session, cli, fail, output, pass_session
 from taskforge.errors import JobCanceled, JobError, JobFailed
-from taskforge.models import Job, JobPage
+from taskforge.models import HistoryEntry, Job, JobPage
 
 STATES = ("pending", "scheduled", "processing", "retrying", "completed", "dead", "canceled")
 
@@ -171,25 +171,64 @@ def history(session: Session, job_id: str) -> None:
     """
     kept = session.client.history(job_id)
     rows = [
-        [render.when(e.at), e.event, e.attempt, e.actor, e.worker, e.host, e.error]
+        [render.when(e.at), e.event, e.attempt, e.actor, e.worker, e.host, _detail(e)]
         for e in kept.entries
     ]
-    text = render.table(("AT", "EVENT", "ATTEMPT", "ACTOR", "WORKER", "HOST", "ERROR"), rows)
+    text = render.table(("AT", "EVENT", "ATTEMPT", "ACTOR", "WORKER", "HOST", "DETAIL"), rows)
     if kept.dropped:
         text += f"\n({kept.dropped} older transitions no longer kept)"
     output(session, kept.raw, text)
 
 
+def _detail(entry: HistoryEntry) -> str | None:
+    """Return an entry's last column: the error's type, who asked a cancel, or how it stopped."""
+    if entry.by:
+        return f"asked by {entry.by}"
+    if entry.stopped:
+        return f"stopped: {entry.stopped}"
+    return entry.error
+
+
 @cli.command()
 @click.argument("job_id", metavar="ID")
+@click.option("--by", default=None, help="Who asks, kept with a running job's request.")
+@click.option(
+    "--wait", "wait_end", is_flag=True, help="Wait until the job has ended; exit 0 if canceled."
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="With --wait: give up after this many seconds (exit 7).",
+)
 @pass_session
-def cancel(session: Session, job_id: str) -> None:
-    """Cancel a job that has not started.
+def cancel(
+    session: Session, job_id: str, by: str | None, wait_end: bool, timeout: float | None
+) -> int:
+    """Cancel a job; a running one is stopped.
 
-    A running or finished job cannot be canceled: that is a conflict (exit 1).
+    A job not started is canceled at once. A running one: "cancel requested"; its worker is
+    stopped within seconds (SIGTERM, then SIGKILL after WORKER_CANCEL_GRACE) and the job
+    ends canceled, unless it completes first. With --wait: exit 0 once canceled, 1 if it
+    completed first. A completed or dead job cannot be canceled: a conflict (exit 1).
     """
-    job = session.client.cancel(job_id)
-    output(session, job.raw, f"{job.id} {job.status}")
+    job = session.client.cancel(job_id, by=by)
+    if job.status == "processing":
+        output(session, job.raw, f"{job.id} cancel requested (still processing)")
+    else:
+        output(session, job.raw, f"{job.id} {job.status}")
+    if not wait_end or job.status != "processing":
+        return Exit.OK
+    try:
+        ended = session.client.wait(job_id, timeout=timeout)
+    except JobCanceled as exc:
+        show_job(session, exc.job)
+        return Exit.OK
+    except JobError as exc:
+        show_job(session, exc.job)
+        return fail(str(exc), wait_code(exc))
+    show_job(session, ended)
+    return fail(f"job {ended.id} completed before its cancel took effect", Exit.API_ERROR)
 
 
 @cli.group()

@@ -97,6 +97,12 @@ def job_row(job: Job) -> list[Cell]:
     ]
 
 
+def _asked(job: Job) -> str:
+    """Return when a stop of the running job was asked, and by whom."""
+    by = f" by {job.cancel_requested_by}" if job.cancel_requested_by else ""
+    return f"{when(job.cancel_requested_at)}{by}"
+
+
 def job_detail(job: Job) -> str:
     """Return every field of a job, one per line, the payload and result as JSON."""
     fields: list[tuple[str, str]] = [
@@ -117,6 +123,7 @@ def job_detail(job: Job) -> str:
         ("timeout", None if job.timeout is None else f"{job.timeout:g}s"),
         ("recoveries", str(job.recoveries) if job.recoveries else None),
         ("last error", job.last_error),
+        ("cancel asked", job.cancel_requested_at and _asked(job)),
     ]
     fields += [(name, value) for name, value in optional if value]
     fields.append(("payload", compact(job.payload)))

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
+
+import pytest
 
 from shared.scripts import Scripts
 from taskforge.cli import Exit
@@ -89,11 +92,49 @@ def test_history_and_cancel(taskforge: Taskforge, engine: Scripts) -> None:
     assert [row.split()[1] for row in rows] == ["enqueued", "canceled"]
     doc = json.loads(taskforge("--json", "history", job_id).out)
     assert [entry["event"] for entry in doc["history"]] == ["enqueued", "canceled"]
-    # A running job cannot be canceled: a conflict, exit 1, one line.
-    running = enqueue_json(taskforge, "t", "--queue", queue)["id"]
-    engine.claim("w", queue=queue)
-    refused = taskforge("cancel", running)
+    # A finished job cannot be canceled: a conflict, exit 1, one line.
+    done = enqueue_json(taskforge, "t", "--queue", queue)["id"]
+    token = engine.claim("w", queue=queue).token
+    engine.complete(done, token, queue=queue)
+    refused = taskforge("cancel", done)
     assert refused.code == Exit.API_ERROR and "409" in refused.error_line()
+
+
+@pytest.mark.parametrize("ends", ["canceled", "completed"])
+def test_cancel_of_a_running_job_says_requested_and_waits_for_its_end(
+    taskforge: Taskforge, engine: Scripts, ends: str
+) -> None:
+    queue = fresh_queue()
+    running = enqueue_json(taskforge, "t", "--queue", queue)["id"]
+    token = engine.claim("w", queue=queue).token
+    asked = taskforge("cancel", running, "--by", "ops")
+    assert asked.code == Exit.OK
+    assert asked.out.strip() == f"{running} cancel requested (still processing)"
+    assert (
+        "cancel asked" in taskforge("get", running).out
+        and "by ops" in taskforge("get", running).out
+    )
+
+    def worker_ends() -> None:  # what the worker does once its supervisor tells it
+        if ends == "canceled":
+            engine.cancel_running(running, token, "sigterm", queue=queue)
+        else:
+            engine.complete(running, token, queue=queue)
+
+    timer = threading.Timer(0.3, worker_ends)
+    timer.start()
+    try:
+        waited = taskforge("cancel", running, "--wait", "--timeout", "10")
+    finally:
+        timer.join(timeout=10)
+    if ends == "canceled":
+        assert waited.code == Exit.OK and "canceled" in waited.out
+    else:
+        assert waited.code == Exit.API_ERROR and "completed before" in waited.error_line()
+    shown = taskforge("history", running).out
+    assert "asked by ops" in shown
+    if ends == "canceled":
+        assert "stopped: sigterm" in shown
 
 
 def test_jobs_ls_pages_with_a_cursor_or_follows_them_all(taskforge: Taskforge) -> None:

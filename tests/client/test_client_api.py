@@ -116,6 +116,27 @@ def test_cancel_then_get_shows_it_canceled(tf: Client) -> None:
     assert tf.cancel(job.id).status == "canceled", "canceling twice is fine"
 
 
+def test_cancel_of_a_running_job_returns_it_still_processing_with_the_request(
+    tf: Client, engine: Scripts
+) -> None:
+    queue = fresh_queue()
+    job = tf.enqueue("t", queue=queue)
+    token = engine.claim("w", queue=queue).token
+    asked = tf.cancel(job.id, by="nightly cleanup")
+    assert asked.status == "processing"
+    assert asked.cancel_requested_at is not None
+    assert asked.cancel_requested_by == "nightly cleanup"
+    assert tf.cancel(job.id).cancel_requested_by == "nightly cleanup"  # a repeat: unchanged
+    engine.cancel_running(job.id, token, "sigterm", queue=queue)  # its worker stopped it
+    with pytest.raises(JobCanceled):
+        tf.wait(job.id, timeout=5)
+    last = tf.history(job.id).entries[-2:]
+    assert [(e.event, e.by, e.stopped) for e in last] == [
+        ("cancel_requested", "nightly cleanup", None),
+        ("canceled", None, "sigterm"),
+    ]
+
+
 def test_history_lists_transitions_oldest_first(tf: Client, engine: Scripts) -> None:
     queue = fresh_queue()
     job = tf.enqueue("t", queue=queue)

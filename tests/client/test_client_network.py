@@ -20,7 +20,7 @@ from taskforge import (
     Unauthorized,
     Unavailable,
 )
-from tests.support.engine_jobs import claim, fresh_queue
+from tests.support.engine_jobs import complete, fresh_queue
 from tests.support.gunicorn import Gunicorn
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.tools import free_port, wait_until
@@ -127,11 +127,11 @@ def test_errors_carry_the_servers_message(tf: Client, engine: Scripts) -> None:
     with pytest.raises(Conflict, match="Idempotency-Key"):
         tf.enqueue("t", {"n": 2}, idempotency_key="k")
     queue = fresh_queue()
-    running = tf.enqueue("t", queue=queue)
-    claim(engine, queue, running.id)
+    done = tf.enqueue("t", queue=queue)
+    complete(engine, queue, done.id)
     with pytest.raises(Conflict) as conflict:
-        tf.cancel(running.id)
-    assert conflict.value.status == 409 and "processing" in conflict.value.message
+        tf.cancel(done.id)
+    assert conflict.value.status == 409 and "completed" in conflict.value.message
 
 
 def test_a_wrong_token_is_unauthorized(start_gateway: object, r: object) -> None:

@@ -47,6 +47,12 @@ FAIL = 8
 # next job is refused pays the pause check too (EXISTS, as COMPLETE_AND_CLAIM).
 CLAIM_REFUSED = 5
 COMPLETE_AND_REFUSE = 11
+# Issue 17, cancelling a running job: the request is HMGET, TIME, HSET and the reply's HGETALL;
+# the end is HMGET, TIME, ZREM, HSET, HDEL, ZADD, PEXPIRE. Renewals learn of a request in the
+# HMGET they already make, and fail reads the flag there too: neither costs a command more.
+CANCEL_REQUEST = 4
+CANCEL_RUNNING = 7
+RENEW_TWO = 5  # TIME, then HMGET and ZADD per job
 RUNNABLE = frozenset({"t", "pdf"})
 EVENTS_CAP = 1_000
 
@@ -284,6 +290,43 @@ def test_forgetting_silent_hosts_costs_a_read_and_an_event_each(
     extra_read = 1 if engine.policy.events_cap else 0
     assert_within(counts, budget(engine, counts, HEARTBEAT + extra_read, 2))
     assert counts["zremrangebyscore"] == 1
+
+
+def test_a_cancel_request_for_a_running_job_is_within_its_budget(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    claimed(engine, J1)
+    counts = commands_of(r, lambda: engine.cancel(J1, by="api"))
+    assert_within(counts, budget(engine, counts, CANCEL_REQUEST, 1))
+
+
+def test_cancel_running_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    token = claimed(engine, J1)
+    engine.cancel(J1)
+    results: list[Any] = []
+    counts = commands_of(r, lambda: results.append(engine.cancel_running(J1, token, "sigterm")))
+    assert results[0].code is Code.DONE
+    assert_within(counts, budget(engine, counts, CANCEL_RUNNING, 1))
+
+
+def test_renewing_a_job_asked_to_stop_costs_nothing_more(r: redis.Redis, engine: Scripts) -> None:
+    t1, t2 = claimed(engine, J1), claimed(engine, J2)
+    engine.cancel(J1)
+    results: list[Any] = []
+    counts = commands_of(r, lambda: results.append(engine.renew([(J1, t1), (J2, t2)])))
+    assert results[0] == [Code.CANCEL_ASKED, Code.DONE]
+    assert_within(counts, budget(engine, counts, RENEW_TWO, 0))
+
+
+def test_a_failure_of_a_job_asked_to_stop_costs_no_more_than_a_failure(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    token = claimed(engine, J1)
+    engine.cancel(J1)
+    results: list[Any] = []
+    counts = commands_of(r, lambda: results.append(engine.fail(J1, token, "E: boom")))
+    assert results[0].code is Code.CANCELED
+    assert_within(counts, budget(engine, counts, FAIL, 1))
 
 
 # Issue 17, periodic schedules: a tick's job costs an enqueue (above) and this advance: HGET,

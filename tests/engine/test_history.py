@@ -372,7 +372,9 @@ def test_the_lua_cap_and_codes_are_the_ones_python_reads() -> None:
         "dead",
         "recovered",
         "released",
+        "canceled",  # 'o', a running job stopped for its cancel; 'k' (not started) is not one
     }
+    assert "k" not in history.ENDS_EXECUTION
 
 
 # --- a repeated call writes nothing more --------------------------------------------------

@@ -158,10 +158,12 @@ class ModelJob:
     error: str | None = None
     traceback: str | None = None  # the last failure's, if it had one (never a lost worker's)
     result: str | None = None
+    cancel_requested: int | None = None  # when a stop of the running job was asked
     # (event, at, attempt, worker, error type, actor), oldest first, and how many were dropped
     history: list[tuple[str, int, int | None, str | None, str | None, str]] = field(
         default_factory=list
     )
+    ends: list[bool] = field(default_factory=list)  # per entry: it ends an execution
     dropped: int = 0
 
     def record(
@@ -172,16 +174,23 @@ class ModelJob:
         attempt: int | None = None,
         worker: str | None = None,
         error: str | None = None,
+        *,
+        ends: bool | None = None,
     ) -> None:
-        """Append a transition; an execution's end names the attempt and worker of its claim."""
-        if event in ENDS_EXECUTION:
+        """Append a transition; an execution's end names the attempt and worker of its claim.
+
+        `ends`: whether it ends an execution, when its name does not tell (canceled: a job
+        stopped while running, or withdrawn before it started)."""
+        ends = event in ENDS_EXECUTION if ends is None else ends
+        if ends:
             attempt, worker = self.attempts, self.worker
         self.history.append((event, at, attempt, worker, error, actor))
+        self.ends.append(ends)
         if len(self.history) > HISTORY_CAP:
-            del self.history[0]
+            del self.history[0], self.ends[0]
             self.dropped += 1
-            if self.history[0][0] in ENDS_EXECUTION:
-                del self.history[0]
+            if self.ends[0]:
+                del self.history[0], self.ends[0]
                 self.dropped += 1
 
 
@@ -222,8 +231,12 @@ class Model:
         job.seq = job.since = job.lease = job.due = None
 
     def lose_worker(self, job: ModelJob, *, counts: bool, actor: str) -> str:
-        """Fence off a lost worker, give its execution back, requeue in place or bury past cap."""
+        """Fence off a lost worker, give its execution back, requeue in place or bury past cap;
+        a job asked to stop ends canceled instead, its execution kept."""
         job.token += 1
+        if job.cancel_requested is not None:
+            self.end_canceled(job, actor)
+            return "canceled"
         if counts and job.recoveries + 1 > RECOVERIES:
             job.record("dead", self.now, actor, error="WorkerLost")
         else:
@@ -236,6 +249,12 @@ class Model:
                 return "dead"
         self.make_pending(job, keep_place=True)
         return "pending"
+
+    def end_canceled(self, job: ModelJob, actor: str) -> None:
+        """A running job asked to stop ends canceled (includes/common.lua end_canceled)."""
+        job.record("canceled", self.now, actor, ends=True)
+        job.status, job.finished = "canceled", self.now
+        job.seq = job.since = job.lease = job.due = None
 
     def forget(self, job_id: str) -> None:
         del self.jobs[job_id]
@@ -306,7 +325,7 @@ class Model:
                 codes.append(Code.STALE_TOKEN)
             elif job.status == "processing":
                 job.lease = self.now + LEASE
-                codes.append(Code.DONE)
+                codes.append(Code.DONE if job.cancel_requested is None else Code.CANCEL_ASKED)
             else:
                 codes.append(Code.WRONG_STATE)
         return codes
@@ -341,9 +360,15 @@ class Model:
             return FailResult(Code.RETRYING, next_retry_at=job.due)
         if job.status == "dead":
             return FailResult(Code.DEAD)
+        if job.status == "canceled":
+            return FailResult(Code.CANCELED)
         if job.status != "processing":
             return FailResult(Code.STALE_TOKEN, status=job.status)
         job.lease = None
+        if job.cancel_requested is not None:
+            event("fail: a job asked to stop ends canceled")
+            self.end_canceled(job, "worker")
+            return FailResult(Code.CANCELED)
         kind = error.split(":", 1)[0]
         if permanent or job.attempts >= job.request.max_retries:
             job.record("dead", self.now, "worker", error=kind)
@@ -383,13 +408,13 @@ class Model:
         (scheduled, scheduled_late), (retrying, retrying_late) = moved.values()
         return scheduled, retrying, scheduled_late, retrying_late
 
-    def recover(self, limit: int | None) -> tuple[list[str], list[str]]:
+    def recover(self, limit: int | None) -> tuple[list[str], list[str], list[str]]:
         expired = sorted((j.lease, j.id) for j in self.in_state("processing") if j.lease < self.now)
-        requeued, dead = [], []
+        found: dict[str, list[str]] = {"pending": [], "dead": [], "canceled": []}
         for _, job_id in expired[: limit or BATCH]:
             outcome = self.lose_worker(self.jobs[job_id], counts=True, actor="scheduler")
-            (dead if outcome == "dead" else requeued).append(job_id)
-        return requeued, dead
+            found[outcome].append(job_id)
+        return found["pending"], found["dead"], found["canceled"]
 
     def release(self, job_id: str, token: int, drained: bool) -> AckResult:
         job = self.jobs.get(job_id)
@@ -399,7 +424,8 @@ class Model:
             return AckResult(Code.STALE_TOKEN, job.status)
         job.lease = None
         outcome = self.lose_worker(job, counts=not drained, actor="supervisor")
-        return AckResult(Code.DEAD if outcome == "dead" else Code.DONE)
+        codes = {"dead": Code.DEAD, "canceled": Code.CANCELED}
+        return AckResult(codes.get(outcome, Code.DONE))
 
     def replay(self, job_id: str) -> str:
         """Return "" when replayed, else the error the API would give."""
@@ -421,12 +447,34 @@ class Model:
             return "not found"
         if job.status == "canceled":
             return "already"
+        if job.status == "processing":
+            if job.cancel_requested is not None:
+                return "already"
+            job.cancel_requested = self.now
+            job.record("cancel_requested", self.now, "api")
+            return "requested"
         if job.status not in ("pending", "scheduled", "retrying"):
             return job.status
         job.status, job.finished = "canceled", self.now
         job.seq = job.since = job.due = None
         job.record("canceled", self.now, "api", attempt=job.attempts)
         return "canceled"
+
+    def cancel_running(self, job_id: str, token: int) -> AckResult:
+        """End a running job asked to stop, for the holder of its token (cancel_running.lua)."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return AckResult(Code.NOT_FOUND)
+        if job.token != token:
+            return AckResult(Code.STALE_TOKEN, job.status)
+        if job.status == "canceled":
+            return AckResult(Code.DONE)
+        if job.status != "processing":
+            return AckResult(Code.STALE_TOKEN, job.status)
+        if job.cancel_requested is None:
+            return AckResult(Code.WRONG_STATE, job.status)
+        self.end_canceled(job, "worker")
+        return AckResult(Code.DONE)
 
     def purge(self, job_id: str) -> str:
         job = self.jobs.get(job_id)
@@ -594,7 +642,7 @@ class EngineMachine(RuleBasedStateMachine):
     @precondition(_any_job)
     @rule(data=st.data())
     def cancel(self, data: st.DataObject) -> None:
-        job_id = self._target(data, "pending", "scheduled", "retrying")
+        job_id = self._target(data, "pending", "scheduled", "retrying", "processing")
         expected = self.model.cancel(job_id)
         try:
             result = self.scripts.cancel(job_id, now_ms=self.now)
@@ -604,9 +652,21 @@ class EngineMachine(RuleBasedStateMachine):
         except WrongState as exc:
             assert expected == exc.status
             return
-        assert expected in ("canceled", "already"), f"cancel should have been refused: {expected}"
-        assert result.changed == (expected == "canceled")
+        assert expected in ("canceled", "requested", "already"), f"should be refused: {expected}"
+        assert result.changed == (expected in ("canceled", "requested"))
         self._check_returned(result.job, self.model.jobs[job_id])
+
+    @precondition(_running)
+    @rule(data=st.data(), how=tokens)
+    def cancel_running(self, data: st.DataObject, how: str) -> None:
+        """A worker stopped a job asked to stop (or one not asked: refused)."""
+        job_id = self._target(data, "processing")
+        token = self._token(job_id, how)
+        expected = self.model.cancel_running(job_id, token)
+        got = self.scripts.cancel_running(job_id, token, "handler", now_ms=self.now)
+        assert (got.code, got.status) == (expected.code, expected.status)
+        if got.code is Code.DONE:
+            event("cancel_running: a running job ended canceled")
 
     # -- rules: workers ---------------------------------------------------------------------------
 
@@ -719,7 +779,7 @@ class EngineMachine(RuleBasedStateMachine):
         expected = self.model.release(job_id, token, drained)
         got = self.scripts.release(job_id, token, drained=drained, now_ms=self.now)
         assert got == expected
-        if got.code in (Code.DONE, Code.DEAD):
+        if got.code in (Code.DONE, Code.DEAD, Code.CANCELED):
             assert got.job_type == self.model.jobs[job_id].request.type
 
     # -- rules: scheduler -------------------------------------------------------------------------
@@ -743,7 +803,8 @@ class EngineMachine(RuleBasedStateMachine):
         if expected[1]:
             event("recover: dead past the recovery cap")
         got = self.scripts.recover(limit=limit, now_ms=self.now)
-        assert (got.requeued, got.dead) == expected
+        assert (got.requeued, got.dead, got.canceled) == expected
+        assert got.canceled_types == self._types(got.canceled)
         assert got.requeued_types == self._types(got.requeued)
         assert got.dead_types == self._types(got.dead)
 
@@ -931,6 +992,7 @@ def check_job(raw: RawState, job: ModelJob) -> None:
         "worker_id": job.worker,
         "result": job.result,
         "traceback": job.traceback,
+        "cancel_requested_at": _text(job.cancel_requested),
     }
     if job.status in ("pending", "processing"):
         expected["seq"] = str(job.seq)

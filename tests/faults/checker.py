@@ -292,6 +292,7 @@ STATUS_AFTER = {
     "released": "pending",
     "canceled": "canceled",
     "replayed": "pending",
+    "cancel_requested": "processing",  # a running job asked to stop: it runs on until it ends
 }
 STREAM_PAGE = 10_000  # XRANGE entries per call: no one reply the size of the whole stream
 

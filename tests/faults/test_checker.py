@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -244,6 +245,28 @@ def test_events_of_a_run_with_every_kind_of_transition_match(r: redis.Redis) -> 
     assert found.events == 3 + 3 + 4 + 2  # done, dead, purged, canceled; none for the 5th
     assert events_of(r, done) == [b"enqueued", b"claimed", b"completed"]
     assert events_of(r, purged)[-1] == b"purged"
+
+
+def test_the_events_of_running_cancels_match_their_history(r: redis.Redis) -> None:
+    scripts = Scripts(r, KEYS)
+    stopped, asked, recovered = (enqueue(scripts) for _ in range(3))
+    claimed = {}
+    for job_id in (stopped, asked, recovered):
+        job = scripts.claim("w1")
+        assert job is not None and job.id == job_id
+        claimed[job_id] = job.token
+        scripts.cancel(job_id, by="checker")
+    scripts.cancel_running(stopped, claimed[stopped], "sigterm")
+    scripts.recover(now_ms=int(time.time() * 1000) + 10 * 60 * 1000)  # asked: recovered ones
+    found = event_mismatches(r, KEYS, [stopped, asked, recovered])
+    assert found.mismatches == [], found
+    assert events_of(r, stopped) == [b"enqueued", b"claimed", b"cancel_requested", b"canceled"]
+    assert invariant_violations(r, KEYS) == []
+    # A request still running is explained by its last transition: processing.
+    fresh = enqueue(scripts)
+    scripts.claim("w2")
+    scripts.cancel(fresh)
+    assert event_mismatches(r, KEYS, [fresh]).mismatches == []
 
 
 def test_a_repeated_call_writes_no_second_event(r: redis.Redis) -> None:

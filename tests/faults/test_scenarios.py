@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -18,11 +19,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from shared import ticks
+from shared import history, ticks
 from shared.keys import Keys
 from shared.schedule_state import read_states
 from shared.schedules import load_file
-from shared.scripts import Scripts
+from shared.scripts import Scripts, WrongState
 from tests.faults.checker import OK, EnqueueRecord, check, read_journal
 from tests.faults.harness import (
     FAULT_ENV,
@@ -427,3 +428,67 @@ def test_periodic_ticks_while_schedulers_are_sigkilled(
     assert report.violations == [], report.violations
     assert report.event_mismatches == [], report.event_mismatches[:5]
     assert scheduler_kills + host_kills >= 10, figures
+
+
+def test_cancels_while_workers_are_sigkilled(
+    start_workerd: Callable[..., Workerd],  # noqa: F811
+    r: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    """Issue 17: 60 jobs of 0.3 s, 24 cancels at random moments (every other one of a running
+    job), while a random busy worker is SIGKILLed every 0.5 s. Every job asked to stop ends canceled or (it
+    finished first) completed; no other job is canceled; none is lost, retried or dead; each
+    job's events match its history."""
+    journal = tmp_path / "journal.jsonl"
+    workerd = start_workerd(**FAULT_ENV, WORKER_CANCEL_GRACE="1s")
+    records = enqueue_journaled(Scripts(r, KEYS), 60, journal, sleep=0.3)
+    ids = [rec.job_id for rec in records]
+    answered: dict[str, str] = {}  # job id -> its status in the cancel's answer
+    kwargs = r.connection_pool.connection_kwargs
+    canceler = Scripts(redis.Redis(host=kwargs["host"], port=kwargs["port"]), KEYS)
+
+    def cancel_them() -> None:
+        """Every other cancel aims at a running job (processing now), the others at any."""
+        rng = random.Random(3)
+        for n in range(24):
+            time.sleep(rng.uniform(0, 0.3))
+            running = [m.decode() for m in canceler.redis.zrange(KEYS.processing, 0, -1)]
+            job_id = rng.choice(running if running and n % 2 == 0 else ids)
+            try:
+                answered[job_id] = str(canceler.cancel(job_id, by="fault").job.status)
+            except WrongState as exc:  # completed already
+                answered[job_id] = exc.status
+
+    thread = threading.Thread(target=cancel_them)
+    thread.start()
+    kills = kill_workers(
+        workerd, duration=5.0, interval=0.5, rng=random.Random(7), stop_when=lambda: settled(r, ids)
+    )
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    asked = set(answered)
+    wait_settled(r, ids, timeout=30.0, workerd=workerd)
+    report = check(records, read_journal(journal), r)
+    statuses = {job_id: r.hget(KEYS.job(job_id), "status").decode() for job_id in ids}
+    events = {
+        job_id: [e.event for e in history.read(r, KEYS, job_id, "default").entries]  # type: ignore[union-attr]
+        for job_id in ids
+    }
+    figures = {
+        **report.summary(),
+        "kills": len(kills),
+        "asked": len(asked),
+        "asked_while_running": sum(1 for s in answered.values() if s == "processing"),
+        "asked_ended": dict(sorted(Counter(statuses[j] for j in asked).items())),
+    }
+    print_figures("cancels_while_sigkilled", figures)
+    assert report.lost == [] and report.violations == [], figures
+    assert report.event_mismatches == [], report.event_mismatches[:5]
+    assert report.overlapping_duplicates == 0, report.overlapping
+    for job_id in ids:
+        wanted = ("completed", "canceled") if job_id in asked else ("completed",)
+        assert statuses[job_id] in wanted, (job_id, statuses[job_id], events[job_id])
+        assert not {"retrying", "dead"} & set(events[job_id]), events[job_id]
+        if "cancel_requested" in events[job_id]:  # asked while running: it ended, one way
+            after = events[job_id][events[job_id].index("cancel_requested") + 1 :]
+            assert after in (["canceled"], ["completed"]), events[job_id]

@@ -74,7 +74,8 @@ def test_cancel_rows(gw: Gunicorn, engine: Scripts) -> None:
     assert gw.request("POST", f"/jobs/{pending}/cancel")[2]["status"] == "canceled"
     assert gw.request("POST", f"/jobs/{pending}/cancel")[0] == 200
     status, _, doc = gw.request("POST", f"/jobs/{running}/cancel")
-    assert (status, doc["status"]) == (409, "processing")
+    assert (status, doc["status"]) == (202, "processing")  # asked to stop: it still runs
+    assert doc["cancel_requested_by"].startswith("api ")
     assert gw.request("POST", f"/jobs/{UNKNOWN}/cancel")[0] == 404
 
 

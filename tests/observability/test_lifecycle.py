@@ -52,6 +52,8 @@ EXPECTED: dict[Outcome, tuple[str | None, int, set[str], str | None, str | None]
     Outcome.RELEASED: ("job_released", WARNING, {"released"}, None, None),
     Outcome.REPLAYED: ("job_replayed", INFO, {"replayed"}, "task.replay", "replayed"),
     Outcome.CANCELED: ("job_canceled", INFO, {"canceled"}, None, None),
+    Outcome.CANCEL_REQUESTED: ("job_cancel_requested", INFO, {"cancel_requested"}, None, None),
+    Outcome.CANCELED_RUNNING: ("job_canceled", INFO, {"canceled"}, None, "canceled"),
     Outcome.PURGED: ("job_purged", INFO, {"purged"}, None, None),
 }
 

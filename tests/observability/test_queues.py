@@ -203,6 +203,10 @@ def test_a_job_in_q1_writes_q1_on_every_line_counter_and_histogram_of_its_life(
         Outcome.TIMED_OUT_DEAD,
         Outcome.TIMED_OUT_STALE,
         Outcome.RECOVERY_CAP,
+        # A running job's cancel needs a supervisor's signal: tests/workerd/test_cancel.py and
+        # tests/gateway/test_cancel_running.py check their lines (queue included).
+        Outcome.CANCEL_REQUESTED,
+        Outcome.CANCELED_RUNNING,
     }
     assert {t.queue for t in transitions} == {QUEUE}
 
@@ -218,6 +222,7 @@ def test_a_job_in_q1_writes_q1_on_every_line_counter_and_histogram_of_its_life(
         "taskforge_jobs_recovered_total": 2,  # lease expired, worker died
         "taskforge_jobs_released_total": 2,  # drained, handed back
         "taskforge_jobs_canceled_total": 1,
+        "taskforge_jobs_cancel_requested_total": 0,
         "taskforge_jobs_timed_out_total": 1,
         "taskforge_jobs_purged_total": 1,
         "taskforge_jobs_stale_acks_total": 0,

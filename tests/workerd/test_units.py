@@ -383,3 +383,117 @@ def test_process_stopped_tells_a_sigstopped_process() -> None:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
     assert not process_stopped(pid)  # gone
+
+
+# --- a running job's cancel: the supervisor's words in the slot, the worker's SIGTERM -----------
+
+
+def test_control_names_the_execution_to_cancel_and_forgets_on_reset() -> None:
+    table = SlotTable(2)
+    slot, other = table.slot(0), table.slot(1)
+    control = slot.control
+    assert control is not None and other.control is not None
+    started = slot.start_job(str(uuid.uuid4()), 1, 5.0)
+    assert not control.cancel_requested(started) and control.cancels_sent() == 0
+
+    control.request_cancel(started)
+
+    assert control.cancel_requested(started) and control.cancels_sent() == 1
+    assert not control.cancel_requested(started + 1.0)  # the child's next job is not it
+    assert not other.control.cancel_requested(started) and other.control.cancels_sent() == 0
+    assert slot.read() is not None  # the child's record is untouched by the supervisor's words
+    assert not control.drain_requested()
+    control.request_drain()
+    assert control.drain_requested()
+    slot.reset(booting=True)
+    assert control.cancels_sent() == 0 and not control.drain_requested()
+    assert not control.cancel_requested(started)
+
+
+def _sigterm_worker() -> tuple[Any, Any]:
+    from shared.config import Settings
+    from tests.fakes import fake_scripts
+    from workerd.worker import Execution, WorkerProcess
+
+    slot = SlotTable(1).slot(0)
+    worker = WorkerProcess(Settings.from_env({}), fake_scripts(), slot, "w1", os.getppid())
+    worker.execution = Execution(slot.start_job(str(uuid.uuid4()), 1, 5.0), slot.control)
+    return worker, slot.control
+
+
+def test_a_plain_sigterm_asks_the_worker_to_stop_after_its_job() -> None:
+    worker, _ = _sigterm_worker()
+    worker.execution.armed = True
+    worker._on_sigterm(signal.SIGTERM, None)  # no exception: the handler runs on
+    assert worker.stopping
+
+
+def test_a_cancel_sigterm_interrupts_the_handler_once_and_the_worker_goes_on() -> None:
+    from workerd.registry import JobCanceled
+
+    worker, control = _sigterm_worker()
+    worker.execution.armed = True
+    control.request_cancel(worker.execution.started)
+    with pytest.raises(JobCanceled):
+        worker._on_sigterm(signal.SIGTERM, None)
+    assert not worker.stopping
+    control.request_cancel(worker.execution.started)  # a second signal while it unwinds
+    worker._on_sigterm(signal.SIGTERM, None)
+    assert not worker.stopping
+
+
+@pytest.mark.parametrize("case", ["not in the handler", "another job", "it asked"])
+def test_a_cancel_sigterm_outside_its_handler_changes_nothing(case: str) -> None:
+    worker, control = _sigterm_worker()
+    worker.execution.armed = case != "not in the handler"
+    worker.execution.asked = case == "it asked"
+    control.request_cancel(worker.execution.started + (1.0 if case == "another job" else 0.0))
+    worker._on_sigterm(signal.SIGTERM, None)
+    assert not worker.stopping
+
+
+def test_a_drain_merged_with_a_cancel_does_both() -> None:
+    from workerd.registry import JobCanceled
+
+    worker, control = _sigterm_worker()
+    worker.execution.armed = True
+    control.request_cancel(worker.execution.started)
+    control.request_drain()
+    with pytest.raises(JobCanceled):
+        worker._on_sigterm(signal.SIGTERM, None)
+    assert worker.stopping
+
+
+def test_run_handler_ends_a_job_canceled_by_how_it_stopped() -> None:
+    from workerd.registry import JobCanceled
+    from workerd.worker import Execution
+
+    table = SlotTable(1)
+    slot = table.slot(0)
+
+    @handler("t_cancel_raise")
+    def raising(payload: Any, job: JobContext) -> None:
+        raise ValueError("stopping")
+
+    @handler("t_cancel_ask")
+    def asking(payload: Any, job: JobContext) -> str:
+        return "stopped" if job.cancel_requested() else "done"
+
+    @handler("t_cancel_interrupted")
+    def interrupted(payload: Any, job: JobContext) -> None:
+        raise JobCanceled()
+
+    def run(job_type: str, requested: bool) -> Any:
+        execution = Execution(slot.start_job(str(uuid.uuid4()), 1, 5.0), slot.control)
+        if requested:
+            slot.control.request_cancel(execution.started)
+        job = Job.from_hash(
+            {b"id": b"x", b"type": job_type.encode(), b"status": b"processing", b"payload": b"{}"}
+        )
+        return run_handler(job, 1000, execution)
+
+    assert run("t_cancel_raise", True).canceled == "handler"
+    assert run("t_cancel_raise", False).canceled == ""  # a plain failure: retried
+    assert run("t_cancel_ask", True).canceled == "handler"
+    assert run("t_cancel_ask", False).ok
+    assert run("t_cancel_interrupted", True).canceled == "sigterm"

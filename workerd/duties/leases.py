@@ -2,7 +2,8 @@
 
 One call per interval renews them all, so a handler stuck in one long C call keeps its lease
 while its process lives; a worker whose lease was lost (its job recovered and claimed anew)
-is killed before it can write over the new holder's work.
+is killed before it can write over the new holder's work. A job asked to stop (renew.lua's
+CANCEL_ASKED) is handed to workerd.duties.cancels, which stops its worker.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from shared.log import error_text
 from shared.queues import DEFAULT_QUEUE
 from shared.scripts import Code, Scripts
 from workerd.children import WORKER, Child, Roster
+from workerd.duties.cancels import Cancels
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +25,17 @@ class Leases:
     """Renews the leases of the running jobs every `interval` seconds."""
 
     def __init__(
-        self, roster: Roster, scripts: Scripts, *, interval: float, redis_url: str
+        self,
+        roster: Roster,
+        scripts: Scripts,
+        *,
+        interval: float,
+        redis_url: str,
+        cancels: Cancels | None = None,
     ) -> None:
         self.roster = roster
         self.scripts = scripts
+        self.cancels = cancels
         self.interval = interval
         self.redis_url = redis_url  # redacted: it names the server in the failure line
         self.next_renew = 0.0
@@ -52,6 +61,10 @@ class Leases:
             if code in (Code.STALE_TOKEN, Code.NOT_FOUND):
                 log.error("lease_lost", extra={"job_id": job_id, "child": child.name})
                 self.roster.kill(child, "lease lost")
+            elif code is Code.CANCEL_ASKED and self.cancels is not None:
+                state = self.roster.state(child)
+                if state is not None and state.job_id == job_id:
+                    self.cancels.request(child, state, now)
 
     def _renew(self, running: list[tuple[Child, str, int, str]]) -> list[Code]:
         """Renew every lease, one call per queue (a queue's leases share its slot)."""

@@ -22,6 +22,7 @@ from shared.log import error_text
 from shared.queues import DEFAULT_QUEUE
 from shared.scripts import Code, Scripts
 from workerd.children import Child
+from workerd.duties.cancels import KILL_REASON as CANCEL_KILL
 from workerd.slots import SlotState
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ class OrphanedJob:
 
     job_id: str
     token: int
-    action: str  # "worker died", "drain" (shutdown) or "timeout"
+    action: str  # "worker died", "drain" (shutdown), "cancel" (killed for it) or "timeout"
     timeout: float = 0.0
     queue: str = DEFAULT_QUEUE  # the timed-out job's
     # The dead worker's id, for every action but "timeout": whatever it still holds goes back
@@ -77,6 +78,8 @@ class Release:
         # The slot's job id is kept only to name the job if Redis never answers.
         shown = state.job_id if state is not None and child.kill_reason != "lease lost" else ""
         action = "drain" if draining else "worker died"
+        if child.kill_reason == CANCEL_KILL:
+            action = "cancel"  # its job ends canceled, not requeued (release_worker.lua)
         self.owed.append(OrphanedJob(shown, 0, action, claimed_by=child.name))
 
     def tick(self, now: float) -> None:
@@ -116,7 +119,10 @@ class Release:
         # Whatever the dead worker still holds, found by its id in one engine call.
         drained = orphan.action == "drain"
         released = self.scripts.release_worker(
-            orphan.claimed_by, drained=drained, queues=self.queues
+            orphan.claimed_by,
+            drained=drained,
+            queues=self.queues,
+            canceling=orphan.action == "cancel",
         )
         for job in released:
             _report_release(job.job_id, orphan.action, job.code, job.job_type, job.queue)
@@ -127,6 +133,16 @@ class Release:
             orphan.job_id, orphan.token, error, queue=orphan.queue, actor=Actor.SUPERVISOR
         )
         # fail answers with the type: no read of our own. The one line about the timeout.
+        if result.code is Code.CANCELED:
+            record(
+                Outcome.CANCELED_RUNNING,
+                orphan.job_id,
+                result.job_type,
+                queue=orphan.queue,
+                stopped="timeout",
+                timeout_s=orphan.timeout,
+            )
+            return
         record(
             TIMED_OUT.get(result.code, Outcome.TIMED_OUT_STALE),
             orphan.job_id,
@@ -144,3 +160,6 @@ def _report_release(job_id: str, action: str, code: Code, job_type: str | None, 
         record(outcome, job_id, job_type, queue=queue, reason=action)
     elif code is Code.DEAD:
         record(Outcome.RECOVERY_CAP, job_id, job_type, queue=queue, reason="recovery cap")
+    elif code is Code.CANCELED:
+        stopped = "sigkill" if action == "cancel" else "lost"
+        record(Outcome.CANCELED_RUNNING, job_id, job_type, queue=queue, stopped=stopped)

@@ -46,7 +46,7 @@ end
 -- into a hashtable under Redis's default hash-max-listpack-value. Past HISTORY_CAP entries
 -- the oldest go, counted in a first line `+<dropped>`.
 local HISTORY_CAP = 50
-local ENDS_EXECUTION = 'drxlh'
+local ENDS_EXECUTION = 'drxlho'
 
 -- Drop the oldest entries past the cap, adding them to the count of dropped ones.
 local function history_capped(history)
@@ -162,20 +162,47 @@ local function make_dead(dead_key, job_key, job_id, error_text, traceback, now, 
   redis.call('PEXPIRE', job_key, ttl_ms)
 end
 
+-- A running job whose cancel was requested (cancel.lua wrote cancel_requested_at) ends here,
+-- whatever ended its execution: its worker stopped it (cancel_running.lua), a failure
+-- (fail.lua), the worker's death or its expired lease (lose_worker). Never retried nor
+-- requeued: canceled, in the canceled index, its hash expiring as cancel.lua's does. The caller
+-- has taken it out of `processing`. keys = {canceled, events}. history: the field's new value
+-- (an 'o' entry: canceled while running, with how it stopped). Event: canceled, with the
+-- attempt and worker of the execution it stopped.
+local function end_canceled(keys, job_key, job_id, now, ttl_ms, history, events_cap, job_type,
+    attempt, worker)
+  redis.call('HSET', job_key, 'status', 'canceled', 'finished_at', now, 'updated_at', now,
+    'history', history)
+  redis.call('HDEL', job_key, 'seq', 'next_retry_at')
+  redis.call('ZADD', keys[1], now, job_id)
+  redis.call('PEXPIRE', job_key, ttl_ms)
+  emit(keys[2], events_cap, 'e', 'canceled', 'j', job_id, 't', job_type or '', 'a',
+    attempt or '', 'w', worker or '')
+end
+
 -- A job lost its worker: count it (unless the worker let go on purpose, by draining) and
 -- requeue it, or declare it dead once it has lost workers more often than the cap allows.
 -- The lost execution is given back (attempts - 1): losing a worker is not an application
--- failure, so it must not use up max_retries; `recoveries` counts it instead.
--- keys = {pending, pending_since, seq, wake, dead, events}. actor: who tells (history's
--- letter). events_cap: as emit takes it.
--- History and event: recovered (counted), released (a drain), or dead (with the lost
--- execution's attempt and worker).
+-- failure, so it must not use up max_retries; `recoveries` counts it instead. A job whose
+-- cancel was requested is not requeued: it ends canceled (end_canceled), its execution kept.
+-- keys = {pending, pending_since, seq, wake, dead, events, canceled}. actor: who tells
+-- (history's letter). events_cap: as emit takes it. stop: how a canceled job stopped, for its
+-- history ('sigkill': the supervisor killed it for its cancel; 'lost': it died or its lease
+-- expired). finished_ttl_ms: a canceled job's hash TTL.
+-- History and event: recovered (counted), released (a drain), dead (with the lost
+-- execution's attempt and worker), or canceled.
 local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake_cap, now, actor,
-    events_cap)
+    events_cap, stop, finished_ttl_ms)
   -- A new token fences off the lost worker: if it was only paused, its late writes are refused.
   redis.call('HINCRBY', job_key, 'token', 1)
   local job = redis.call('HMGET', job_key, 'attempts', 'history', 'created_at', 'type',
-    'worker_id')
+    'worker_id', 'cancel_requested_at')
+  if job[6] then
+    end_canceled({keys[7], keys[6]}, job_key, job_id, now, finished_ttl_ms,
+      history_add(job[2], 'o' .. actor, job[3], now, nil, nil, stop), events_cap, job[4],
+      job[1], job[5])
+    return CANCELED
+  end
   if tonumber(job[1]) > 0 then
     redis.call('HINCRBY', job_key, 'attempts', -1)
   end

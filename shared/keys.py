@@ -141,6 +141,45 @@ class Keys:
         """
         return f"{self.prefix}throughput"
 
+    @property
+    def limits(self) -> str:
+        """Return the string holding the queue's concurrency and rate limits (JSON; absent: none).
+
+        Read by claim.lua in the MGET that reads the paused flag, so an unlimited queue pays
+        no command for it (docs/QUEUES.md, "Limits"; shared/limits.py writes it).
+        """
+        return f"{self.prefix}limits"
+
+    @property
+    def running(self) -> str:
+        """Return the zset of the jobs holding a limit slot: score 0, member ``<type>|<id>``.
+
+        A claim in a limited queue adds the job, every exit from processing removes it (the
+        slot is the lease's), so per-type counts are a ZLEXCOUNT and the queue's a ZCARD.
+        """
+        return f"{self.prefix}running"
+
+    @property
+    def held(self) -> str:
+        """Return the zset of pending jobs held back by a type's limit (score 0, lex order).
+
+        Member ``<type>|<10-digit 2^31 - priority>|<seq>:<id>``: a type's best job first.
+        """
+        return f"{self.prefix}held"
+
+    @property
+    def buckets(self) -> str:
+        """Return the hash of rate-limit token buckets: scope -> ``<tokens>|<updated ms>``."""
+        return f"{self.prefix}buckets"
+
+    @property
+    def gates(self) -> str:
+        """Return the zset of rate-limit scopes out of tokens, scored by the next token (ms).
+
+        The scheduler's promote pass opens a due gate: held jobs back to pending, hints pushed.
+        """
+        return f"{self.prefix}gates"
+
     def tombstone(self, job_id: str) -> str:
         """Return the short-lived marker a purge leaves so a repeated purge still succeeds."""
         return f"{self.prefix}purged:{job_id}"

@@ -118,6 +118,8 @@ SCRIPT_NAMES = (
     "pause_queue",
     "resume_queue",
     "quiet_host",
+    "set_limits",
+    "open_gates",
 )
 # Hashes of canceled jobs outlive their index entry by this much: trim.lua deletes both at
 # retention; the TTL only matters if trimming stopped (no scheduler running). Completed jobs
@@ -212,6 +214,11 @@ class Scripts:
         about 1 % of a job's instructions to receive (bench.events_cost), so off is as before.
         """
         return [self.policy.events_cap] if self.policy.events_cap else []
+
+    @staticmethod
+    def _limit_keys(k: Keys) -> list[str]:
+        """Return the limits' keys a claim passes (includes/common.lua, "Concurrency and rate")."""
+        return [k.limits, k.running, k.held, k.buckets, k.gates]
 
     def q(self, queue: str) -> Keys:
         """Return the key builder of one queue (the global keys are the same on every one)."""
@@ -407,6 +414,7 @@ class Scripts:
                 k.last_claim(worker_id),
                 k.wake,
                 k.paused,
+                *self._limit_keys(k),
                 *self._events_key(k),
             ],
             [
@@ -477,6 +485,7 @@ class Scripts:
                 k.pending_since,
                 k.wake,
                 k.paused,
+                *self._limit_keys(k),
                 *self._events_key(k),
             ],
             [
@@ -519,7 +528,18 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "fail",
-            [k.job(job_id), k.processing, k.retrying, k.dead, k.failures, *self._events_key(k)],
+            [
+                k.job(job_id),
+                k.processing,
+                k.retrying,
+                k.dead,
+                k.failures,
+                k.running,
+                k.held,
+                k.pending,
+                k.wake,
+                *self._events_key(k),
+            ],
             [
                 token,
                 error,
@@ -532,6 +552,7 @@ class Scripts:
                 _now(now_ms),
                 cap_traceback(traceback),
                 ACTOR_CODES[actor],
+                p.wake_cap,
                 *self._events_cap(),
             ],
         )
@@ -578,6 +599,31 @@ class Scripts:
             retrying_types=ids(reply[5]),
         )
 
+    def set_limits(self, queue: str, limits_json: str) -> tuple[int, int]:
+        """Replace a queue's limits (compact JSON, shared.limits), or clear them with "".
+
+        Returns (jobs counted as running because the queue became limited, held jobs returned
+        to pending): set_limits.lua.
+        """
+        k = self.q(queue)
+        counted, returned = self._call(
+            "set_limits",
+            [k.limits, k.running, k.held, k.processing, k.pending, k.wake, k.gates, k.buckets],
+            [limits_json, k.job_prefix, self.policy.wake_cap],
+        )
+        return int(counted), int(returned)
+
+    def open_gates(self, *, queue: str = DEFAULT_QUEUE, now_ms: int | None = None) -> int:
+        """Let jobs held by a rate limit go where tokens are back; return how many went."""
+        k = self.q(queue)
+        return int(
+            self._call(
+                "open_gates",
+                [k.gates, k.limits, k.buckets, k.held, k.pending, k.wake],
+                [_now(now_ms), self.policy.wake_cap, self.policy.batch_limit],
+            )
+        )
+
     def _loss_keys(self, queue: str) -> list[str]:
         """Return the keys of a job losing its worker (lose_worker in common.lua), in order."""
         k = self.q(queue)
@@ -590,7 +636,13 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "recover",
-            [*self._loss_keys(queue), k.reply(new_request_id()), *self._events_key(k)],
+            [
+                *self._loss_keys(queue),
+                k.reply(new_request_id()),
+                k.running,
+                k.held,
+                *self._events_key(k),
+            ],
             [
                 k.job_prefix,
                 limit or p.batch_limit,
@@ -634,6 +686,8 @@ class Scripts:
                 k.seq,
                 k.wake,
                 k.dead,
+                k.running,
+                k.held,
                 *self._events_key(k),
             ],
             [
@@ -679,7 +733,13 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "release_worker",
-            [*self._loss_keys(queue), k.reply(new_request_id()), *self._events_key(k)],
+            [
+                *self._loss_keys(queue),
+                k.reply(new_request_id()),
+                k.running,
+                k.held,
+                *self._events_key(k),
+            ],
             [
                 k.job_prefix,
                 worker_id,
@@ -736,6 +796,7 @@ class Scripts:
                 k.scheduled,
                 k.retrying,
                 k.canceled,
+                k.held,
                 *self._events_key(k),
             ],
             [self._finished_ttl_ms(), _now(now_ms), new_request_id(), *self._events_cap()],
@@ -921,7 +982,7 @@ class Scripts:
         for name in names:
             k = self.q(name)
             keys = [*(k.state_index(state) for state in JobState), k.pending_since]
-            keys += [k.paused, k.failures]
+            keys += [k.paused, k.failures, k.held]
             self._piped_bare(pipe, "queue_stats", keys, [_now(now_ms)])
         self._piped_bare(pipe, "fleet", [self.keys.workers], [self.keys.worker_prefix])
         return pipe

@@ -11,7 +11,8 @@
 -- KEYS[4] -> {prefix}scheduled       zset, id -> scheduled_at (ms)
 -- KEYS[5] -> {prefix}retrying        zset, id -> next_retry_at (ms)
 -- KEYS[6] -> {prefix}canceled        zset, id -> canceled at (ms); trimmed by trim.lua
--- KEYS[7] -> {prefix}events          capped stream of the queue's events
+-- KEYS[7] -> {prefix}held            zset, pending jobs a type's limit holds back
+-- KEYS[8] -> {prefix}events          capped stream of the queue's events
 --
 -- ARGV[1] -> TTL of the job hash (ms): retention plus a margin, a backstop behind trim.lua
 -- ARGV[2] -> now (ms) override, or '' for Redis TIME
@@ -22,12 +23,13 @@
 -- {NOT_FOUND}, or {WRONG_STATE, current status}.
 -- History: canceled (api), with the job's attempts so far.
 -- Event: canceled; a repeat, or a job already canceled, writes none.
+-- A pending job a limit holds is not in KEYS[2] (the ZREM answers 0): it leaves KEYS[7].
 
 --- @include "codes"
 --- @include "common"
 
 local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'seq', 'last_request', 'attempts',
-  'history', 'created_at', 'type')
+  'history', 'created_at', 'type', 'priority')
 local status, job_id = state[1], state[2]
 if not status then
   return {NOT_FOUND}
@@ -36,7 +38,11 @@ if status == 'canceled' then
   return {state[4] == ARGV[3] and DONE or DUPLICATE, redis.call('HGETALL', KEYS[1])}
 end
 if status == 'pending' then
-  redis.call('ZREM', KEYS[2], pending_member(tonumber(state[3]), job_id))
+  local member = pending_member(tonumber(state[3]), job_id)
+  if redis.call('ZREM', KEYS[2], member) == 0 then
+    redis.call('ZREM', KEYS[7], held_member(state[8] or '',
+      string.format('%d', -tonumber(state[9] or 0)), member))
+  end
   redis.call('ZREM', KEYS[3], job_id)
 elseif status == 'scheduled' then
   redis.call('ZREM', KEYS[4], job_id)
@@ -53,5 +59,5 @@ redis.call('HSET', KEYS[1], 'status', 'canceled', 'finished_at', now, 'updated_a
 redis.call('HDEL', KEYS[1], 'seq', 'next_retry_at')
 redis.call('ZADD', KEYS[6], now, job_id)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
-emit(KEYS[7], ARGV[4], 'e', 'canceled', 'j', job_id, 't', state[8] or '')
+emit(KEYS[8], ARGV[4], 'e', 'canceled', 'j', job_id, 't', state[8] or '')
 return {DONE, redis.call('HGETALL', KEYS[1])}

@@ -15,7 +15,11 @@
 -- KEYS[4] -> {prefix}dead         zset, id -> time of death (ms)
 -- KEYS[5] -> {prefix}failures     hash, second (epoch s) -> failed executions; trim.lua forgets
 --                                  seconds past the last minute
--- KEYS[6] -> {prefix}events       capped stream of the queue's events
+-- KEYS[6] -> {prefix}running      zset, jobs holding a limit slot (includes/limits.lua)
+-- KEYS[7] -> {prefix}held         zset, pending jobs a type's limit holds back
+-- KEYS[8] -> {prefix}pending      zset, score -priority, member <seq>:<id> (a held job returns)
+-- KEYS[9] -> {prefix}wake         capped list of wake-up hints
+-- KEYS[10] -> {prefix}events      capped stream of the queue's events
 --
 -- ARGV[1] -> fencing token
 -- ARGV[2] -> error text, "Type: message" (already length-capped by the caller)
@@ -29,7 +33,8 @@
 -- ARGV[10] -> the handler's traceback (already capped by the caller), or '' for none
 -- ARGV[11] -> who reports the failure, history's actor letter: 'w' the worker, 'v' the
 --             supervisor (a timeout: it killed the worker)
--- ARGV[12] -> events stream cap; '0' or absent: no event
+-- ARGV[12] -> wake-up hint cap
+-- ARGV[13] -> events stream cap; '0' or absent: no event
 --
 -- Returns {RETRYING, type, attempts, next_retry_at}, {DEAD, type, attempts}, {NOT_FOUND}, or
 --         {STALE_TOKEN, current status}: the type and attempt number are what the caller logs
@@ -39,16 +44,18 @@
 -- Redis commands: 8 to retry (HMGET, TIME, ZREM, HINCRBY, HSET, [HDEL], ZADD, XADD), 9 to
 -- declare it dead (HMGET, TIME, ZREM, HINCRBY, HSET, HDEL, ZADD, PEXPIRE, XADD); one less each
 -- with events off. The HINCRBY is issue 14's one extra command on fail (no key fail.lua
--- touches can count failures for free).
+-- touches can count failures for free). A job holding a limit slot gives it back
+-- (release_slot: ZREM, ZRANGEBYLEX, LPUSH; ZREM + ZADD more when a held job returns).
 
 --- @include "codes"
 --- @include "common"
 
 -- The worker's id (the event's) is read only with events on: it is at the end of the hash,
 -- behind the payload, a scan. Off, 'id' again takes its place (early, so cheap).
-local events_cap = ARGV[12]
+local events_cap = ARGV[13]
 local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'attempts', 'max_retries',
-  'next_retry_at', 'type', 'history', 'created_at', events_on(events_cap) and 'worker_id' or 'id')
+  'next_retry_at', 'type', 'history', 'created_at', events_on(events_cap) and 'worker_id' or 'id',
+  'slot')
 if not state[1] then
   return {NOT_FOUND}
 end
@@ -69,6 +76,10 @@ end
 local job_id = state[3]
 local now = now_ms(ARGV[9])
 redis.call('ZREM', KEYS[2], job_id)
+if state[11] == state[2] then
+  release_slot({running = KEYS[6], held = KEYS[7], pending = KEYS[8], wake = KEYS[9]}, job_id,
+    job_type, tonumber(ARGV[12]), true)
+end
 redis.call('HINCRBY', KEYS[5], string.format('%d', math.floor(now / 1000)), 1)
 
 local function history(event)
@@ -78,7 +89,7 @@ end
 
 if ARGV[7] == '1' or attempts >= tonumber(state[5]) then
   make_dead(KEYS[4], KEYS[1], job_id, ARGV[2], ARGV[10], now, ARGV[8], history('x'))
-  emit(KEYS[6], events_cap, 'e', 'dead', 'j', job_id, 't', job_type or '', 'a', state[4],
+  emit(KEYS[10], events_cap, 'e', 'dead', 'j', job_id, 't', job_type or '', 'a', state[4],
     'w', state[10] or '')
   return {DEAD, job_type, attempts}
 end
@@ -99,6 +110,6 @@ else
   redis.call('HDEL', KEYS[1], 'traceback')
 end
 redis.call('ZADD', KEYS[3], due, job_id)
-emit(KEYS[6], events_cap, 'e', 'retrying', 'j', job_id, 't', job_type or '', 'a', state[4],
+emit(KEYS[10], events_cap, 'e', 'retrying', 'j', job_id, 't', job_type or '', 'a', state[4],
   'w', state[10] or '')
 return {RETRYING, job_type, attempts, due}

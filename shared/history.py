@@ -50,6 +50,7 @@ EVENTS = {
     "h": "released",
     "k": "canceled",
     "y": "replayed",
+    "b": "held",
 }
 ENDS_EXECUTION = "drxlh"  # ENDS_EXECUTION in lua/includes/common.lua
 ENTRY = re.compile(r"([a-z])([a-z])(-?\d+)(?:\|(\d*)(?:\|([^|]*)(?:\|(.*))?)?)?")
@@ -72,7 +73,9 @@ class Entry:
     actor: str
     attempt: int | None = None
     worker: str | None = None
-    error: str | None = None  # the type of the error, for retrying and dead
+    # The type of the error, for retrying and dead; for held, why: concurrency or rate (its
+    # type's limit, docs/QUEUES.md "Limits"), shown as `reason`.
+    error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the entry's JSON: fields that do not apply are left out, as in a job's."""
@@ -81,7 +84,8 @@ class Entry:
             "attempt": self.attempt,
             "worker": self.worker,
             "host": host_of(self.worker),
-            "error": self.error,
+            "error": self.error if self.event != "held" else None,
+            "reason": self.error if self.event == "held" else None,
         }
         doc.update({k: v for k, v in optional.items() if v is not None})
         doc["actor"] = self.actor

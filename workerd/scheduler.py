@@ -42,6 +42,8 @@ HUNG_CALL_SECONDS = 1.0
 # The keys (shared.keys.Keys attributes) each duty acts on: it runs for a queue only when one
 # of them exists (an empty zset or hash does not).
 PROMOTE_FROM = ("scheduled", "retrying")
+# Rate-limit gates (docs/QUEUES.md, "Limits"): checked every tick, of limited queues only.
+OPEN_GATES_FROM = ("gates",)
 RECOVER_FROM = ("processing",)
 TRIM_FROM = ("completed", "canceled", "dead", "failures")
 
@@ -71,6 +73,7 @@ class SchedulerProcess(StopOnSignal):
         self.recover_not_before = 0.0
         self.next_recover = 0.0
         self.queues: list[str] = []
+        self.limited: list[str] = []  # queues with limits, as of the last listing (a second)
         self.stopping = False
         self.backoff = Backoff("scheduler", redis_url=redis_url)
         self.v1_drain = V1Drain(
@@ -104,8 +107,11 @@ class SchedulerProcess(StopOnSignal):
         began = self.clock()
         if not self.queues or now >= self.next_recover:
             self.queues = self._listed_queues()
+            self.limited = self._holding(("limits",))
         for queue in self._holding(PROMOTE_FROM):
             self._promote(queue, now_ms)
+        for queue in self._holding(OPEN_GATES_FROM, self.limited):
+            self.scripts.open_gates(queue=queue, now_ms=now_ms)
         ended = self.clock()
         if ended - began > HUNG_CALL_SECONDS:
             self.recover_not_before = ended + self.reconnect_grace  # as after an outage
@@ -117,18 +123,25 @@ class SchedulerProcess(StopOnSignal):
                 self.scripts.trim(queue=queue, now_ms=now_ms)
             self.v1_drain.tick(now, now_ms)
 
-    def _holding(self, indexes: tuple[str, ...]) -> list[str]:
-        """Return the listed queues with anything in `indexes` (one pipelined EXISTS each).
+    def _holding(
+        self, indexes: tuple[str, ...], queues: Sequence[str] | None = None
+    ) -> list[str]:
+        """Return the listed queues (or `queues`) with anything in `indexes` (one pipelined
+        EXISTS each).
 
         A queue with nothing there has nothing for the duty to do: an idle queue costs an
         EXISTS in one shared round trip, not a script call of its own, however many queues
-        are listed (a name stays listed once a job was enqueued under it).
+        are listed (a name stays listed once a job was enqueued under it). Gates are asked of
+        the queues found limited at the last listing only (none: no round trip).
         """
+        queues = self.queues if queues is None else queues
+        if not queues:
+            return []
         pipe = self.scripts.redis.pipeline(transaction=False)
-        for queue in self.queues:
+        for queue in queues:
             keys = self.scripts.q(queue)
             pipe.exists(*(getattr(keys, name) for name in indexes))
-        return [q for q, found in zip(self.queues, pipe.execute(), strict=True) if found]
+        return [q for q, found in zip(queues, pipe.execute(), strict=True) if found]
 
     def _listed_queues(self) -> list[str]:
         """Return the list of queues, after listing again any this host serves that it lacks."""

@@ -4,8 +4,9 @@
 --
 -- Invariant: a gate is a rate-limit scope out of tokens, scored by when its next token is due
 -- (claim.lua closes it). Due, it opens: a type's held jobs, no more than its whole tokens, go
--- back to pending in their place with a wake-up hint each; the queue's own scope (its claims
--- answered EMPTY) gets a hint per token. A scope whose limit is gone just opens. Safe to run
+-- back to pending in their place with a wake-up hint each (the gate closes again for the next
+-- token when more are held); the queue's own scope (its claims answered EMPTY) gets a hint per
+-- token. A scope whose limit is gone just opens. Safe to run
 -- from several schedulers at once: each gate is removed, and each held job moved, once.
 --
 -- KEYS[1] -> {prefix}gates         zset, scope ('q', 't:<type>') -> next token due (ms)
@@ -49,13 +50,19 @@ for _, scope in ipairs(due) do
         wake_one(KEYS[6], wake_cap)
       end
     else
+      local whole = math.floor(tokens)
       local entries = redis.call('ZRANGEBYLEX', KEYS[4], '[' .. job_type .. '|',
-        '(' .. job_type .. '}', 'LIMIT', 0, math.floor(tokens))
-      for _, entry in ipairs(entries) do
-        unhold(lk, entry)
+        '(' .. job_type .. '}', 'LIMIT', 0, whole + 1)
+      for i = 1, math.min(whole, #entries) do
+        unhold(lk, entries[i])
         wake_one(KEYS[6], wake_cap)
       end
-      moved = moved + #entries
+      -- More held than tokens: no claim will meet them to close the gate again, so this does,
+      -- for when the token after those just spent is due.
+      if #entries > whole then
+        gate_close(lk, scope, rate, tokens - whole, now)
+      end
+      moved = moved + math.min(whole, #entries)
     end
   end
 end

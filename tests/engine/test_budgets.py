@@ -284,3 +284,70 @@ def test_forgetting_silent_hosts_costs_a_read_and_an_event_each(
     extra_read = 1 if engine.policy.events_cap else 0
     assert_within(counts, budget(engine, counts, HEARTBEAT + extra_read, 2))
     assert counts["zremrangebyscore"] == 1
+
+
+# Issue 17: concurrency and rate limits. An unlimited queue pays nothing (every budget above
+# is unchanged: the limits string is read in the MGETs claim.lua and complete.lua already make).
+# A limited queue pays, per claim: TIME once up front (was: once a job starts; same count),
+# ZLEXCOUNT for its type's concurrency limit, ZADD to `running`: 8 + 2 = 10. A queue-wide
+# concurrency limit adds ZCARD, each rate bucket HGET + HSET (both kinds: 10 + 1 + 4). A job held costs ZADD to
+# `held` and HGET of its mark (+ HSET of mark and history, and its event, the first time).
+# Giving a slot back costs ZREM + ZRANGEBYLEX (+ ZREM, ZADD, LPUSH when a held job returns),
+# and LPUSH of a hint from an exit whose worker does not claim next (fail, release, recover).
+CLAIM_LIMITED = 10
+CLAIM_LIMITED_QUEUE_AND_RATE = 15
+CLAIM_HOLDS_ONE_THEN_EMPTY = 10
+COMPLETE_AND_CLAIM_LIMITED = 16
+FAIL_LIMITED = 11
+PDF_LIMIT = '{"t":{"t":{"c":1}}}'
+
+
+def test_a_claim_in_a_limited_queue_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    engine.set_limits("default", PDF_LIMIT)
+    engine.enqueue(request(), J1)
+    result: list[Any] = []
+    counts = commands_of(r, lambda: result.append(engine.claim("w1")))
+    assert result[0].id == J1
+    assert_within(counts, budget(engine, counts, CLAIM_LIMITED, 1))
+    assert counts["time"] == 1 and counts["zlexcount"] == 1
+
+
+def test_a_claim_under_every_kind_of_limit_is_within_its_budget(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    engine.set_limits("default", '{"c":5,"r":[10,1000],"t":{"t":{"c":1,"r":[5,1000]}}}')
+    engine.enqueue(request(), J1)
+    counts = commands_of(r, lambda: engine.claim("w1"))
+    assert_within(counts, budget(engine, counts, CLAIM_LIMITED_QUEUE_AND_RATE, 1))
+
+
+def test_a_claim_that_holds_a_job_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    engine.set_limits("default", PDF_LIMIT)
+    claimed(engine, J1)
+    engine.enqueue(request(), J2)
+    counts = commands_of(r, lambda: engine.claim("w2"))
+    assert_within(counts, budget(engine, counts, CLAIM_HOLDS_ONE_THEN_EMPTY, 1))  # held event
+    # Re-parked: no history, no event, no HSET.
+    engine.set_limits("default", PDF_LIMIT)  # every held job back to pending
+    counts = commands_of(r, lambda: engine.claim("w2"))
+    assert_within(counts, budget(engine, counts, CLAIM_HOLDS_ONE_THEN_EMPTY - 1, 0))
+    assert "hset" not in counts
+
+
+def test_complete_and_claim_in_a_limited_queue_is_within_its_budget(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    engine.set_limits("default", PDF_LIMIT)
+    token = claimed(engine, J1)
+    engine.enqueue(request(), J2)
+    result: list[Any] = []
+    counts = commands_of(r, lambda: result.append(engine.complete(J1, token, claim_next_for="w1")))
+    assert result[0].next_job.id == J2
+    assert_within(counts, budget(engine, counts, COMPLETE_AND_CLAIM_LIMITED, 2))
+
+
+def test_fail_in_a_limited_queue_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    engine.set_limits("default", PDF_LIMIT)
+    token = claimed(engine, J1)
+    counts = commands_of(r, lambda: engine.fail(J1, token, "E: boom"))
+    assert_within(counts, budget(engine, counts, FAIL_LIMITED, 1))

@@ -123,9 +123,7 @@ class SchedulerProcess(StopOnSignal):
                 self.scripts.trim(queue=queue, now_ms=now_ms)
             self.v1_drain.tick(now, now_ms)
 
-    def _holding(
-        self, indexes: tuple[str, ...], queues: Sequence[str] | None = None
-    ) -> list[str]:
+    def _holding(self, indexes: tuple[str, ...], queues: Sequence[str] | None = None) -> list[str]:
         """Return the listed queues (or `queues`) with anything in `indexes` (one pipelined
         EXISTS each).
 

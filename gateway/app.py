@@ -11,7 +11,20 @@ from flask import Flask
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from gateway import auth, dlq, errors, events, history, jobs, listing, ops, queues, ui, workers
+from gateway import (
+    auth,
+    dlq,
+    errors,
+    events,
+    history,
+    jobs,
+    limits,
+    listing,
+    ops,
+    queues,
+    ui,
+    workers,
+)
 from gateway.body import MAX_BODY_BYTES
 from gateway.context import Gateway
 from gateway.fastpath import FastEnqueue
@@ -91,7 +104,8 @@ def create_app(
     gw = app.extensions[Gateway.EXTENSION] = Gateway(settings, scripts)
     errors.register(app)
     auth.install(app, settings.api_token)
-    for blueprint in (jobs.bp, history.bp, listing.bp, dlq.bp, ops.bp, queues.bp, workers.bp):
+    blueprints = (jobs.bp, history.bp, listing.bp, dlq.bp, ops.bp, queues.bp, limits.bp)
+    for blueprint in (*blueprints, workers.bp):
         app.register_blueprint(blueprint)
     app.register_blueprint(events.bp)
     events.install(app, gw)

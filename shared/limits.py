@@ -14,20 +14,27 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from shared.jobs import TYPE_PATTERN
 from shared.keys import Keys
 
-RATE = re.compile(r"(\d+)/(\d*)(ms|s|m|h)")
+if TYPE_CHECKING:
+    from shared.scripts import Scripts
+
+# N from 1 to MAX_COUNT, then an optional count of units (none: 1) from 1; gateway/openapi.py
+# documents the same pattern, so the document and the server refuse the same rates.
+RATE_PATTERN = r"([1-9][0-9]{0,5}|1000000)/([1-9][0-9]{0,7})?(ms|s|m|h)"
+RATE = re.compile(RATE_PATTERN)
 PERIOD_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
-# Bounds that keep the scripts' arithmetic exact (doubles) and a typo from meaning "a year".
+# Bounds that keep the scripts' arithmetic exact (doubles): at most 10^6 tokens, a period of
+# at most 10^8 hours (3.6e14 ms < 2^53).
 MAX_COUNT = 1_000_000
-MAX_PERIOD_MS = 24 * 3_600_000
+CHANGE_TRIES = 10
 
 
 class LimitError(ValueError):
@@ -116,21 +123,21 @@ def parse_rate(text: Any, where: str = "rate") -> Rate:
     match = RATE.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         raise LimitError(
-            f"{where}: expected N/PERIOD such as 10/1s, 100/1m or 5/500ms, not {text!r}"
+            f"{where}: expected N/PERIOD, N from 1 to {MAX_COUNT:,} and PERIOD like 1s, "
+            f"500ms, 1m or 1h (10/1s, 100/1m, 5/500ms), not {str(text)[:40]!r}"
         )
     n, count, unit = int(match.group(1)), int(match.group(2) or 1), match.group(3)
-    period = count * PERIOD_MS[unit]
-    if not 1 <= n <= MAX_COUNT:
-        raise LimitError(f"{where}: N must be from 1 to {MAX_COUNT:,}, not {n}")
-    if not 1 <= period <= MAX_PERIOD_MS:
-        raise LimitError(f"{where}: the period must be from 1ms to 24h, not {text!r}")
-    return Rate(n, period)
+    return Rate(n, count * PERIOD_MS[unit])
 
 
 def parse_concurrency(value: Any, where: str = "concurrency") -> int:
     """Parse a concurrency limit: an integer from 1."""
+    # JSON Schema's integer: 5.0 is one (shared.jobs reads priorities the same way).
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-        raise LimitError(f"{where}: expected an integer from 1 to {MAX_COUNT:,}, not {value!r}")
+        shown = str(value)[:40]
+        raise LimitError(f"{where}: expected an integer from 1 to {MAX_COUNT:,}, not {shown}")
     return value
 
 
@@ -157,22 +164,23 @@ def parse_limits(doc: Any) -> QueueLimits:
     if unknown:
         raise LimitError(f"unknown field {sorted(unknown)[0]!r} (concurrency, rate, types)")
     own = parse_limit({k: v for k, v in doc.items() if k != "types"}, "")
-    types_doc = doc.get("types") or {}
+    types_doc = doc.get("types", {})
     if not isinstance(types_doc, dict):
         raise LimitError("types: expected an object of job type -> limits")
     types: dict[str, Limit] = {}
     for name, limit_doc in types_doc.items():
         check_type_name(name)
         limit = parse_limit(limit_doc, f"types.{name}.")
-        if not limit.empty:
-            types[name] = limit
+        if limit.empty:
+            raise LimitError(f"types.{name}: give concurrency and/or rate (or leave it out)")
+        types[name] = limit
     return QueueLimits(own, types)
 
 
 def check_type_name(name: Any) -> str:
     """Return a job type name fit for a limit, or raise LimitError."""
     if not isinstance(name, str) or not TYPE_PATTERN.fullmatch(name):
-        raise LimitError(f"types: {name!r} is not a job type name")
+        raise LimitError(f"types: {str(name)[:140]!r} is not a job type name")
     return name
 
 
@@ -246,3 +254,20 @@ def read_state(client: redis.Redis, keys: Keys, queues: Sequence[str]) -> list[L
 def read_limits(client: redis.Redis, keys: Keys, queue: str) -> QueueLimits:
     """Return one queue's limits (empty when it has none)."""
     return from_stored(client.get(keys.for_queue(queue).limits))
+
+
+def change(scripts: Scripts, queue: str, edit: Callable[[QueueLimits], QueueLimits]) -> QueueLimits:
+    """Apply `edit` to a queue's limits and store the result; return it.
+
+    A read, then set_limits.lua with what was read (compare and set): two changes of
+    different types' limits at once both stand. Retried on a conflict, a bounded number of
+    times (each retry means another change landed).
+    """
+    key = scripts.q(queue).limits
+    for _ in range(CHANGE_TRIES):
+        raw = scripts.redis.get(key)
+        before = "" if raw is None else raw.decode()
+        after = edit(from_stored(before))
+        if scripts.set_limits(queue, after.compact_json(), expected=before) is not None:
+            return after
+    raise LimitError(f"the limits of {queue!r} kept changing; try again")

@@ -599,19 +599,30 @@ class Scripts:
             retrying_types=ids(reply[5]),
         )
 
-    def set_limits(self, queue: str, limits_json: str) -> tuple[int, int]:
+    def set_limits(
+        self, queue: str, limits_json: str, *, expected: str | None = None
+    ) -> tuple[int, int] | None:
         """Replace a queue's limits (compact JSON, shared.limits), or clear them with "".
 
-        Returns (jobs counted as running because the queue became limited, held jobs returned
-        to pending): set_limits.lua.
+        `expected`: the stored limits this change was computed from ("" for none); None
+        replaces whatever is there. Returns (jobs counted as running because the queue became
+        limited, held jobs returned to pending), or None when the limits were no longer
+        `expected` (nothing changed: read again and retry). set_limits.lua.
         """
         k = self.q(queue)
-        counted, returned = self._call(
+        reply = self._call(
             "set_limits",
             [k.limits, k.running, k.held, k.processing, k.pending, k.wake, k.gates, k.buckets],
-            [limits_json, k.job_prefix, self.policy.wake_cap],
+            [
+                limits_json,
+                k.job_prefix,
+                self.policy.wake_cap,
+                "*" if expected is None else expected,
+            ],
         )
-        return int(counted), int(returned)
+        if reply[0] == Code.CONFLICT:
+            return None
+        return int(reply[1]), int(reply[2])
 
     def open_gates(self, *, queue: str = DEFAULT_QUEUE, now_ms: int | None = None) -> int:
         """Let jobs held by a rate limit go where tokens are back; return how many went."""

@@ -22,8 +22,12 @@
 -- ARGV[1] -> the limits as JSON ({"c": n, "r": [n, period ms], "t": {...}}), '' to clear
 -- ARGV[2] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[4] are built from it
 -- ARGV[3] -> wake-up hint cap
+-- ARGV[4] -> the limits the caller read before changing one scope ('' for none), or '*' to
+--            replace whatever is there: a change of one type's limit is a read, then this
+--            call, and two at once must not lose one (compare and set)
 --
--- Returns {jobs counted as running (a queue newly limited), held jobs returned to pending}.
+-- Returns {DONE, jobs counted as running (a queue newly limited), held jobs returned to
+-- pending}, or {CONFLICT} when the limits are no longer ARGV[4] (nothing changed).
 -- Redis commands: GET, SET or DEL, ZRANGE of held, ZREM + ZADD + LPUSH per held job; a queue
 -- newly limited: ZRANGE of processing, HMGET + ZADD + HSET per running job.
 
@@ -31,6 +35,9 @@
 --- @include "common"
 
 local before = redis.call('GET', KEYS[1])
+if ARGV[4] ~= '*' and ARGV[4] ~= (before or '') then
+  return {CONFLICT}
+end
 local counted = 0
 if ARGV[1] == '' then
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[7], KEYS[8])
@@ -55,4 +62,4 @@ for _, entry in ipairs(entries) do
   wake_one(KEYS[6], tonumber(ARGV[3]))
 end
 redis.call('DEL', KEYS[7])
-return {counted, #entries}
+return {DONE, counted, #entries}

@@ -222,6 +222,9 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
             job_id = text.split(":", 1)[1] if state == "pending" else text
             ids[job_id] = score
         members[state] = ids
+    # A pending job a type's limit holds is in `held`, not `pending` (docs/QUEUES.md, "Limits").
+    for member in client.zrange(keys.held, 0, -1):
+        members["pending"][(_text(member) or "").rsplit(":", 1)[1]] = 0.0
     since = {_text(m) for m in client.zrange(keys.pending_since, 0, -1)}
     if since != set(members["pending"]):
         problems.append(
@@ -235,6 +238,9 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
     fixed |= {keys.paused, keys.failures, keys.throughput}
     # The events streams are capped by every XADD that writes them (docs/EVENTS.md).
     fixed |= {keys.events, keys.fleet_events}
+    # The limits and their live state (a slot per running job, held jobs, buckets, gates).
+    fixed |= {keys.limits, keys.running, keys.held, keys.buckets, keys.gates}
+    problems += leaked_slots(client, keys, set(members["processing"]))
     job_keys = [k for k in all_keys if k.startswith(keys.job_prefix)]
     pipe = client.pipeline(transaction=False)
     for k in job_keys:
@@ -274,6 +280,16 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
     return problems
 
 
+def leaked_slots(client: redis.Redis, keys: Keys, processing: set[str]) -> list[str]:
+    """Return a problem per slot held by a job that is not processing (a slot never given
+    back), and per processing job of a limited queue that holds no slot (one never taken)."""
+    slots = {(_text(m) or "").split("|", 1)[1] for m in client.zrange(keys.running, 0, -1)}
+    problems = [f"limit slot held by {j}, which is not processing" for j in slots - processing]
+    if client.exists(keys.limits):
+        problems += [f"processing job {j} holds no limit slot" for j in processing - slots]
+    return problems
+
+
 # The status a job is in right after each history event (shared/history.py EVENTS): the job's
 # status must be that of its last transition, or a transition changed it without a trace.
 STATUS_AFTER = {
@@ -288,6 +304,7 @@ STATUS_AFTER = {
     "released": "pending",
     "canceled": "canceled",
     "replayed": "pending",
+    "held": "pending",
 }
 STREAM_PAGE = 10_000  # XRANGE entries per call: no one reply the size of the whole stream
 

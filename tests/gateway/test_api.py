@@ -425,6 +425,12 @@ ROUTES = [
     ("GET", "/queues"),
     ("POST", "/queues/critical/pause"),
     ("POST", "/queues/critical/resume"),
+    ("GET", "/limits"),
+    ("GET", "/queues/critical/limits"),
+    ("PUT", "/queues/critical/limits"),
+    ("DELETE", "/queues/critical/limits"),
+    ("PUT", "/queues/critical/limits/types/pdf"),
+    ("DELETE", "/queues/critical/limits/types/pdf"),
     ("GET", "/workers"),
     ("POST", "/workers/host-1/quiet"),
     ("POST", "/workers/host-1/resume"),
@@ -438,7 +444,12 @@ def test_routes_lists_every_route(client: FlaskClient) -> None:
         for rule in api_rules(client.application)
         for method in rule.methods - {"HEAD", "OPTIONS"}
     }
-    named = {UNKNOWN: "<job_id>", "/critical/": "/<name>/", "/host-1/": "/<name>/"}
+    named = {
+        UNKNOWN: "<job_id>",
+        "/critical/": "/<name>/",
+        "/host-1/": "/<name>/",
+        "/types/pdf": "/types/<job_type>",
+    }
 
     def rule_of(path: str) -> str:
         for value, placeholder in named.items():
@@ -581,9 +592,11 @@ def test_redis_down_is_503_with_retry_after(
     down_client: FlaskClient, method: str, path: str
 ) -> None:
     body = '{"jobs": [{"type": "a"}]}' if path.endswith("batch") else '{"type": "a"}'
+    body = '{"concurrency": 1}' if method == "PUT" else body  # a limit: valid, so 503
     path = f"{path}?state=pending" if path == "/jobs" else path  # without it: 400 first
     started = time.monotonic()
-    response = down_client.open(path, method=method, data=body if method == "POST" else None)
+    sent = body if method in ("POST", "PUT") else None
+    response = down_client.open(path, method=method, data=sent)
     assert time.monotonic() - started < 1.5
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "1"

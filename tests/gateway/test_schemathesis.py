@@ -33,7 +33,7 @@ from tests.support.tools import ROOT
 
 ST = Path(sys.executable).with_name("st")
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
-OPERATIONS = 22
+OPERATIONS = 28
 # A fixed seed, one worker and no example database: every run draws the same inputs, so the
 # test cannot flake on a rare draw and a failure reproduces with the command it prints.
 SEED = 12

@@ -71,10 +71,17 @@ def get_limits(name: str) -> dict[str, Any]:
 
 @route(bp, "PUT", "/queues/<name>/limits")
 def put_limits(name: str) -> dict[str, Any]:
-    """Replace a queue's limits, its own and every type's, with the body's."""
+    """Set a queue's own limits; with "types" in the body, replace every type's too.
+
+    Without "types" the types' limits stay: ``{"concurrency": 10}`` is plain for curl users
+    and cannot wipe out what another operator set per type.
+    """
     queue = queue_name(name)
-    wanted = _parsed(limits.parse_limits, inputs.json_body())
-    return _change(queue, lambda _: wanted, "queue")
+    body = inputs.json_body()
+    wanted = _parsed(limits.parse_limits, body)
+    if "types" in body:
+        return _change(queue, lambda _: wanted, "queue")
+    return _change(queue, lambda current: current.with_scope(None, wanted.queue), "queue")
 
 
 @route(bp, "DELETE", "/queues/<name>/limits")

@@ -936,7 +936,8 @@ def _limits_paths() -> dict[str, Any]:
             ),
             "put": _operation(
                 "putLimits",
-                "Replace a queue's limits, its own and every job type's. " + conflict,
+                "Set a queue's own limits; with types, replace every job type's too "
+                "(without, they stay). " + conflict,
                 changed,
                 parameters=[_param("QueueName")],
                 requestBody=_body("LimitsInput"),

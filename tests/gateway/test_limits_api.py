@@ -96,3 +96,12 @@ def test_bad_limits_are_a_clear_400(client: FlaskClient, path: str, body: Any, n
     response = put(client, path, body)
     assert response.status_code == 400
     assert needle in response.get_json()["error"]
+
+
+def test_put_without_types_keeps_the_types_limits(client: FlaskClient) -> None:
+    put(client, "/queues/default/limits/types/a", {"concurrency": 2})
+    response = put(client, "/queues/default/limits", {"concurrency": 9})
+    doc = response.get_json()
+    assert (doc["concurrency"], set(doc["types"])) == (9, {"a"})
+    doc = put(client, "/queues/default/limits", {"rate": "1/h", "types": {}}).get_json()
+    assert (doc["concurrency"], doc["rate"], doc["types"]) == (None, "1/h", {})

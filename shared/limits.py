@@ -234,6 +234,8 @@ def read_state(client: redis.Redis, keys: Keys, queues: Sequence[str]) -> list[L
     limited = [
         (queue, from_stored(raw)) for queue, raw in zip(queues, pipe.execute(), strict=True) if raw
     ]
+    if not limited:
+        return []
     pipe = client.pipeline(transaction=False)
     for queue, limits in limited:
         k = keys.for_queue(queue)

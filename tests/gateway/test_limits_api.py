@@ -105,3 +105,17 @@ def test_put_without_types_keeps_the_types_limits(client: FlaskClient) -> None:
     assert (doc["concurrency"], set(doc["types"])) == (9, {"a"})
     doc = put(client, "/queues/default/limits", {"rate": "1/h", "types": {}}).get_json()
     assert (doc["concurrency"], doc["rate"], doc["types"]) == (None, "1/h", {})
+
+
+def test_metrics_show_each_limited_scope(client: FlaskClient, scripts: Scripts) -> None:
+    put(client, "/queues/default/limits", {"concurrency": 4, "types": {"seed": {"rate": "1/s"}}})
+    helpers.enqueue(scripts)
+    helpers.enqueue(scripts)
+    assert scripts.claim("w1") is not None
+    assert scripts.claim("w2") is None  # out of tokens: held
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'taskforge_limit_running{queue="default",scope="(queue)"} 1.0' in text
+    assert 'taskforge_limit_running{queue="default",scope="seed"} 1.0' in text
+    assert 'taskforge_limit_held{queue="default",scope="seed"} 1.0' in text
+    assert 'taskforge_limit_concurrency{queue="default",scope="(queue)"} 4.0' in text
+    assert 'scope="seed"} ' not in text.split("taskforge_limit_concurrency")[-1]

@@ -168,6 +168,15 @@ class Keys:
         return f"{self.prefix}held"
 
     @property
+    def held_order(self) -> str:
+        """Return the zset of the same held jobs in claim order, as pending scores them.
+
+        Score -priority, member ``<seq>:<id>``: GET /jobs?state=pending pages it beside
+        ``pending`` (shared/listing.py), so a held job is listed where it waits.
+        """
+        return f"{self.prefix}held_order"
+
+    @property
     def buckets(self) -> str:
         """Return the hash of rate-limit token buckets: scope -> ``<tokens>|<updated ms>``."""
         return f"{self.prefix}buckets"

@@ -218,7 +218,7 @@ class Scripts:
     @staticmethod
     def _limit_keys(k: Keys) -> list[str]:
         """Return the limits' keys a claim passes (includes/common.lua, "Concurrency and rate")."""
-        return [k.limits, k.running, k.held, k.buckets, k.gates]
+        return [k.limits, k.running, k.held, k.buckets, k.gates, k.held_order]
 
     def q(self, queue: str) -> Keys:
         """Return the key builder of one queue (the global keys are the same on every one)."""
@@ -538,6 +538,7 @@ class Scripts:
                 k.held,
                 k.pending,
                 k.wake,
+                k.held_order,
                 *self._events_key(k),
             ],
             [
@@ -612,7 +613,17 @@ class Scripts:
         k = self.q(queue)
         reply = self._call(
             "set_limits",
-            [k.limits, k.running, k.held, k.processing, k.pending, k.wake, k.gates, k.buckets],
+            [
+                k.limits,
+                k.running,
+                k.held,
+                k.processing,
+                k.pending,
+                k.wake,
+                k.gates,
+                k.buckets,
+                k.held_order,
+            ],
             [
                 limits_json,
                 k.job_prefix,
@@ -630,7 +641,7 @@ class Scripts:
         return int(
             self._call(
                 "open_gates",
-                [k.gates, k.limits, k.buckets, k.held, k.pending, k.wake],
+                [k.gates, k.limits, k.buckets, k.held, k.pending, k.wake, k.held_order],
                 [_now(now_ms), self.policy.wake_cap, self.policy.batch_limit],
             )
         )
@@ -652,6 +663,7 @@ class Scripts:
                 k.reply(new_request_id()),
                 k.running,
                 k.held,
+                k.held_order,
                 *self._events_key(k),
             ],
             [
@@ -699,6 +711,7 @@ class Scripts:
                 k.dead,
                 k.running,
                 k.held,
+                k.held_order,
                 *self._events_key(k),
             ],
             [
@@ -749,6 +762,7 @@ class Scripts:
                 k.reply(new_request_id()),
                 k.running,
                 k.held,
+                k.held_order,
                 *self._events_key(k),
             ],
             [
@@ -808,6 +822,7 @@ class Scripts:
                 k.retrying,
                 k.canceled,
                 k.held,
+                k.held_order,
                 *self._events_key(k),
             ],
             [self._finished_ttl_ms(), _now(now_ms), new_request_id(), *self._events_cap()],
@@ -1009,16 +1024,19 @@ class Scripts:
         limit: int,
         budget: int,
         job_type: str | None,
+        held: bool = False,
     ) -> None:
         """Queue a read of one page of a queue's state index on `pipe` (list_page.lua).
 
         shared.listing sends one per queue on one pipeline (run by execute_loaded), parses the
-        replies and merges them.
+        replies and merges them. `held`: read the pending jobs a limit holds (``held_order``,
+        ordered as ``pending``) instead of the index.
         """
         k = self.q(queue)
         score, member = ("", "") if after is None else (str(after[0]), after[1])
         args = [k.job_prefix, order, score, member, limit, budget, job_type or ""]
-        self._piped_bare(pipe, "list_page", [k.state_index(state)], args)
+        index = k.held_order if held else k.state_index(state)
+        self._piped_bare(pipe, "list_page", [index], args)
 
     def throughput(self, pipe: Any, *, queue: str, minutes: int, now_ms: int | None) -> None:
         """Queue a read of one queue's completions and failures per minute (throughput.lua).

@@ -12,7 +12,8 @@
 -- KEYS[5] -> {prefix}retrying        zset, id -> next_retry_at (ms)
 -- KEYS[6] -> {prefix}canceled        zset, id -> canceled at (ms); trimmed by trim.lua
 -- KEYS[7] -> {prefix}held            zset, pending jobs a type's limit holds back
--- KEYS[8] -> {prefix}events          capped stream of the queue's events
+-- KEYS[8] -> {prefix}held_order      zset, the held jobs in claim order (for listings)
+-- KEYS[9] -> {prefix}events          capped stream of the queue's events
 --
 -- ARGV[1] -> TTL of the job hash (ms): retention plus a margin, a backstop behind trim.lua
 -- ARGV[2] -> now (ms) override, or '' for Redis TIME
@@ -23,7 +24,7 @@
 -- {NOT_FOUND}, or {WRONG_STATE, current status}.
 -- History: canceled (api), with the job's attempts so far.
 -- Event: canceled; a repeat, or a job already canceled, writes none.
--- A pending job a limit holds is not in KEYS[2] (the ZREM answers 0): it leaves KEYS[7].
+-- A pending job a limit holds is not in KEYS[2] (the ZREM answers 0): it leaves KEYS[7..8].
 
 --- @include "codes"
 --- @include "common"
@@ -42,6 +43,7 @@ if status == 'pending' then
   if redis.call('ZREM', KEYS[2], member) == 0 then
     redis.call('ZREM', KEYS[7], held_member(state[8] or '',
       string.format('%d', -tonumber(state[9] or 0)), member))
+    redis.call('ZREM', KEYS[8], member)
   end
   redis.call('ZREM', KEYS[3], job_id)
 elseif status == 'scheduled' then
@@ -59,5 +61,5 @@ redis.call('HSET', KEYS[1], 'status', 'canceled', 'finished_at', now, 'updated_a
 redis.call('HDEL', KEYS[1], 'seq', 'next_retry_at')
 redis.call('ZADD', KEYS[6], now, job_id)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
-emit(KEYS[8], ARGV[4], 'e', 'canceled', 'j', job_id, 't', state[8] or '')
+emit(KEYS[9], ARGV[4], 'e', 'canceled', 'j', job_id, 't', state[8] or '')
 return {DONE, redis.call('HGETALL', KEYS[1])}

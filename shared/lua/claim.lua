@@ -25,7 +25,8 @@
 -- KEYS[9] -> {prefix}held             zset, pending jobs a type's limit holds back
 -- KEYS[10] -> {prefix}buckets         hash, rate-limit scope -> tokens
 -- KEYS[11] -> {prefix}gates           zset, rate-limit scope -> next token due (ms)
--- KEYS[12] -> {prefix}events          capped stream of the queue's events
+-- KEYS[12] -> {prefix}held_order      zset, the held jobs in claim order (for listings)
+-- KEYS[13] -> {prefix}events          capped stream of the queue's events
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); the popped id's hash is built from it, inside the
 --            same hash tag (the one exception to "every key in KEYS": only Redis knows the id)
@@ -83,8 +84,8 @@ if paused then
 end
 
 local lk = limits and {limits = cjson.decode(limits), running = KEYS[8], held = KEYS[9],
-  buckets = KEYS[10], gates = KEYS[11], pending = KEYS[1], wake = KEYS[5]}
-local job, refused = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[12]}, prefix,
+  buckets = KEYS[10], gates = KEYS[11], order = KEYS[12], pending = KEYS[1], wake = KEYS[5]}
+local job, refused = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[13]}, prefix,
   worker_id, tonumber(ARGV[3]), function() return now_ms(ARGV[5]) end, ARGV[6],
   tonumber(ARGV[7]), ARGV[8], lk)
 if refused then

@@ -22,7 +22,8 @@
 -- KEYS[10] -> {prefix}held            zset, pending jobs a type's limit holds back
 -- KEYS[11] -> {prefix}buckets         hash, rate-limit scope -> tokens      (claim only)
 -- KEYS[12] -> {prefix}gates           zset, rate-limit scope -> next token (claim only)
--- KEYS[13] -> {prefix}events          capped stream of the queue's events (absent: events off)
+-- KEYS[13] -> {prefix}held_order      zset, the held jobs in claim order (for listings)
+-- KEYS[14] -> {prefix}events          capped stream of the queue's events (absent: events off)
 --
 -- ARGV[1] -> fencing token
 -- ARGV[2] -> result (JSON text)
@@ -105,10 +106,10 @@ redis.call('ZADD', KEYS[3], stamp, state[3])
 local lk
 if state[7] == state[2] then
   lk = {running = KEYS[9], held = KEYS[10], buckets = KEYS[11], gates = KEYS[12],
-    pending = KEYS[4], wake = KEYS[6]}
+    order = KEYS[13], pending = KEYS[4], wake = KEYS[6]}
   release_slot(lk, state[3], state[6], tonumber(ARGV[8]), worker_id == '')
 end
-emit(KEYS[13], events_cap, 'e', 'completed', 'j', state[3], 't', state[6] or '', 'w',
+emit(KEYS[14], events_cap, 'e', 'completed', 'j', state[3], 't', state[6] or '', 'w',
   state[8] or '')
 if worker_id ~= '' then
   -- The one command issue 14 adds to the hot path: complete reads no key of the queue's that
@@ -120,11 +121,12 @@ if worker_id ~= '' then
   end
   if limits then
     lk = {limits = cjson.decode(limits), running = KEYS[9], held = KEYS[10],
-      buckets = KEYS[11], gates = KEYS[12], pending = KEYS[4], wake = KEYS[6]}
+      buckets = KEYS[11], gates = KEYS[12], order = KEYS[13], pending = KEYS[4],
+      wake = KEYS[6]}
   else
     lk = nil
   end
-  local job, refused = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6], KEYS[13]}, prefix,
+  local job, refused = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6], KEYS[14]}, prefix,
     worker_id, tonumber(ARGV[6]), now, ARGV[7], tonumber(ARGV[8]), events_cap, lk)
   if refused then
     return {NOT_RUNNABLE, refused}

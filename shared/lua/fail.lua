@@ -19,7 +19,8 @@
 -- KEYS[7] -> {prefix}held         zset, pending jobs a type's limit holds back
 -- KEYS[8] -> {prefix}pending      zset, score -priority, member <seq>:<id> (a held job returns)
 -- KEYS[9] -> {prefix}wake         capped list of wake-up hints
--- KEYS[10] -> {prefix}events      capped stream of the queue's events
+-- KEYS[10] -> {prefix}held_order  zset, the held jobs in claim order (for listings)
+-- KEYS[11] -> {prefix}events      capped stream of the queue's events
 --
 -- ARGV[1] -> fencing token
 -- ARGV[2] -> error text, "Type: message" (already length-capped by the caller)
@@ -77,7 +78,8 @@ local job_id = state[3]
 local now = now_ms(ARGV[9])
 redis.call('ZREM', KEYS[2], job_id)
 if state[11] == state[2] then
-  release_slot({running = KEYS[6], held = KEYS[7], pending = KEYS[8], wake = KEYS[9]}, job_id,
+  release_slot({running = KEYS[6], held = KEYS[7], order = KEYS[10], pending = KEYS[8],
+    wake = KEYS[9]}, job_id,
     job_type, tonumber(ARGV[12]), true)
 end
 redis.call('HINCRBY', KEYS[5], string.format('%d', math.floor(now / 1000)), 1)
@@ -89,7 +91,7 @@ end
 
 if ARGV[7] == '1' or attempts >= tonumber(state[5]) then
   make_dead(KEYS[4], KEYS[1], job_id, ARGV[2], ARGV[10], now, ARGV[8], history('x'))
-  emit(KEYS[10], events_cap, 'e', 'dead', 'j', job_id, 't', job_type or '', 'a', state[4],
+  emit(KEYS[11], events_cap, 'e', 'dead', 'j', job_id, 't', job_type or '', 'a', state[4],
     'w', state[10] or '')
   return {DEAD, job_type, attempts}
 end
@@ -110,6 +112,6 @@ else
   redis.call('HDEL', KEYS[1], 'traceback')
 end
 redis.call('ZADD', KEYS[3], due, job_id)
-emit(KEYS[10], events_cap, 'e', 'retrying', 'j', job_id, 't', job_type or '', 'a', state[4],
+emit(KEYS[11], events_cap, 'e', 'retrying', 'j', job_id, 't', job_type or '', 'a', state[4],
   'w', state[10] or '')
 return {RETRYING, job_type, attempts, due}

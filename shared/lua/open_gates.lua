@@ -15,6 +15,7 @@
 -- KEYS[4] -> {prefix}held          zset, pending jobs a type's limit holds back
 -- KEYS[5] -> {prefix}pending       zset, score -priority, member <seq>:<id>
 -- KEYS[6] -> {prefix}wake          capped list of wake-up hints
+-- KEYS[7] -> {prefix}held_order    zset, the held jobs in claim order (for listings)
 --
 -- ARGV[1] -> now (ms) override, or '' for Redis TIME
 -- ARGV[2] -> wake-up hint cap
@@ -32,7 +33,8 @@ if #due == 0 then
 end
 local raw = redis.call('GET', KEYS[2])
 local limits = raw and cjson.decode(raw) or {}
-local lk = {buckets = KEYS[3], held = KEYS[4], pending = KEYS[5], gates = KEYS[1]}
+local lk = {buckets = KEYS[3], held = KEYS[4], order = KEYS[7], pending = KEYS[5],
+  gates = KEYS[1]}
 local wake_cap, moved = tonumber(ARGV[2]), 0
 for _, scope in ipairs(due) do
   redis.call('ZREM', KEYS[1], scope)

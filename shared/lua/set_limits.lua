@@ -18,6 +18,7 @@
 -- KEYS[6] -> {prefix}wake          capped list of wake-up hints
 -- KEYS[7] -> {prefix}gates         zset, rate-limit scope -> next token due (ms)
 -- KEYS[8] -> {prefix}buckets       hash, rate-limit scope -> tokens
+-- KEYS[9] -> {prefix}held_order    zset, the held jobs in claim order (for listings)
 --
 -- ARGV[1] -> the limits as JSON ({"c": n, "r": [n, period ms], "t": {...}}), '' to clear
 -- ARGV[2] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[4] are built from it
@@ -55,7 +56,7 @@ else
     end
   end
 end
-local lk = {held = KEYS[3], pending = KEYS[5]}
+local lk = {held = KEYS[3], order = KEYS[9], pending = KEYS[5]}
 local entries = redis.call('ZRANGE', KEYS[3], 0, -1)
 for _, entry in ipairs(entries) do
   unhold(lk, entry)

@@ -290,13 +290,15 @@ def test_forgetting_silent_hosts_costs_a_read_and_an_event_each(
 # is unchanged: the limits string is read in the MGETs claim.lua and complete.lua already make).
 # A limited queue pays, per claim: TIME once up front (was: once a job starts; same count),
 # ZLEXCOUNT for its type's concurrency limit, ZADD to `running`: 8 + 2 = 10. A queue-wide
-# concurrency limit adds ZCARD, each rate bucket HGET + HSET (both kinds: 10 + 1 + 4). A job held costs ZADD to
-# `held` and HGET of its mark (+ HSET of mark and history, and its event, the first time).
-# Giving a slot back costs ZREM + ZRANGEBYLEX (+ ZREM, ZADD, LPUSH when a held job returns),
+# concurrency limit adds ZCARD, each rate bucket HGET + HSET (both kinds: 10 + 1 + 4). A job
+# held costs ZADD to `held` and `held_order` and HGET of its mark (+ HSET of mark and history,
+# and its event, the first time): with the claim's MGET, TIME, ZPOPMIN, HMGET, ZLEXCOUNT and
+# the empty ZPOPMIN and DEL after it, 11.
+# Giving a slot back costs ZREM + ZRANGEBYLEX (+ ZREM x2, ZADD, LPUSH when a held job returns),
 # and LPUSH of a hint from an exit whose worker does not claim next (fail, release, recover).
 CLAIM_LIMITED = 10
 CLAIM_LIMITED_QUEUE_AND_RATE = 15
-CLAIM_HOLDS_ONE_THEN_EMPTY = 10
+CLAIM_HOLDS_ONE_THEN_EMPTY = 11
 COMPLETE_AND_CLAIM_LIMITED = 16
 FAIL_LIMITED = 11
 PDF_LIMIT = '{"t":{"t":{"c":1}}}'

@@ -357,3 +357,25 @@ def test_the_state_shows_limits_running_and_held_per_scope(
         "held": 1,
         "types": {"pdf": {"concurrency": 1, "rate": "10/s", "running": 1, "held": 1}},
     }
+
+
+def test_held_jobs_are_listed_as_pending_in_claim_order(r: redis.Redis, scripts: Scripts) -> None:
+    from shared.listing import list_jobs
+
+    put(scripts, {"types": {"pdf": {"concurrency": 1}}})
+    add(scripts, J1, "pdf")
+    add(scripts, J2, "pdf", priority=3)
+    add(scripts, J3, "mail")
+    add(scripts, J4, "pdf", priority=3)
+    add(scripts, J5, "mail", priority=9)
+    assert claimed_id(scripts) == J5
+    assert claimed_id(scripts, worker="w2") == J2
+    assert claimed_id(scripts, worker="w3") == J3  # J4 and J1 held on the way
+    assert held_ids(r) == [J4, J1]
+    add(scripts, J6, "mail", priority=1)
+    page = list_jobs(scripts, JobState.PENDING, ["default"], limit=1)
+    seen = [job.id for job in page.jobs]
+    while page.next_cursor is not None:
+        page = list_jobs(scripts, JobState.PENDING, ["default"], limit=1, cursor=page.next_cursor)
+        seen += [job.id for job in page.jobs]
+    assert seen == [J4, J6, J1]  # priority 3 (held), 1, then 0 (held)

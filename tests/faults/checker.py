@@ -239,7 +239,7 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
     # The events streams are capped by every XADD that writes them (docs/EVENTS.md).
     fixed |= {keys.events, keys.fleet_events}
     # The limits and their live state (a slot per running job, held jobs, buckets, gates).
-    fixed |= {keys.limits, keys.running, keys.held, keys.buckets, keys.gates}
+    fixed |= {keys.limits, keys.running, keys.held, keys.held_order, keys.buckets, keys.gates}
     problems += leaked_slots(client, keys, set(members["processing"]))
     job_keys = [k for k in all_keys if k.startswith(keys.job_prefix)]
     pipe = client.pipeline(transaction=False)

@@ -163,7 +163,8 @@ local function make_dead(dead_key, job_key, job_id, error_text, traceback, now, 
 end
 
 -- Concurrency and rate limits of one queue (docs/QUEUES.md, "Limits"). Every key is in the
--- queue's slot and comes from KEYS; the callers pass them as a table `lk` = {limits = decoded JSON, running, held, buckets, gates, pending, wake}:
+-- queue's slot and comes from KEYS; the callers pass them as a table `lk` = {limits = decoded
+-- JSON, running, held, order, buckets, gates, pending, wake}:
 --
 --   limits   string, JSON {"c": n, "r": [n, period ms], "t": {"<type>": {"c": n, "r": [...]}}};
 --            absent: no limits (claim.lua reads it in the MGET it already makes: free)
@@ -171,6 +172,7 @@ end
 --            until it leaves `processing` (the slot is the lease's); ZLEXCOUNT counts a type
 --   held     zset, score 0, member <type>|<10-digit 2^31 - priority>|<seq>:<id>: pending jobs
 --            a type's limit holds back, a type's best (priority, then FIFO) first in lex order
+--   order    zset, the same jobs as pending scores them (-priority, <seq>:<id>): the listing's
 --   buckets  hash, scope ('q' the queue, 't:<type>') -> '<tokens>|<refilled at ms>'
 --   gates    zset, scope -> when its next token is due (ms); the scheduler opens a due gate
 --
@@ -191,8 +193,10 @@ end
 local function unhold(lk, entry)
   local bar = string.find(entry, '|', 1, true)
   local score = tonumber(string.sub(entry, bar + 1, bar + 10)) - PRIORITY_BIAS
+  local member = string.sub(entry, bar + 12)
   redis.call('ZREM', lk.held, entry)
-  redis.call('ZADD', lk.pending, string.format('%d', score), string.sub(entry, bar + 12))
+  redis.call('ZREM', lk.order, member)
+  redis.call('ZADD', lk.pending, string.format('%d', score), member)
 end
 
 -- A type's best held entry, or nil. Type names hold no '|' (shared/jobs.py) and '}' follows
@@ -290,6 +294,7 @@ end
 local function hold(lk, job_key, job_id, job_type, score, member, token, history, created, now,
     reason, events)
   redis.call('ZADD', lk.held, 0, held_member(job_type, score, member))
+  redis.call('ZADD', lk.order, score, member)
   if redis.call('HGET', job_key, 'held') == token then
     return
   end
@@ -302,7 +307,7 @@ end
 -- requeue it, or declare it dead once it has lost workers more often than the cap allows.
 -- The lost execution is given back (attempts - 1): losing a worker is not an application
 -- failure, so it must not use up max_retries; `recoveries` counts it instead.
--- keys = {pending, pending_since, seq, wake, dead, events, running, held}. actor: who tells
+-- keys = {pending, pending_since, seq, wake, dead, events, running, held, held_order}. actor: who tells
 -- (history's letter). events_cap: as emit takes it. A job holding a limit slot gives it back.
 -- History and event: recovered (counted), released (a drain), or dead (with the lost
 -- execution's attempt and worker).
@@ -313,7 +318,7 @@ local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake
   local job = redis.call('HMGET', job_key, 'attempts', 'history', 'created_at', 'type',
     'worker_id', 'slot')
   local lk = job[6] == string.format('%d', token - 1) and
-    {running = keys[7], held = keys[8], pending = keys[1], wake = keys[4]}
+    {running = keys[7], held = keys[8], order = keys[9], pending = keys[1], wake = keys[4]}
   if tonumber(job[1]) > 0 then
     redis.call('HINCRBY', job_key, 'attempts', -1)
   end

@@ -606,8 +606,8 @@ class Scripts:
         """Replace a queue's limits (compact JSON, shared.limits), or clear them with "".
 
         `expected`: the stored limits this change was computed from ("" for none); None
-        replaces whatever is there. Returns (jobs counted as running because the queue became
-        limited, held jobs returned to pending), or None when the limits were no longer
+        replaces whatever is there. Returns (running jobs given a slot they lacked, held jobs
+        returned to pending), or None when the limits were no longer
         `expected` (nothing changed: read again and retry). set_limits.lua.
         """
         k = self.q(queue)

@@ -2,10 +2,10 @@
 -- set_limits: replace a queue's concurrency and rate limits, or clear them (docs/QUEUES.md,
 -- "Limits"; the keys as includes/common.lua describes them under "Concurrency and rate").
 --
--- Invariant: `running` holds every processing job of a limited queue, each marked with the
--- token it holds (`slot`), so every exit gives its slot back: a queue that becomes limited
--- counts the jobs already running from `processing` (one entry per running job, so about one
--- per live worker). Every held job goes back to pending, in its place, whatever changed: a
+-- Invariant: `running` holds every processing job a concurrency limit may count, each marked
+-- with the token it holds (`slot`), so every exit gives its slot back: every change counts
+-- the jobs already running that hold no slot yet, from `processing` (one entry per running
+-- job, so about one per live worker), so a limit set while they run counts them. Every held job goes back to pending, in its place, whatever changed: a
 -- claim holds again whatever its type's new limit still holds (once, O(1) each), so no job can
 -- stay held by a limit that is gone. Cleared, the slot and gate keys go; the token buckets go
 -- with the limits (a rate set again starts full).
@@ -27,10 +27,10 @@
 --            replace whatever is there: a change of one type's limit is a read, then this
 --            call, and two at once must not lose one (compare and set)
 --
--- Returns {DONE, jobs counted as running (a queue newly limited), held jobs returned to
--- pending}, or {CONFLICT} when the limits are no longer ARGV[4] (nothing changed).
--- Redis commands: GET, SET or DEL, ZRANGE of held, ZREM + ZADD + LPUSH per held job; a queue
--- newly limited: ZRANGE of processing, HMGET + ZADD + HSET per running job.
+-- Returns {DONE, running jobs given a slot, held jobs returned to pending}, or {CONFLICT} when
+-- the limits are no longer ARGV[4] (nothing changed).
+-- Redis commands: GET, SET or DEL, ZRANGE of held, ZREM x2 + ZADD + LPUSH per held job; set:
+-- ZRANGE of processing, HMGET per running job (+ ZADD, HSET for one without a slot).
 
 --- @include "codes"
 --- @include "common"
@@ -44,15 +44,13 @@ if ARGV[1] == '' then
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[7], KEYS[8])
 else
   redis.call('SET', KEYS[1], ARGV[1])
-  if not before then
-    for _, job_id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
-      local job_key = ARGV[2] .. job_id
-      local job = redis.call('HMGET', job_key, 'status', 'type', 'token')
-      if job[1] == 'processing' then
-        redis.call('ZADD', KEYS[2], 0, (job[2] or '') .. '|' .. job_id)
-        redis.call('HSET', job_key, 'slot', job[3])
-        counted = counted + 1
-      end
+  for _, job_id in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+    local job_key = ARGV[2] .. job_id
+    local job = redis.call('HMGET', job_key, 'status', 'type', 'token', 'slot')
+    if job[1] == 'processing' and job[4] ~= job[3] then
+      redis.call('ZADD', KEYS[2], 0, (job[2] or '') .. '|' .. job_id)
+      redis.call('HSET', job_key, 'slot', job[3])
+      counted = counted + 1
     end
   end
 end

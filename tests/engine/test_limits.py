@@ -83,7 +83,7 @@ def test_a_type_at_its_limit_is_held_and_other_types_flow_past(
 
     assert claimed_id(scripts, worker="w1") == J1
     assert claimed_id(scripts, worker="w2") == J3  # J2 held on the way
-    assert running(r) == {f"pdf|{J1}", f"mail|{J3}"}
+    assert running(r) == {f"pdf|{J1}"}  # mail is not counted by any concurrency limit
     assert held_ids(r) == [J2]
     assert job(r, J2).status is JobState.PENDING
     assert r.zscore(K.pending_since, J2) is not None  # still counted as waiting since enqueue
@@ -379,3 +379,16 @@ def test_held_jobs_are_listed_as_pending_in_claim_order(r: redis.Redis, scripts:
         page = list_jobs(scripts, JobState.PENDING, ["default"], limit=1, cursor=page.next_cursor)
         seen += [job.id for job in page.jobs]
     assert seen == [J4, J6, J1]  # priority 3 (held), 1, then 0 (held)
+
+
+def test_a_type_no_concurrency_limit_counts_takes_no_slot(r: redis.Redis, scripts: Scripts) -> None:
+    put(scripts, {"types": {"pdf": {"concurrency": 1}, "mail": {"rate": "5/s"}}})
+    add(scripts, J1, "mail")
+    add(scripts, J2, "other")
+    assert claimed_id(scripts) == J1
+    assert claimed_id(scripts, worker="w2") == J2
+    assert running(r) == set()  # neither is counted by a concurrency limit
+    # A limit set while they run counts them from then on.
+    assert put(scripts, {"concurrency": 5}) == (2, 0)
+    assert running(r) == {f"mail|{J1}", f"other|{J2}"}
+    assert put(scripts, {"concurrency": 4}) == (0, 0)  # already counted

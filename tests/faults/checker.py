@@ -282,11 +282,18 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
 
 def leaked_slots(client: redis.Redis, keys: Keys, processing: set[str]) -> list[str]:
     """Return a problem per slot held by a job that is not processing (a slot never given
-    back), and per processing job of a limited queue that holds no slot (one never taken)."""
+    back), and per processing job a concurrency limit counts that holds no slot (one never
+    taken)."""
     slots = {(_text(m) or "").split("|", 1)[1] for m in client.zrange(keys.running, 0, -1)}
     problems = [f"limit slot held by {j}, which is not processing" for j in slots - processing]
-    if client.exists(keys.limits):
-        problems += [f"processing job {j} holds no limit slot" for j in processing - slots]
+    raw = client.get(keys.limits)
+    if raw:
+        doc = json.loads(raw)
+        counted = {name for name, limit in doc.get("t", {}).items() if "c" in limit}
+        for job_id in sorted(processing - slots):
+            job_type = _text(client.hget(keys.job(job_id), "type"))
+            if "c" in doc or job_type in counted:
+                problems.append(f"processing job {job_id} holds no limit slot")
     return problems
 
 

@@ -59,8 +59,8 @@ end
 -- lk: nil for a queue without limits (nothing below costs a command then), else as
 -- includes/limits.lua describes: the queue-wide limits, when reached, claim nothing (EMPTY, the
 -- hints cleared: a slot given back or a gate opened pushes one); a job whose type is at its
--- limit is held (limits.lua, hold) and the next one tried; a job claimed takes a slot
--- (`running`, and `slot` = its token in its hash) and its tokens.
+-- limit is held (common.lua, hold) and the next one tried; a job claimed takes its tokens, and
+-- a slot (`running`, and `slot` = its token in its hash) when a concurrency limit counts it.
 local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_cap, events_cap,
     lk)
   local queue_tokens
@@ -117,18 +117,18 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
       job[F_ATTEMPTS] = string.format('%d', tonumber(job[F_ATTEMPTS]) + 1)
       job[F_TOKEN] = string.format('%d', tonumber(job[F_TOKEN]) + 1)
       local entry = history_add(history, 'cw', job[F_CREATED], now, job[F_ATTEMPTS], worker_id)
-      if lk then
+      if lk and needs_slot(lk, job[F_TYPE]) then
         redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
           'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
           'worker_id', worker_id, 'history', entry, 'slot', job[F_TOKEN])
         redis.call('ZADD', lk.running, 0, job[F_TYPE] .. '|' .. job_id)
-        if queue_tokens then
-          bucket_spend(lk, 'q', queue_tokens, now)
-        end
       else
         redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
           'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
           'worker_id', worker_id, 'history', entry)
+      end
+      if queue_tokens then
+        bucket_spend(lk, 'q', queue_tokens, now)
       end
       redis.call('ZADD', keys[3], string.format('%d', now + lease), job_id)
       emit(keys[5], events_cap, 'e', 'claimed', 'j', job_id, 't', job[F_TYPE], 'a',

@@ -168,17 +168,18 @@ end
 --
 --   limits   string, JSON {"c": n, "r": [n, period ms], "t": {"<type>": {"c": n, "r": [...]}}};
 --            absent: no limits (claim.lua reads it in the MGET it already makes: free)
---   running  zset, score 0, member <type>|<id>: every job claimed while the queue is limited,
---            until it leaves `processing` (the slot is the lease's); ZLEXCOUNT counts a type
+--   running  zset, score 0, member <type>|<id>: every job a concurrency limit counts, from its
+--            claim until it leaves `processing` (the slot is the lease's); ZLEXCOUNT counts a
+--            type, ZCARD the queue (with a queue-wide limit every job takes a slot)
 --   held     zset, score 0, member <type>|<10-digit 2^31 - priority>|<seq>:<id>: pending jobs
 --            a type's limit holds back, a type's best (priority, then FIFO) first in lex order
 --   order    zset, the same jobs as pending scores them (-priority, <seq>:<id>): the listing's
 --   buckets  hash, scope ('q' the queue, 't:<type>') -> '<tokens>|<refilled at ms>'
 --   gates    zset, scope -> when its next token is due (ms); the scheduler opens a due gate
 --
--- A job claimed while limited carries `slot` = its fencing token: an exit from processing
--- gives the slot back only when that still matches (a claim made after the limits were cleared
--- moves the token on, so a stale mark costs nothing).
+-- A job claimed while a concurrency limit counts it (needs_slot) carries `slot` = its fencing
+-- token: an exit from processing gives the slot back only when that still matches (a claim
+-- made after the limits were cleared moves the token on, so a stale mark costs nothing).
 
 -- 2^31: priority is within ±2^31 (shared/jobs.py), so 2^31 + score (-priority) is 0..2^32.
 local PRIORITY_BIAS = 2147483648
@@ -245,6 +246,13 @@ end
 local function gate_close(lk, scope, rate, tokens, now)
   redis.call('ZADD', lk.gates, string.format('%d', now + math.ceil((1 - tokens) * rate[2] /
     rate[1])), scope)
+end
+
+-- Whether a job of this type takes a slot: a concurrency limit counts it (the queue's, or its
+-- type's). A rate limit alone needs none, so the jobs of other types cost nothing more.
+local function needs_slot(lk, job_type)
+  local limit = lk.limits.t and lk.limits.t[job_type]
+  return lk.limits.c or (limit and limit.c)
 end
 
 -- Why the queue-wide limits let nothing be claimed now ('concurrency' or 'rate'), or nil; with

@@ -93,6 +93,11 @@ class QueueLimits:
     def empty(self) -> bool:
         return self.queue.empty and not self.types
 
+    @property
+    def rate_free(self) -> bool:
+        """Tell whether no scope has a rate (nothing for the scheduler's gates to open)."""
+        return self.queue.rate is None and all(t.rate is None for t in self.types.values())
+
     def compact_json(self) -> str:
         """Return the stored form ('' when there is nothing to store: the limits are cleared)."""
         if self.empty:

@@ -24,6 +24,7 @@ import redis
 
 from shared import metrics, tracing
 from shared.lifecycle import Outcome, record
+from shared.limits import from_stored
 from shared.scripts import PromoteResult, Scripts
 from shared.upgrade import Upgrade
 from workerd.backoff import Backoff
@@ -42,7 +43,7 @@ HUNG_CALL_SECONDS = 1.0
 # The keys (shared.keys.Keys attributes) each duty acts on: it runs for a queue only when one
 # of them exists (an empty zset or hash does not).
 PROMOTE_FROM = ("scheduled", "retrying")
-# Rate-limit gates (docs/QUEUES.md, "Limits"): checked every tick, of limited queues only.
+# Rate-limit gates (docs/QUEUES.md, "Limits"): checked every tick, of queues with a rate only.
 OPEN_GATES_FROM = ("gates",)
 RECOVER_FROM = ("processing",)
 TRIM_FROM = ("completed", "canceled", "dead", "failures")
@@ -73,7 +74,7 @@ class SchedulerProcess(StopOnSignal):
         self.recover_not_before = 0.0
         self.next_recover = 0.0
         self.queues: list[str] = []
-        self.limited: list[str] = []  # queues with limits, as of the last listing (a second)
+        self.rated: list[str] = []  # queues with a rate limit, as of the last listing (a second)
         self.stopping = False
         self.backoff = Backoff("scheduler", redis_url=redis_url)
         self.v1_drain = V1Drain(
@@ -107,10 +108,10 @@ class SchedulerProcess(StopOnSignal):
         began = self.clock()
         if not self.queues or now >= self.next_recover:
             self.queues = self._listed_queues()
-            self.limited = self._holding(("limits",))
+            self.rated = self._rate_limited()
         for queue in self._holding(PROMOTE_FROM):
             self._promote(queue, now_ms)
-        for queue in self._holding(OPEN_GATES_FROM, self.limited):
+        for queue in self._holding(OPEN_GATES_FROM, self.rated):
             self.scripts.open_gates(queue=queue, now_ms=now_ms)
         ended = self.clock()
         if ended - began > HUNG_CALL_SECONDS:
@@ -130,7 +131,7 @@ class SchedulerProcess(StopOnSignal):
         A queue with nothing there has nothing for the duty to do: an idle queue costs an
         EXISTS in one shared round trip, not a script call of its own, however many queues
         are listed (a name stays listed once a job was enqueued under it). Gates are asked of
-        the queues found limited at the last listing only (none: no round trip).
+        the queues found rate-limited at the last listing only (none: no round trip).
         """
         queues = self.queues if queues is None else queues
         if not queues:
@@ -140,6 +141,17 @@ class SchedulerProcess(StopOnSignal):
             keys = self.scripts.q(queue)
             pipe.exists(*(getattr(keys, name) for name in indexes))
         return [q for q, found in zip(queues, pipe.execute(), strict=True) if found]
+
+    def _rate_limited(self) -> list[str]:
+        """Return the listed queues whose limits have a rate (a GET each, one round trip)."""
+        pipe = self.scripts.redis.pipeline(transaction=False)
+        for queue in self.queues:
+            pipe.get(self.scripts.q(queue).limits)
+        return [
+            q
+            for q, raw in zip(self.queues, pipe.execute(), strict=True)
+            if raw and not from_stored(raw).rate_free
+        ]
 
     def _listed_queues(self) -> list[str]:
         """Return the list of queues, after listing again any this host serves that it lacks."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import time
 import uuid
@@ -123,14 +124,24 @@ def run(mode: str, quick: int, idle_seconds: float) -> dict[str, Any]:
 
 
 def main() -> None:
-    """Run the three modes and print (and optionally save) the results."""
+    """Run the three modes, interleaved, `--rounds` times; print (and optionally save) the
+    median of each figure and every round's."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=3000, help="noop jobs per mode")
     parser.add_argument("--idle", type=float, default=5.0, help="seconds measured after them")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three modes")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     modes = ("limited", "unlimited, 2 sleeping", "unlimited, idle")
-    results: dict[str, Any] = {mode: run(mode, args.jobs, args.idle) for mode in modes}
+    rounds: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    for _ in range(args.rounds):
+        for mode in modes:  # interleaved: a load that comes and goes hits every mode
+            rounds[mode].append(run(mode, args.jobs, args.idle))
+    results: dict[str, Any] = {
+        mode: {figure: statistics.median(r[figure] for r in found) for figure in found[0]}
+        | {"rounds": found}
+        for mode, found in rounds.items()
+    }
     results["workers"] = WORKERS
     results["cpus"] = os.cpu_count()
     print(json.dumps(results, indent=2))

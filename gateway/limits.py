@@ -3,7 +3,8 @@
 Limits live in Redis (every gateway and worker sees the same) and apply fleet-wide: "at most 5
 generate_pdf running" counts across every worker of every host. They are per queue (a queue
 is one Redis Cluster slot, and a claim touches one): a type in two queues has a limit in each.
-docs/QUEUES.md, "Limits". Setting a limit on a queue no job has been enqueued under lists it.
+docs/QUEUES.md, "Concurrency and rate limits". Setting a limit on a queue no job has been
+enqueued under lists it.
 """
 
 from __future__ import annotations

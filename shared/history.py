@@ -74,7 +74,7 @@ class Entry:
     attempt: int | None = None
     worker: str | None = None
     # The type of the error, for retrying and dead; for held, why: concurrency or rate (its
-    # type's limit, docs/QUEUES.md "Limits"), shown as `reason`.
+    # type's limit, docs/QUEUES.md "Concurrency and rate limits"), shown as `reason`.
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:

@@ -146,7 +146,8 @@ class Keys:
         """Return the string holding the queue's concurrency and rate limits (JSON; absent: none).
 
         Read by claim.lua in the MGET that reads the paused flag, so an unlimited queue pays
-        no command for it (docs/QUEUES.md, "Limits"; shared/limits.py writes it).
+        no command for it (docs/QUEUES.md, "Concurrency and rate limits"; shared/limits.py
+        writes it).
         """
         return f"{self.prefix}limits"
 

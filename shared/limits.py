@@ -1,7 +1,7 @@
 """Concurrency and rate limits of a queue: parsing, storage format, and what they hold now.
 
-A queue's limits (docs/QUEUES.md, "Limits") are one JSON string in the queue's slot
-(``Keys.limits``), compact for the scripts that decode it on every claim::
+A queue's limits (docs/QUEUES.md, "Concurrency and rate limits") are one JSON string in the
+queue's slot (``Keys.limits``), compact for the scripts that decode it on every claim::
 
     {"c": 10, "r": [100, 60000], "t": {"generate_pdf": {"c": 5, "r": [10, 1000]}}}
 

@@ -13,9 +13,10 @@ strictly after it. A job that stays in its state keeps its entry, so paging neve
 twice nor skips it, while other jobs come and go. Locating the cursor costs O(log n) even
 when its own job has left (list_page.lua), so a page costs O(log n + page) per queue.
 
-Pending jobs a limit holds (docs/QUEUES.md, "Limits") wait in the queue's ``held_order``, scored
-and named as ``pending`` scores and names them: each queue's held jobs are read as one more
-source and merged in the same order, so a held job is listed where it waits.
+Pending jobs a limit holds (docs/QUEUES.md, "Concurrency and rate limits") wait in the queue's
+``held_order``, scored and named as ``pending`` scores and names them: each queue's held jobs
+are read as one more source and merged in the same order, so a held job is listed where it
+waits.
 
 Several queues: the same cursor is a position in each queue's order (ids are unique across
 queues, so the order stays total). Each queue gives up to a page after it, all in one

@@ -43,7 +43,7 @@ HUNG_CALL_SECONDS = 1.0
 # The keys (shared.keys.Keys attributes) each duty acts on: it runs for a queue only when one
 # of them exists (an empty zset or hash does not).
 PROMOTE_FROM = ("scheduled", "retrying")
-# Rate-limit gates (docs/QUEUES.md, "Limits"): checked every tick, of queues with a rate only.
+# Rate-limit gates (docs/QUEUES.md, limits): checked every tick, of queues with a rate only.
 OPEN_GATES_FROM = ("gates",)
 RECOVER_FROM = ("processing",)
 TRIM_FROM = ("completed", "canceled", "dead", "failures")

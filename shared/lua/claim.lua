@@ -42,11 +42,11 @@
 --         fixed order: see includes/claim.lua), in one flat list; {EMPTY}; {PAUSED}, when
 --         the queue is paused (a repeated call still gets the job its first call claimed); or
 --         {NOT_RUNNABLE, type} when the best job is of a type not in ARGV[6] (nothing claimed).
--- Limits (docs/QUEUES.md, "Limits"; includes/limits.lua): the limits string is read in the
--- same MGET, so a queue without limits does exactly what it did before. With limits, a
--- queue-wide limit reached answers EMPTY (hints cleared, as for an empty queue), and a job
--- whose type is at its limit is held (history and event `held`, once per wait) while the
--- claim goes on to the next job.
+-- Limits (docs/QUEUES.md, "Concurrency and rate limits"; includes/common.lua): the limits
+-- string is read in the same MGET, so a queue without limits does exactly what it did before.
+-- With limits, a queue-wide limit reached answers EMPTY (hints cleared, as for an empty
+-- queue), and a job whose type is at its limit is held (history and event `held`, once per
+-- wait) while the claim goes on to the next job.
 -- Event: claimed (with attempt and worker) when a job is claimed; held when a job is first
 -- held; none otherwise, nor for a repeated call.
 -- Redis commands: 9 when a job is claimed (MGET, ZPOPMIN, HMGET, ZREM, TIME, HSET, ZADD, XADD,

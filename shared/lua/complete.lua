@@ -99,7 +99,7 @@ local stamp = string.format('%d', now)
 redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_at', stamp,
   'updated_at', stamp, 'history', history_add(state[4], 'dw', state[5], now))
 -- Nothing reads these once the job is done; without them the hash fits a smaller allocation.
-redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id', 'slot')
+redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id', 'slot', 'held')
 redis.call('ZREM', KEYS[2], state[3])
 redis.call('ZADD', KEYS[3], stamp, state[3])
 -- The limits' keys as includes/limits.lua takes them; only a limited queue builds the table.

@@ -1,6 +1,7 @@
 #!lua flags=allow-oom
 -- open_gates: let jobs held by a rate limit go once their scope's tokens are back (the
--- scheduler's promote pass runs it for a queue with a gate; docs/QUEUES.md, "Limits").
+-- scheduler's promote pass runs it for a queue with a gate; docs/QUEUES.md, "Concurrency and
+-- rate limits").
 --
 -- Invariant: a gate is a rate-limit scope out of tokens, scored by when its next token is due
 -- (claim.lua closes it). Due, it opens: a type's held jobs, no more than its whole tokens, go

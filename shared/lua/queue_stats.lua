@@ -30,9 +30,9 @@
 --- @include "common"
 
 local counts = {
-  redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[11]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
-  redis.call('ZCARD', KEYS[4]), redis.call('ZCARD', KEYS[5]), redis.call('ZCARD', KEYS[6]),
-  redis.call('ZCARD', KEYS[7]),
+  redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[11]), redis.call('ZCARD', KEYS[2]),
+  redis.call('ZCARD', KEYS[3]), redis.call('ZCARD', KEYS[4]), redis.call('ZCARD', KEYS[5]),
+  redis.call('ZCARD', KEYS[6]), redis.call('ZCARD', KEYS[7]),
 }
 local oldest = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
 local now = now_ms(ARGV[1])

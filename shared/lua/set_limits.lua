@@ -1,13 +1,14 @@
 #!lua flags=allow-oom
 -- set_limits: replace a queue's concurrency and rate limits, or clear them (docs/QUEUES.md,
--- "Limits"; the keys as includes/common.lua describes them under "Concurrency and rate").
+-- "Concurrency and rate limits"; the keys as includes/common.lua describes them).
 --
 -- Invariant: `running` holds every processing job a concurrency limit may count, each marked
 -- with the token it holds (`slot`), so every exit gives its slot back: every change counts
 -- the jobs already running that hold no slot yet, from `processing` (one entry per running
--- job, so about one per live worker), so a limit set while they run counts them. Every held job goes back to pending, in its place, whatever changed: a
--- claim holds again whatever its type's new limit still holds (once, O(1) each), so no job can
--- stay held by a limit that is gone. Cleared, the slot and gate keys go; the token buckets go
+-- job, so about one per live worker), so a limit set while they run counts them. Every held
+-- job goes back to pending, in its place, whatever changed: a claim holds again whatever its
+-- type's new limit still holds (once, O(1) each), so no job can stay held by a limit that is
+-- gone. Cleared, the slot and gate keys go; the token buckets go
 -- with the limits (a rate set again starts full).
 --
 -- KEYS[1] -> {prefix}limits        string, the limits as JSON (absent: none)

@@ -162,9 +162,9 @@ local function make_dead(dead_key, job_key, job_id, error_text, traceback, now, 
   redis.call('PEXPIRE', job_key, ttl_ms)
 end
 
--- Concurrency and rate limits of one queue (docs/QUEUES.md, "Limits"). Every key is in the
--- queue's slot and comes from KEYS; the callers pass them as a table `lk` = {limits = decoded
--- JSON, running, held, order, buckets, gates, pending, wake}:
+-- Concurrency and rate limits of one queue (docs/QUEUES.md, "Concurrency and rate limits").
+-- Every key is in the queue's slot and comes from KEYS; the callers pass them as a table
+-- `lk` = {limits = decoded JSON, running, held, order, buckets, gates, pending, wake}:
 --
 --   limits   string, JSON {"c": n, "r": [n, period ms], "t": {"<type>": {"c": n, "r": [...]}}};
 --            absent: no limits (claim.lua reads it in the MGET it already makes: free)
@@ -173,7 +173,8 @@ end
 --            type, ZCARD the queue (with a queue-wide limit every job takes a slot)
 --   held     zset, score 0, member <type>|<10-digit 2^31 - priority>|<seq>:<id>: pending jobs
 --            a type's limit holds back, a type's best (priority, then FIFO) first in lex order
---   order    zset, the same jobs as pending scores them (-priority, <seq>:<id>): the listing's
+--   order    zset, the same jobs as pending scores them (-priority, <seq>:<id>): where
+--            GET /jobs?state=pending finds them (shared/listing.py)
 --   buckets  hash, scope ('q' the queue, 't:<type>') -> '<tokens>|<refilled at ms>'
 --   gates    zset, scope -> when its next token is due (ms); the scheduler opens a due gate
 --
@@ -315,8 +316,9 @@ end
 -- requeue it, or declare it dead once it has lost workers more often than the cap allows.
 -- The lost execution is given back (attempts - 1): losing a worker is not an application
 -- failure, so it must not use up max_retries; `recoveries` counts it instead.
--- keys = {pending, pending_since, seq, wake, dead, events, running, held, held_order}. actor: who tells
--- (history's letter). events_cap: as emit takes it. A job holding a limit slot gives it back.
+-- keys = {pending, pending_since, seq, wake, dead, events, running, held, held_order}.
+-- actor: who tells (history's letter). events_cap: as emit takes it. A job holding a limit
+-- slot gives it back (release_slot).
 -- History and event: recovered (counted), released (a drain), or dead (with the lost
 -- execution's attempt and worker).
 local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake_cap, now, actor,

@@ -1038,7 +1038,7 @@ def _event_paths() -> dict[str, Any]:
         "description": "A text/event-stream that stays open: first `retry: 2000` and the "
         "cursor of now (or of Last-Event-ID); then one message per event (`id`: the cursor, "
         "`event`: its name, `data`: JSON {event, job_id, type, queue, attempt, worker, host, "
-        "at}, absent fields left out), `event: gap` when a stream dropped entries the client "
+        "reason (held: concurrency or rate), at}, absent fields left out), `event: gap` when a stream dropped entries the client "
         "had not read (data: queue, from, first), and a `: keepalive` comment every "
         f"TASKFORGE_EVENTS_KEEPALIVE ({KEEPALIVE_SECONDS:g} s by default) while idle. A client "
         "that reads nothing for twice that long is dropped. docs/EVENTS.md.",

@@ -392,3 +392,18 @@ def test_a_type_no_concurrency_limit_counts_takes_no_slot(r: redis.Redis, script
     assert put(scripts, {"concurrency": 5}) == (2, 0)
     assert running(r) == {f"mail|{J1}", f"other|{J2}"}
     assert put(scripts, {"concurrency": 4}) == (0, 0)  # already counted
+
+
+def test_a_change_computed_from_stale_limits_is_refused_and_change_retries(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    put(scripts, {"types": {"a": {"concurrency": 1}}})
+    before = r.get(K.limits).decode()
+    put(scripts, {"types": {"a": {"concurrency": 1}, "b": {"concurrency": 2}}})  # another change
+    stale = lim.from_stored(before).with_scope("c", lim.Limit(3)).compact_json()
+    assert scripts.set_limits("default", stale, expected=before) is None  # nothing changed
+    assert set(lim.read_limits(r, K, "default").types) == {"a", "b"}
+    # shared.limits.change reads again and applies its edit to what is there now.
+    after = lim.change(scripts, "default", lambda c: c.with_scope("c", lim.Limit(3)))
+    assert set(after.types) == {"a", "b", "c"}
+    assert set(lim.read_limits(r, K, "default").types) == {"a", "b", "c"}

@@ -47,12 +47,12 @@
 -- Events: the same two, each after its job's writes (completed with the worker that ran it:
 -- ARGV[5] when given, else the hash's worker_id); a repeated call writes none.
 -- Redis commands: 14 when it completes and claims (HMGET, TIME, HSET, HDEL, ZREM, ZADD, XADD,
--- then EXISTS, ZPOPMIN, HMGET, ZREM, HSET, ZADD, XADD), 10 when nothing is left to claim
--- (EXISTS, ZPOPMIN, DEL), 8 when the queue is paused (EXISTS), 7 when asked to claim nothing,
--- 12 when the next job is refused (EXISTS, ZPOPMIN, HMGET, ZADD, LPUSH). With events off, one
+-- then MGET, ZPOPMIN, HMGET, ZREM, HSET, ZADD, XADD), 10 when nothing is left to claim
+-- (MGET, ZPOPMIN, DEL), 8 when the queue is paused (MGET), 7 when asked to claim nothing,
+-- 12 when the next job is refused (MGET, ZPOPMIN, HMGET, ZADD, LPUSH). With events off, one
 -- XADD less for each job completed or claimed: 12, 9, 7, 6 and 11.
--- Limits (includes/limits.lua): a job claimed while limited gives its slot back here
--- (release_slot: ZREM, ZRANGEBYLEX, and ZREM + ZADD + LPUSH when a held job returns); the
+-- Limits (includes/common.lua): a job a concurrency limit counted gives its slot back here
+-- (release_slot: ZREM, ZRANGEBYLEX, and ZREM x2 + ZADD + LPUSH when a held job returns); the
 -- pause check's MGET reads the limits too (no command more), and the claim pays as claim.lua's.
 
 --- @include "codes"
@@ -102,7 +102,7 @@ redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_
 redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id', 'slot', 'held')
 redis.call('ZREM', KEYS[2], state[3])
 redis.call('ZADD', KEYS[3], stamp, state[3])
--- The limits' keys as includes/limits.lua takes them; only a limited queue builds the table.
+-- The limits' keys as includes/common.lua takes them; only a limited queue builds the table.
 local lk
 if state[7] == state[2] then
   lk = {running = KEYS[9], held = KEYS[10], buckets = KEYS[11], gates = KEYS[12],

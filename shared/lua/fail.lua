@@ -15,7 +15,7 @@
 -- KEYS[4] -> {prefix}dead         zset, id -> time of death (ms)
 -- KEYS[5] -> {prefix}failures     hash, second (epoch s) -> failed executions; trim.lua forgets
 --                                  seconds past the last minute
--- KEYS[6] -> {prefix}running      zset, jobs holding a limit slot (includes/limits.lua)
+-- KEYS[6] -> {prefix}running      zset, jobs holding a limit slot (includes/common.lua)
 -- KEYS[7] -> {prefix}held         zset, pending jobs a type's limit holds back
 -- KEYS[8] -> {prefix}pending      zset, score -priority, member <seq>:<id> (a held job returns)
 -- KEYS[9] -> {prefix}wake         capped list of wake-up hints
@@ -46,7 +46,7 @@
 -- declare it dead (HMGET, TIME, ZREM, HINCRBY, HSET, HDEL, ZADD, PEXPIRE, XADD); one less each
 -- with events off. The HINCRBY is issue 14's one extra command on fail (no key fail.lua
 -- touches can count failures for free). A job holding a limit slot gives it back
--- (release_slot: ZREM, ZRANGEBYLEX, LPUSH; ZREM + ZADD more when a held job returns).
+-- (release_slot: ZREM, ZRANGEBYLEX, LPUSH; ZREM x2 + ZADD more when a held job returns).
 
 --- @include "codes"
 --- @include "common"
@@ -79,8 +79,7 @@ local now = now_ms(ARGV[9])
 redis.call('ZREM', KEYS[2], job_id)
 if state[11] == state[2] then
   release_slot({running = KEYS[6], held = KEYS[7], order = KEYS[10], pending = KEYS[8],
-    wake = KEYS[9]}, job_id,
-    job_type, tonumber(ARGV[12]), true)
+    wake = KEYS[9]}, job_id, job_type, tonumber(ARGV[12]), true)
 end
 redis.call('HINCRBY', KEYS[5], string.format('%d', math.floor(now / 1000)), 1)
 

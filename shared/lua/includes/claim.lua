@@ -57,7 +57,7 @@ end
 -- (same score and member; its pending_since entry is never removed) and nothing else about it
 -- changes; the wake hint this claim may have used goes back too, for a worker that runs it.
 -- lk: nil for a queue without limits (nothing below costs a command then), else as
--- includes/limits.lua describes: the queue-wide limits, when reached, claim nothing (EMPTY, the
+-- includes/common.lua describes: the queue-wide limits, when reached, claim nothing (EMPTY, the
 -- hints cleared: a slot given back or a gate opened pushes one); a job whose type is at its
 -- limit is held (common.lua, hold) and the next one tried; a job claimed takes its tokens, and
 -- a slot (`running`, and `slot` = its token in its hash) when a concurrency limit counts it.

@@ -30,7 +30,7 @@ ENQUEUE = 7
 # even the claim a complete makes for the worker's next job, and only a read inside the script
 # is exact. claim.lua reads the flag in the MGET that already read its repeat pointer (free);
 # complete.lua reads no key of the queue's that could carry it, so it spends one EXISTS,
-# and only when it claims.
+# and only when it claims (issue 17: an MGET, which reads the queue's limits with the flag).
 COMPLETE_AND_CLAIM = 12
 # Issue 14: +1, and a second script call. The key spans queues and lives in the global slot,
 # so reserve.lua (HMGET, HSET, PEXPIRE) runs apart from the enqueue in the queue's slot, which

@@ -25,7 +25,18 @@ from taskforge.errors import (
     Unavailable,
     WaitTimeout,
 )
-from taskforge.models import BulkResult, History, HistoryEntry, Host, Job, JobPage, Queue, Stats
+from taskforge.models import (
+    BulkResult,
+    History,
+    HistoryEntry,
+    Host,
+    Job,
+    JobPage,
+    Limits,
+    Queue,
+    ScopeLimit,
+    Stats,
+)
 
 __all__ = [
     "ApiError",
@@ -42,8 +53,10 @@ __all__ = [
     "JobFailed",
     "JobPage",
     "JobSpec",
+    "Limits",
     "NotFound",
     "Queue",
+    "ScopeLimit",
     "Stats",
     "TaskForgeError",
     "Unauthorized",

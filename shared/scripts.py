@@ -611,6 +611,10 @@ class Scripts:
         `expected` (nothing changed: read again and retry). set_limits.lua.
         """
         k = self.q(queue)
+        if limits_json:
+            # Listed first (the global slot: a call of its own), as a queue before its first
+            # job: a crash in between leaves a name listed with no limits, which costs nothing.
+            self.redis.sadd(self.keys.limited, queue)
         reply = self._call(
             "set_limits",
             [
@@ -633,6 +637,8 @@ class Scripts:
         )
         if reply[0] == Code.CONFLICT:
             return None
+        if not limits_json:
+            self.redis.srem(self.keys.limited, queue)
         return int(reply[1]), int(reply[2])
 
     def open_gates(self, *, queue: str = DEFAULT_QUEUE, now_ms: int | None = None) -> int:

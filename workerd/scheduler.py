@@ -143,13 +143,18 @@ class SchedulerProcess(StopOnSignal):
         return [q for q, found in zip(queues, pipe.execute(), strict=True) if found]
 
     def _rate_limited(self) -> list[str]:
-        """Return the listed queues whose limits have a rate (a GET each, one round trip)."""
-        pipe = self.scripts.redis.pipeline(transaction=False)
-        for queue in self.queues:
+        """Return the queues whose limits have a rate: the list of limited queues (one
+        SMEMBERS, none with no limits anywhere), then a GET of each one's limits."""
+        client = self.scripts.redis
+        limited = sorted(name.decode() for name in client.smembers(self.scripts.keys.limited))
+        if not limited:
+            return []
+        pipe = client.pipeline(transaction=False)
+        for queue in limited:
             pipe.get(self.scripts.q(queue).limits)
         return [
             q
-            for q, raw in zip(self.queues, pipe.execute(), strict=True)
+            for q, raw in zip(limited, pipe.execute(), strict=True)
             if raw and not from_stored(raw).rate_free
         ]
 

@@ -286,10 +286,12 @@ def test_limits_set_while_jobs_run_count_them_and_clearing_returns_held_jobs(
     add(scripts, J2, "pdf")
     first = scripts.claim("w1", now_ms=T0)
     assert put(scripts, {"types": {"pdf": {"concurrency": 1}}}) == (1, 0)
+    assert r.smembers(K.limited) == {b"default"}  # where the scheduler looks for gates
     assert running(r) == {f"pdf|{J1}"}
     assert claimed_id(scripts, worker="w2") is None
     assert held_ids(r) == [J2]
     assert scripts.set_limits("default", "") == (0, 1)
+    assert not r.exists(K.limited)
     assert pending_ids(r) == [J2]
     for key in (K.limits, K.running, K.held, K.gates, K.buckets):
         assert not r.exists(key), key

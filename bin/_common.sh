@@ -92,14 +92,15 @@ tf_ensure_redis() {
 }
 
 # Make sure the tools that tests call (not Python packages) are on PATH: systemd-analyze
-# (package systemd) for tests/deploy, faketime for tests/faults (a skewed host clock),
-# chromium and its chromedriver (package chromium-driver) for tests/browser: the system's
-# browser, so Selenium never downloads one.
+# (package systemd) for tests/deploy, faketime for tests/faults (a skewed host clock), a C
+# compiler (package build-essential: gcc and libc's headers) for the shim that moves Redis's
+# clock (tests/faults/clock_shift.c), chromium and its chromedriver (package chromium-driver)
+# for tests/browser: the system's browser, so Selenium never downloads one.
 # Installed with apt when we can; otherwise say so and go on: those tests skip on a laptop
 # and fail under CI (tests/support/tools.py require_tool).
 tf_ensure_tools() {
   local pair tool package missing=()
-  for pair in systemd-analyze:systemd faketime:faketime valgrind:valgrind \
+  for pair in systemd-analyze:systemd faketime:faketime gcc:build-essential valgrind:valgrind \
     chromium:chromium chromedriver:chromium-driver; do
     tool=${pair%%:*} package=${pair#*:}
     command -v "$tool" >/dev/null || missing+=("$package")

@@ -22,6 +22,7 @@ from gateway import (
     listing,
     ops,
     queues,
+    schedules,
     ui,
     workers,
 )
@@ -105,7 +106,7 @@ def create_app(
     errors.register(app)
     auth.install(app, settings.api_token)
     blueprints = (jobs.bp, history.bp, listing.bp, dlq.bp, ops.bp, queues.bp, limits.bp)
-    for blueprint in (*blueprints, workers.bp):
+    for blueprint in (*blueprints, workers.bp, schedules.bp):
         app.register_blueprint(blueprint)
     app.register_blueprint(events.bp)
     events.install(app, gw)

@@ -10,6 +10,7 @@ import copy
 from functools import cache
 from typing import Any
 
+from gateway import openapi_schedules
 from gateway.body import MAX_BODY_BYTES
 from gateway.events import KEEPALIVE_SECONDS
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
@@ -1144,12 +1145,20 @@ def _document() -> dict[str, Any]:
             **_dlq_paths(),
             **_ops_paths(),
             **_queue_paths(),
+            **openapi_schedules.paths(_use("BadRequest", "Unauthorized", "Unavailable")),
             **_event_paths(),
         },
         "components": {
-            "schemas": _schemas(),
-            "parameters": {**_parameters(), **_listing_parameters()},
-            "responses": _responses(),
+            "schemas": {**_schemas(), **openapi_schedules.schemas()},
+            "parameters": {
+                **_parameters(),
+                **_listing_parameters(),
+                **openapi_schedules.parameters(),
+            },
+            "responses": {
+                **_responses(),
+                **openapi_schedules.responses(_error("")),
+            },
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }

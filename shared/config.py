@@ -80,6 +80,7 @@ class Settings:
     worker_max_rss_mb: int
     handlers: tuple[str, ...]
     worker_queues: QueuePlan
+    schedules_file: str
     namespace: str
     events: bool
     events_max: int
@@ -332,6 +333,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("WORKER_QUEUES", "worker_queues", DEFAULT_QUEUE,
              "Queues this workerd host serves: in strict order (critical,default,low) or by weight (critical:6,default:3,low:1)",
              parse_worker_queues),
+    Variable("TASKFORGE_SCHEDULES", "schedules_file", "",
+             "Path of the TOML file of periodic schedules workerd enqueues (docs/SCHEDULES.md); every host should name the same file; unset = none",
+             str),
     Variable("TASKFORGE_NAMESPACE", "namespace", "taskforge",
              "Name inside every Redis key's hash tag ({taskforge:<queue>}:v2:…), so several deployments can share one Redis",
              _namespace),
@@ -402,6 +406,8 @@ def summary(settings: Settings) -> list[str]:
             value = value.describe()
         elif isinstance(value, tuple):
             value = ",".join(value) or "(unset)"
+        elif value == "":
+            value = "(unset)"  # TASKFORGE_SCHEDULES: no file
         elif isinstance(value, float) and re.fullmatch(r"[0-9.]+(ms|s|m|h|d)", var.default):
             value = f"{value:g}s"  # a duration: say its unit, as the variable is written
         lines.append(f"{var.env}={value}")

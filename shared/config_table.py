@@ -89,6 +89,7 @@ SECTIONS: tuple[Section, ...] = (
         Setting("WORKER_QUEUES", (WORKERD,)),
         Setting("TASKFORGE_HANDLERS", (WORKERD, BIN_RUN),
                 "bin/run sets workerd.demo unless it is set"),
+        Setting("TASKFORGE_SCHEDULES", (WORKERD,)),
         Setting("WORKER_DRAIN_GRACE", (WORKERD,)),
         Setting("WORKER_HEARTBEAT_TIMEOUT", (WORKERD,)),
         Setting("WORKER_MAX_JOBS", (WORKERD,)),

@@ -58,6 +58,10 @@ class HostNotFound(EngineError):
     """No live workerd host has that registry name."""
 
 
+class ScheduleNotFound(EngineError):
+    """No published periodic schedule has that name."""
+
+
 class IdempotencyConflict(EngineError):
     """The idempotency key already names a job created by a different request."""
 
@@ -115,6 +119,10 @@ class EnqueueResult:
     status: JobState
     created: bool
     created_at_ms: int
+    # The job id was there already (enqueue.lua's `existed`): a repeat of the call, or a
+    # periodic tick another scheduler enqueued first (workerd/periodic.py counts only its own).
+    # Left out of ==: two answers about the same job compare equal, as before it was read.
+    existed: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,19 @@ class Keys:
         return f"{self.global_prefix}events"
 
     @property
+    def schedules(self) -> str:
+        """Return the hash of the periodic schedules' definitions: name -> JSON (docs/SCHEDULES.md).
+
+        Replaced whole by each workerd that starts with a TASKFORGE_SCHEDULES file
+        (publish_schedules.lua); the gateway reads it to list them.
+        """
+        return f"{self.global_prefix}schedules"
+
+    def schedule(self, name: str) -> str:
+        """Return the hash of one schedule's state: last tick, its job, paused and resumed (ms)."""
+        return f"{self.global_prefix}schedule:{name}"
+
+    @property
     def workers(self) -> str:
         """Return the zset of worker ids scored by last heartbeat (ms)."""
         return f"{self.global_prefix}workers"

@@ -86,6 +86,12 @@ EVENTS: frozenset[str] = frozenset(
         "events_read_failed",
         "events_tail_error",
         "events_tail_failed",
+        # periodic schedules (docs/SCHEDULES.md)
+        "schedules_published",
+        "schedule_missed",
+        "schedule_failed",
+        "schedule_paused",
+        "schedule_resumed",
         # the dashboard's login (never the token given)
         "ui_login",
         "ui_login_failed",

@@ -77,6 +77,17 @@ LIFECYCLE: dict[str, Counter] = {
     )
     for event in LIFECYCLE_EVENTS
 }
+# Periodic schedules (docs/SCHEDULES.md): counted by the scheduler that made the job, or that
+# moved the schedule past the dropped ticks, so a fleet's sum counts each tick once. Schedule
+# names come from the operator's file, not from clients: no label cap.
+SCHEDULE_JOBS = Counter(
+    "taskforge_schedule_jobs_total", "Jobs enqueued by a periodic schedule.", ["schedule"]
+)
+SCHEDULE_MISSED = Counter(
+    "taskforge_schedule_missed_total",
+    "Ticks of a periodic schedule that got no job of their own (an outage: skip or catch_up).",
+    ["schedule"],
+)
 HANDLER_SECONDS = Histogram(
     "taskforge_handler_duration_seconds",
     "Time a handler ran, by type and queue.",

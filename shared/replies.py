@@ -87,6 +87,7 @@ def enqueue_result(reply: list[Any]) -> EnqueueResult:
         status=JobState(reply[2].decode()),
         created=code is Code.DONE,
         created_at_ms=int(reply[3]),
+        existed=len(reply) > 4 and reply[4] == 1,
     )
 
 

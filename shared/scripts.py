@@ -47,6 +47,7 @@ from shared.engine_types import (
     QueuePaused,
     RecoverResult,
     Released,
+    ScheduleNotFound,
     TrimResult,
     WrongState,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "QueuePaused",
     "RecoverResult",
     "Released",
+    "ScheduleNotFound",
     "Scripts",
     "TrimResult",
     "WrongState",
@@ -120,6 +122,10 @@ SCRIPT_NAMES = (
     "quiet_host",
     "set_limits",
     "open_gates",
+    "advance_schedule",
+    "pause_schedule",
+    "resume_schedule",
+    "publish_schedules",
 )
 # Hashes of canceled jobs outlive their index entry by this much: trim.lua deletes both at
 # retention; the TTL only matters if trimming stopped (no scheduler running). Completed jobs
@@ -245,9 +251,11 @@ class Scripts:
         idempotency_key: str | None = None,
         now_ms: int | None = None,
         traceparent: str | None = None,
+        actor: Actor | None = None,
     ) -> EnqueueResult:
         """Create a job (pending, or scheduled when scheduled_at is in the future or a delay
-        above 0 is given; the delay counts from Redis's clock).
+        above 0 is given; the delay counts from Redis's clock). `actor`: who its history says
+        enqueued it (None: the api; a periodic schedule's tick passes Actor.SCHEDULER).
 
         With an idempotency key, two calls: reserve.lua ties the key to this job id in the
         global slot, then enqueue.lua creates the job in its queue's slot (no script spans
@@ -260,6 +268,9 @@ class Scripts:
                 request if queue == request.queue else dataclasses.replace(request, queue=queue)
             )
         keys, args = self._enqueue_call(request, job_id, now_ms, traceparent)
+        if actor is not None:
+            # The cap is then always given ('0' when off): the actor comes after it.
+            args = [*args[:11], self.policy.events_cap, ACTOR_CODES[actor]]
         reply = self._call("enqueue", keys, args)
         result = enqueue_result(reply)
         # The key named an earlier request's job: an answer about that job (200), even when
@@ -977,6 +988,40 @@ class Scripts:
             [self.policy.wake_cap, *self._events_cap()],
         )
         return reply[1] == 1
+
+    def advance_schedule(
+        self, name: str, tick_ms: int, job_id: str | None, *, missed: int = 0, jobs: int = 0
+    ) -> bool:
+        """Move a schedule's last tick up to `tick_ms` (never back); return whether it moved.
+
+        `job_id`: the job enqueued for that tick (None: none was); `missed`: due ticks that got
+        no job; `jobs`: jobs enqueued for the ticks up to it. The counts are added only by the
+        call that moves it (docs/SCHEDULES.md).
+        """
+        args = [tick_ms, job_id or "", missed, jobs]
+        reply = self._call("advance_schedule", [self.keys.schedule(name)], args)
+        return reply[1] == 1
+
+    def pause_schedule(self, name: str, *, now_ms: int | None = None) -> QueuePause:
+        """Pause a published schedule: its ticks pass without jobs; raise ScheduleNotFound."""
+        keys = [self.keys.schedules, self.keys.schedule(name)]
+        reply = self._call("pause_schedule", keys, [name, _now(now_ms)])
+        if reply[0] == Code.NOT_FOUND:
+            raise ScheduleNotFound(name)
+        return QueuePause(since_ms=int(reply[1]), changed=reply[2] == 1)
+
+    def resume_schedule(self, name: str, *, now_ms: int | None = None) -> bool:
+        """Resume a schedule from its next tick; return whether it was paused."""
+        keys = [self.keys.schedules, self.keys.schedule(name)]
+        reply = self._call("resume_schedule", keys, [name, _now(now_ms)])
+        if reply[0] == Code.NOT_FOUND:
+            raise ScheduleNotFound(name)
+        return reply[1] == 1
+
+    def publish_schedules(self, definitions: Sequence[tuple[str, str]]) -> int:
+        """Replace the published schedule definitions with these (name, JSON) pairs."""
+        args = [item for pair in definitions for item in pair]
+        return int(self._call("publish_schedules", [self.keys.schedules], args)[1])
 
     def register_queue(self, queue: str) -> None:
         """Add a queue to the list of queues (global slot; SADD, so a repeat changes nothing).

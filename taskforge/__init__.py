@@ -34,6 +34,7 @@ from taskforge.models import (
     JobPage,
     Limits,
     Queue,
+    Schedule,
     ScopeLimit,
     Stats,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "Limits",
     "NotFound",
     "Queue",
+    "Schedule",
     "ScopeLimit",
     "Stats",
     "TaskForgeError",

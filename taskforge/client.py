@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from taskforge.errors import JobCanceled, JobFailed, WaitTimeout
-from taskforge.models import BulkResult, History, Host, Job, JobPage, Limits, Queue, Stats
+from taskforge.models import BulkResult, History, Host, Job, JobPage, Limits, Queue, Schedule, Stats
 from taskforge.transport import DEFAULT_URL, Replay, Transport
 
 Duration = float | int | str | timedelta
@@ -361,6 +361,23 @@ class Client:
     def resume_worker(self, name: str) -> Host:
         """Ask a quiet workerd host to claim again."""
         return Host.from_json(self._http.request("POST", f"/workers/{_seg(name)}/resume"))
+
+    def schedules(self) -> list[Schedule]:
+        """Return every periodic schedule: definition, paused, last tick, the next runs."""
+        doc = self._http.request("GET", "/schedules")
+        return [Schedule.from_json(schedule) for schedule in doc["schedules"]]
+
+    def schedule(self, name: str) -> Schedule:
+        """Return one periodic schedule (``NotFound`` when no workerd published it)."""
+        return Schedule.from_json(self._http.request("GET", f"/schedules/{_seg(name)}"))
+
+    def pause_schedule(self, name: str) -> Schedule:
+        """Pause a schedule: its ticks pass without jobs until it is resumed."""
+        return Schedule.from_json(self._http.request("POST", f"/schedules/{_seg(name)}/pause"))
+
+    def resume_schedule(self, name: str) -> Schedule:
+        """Resume a schedule at its next tick (the ticks it was paused for do not run)."""
+        return Schedule.from_json(self._http.request("POST", f"/schedules/{_seg(name)}/resume"))
 
     def health(self) -> dict[str, Any]:
         """Return ``GET /ready``: the gateway answers and reaches Redis (else ``Unavailable``)."""

@@ -269,3 +269,43 @@ class Stats:
             workers=dict(doc.get("workers", {})),
             raw=doc,
         )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One periodic schedule as ``GET /schedules`` lists it (``next_runs`` in its own zone)."""
+
+    name: str
+    cron: str | None
+    every: str | None
+    timezone: str
+    missed: str
+    job: dict[str, Any]
+    paused: bool
+    paused_since: datetime | None
+    last_tick: datetime | None
+    last_job_id: str | None
+    jobs: int
+    missed_ticks: int
+    next_runs: list[datetime]
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Schedule:
+        """Return the schedule a ``GET /schedules`` entry describes."""
+        return cls(
+            name=doc["name"],
+            cron=doc.get("cron"),
+            every=doc.get("every"),
+            timezone=doc.get("timezone", "UTC"),
+            missed=doc.get("missed", "skip"),
+            job=dict(doc.get("job", {})),
+            paused=bool(doc.get("paused")),
+            paused_since=parse_time(doc.get("paused_since")),
+            last_tick=parse_time(doc.get("last_tick")),
+            last_job_id=doc.get("last_job_id"),
+            jobs=doc.get("jobs", 0),
+            missed_ticks=doc.get("missed_ticks", 0),
+            next_runs=[datetime.fromisoformat(run) for run in doc.get("next_runs", [])],
+            raw=doc,
+        )

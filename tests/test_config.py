@@ -45,6 +45,7 @@ DEFAULTS = {
     "worker_max_rss_mb": 0,
     "handlers": (),
     "worker_queues": {"names": ("default",), "weights": None},
+    "schedules_file": "",
     "namespace": "taskforge",
     "events": True,
     "events_max": 100000,

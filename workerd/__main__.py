@@ -17,6 +17,7 @@ from pathlib import Path
 from shared import log as logsetup
 from shared.config import VARIABLES, Settings, load_or_exit, redact_url
 from shared.multiproc import MULTIPROC_ENV, prepare_multiprocess_dir
+from shared.schedules import Schedule, ScheduleError, load_file
 from workerd import reload
 
 log = logging.getLogger("workerd")
@@ -31,6 +32,7 @@ HELP_VARIABLES = (
     "REDIS_URL",
     "WORKER_COUNT",
     "WORKER_QUEUES",
+    "TASKFORGE_SCHEDULES",
     "PORT_WORKER",
     "TASKFORGE_BIND_HOST",
     "WORKER_DRAIN_GRACE",
@@ -56,7 +58,8 @@ signals:
 exit codes:
   0  stopped cleanly; or --help, --version, or --check-config found nothing wrong
   2  configuration error: a bad variable, TASKFORGE_HANDLERS unset, a handler module that
-     does not import, the port in use, or a bad command line
+     does not import, a bad schedule in TASKFORGE_SCHEDULES, the port in use, or a bad
+     command line
   3  halted: child processes kept dying before they were up"""
 
 
@@ -129,11 +132,35 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def load_schedules(settings: Settings) -> tuple[Schedule, ...]:
+    """Read TASKFORGE_SCHEDULES's file; a bad one exits 2 with one line naming the schedule."""
+    if not settings.schedules_file:
+        return ()
+    try:
+        return load_file(settings.schedules_file)
+    except ScheduleError as exc:
+        print(f"workerd: TASKFORGE_SCHEDULES: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+def describe_schedules(schedules: tuple[Schedule, ...]) -> str:
+    """Return --check-config's line about the periodic schedules."""
+    if not schedules:
+        return "workerd: no periodic schedule (TASKFORGE_SCHEDULES unset)"
+    described = [
+        f"{s.name} ({f'cron {s.cron!r} {s.timezone}' if s.cron else f'every {s.every_text}'}, "
+        f"{s.job.type} on {s.job.queue}, missed={s.missed})"
+        for s in schedules
+    ]
+    return f"workerd: {len(schedules)} periodic schedules: {'; '.join(described)}"
+
+
 def check_config(settings: Settings) -> int:
-    """Import the handler modules without touching the live metrics directory; say what
-    was found and return 0 (a failure exits 2 on the way)."""
+    """Read the schedules and import the handler modules without touching the live metrics
+    directory; say what was found and return 0 (a failure exits 2 on the way)."""
     for warning in settings.warnings:  # replaced values (WORKER_COUNT=abc) are worth a word
         print(f"workerd: warning: {warning}", file=sys.stderr)
+    schedules = load_schedules(settings)
     # A handler module may import prometheus_client, which writes per-process files into
     # PROMETHEUS_MULTIPROC_DIR: keep this process's files out of a running workerd's.
     with tempfile.TemporaryDirectory(prefix="taskforge-workerd-check-") as scratch:
@@ -151,6 +178,7 @@ def check_config(settings: Settings) -> int:
         "a job of another type is left to a live host that runs it (or, if none does, "
         "taken and failed as NoHandler)"
     )
+    print(describe_schedules(schedules))
     return 0
 
 
@@ -166,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.check_config:
         return check_config(settings)
+    schedules = load_schedules(settings)
     logsetup.configure("workerd", settings.log_level)
     own_metrics_dir = not os.environ.get(MULTIPROC_ENV)
     metrics_dir = os.environ.get(MULTIPROC_ENV) or tempfile.mkdtemp(prefix="taskforge-workerd-")
@@ -200,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         generation=generation,
         reloaded=inherited_fd is not None,
         quiet=quiet,
+        schedules=schedules,
     )
     try:
         code = supervisor.run()

@@ -10,7 +10,8 @@ queue once per process, so a failover that dropped its SADD, or a flushed Redis,
 otherwise leave that queue's retries unpromoted, its leases unrecovered and its completed
 jobs untrimmed for good. Jobs still under layout v1 (an old gateway's, in a rolling upgrade)
 move into v2 by workerd/v1_drain.py, at the recovery's pace and under its grace: a v1 lease
-looks expired after an outage too.
+looks expired after an outage too. Periodic schedules (TASKFORGE_SCHEDULES) are enqueued by
+workerd/periodic.py, once a second, outside the recovery's grace: a tick's job is new work.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ import redis
 from shared import metrics, tracing
 from shared.lifecycle import Outcome, record
 from shared.limits import from_stored
+from shared.schedules import Schedule
 from shared.scripts import PromoteResult, Scripts
 from shared.upgrade import Upgrade
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
+from workerd.periodic import PASS_INTERVAL, Periodic
 from workerd.slots import Slot
 from workerd.v1_drain import V1Drain
 
@@ -62,6 +65,7 @@ class SchedulerProcess(StopOnSignal):
         clock: Callable[[], float] = time.monotonic,
         redis_url: str = "",
         served: Sequence[str] = (),
+        schedules: Sequence[Schedule] = (),
     ) -> None:
         self.scripts = scripts
         self.served = tuple(served)  # this host's WORKER_QUEUES, kept on the list
@@ -73,6 +77,8 @@ class SchedulerProcess(StopOnSignal):
         self.clock = clock
         self.recover_not_before = 0.0
         self.next_recover = 0.0
+        self.periodic = Periodic(scripts, schedules)
+        self.next_periodic = 0.0
         self.queues: list[str] = []
         self.rated: list[str] = []  # queues with a rate limit, as of the last listing (a second)
         self.stopping = False
@@ -104,7 +110,8 @@ class SchedulerProcess(StopOnSignal):
         self.backoff.succeeded()
 
     def step(self, now: float, *, now_ms: int | None = None) -> None:
-        """Promote due jobs; once a second (and outside a reconnect grace) recover and trim."""
+        """Promote due jobs; once a second enqueue periodic ticks, and (outside a reconnect
+        grace) recover and trim."""
         began = self.clock()
         if not self.queues or now >= self.next_recover:
             self.queues = self._listed_queues()
@@ -116,6 +123,9 @@ class SchedulerProcess(StopOnSignal):
         ended = self.clock()
         if ended - began > HUNG_CALL_SECONDS:
             self.recover_not_before = ended + self.reconnect_grace  # as after an outage
+        if now >= self.next_periodic:
+            self.next_periodic = now + PASS_INTERVAL
+            self.periodic.step(now_ms=now_ms)
         if now >= self.next_recover and now >= self.recover_not_before:
             self.next_recover = now + RECOVER_INTERVAL
             for queue in self._holding(RECOVER_FROM):

@@ -20,7 +20,7 @@ import select
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
 from wsgiref.simple_server import WSGIServer
 
@@ -30,6 +30,7 @@ from shared import metrics, tracing
 from shared.config import Settings, redact_url
 from shared.keys import Keys
 from shared.redis_conn import connect
+from shared.schedules import Schedule
 from shared.scripts import Policy, Scripts
 from workerd import notify
 from workerd.backoff import Backoff
@@ -83,8 +84,10 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         send_notify: Callable[[str], bool] = notify.notify,
         quiet: bool = False,
+        schedules: Sequence[Schedule] = (),
     ) -> None:
         self.settings = settings
+        self.schedules = tuple(schedules)  # TASKFORGE_SCHEDULES, read and checked before forking
         self.redis_url = redact_url(settings.redis_url)
         self.listener = listener
         self.clock = clock
@@ -263,6 +266,7 @@ class Supervisor:
                 # What this host takes (routing, docs/QUEUES.md): these types from these queues.
                 "queues": self.settings.worker_queues.describe(),
                 "job_types": registered_types(),
+                "schedules": [schedule.name for schedule in self.schedules],
                 "reloaded": self.reloaded,
             },
         )
@@ -364,6 +368,7 @@ class Supervisor:
                 reconnect_grace=grace,
                 redis_url=self.settings.redis_url,
                 served=self.settings.worker_queues.names,
+                schedules=self.schedules,
             )
         else:
             assert self.listener is not None

@@ -30,6 +30,7 @@ NAV: tuple[tuple[str, str, dict[str, str], str], ...] = (
     ("Overview", "ui.overview", {}, "overview"),
     ("Queues", "ui.queues", {}, "queues"),
     ("Workers", "ui.workers", {}, "workers"),
+    ("Periodic", "ui.schedules", {}, "schedules"),
     ("Jobs", "ui.jobs", {}, "jobs"),
     ("Scheduled", "ui.jobs", {"state": "scheduled"}, "jobs:scheduled"),
     ("Retrying", "ui.jobs", {"state": "retrying"}, "jobs:retrying"),

@@ -30,6 +30,8 @@
 -- ARGV[11] -> optional: W3C traceparent of the enqueue span, stored as field `traceparent`
 --             (absent or '' when tracing is off: nothing is stored)
 -- ARGV[12] -> events stream cap; '0' or absent: no event
+-- ARGV[13] -> optional: who enqueues, as a history actor code ('s': a periodic schedule's tick,
+--             workerd/periodic.py); absent: the api. Given only with ARGV[12] ('0' when off)
 --
 -- Returns {DONE, id, status, created_at, existed}: existed is 1 when the job was already there
 --         (a repeat of this call, or of the request an idempotency key names), else 0. A
@@ -60,8 +62,12 @@ if ARGV[7] ~= '' then
 end
 local scheduled_at = due ~= '' and tonumber(due) or nil
 local status = (scheduled_at and scheduled_at > now) and 'scheduled' or 'pending'
--- History's first entry, a constant: enqueued (or scheduled) by the api at created_at, attempt 0.
+-- History's first entry, a constant: enqueued (or scheduled) by the api at created_at, attempt 0,
+-- unless the caller names another actor.
 local first = status == 'scheduled' and 'sa0|0' or 'qa0|0'
+if ARGV[13] then
+  first = string.sub(first, 1, 1) .. ARGV[13] .. '0|0'
+end
 -- The fields every transition reads or writes come first: Redis keeps a small hash as a list
 -- and looks each field up in order.
 local fields = {'status', status, 'token', '0', 'attempts', '0', 'updated_at', stamp,

@@ -1,7 +1,7 @@
 """The ``taskforge`` command line, built on ``taskforge.Client`` alone (docs/CLI.md).
 
-app.py holds the group, the global options and the exit codes; jobs.py, dlq.py and ops.py the
-commands; render.py the human tables.
+app.py holds the group, the global options and the exit codes; jobs.py, dlq.py, ops.py and
+schedules.py the commands; render.py the human tables.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from taskforge.cli import dlq, jobs, limits, ops  # noqa: F401  (each registers its commands)
+from taskforge.cli import dlq, jobs, limits, ops, schedules  # noqa: F401  (each registers its commands)
 from taskforge.cli.app import Exit, cli, json_everywhere, run
 
 json_everywhere(cli)  # after every command is registered

@@ -19,6 +19,7 @@ from selenium.webdriver.support.select import Select
 
 from shared.engine_types import Policy
 from shared.keys import Keys
+from shared.schedules import parse_entry
 from shared.scripts import Scripts
 from tests.browser.conftest import (
     DLQ_QUEUE,
@@ -32,12 +33,14 @@ from tests.browser.conftest import (
     origin,
     page_problems,
 )
+from workerd.periodic import Periodic
 
 # Every page of the nav, by the path that opens it and the data-page it declares.
 PAGES = {
     "overview": "/ui",
     "queues": "/ui/queues",
     "workers": "/ui/workers",
+    "schedules": "/ui/schedules",
     "jobs": "/ui/jobs",
     "dlq": "/ui/dlq",
 }
@@ -443,6 +446,10 @@ def wide_data(system: System) -> Iterator[str]:
         traceback = f'Traceback (most recent call last):\n  File "/srv/app/{"x/" * 60}tasks.py"\n'
         engine.fail(job_id, job.token, LONG_ERROR, traceback=traceback, queue=queue)
     system.enqueue(LONG_TYPE, queue=other, scheduled_at="2099-01-01T00:00:00Z")
+    # A periodic schedule with long names and a zone with a long name (the Periodic page).
+    schedule = {"cron": "30 2 * * 1-5", "timezone": "America/Argentina/Buenos_Aires"}
+    schedule["job"] = {"type": LONG_TYPE, "queue": WIDE_QUEUES[0]}
+    Periodic(engine, [parse_entry("reports-monthly-enterprise-digest", schedule)]).publish()
     system.enqueue(LONG_TYPE, queue=other)
     with paused(system, other):
         yield job_id  # the last one failed: dead

@@ -133,6 +133,9 @@ def watch(gw: Gunicorn, *flags: str, tty: bool) -> tuple[int, str, str]:
         stdout=writer,
         stderr=subprocess.PIPE,
         env={k: v for k, v in os.environ.items() if not k.startswith("TASKFORGE_")},
+        # A shell's background job inherits SIGINT ignored, and Python keeps it so: the
+        # Ctrl-C this test sends would then be lost. A terminal's user has it at its default.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     os.close(writer)
     os.set_blocking(reader, False)  # so the bounded waits below never hang in a read

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from shared.schedules import parse_entry
 from shared.scripts import Scripts
 from taskforge import (
     Client,
@@ -18,6 +19,7 @@ from taskforge import (
     JobFailed,
     JobSpec,
     NotFound,
+    Schedule,
     WaitTimeout,
 )
 from tests.support.engine_jobs import (
@@ -27,6 +29,7 @@ from tests.support.engine_jobs import (
 )
 from tests.support.gunicorn import Gunicorn
 from tests.support.tools import wait_until
+from workerd.periodic import Periodic
 
 
 def test_enqueue_sends_every_option_and_get_reads_the_same_job(tf: Client) -> None:
@@ -199,6 +202,30 @@ def test_queues_pause_and_resume(tf: Client) -> None:
     listed = {q.name: q for q in tf.queues()}
     assert listed[queue].paused and listed[queue].jobs["pending"] == 1
     assert not tf.resume_queue(queue).paused
+
+
+def test_schedules_list_pause_and_resume(tf: Client, engine: Scripts) -> None:
+    nightly = parse_entry(
+        "nightly", {"cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": {"type": "pdf"}}
+    )
+    Periodic(engine, [nightly]).publish()
+    [listed] = tf.schedules()
+    assert isinstance(listed, Schedule)
+    assert (listed.name, listed.cron, listed.every, listed.timezone) == (
+        "nightly",
+        "0 3 * * *",
+        None,
+        "Europe/Berlin",
+    )
+    assert listed.job["type"] == "pdf" and listed.last_tick is None and not listed.paused
+    assert len(listed.next_runs) == 5
+    assert all(run.hour == 3 and run.tzinfo is not None for run in listed.next_runs)
+    paused = tf.pause_schedule("nightly")
+    assert paused.paused and paused.paused_since is not None
+    assert tf.schedule("nightly").paused
+    assert not tf.resume_schedule("nightly").paused
+    with pytest.raises(NotFound, match="schedule not found"):
+        tf.pause_schedule("other")
 
 
 def test_workers_is_empty_without_workerd_and_quiet_names_a_missing_host(tf: Client) -> None:

@@ -353,3 +353,17 @@ def test_fail_in_a_limited_queue_is_within_its_budget(r: redis.Redis, engine: Sc
     token = claimed(engine, J1)
     counts = commands_of(r, lambda: engine.fail(J1, token, "E: boom"))
     assert_within(counts, budget(engine, counts, FAIL_LIMITED, 1))
+
+
+# Issue 17, periodic schedules: a tick's job costs an enqueue (above) and this advance: HGET,
+# HSET, HINCRBY of the jobs; a pass that lost the race, or a clock behind, only the HGET.
+ADVANCE_SCHEDULE = 3
+ADVANCE_SCHEDULE_LOST = 1
+
+
+def test_advancing_a_schedule_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    engine.advance_schedule("s", 1_000, None)
+    counts = commands_of(r, lambda: engine.advance_schedule("s", 2_000, J1, jobs=1))
+    assert_within(counts, budget(engine, counts, ADVANCE_SCHEDULE, 0))
+    counts = commands_of(r, lambda: engine.advance_schedule("s", 2_000, J1, jobs=1))
+    assert_within(counts, budget(engine, counts, ADVANCE_SCHEDULE_LOST, 0))

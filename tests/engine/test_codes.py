@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis
 
+from shared.history import Actor
 from shared.jobs import JobState, format_ms
 from shared.listing import list_jobs
 from shared.scripts import SCRIPT_NAMES, Code, EngineError, Scripts, load_source
@@ -180,6 +181,12 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
     scripts.enqueue(request(), "00000000-0000-4000-8000-0000000000e4", idempotency_key="k")
     batch = [(request(), "00000000-0000-4000-8000-0000000000e5")]
     scripts.enqueue_many(batch, idempotency_key="kb")
+    # Last of the enqueues: a periodic tick's names its actor, the header's last argument.
+    scripts.enqueue(request(), "00000000-0000-4000-8000-0000000000e6", actor=Actor.SCHEDULER)
+    scripts.publish_schedules([("s", "{}")])
+    scripts.advance_schedule("s", T0, J1, missed=1, jobs=1)
+    scripts.pause_schedule("s", now_ms=T0)
+    scripts.resume_schedule("s", now_ms=T0)
 
     assert set(sent) == set(SCRIPT_NAMES)
     for name, counts in sent.items():

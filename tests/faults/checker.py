@@ -241,6 +241,10 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
     # The limits and their live state (a slot per running job, held jobs, buckets, gates).
     fixed |= {keys.limits, keys.running, keys.held, keys.held_order, keys.buckets, keys.gates}
     problems += leaked_slots(client, keys, set(members["processing"]))
+    # Periodic schedules: the published definitions, and each schedule's state (docs/SCHEDULES.md:
+    # one small hash per schedule ever published, kept so a schedule resumes where it was).
+    fixed |= {keys.schedules}
+    fixed |= {k for k in all_keys if k.startswith(keys.schedule(""))}
     job_keys = [k for k in all_keys if k.startswith(keys.job_prefix)]
     pipe = client.pipeline(transaction=False)
     for k in job_keys:

@@ -64,3 +64,38 @@ def redis_now_ms(client: redis.Redis) -> int:
     """Return Redis's clock (TIME) in milliseconds: the one clock leases and schedules use."""
     seconds, micros = client.time()
     return seconds * 1000 + micros // 1000
+
+
+class MovableClock:
+    """A wall clock offset that a running process re-reads at every call: Redis's, moved.
+
+    :attr:`env` starts a process (a redis-server: Redis TIME is the clock every schedule and
+    lease uses) with tests/faults/clock_shift.c preloaded, compiled here with the system's C
+    compiler; :meth:`shift` moves its wall clock from the next call on, with no restart. Only
+    the wall clock moves: Redis's timers run on the monotonic clock and keep their pace.
+    libfaketime cannot do this one: redis-server does not start under it (0.9.10's
+    clock_gettime recurses through jemalloc's).
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, "clock_shift")
+        library = os.path.join(directory, "clock_shift.so")
+        source = os.path.join(os.path.dirname(__file__), "clock_shift.c")
+        compiler = require_tool("gcc")
+        subprocess.run(
+            [compiler, "-shared", "-fPIC", "-O2", "-o", library, source, "-ldl"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        self.offset = 0
+        self.shift(0)
+        self.env = {"LD_PRELOAD": library, "CLOCK_SHIFT_FILE": self.path}
+
+    def shift(self, seconds: int) -> None:
+        """Set the offset from the real clock to `seconds` (a rename: never half written)."""
+        staged = f"{self.path}.new"
+        with open(staged, "w") as handle:
+            handle.write(f"{seconds}\n")
+        os.replace(staged, self.path)
+        self.offset = seconds

@@ -12,16 +12,19 @@ import random
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
 
-from shared import limits
+from shared import limits, ticks
 from shared.keys import Keys
+from shared.schedule_state import read_states
+from shared.schedules import load_file
 from shared.scripts import Scripts
-from tests.faults.checker import check, read_journal
+from tests.faults.checker import OK, EnqueueRecord, check, read_journal
 from tests.faults.harness import (
     FAULT_ENV,
     enqueue_journaled,
@@ -39,6 +42,7 @@ from tests.faults.process_tools import jobs_held_at_death
 from tests.support.redis_server import RedisServer
 from tests.support.stats import percentile
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import start_workerd  # noqa: F401  (fixture)
 
@@ -396,3 +400,115 @@ def test_a_claim_whose_every_reply_is_lost_is_not_orphaned(
     assert sum(recoveries) == 0, "a job waited out its lease"
     assert report.violations == [], report.violations
     assert report.event_mismatches == [], report.event_mismatches[:5]
+
+
+PERIODIC = """
+[schedules.each-second]
+every = "1s"
+missed = "catch_up"
+job = {{ type = "journaled", payload = {{ file = "{journal}" }} }}
+
+[schedules.cron-second]
+cron = "* * * * * *"
+timezone = "Europe/Berlin"
+job = {{ type = "journaled", payload = {{ file = "{journal}" }} }}
+"""
+
+
+def test_periodic_ticks_while_schedulers_are_sigkilled(
+    start_workerd: Callable[..., Workerd],  # noqa: F811
+    r: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    """Scenario 13: three hosts run the same two per-second schedules (an interval, and a cron
+    in a zone with DST); for 10 s a random host loses its scheduler (SIGKILL; its supervisor
+    forks another) or, one time in four, everything at once (SIGKILL to its process group;
+    a new host starts). Every tick of the window gets exactly one job, run exactly once."""
+    journal = tmp_path / "journal.jsonl"
+    path = tmp_path / "schedules.toml"
+    path.write_text(PERIODIC.format(journal=journal))
+    schedules = load_file(str(path))
+    names = [s.name for s in schedules]
+    env = {**FAULT_ENV, "WORKER_COUNT": "1", "TASKFORGE_SCHEDULES": str(path)}
+    hosts = [start_workerd(new_session=True, **env) for _ in range(3)]
+
+    def lasts() -> list[int | None]:
+        return [state.last_ms for state in read_states(r, KEYS, names)[1]]
+
+    wait_until(lambda: all(lasts()), 10, "every schedule to be seen")
+    first = lasts()
+    rng = random.Random(19)
+    deadline = time.monotonic() + 10
+    scheduler_kills = host_kills = 0
+    first_seen: dict[int, float] = {}  # scheduler pid -> when this test first saw it
+    while time.monotonic() < deadline:
+        for host in hosts:
+            for pid in host.children("scheduler"):
+                first_seen.setdefault(pid, time.monotonic())
+        index = rng.randrange(len(hosts))
+        if rng.random() < 0.25:
+            hosts[index].signal_group(signal.SIGKILL)
+            hosts[index].wait_exit(10)
+            hosts[index] = start_workerd(new_session=True, wait_ready=False, **env)
+            host_kills += 1
+        else:
+            for pid in hosts[index].children("scheduler"):
+                # Only one that is surely up: a child killed while booting counts towards the
+                # supervisor's halt (five in a row), a crash loop this scenario is not about.
+                if time.monotonic() - first_seen.get(pid, time.monotonic()) >= 0.5:
+                    os.kill(pid, signal.SIGKILL)  # its supervisor forks another
+                    scheduler_kills += 1
+        time.sleep(rng.uniform(0.2, 0.8))  # the fault cadence
+    for host in hosts:
+        host.wait_ready()
+    settled_at = lasts()
+    wait_until(lambda: all(a > b for a, b in zip(lasts(), settled_at, strict=True)), 10, "a tick")
+    # Stop every scheduler, then count: no job is enqueued after the count.
+    for host in hosts:
+        assert host.stop() == 0, host.tail()
+    last = lasts()
+    enqueued = Counter(
+        fields[b"j"].decode()
+        for _, fields in r.xrange(KEYS.events)
+        if fields.get(b"e") == b"enqueued"
+    )
+    by_id: dict[str, tuple[str, int]] = {}
+    window: dict[str, list[int]] = {}
+    for schedule, start, end in zip(schedules, first, last, strict=True):
+        assert start is not None and end is not None
+        ticks_seen = []
+        for tick in ticks.ticks_after(schedule, start - 10_000):  # the test reads `first` late
+            if tick > end:
+                break
+            ticks_seen.append(tick)
+            by_id[ticks.job_id(schedule.name, tick)] = (schedule.name, tick)
+        window[schedule.name] = [t for t in ticks_seen if t > start]
+    assert set(enqueued) <= set(by_id), "a job of no tick"
+    missing = [
+        (name, tick)
+        for name, in_window in window.items()
+        for tick in in_window
+        if enqueued[ticks.job_id(name, tick)] != 1
+    ]
+    records = [EnqueueRecord(job_id, OK) for job_id in enqueued]
+    drain = start_workerd(**{**FAULT_ENV, "WORKER_COUNT": "2"})  # no schedules: runs the rest
+    wait_settled(r, list(enqueued), timeout=30.0, workerd=drain)
+    report = check(records, read_journal(journal), r)
+    states = read_states(r, KEYS, names)[1]
+    figures = {
+        **report.summary(),
+        "ticks_in_window": sum(len(v) for v in window.values()),
+        "ticks_without_one_job": len(missing),
+        "jobs_per_tick_max": max(enqueued.values()),
+        "scheduler_kills": scheduler_kills,
+        "host_kills": host_kills,
+        "missed_counted": sum(state.missed for state in states),
+    }
+    print_figures("periodic_scheduler_kills", figures)
+    assert missing == [], missing[:5]
+    assert max(enqueued.values()) == 1
+    assert sum(len(v) for v in window.values()) >= 2 * 10
+    assert report.lost == [] and report.duplicates == 0, figures
+    assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
+    assert scheduler_kills + host_kills >= 10, figures

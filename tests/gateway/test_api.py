@@ -434,6 +434,10 @@ ROUTES = [
     ("GET", "/workers"),
     ("POST", "/workers/host-1/quiet"),
     ("POST", "/workers/host-1/resume"),
+    ("GET", "/schedules"),
+    ("GET", "/schedules/nightly"),
+    ("POST", "/schedules/nightly/pause"),
+    ("POST", "/schedules/nightly/resume"),
     ("GET", "/events"),
 ]
 
@@ -450,6 +454,7 @@ def test_routes_lists_every_route(client: FlaskClient) -> None:
         "/host-1/": "/<name>/",
         "/types/pdf": "/types/<job_type>",
     }
+    named["/schedules/nightly"] = "/schedules/<name>"
 
     def rule_of(path: str) -> str:
         for value, placeholder in named.items():

@@ -23,17 +23,20 @@ import pytest
 import redis
 
 from gateway.openapi import HOST_EXAMPLE
+from gateway.openapi_schedules import SCHEDULE_EXAMPLE
 from shared.keys import Keys
+from shared.schedules import parse_entry
 from shared.scripts import Scripts
 from tests.gateway import helpers
 from tests.gateway.conftest import TOKEN
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.redis_server import RedisServer
 from tests.support.tools import ROOT
+from workerd.periodic import Periodic
 
 ST = Path(sys.executable).with_name("st")
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
-OPERATIONS = 28
+OPERATIONS = 32  # issue 17: +4, the periodic schedules; +6, the limits
 # A fixed seed, one worker and no example database: every run draws the same inputs, so the
 # test cannot flake on a rare draw and a failure reproduces with the command it prints.
 SEED = 12
@@ -48,9 +51,12 @@ DEAD_JOBS = 20
 
 @pytest.fixture
 def dead_jobs(r: redis.Redis) -> list[str]:
-    """Seed dead jobs on the emptied Redis: GET /dlq lists their ids for replay and purge; and
-    a workerd host under the document's example name, so quiet and resume reach a live one."""
+    """Seed dead jobs on the emptied Redis: GET /dlq lists their ids for replay and purge; a
+    workerd host under the document's example name, so quiet and resume reach a live one; and
+    a schedule under its example name, so its pause and resume reach a published one."""
     scripts = Scripts(r, Keys())
+    schedule = parse_entry(SCHEDULE_EXAMPLE, {"cron": "0 3 * * *", "job": {"type": "report"}})
+    Periodic(scripts, [schedule]).publish()
     host = {"host": "worker-1", "pid": 4242, "workers": 2, "busy": 0, "queues": "default"}
     scripts.heartbeat(HOST_EXAMPLE, host, ttl_ms=3_600_000)
     return [helpers.dead(scripts) for _ in range(DEAD_JOBS)]

@@ -28,7 +28,7 @@ from tests.support.tools import free_port
 
 K = Keys()
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
-PAGES = ["/ui", "/ui/queues", "/ui/workers", "/ui/jobs", "/ui/dlq"]
+PAGES = ["/ui", "/ui/queues", "/ui/workers", "/ui/schedules", "/ui/jobs", "/ui/dlq"]
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import redis
 from flask.testing import FlaskClient
 
 from gateway.ui import dlq
+from shared.schedules import parse_entry
 from shared.scripts import Scripts
 from tests.gateway.test_ui import (  # noqa: F401
     K,
@@ -22,6 +23,7 @@ from tests.gateway.test_ui import (  # noqa: F401
     text,
     ui,
 )
+from workerd.periodic import Periodic
 
 HOST = "box-1-4242"
 
@@ -234,3 +236,36 @@ def test_dlq_all_stops_at_its_bound_and_continues(
     assert (done.status_code, done.location) == (303, "/ui/dlq?queue=mail")
     statuses = {engine.redis.hget(K.for_queue("mail").job(j), "status") for j in ids}
     assert statuses == {b"pending"}
+
+
+def test_the_schedules_page_lists_next_runs_and_pauses_then_resumes_one(
+    ui: FlaskClient,  # noqa: F811
+    engine: Scripts,  # noqa: F811
+) -> None:
+    assert "No periodic schedules" in text(ui.get("/ui/schedules"))
+    nightly = parse_entry(
+        "nightly", {"cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": {"type": "pdf"}}
+    )
+    Periodic(engine, [nightly]).publish()
+    page = text(ui.get("/ui/schedules"))
+    row = re.search(r'<tr data-schedule="nightly">.*?</tr>', page, re.S)
+    assert row is not None
+    assert '<td class="state">active</td>' in row[0] and "Europe/Berlin" in row[0]
+    runs = re.findall(r"<li>(\d{4}-\d\d-\d\dT03:00:00\+0[12]:00)</li>", row[0])
+    assert len(runs) == 5
+    assert 'action="/ui/schedules/nightly/pause"' in row[0]
+
+    paused = post(ui, "/ui/schedules/nightly/pause", "/ui/schedules")
+
+    assert (paused.status_code, paused.location) == (303, "/ui/schedules")
+    assert engine.redis.hexists(K.schedule("nightly"), "paused")
+    page = text(ui.get("/ui/schedules"))
+    assert "Schedule nightly paused" in page
+    assert 'action="/ui/schedules/nightly/resume"' in page
+    post(ui, "/ui/schedules/nightly/resume", "/ui/schedules")
+    assert not engine.redis.hexists(K.schedule("nightly"), "paused")
+    assert post(ui, "/ui/schedules/other/pause", "/ui/schedules").status_code == 404
+    assert post(ui, "/ui/schedules/b%20d/pause", "/ui/schedules").status_code == 400
+    # A form without its CSRF token changes nothing.
+    assert ui.post("/ui/schedules/nightly/pause").status_code == 400
+    assert not engine.redis.hexists(K.schedule("nightly"), "paused")

@@ -44,6 +44,7 @@ class RedisServer:
     port: int = field(default_factory=free_port)
     host: str = "127.0.0.1"
     process: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)  # added to ours (libfaketime's, say)
 
     @property
     def url(self) -> str:
@@ -88,7 +89,10 @@ class RedisServer:
         if self.running:
             return
         self.process = subprocess.Popen(
-            self.args(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+            self.args(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, **self.env} if self.env else None,
         )
         self._wait_for_ping()
 

@@ -1,0 +1,85 @@
+"""``taskforge schedules ls|pause|resume``: the periodic schedules workerd publishes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import click
+
+from taskforge.cli import render
+from taskforge.cli.app import Session, cli, output, pass_session
+from taskforge.models import Schedule
+
+SCHEDULE_HEADERS = (
+    "NAME",
+    "WHEN",
+    "ZONE",
+    "MISSED",
+    "STATE",
+    "JOB",
+    "LAST TICK",
+    "LAST JOB",
+    "NEXT RUN",
+)
+
+
+def local(moment: datetime | None) -> str:
+    """Return a time in its own zone to the second, with its offset (a schedule's next run)."""
+    return render.NONE if moment is None else moment.isoformat(timespec="seconds")
+
+
+def schedule_row(schedule: Schedule) -> list[render.Cell]:
+    """Return a schedule as one row under SCHEDULE_HEADERS."""
+    job = schedule.job
+    return [
+        schedule.name,
+        f"cron {schedule.cron}" if schedule.cron else f"every {schedule.every}",
+        schedule.timezone if schedule.cron else None,
+        schedule.missed,
+        "paused" if schedule.paused else "running",
+        f"{job.get('type')} on {job.get('queue')}",
+        render.when(schedule.last_tick),
+        schedule.last_job_id,
+        local(schedule.next_runs[0] if schedule.next_runs else None),
+    ]
+
+
+def schedule_detail(schedule: Schedule) -> str:
+    """Return one schedule's state and its next runs, after a pause or a resume."""
+    state = "paused" if schedule.paused else "running"
+    runs = "\n".join(f"  {local(run)}" for run in schedule.next_runs)
+    return f"{schedule.name} {state}; next runs:\n{runs}"
+
+
+@cli.group()
+def schedules() -> None:
+    """List, pause and resume periodic schedules (TASKFORGE_SCHEDULES on workerd)."""
+
+
+@schedules.command("ls")
+@pass_session
+def schedules_ls(session: Session) -> None:
+    """List every schedule: when it ticks, paused or not, its last tick and job, next run."""
+    found = session.client.schedules()
+    text = render.table(SCHEDULE_HEADERS, [schedule_row(s) for s in found])
+    if not found:
+        text = "no periodic schedules (workerd publishes its TASKFORGE_SCHEDULES file at start)"
+    output(session, {"schedules": [s.raw for s in found]}, text)
+
+
+@schedules.command("pause")
+@click.argument("name")
+@pass_session
+def schedules_pause(session: Session, name: str) -> None:
+    """Pause a schedule: its ticks pass without jobs until it is resumed."""
+    schedule = session.client.pause_schedule(name)
+    output(session, schedule.raw, schedule_detail(schedule))
+
+
+@schedules.command("resume")
+@click.argument("name")
+@pass_session
+def schedules_resume(session: Session, name: str) -> None:
+    """Resume a schedule at its next tick (the ticks it was paused for do not run)."""
+    schedule = session.client.resume_schedule(name)
+    output(session, schedule.raw, schedule_detail(schedule))

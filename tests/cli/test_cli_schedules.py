@@ -1,0 +1,55 @@
+"""``taskforge schedules ls|pause|resume`` against the real gateway on a real Redis."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+
+from shared.keys import Keys
+from shared.schedules import parse_entry
+from shared.scripts import Scripts
+from taskforge.cli import Exit
+from tests.cli.conftest import Taskforge
+from workerd.periodic import Periodic
+
+NIGHTLY = {"cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": {"type": "pdf"}}
+BEAT = {"every": "15m", "missed": "catch_up", "job": {"type": "noop", "queue": "low"}}
+
+
+def publish(r: redis.Redis, **schedules: dict[str, Any]) -> None:
+    """Publish schedules as a workerd host does from its file."""
+    found = [parse_entry(name, entry) for name, entry in schedules.items()]
+    Periodic(Scripts(r, Keys()), found).publish()
+
+
+def test_schedules_ls_shows_each_with_its_next_run(taskforge: Taskforge, r: redis.Redis) -> None:
+    assert "no periodic schedules" in taskforge("schedules", "ls").out
+    publish(r, nightly=NIGHTLY, beat=BEAT)
+    listed = taskforge("schedules", "ls")
+    assert listed.code == Exit.OK, listed.err
+    header, *rows = listed.out.splitlines()
+    assert header.split()[:4] == ["NAME", "WHEN", "ZONE", "MISSED"]
+    beat = next(row for row in rows if row.startswith("beat"))
+    nightly = next(row for row in rows if row.startswith("nightly"))
+    assert "every 900s" in beat and "catch_up" in beat and "noop on low" in beat
+    assert "cron 0 3 * * *" in nightly and "Europe/Berlin" in nightly and "running" in nightly
+    assert "T03:00:00+0" in nightly  # the next run, in Berlin's time with its offset
+    doc = json.loads(taskforge("--json", "schedules", "ls").out)
+    assert [s["name"] for s in doc["schedules"]] == ["beat", "nightly"]
+
+
+def test_schedules_pause_and_resume_print_the_state_and_next_runs(
+    taskforge: Taskforge, r: redis.Redis
+) -> None:
+    publish(r, nightly=NIGHTLY)
+    paused = taskforge("schedules", "pause", "nightly")
+    assert paused.code == Exit.OK and paused.out.startswith("nightly paused; next runs:")
+    assert len(paused.out.splitlines()) == 6
+    assert "paused" in taskforge("schedules", "ls").out.splitlines()[1]
+    doc = json.loads(taskforge("--json", "schedules", "resume", "nightly").out)
+    assert doc["paused"] is False and len(doc["next_runs"]) == 5
+    missing = taskforge("schedules", "pause", "nope")
+    assert missing.code == Exit.API_ERROR
+    assert missing.error_line() == "taskforge: error: schedule not found (HTTP 404)"

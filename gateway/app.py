@@ -18,6 +18,7 @@ from gateway import (
     events,
     history,
     jobs,
+    limits,
     listing,
     ops,
     queues,
@@ -104,8 +105,8 @@ def create_app(
     gw = app.extensions[Gateway.EXTENSION] = Gateway(settings, scripts)
     errors.register(app)
     auth.install(app, settings.api_token)
-    blueprints = (jobs.bp, history.bp, listing.bp, dlq.bp, ops.bp, queues.bp, workers.bp)
-    for blueprint in (*blueprints, schedules.bp):
+    blueprints = (jobs.bp, history.bp, listing.bp, dlq.bp, ops.bp, queues.bp, limits.bp)
+    for blueprint in (*blueprints, workers.bp, schedules.bp):
         app.register_blueprint(blueprint)
     app.register_blueprint(events.bp)
     events.install(app, gw)

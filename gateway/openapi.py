@@ -30,6 +30,7 @@ from shared.jobs import (
     TYPE_PATTERN,
     JobState,
 )
+from shared.limits import MAX_COUNT, RATE_PATTERN
 from shared.queries import CURSOR_PATTERN
 from shared.queues import DEFAULT_QUEUE, QUEUE_PATTERN
 
@@ -201,6 +202,11 @@ def _history_schema() -> dict[str, Any]:
                 "type": "string",
                 "description": "How a running job stopped for its cancel (canceled): handler, "
                 "sigterm, sigkill, failed, timeout or lost.",
+            },
+            "reason": {
+                "type": "string",
+                "enum": ["concurrency", "rate"],
+                "description": "held: which of its type's limits holds the job back.",
             },
             "actor": {"type": "string", "enum": [str(actor) for actor in ACTOR_CODES]},
         },
@@ -413,6 +419,79 @@ def _schemas() -> dict[str, Any]:
     }
 
 
+def _limits_schemas() -> dict[str, Any]:
+    use = {
+        "running": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Jobs running in its slots now.",
+        },
+        "held": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Pending jobs its limits hold back (counted as pending).",
+        },
+    }
+    concurrency = {"type": "integer", "minimum": 1, "maximum": MAX_COUNT}
+    rate = {
+        "type": "string",
+        "pattern": f"^{RATE_PATTERN}$",
+        "description": "N/PERIOD: N claims a period, a token bucket of N on Redis's clock; "
+        "PERIOD like 1s, 500ms, 1m, 1h (a bare unit is 1 of it).",
+        "examples": ["100/1m", "10/1s"],
+    }
+    nullable = {
+        "concurrency": {
+            "oneOf": [{"type": "null"}, concurrency],
+            "description": "At most this many running at once across the fleet; null: none.",
+        },
+        "rate": {"oneOf": [{"type": "null"}, rate], "description": "null: no rate limit."},
+    }
+    scope = {"type": "object", "additionalProperties": False, "properties": nullable}
+    type_name = {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"}
+    return {
+        "LimitsInput": {
+            **scope,
+            "properties": {
+                **nullable,
+                "types": {
+                    "type": "object",
+                    "propertyNames": type_name,
+                    "additionalProperties": _ref("TypeLimitInput"),
+                    "description": "Per job type, in this queue; a type with no limit is left out.",
+                },
+            },
+            "examples": [
+                {"concurrency": 10, "rate": "100/1m", "types": {"generate_pdf": {"concurrency": 5}}}
+            ],
+        },
+        "TypeLimitInput": {
+            **scope,
+            "anyOf": [
+                {"required": ["concurrency"], "properties": {"concurrency": concurrency}},
+                {"required": ["rate"], "properties": {"rate": rate}},
+            ],
+            "examples": [{"concurrency": 5, "rate": "10/1s"}],
+        },
+        "Limits": _object(
+            ["queue", "concurrency", "rate", "running", "held", "types"],
+            {
+                "queue": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
+                **nullable,
+                **use,
+                "types": {
+                    "type": "object",
+                    "propertyNames": type_name,
+                    "additionalProperties": _object(
+                        ["concurrency", "rate", "running", "held"], {**nullable, **use}
+                    ),
+                },
+            },
+        ),
+        "LimitsList": _object(["queues"], {"queues": {"type": "array", "items": _ref("Limits")}}),
+    }
+
+
 def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any]:
     count = {"type": "integer", "minimum": 0}
     queue = _object(
@@ -424,6 +503,7 @@ def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any
             "oldest_pending_age_seconds",
             "completed_last_minute",
             "failed_last_minute",
+            "limits",
         ],
         {
             "name": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
@@ -439,6 +519,10 @@ def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any
                 **count,
                 "description": "Failed executions in the last 60 s, retried or dead "
                 "(a job lost with its worker is not a failure).",
+            },
+            "limits": {
+                "oneOf": [{"type": "null"}, _ref("Limits")],
+                "description": "Its concurrency and rate limits and their use; null: none.",
             },
         },
     )
@@ -484,6 +568,7 @@ def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any
         },
     )
     return {
+        **_limits_schemas(),
         "Queue": queue,
         "Queues": _object(["queues"], {"queues": {"type": "array", "items": _ref("Queue")}}),
         "Host": host,
@@ -526,6 +611,13 @@ def _parameters() -> dict[str, Any]:
             "required": True,
             "schema": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
             "example": "critical",
+        },
+        "TypeName": {
+            "name": "job_type",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
+            "example": "generate_pdf",
         },
         "HostName": {
             "name": "name",
@@ -868,6 +960,62 @@ def _ops_paths() -> dict[str, Any]:
     }
 
 
+def _limits_paths() -> dict[str, Any]:
+    state = _json(_ref("Limits"), "The queue's limits as they are now, with their use.")
+    by_name = ("BadRequest", "Unauthorized", "Unavailable")
+    changed = {"200": state, **_use(*BODY_ERRORS, "Conflict")}
+    conflict = "409: the limits kept changing under this request (another change won); retry."
+    return {
+        "/limits": {
+            "get": _operation(
+                "listLimits",
+                "Every queue that has limits: its own and its job types', running and held.",
+                {
+                    "200": _json(_ref("LimitsList"), "Queues with limits, by name."),
+                    **_use("Unauthorized", "Unavailable"),
+                },
+            )
+        },
+        "/queues/{name}/limits": {
+            "get": _operation(
+                "getLimits",
+                "One queue's limits and their use (all null when it has none).",
+                {"200": state, **_use(*by_name)},
+                parameters=[_param("QueueName")],
+            ),
+            "put": _operation(
+                "putLimits",
+                "Set a queue's own limits; with types, replace every job type's too "
+                "(without, they stay). " + conflict,
+                changed,
+                parameters=[_param("QueueName")],
+                requestBody=_body("LimitsInput"),
+            ),
+            "delete": _operation(
+                "clearLimits",
+                "Remove every limit of a queue; held jobs become claimable at once.",
+                {"200": state, **_use(*by_name, "Conflict")},
+                parameters=[_param("QueueName")],
+            ),
+        },
+        "/queues/{name}/limits/types/{job_type}": {
+            "put": _operation(
+                "putTypeLimit",
+                "Set one job type's limits in a queue; the others stay. " + conflict,
+                changed,
+                parameters=[_param("QueueName"), _param("TypeName")],
+                requestBody=_body("TypeLimitInput"),
+            ),
+            "delete": _operation(
+                "clearTypeLimit",
+                "Remove one job type's limits in a queue.",
+                {"200": state, **_use(*by_name, "Conflict")},
+                parameters=[_param("QueueName"), _param("TypeName")],
+            ),
+        },
+    }
+
+
 def _queue_paths() -> dict[str, Any]:
     queue = _json(_ref("Queue"), "The queue as it is now.")
     hosts = _json(_ref("Hosts"), "Every live workerd host, by name.")
@@ -901,6 +1049,7 @@ def _queue_paths() -> dict[str, Any]:
                 parameters=[_param("QueueName")],
             )
         },
+        **_limits_paths(),
         "/workers": {
             "get": _operation(
                 "listWorkers",
@@ -938,7 +1087,7 @@ def _event_paths() -> dict[str, Any]:
         "description": "A text/event-stream that stays open: first `retry: 2000` and the "
         "cursor of now (or of Last-Event-ID); then one message per event (`id`: the cursor, "
         "`event`: its name, `data`: JSON {event, job_id, type, queue, attempt, worker, host, "
-        "at}, absent fields left out), `event: gap` when a stream dropped entries the client "
+        "reason (held: concurrency or rate), at}, absent fields left out), `event: gap` when a stream dropped entries the client "
         "had not read (data: queue, from, first), and a `: keepalive` comment every "
         f"TASKFORGE_EVENTS_KEEPALIVE ({KEEPALIVE_SECONDS:g} s by default) while idle. A client "
         "that reads nothing for twice that long is dropped. docs/EVENTS.md.",

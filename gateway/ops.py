@@ -84,7 +84,7 @@ def _counts(counts: QueueCounts) -> dict[str, Any]:
 @route(bp, "GET", "/metrics")
 def prometheus() -> Response:
     """Return the Prometheus exposition: this server's counters, queue gauges from Redis."""
-    body, content_type = metrics.render(*gateway().scripts.stats())
+    body, content_type = metrics.scrape(gateway().scripts)
     return Response(body, content_type=content_type)
 
 

@@ -17,6 +17,7 @@ from gateway.context import Gateway, gateway
 from gateway.errors import ApiError
 from gateway.routes import route
 from shared.jobs import format_ms
+from shared.limits import LimitsState, read_state
 from shared.queries import QueueCounts
 from shared.queues import QUEUE_RULE, is_queue_name
 
@@ -32,8 +33,8 @@ def queue_name(raw: str) -> str:
     return raw
 
 
-def queue_json(name: str, counts: QueueCounts) -> dict[str, Any]:
-    """Return one queue as GET /queues lists it."""
+def queue_json(name: str, counts: QueueCounts, limits: LimitsState | None = None) -> dict[str, Any]:
+    """Return one queue as GET /queues lists it (`limits`: null for a queue without any)."""
     age = counts.oldest_pending_age_ms
     return {
         "name": name,
@@ -43,12 +44,14 @@ def queue_json(name: str, counts: QueueCounts) -> dict[str, Any]:
         "oldest_pending_age_seconds": None if age is None else age / 1000,
         "completed_last_minute": counts.completed_last_minute,
         "failed_last_minute": counts.failed_last_minute,
+        "limits": None if limits is None else limits.to_json(),
     }
 
 
 def _one(gw: Gateway, name: str) -> dict[str, Any]:
     counts, _ = gw.scripts.stats([name])
-    return queue_json(name, counts.by_queue[name])
+    found = read_state(gw.scripts.redis, gw.scripts.keys, [name])
+    return queue_json(name, counts.by_queue[name], found[0] if found else None)
 
 
 @route(bp, "GET", "/queues")
@@ -57,7 +60,11 @@ def list_queues() -> dict[str, Any]:
     gw = gateway()
     names = gw.directory.names(refresh=True)
     counts, _ = gw.scripts.stats(names)  # one pipelined round trip
-    return {"queues": [queue_json(name, counts.by_queue[name]) for name in names]}
+    # Two more: which queues have limits, then their running and held counts.
+    limited = {s.queue: s for s in read_state(gw.scripts.redis, gw.scripts.keys, names)}
+    return {
+        "queues": [queue_json(name, counts.by_queue[name], limited.get(name)) for name in names]
+    }
 
 
 @route(bp, "POST", "/queues/<name>/pause")

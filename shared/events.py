@@ -96,6 +96,7 @@ class Event:
     attempt: int | None = None
     worker: str | None = None
     host: str | None = None
+    reason: str | None = None  # held: why (concurrency or rate)
 
     def to_json(self) -> dict[str, Any]:
         """Return the event's JSON: absent fields left out, `at` from the entry id's clock."""
@@ -107,6 +108,7 @@ class Event:
             "attempt": self.attempt,
             "worker": self.worker,
             "host": self.host,
+            "reason": self.reason,
             "at": format_ms(self.id[0]),
         }
         return {key: value for key, value in doc.items() if value is not None}
@@ -129,6 +131,7 @@ def parse_entry(stream: str, entry_id: bytes | str, fields: Mapping[bytes, bytes
         attempt=int(attempt) if attempt and attempt.isdigit() else None,
         worker=text(b"w"),
         host=text(b"h"),
+        reason=text(b"r"),
     )
 
 

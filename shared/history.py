@@ -55,6 +55,7 @@ EVENTS = {
     "y": "replayed",
     "n": "cancel_requested",  # a running job was asked to stop (cancel.lua)
     "o": "canceled",  # a running job stopped for its cancel: ends the execution
+    "b": "held",
 }
 ENDS_EXECUTION = "drxlho"  # ENDS_EXECUTION in lua/includes/common.lua
 # The entries whose last field is not an error's type: which Entry field it is.
@@ -79,7 +80,9 @@ class Entry:
     actor: str
     attempt: int | None = None
     worker: str | None = None
-    error: str | None = None  # the type of the error, for retrying and dead
+    # The type of the error, for retrying and dead; for held, why: concurrency or rate (its
+    # type's limit, docs/QUEUES.md "Concurrency and rate limits"), shown as `reason`.
+    error: str | None = None
     by: str | None = None  # cancel_requested: who asked
     stopped: str | None = None  # canceled while running: handler, sigterm, sigkill, ...
 
@@ -90,7 +93,8 @@ class Entry:
             "attempt": self.attempt,
             "worker": self.worker,
             "host": host_of(self.worker),
-            "error": self.error,
+            "error": self.error if self.event != "held" else None,
+            "reason": self.error if self.event == "held" else None,
             "by": self.by,
             "stopped": self.stopped,
         }

@@ -141,6 +141,55 @@ class Keys:
         """
         return f"{self.prefix}throughput"
 
+    @property
+    def limits(self) -> str:
+        """Return the string holding the queue's concurrency and rate limits (JSON; absent: none).
+
+        Read by claim.lua in the MGET that reads the paused flag, so an unlimited queue pays
+        no command for it (docs/QUEUES.md, "Concurrency and rate limits"; shared/limits.py
+        writes it).
+        """
+        return f"{self.prefix}limits"
+
+    @property
+    def running(self) -> str:
+        """Return the zset of the jobs holding a limit slot: score 0, member ``<type>|<id>``.
+
+        A claim in a limited queue adds the job, every exit from processing removes it (the
+        slot is the lease's), so per-type counts are a ZLEXCOUNT and the queue's a ZCARD.
+        """
+        return f"{self.prefix}running"
+
+    @property
+    def held(self) -> str:
+        """Return the zset of pending jobs held back by a type's limit (score 0, lex order).
+
+        Member ``<type>|<10-digit 2^31 - priority>|<seq>:<id>``: a type's best job first.
+        """
+        return f"{self.prefix}held"
+
+    @property
+    def held_order(self) -> str:
+        """Return the zset of the same held jobs in claim order, as pending scores them.
+
+        Score -priority, member ``<seq>:<id>``: GET /jobs?state=pending pages it beside
+        ``pending`` (shared/listing.py), so a held job is listed where it waits.
+        """
+        return f"{self.prefix}held_order"
+
+    @property
+    def buckets(self) -> str:
+        """Return the hash of rate-limit token buckets: scope -> ``<tokens>|<updated ms>``."""
+        return f"{self.prefix}buckets"
+
+    @property
+    def gates(self) -> str:
+        """Return the zset of rate-limit scopes out of tokens, scored by the next token (ms).
+
+        The scheduler's promote pass opens a due gate: held jobs back to pending, hints pushed.
+        """
+        return f"{self.prefix}gates"
+
     def tombstone(self, job_id: str) -> str:
         """Return the short-lived marker a purge leaves so a repeated purge still succeeds."""
         return f"{self.prefix}purged:{job_id}"
@@ -167,6 +216,16 @@ class Keys:
     def queues(self) -> str:
         """Return the set of every queue name a job was ever enqueued under."""
         return f"{self.global_prefix}queues"
+
+    @property
+    def limited(self) -> str:
+        """Return the set of queue names that have limits (or had: a clear removes its name after).
+
+        Listed before the queue's limits are written (shared.scripts.Scripts.set_limits), as a
+        queue is listed before its first job, so the scheduler finds every limited queue with
+        one SMEMBERS a second instead of a read per queue.
+        """
+        return f"{self.global_prefix}limited"
 
     def idempotency(self, key: str) -> str:
         """Return the hash that remembers which job (and queue) an ``Idempotency-Key`` made."""
@@ -259,6 +318,16 @@ class V1Keys:
     def seq(self) -> str:
         """Return v1's FIFO counter."""
         return f"{self.prefix}seq"
+
+    @property
+    def limited(self) -> str:
+        """Return the set of queue names that have limits (or had: a clear removes its name after).
+
+        Listed before the queue's limits are written (shared.scripts.Scripts.set_limits), as a
+        queue is listed before its first job, so the scheduler finds every limited queue with
+        one SMEMBERS a second instead of a read per queue.
+        """
+        return f"{self.global_prefix}limited"
 
     def idempotency(self, key: str) -> str:
         """Return a v1 idempotency key's hash ``{digest, job_id}``."""

@@ -13,6 +13,11 @@ strictly after it. A job that stays in its state keeps its entry, so paging neve
 twice nor skips it, while other jobs come and go. Locating the cursor costs O(log n) even
 when its own job has left (list_page.lua), so a page costs O(log n + page) per queue.
 
+Pending jobs a limit holds (docs/QUEUES.md, "Concurrency and rate limits") wait in the queue's
+``held_order``, scored and named as ``pending`` scores and names them: each queue's held jobs
+are read as one more source and merged in the same order, so a held job is listed where it
+waits.
+
 Several queues: the same cursor is a position in each queue's order (ids are unique across
 queues, so the order stays total). Each queue gives up to a page after it, all in one
 pipelined round trip, and the pages are merged. With a type filter a queue stops after a
@@ -144,10 +149,14 @@ def read_queues(
     order = ORDER[state]
     budget = scan_budget(limit, job_type)
 
+    # (queue, held) per read: pending reads each queue's held jobs too.
+    held_too = (False, True) if state is JobState.PENDING else (False,)
+    sources = [(queue, held) for queue in queues for held in held_too]
+
     def pipeline() -> Any:
         pipe = scripts.redis.pipeline(transaction=False)
         start = None if after is None else (after.score, after.member)
-        for queue in queues:
+        for queue, held in sources:
             scripts.list_page(
                 pipe,
                 queue=queue,
@@ -157,13 +166,14 @@ def read_queues(
                 limit=limit,
                 budget=budget,
                 job_type=job_type,
+                held=held,
             )
         return pipe
 
     replies = scripts.execute_loaded(pipeline)  # a page read changes nothing: repeatable
     return [
         _running(queue, reply, limit, after) if order == BY_START else _indexed(queue, reply)
-        for queue, reply in zip(queues, replies, strict=True)
+        for (queue, _), reply in zip(sources, replies, strict=True)
     ]
 
 

@@ -80,6 +80,7 @@ EVENTS: frozenset[str] = frozenset(
         "http_request",
         # operator actions through the API (queues, workerd hosts)
         "queue_paused",
+        "limits_changed",
         "queue_resumed",
         "quiet_requested",
         "resume_requested",

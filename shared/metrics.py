@@ -21,8 +21,8 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -36,9 +36,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from shared.jobs import JobState
+from shared.limits import LimitsState, read_state
 from shared.multiproc import MULTIPROC_ENV
 from shared.queries import QueueCounts, WorkerCounts
 from shared.queues import DEFAULT_QUEUE
+
+if TYPE_CHECKING:
+    from shared.scripts import Scripts
 
 # A client chooses job types; past this many distinct types per process, the rest count as
 # "other" so a client cannot explode the number of time series.
@@ -229,9 +233,15 @@ def mark_dead(pid: int) -> None:
 class QueueStateCollector:
     """Exports counts per state and queue read from Redis at scrape time (fleet-wide: max)."""
 
-    def __init__(self, counts: QueueCounts, workers: WorkerCounts | None = None) -> None:
+    def __init__(
+        self,
+        counts: QueueCounts,
+        workers: WorkerCounts | None = None,
+        limits: Sequence[LimitsState] = (),
+    ) -> None:
         self.counts = counts
         self.workers = workers
+        self.limits = limits
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Yield the per-state gauge and the oldest pending age, each per queue."""
@@ -261,6 +271,8 @@ class QueueStateCollector:
             for queue, counts in sorted(self.counts.by_queue.items()):
                 paused.add_metric([queue], 1 if counts.paused else 0)
             yield paused
+        if self.limits:
+            yield from limit_gauges(self.limits)
         if self.workers is not None:
             for name, value, text in (
                 ("hosts", self.workers.hosts, "workerd hosts in the registry"),
@@ -273,6 +285,42 @@ class QueueStateCollector:
                     f"{text}, fleet-wide, read from Redis at scrape time.",
                     value=value,
                 )
+
+
+# The scope label of a queue's own limits; a type's scope is the type's name. Limits are
+# declared by an operator, so their labels are as many as the limits (no cap needed).
+QUEUE_SCOPE = "(queue)"
+
+
+def limit_gauges(states: Sequence[LimitsState]) -> Iterator[GaugeMetricFamily]:
+    """Yield each limited scope's limit, running jobs and held jobs (docs/QUEUES.md, Limits)."""
+    labels = ["queue", "scope"]
+    running = GaugeMetricFamily(
+        "taskforge_limit_running", "Jobs running in a limited scope's slots.", labels=labels
+    )
+    held = GaugeMetricFamily(
+        "taskforge_limit_held",
+        "Pending jobs a scope's limits hold back (also counted as pending).",
+        labels=labels,
+    )
+    concurrency = GaugeMetricFamily(
+        "taskforge_limit_concurrency",
+        "A scope's concurrency limit (absent: none); running / this is its saturation.",
+        labels=labels,
+    )
+    for state in states:
+        scopes = [(QUEUE_SCOPE, state.limits.queue, state.use)]
+        scopes += [
+            (name, state.limits.types[name], use) for name, use in sorted(state.type_use.items())
+        ]
+        for scope, limit, use in scopes:
+            running.add_metric([state.queue, scope], use.running)
+            held.add_metric([state.queue, scope], use.held)
+            if limit.concurrency is not None:
+                concurrency.add_metric([state.queue, scope], limit.concurrency)
+    yield running
+    yield held
+    yield concurrency
 
 
 def labelled_queues(counts: QueueCounts) -> dict[str, QueueCounts]:
@@ -304,11 +352,26 @@ class SettledFilesCollector(MultiProcessCollector):
         return self.merge(files, accumulate=True)
 
 
-def render(counts: QueueCounts, workers: WorkerCounts | None = None) -> tuple[bytes, str]:
+def scrape(scripts: Scripts) -> tuple[bytes, str]:
+    """Read what /metrics shows from Redis (stats, then the limits of its queues) and render it.
+
+    One round trip for the counts; one for the limits (a GET per queue), one more only when a
+    queue has any.
+    """
+    counts, workers = scripts.stats()
+    names = sorted(counts.by_queue)
+    return render(counts, workers, read_state(scripts.redis, scripts.keys, names))
+
+
+def render(
+    counts: QueueCounts,
+    workers: WorkerCounts | None = None,
+    limits: Sequence[LimitsState] = (),
+) -> tuple[bytes, str]:
     """Return the exposition text and its content type for counts the caller read just now.
 
-    Callers read both with ``Scripts.stats()`` (one round trip); a Redis error there is their
-    503.
+    Callers read counts and workers with ``Scripts.stats()`` (one round trip) and the limits
+    with ``scrape()``; a Redis error there is their 503.
     """
     registry = CollectorRegistry()
     if multiprocess_enabled():
@@ -316,5 +379,5 @@ def render(counts: QueueCounts, workers: WorkerCounts | None = None) -> tuple[by
     else:
         for collector in PROCESS_METRICS:
             registry.register(collector)
-    registry.register(QueueStateCollector(counts, workers))
+    registry.register(QueueStateCollector(counts, workers, limits))
     return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -122,6 +122,8 @@ SCRIPT_NAMES = (
     "pause_queue",
     "resume_queue",
     "quiet_host",
+    "set_limits",
+    "open_gates",
     "advance_schedule",
     "pause_schedule",
     "resume_schedule",
@@ -220,6 +222,11 @@ class Scripts:
         about 1 % of a job's instructions to receive (bench.events_cost), so off is as before.
         """
         return [self.policy.events_cap] if self.policy.events_cap else []
+
+    @staticmethod
+    def _limit_keys(k: Keys) -> list[str]:
+        """Return the limits' keys a claim passes (includes/common.lua, "Concurrency and rate")."""
+        return [k.limits, k.running, k.held, k.buckets, k.gates, k.held_order]
 
     def q(self, queue: str) -> Keys:
         """Return the key builder of one queue (the global keys are the same on every one)."""
@@ -420,6 +427,7 @@ class Scripts:
                 k.last_claim(worker_id),
                 k.wake,
                 k.paused,
+                *self._limit_keys(k),
                 *self._events_key(k),
             ],
             [
@@ -490,6 +498,7 @@ class Scripts:
                 k.pending_since,
                 k.wake,
                 k.paused,
+                *self._limit_keys(k),
                 *self._events_key(k),
             ],
             [
@@ -539,6 +548,11 @@ class Scripts:
                 k.dead,
                 k.failures,
                 k.canceled,
+                k.running,
+                k.held,
+                k.pending,
+                k.wake,
+                k.held_order,
                 *self._events_key(k),
             ],
             [
@@ -554,6 +568,7 @@ class Scripts:
                 cap_traceback(traceback),
                 ACTOR_CODES[actor],
                 self._finished_ttl_ms(),
+                p.wake_cap,
                 *self._events_cap(),
             ],
         )
@@ -600,6 +615,58 @@ class Scripts:
             retrying_types=ids(reply[5]),
         )
 
+    def set_limits(
+        self, queue: str, limits_json: str, *, expected: str | None = None
+    ) -> tuple[int, int] | None:
+        """Replace a queue's limits (compact JSON, shared.limits), or clear them with "".
+
+        `expected`: the stored limits this change was computed from ("" for none); None
+        replaces whatever is there. Returns (running jobs given a slot they lacked, held jobs
+        returned to pending), or None when the limits were no longer
+        `expected` (nothing changed: read again and retry). set_limits.lua.
+        """
+        k = self.q(queue)
+        if limits_json:
+            # Listed first (the global slot: a call of its own), as a queue before its first
+            # job: a crash in between leaves a name listed with no limits, which costs nothing.
+            self.redis.sadd(self.keys.limited, queue)
+        reply = self._call(
+            "set_limits",
+            [
+                k.limits,
+                k.running,
+                k.held,
+                k.processing,
+                k.pending,
+                k.wake,
+                k.gates,
+                k.buckets,
+                k.held_order,
+            ],
+            [
+                limits_json,
+                k.job_prefix,
+                self.policy.wake_cap,
+                "*" if expected is None else expected,
+            ],
+        )
+        if reply[0] == Code.CONFLICT:
+            return None
+        if not limits_json:
+            self.redis.srem(self.keys.limited, queue)
+        return int(reply[1]), int(reply[2])
+
+    def open_gates(self, *, queue: str = DEFAULT_QUEUE, now_ms: int | None = None) -> int:
+        """Let jobs held by a rate limit go where tokens are back; return how many went."""
+        k = self.q(queue)
+        return int(
+            self._call(
+                "open_gates",
+                [k.gates, k.limits, k.buckets, k.held, k.pending, k.wake, k.held_order],
+                [_now(now_ms), self.policy.wake_cap, self.policy.batch_limit],
+            )
+        )
+
     def _loss_keys(self, queue: str) -> list[str]:
         """Return the keys of a job losing its worker (lose_worker in common.lua), in order."""
         k = self.q(queue)
@@ -616,6 +683,9 @@ class Scripts:
                 *self._loss_keys(queue),
                 k.reply(new_request_id()),
                 k.canceled,
+                k.running,
+                k.held,
+                k.held_order,
                 *self._events_key(k),
             ],
             [
@@ -667,6 +737,9 @@ class Scripts:
                 k.wake,
                 k.dead,
                 k.canceled,
+                k.running,
+                k.held,
+                k.held_order,
                 *self._events_key(k),
             ],
             [
@@ -717,7 +790,15 @@ class Scripts:
         k, p = self.q(queue), self.policy
         reply = self._call(
             "release_worker",
-            [*self._loss_keys(queue), k.reply(new_request_id()), k.canceled, *self._events_key(k)],
+            [
+                *self._loss_keys(queue),
+                k.reply(new_request_id()),
+                k.canceled,
+                k.running,
+                k.held,
+                k.held_order,
+                *self._events_key(k),
+            ],
             [
                 k.job_prefix,
                 worker_id,
@@ -784,6 +865,8 @@ class Scripts:
                 k.scheduled,
                 k.retrying,
                 k.canceled,
+                k.held,
+                k.held_order,
                 *self._events_key(k),
             ],
             [
@@ -816,13 +899,24 @@ class Scripts:
         k = self.q(queue)
         reply = self._call(
             "cancel_running",
-            [k.job(job_id), k.processing, k.canceled, *self._events_key(k)],
+            [
+                k.job(job_id),
+                k.processing,
+                k.canceled,
+                k.running,
+                k.held,
+                k.held_order,
+                k.pending,
+                k.wake,
+                *self._events_key(k),
+            ],
             [
                 token,
                 stopped,
                 ACTOR_CODES[actor],
                 self._finished_ttl_ms(),
                 _now(now_ms),
+                self.policy.wake_cap,
                 *self._events_cap(),
             ],
         )
@@ -1044,7 +1138,7 @@ class Scripts:
         for name in names:
             k = self.q(name)
             keys = [*(k.state_index(state) for state in JobState), k.pending_since]
-            keys += [k.paused, k.failures]
+            keys += [k.paused, k.failures, k.held]
             self._piped_bare(pipe, "queue_stats", keys, [_now(now_ms)])
         self._piped_bare(pipe, "fleet", [self.keys.workers], [self.keys.worker_prefix])
         return pipe
@@ -1060,16 +1154,19 @@ class Scripts:
         limit: int,
         budget: int,
         job_type: str | None,
+        held: bool = False,
     ) -> None:
         """Queue a read of one page of a queue's state index on `pipe` (list_page.lua).
 
         shared.listing sends one per queue on one pipeline (run by execute_loaded), parses the
-        replies and merges them.
+        replies and merges them. `held`: read the pending jobs a limit holds (``held_order``,
+        ordered as ``pending``) instead of the index.
         """
         k = self.q(queue)
         score, member = ("", "") if after is None else (str(after[0]), after[1])
         args = [k.job_prefix, order, score, member, limit, budget, job_type or ""]
-        self._piped_bare(pipe, "list_page", [k.state_index(state)], args)
+        index = k.held_order if held else k.state_index(state)
+        self._piped_bare(pipe, "list_page", [index], args)
 
     def throughput(self, pipe: Any, *, queue: str, minutes: int, now_ms: int | None) -> None:
         """Queue a read of one queue's completions and failures per minute (throughput.lua).

@@ -32,8 +32,10 @@ from taskforge.models import (
     Host,
     Job,
     JobPage,
+    Limits,
     Queue,
     Schedule,
+    ScopeLimit,
     Stats,
 )
 
@@ -52,9 +54,11 @@ __all__ = [
     "JobFailed",
     "JobPage",
     "JobSpec",
+    "Limits",
     "NotFound",
     "Queue",
     "Schedule",
+    "ScopeLimit",
     "Stats",
     "TaskForgeError",
     "Unauthorized",

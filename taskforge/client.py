@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from taskforge.errors import JobCanceled, JobFailed, WaitTimeout
-from taskforge.models import BulkResult, History, Host, Job, JobPage, Queue, Schedule, Stats
+from taskforge.models import BulkResult, History, Host, Job, JobPage, Limits, Queue, Schedule, Stats
 from taskforge.transport import DEFAULT_URL, Replay, Transport
 
 Duration = float | int | str | timedelta
@@ -321,6 +321,42 @@ class Client:
     def resume_queue(self, name: str) -> Queue:
         """Resume a paused queue (resuming one that runs changes nothing)."""
         return Queue.from_json(self._http.request("POST", f"/queues/{_seg(name)}/resume"))
+
+    def limits(self) -> list[Limits]:
+        """Return every queue that has limits, with running and held counts per scope."""
+        doc = self._http.request("GET", "/limits")
+        return [Limits.from_json(entry) for entry in doc["queues"]]
+
+    def queue_limits(self, queue: str) -> Limits:
+        """Return one queue's limits (every field None when it has none)."""
+        return Limits.from_json(self._http.request("GET", f"/queues/{_seg(queue)}/limits"))
+
+    def set_limits(
+        self,
+        queue: str,
+        *,
+        type: str | None = None,
+        concurrency: int | None = None,
+        rate: str | None = None,
+    ) -> Limits:
+        """Set a queue's own limits, or with `type` one job type's in it; return them all.
+
+        `rate` is ``"N/PERIOD"`` (``"100/1m"``, ``"5/500ms"``). Setting the queue's own limits
+        keeps its types' (and the reverse); a value left None is no limit of that kind.
+        """
+        body = {"concurrency": concurrency, "rate": rate}
+        path = f"/queues/{_seg(queue)}/limits"
+        if type is not None:
+            path += f"/types/{_seg(type)}"
+        # Without "types", PUT /queues/<q>/limits sets the queue's own and keeps its types'.
+        return Limits.from_json(self._http.request("PUT", path, body=body))
+
+    def clear_limits(self, queue: str, *, type: str | None = None) -> Limits:
+        """Remove a queue's limits (all of them), or with `type` that type's only."""
+        path = f"/queues/{_seg(queue)}/limits"
+        if type is not None:
+            path += f"/types/{_seg(type)}"
+        return Limits.from_json(self._http.request("DELETE", path))
 
     def workers(self) -> list[Host]:
         """Return every live workerd host with its worker processes and what each runs."""

@@ -160,6 +160,39 @@ class BulkResult:
 
 
 @dataclass(frozen=True)
+class ScopeLimit:
+    """One scope's limits (a queue's own, or one job type's in it) and their use now."""
+
+    concurrency: int | None
+    rate: str | None  # "N/PERIOD"
+    running: int
+    held: int
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ScopeLimit:
+        """Return the scope a ``GET /limits`` entry (or one of its types) describes."""
+        return cls(
+            doc.get("concurrency"), doc.get("rate"), doc.get("running", 0), doc.get("held", 0)
+        )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A queue's concurrency and rate limits, its own and per job type, as ``GET /limits`` says."""
+
+    queue: str
+    own: ScopeLimit
+    types: dict[str, ScopeLimit]
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Limits:
+        """Return the limits one ``GET /queues/<q>/limits`` answer describes."""
+        types = {name: ScopeLimit.from_json(d) for name, d in doc.get("types", {}).items()}
+        return cls(doc["queue"], ScopeLimit.from_json(doc), types, raw=doc)
+
+
+@dataclass(frozen=True)
 class Queue:
     """One queue as ``GET /queues`` lists it."""
 
@@ -170,6 +203,7 @@ class Queue:
     completed_last_minute: int
     failed_last_minute: int
     paused_since: datetime | None = None
+    limits: Limits | None = None  # None: the queue has none
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -183,6 +217,7 @@ class Queue:
             completed_last_minute=doc.get("completed_last_minute", 0),
             failed_last_minute=doc.get("failed_last_minute", 0),
             paused_since=parse_time(doc.get("paused_since")),
+            limits=Limits.from_json(doc["limits"]) if doc.get("limits") else None,
             raw=doc,
         )
 

@@ -92,7 +92,7 @@ class ObservabilityApp:
     def metrics(self, start: StartResponse) -> Iterable[bytes]:
         """Answer Prometheus text: every child's counters plus queue depths read now."""
         try:
-            body, content_type = metrics.render(*self.scripts.stats())  # one round trip
+            body, content_type = metrics.scrape(self.scripts)  # stats, then limits
         except redis.RedisError:
             return _json(start, 503, {"error": "redis unavailable"})
         start("200 OK", [("Content-Type", content_type), ("Content-Length", str(len(body)))])

@@ -25,6 +25,7 @@ import redis
 
 from shared import metrics, tracing
 from shared.lifecycle import Outcome, record
+from shared.limits import from_stored
 from shared.schedules import Schedule
 from shared.scripts import PromoteResult, Scripts
 from shared.upgrade import Upgrade
@@ -45,6 +46,8 @@ HUNG_CALL_SECONDS = 1.0
 # The keys (shared.keys.Keys attributes) each duty acts on: it runs for a queue only when one
 # of them exists (an empty zset or hash does not).
 PROMOTE_FROM = ("scheduled", "retrying")
+# Rate-limit gates (docs/QUEUES.md, limits): checked every tick, of queues with a rate only.
+OPEN_GATES_FROM = ("gates",)
 RECOVER_FROM = ("processing",)
 TRIM_FROM = ("completed", "canceled", "dead", "failures")
 
@@ -77,6 +80,7 @@ class SchedulerProcess(StopOnSignal):
         self.periodic = Periodic(scripts, schedules)
         self.next_periodic = 0.0
         self.queues: list[str] = []
+        self.rated: list[str] = []  # queues with a rate limit, as of the last listing (a second)
         self.stopping = False
         self.backoff = Backoff("scheduler", redis_url=redis_url)
         self.v1_drain = V1Drain(
@@ -111,8 +115,11 @@ class SchedulerProcess(StopOnSignal):
         began = self.clock()
         if not self.queues or now >= self.next_recover:
             self.queues = self._listed_queues()
+            self.rated = self._rate_limited()
         for queue in self._holding(PROMOTE_FROM):
             self._promote(queue, now_ms)
+        for queue in self._holding(OPEN_GATES_FROM, self.rated):
+            self.scripts.open_gates(queue=queue, now_ms=now_ms)
         ended = self.clock()
         if ended - began > HUNG_CALL_SECONDS:
             self.recover_not_before = ended + self.reconnect_grace  # as after an outage
@@ -127,18 +134,39 @@ class SchedulerProcess(StopOnSignal):
                 self.scripts.trim(queue=queue, now_ms=now_ms)
             self.v1_drain.tick(now, now_ms)
 
-    def _holding(self, indexes: tuple[str, ...]) -> list[str]:
-        """Return the listed queues with anything in `indexes` (one pipelined EXISTS each).
+    def _holding(self, indexes: tuple[str, ...], queues: Sequence[str] | None = None) -> list[str]:
+        """Return the listed queues (or `queues`) with anything in `indexes` (one pipelined
+        EXISTS each).
 
         A queue with nothing there has nothing for the duty to do: an idle queue costs an
         EXISTS in one shared round trip, not a script call of its own, however many queues
-        are listed (a name stays listed once a job was enqueued under it).
+        are listed (a name stays listed once a job was enqueued under it). Gates are asked of
+        the queues found rate-limited at the last listing only (none: no round trip).
         """
+        queues = self.queues if queues is None else queues
+        if not queues:
+            return []
         pipe = self.scripts.redis.pipeline(transaction=False)
-        for queue in self.queues:
+        for queue in queues:
             keys = self.scripts.q(queue)
             pipe.exists(*(getattr(keys, name) for name in indexes))
-        return [q for q, found in zip(self.queues, pipe.execute(), strict=True) if found]
+        return [q for q, found in zip(queues, pipe.execute(), strict=True) if found]
+
+    def _rate_limited(self) -> list[str]:
+        """Return the queues whose limits have a rate: the list of limited queues (one
+        SMEMBERS, none with no limits anywhere), then a GET of each one's limits."""
+        client = self.scripts.redis
+        limited = sorted(name.decode() for name in client.smembers(self.scripts.keys.limited))
+        if not limited:
+            return []
+        pipe = client.pipeline(transaction=False)
+        for queue in limited:
+            pipe.get(self.scripts.q(queue).limits)
+        return [
+            q
+            for q, raw in zip(limited, pipe.execute(), strict=True)
+            if raw and not from_stored(raw).rate_free
+        ]
 
     def _listed_queues(self) -> list[str]:
         """Return the list of queues, after listing again any this host serves that it lacks."""

@@ -119,7 +119,12 @@ def job_context(job_id: str) -> dict[str, Any]:
     if job is None:
         raise UiError(404, "No such job: it never existed, or it was purged or trimmed.")
     kept = history.read(gw.redis, gw.keys, job_id, job.queue)
+    last = kept.entries[-1] if kept and kept.entries else None
+    # Held by a limit (its last transition; a pending job returned to line says so until its
+    # claim): the page says what it waits for.
+    held = job.status is JobState.PENDING and last is not None and last.event == "held"
     return {
+        "waiting": last.error if held and last is not None else None,
         "job": job,
         "history": kept.entries if kept else [],
         "dropped": kept.dropped if kept else 0,

@@ -12,6 +12,7 @@ from gateway.ui.base import UiError, bp, events_url, render
 from gateway.ui.chart import throughput_chart
 from shared.hosts import is_host_name, list_hosts
 from shared.jobs import JobState
+from shared.limits import read_state
 from shared.queues import QUEUE_RULE, is_queue_name
 from shared.scripts import HostNotFound
 from shared.throughput import last_hour
@@ -65,7 +66,7 @@ def overview_live() -> tuple[str, int]:
 # A gap (the stream was trimmed past the page) may hide any of these.
 QUEUE_EVENTS = (
     "enqueued scheduled promoted claimed completed retrying dead recovered released replayed "
-    "canceled purged queue_paused queue_resumed gap"
+    "canceled purged held queue_paused queue_resumed gap"
 )
 WORKER_EVENTS = (
     "worker_joined worker_left worker_quiet worker_resumed "
@@ -74,11 +75,17 @@ WORKER_EVENTS = (
 
 
 def queues_context() -> dict[str, object]:
-    """Return what the queues page (and its live fragment) shows: one stats round trip."""
+    """Return what the queues page (and its live fragment) shows: one stats round trip, and
+    the limits (one more, two with any limited queue)."""
     gw = gateway()
     names = gw.directory.names(refresh=True)
     counts, _ = gw.scripts.stats(names)
-    return {"rows": [(name, counts.by_queue[name]) for name in names], "states": STATES}
+    limited = {s.queue: s for s in read_state(gw.scripts.redis, gw.scripts.keys, names)}
+    return {
+        "rows": [(name, counts.by_queue[name]) for name in names],
+        "states": STATES,
+        "limits": limited,
+    }
 
 
 @bp.route("/queues")

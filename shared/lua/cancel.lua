@@ -16,7 +16,9 @@
 -- KEYS[4] -> {prefix}scheduled       zset, id -> scheduled_at (ms)
 -- KEYS[5] -> {prefix}retrying        zset, id -> next_retry_at (ms)
 -- KEYS[6] -> {prefix}canceled        zset, id -> canceled at (ms); trimmed by trim.lua
--- KEYS[7] -> {prefix}events          capped stream of the queue's events
+-- KEYS[7] -> {prefix}held            zset, pending jobs a type's limit holds back
+-- KEYS[8] -> {prefix}held_order      zset, the held jobs in claim order (for listings)
+-- KEYS[9] -> {prefix}events          capped stream of the queue's events
 --
 -- ARGV[1] -> TTL of the job hash (ms): retention plus a margin, a backstop behind trim.lua
 -- ARGV[2] -> now (ms) override, or '' for Redis TIME
@@ -34,12 +36,13 @@
 -- already canceled or asked to stop, writes none.
 -- Redis commands: 3 to record a stop request without events (HMGET, TIME, HSET) and the
 -- HGETALL of the reply; one XADD more with events.
+-- A pending job a limit holds is not in KEYS[2] (the ZREM answers 0): it leaves KEYS[7..8].
 
 --- @include "codes"
 --- @include "common"
 
 local state = redis.call('HMGET', KEYS[1], 'status', 'id', 'seq', 'last_request', 'attempts',
-  'history', 'created_at', 'type', 'cancel_requested_at', 'worker_id')
+  'history', 'created_at', 'type', 'cancel_requested_at', 'worker_id', 'priority')
 local status, job_id = state[1], state[2]
 if not status then
   return {NOT_FOUND}
@@ -53,12 +56,17 @@ if status == 'processing' then
   redis.call('HSET', KEYS[1], 'cancel_requested_at', now, 'cancel_requested_by', ARGV[4],
     'updated_at', now, 'last_request', ARGV[3], 'history', history_add(state[6], 'na',
     state[7], now, nil, nil, by))
-  emit(KEYS[7], ARGV[5], 'e', 'cancel_requested', 'j', job_id, 't', state[8] or '',
+  emit(KEYS[9], ARGV[5], 'e', 'cancel_requested', 'j', job_id, 't', state[8] or '',
     'w', state[10] or '')
   return {DONE, redis.call('HGETALL', KEYS[1])}
 end
 if status == 'pending' then
-  redis.call('ZREM', KEYS[2], pending_member(tonumber(state[3]), job_id))
+  local member = pending_member(tonumber(state[3]), job_id)
+  if redis.call('ZREM', KEYS[2], member) == 0 then
+    redis.call('ZREM', KEYS[7], held_member(state[8] or '',
+      string.format('%d', -tonumber(state[11] or 0)), member))
+    redis.call('ZREM', KEYS[8], member)
+  end
   redis.call('ZREM', KEYS[3], job_id)
 elseif status == 'scheduled' then
   redis.call('ZREM', KEYS[4], job_id)
@@ -75,5 +83,5 @@ redis.call('HSET', KEYS[1], 'status', 'canceled', 'finished_at', now, 'updated_a
 redis.call('HDEL', KEYS[1], 'seq', 'next_retry_at')
 redis.call('ZADD', KEYS[6], now, job_id)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
-emit(KEYS[7], ARGV[5], 'e', 'canceled', 'j', job_id, 't', state[8] or '')
+emit(KEYS[9], ARGV[5], 'e', 'canceled', 'j', job_id, 't', state[8] or '')
 return {DONE, redis.call('HGETALL', KEYS[1])}

@@ -20,7 +20,13 @@
 -- KEYS[4] -> {prefix}claim:<worker>   string "<request id>|<job id>", lives one lease
 -- KEYS[5] -> {prefix}wake             capped list of wake-up hints; emptied when none is claimable
 -- KEYS[6] -> {prefix}paused           string, present while the queue is paused
--- KEYS[7] -> {prefix}events           capped stream of the queue's events
+-- KEYS[7] -> {prefix}limits           string, the queue's limits as JSON; absent: none
+-- KEYS[8] -> {prefix}running          zset, <type>|<id> of each job holding a limit slot
+-- KEYS[9] -> {prefix}held             zset, pending jobs a type's limit holds back
+-- KEYS[10] -> {prefix}buckets         hash, rate-limit scope -> tokens
+-- KEYS[11] -> {prefix}gates           zset, rate-limit scope -> next token due (ms)
+-- KEYS[12] -> {prefix}held_order      zset, the held jobs in claim order (for listings)
+-- KEYS[13] -> {prefix}events          capped stream of the queue's events
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); the popped id's hash is built from it, inside the
 --            same hash tag (the one exception to "every key in KEYS": only Redis knows the id)
@@ -36,12 +42,19 @@
 --         fixed order: see includes/claim.lua), in one flat list; {EMPTY}; {PAUSED}, when
 --         the queue is paused (a repeated call still gets the job its first call claimed); or
 --         {NOT_RUNNABLE, type} when the best job is of a type not in ARGV[6] (nothing claimed).
--- Event: claimed (with attempt and worker) when a job is claimed; none otherwise, nor for a
--- repeated call.
+-- Limits (docs/QUEUES.md, "Concurrency and rate limits"; includes/common.lua): the limits
+-- string is read in the same MGET, so a queue without limits does exactly what it did before.
+-- With limits, a queue-wide limit reached answers EMPTY (hints cleared, as for an empty
+-- queue), and a job whose type is at its limit is held (history and event `held`, once per
+-- wait) while the claim goes on to the next job.
+-- Event: claimed (with attempt and worker) when a job is claimed; held when a job is first
+-- held; none otherwise, nor for a repeated call.
 -- Redis commands: 9 when a job is claimed (MGET, ZPOPMIN, HMGET, ZREM, TIME, HSET, ZADD, XADD,
 -- SET; 8 with events off), 3 when none is (MGET, ZPOPMIN, DEL), 1 when paused (MGET), 5 when
 -- the best job is refused (MGET, ZPOPMIN, HMGET, ZADD, LPUSH; an LTRIM past the hint cap);
--- tests/engine/test_budgets.py holds them to it.
+-- tests/engine/test_budgets.py holds them to it. A limited queue pays, on a claim: ZCARD for a
+-- queue-wide concurrency limit, ZLEXCOUNT for a type's, HGET + HSET per rate bucket, TIME
+-- early, and ZADD to `running`; a job held costs ZADD + HGET (+ HSET and XADD the first time).
 
 --- @include "codes"
 --- @include "common"
@@ -50,7 +63,7 @@
 local prefix, worker_id, request_id = ARGV[1], ARGV[2], ARGV[4]
 -- A repeated call (its reply was lost and redis-py retried) gets the job it already claimed.
 -- One MGET reads that pointer and the paused flag (same slot): the pause check is free.
-local last, paused = unpack(redis.call('MGET', KEYS[4], KEYS[6]))
+local last, paused, limits = unpack(redis.call('MGET', KEYS[4], KEYS[6], KEYS[7]))
 if last then
   local sep = string.find(last, '|', 1, true)
   if string.sub(last, 1, sep - 1) == request_id then
@@ -70,9 +83,11 @@ if paused then
   return {PAUSED}
 end
 
-local job, refused = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[7]}, prefix,
+local lk = limits and {limits = cjson.decode(limits), running = KEYS[8], held = KEYS[9],
+  buckets = KEYS[10], gates = KEYS[11], order = KEYS[12], pending = KEYS[1], wake = KEYS[5]}
+local job, refused = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[13]}, prefix,
   worker_id, tonumber(ARGV[3]), function() return now_ms(ARGV[5]) end, ARGV[6],
-  tonumber(ARGV[7]), ARGV[8])
+  tonumber(ARGV[7]), ARGV[8], lk)
 if refused then
   return {NOT_RUNNABLE, refused}
 end

@@ -17,7 +17,13 @@
 -- KEYS[5] -> {prefix}pending_since    zset, id -> claimable since (ms)           (claim only)
 -- KEYS[6] -> {prefix}wake             capped list of wake-up hints              (claim only)
 -- KEYS[7] -> {prefix}paused           string, present while the queue is paused  (claim only)
--- KEYS[8] -> {prefix}events           capped stream of the queue's events (absent: events off)
+-- KEYS[8] -> {prefix}limits           string, the queue's limits as JSON   (claim only)
+-- KEYS[9] -> {prefix}running          zset, jobs holding a limit slot
+-- KEYS[10] -> {prefix}held            zset, pending jobs a type's limit holds back
+-- KEYS[11] -> {prefix}buckets         hash, rate-limit scope -> tokens      (claim only)
+-- KEYS[12] -> {prefix}gates           zset, rate-limit scope -> next token (claim only)
+-- KEYS[13] -> {prefix}held_order      zset, the held jobs in claim order (for listings)
+-- KEYS[14] -> {prefix}events          capped stream of the queue's events (absent: events off)
 --
 -- ARGV[1] -> fencing token
 -- ARGV[2] -> result (JSON text)
@@ -41,10 +47,13 @@
 -- Events: the same two, each after its job's writes (completed with the worker that ran it:
 -- ARGV[5] when given, else the hash's worker_id); a repeated call writes none.
 -- Redis commands: 14 when it completes and claims (HMGET, TIME, HSET, HDEL, ZREM, ZADD, XADD,
--- then EXISTS, ZPOPMIN, HMGET, ZREM, HSET, ZADD, XADD), 10 when nothing is left to claim
--- (EXISTS, ZPOPMIN, DEL), 8 when the queue is paused (EXISTS), 7 when asked to claim nothing,
--- 12 when the next job is refused (EXISTS, ZPOPMIN, HMGET, ZADD, LPUSH). With events off, one
+-- then MGET, ZPOPMIN, HMGET, ZREM, HSET, ZADD, XADD), 10 when nothing is left to claim
+-- (MGET, ZPOPMIN, DEL), 8 when the queue is paused (MGET), 7 when asked to claim nothing,
+-- 12 when the next job is refused (MGET, ZPOPMIN, HMGET, ZADD, LPUSH). With events off, one
 -- XADD less for each job completed or claimed: 12, 9, 7, 6 and 11.
+-- Limits (includes/common.lua): a job a concurrency limit counted gives its slot back here
+-- (release_slot: ZREM, ZRANGEBYLEX, and ZREM x2 + ZADD + LPUSH when a held job returns); the
+-- pause check's MGET reads the limits too (no command more), and the claim pays as claim.lua's.
 
 --- @include "codes"
 --- @include "common"
@@ -53,16 +62,16 @@
 -- With events on, the event's fields are read in the same HMGET: the type, and the worker's id
 -- unless the call names it (a worker claiming its next job completes its own). Only then: a
 -- field read is a scan of the hash, and worker_id is at its end, behind the payload.
+-- The type and the slot mark are read always: a job holding a limit slot gives it back.
 local events_cap, worker_id = ARGV[9], ARGV[5]
 local state
-if not events_on(events_cap) then
-  state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'history', 'created_at')
-elseif worker_id ~= '' then
-  state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'history', 'created_at', 'type')
-  state[7] = worker_id
+if not events_on(events_cap) or worker_id ~= '' then
+  state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'history', 'created_at', 'type',
+    'slot')
+  state[8] = worker_id
 else
   state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'history', 'created_at', 'type',
-    'worker_id')
+    'slot', 'worker_id')
 end
 if not state[1] then
   return {NOT_FOUND}
@@ -90,19 +99,35 @@ local stamp = string.format('%d', now)
 redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_at', stamp,
   'updated_at', stamp, 'history', history_add(state[4], 'dw', state[5], now))
 -- Nothing reads these once the job is done; without them the hash fits a smaller allocation.
-redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id')
+redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id', 'slot', 'held')
 redis.call('ZREM', KEYS[2], state[3])
 redis.call('ZADD', KEYS[3], stamp, state[3])
-emit(KEYS[8], events_cap, 'e', 'completed', 'j', state[3], 't', state[6] or '', 'w',
-  state[7] or '')
+-- The limits' keys as includes/common.lua takes them; only a limited queue builds the table.
+local lk
+if state[7] == state[2] then
+  lk = {running = KEYS[9], held = KEYS[10], buckets = KEYS[11], gates = KEYS[12],
+    order = KEYS[13], pending = KEYS[4], wake = KEYS[6]}
+  release_slot(lk, state[3], state[6], tonumber(ARGV[8]), worker_id == '')
+end
+emit(KEYS[14], events_cap, 'e', 'completed', 'j', state[3], 't', state[6] or '', 'w',
+  state[8] or '')
 if worker_id ~= '' then
   -- The one command issue 14 adds to the hot path: complete reads no key of the queue's that
-  -- could carry the flag for free (claim.lua reads it in the MGET it already made).
-  if redis.call('EXISTS', KEYS[7]) == 1 then
+  -- could carry the flag for free (claim.lua reads it in the MGET it already made). The same
+  -- MGET reads the limits.
+  local paused, limits = unpack(redis.call('MGET', KEYS[7], KEYS[8]))
+  if paused then
     return {DONE, PAUSED}
   end
-  local job, refused = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6], KEYS[8]}, prefix,
-    worker_id, tonumber(ARGV[6]), now, ARGV[7], tonumber(ARGV[8]), events_cap)
+  if limits then
+    lk = {limits = cjson.decode(limits), running = KEYS[9], held = KEYS[10],
+      buckets = KEYS[11], gates = KEYS[12], order = KEYS[13], pending = KEYS[4],
+      wake = KEYS[6]}
+  else
+    lk = nil
+  end
+  local job, refused = claim_next({KEYS[4], KEYS[5], KEYS[2], KEYS[6], KEYS[14]}, prefix,
+    worker_id, tonumber(ARGV[6]), now, ARGV[7], tonumber(ARGV[8]), events_cap, lk)
   if refused then
     return {NOT_RUNNABLE, refused}
   end

@@ -16,7 +16,12 @@
 -- KEYS[5] -> {prefix}failures     hash, second (epoch s) -> failed executions; trim.lua forgets
 --                                  seconds past the last minute
 -- KEYS[6] -> {prefix}canceled     zset, id -> canceled at (ms)
--- KEYS[7] -> {prefix}events       capped stream of the queue's events
+-- KEYS[7] -> {prefix}running      zset, jobs holding a limit slot (includes/common.lua)
+-- KEYS[8] -> {prefix}held         zset, pending jobs a type's limit holds back
+-- KEYS[9] -> {prefix}pending      zset, score -priority, member <seq>:<id> (a held job returns)
+-- KEYS[10] -> {prefix}wake        capped list of wake-up hints
+-- KEYS[11] -> {prefix}held_order  zset, the held jobs in claim order (for listings)
+-- KEYS[12] -> {prefix}events      capped stream of the queue's events
 --
 -- ARGV[1] -> fencing token
 -- ARGV[2] -> error text, "Type: message" (already length-capped by the caller)
@@ -31,7 +36,8 @@
 -- ARGV[11] -> who reports the failure, history's actor letter: 'w' the worker, 'v' the
 --             supervisor (a timeout: it killed the worker)
 -- ARGV[12] -> TTL of a canceled job's hash (ms): retention plus a margin, as cancel.lua's
--- ARGV[13] -> events stream cap; '0' or absent: no event
+-- ARGV[13] -> wake-up hint cap (a held job the freed limit slot lets go is hinted)
+-- ARGV[14] -> events stream cap; '0' or absent: no event
 --
 -- A job whose cancel was requested (cancel.lua) is not retried nor dead: its failure (the
 -- handler raised before its worker learned of the request, or it timed out) ends it canceled,
@@ -47,17 +53,18 @@
 -- Redis commands: 8 to retry (HMGET, TIME, ZREM, HINCRBY, HSET, [HDEL], ZADD, XADD), 9 to
 -- declare it dead (HMGET, TIME, ZREM, HINCRBY, HSET, HDEL, ZADD, PEXPIRE, XADD); one less each
 -- with events off. The HINCRBY is issue 14's one extra command on fail (no key fail.lua
--- touches can count failures for free).
+-- touches can count failures for free). A job holding a limit slot gives it back
+-- (release_slot: ZREM, ZRANGEBYLEX, LPUSH; ZREM x2 + ZADD more when a held job returns).
 
 --- @include "codes"
 --- @include "common"
 
 -- The worker's id (the event's) is read only with events on: it is at the end of the hash,
 -- behind the payload, a scan. Off, 'id' again takes its place (early, so cheap).
-local events_cap = ARGV[13]
+local events_cap = ARGV[14]
 local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'attempts', 'max_retries',
   'next_retry_at', 'type', 'history', 'created_at', events_on(events_cap) and 'worker_id' or 'id',
-  'cancel_requested_at')
+  'cancel_requested_at', 'slot')
 if not state[1] then
   return {NOT_FOUND}
 end
@@ -81,8 +88,12 @@ end
 local job_id = state[3]
 local now = now_ms(ARGV[9])
 redis.call('ZREM', KEYS[2], job_id)
+if state[12] == state[2] then
+  release_slot({running = KEYS[7], held = KEYS[8], order = KEYS[11], pending = KEYS[9],
+    wake = KEYS[10]}, job_id, job_type, tonumber(ARGV[13]), true)
+end
 if state[11] then
-  end_canceled({KEYS[6], KEYS[7]}, KEYS[1], job_id, now, ARGV[12],
+  end_canceled({KEYS[6], KEYS[12]}, KEYS[1], job_id, now, ARGV[12],
     history_add(state[8], 'o' .. ARGV[11], state[9], now, nil, nil,
       ARGV[11] == 'v' and 'timeout' or 'failed'), events_cap, job_type, state[4], state[10])
   return {CANCELED, job_type, attempts}
@@ -96,7 +107,7 @@ end
 
 if ARGV[7] == '1' or attempts >= tonumber(state[5]) then
   make_dead(KEYS[4], KEYS[1], job_id, ARGV[2], ARGV[10], now, ARGV[8], history('x'))
-  emit(KEYS[7], events_cap, 'e', 'dead', 'j', job_id, 't', job_type or '', 'a', state[4],
+  emit(KEYS[12], events_cap, 'e', 'dead', 'j', job_id, 't', job_type or '', 'a', state[4],
     'w', state[10] or '')
   return {DEAD, job_type, attempts}
 end
@@ -117,6 +128,6 @@ else
   redis.call('HDEL', KEYS[1], 'traceback')
 end
 redis.call('ZADD', KEYS[3], due, job_id)
-emit(KEYS[7], events_cap, 'e', 'retrying', 'j', job_id, 't', job_type or '', 'a', state[4],
+emit(KEYS[12], events_cap, 'e', 'retrying', 'j', job_id, 't', job_type or '', 'a', state[4],
   'w', state[10] or '')
 return {RETRYING, job_type, attempts, due}

@@ -18,6 +18,8 @@
 -- KEYS[8] -> {ns:queue}:v2:pending_since   zset, id -> claimable since (ms)
 -- KEYS[9] -> {ns:queue}:v2:paused          string, paused since (ms), present while paused
 -- KEYS[10] -> {ns:queue}:v2:failures       hash, second (epoch s) -> failed executions
+-- KEYS[11] -> {ns:queue}:v2:held           zset, pending jobs a type's limit holds back: they
+--                                           are pending, counted with KEYS[1]
 --
 -- ARGV[1] -> now (ms) override, or '' for Redis TIME
 --
@@ -28,9 +30,9 @@
 --- @include "common"
 
 local counts = {
-  redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), redis.call('ZCARD', KEYS[3]),
-  redis.call('ZCARD', KEYS[4]), redis.call('ZCARD', KEYS[5]), redis.call('ZCARD', KEYS[6]),
-  redis.call('ZCARD', KEYS[7]),
+  redis.call('ZCARD', KEYS[1]) + redis.call('ZCARD', KEYS[11]), redis.call('ZCARD', KEYS[2]),
+  redis.call('ZCARD', KEYS[3]), redis.call('ZCARD', KEYS[4]), redis.call('ZCARD', KEYS[5]),
+  redis.call('ZCARD', KEYS[6]), redis.call('ZCARD', KEYS[7]),
 }
 local oldest = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
 local now = now_ms(ARGV[1])

@@ -15,7 +15,10 @@
 -- KEYS[6] -> {prefix}wake            capped list of wake-up hints
 -- KEYS[7] -> {prefix}dead            zset, id -> time of death (ms)
 -- KEYS[8] -> {prefix}canceled        zset, id -> canceled at (ms)
--- KEYS[9] -> {prefix}events          capped stream of the queue's events
+-- KEYS[9] -> {prefix}running         zset, jobs holding a limit slot (given back here)
+-- KEYS[10] -> {prefix}held           zset, pending jobs a type's limit holds back
+-- KEYS[11] -> {prefix}held_order     zset, the held jobs in claim order (for listings)
+-- KEYS[12] -> {prefix}events         capped stream of the queue's events
 --
 -- ARGV[1] -> fencing token the lost worker held
 -- ARGV[2] -> 'crash' (counts a recovery), 'drain' (counts nothing) or 'cancel' (the supervisor
@@ -54,7 +57,8 @@ end
 local now = now_ms(ARGV[7])
 redis.call('ZREM', KEYS[2], state[3])
 redis.call('HSET', KEYS[1], 'last_request', ARGV[6])
-local outcome = lose_worker({KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[9], KEYS[8]},
-  KEYS[1], state[3], ARGV[2] ~= 'drain', tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5]), now,
-  ARGV[8], ARGV[10], ARGV[2] == 'cancel' and 'sigkill' or 'lost', ARGV[9])
+local outcome = lose_worker({KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[12], KEYS[8],
+  KEYS[9], KEYS[10], KEYS[11]}, KEYS[1], state[3], ARGV[2] ~= 'drain', tonumber(ARGV[3]),
+  ARGV[4], tonumber(ARGV[5]), now, ARGV[8], ARGV[10],
+  ARGV[2] == 'cancel' and 'sigkill' or 'lost', ARGV[9])
 return {outcome, state[5]}

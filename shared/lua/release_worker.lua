@@ -18,7 +18,10 @@
 -- KEYS[6] -> {prefix}dead             zset, id -> time of death (ms)
 -- KEYS[7] -> {prefix}reply:<request>  this call's answer, kept 15 s for a repeated call
 -- KEYS[8] -> {prefix}canceled         zset, id -> canceled at (ms)
--- KEYS[9] -> {prefix}events           capped stream of the queue's events
+-- KEYS[9] -> {prefix}running          zset, jobs holding a limit slot (given back here)
+-- KEYS[10] -> {prefix}held            zset, pending jobs a type's limit holds back
+-- KEYS[11] -> {prefix}held_order      zset, the held jobs in claim order (for listings)
+-- KEYS[12] -> {prefix}events          capped stream of the queue's events
 --
 -- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1] are built from it
 -- ARGV[2] -> the dead worker's id
@@ -46,7 +49,8 @@ if saved then
   return saved
 end
 local released = {}
-local loss_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[9], KEYS[8]}
+local loss_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[12], KEYS[8],
+  KEYS[9], KEYS[10], KEYS[11]}
 local held = held_by(KEYS[1], ARGV[1], ARGV[2])
 if #held == 0 then
   return released

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from taskforge.cli import dlq, jobs, ops, schedules  # noqa: F401  (each registers its commands)
+from taskforge.cli import dlq, jobs, limits, ops, schedules  # noqa: F401  (each registers its commands)
 from taskforge.cli.app import Exit, cli, json_everywhere, run
 
 json_everywhere(cli)  # after every command is registered

@@ -137,6 +137,7 @@ QUEUE_HEADERS = (
     "OLDEST PENDING",
     "DONE/MIN",
     "FAILED/MIN",
+    "HELD",
 )
 
 
@@ -149,6 +150,8 @@ def queue_row(queue: Queue) -> list[render.Cell]:
         render.age(queue.oldest_pending_age_seconds),
         queue.completed_last_minute,
         queue.failed_last_minute,
+        # Pending jobs its limits hold back (counted in PENDING too); "-": it has no limits.
+        "-" if queue.limits is None else queue.limits.own.held,
     ]
 
 

@@ -30,7 +30,7 @@ ENQUEUE = 7
 # even the claim a complete makes for the worker's next job, and only a read inside the script
 # is exact. claim.lua reads the flag in the MGET that already read its repeat pointer (free);
 # complete.lua reads no key of the queue's that could carry it, so it spends one EXISTS,
-# and only when it claims.
+# and only when it claims (issue 17: an MGET, which reads the queue's limits with the flag).
 COMPLETE_AND_CLAIM = 12
 # Issue 14: +1, and a second script call. The key spans queues and lives in the global slot,
 # so reserve.lua (HMGET, HSET, PEXPIRE) runs apart from the enqueue in the queue's slot, which
@@ -327,6 +327,75 @@ def test_a_failure_of_a_job_asked_to_stop_costs_no_more_than_a_failure(
     counts = commands_of(r, lambda: results.append(engine.fail(J1, token, "E: boom")))
     assert results[0].code is Code.CANCELED
     assert_within(counts, budget(engine, counts, FAIL, 1))
+
+
+# Issue 17: concurrency and rate limits. An unlimited queue pays nothing (every budget above
+# is unchanged: the limits string is read in the MGETs claim.lua and complete.lua already make).
+# A limited queue pays, per claim: TIME once up front (was: once a job starts; same count),
+# ZLEXCOUNT for its type's concurrency limit, ZADD to `running`: 8 + 2 = 10. A queue-wide
+# concurrency limit adds ZCARD, each rate bucket HGET + HSET (both kinds: 10 + 1 + 4). A job
+# held costs ZADD to `held` and `held_order` and HGET of its mark (+ HSET of mark and history,
+# and its event, the first time): with the claim's MGET, TIME, ZPOPMIN, HMGET, ZLEXCOUNT and
+# the empty ZPOPMIN and DEL after it, 11.
+# Giving a slot back costs ZREM + ZRANGEBYLEX (+ ZREM x2, ZADD, LPUSH when a held job returns),
+# and LPUSH of a hint from an exit whose worker does not claim next (fail, release, recover).
+CLAIM_LIMITED = 10
+CLAIM_LIMITED_QUEUE_AND_RATE = 15
+CLAIM_HOLDS_ONE_THEN_EMPTY = 11
+COMPLETE_AND_CLAIM_LIMITED = 16
+FAIL_LIMITED = 11
+PDF_LIMIT = '{"t":{"t":{"c":1}}}'
+
+
+def test_a_claim_in_a_limited_queue_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    engine.set_limits("default", PDF_LIMIT)
+    engine.enqueue(request(), J1)
+    result: list[Any] = []
+    counts = commands_of(r, lambda: result.append(engine.claim("w1")))
+    assert result[0].id == J1
+    assert_within(counts, budget(engine, counts, CLAIM_LIMITED, 1))
+    assert counts["time"] == 1 and counts["zlexcount"] == 1
+
+
+def test_a_claim_under_every_kind_of_limit_is_within_its_budget(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    engine.set_limits("default", '{"c":5,"r":[10,1000],"t":{"t":{"c":1,"r":[5,1000]}}}')
+    engine.enqueue(request(), J1)
+    counts = commands_of(r, lambda: engine.claim("w1"))
+    assert_within(counts, budget(engine, counts, CLAIM_LIMITED_QUEUE_AND_RATE, 1))
+
+
+def test_a_claim_that_holds_a_job_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    engine.set_limits("default", PDF_LIMIT)
+    claimed(engine, J1)
+    engine.enqueue(request(), J2)
+    counts = commands_of(r, lambda: engine.claim("w2"))
+    assert_within(counts, budget(engine, counts, CLAIM_HOLDS_ONE_THEN_EMPTY, 1))  # held event
+    # Re-parked: no history, no event, no HSET.
+    engine.set_limits("default", PDF_LIMIT)  # every held job back to pending
+    counts = commands_of(r, lambda: engine.claim("w2"))
+    assert_within(counts, budget(engine, counts, CLAIM_HOLDS_ONE_THEN_EMPTY - 1, 0))
+    assert "hset" not in counts
+
+
+def test_complete_and_claim_in_a_limited_queue_is_within_its_budget(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    engine.set_limits("default", PDF_LIMIT)
+    token = claimed(engine, J1)
+    engine.enqueue(request(), J2)
+    result: list[Any] = []
+    counts = commands_of(r, lambda: result.append(engine.complete(J1, token, claim_next_for="w1")))
+    assert result[0].next_job.id == J2
+    assert_within(counts, budget(engine, counts, COMPLETE_AND_CLAIM_LIMITED, 2))
+
+
+def test_fail_in_a_limited_queue_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    engine.set_limits("default", PDF_LIMIT)
+    token = claimed(engine, J1)
+    counts = commands_of(r, lambda: engine.fail(J1, token, "E: boom"))
+    assert_within(counts, budget(engine, counts, FAIL_LIMITED, 1))
 
 
 # Issue 17, periodic schedules: a tick's job costs an enqueue (above) and this advance: HGET,

@@ -144,6 +144,7 @@ def test_repeated_claim_with_the_same_request_id_returns_the_same_job(
     enqueue(scripts, J2)
     script = raw_script(r, "claim")
     keys = [K.pending, K.pending_since, K.processing, K.last_claim("w1"), K.wake, K.paused]
+    keys += [K.limits, K.running, K.held, K.buckets, K.gates, K.held_order]
     args = [K.job_prefix, "w1", POLICY.lease_ms, "req-1", T0, "", POLICY.wake_cap]
 
     first = script(keys=keys, args=args)

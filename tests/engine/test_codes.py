@@ -174,6 +174,8 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
     scripts.quiet_host("w1", True)
     scripts.pause_queue("q", now_ms=T0)
     scripts.resume_queue("q")
+    scripts.set_limits("q", '{"c": 1}')
+    scripts.open_gates(queue="q", now_ms=T0)
     scripts.stats()
     list_jobs(scripts, JobState.PENDING, ["default"])
     last_hour(scripts, ["default"], now_ms=T0)

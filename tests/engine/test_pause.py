@@ -76,6 +76,7 @@ def test_the_claim_script_answers_paused(r: redis.Redis, scripts: Scripts) -> No
     enqueue(scripts, J1)
     scripts.pause_queue("default", now_ms=T0)
     keys = [K.pending, K.pending_since, K.processing, K.last_claim("w1"), K.wake, K.paused]
+    keys += [K.limits, K.running, K.held, K.buckets, K.gates, K.held_order]
 
     reply = raw_script(r, "claim")(keys=keys, args=[K.job_prefix, "w1", 1_000, "req", T0])
 

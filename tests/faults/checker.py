@@ -222,6 +222,9 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
             job_id = text.split(":", 1)[1] if state == "pending" else text
             ids[job_id] = score
         members[state] = ids
+    # A pending job a type's limit holds is in `held`, not `pending` (docs/QUEUES.md, "Limits").
+    for member in client.zrange(keys.held, 0, -1):
+        members["pending"][(_text(member) or "").rsplit(":", 1)[1]] = 0.0
     since = {_text(m) for m in client.zrange(keys.pending_since, 0, -1)}
     if since != set(members["pending"]):
         problems.append(
@@ -229,12 +232,15 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
         )
 
     fixed = {keys.state_index(s) for s in STATES}
-    fixed |= {keys.pending_since, keys.seq, keys.wake, keys.workers, keys.queues}
+    fixed |= {keys.pending_since, keys.seq, keys.wake, keys.workers, keys.queues, keys.limited}
     # A pause lasts until a resume; failures per second are capped by trim (64 seconds kept),
     # and so are the throughput minutes (62 kept).
     fixed |= {keys.paused, keys.failures, keys.throughput}
     # The events streams are capped by every XADD that writes them (docs/EVENTS.md).
     fixed |= {keys.events, keys.fleet_events}
+    # The limits and their live state (a slot per running job, held jobs, buckets, gates).
+    fixed |= {keys.limits, keys.running, keys.held, keys.held_order, keys.buckets, keys.gates}
+    problems += leaked_slots(client, keys, set(members["processing"]))
     # Periodic schedules: the published definitions, and each schedule's state (docs/SCHEDULES.md:
     # one small hash per schedule ever published, kept so a schedule resumes where it was).
     fixed |= {keys.schedules}
@@ -278,6 +284,23 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
     return problems
 
 
+def leaked_slots(client: redis.Redis, keys: Keys, processing: set[str]) -> list[str]:
+    """Return a problem per slot held by a job that is not processing (a slot never given
+    back), and per processing job a concurrency limit counts that holds no slot (one never
+    taken)."""
+    slots = {(_text(m) or "").split("|", 1)[1] for m in client.zrange(keys.running, 0, -1)}
+    problems = [f"limit slot held by {j}, which is not processing" for j in slots - processing]
+    raw = client.get(keys.limits)
+    if raw:
+        doc = json.loads(raw)
+        counted = {name for name, limit in doc.get("t", {}).items() if "c" in limit}
+        for job_id in sorted(processing - slots):
+            job_type = _text(client.hget(keys.job(job_id), "type"))
+            if "c" in doc or job_type in counted:
+                problems.append(f"processing job {job_id} holds no limit slot")
+    return problems
+
+
 # The status a job is in right after each history event (shared/history.py EVENTS): the job's
 # status must be that of its last transition, or a transition changed it without a trace.
 STATUS_AFTER = {
@@ -293,6 +316,7 @@ STATUS_AFTER = {
     "canceled": "canceled",
     "replayed": "pending",
     "cancel_requested": "processing",  # a running job asked to stop: it runs on until it ends
+    "held": "pending",
 }
 STREAM_PAGE = 10_000  # XRANGE entries per call: no one reply the size of the whole stream
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from shared import history, ticks
+from shared import history, limits, ticks
 from shared.keys import Keys
 from shared.schedule_state import read_states
 from shared.schedules import load_file
@@ -87,6 +87,90 @@ def test_sigkill_workers_mid_job(
     assert report.overlapping_duplicates == 0, report.overlapping
     assert report.sequential_duplicates <= len(kills), figures
     assert report.unexpected == []
+    assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
+
+
+class RunningSampler:
+    """Sample the limit slots (`running`) every few ms from a thread of the test process: the
+    peak per scope over the whole run, and how many samples it took."""
+
+    def __init__(self, client: redis.Redis, job_type: str) -> None:
+        self.client, self.job_type = client, job_type
+        self.peak_type = self.peak_queue = self.samples = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        low, high = f"[{self.job_type}|", f"({self.job_type}}}"
+        while not self.stop.wait(0.005):
+            pipe = self.client.pipeline(transaction=True)  # one consistent moment
+            pipe.zlexcount(KEYS.running, low, high)
+            pipe.zcard(KEYS.running)
+            of_type, of_queue = pipe.execute()
+            self.peak_type, self.peak_queue = (
+                max(self.peak_type, of_type),
+                max(self.peak_queue, of_queue),
+            )
+            self.samples += 1
+
+    def __enter__(self) -> RunningSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
+def test_limits_hold_while_workers_are_sigkilled(
+    start_workerd: Callable[..., Workerd],  # noqa: F811
+    r: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    """Scenario 14 (issue 17): a limited type (2) in a limited queue (3), 4 workers, a busy
+    worker SIGKILLed every 0.4 s: never more running than a limit at any sample, no slot
+    leaked at the end, nothing lost, the unlimited type flowing past the held ones."""
+    journal = tmp_path / "journal.jsonl"
+    doc = {"concurrency": 3, "types": {"journaled": {"concurrency": 2}}}
+    scripts = Scripts(r, KEYS)
+    scripts.set_limits("default", limits.parse_limits(doc).compact_json())
+    workerd = start_workerd(**{**FAULT_ENV, "WORKER_COUNT": "4"})
+    began = time.monotonic()
+    with RunningSampler(r, "journaled") as sampler:
+        records = enqueue_journaled(scripts, 120, journal, sleep=0.05)
+        others = [enqueue_one(scripts, {"type": "noop"}) for _ in range(60)]
+        ids = [rec.job_id for rec in records + others]
+        kills = kill_workers(
+            workerd,
+            duration=6.0,
+            interval=0.4,
+            rng=random.Random(17),
+            stop_when=lambda: settled(r, ids),
+        )
+        finished = wait_settled(r, ids, timeout=40.0, workerd=workerd)
+    journaled = [rec.job_id for rec in records]
+    report = check(records + others, read_journal(journal), r, journaled=journaled)
+    figures = {
+        **report.summary(),
+        "jobs": len(ids),
+        "kills": len(kills),
+        "limit_queue": 3,
+        "limit_type": 2,
+        "peak_running_queue": sampler.peak_queue,
+        "peak_running_type": sampler.peak_type,
+        "samples": sampler.samples,
+        "slots_left": r.zcard(KEYS.running),
+        "held_left": r.zcard(KEYS.held),
+        "throughput_jobs_per_s": round(len(ids) / (finished - began), 1),
+    }
+    print_figures("limits_sigkill_workers", figures)
+    assert kills, "no worker was killed"
+    assert sampler.samples > 100
+    assert sampler.peak_type <= 2 and sampler.peak_queue <= 3, figures
+    assert r.zcard(KEYS.running) == 0 and r.zcard(KEYS.held) == 0, figures
+    assert report.lost == [], report.lost
+    assert report.overlapping_duplicates == 0, report.overlapping
     assert report.violations == [], report.violations
     assert report.event_mismatches == [], report.event_mismatches[:5]
 

@@ -424,6 +424,12 @@ ROUTES = [
     ("GET", "/queues"),
     ("POST", "/queues/critical/pause"),
     ("POST", "/queues/critical/resume"),
+    ("GET", "/limits"),
+    ("GET", "/queues/critical/limits"),
+    ("PUT", "/queues/critical/limits"),
+    ("DELETE", "/queues/critical/limits"),
+    ("PUT", "/queues/critical/limits/types/pdf"),
+    ("DELETE", "/queues/critical/limits/types/pdf"),
     ("GET", "/workers"),
     ("POST", "/workers/host-1/quiet"),
     ("POST", "/workers/host-1/resume"),
@@ -441,7 +447,12 @@ def test_routes_lists_every_route(client: FlaskClient) -> None:
         for rule in api_rules(client.application)
         for method in rule.methods - {"HEAD", "OPTIONS"}
     }
-    named = {UNKNOWN: "<job_id>", "/critical/": "/<name>/", "/host-1/": "/<name>/"}
+    named = {
+        UNKNOWN: "<job_id>",
+        "/critical/": "/<name>/",
+        "/host-1/": "/<name>/",
+        "/types/pdf": "/types/<job_type>",
+    }
     named["/schedules/nightly"] = "/schedules/<name>"
 
     def rule_of(path: str) -> str:
@@ -587,9 +598,11 @@ def test_redis_down_is_503_with_retry_after(
 ) -> None:
     body = '{"jobs": [{"type": "a"}]}' if path.endswith("batch") else '{"type": "a"}'
     body = "" if path.endswith("/cancel") else body  # a cancel's body names who asks, if any
+    body = '{"concurrency": 1}' if method == "PUT" else body  # a limit: valid, so 503
     path = f"{path}?state=pending" if path == "/jobs" else path  # without it: 400 first
     started = time.monotonic()
-    response = down_client.open(path, method=method, data=body if method == "POST" else None)
+    sent = body if method in ("POST", "PUT") else None
+    response = down_client.open(path, method=method, data=sent)
     assert time.monotonic() - started < 1.5
     assert response.status_code == 503
     assert response.headers["Retry-After"] == "1"

@@ -355,3 +355,26 @@ def test_a_listing_lets_a_dotted_type_break_at_its_separators(
     body = text(ui.get("/ui/jobs?state=pending"))
     assert '<td class="name">billing.<wbr>invoices.<wbr>make_<wbr>pdf</td>' in body
     assert '<td class="name">mail-<wbr>eu</td>' in body
+
+
+def test_the_queues_page_shows_limits_and_a_held_jobs_page_says_what_it_waits_for(
+    ui: FlaskClient, engine: Scripts
+) -> None:
+    from shared.limits import parse_limits
+
+    doc = {"concurrency": 5, "types": {"seed": {"concurrency": 1, "rate": "10/1s"}}}
+    engine.set_limits("default", parse_limits(doc).compact_json())
+    put(engine)
+    held = put(engine)
+    assert engine.claim("w1") is not None
+    assert engine.claim("w2") is None
+
+    def words(path: str) -> str:  # the page's text, tags out, spaces collapsed
+        return " ".join(re.sub(r"<[^>]+>", "", text(ui.get(path))).split())
+
+    page = words("/ui/queues")
+    assert "queue: 1 of 5 running" in page
+    assert "seed: 1 of 1 running, 10/s; 1 held" in page
+    job_page = words(f"/ui/jobs/{held}")
+    assert "waiting for a seed slot (its concurrency limit in queue default)" in job_page
+    assert "by its concurrency limit" in job_page

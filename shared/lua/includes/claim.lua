@@ -56,8 +56,27 @@ end
 -- the best job is of a type the worker does not run. That job goes back exactly where it was
 -- (same score and member; its pending_since entry is never removed) and nothing else about it
 -- changes; the wake hint this claim may have used goes back too, for a worker that runs it.
-local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_cap, events_cap)
-  -- Bounded: an entry whose hash is gone (deleted by hand) is dropped and the next one tried.
+-- lk: nil for a queue without limits (nothing below costs a command then), else as
+-- includes/common.lua describes: the queue-wide limits, when reached, claim nothing (EMPTY, the
+-- hints cleared: a slot given back or a gate opened pushes one); a job whose type is at its
+-- limit is held (common.lua, hold) and the next one tried; a job claimed takes its tokens, and
+-- a slot (`running`, and `slot` = its token in its hash) when a concurrency limit counts it.
+local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_cap, events_cap,
+    lk)
+  local queue_tokens
+  if lk then
+    if type(now) == 'function' then
+      now = now()
+    end
+    local blocked
+    blocked, queue_tokens = queue_blocked(lk, now)
+    if blocked then
+      redis.call('DEL', keys[4])
+      return nil
+    end
+  end
+  -- Bounded: an entry whose hash is gone (deleted by hand), or held by its type's limit, is
+  -- set aside and the next one tried.
   for _ = 1, 100 do
     local popped = redis.call('ZPOPMIN', keys[1])
     if #popped == 0 then
@@ -82,8 +101,14 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
       end
       return nil, job[F_TYPE]
     end
-    redis.call('ZREM', keys[2], job_id)
-    if job[F_STATUS] == 'pending' then
+    local blocked = lk and job[F_STATUS] == 'pending' and type_blocked(lk, job[F_TYPE], now)
+    if blocked then
+      hold(lk, job_key, job_id, job[F_TYPE], popped[2], member, job[F_TOKEN], history,
+        job[F_CREATED], now, blocked, {keys[5], events_cap})
+    else
+      redis.call('ZREM', keys[2], job_id)
+    end
+    if not blocked and job[F_STATUS] == 'pending' then
       if type(now) == 'function' then
         now = now()
       end
@@ -91,10 +116,20 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
       local started = string.format('%d', now)
       job[F_ATTEMPTS] = string.format('%d', tonumber(job[F_ATTEMPTS]) + 1)
       job[F_TOKEN] = string.format('%d', tonumber(job[F_TOKEN]) + 1)
-      redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
-        'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
-        'worker_id', worker_id,
-        'history', history_add(history, 'cw', job[F_CREATED], now, job[F_ATTEMPTS], worker_id))
+      local entry = history_add(history, 'cw', job[F_CREATED], now, job[F_ATTEMPTS], worker_id)
+      if lk and needs_slot(lk, job[F_TYPE]) then
+        redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
+          'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
+          'worker_id', worker_id, 'history', entry, 'slot', job[F_TOKEN])
+        redis.call('ZADD', lk.running, 0, job[F_TYPE] .. '|' .. job_id)
+      else
+        redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
+          'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
+          'worker_id', worker_id, 'history', entry)
+      end
+      if queue_tokens then
+        bucket_spend(lk, 'q', queue_tokens, now)
+      end
       redis.call('ZADD', keys[3], string.format('%d', now + lease), job_id)
       emit(keys[5], events_cap, 'e', 'claimed', 'j', job_id, 't', job[F_TYPE], 'a',
         job[F_ATTEMPTS], 'w', worker_id)

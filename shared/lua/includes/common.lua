@@ -180,24 +180,180 @@ local function end_canceled(keys, job_key, job_id, now, ttl_ms, history, events_
     attempt or '', 'w', worker or '')
 end
 
+-- Concurrency and rate limits of one queue (docs/QUEUES.md, "Concurrency and rate limits").
+-- Every key is in the queue's slot and comes from KEYS; the callers pass them as a table
+-- `lk` = {limits = decoded JSON, running, held, order, buckets, gates, pending, wake}:
+--
+--   limits   string, JSON {"c": n, "r": [n, period ms], "t": {"<type>": {"c": n, "r": [...]}}};
+--            absent: no limits (claim.lua reads it in the MGET it already makes: free)
+--   running  zset, score 0, member <type>|<id>: every job a concurrency limit counts, from its
+--            claim until it leaves `processing` (the slot is the lease's); ZLEXCOUNT counts a
+--            type, ZCARD the queue (with a queue-wide limit every job takes a slot)
+--   held     zset, score 0, member <type>|<10-digit 2^31 - priority>|<seq>:<id>: pending jobs
+--            a type's limit holds back, a type's best (priority, then FIFO) first in lex order
+--   order    zset, the same jobs as pending scores them (-priority, <seq>:<id>): where
+--            GET /jobs?state=pending finds them (shared/listing.py)
+--   buckets  hash, scope ('q' the queue, 't:<type>') -> '<tokens>|<refilled at ms>'
+--   gates    zset, scope -> when its next token is due (ms); the scheduler opens a due gate
+--
+-- A job claimed while a concurrency limit counts it (needs_slot) carries `slot` = its fencing
+-- token: an exit from processing gives the slot back only when that still matches (a claim
+-- made after the limits were cleared moves the token on, so a stale mark costs nothing).
+
+-- 2^31: priority is within ±2^31 (shared/jobs.py), so 2^31 + score (-priority) is 0..2^32.
+local PRIORITY_BIAS = 2147483648
+
+-- The held member of a pending entry (score, member as pending holds them).
+local function held_member(job_type, score, member)
+  return job_type .. '|' .. string.format('%010d', PRIORITY_BIAS + tonumber(score)) .. '|' ..
+    member
+end
+
+-- Move one held entry back to pending, to its place in line (same score and member).
+local function unhold(lk, entry)
+  local bar = string.find(entry, '|', 1, true)
+  local score = tonumber(string.sub(entry, bar + 1, bar + 10)) - PRIORITY_BIAS
+  local member = string.sub(entry, bar + 12)
+  redis.call('ZREM', lk.held, entry)
+  redis.call('ZREM', lk.order, member)
+  redis.call('ZADD', lk.pending, string.format('%d', score), member)
+end
+
+-- A type's best held entry, or nil. Type names hold no '|' (shared/jobs.py) and '}' follows
+-- '|' in byte order, so [type| .. (type} is exactly the type's entries.
+local function best_held(lk, job_type)
+  return redis.call('ZRANGEBYLEX', lk.held, '[' .. job_type .. '|', '(' .. job_type .. '}',
+    'LIMIT', 0, 1)[1]
+end
+
+-- Give a job's slot back as it leaves processing (every exit calls this, and only for a job
+-- whose `slot` mark equals the token it was claimed with): the type's best held job returns to
+-- pending. hint: push a wake-up hint even when none was held (a claim may be waiting on the
+-- queue-wide limit); false when the caller's worker claims next in the same script.
+-- Idempotent: a slot already given back (ZREM answers 0) does nothing more.
+local function release_slot(lk, job_id, job_type, wake_cap, hint)
+  job_type = job_type or ''
+  if redis.call('ZREM', lk.running, job_type .. '|' .. job_id) == 0 then
+    return
+  end
+  local entry = best_held(lk, job_type)
+  if entry then
+    unhold(lk, entry)
+  end
+  if entry or hint then
+    wake_one(lk.wake, wake_cap)
+  end
+end
+
+-- A scope's tokens refilled up to now (a float; a full bucket when it has none yet).
+-- rate = {n, period ms}: n tokens a period, at most n in the bucket.
+local function bucket_tokens(lk, scope, rate, now)
+  local raw = redis.call('HGET', lk.buckets, scope)
+  if not raw then
+    return rate[1]
+  end
+  local bar = string.find(raw, '|', 1, true)
+  local tokens, at = tonumber(string.sub(raw, 1, bar - 1)), tonumber(string.sub(raw, bar + 1))
+  return math.min(rate[1], tokens + math.max(0, now - at) * rate[1] / rate[2])
+end
+
+local function bucket_spend(lk, scope, tokens, now)
+  redis.call('HSET', lk.buckets, scope, string.format('%.6f|%d', tokens - 1, now))
+end
+
+-- Close a scope out of tokens until its next token is due.
+local function gate_close(lk, scope, rate, tokens, now)
+  redis.call('ZADD', lk.gates, string.format('%d', now + math.ceil((1 - tokens) * rate[2] /
+    rate[1])), scope)
+end
+
+-- Whether a job of this type takes a slot: a concurrency limit counts it (the queue's, or its
+-- type's). A rate limit alone needs none, so the jobs of other types cost nothing more.
+local function needs_slot(lk, job_type)
+  local limit = lk.limits.t and lk.limits.t[job_type]
+  return lk.limits.c or (limit and limit.c)
+end
+
+-- Why the queue-wide limits let nothing be claimed now ('concurrency' or 'rate'), or nil; with
+-- the queue's tokens when it has a rate (spent once a job is claimed).
+local function queue_blocked(lk, now)
+  local limits = lk.limits
+  if limits.c and redis.call('ZCARD', lk.running) >= limits.c then
+    return 'concurrency'
+  end
+  if limits.r then
+    local tokens = bucket_tokens(lk, 'q', limits.r, now)
+    if tokens < 1 then
+      gate_close(lk, 'q', limits.r, tokens, now)
+      return 'rate'
+    end
+    return nil, tokens
+  end
+  return nil
+end
+
+-- Why a job of this type must wait ('concurrency' or 'rate'), or nil; a type's token is spent
+-- here when it may run (the caller claims it at once).
+local function type_blocked(lk, job_type, now)
+  local limit = lk.limits.t and lk.limits.t[job_type]
+  if not limit then
+    return nil
+  end
+  if limit.c and redis.call('ZLEXCOUNT', lk.running, '[' .. job_type .. '|',
+      '(' .. job_type .. '}') >= limit.c then
+    return 'concurrency'
+  end
+  if limit.r then
+    local scope = 't:' .. job_type
+    local tokens = bucket_tokens(lk, scope, limit.r, now)
+    if tokens < 1 then
+      gate_close(lk, scope, limit.r, tokens, now)
+      return 'rate'
+    end
+    bucket_spend(lk, scope, tokens, now)
+  end
+  return nil
+end
+
+-- Park a popped pending job in `held` (it stays pending, keeps its pending_since entry and its
+-- place in line). The first hold of a wait (its `held` mark differs from its token) writes one
+-- history entry and one event; a re-park writes neither. events: {key, cap}.
+local function hold(lk, job_key, job_id, job_type, score, member, token, history, created, now,
+    reason, events)
+  redis.call('ZADD', lk.held, 0, held_member(job_type, score, member))
+  redis.call('ZADD', lk.order, score, member)
+  if redis.call('HGET', job_key, 'held') == token then
+    return
+  end
+  redis.call('HSET', job_key, 'held', token, 'history',
+    history_add(history, 'bw', created, now, nil, nil, reason))
+  emit(events[1], events[2], 'e', 'held', 'j', job_id, 't', job_type, 'r', reason)
+end
+
 -- A job lost its worker: count it (unless the worker let go on purpose, by draining) and
 -- requeue it, or declare it dead once it has lost workers more often than the cap allows.
 -- The lost execution is given back (attempts - 1): losing a worker is not an application
 -- failure, so it must not use up max_retries; `recoveries` counts it instead. A job whose
 -- cancel was requested is not requeued: it ends canceled (end_canceled), its execution kept.
--- keys = {pending, pending_since, seq, wake, dead, events, canceled}. actor: who tells
--- (history's letter). events_cap: as emit takes it. stop: how a canceled job stopped, for its
--- history ('sigkill': the supervisor killed it for its cancel; 'lost': it died or its lease
--- expired). finished_ttl_ms: a canceled job's hash TTL.
+-- keys = {pending, pending_since, seq, wake, dead, events, canceled, running, held,
+-- held_order}. actor: who tells (history's letter). events_cap: as emit takes it. stop: how a
+-- canceled job stopped, for its history ('sigkill': the supervisor killed it for its cancel;
+-- 'lost': it died or its lease expired). finished_ttl_ms: a canceled job's hash TTL. A job
+-- holding a limit slot gives it back (release_slot), whichever way it leaves.
 -- History and event: recovered (counted), released (a drain), dead (with the lost
 -- execution's attempt and worker), or canceled.
 local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake_cap, now, actor,
     events_cap, stop, finished_ttl_ms)
   -- A new token fences off the lost worker: if it was only paused, its late writes are refused.
-  redis.call('HINCRBY', job_key, 'token', 1)
+  local token = redis.call('HINCRBY', job_key, 'token', 1)
   local job = redis.call('HMGET', job_key, 'attempts', 'history', 'created_at', 'type',
-    'worker_id', 'cancel_requested_at')
+    'worker_id', 'cancel_requested_at', 'slot')
+  local lk = job[7] == string.format('%d', token - 1) and
+    {running = keys[8], held = keys[9], order = keys[10], pending = keys[1], wake = keys[4]}
   if job[6] then
+    if lk then
+      release_slot(lk, job_id, job[4], wake_cap, true)
+    end
     end_canceled({keys[7], keys[6]}, job_key, job_id, now, finished_ttl_ms,
       history_add(job[2], 'o' .. actor, job[3], now, nil, nil, stop), events_cap, job[4],
       job[1], job[5])
@@ -215,8 +371,15 @@ local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake
         history_add(job[2], 'x' .. actor, job[3], now, nil, nil, 'WorkerLost'))
       emit(keys[6], events_cap, 'e', 'dead', 'j', job_id, 't', job[4] or '', 'a', job[1],
         'w', job[5] or '')
+      if lk then
+        release_slot(lk, job_id, job[4], wake_cap, true)
+      end
       return DEAD
     end
+  end
+  -- The requeued job's own hint (make_pending) wakes a claim: the slot's need not.
+  if lk then
+    release_slot(lk, job_id, job[4], wake_cap, false)
   end
   make_pending({keys[1], keys[2], keys[3], keys[4]}, job_key, job_id, now, wake_cap, true,
     history_add(job[2], (counts and 'l' or 'h') .. actor, job[3], now))

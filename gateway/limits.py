@@ -1,0 +1,111 @@
+"""Limit endpoints: the concurrency and rate limits of queues and of job types within them.
+
+Limits live in Redis (every gateway and worker sees the same) and apply fleet-wide: "at most 5
+generate_pdf running" counts across every worker of every host. They are per queue (a queue
+is one Redis Cluster slot, and a claim touches one): a type in two queues has a limit in each.
+docs/QUEUES.md, "Concurrency and rate limits". Setting a limit on a queue no job has been
+enqueued under lists it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Blueprint
+
+from gateway import inputs
+from gateway.context import gateway
+from gateway.errors import ApiError
+from gateway.queues import queue_name
+from gateway.routes import route
+from shared import limits
+from shared.limits import LimitError, LimitsState, QueueLimits, ScopeUse
+
+log = logging.getLogger(__name__)
+
+bp = Blueprint("limits", __name__)
+
+
+def _state(queue: str) -> dict[str, Any]:
+    gw = gateway()
+    found = limits.read_state(gw.scripts.redis, gw.scripts.keys, [queue])
+    if found:
+        return found[0].to_json()
+    return LimitsState(queue, QueueLimits(), ScopeUse(0, 0), {}).to_json()
+
+
+def _change(queue: str, edit: Any, what: str) -> dict[str, Any]:
+    gw = gateway()
+    gw.directory.ensure(queue)
+    try:
+        after = limits.change(gw.scripts, queue, edit)
+    except LimitError as exc:
+        raise ApiError(409, str(exc)) from exc
+    log.info(
+        "limits_changed", extra={"queue": queue, "scope": what, "limits": after.compact_json()}
+    )
+    return _state(queue)
+
+
+def _parsed(parse: Any, body: Any) -> Any:
+    try:
+        return parse(body)
+    except LimitError as exc:
+        raise ApiError(400, str(exc)) from exc
+
+
+@route(bp, "GET", "/limits")
+def list_limits() -> dict[str, Any]:
+    """Return every queue that has limits: its own and its types', each with running and held."""
+    gw = gateway()
+    names = gw.directory.names(refresh=True)
+    states = limits.read_state(gw.scripts.redis, gw.scripts.keys, names)
+    return {"queues": [state.to_json() for state in states]}
+
+
+@route(bp, "GET", "/queues/<name>/limits")
+def get_limits(name: str) -> dict[str, Any]:
+    """Return one queue's limits with what they hold now (all null when it has none)."""
+    return _state(queue_name(name))
+
+
+@route(bp, "PUT", "/queues/<name>/limits")
+def put_limits(name: str) -> dict[str, Any]:
+    """Set a queue's own limits; with "types" in the body, replace every type's too.
+
+    Without "types" the types' limits stay: ``{"concurrency": 10}`` is plain for curl users
+    and cannot wipe out what another operator set per type.
+    """
+    queue = queue_name(name)
+    body = inputs.json_body()
+    wanted = _parsed(limits.parse_limits, body)
+    if "types" in body:
+        return _change(queue, lambda _: wanted, "queue")
+    return _change(queue, lambda current: current.with_scope(None, wanted.queue), "queue")
+
+
+@route(bp, "DELETE", "/queues/<name>/limits")
+def clear_limits(name: str) -> dict[str, Any]:
+    """Remove every limit of a queue; jobs held by one become claimable at once."""
+    queue = queue_name(name)
+    return _change(queue, lambda _: QueueLimits(), "queue")
+
+
+@route(bp, "PUT", "/queues/<name>/limits/types/<job_type>")
+def put_type_limit(name: str, job_type: str) -> dict[str, Any]:
+    """Set one job type's limits in a queue (the others stay as they are)."""
+    queue = queue_name(name)
+    job_type = _parsed(limits.check_type_name, job_type)
+    limit = _parsed(lambda body: limits.parse_limit(body, ""), inputs.json_body())
+    if limit.empty:
+        raise ApiError(400, "give concurrency and/or rate (DELETE removes a type's limits)")
+    return _change(queue, lambda current: current.with_scope(job_type, limit), job_type)
+
+
+@route(bp, "DELETE", "/queues/<name>/limits/types/<job_type>")
+def clear_type_limit(name: str, job_type: str) -> dict[str, Any]:
+    """Remove one job type's limits in a queue."""
+    queue = queue_name(name)
+    job_type = _parsed(limits.check_type_name, job_type)
+    return _change(queue, lambda current: current.with_scope(job_type, limits.Limit()), job_type)

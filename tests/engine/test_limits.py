@@ -136,7 +136,20 @@ def test_a_returned_slot_brings_back_the_best_held_job_in_priority_then_fifo_ord
 
 @pytest.mark.parametrize(
     "exit_how",
-    ["complete", "retry", "dead", "release", "release_worker", "recover", "recover_cap"],
+    [
+        "complete",
+        "retry",
+        "dead",
+        "release",
+        "release_worker",
+        "recover",
+        "recover_cap",
+        # A running job asked to stop leaves processing canceled, by each of its ways out.
+        "cancel_running",
+        "cancel_failed",
+        "cancel_released",
+        "cancel_recovered",
+    ],
 )
 def test_every_exit_from_processing_gives_the_slot_back(
     r: redis.Redis, make_scripts: Callable[..., Scripts], exit_how: str
@@ -149,7 +162,18 @@ def test_every_exit_from_processing_gives_the_slot_back(
     assert claimed_id(scripts, worker="w2") is None
     assert held_ids(r) == [J2]
 
-    if exit_how == "complete":
+    if exit_how.startswith("cancel_"):
+        assert scripts.cancel(J1, now_ms=T0).changed
+        assert running(r) == {f"pdf|{J1}"}  # asked to stop, still running: the slot is held
+    if exit_how == "cancel_running":
+        assert scripts.cancel_running(J1, first.token, "sigterm", now_ms=T0).code is Code.DONE
+    elif exit_how == "cancel_failed":
+        assert scripts.fail(J1, first.token, "Boom: x", now_ms=T0).code is Code.CANCELED
+    elif exit_how == "cancel_released":
+        assert scripts.release(J1, first.token, canceling=True, now_ms=T0).code is Code.CANCELED
+    elif exit_how == "cancel_recovered":
+        assert scripts.recover(now_ms=T0 + POLICY.lease_ms + 1).canceled == [J1]
+    elif exit_how == "complete":
         scripts.complete(J1, first.token, now_ms=T0)
     elif exit_how in ("retry", "dead"):
         code = scripts.fail(J1, first.token, "Boom: x", now_ms=T0).code
@@ -166,6 +190,8 @@ def test_every_exit_from_processing_gives_the_slot_back(
     assert held_ids(r) == []
     assert J2 in pending_ids(r)
     assert r.llen(K.wake) >= 1
+    if exit_how.startswith("cancel_"):
+        assert r.hget(K.job(J1), "status") == b"canceled"
     # A second exit of the same job (a repeat, a stale call) gives nothing back twice.
     if exit_how == "complete":
         scripts.complete(J1, first.token, now_ms=T0)

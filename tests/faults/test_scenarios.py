@@ -128,7 +128,7 @@ def test_limits_hold_while_workers_are_sigkilled(
     r: redis.Redis,
     tmp_path: Path,
 ) -> None:
-    """Scenario 14 (issue 17): a limited type (2) in a limited queue (3), 4 workers, a busy
+    """Scenario 15 (issue 17): a limited type (2) in a limited queue (3), 4 workers, a busy
     worker SIGKILLed every 0.4 s: never more running than a limit at any sample, no slot
     leaked at the end, nothing lost, the unlimited type flowing past the held ones."""
     journal = tmp_path / "journal.jsonl"

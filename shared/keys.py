@@ -319,16 +319,6 @@ class V1Keys:
         """Return v1's FIFO counter."""
         return f"{self.prefix}seq"
 
-    @property
-    def limited(self) -> str:
-        """Return the set of queue names that have limits (or had: a clear removes its name after).
-
-        Listed before the queue's limits are written (shared.scripts.Scripts.set_limits), as a
-        queue is listed before its first job, so the scheduler finds every limited queue with
-        one SMEMBERS a second instead of a read per queue.
-        """
-        return f"{self.global_prefix}limited"
-
     def idempotency(self, key: str) -> str:
         """Return a v1 idempotency key's hash ``{digest, job_id}``."""
         return f"{self.prefix}idem:{key}"

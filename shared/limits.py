@@ -141,9 +141,18 @@ def parse_concurrency(value: Any, where: str = "concurrency") -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-        shown = str(value)[:40]
+        # As the caller wrote it, in JSON: "5" (a string) or true, not Python's 5 or True.
+        shown = json.dumps(value)[:40] if _is_json(value) else repr(value)[:40]
         raise LimitError(f"{where}: expected an integer from 1 to {MAX_COUNT:,}, not {shown}")
     return value
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def parse_limit(doc: Any, where: str) -> Limit:
@@ -152,7 +161,9 @@ def parse_limit(doc: Any, where: str) -> Limit:
         raise LimitError(f"{where}: expected an object with concurrency and/or rate")
     unknown = set(doc) - {"concurrency", "rate"}
     if unknown:
-        raise LimitError(f"{where}: unknown field {sorted(unknown)[0]!r} (concurrency, rate)")
+        raise LimitError(
+            f"{where.rstrip('.') or 'body'}: unknown field {sorted(unknown)[0]!r} (concurrency, rate)"
+        )
     concurrency = doc.get("concurrency")
     rate = doc.get("rate")
     return Limit(

@@ -108,6 +108,7 @@ class HistoryEntry:
     error: str | None = None
     by: str | None = None  # cancel_requested: who asked
     stopped: str | None = None  # canceled while running: how it stopped
+    reason: str | None = None  # held: which of its type's limits held it (concurrency, rate)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> HistoryEntry:
@@ -122,6 +123,7 @@ class HistoryEntry:
             error=doc.get("error"),
             by=doc.get("by"),
             stopped=doc.get("stopped"),
+            reason=doc.get("reason"),
         )
 
 

@@ -181,7 +181,10 @@ def history(session: Session, job_id: str) -> None:
 
 
 def _detail(entry: HistoryEntry) -> str | None:
-    """Return an entry's last column: the error's type, who asked a cancel, or how it stopped."""
+    """Return an entry's last column: the error's type, who asked a cancel, how it stopped, or
+    which limit held it."""
+    if entry.reason:
+        return f"{entry.reason} limit"
     if entry.by:
         return f"asked by {entry.by}"
     if entry.stopped:

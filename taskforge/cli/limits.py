@@ -17,10 +17,15 @@ HEADERS = ("QUEUE", "SCOPE", "CONCURRENCY", "RATE", "RUNNING", "HELD")
 
 
 def limits_rows(found: list[Limits]) -> list[list[render.Cell]]:
-    """Return one row per scope: a queue's own ("(queue)"), then each of its types."""
+    """Return one row per scope: a queue's own ("(queue)", when it has a queue-wide limit),
+    then each of its types. Without a queue-wide limit, a "(queue)" row's running and held
+    counts (the queue's totals) would read as a limit of the queue's holding them."""
     rows: list[list[render.Cell]] = []
     for limits in found:
         own = limits.own
+        if not (own.concurrency or own.rate) and limits.types:
+            rows.extend(_type_rows(limits))
+            continue
         rows.append(
             [
                 limits.queue,
@@ -31,10 +36,15 @@ def limits_rows(found: list[Limits]) -> list[list[render.Cell]]:
                 own.held,
             ]
         )
-        for name, scope in sorted(limits.types.items()):
-            concurrency, rate = scope.concurrency or "-", scope.rate or "-"
-            rows.append([limits.queue, name, concurrency, rate, scope.running, scope.held])
+        rows.extend(_type_rows(limits))
     return rows
+
+
+def _type_rows(limits: Limits) -> list[list[render.Cell]]:
+    return [
+        [limits.queue, name, scope.concurrency or "-", scope.rate or "-", scope.running, scope.held]
+        for name, scope in sorted(limits.types.items())
+    ]
 
 
 @cli.group()

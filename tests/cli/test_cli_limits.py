@@ -35,6 +35,18 @@ def test_limits_set_ls_clear(taskforge: Taskforge, engine: Scripts) -> None:
     row = next(r.split() for r in queues if r.startswith(queue))
     assert row[2] == "1" and row[-1] == "1"  # PENDING counts the held job, HELD says it is
 
+    pending = taskforge("--json", "jobs", "ls", "--queue", queue, "--state", "pending").out
+    (held_id,) = [job["id"] for job in json.loads(pending)["jobs"]]
+    history = taskforge("history", held_id).out
+    assert "held" in history and "concurrency limit" in history  # DETAIL says which limit
+
+    only_types = fresh_queue()
+    taskforge("limits", "set", "-q", only_types, "-t", "generate_pdf", "-c", "1")
+    rows = [
+        r.split() for r in taskforge("limits", "ls").out.splitlines() if r.startswith(only_types)
+    ]
+    assert rows == [[only_types, "generate_pdf", "1", "-", "0", "0"]]  # no "(queue)" row
+
     doc = json.loads(taskforge("--json", "limits", "clear", "-q", queue, "-t", "generate_pdf").out)
     assert doc["types"] == {} and doc["concurrency"] == 10
     cleared = taskforge("limits", "clear", "--queue", queue)

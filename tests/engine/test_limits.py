@@ -6,6 +6,7 @@ Seed through the scripts, act with an explicit now, assert the keys: `running` (
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 
@@ -435,3 +436,19 @@ def test_a_change_computed_from_stale_limits_is_refused_and_change_retries(
     after = lim.change(scripts, "default", lambda c: c.with_scope("c", lim.Limit(3)))
     assert set(after.types) == {"a", "b", "c"}
     assert set(lim.read_limits(r, K, "default").types) == {"a", "b", "c"}
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({"concurrency": "5"}, 'concurrency: expected an integer from 1 to 1,000,000, not "5"'),
+        ({"concurrency": True}, "not true"),
+        ({"types": {"pdf": {"foo": 1}}}, "types.pdf: unknown field 'foo'"),
+    ],
+)
+def test_a_refused_limit_is_named_as_the_caller_wrote_it(doc: dict, message: str) -> None:
+    with pytest.raises(lim.LimitError, match=re.escape(message)):
+        lim.parse_limits(doc)
+    if "types" not in doc:  # a type's own PUT body: the same words, named "body" when unknown
+        with pytest.raises(lim.LimitError, match="body: unknown field 'foo'"):
+            lim.parse_limit({"foo": 1}, "")

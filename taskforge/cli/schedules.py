@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from zoneinfo import ZoneInfo
 
 import click
 
@@ -28,6 +29,18 @@ def local(moment: datetime | None) -> str:
     return render.NONE if moment is None else moment.isoformat(timespec="seconds")
 
 
+def in_its_zone(schedule: Schedule, moment: datetime | None) -> str:
+    """Return a time in the schedule's zone, as its next runs are shown (one zone per row)."""
+    return local(moment and moment.astimezone(ZoneInfo(schedule.timezone)))
+
+
+def next_run(schedule: Schedule) -> str:
+    """Return the next run, or that a paused schedule has none until it is resumed."""
+    if schedule.paused:
+        return "(paused)"
+    return local(schedule.next_runs[0] if schedule.next_runs else None)
+
+
 def schedule_row(schedule: Schedule) -> list[render.Cell]:
     """Return a schedule as one row under SCHEDULE_HEADERS."""
     job = schedule.job
@@ -38,17 +51,18 @@ def schedule_row(schedule: Schedule) -> list[render.Cell]:
         schedule.missed,
         "paused" if schedule.paused else "running",
         f"{job.get('type')} on {job.get('queue')}",
-        render.when(schedule.last_tick),
+        in_its_zone(schedule, schedule.last_tick),
         schedule.last_job_id,
-        local(schedule.next_runs[0] if schedule.next_runs else None),
+        next_run(schedule),
     ]
 
 
 def schedule_detail(schedule: Schedule) -> str:
-    """Return one schedule's state and its next runs, after a pause or a resume."""
-    state = "paused" if schedule.paused else "running"
+    """Return one schedule's state after a pause or a resume: its next runs when it runs."""
+    if schedule.paused:
+        return f"{schedule.name} paused: its ticks pass without jobs until it is resumed"
     runs = "\n".join(f"  {local(run)}" for run in schedule.next_runs)
-    return f"{schedule.name} {state}; next runs:\n{runs}"
+    return f"{schedule.name} running; next runs:\n{runs}"
 
 
 @cli.group()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import redis
@@ -10,7 +12,8 @@ import redis
 from shared.keys import Keys
 from shared.schedules import parse_entry
 from shared.scripts import Scripts
-from taskforge.cli import Exit
+from taskforge.cli import Exit, render
+from taskforge.cli.schedules import in_its_zone
 from tests.cli.conftest import Taskforge
 from workerd.periodic import Periodic
 
@@ -45,11 +48,23 @@ def test_schedules_pause_and_resume_print_the_state_and_next_runs(
 ) -> None:
     publish(r, nightly=NIGHTLY)
     paused = taskforge("schedules", "pause", "nightly")
-    assert paused.code == Exit.OK and paused.out.startswith("nightly paused; next runs:")
-    assert len(paused.out.splitlines()) == 6
-    assert "paused" in taskforge("schedules", "ls").out.splitlines()[1]
+    assert paused.code == Exit.OK
+    assert paused.out.strip() == "nightly paused: its ticks pass without jobs until it is resumed"
+    row = taskforge("schedules", "ls").out.splitlines()[1]
+    assert "paused" in row and row.rstrip().endswith("(paused)")  # no next run while paused
+    resumed = taskforge("schedules", "resume", "nightly")
+    assert resumed.out.startswith("nightly running; next runs:")
+    assert len(resumed.out.splitlines()) == 6
     doc = json.loads(taskforge("--json", "schedules", "resume", "nightly").out)
     assert doc["paused"] is False and len(doc["next_runs"]) == 5
     missing = taskforge("schedules", "pause", "nope")
     assert missing.code == Exit.API_ERROR
     assert missing.error_line() == "taskforge: error: schedule not found (HTTP 404)"
+
+
+def test_last_tick_is_shown_in_the_schedules_zone_as_its_next_runs_are() -> None:
+    berlin = SimpleNamespace(timezone="Europe/Berlin")
+    tick = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
+    assert in_its_zone(berlin, tick) == "2026-12-02T03:00:00+01:00"
+    assert in_its_zone(SimpleNamespace(timezone="UTC"), tick) == "2026-12-02T02:00:00+00:00"
+    assert in_its_zone(berlin, None) == render.NONE  # no tick yet

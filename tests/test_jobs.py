@@ -566,7 +566,7 @@ UNIT_SECONDS = {"ms": Decimal("0.001"), "s": Decimal(1), "": Decimal(1), "m": De
 UNIT_SECONDS |= {"h": Decimal(3600), "d": Decimal(86400)}
 
 
-@settings(max_examples=2_000, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(
     whole=st.from_regex(r"[0-9]{1,11}", fullmatch=True),
     decimals=st.none() | st.from_regex(r"[0-9]{1,11}", fullmatch=True),

@@ -18,7 +18,7 @@ def test_quick_soak_loses_nothing_and_holds_the_completed_cap(tmp_path: Path) ->
     require_tool("redis-server")
     result = tmp_path / "soak.json"
     run = subprocess.run(
-        [sys.executable, "-m", "bench.soak", "--minutes", "0.5", "--json", str(result)],
+        [sys.executable, "-m", "bench.soak", "--minutes", "0.3", "--json", str(result)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -35,5 +35,5 @@ def test_quick_soak_loses_nothing_and_holds_the_completed_cap(tmp_path: Path) ->
     assert outcome["cap_reached_s"] is not None
     # Trimmed once a second: at most what one second of work adds, beyond the cap.
     assert outcome["completed_index_max"] <= QUICK_CAP + 2 * outcome["jobs_per_s"]
-    assert len(outcome["samples"]) >= 25  # one a second
+    assert len(outcome["samples"]) >= 15  # one a second, for 18 s
     assert "nothing lost" in run.stdout

@@ -1048,7 +1048,7 @@ def _text(value: int | None) -> str | None:
 
 
 SETTINGS = settings(
-    max_examples=300,
+    max_examples=180,
     stateful_step_count=80,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -39,7 +38,7 @@ from shared.keys import Keys
 from shared.scripts import Scripts
 from tests.support.redis_server import private_redis
 from tests.support.tools import free_port, wait_until
-from tests.support.workerd import Workerd, start_workerd, stop_all
+from tests.support.workerd import Workerd, running_workerd
 
 WORKERS = 4
 SLOW = 500
@@ -57,13 +56,8 @@ def workerd(url: str) -> Iterator[Workerd]:
         "TASKFORGE_HANDLERS": "workerd.demo",
         "WORKER_DRAIN_GRACE": "1s",
     }
-    with tempfile.TemporaryDirectory(prefix="taskforge-bench-limits-") as tmp:
-        log_path, err_path = Path(tmp) / "workerd.log", Path(tmp) / "workerd.err"
-        supervisor = start_workerd(settings, log_path, err_path)
-        try:
-            yield supervisor
-        finally:
-            stop_all([supervisor])
+    with running_workerd(settings, "taskforge-bench-limits-") as supervisor:
+        yield supervisor
 
 
 def commands(client: redis.Redis) -> int:

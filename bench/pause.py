@@ -19,7 +19,6 @@ import json
 import os
 import signal
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,7 +34,7 @@ from shared.scripts import Scripts
 from tests.support.monitor import commands_by_connection
 from tests.support.redis_server import private_redis
 from tests.support.tools import free_port, wait_until
-from tests.support.workerd import Workerd, start_workerd, stop_all
+from tests.support.workerd import Workerd, running_workerd
 
 WORKERS = 2
 
@@ -51,13 +50,8 @@ def workerd(url: str) -> Iterator[Workerd]:
         "LOG_LEVEL": "INFO",
         "TASKFORGE_HANDLERS": "workerd.demo",
     }
-    with tempfile.TemporaryDirectory(prefix="taskforge-bench-pause-") as tmp:
-        log_path, err_path = Path(tmp) / "workerd.log", Path(tmp) / "workerd.err"
-        supervisor = start_workerd(settings, log_path, err_path)
-        try:
-            yield supervisor
-        finally:
-            stop_all([supervisor])
+    with running_workerd(settings, "taskforge-bench-pause-") as supervisor:
+        yield supervisor
 
 
 class Bench:

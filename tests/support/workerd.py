@@ -15,8 +15,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -255,3 +256,15 @@ def stop_all(started: Iterable[Workerd]) -> list[str]:
         if leftovers:
             problems.append(f"workerd {workerd.pid} left processes behind: {leftovers}")
     return problems
+
+
+@contextlib.contextmanager
+def running_workerd(settings: Mapping[str, str], prefix: str) -> Iterator[Workerd]:
+    """Run one `python -m workerd` with `settings`, its logs in a temporary folder named with
+    `prefix`, until the block ends (the benchmarks' host)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        supervisor = start_workerd(settings, Path(tmp) / "workerd.log", Path(tmp) / "workerd.err")
+        try:
+            yield supervisor
+        finally:
+            stop_all([supervisor])

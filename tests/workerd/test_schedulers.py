@@ -17,13 +17,14 @@ from tests.workerd.conftest import Engine, Journal
 
 
 def _enqueue_due_soon(engine: Engine, journal: Journal, count: int, after: float) -> list[str]:
-    """Enqueue `count` scheduled jobs due 50 ms apart, starting `after` seconds from now."""
-    now_ms = int(time.time() * 1000)
+    """Enqueue `count` scheduled jobs due 50 ms apart, each `after` seconds or more after its
+    own enqueue: timed from the first, a loaded machine could enqueue a later one past its due
+    time, and a job due at once is pending without a scheduler promoting it."""
     return [
         engine.enqueue(
             "journal",
             {"file": journal.file},
-            scheduled_at=format_ms(now_ms + int(after * 1000) + 50 * i),
+            scheduled_at=format_ms(int(time.time() * 1000) + int(after * 1000) + 50 * i),
         )
         for i in range(count)
     ]

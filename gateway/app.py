@@ -30,7 +30,7 @@ from gateway.body import MAX_BODY_BYTES
 from gateway.context import Gateway
 from gateway.fastpath import FastEnqueue
 from shared import log as shared_log
-from shared.config import Settings, load_or_exit
+from shared.config import WAIT_REPLY_MARGIN, Settings, load_or_exit
 from shared.keys import Keys
 from shared.redis_checks import warn_about_redis
 from shared.redis_conn import connect, describe
@@ -61,9 +61,13 @@ def leave_open_warning_to_server() -> None:
 def gateway_client(settings: Settings) -> redis.Redis:
     """Return a Redis client with short timeouts, one immediate retry of a refused call, and
     at most POOL_SIZE connections (threads beyond that wait up to POOL_WAIT, then 503)."""
+    socket_timeout = SOCKET_TIMEOUT
+    if settings.wait_replicas:
+        # Durable mode: a WAIT may take its whole timeout; its reply must still be read.
+        socket_timeout = max(SOCKET_TIMEOUT, settings.wait_timeout + WAIT_REPLY_MARGIN)
     fast = dataclasses.replace(
         settings,
-        redis_socket_timeout=min(settings.redis_socket_timeout, SOCKET_TIMEOUT),
+        redis_socket_timeout=min(settings.redis_socket_timeout, socket_timeout),
         redis_connect_timeout=min(settings.redis_connect_timeout, CONNECT_TIMEOUT),
     )
     client = connect(fast, role="gateway")

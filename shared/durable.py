@@ -14,13 +14,16 @@ gateway's few pooled connections longer; a transaction cannot hold WAIT (inside 
 does not block).
 
 The marker (PUBLISH on a channel nobody subscribes to): WAIT waits for the replication offset
-of the connection's last write that Redis propagated. A script that wrote nothing (a repeat
-answered from what an earlier call wrote: a lost reply retried, an Idempotency-Key resent)
-leaves that offset where an older write put it, 0 on a fresh connection, and WAIT would
-confirm at once what the replicas may not have. A standalone primary propagates every PUBLISH
-to its replicas, so the WAIT after it covers everything the primary wrote before it, on any
-connection: the script in front of it, the idempotency key reserve.lua wrote a call earlier,
-a batch's MULTI/EXEC (which cannot share a pipeline with WAIT, so it passes no write here).
+its connection recorded at its last command. Redis 7.0 records it after every command; later
+versions (7.2, with WAITAOF) only after a command that propagated a write, so there a repeat
+that wrote nothing (a lost reply retried, an Idempotency-Key resent) leaves it where an older
+write put it. And a batch's MULTI/EXEC cannot share a pipeline with WAIT, so its WAIT goes out
+on whichever pooled connection is free, maybe not the one that wrote: without a command in
+front, that connection's offset can be older than the batch (tests/durable/test_engine.py
+shows WAIT then confirming at once what no replica has). A standalone primary propagates every
+PUBLISH to its replicas, so the WAIT after it covers everything the primary wrote before it,
+on any connection and in every version: the script in front of it, the idempotency key
+reserve.lua wrote a call earlier, a batch's transaction.
 
 Redis Cluster (not built here): WAIT has no key, so it must be sent to the primary that owns
 the written key's slot, on the connection that wrote (``RedisCluster.get_node_from_key``, then

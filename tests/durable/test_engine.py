@@ -82,7 +82,8 @@ def test_the_wait_covers_what_other_connections_wrote(
     whose last write the replica has: without the marker it would confirm at once."""
     stale = pair.primary.client()  # one pooled connection: a single thread reuses it
     try:
-        stale.ping()  # connected before the replica stops: it wrote nothing the replica lacks
+        # Its last command was answered once the replica had everything up to it.
+        assert stale.execute_command("WAIT", 1, 2000) == 1
         pair.replica.freeze()
         engine(primary).enqueue(validate_enqueue({"type": "t"}), "j-1")  # not replicated
         _, confirmation = durable.write_then_wait(

@@ -58,7 +58,7 @@ def replicated_redis(binary: str, directory: Path | None = None) -> Iterator[Rep
     with contextlib.ExitStack() as stack:
         if directory is None:
             directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tf-repl-")))
-        (directory / "primary").mkdir(exist_ok=True)
+        (directory / "primary").mkdir(parents=True, exist_ok=True)
         (directory / "replica").mkdir(exist_ok=True)
         primary = RedisServer(binary, directory / "primary", dict(PRIMARY_CONFIG))
         primary.start()

@@ -15,6 +15,11 @@ Events (docs/EVENTS.md): each transition script appends its own event to the que
 (``Keys.events``), passed as its last key, with ``Policy.events_cap`` as its last argument;
 with events off (a cap of 0, TASKFORGE_EVENTS=off) neither is passed and it writes none.
 heartbeat.lua always gets the hosts' stream (``Keys.fleet_events``) and the cap, 0 when off.
+
+Durable mode (``Policy.wait_replicas`` ≥ 1, shared.durable): the writes that acknowledge work
+(enqueue, enqueue_many, complete, fail, cancel_running) are followed by WAIT, and their results
+carry what it answered (``confirmation``; None when the mode is off, and then nothing is sent).
+The callers decide what an unconfirmed write means: a 503, or an outcome left uncounted.
 """
 
 from __future__ import annotations

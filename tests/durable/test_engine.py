@@ -173,3 +173,20 @@ def test_off_sends_no_wait_and_on_sends_one_per_write(primary: redis.Redis, repl
     assert (counts["wait"], counts["publish"]) == (5 * replicas, 5 * replicas)
     reads = commands_of(primary, lambda: scripts.claim("w1"))
     assert (reads["wait"], reads["publish"]) == (0, 0)  # a claim acknowledges nothing
+
+
+def test_a_durable_write_reloads_scripts_redis_lost(
+    primary: redis.Redis, replica: redis.Redis
+) -> None:
+    """A failover or restart empties the script cache: the pipeline's EVALSHA is refused
+    (NOSCRIPT, nothing written), the scripts are loaded and the write made once."""
+    scripts = engine(primary)
+    primary.script_flush()
+    result = scripts.enqueue(validate_enqueue({"type": "t"}), "j-1")
+    assert result.created and result.confirmation is not None and result.confirmation.confirmed
+    assert replica.hget(K.job("j-1"), "status") == b"pending"
+    job = scripts.claim("w1")
+    primary.script_flush()
+    done = scripts.complete(job.id, job.token, "1")
+    assert done.code is Code.DONE and done.confirmation is not None
+    assert done.confirmation.confirmed

@@ -7,6 +7,10 @@ which goes first) with `clients` keep-alive connections posting single ``POST /e
 `seconds`, from a separate process, and records every request's latency. Prints each round and
 the medians over rounds of jobs/s, p50 and p99 (nearest rank, tests/support/stats.py).
 
+The gateway's own CPU (two processes on a shared 2-core machine) can hide what WAIT adds, so
+the engine's enqueue path is measured too, the same way: one connection, one enqueue after
+another (``Scripts.enqueue``, what the gateway calls), WAIT off and WAIT 1 alternating.
+
 Run from the repository root: ``.venv/bin/python -m bench.durable`` (``--help``).
 """
 
@@ -24,6 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
+
+from shared.jobs import validate_enqueue
+from shared.keys import Keys
+from shared.scripts import Policy, Scripts
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.redis_server import redis_binary
 from tests.support.replicated import replicated_redis
@@ -34,15 +43,25 @@ MODES = {"off": {}, "wait1": {"TASKFORGE_WAIT_REPLICAS": "1", "TASKFORGE_WAIT_TI
 
 
 def _client(port: int, until: float, latencies: list[float], errors: list[int]) -> None:
-    """Post enqueues on one keep-alive connection until `until` (monotonic)."""
+    """Post enqueues on one keep-alive connection until `until` (monotonic).
+
+    gunicorn replaces a worker after max_requests (deploy/gunicorn.conf.py), closing its
+    keep-alive connections: the client then connects again, and counts it as error 0.
+    """
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     headers = {"Content-Type": "application/json"}
     try:
         while time.monotonic() < until:
             started = time.perf_counter()
-            conn.request("POST", "/enqueue", BODY, headers)
-            response = conn.getresponse()
-            response.read()
+            try:
+                conn.request("POST", "/enqueue", BODY, headers)
+                response = conn.getresponse()
+                response.read()
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                errors.append(0)
+                continue
             if response.status == 201:
                 latencies.append(time.perf_counter() - started)
             else:
@@ -85,6 +104,57 @@ def measure(gateway: Gunicorn, clients: int, seconds: float) -> dict[str, float]
     }
 
 
+def measure_engine(client: redis.Redis, replicas: int, seconds: float) -> dict[str, float]:
+    """Enqueue one job after another on one connection for `seconds`; the same figures."""
+    scripts = Scripts(client, Keys(), Policy(wait_replicas=replicas, wait_timeout_ms=500))
+    scripts.load()
+    request = validate_enqueue(json.loads(BODY))
+    latencies: list[float] = []
+    errors = 0
+    until = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < until:
+        n += 1
+        started = time.perf_counter()
+        result = scripts.enqueue(request, f"{replicas}-{n}-{until}")
+        if result.confirmation is None or result.confirmation.confirmed:
+            latencies.append(time.perf_counter() - started)
+        else:
+            errors += 1
+    return {
+        "jobs_per_s": len(latencies) / seconds,
+        "p50_ms": (percentile(latencies, 0.5) or 0.0) * 1000,
+        "p99_ms": (percentile(latencies, 0.99) or 0.0) * 1000,
+        "errors": float(errors),
+    }
+
+
+def _line(label: str, figures: dict[str, float]) -> str:
+    return (
+        f"{label}: {figures['jobs_per_s']:8.0f} jobs/s  p50 {figures['p50_ms']:6.2f} ms  "
+        f"p99 {figures['p99_ms']:6.2f} ms  not acknowledged {figures['errors']:.0f}"
+    )
+
+
+def _medians(results: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    return {
+        mode: {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+        for mode, rounds in results.items()
+    }
+
+
+def _summary(title: str, medians: dict[str, dict[str, float]]) -> None:
+    print(title)
+    for mode, figures in medians.items():
+        print("  " + _line(f"{mode:5}", figures))
+    off, on = medians["off"], medians["wait1"]
+    print(
+        f"  WAIT 1 costs {100 * (1 - on['jobs_per_s'] / off['jobs_per_s']):.1f} % of throughput, "
+        f"{on['p50_ms'] - off['p50_ms']:+.2f} ms at p50, {on['p99_ms'] - off['p99_ms']:+.2f} ms "
+        "at p99"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.durable", description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
@@ -93,6 +163,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     results: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
+    engine: dict[str, list[dict[str, float]]] = {mode: [] for mode in MODES}
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tf-durable-")))
         pair = stack.enter_context(replicated_redis(redis_binary(), tmp / "redis"))
@@ -102,35 +173,27 @@ def main() -> None:
             gateways[mode] = stack.enter_context(run_gunicorn(pair.primary.url, tmp / mode, **env))
         measure(gateways["off"], args.clients, 1.0)  # warm both up (imports, pools)
         measure(gateways["wait1"], args.clients, 1.0)
+        client = stack.enter_context(contextlib.closing(pair.primary.client()))
         for n in range(args.rounds):
             order = list(MODES) if n % 2 == 0 else list(reversed(MODES))
             for mode in order:
-                figures = measure(gateways[mode], args.clients, args.seconds)
-                results[mode].append(figures)
-                print(
-                    f"round {n + 1} {mode:5}: {figures['jobs_per_s']:8.0f} jobs/s  "
-                    f"p50 {figures['p50_ms']:6.2f} ms  p99 {figures['p99_ms']:6.2f} ms  "
-                    f"non-201 {figures['errors']:.0f}",
-                    flush=True,
-                )
-    medians = {
-        mode: {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
-        for mode, rounds in results.items()
-    }
-    print(f"\nmedians of {args.rounds} rounds, {args.clients} clients, {args.seconds:g} s each:")
-    for mode, figures in medians.items():
-        print(
-            f"  {mode:5}: {figures['jobs_per_s']:8.0f} jobs/s  p50 {figures['p50_ms']:6.2f} ms  "
-            f"p99 {figures['p99_ms']:6.2f} ms"
-        )
-    off, on = medians["off"], medians["wait1"]
-    print(
-        f"  WAIT 1 costs {100 * (1 - on['jobs_per_s'] / off['jobs_per_s']):.1f} % of throughput, "
-        f"+{on['p50_ms'] - off['p50_ms']:.2f} ms at p50, +{on['p99_ms'] - off['p99_ms']:.2f} ms "
-        "at p99"
-    )
+                results[mode].append(measure(gateways[mode], args.clients, args.seconds))
+                print(_line(f"round {n + 1} gateway {mode:5}", results[mode][-1]), flush=True)
+            for mode in order:
+                replicas = 1 if mode == "wait1" else 0
+                engine[mode].append(measure_engine(client, replicas, args.seconds))
+                print(_line(f"round {n + 1} engine  {mode:5}", engine[mode][-1]), flush=True)
+    medians, engine_medians = _medians(results), _medians(engine)
+    print(f"\nmedians of {args.rounds} rounds of {args.seconds:g} s")
+    _summary(f"gateway, POST /enqueue, {args.clients} keep-alive clients:", medians)
+    _summary("engine, Scripts.enqueue, one connection, one at a time:", engine_medians)
     if args.json:
-        args.json.write_text(json.dumps({"rounds": results, "medians": medians}, indent=2) + "\n")
+        figures = {
+            "command": f"python -m bench.durable --rounds {args.rounds} --seconds {args.seconds:g}",
+            "gateway": {"rounds": results, "medians": medians},
+            "engine": {"rounds": engine, "medians": engine_medians},
+        }
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from shared.keys import Keys
+from taskforge import Client, Unavailable
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.replicated import Replicated
 
@@ -112,3 +113,19 @@ def test_off_the_gateway_sends_no_wait(
         stats = primary.info("commandstats")
     assert status == 201 and took < TIMEOUT
     assert "cmdstat_wait" not in stats and "cmdstat_publish" not in stats
+
+
+def test_the_python_client_resends_a_not_replicated_enqueue_with_its_key(
+    gw: Gunicorn, pair: Replicated, primary: redis.Redis
+) -> None:
+    """taskforge.Client retries a 503 with the same Idempotency-Key: while the replica is
+    down every try is refused (one job on the primary, not two), and once it is back the same
+    call gets that job."""
+    with Client(gw.url, retries=2, backoff=0.05, max_backoff=0.1) as client:
+        pair.replica.freeze()
+        with pytest.raises(Unavailable):
+            client.enqueue("t", {"n": 1}, idempotency_key="order-9")
+        assert len(job_keys(primary)) == 1
+        pair.replica.thaw()
+        job = client.enqueue("t", {"n": 1}, idempotency_key="order-9")
+    assert job_keys(primary) == [K.job(job.id).encode()]

@@ -29,6 +29,7 @@ from gateway import (
 from gateway.body import MAX_BODY_BYTES
 from gateway.context import Gateway
 from gateway.fastpath import FastEnqueue
+from shared import durable
 from shared import log as shared_log
 from shared.config import WAIT_REPLY_MARGIN, Settings, load_or_exit
 from shared.keys import Keys
@@ -137,3 +138,7 @@ def _check_redis(scripts: Scripts) -> None:
         log.warning("redis_unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
         return
     warn_about_redis(scripts.redis, log)  # eviction or no persistence can lose jobs
+    if scripts.policy.wait_replicas:
+        shortfall = durable.replica_shortfall(scripts.redis, scripts.policy.wait_replicas)
+        if shortfall is not None:
+            log.warning("config_warning", extra={"warning": shortfall})

@@ -63,3 +63,26 @@ def write_then_wait(
     pipe.execute_command("WAIT", replicas, timeout_ms)
     *writes, _subscribers, acked = pipe.execute()
     return writes, Confirmation(op, replicas, int(acked))
+
+
+def replica_shortfall(client: redis.Redis, replicas: int) -> str | None:
+    """Return why every durable write would time out on this Redis, or None when it can be
+    confirmed: not a primary, or fewer connected replicas than `replicas`. Never raises."""
+    try:
+        info = client.info("replication")
+    except redis.RedisError:
+        return None  # unreachable: the outage is reported where it is met
+    role = info.get("role")
+    if role != "master":
+        return (
+            f"TASKFORGE_WAIT_REPLICAS={replicas} but REDIS_URL reaches a Redis whose role is "
+            f"{role}: WAIT needs the primary"
+        )
+    connected = int(info.get("connected_slaves", 0))
+    if connected < replicas:
+        return (
+            f"TASKFORGE_WAIT_REPLICAS={replicas} but the primary has {connected} connected "
+            "replicas: until more connect, every enqueue answers 503 not_replicated and no "
+            "completion is counted"
+        )
+    return None

@@ -190,3 +190,14 @@ def test_a_durable_write_reloads_scripts_redis_lost(
     done = scripts.complete(job.id, job.token, "1")
     assert done.code is Code.DONE and done.confirmation is not None
     assert done.confirmation.confirmed
+
+
+def test_start_up_says_when_no_write_could_be_confirmed(
+    primary: redis.Redis, replica: redis.Redis
+) -> None:
+    """The gateway and workerd log this as a config_warning at start (shared.durable)."""
+    assert durable.replica_shortfall(primary, 1) is None
+    too_many = durable.replica_shortfall(primary, 2)
+    assert too_many is not None and "1 connected replicas" in too_many
+    not_primary = durable.replica_shortfall(replica, 1)
+    assert not_primary is not None and "role is slave" in not_primary

@@ -17,6 +17,7 @@ is guaranteed whatever was lost (see the asserts).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -128,6 +129,12 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool) -> dict[str, Any]:
                         "completions after the failover",
                     )
                     resumed = time.monotonic()
+                    # Both probes answer from the promoted replica, and say so.
+                    address = f"127.0.0.1:{new.port}"
+                    status, _, ready = gateway.request("GET", "/ready")
+                    assert (status, ready.get("primary")) == (200, address), ready
+                    status, _, raw = workerd.http("/ready")
+                    assert status == 200 and json.loads(raw)["primary"] == address, raw
                     wait_until(
                         lambda: time.monotonic() - resumed >= AFTER_RESUME,
                         AFTER_RESUME + 1,

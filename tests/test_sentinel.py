@@ -19,7 +19,7 @@ from shared.queries import get_job
 from shared.redis_conn import BlockingSentinelConnectionPool, connect, like, primary
 from shared.scripts import Scripts
 from tests.support.sentinel import SERVICE, SentinelDeployment, sentinel_deployment
-from tests.support.tools import wait_until
+from tests.support.tools import alive, wait_until
 
 URL = "redis+sentinel://:pw@127.0.0.1:26390,sentinel-b:26391,[::1]/mymaster/3"
 RESUME_BOUND = 30.0  # seconds a failover may take before the engine must work again
@@ -234,3 +234,12 @@ def test_a_demoted_primary_answering_readonly_is_followed_not_failed() -> None:
         assert primary(scripts.redis) == f"127.0.0.1:{old_port}"  # still pooled there
         _round_trip(scripts, queue)  # READONLY → rediscovery → the new primary, no error
         assert primary(scripts.redis) != f"127.0.0.1:{old_port}"
+
+
+@pytest.mark.slow
+def test_the_deployment_leaves_no_process_behind() -> None:
+    with sentinel_deployment() as deployment:
+        pids = [s.pid for s in deployment.servers]
+        pids += [s.process.pid for s in deployment.sentinels if s.process is not None]
+        assert len(pids) == 5 and all(alive(pid) for pid in pids)
+    assert not any(alive(pid) for pid in pids)

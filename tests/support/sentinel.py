@@ -160,6 +160,23 @@ class SentinelDeployment:
         primary.kill()
         return primary
 
+    def stop_replication(self) -> RedisServer:
+        """Make the replica fall behind from now on: SIGSTOP it (so it cannot reconnect) and
+        have the primary drop its link (so nothing more is sent). The primary keeps accepting
+        writes the replica will never get, as a lagging replica of a busy primary would.
+        Return the replica; `thaw()` it once the primary is gone."""
+        port = self.primary_port()
+        assert port is not None, "the sentinels do not agree on a primary"
+        replica = next(server for server in self.servers if server.port != port)
+        replica.freeze()
+        client = self.server_on(port).client()
+        try:
+            dropped = client.client_kill_filter(_type="replica")
+        finally:
+            client.close()
+        assert dropped == 1, f"the primary dropped {dropped} replica links, not 1"
+        return replica
+
     def wait_for_promotion(self, old_port: int, timeout: float = PROMOTION_TIMEOUT) -> RedisServer:
         """Return the new primary once every sentinel names it and it says it is a master."""
 

@@ -63,9 +63,9 @@ def connect(
         # CLIENT SETNAME refuses spaces; keep names greppable.
         raise ValueError(f"role must match {_ROLE.pattern}, got {role!r}")
     options: dict[str, Any] = {
-        "socket_timeout": settings.redis_socket_timeout
-        if socket_timeout is None
-        else socket_timeout,
+        "socket_timeout": (
+            settings.redis_socket_timeout if socket_timeout is None else socket_timeout
+        ),
         "socket_connect_timeout": (
             settings.redis_connect_timeout if connect_timeout is None else connect_timeout
         ),

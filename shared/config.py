@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from shared.queues import DEFAULT_QUEUE, QueuePlan, is_queue_name, parse_worker_queues
 
@@ -26,7 +26,14 @@ WORKER_COUNT_MAX = 512
 # when all land there (gunicorn does not spread connections evenly), beside its 32 other threads.
 EVENTS_STREAMS_DEFAULT = 64
 EVENTS_STREAMS_MAX = 1000
+# Durable mode (docs/RELIABILITY.md, "Durable mode"): replicas a write waits for, at most.
+WAIT_REPLICAS_MAX = 16
+# A WAIT's reply comes this long, at most, after its timeout: the write script before it and
+# the round trip. The socket must wait for both, or a WAIT that times out reads as an outage.
+WAIT_REPLY_MARGIN = 0.25  # seconds
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+SENTINEL_PORT = 26379  # Sentinel's own default port: a sentinel written without one
+SENTINEL_FORM = "redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SSL_CERT_REQS = ("required", "optional", "none")
 
@@ -58,6 +65,7 @@ class Settings:
     redis_ssl_cert_reqs: str
     redis_socket_timeout: float
     redis_connect_timeout: float
+    redis_sentinel_password: str | None = field(repr=False)  # a secret, like api_token
     port_producer: int
     port_worker: int
     bind_host: str
@@ -88,6 +96,8 @@ class Settings:
     api_token: str | None = field(repr=False)  # a secret: never in a repr, log or message
     events_streams: int
     events_keepalive: float
+    wait_replicas: int
+    wait_timeout: float
     log_level: str
     # True when REDIS_URL was not set, so entry points can say so in their start-up line.
     redis_url_defaulted: bool = False
@@ -109,11 +119,23 @@ class Settings:
         for var in VARIABLES:
             raw = env.get(var.env, "").strip()
             values[var.field] = var.value(raw, warnings)
-        return cls(
+        settings = cls(
             **values,
             redis_url_defaulted=not env.get("REDIS_URL", "").strip(),
             warnings=tuple(warnings),
         )
+        settings.check_wait_timeout()
+        return settings
+
+    def check_wait_timeout(self) -> None:
+        """Refuse a WAIT timeout the Redis socket would cut short (then read as an outage)."""
+        if self.wait_replicas and self.wait_timeout + WAIT_REPLY_MARGIN > self.redis_socket_timeout:
+            raise ConfigError(
+                f"TASKFORGE_WAIT_TIMEOUT={self.wait_timeout:g}s is invalid: expected at most "
+                f"REDIS_SOCKET_TIMEOUT ({self.redis_socket_timeout:g}s) minus "
+                f"{WAIT_REPLY_MARGIN:g}s, so a WAIT that times out is answered before the "
+                "socket gives up"
+            )
 
 
 @dataclass(frozen=True)
@@ -216,9 +238,71 @@ def _fraction(text: str) -> float:
     return number
 
 
+@dataclass(frozen=True)
+class SentinelTarget:
+    """Where a Sentinel URL says the primary is found, and how to log in to it.
+
+    ``redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]``: the hosts
+    are the sentinels (port 26379 when left out), ``service`` the name they monitor the primary
+    under, and the user, password and db those of the primary and replicas, as in a redis://
+    URL. ``rediss+sentinel://`` speaks TLS to the sentinels and the data nodes alike.
+    """
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int
+    username: str | None
+    password: str | None = field(repr=False)
+    tls: bool
+
+
+_SENTINEL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9.-]*\+sentinel://")
+_SENTINEL_URL = re.compile(r"(rediss?)\+sentinel://([^/?#]*)/([^?#]*)", re.DOTALL)
+_SENTINEL_HOST = re.compile(r"(?:\[([0-9A-Fa-f:.]+)\]|([^:\[\]]+))(?::(\d{1,5}))?")
+_SERVICE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def sentinel_target(url: str) -> SentinelTarget | None:
+    """Return what a Sentinel URL names, None for any other URL; ValueError if it is malformed."""
+    if not _SENTINEL_SCHEME.match(url):
+        return None
+    match = _SENTINEL_URL.fullmatch(url)
+    if match is None:
+        raise ValueError(f"a Sentinel URL {SENTINEL_FORM} (no query string)")
+    scheme, authority, path = match.groups()
+    userinfo, at, hosts = authority.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    sentinels = tuple(_sentinel_address(host) for host in hosts.split(","))
+    service, _, db = path.partition("/")
+    if not _SERVICE.fullmatch(service):
+        raise ValueError(f"a Sentinel URL whose path names the service: {SENTINEL_FORM}")
+    if db and not re.fullmatch(r"\d{1,5}", db):
+        raise ValueError(f"a Sentinel URL whose db is a number: {SENTINEL_FORM}")
+    return SentinelTarget(sentinels, service, int(db or 0), username, password, scheme == "rediss")
+
+
+def _sentinel_address(text: str) -> tuple[str, int]:
+    match = _SENTINEL_HOST.fullmatch(text)
+    port = int(match[3]) if match and match[3] else SENTINEL_PORT
+    if match is None or not 1 <= port <= 65535:
+        raise ValueError(f"a Sentinel URL of host:port sentinels: {SENTINEL_FORM}")
+    host = match[1] or match[2]
+    try:
+        _host(host)
+    except ValueError:
+        raise ValueError(f"a Sentinel URL of host:port sentinels: {SENTINEL_FORM}") from None
+    return host, port
+
+
 def _redis_url(text: str) -> str:
-    """Accept a redis://, rediss:// or unix:// URL."""
-    expected = "a redis://, rediss:// or unix:// URL"
+    """Accept a redis://, rediss:// or unix:// URL, or a Sentinel URL (SentinelTarget)."""
+    if sentinel_target(text) is not None:
+        return text
+    expected = f"a redis://, rediss:// or unix:// URL, or {SENTINEL_FORM}"
     try:
         parts = urlsplit(text)
         _ = parts.port  # raises ValueError on a non-numeric or out-of-range port
@@ -273,7 +357,8 @@ def _token(text: str) -> str | None:
 # A table: one row per variable reads better than the formatter's one argument per line.
 VARIABLES: tuple[Variable, ...] = (
     Variable("REDIS_URL", "redis_url", "redis://localhost:6379/0",
-             "Redis to use: redis://, rediss:// (TLS) or unix://", _redis_url),
+             "Redis to use: redis://, rediss:// (TLS) or unix://; or the primary Sentinel names, "
+             f"{SENTINEL_FORM} (rediss+sentinel:// for TLS; docs/SENTINEL.md)", _redis_url),
     Variable("REDIS_SSL_CERT_REQS", "redis_ssl_cert_reqs", "required",
              "TLS certificate check for rediss://: required, optional or none (a self-signed certificate, as on Heroku, needs none)",
              _choice(SSL_CERT_REQS)),
@@ -281,6 +366,9 @@ VARIABLES: tuple[Variable, ...] = (
              "Longest wait for a Redis reply", duration_parser(positive=True)),
     Variable("REDIS_CONNECT_TIMEOUT", "redis_connect_timeout", "1s",
              "Longest wait to connect to Redis", duration_parser(positive=True)),
+    Variable("REDIS_SENTINEL_PASSWORD", "redis_sentinel_password", "",
+             "Password of the sentinels a redis+sentinel:// REDIS_URL names (their requirepass), "
+             "when they ask for one; the primary's own password goes in the URL", _token, secret=True),
     Variable("PORT_PRODUCER", "port_producer", "8080",
              "Port of the HTTP gateway", _integer(1, 65535)),
     Variable("PORT_WORKER", "port_worker", "8081",
@@ -361,6 +449,13 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TASKFORGE_EVENTS_KEEPALIVE", "events_keepalive", "15s",
              "An idle GET /events stream sends a comment this often (below every proxy's idle "
              "timeout); a client that reads nothing for twice this long is dropped",
+             duration_parser(positive=True)),
+    # --- durable mode (issue 18) ---
+    Variable("TASKFORGE_WAIT_REPLICAS", "wait_replicas", "0",
+             f"Durable mode: an enqueue is acknowledged, and a completion or failure counted, only once Redis's WAIT says this many replicas have it (docs/RELIABILITY.md, \"Durable mode\"); 0 = off, at most {WAIT_REPLICAS_MAX}",
+             _integer(0, WAIT_REPLICAS_MAX)),
+    Variable("TASKFORGE_WAIT_TIMEOUT", "wait_timeout", "500ms",
+             f"Durable mode: longest WAIT for the replicas; an enqueue not confirmed by then is a 503 not_replicated. At most REDIS_SOCKET_TIMEOUT minus {WAIT_REPLY_MARGIN:g}s",
              duration_parser(positive=True)),
     Variable("LOG_LEVEL", "log_level", "INFO",
              "DEBUG, INFO, WARNING or ERROR", _choice(LOG_LEVELS, upper=True)),

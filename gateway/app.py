@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 import redis
@@ -61,24 +60,17 @@ def leave_open_warning_to_server() -> None:
 def gateway_client(settings: Settings) -> redis.Redis:
     """Return a Redis client with short timeouts, one immediate retry of a refused call, and
     at most POOL_SIZE connections (threads beyond that wait up to POOL_WAIT, then 503)."""
-    fast = dataclasses.replace(
+    return connect(
         settings,
-        redis_socket_timeout=min(settings.redis_socket_timeout, SOCKET_TIMEOUT),
-        redis_connect_timeout=min(settings.redis_connect_timeout, CONNECT_TIMEOUT),
-    )
-    client = connect(fast, role="gateway")
-    # One retry without backoff rides out a pooled connection that Redis closed (a restart);
-    # a timeout is not retried: the request already waited its full second.
-    client.set_retry(Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,)))
-    pool = client.connection_pool
-    # A bounded pool with the same connection options (TLS, name, timeouts, retry).
-    bounded = redis.BlockingConnectionPool(
+        role="gateway",
         max_connections=POOL_SIZE,
-        timeout=POOL_WAIT,
-        connection_class=pool.connection_class,
-        **pool.connection_kwargs,
+        pool_wait=POOL_WAIT,
+        socket_timeout=min(settings.redis_socket_timeout, SOCKET_TIMEOUT),
+        connect_timeout=min(settings.redis_connect_timeout, CONNECT_TIMEOUT),
+        # One retry without backoff rides out a pooled connection that Redis closed (a
+        # restart); a timeout is not retried: the request already waited its full second.
+        retry=Retry(NoBackoff(), 1, supported_errors=(redis.exceptions.ConnectionError,)),
     )
-    return redis.Redis(connection_pool=bounded)
 
 
 def create_app(

@@ -42,6 +42,7 @@ from shared.events import (
 )
 from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN
 from shared.queues import QUEUE_RULE, is_queue_name
+from shared.redis_conn import like
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +99,7 @@ def install(app: Flask, gw: Gateway) -> None:
 
 def _tail_client(pooled: redis.Redis) -> redis.Redis:
     """Return a one-connection client like `pooled`'s, whose socket outwaits XREAD BLOCK."""
-    pool = pooled.connection_pool
-    kwargs = dict(pool.connection_kwargs)
-    kwargs["socket_timeout"] = BLOCK_MS / 1000 + TAIL_SOCKET_SLACK
-    own = redis.ConnectionPool(connection_class=pool.connection_class, max_connections=1, **kwargs)
-    return redis.Redis(connection_pool=own)
+    return like(pooled, max_connections=1, socket_timeout=BLOCK_MS / 1000 + TAIL_SOCKET_SLACK)
 
 
 def hub() -> EventHub:

@@ -1,9 +1,16 @@
-"""Build a process's Redis client from the settings."""
+"""Build every Redis client a TaskForge process uses, from the settings.
+
+This is the one place a client is made: the gateway's bounded pool, workerd's supervisor and
+children, the events tail's own connection and the tools all come through ``connect`` (or
+``like``, for a client shaped after one in hand), so how Redis is reached (one server, or a
+primary found through Sentinel) differs here only.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 import redis
 import redis.exceptions
@@ -21,8 +28,31 @@ BACKOFF_CAP = 0.5  # seconds
 _ROLE = re.compile(r"[A-Za-z0-9_.-]+")
 
 
-def connect(settings: Settings, *, role: str) -> redis.Redis:
+def default_retry() -> Retry:
+    """Return the retry every client gets unless its caller passes its own."""
+    return Retry(
+        ExponentialBackoff(cap=BACKOFF_CAP),
+        RETRIES,
+        supported_errors=(redis.exceptions.ConnectionError, redis.exceptions.TimeoutError),
+    )
+
+
+def connect(
+    settings: Settings,
+    *,
+    role: str,
+    max_connections: int | None = None,
+    pool_wait: float | None = None,
+    socket_timeout: float | None = None,
+    connect_timeout: float | None = None,
+    retry: Retry | None = None,
+) -> redis.Redis:
     """Return a Redis client for this process, named ``taskforge-<role>-<pid>``.
+
+    `max_connections` bounds its pool; with `pool_wait` too, a caller finding every connection
+    busy waits that many seconds for one (then ConnectionError) instead of failing at once.
+    `socket_timeout` and `connect_timeout` replace the settings' (callers pass a shorter one);
+    `retry` replaces the default two quick retries of a connection error or timeout.
 
     Call it after fork, in the process that will use it: a client built before ``os.fork()``
     shares its sockets with the child, and two processes on one socket read each other's
@@ -31,24 +61,53 @@ def connect(settings: Settings, *, role: str) -> redis.Redis:
     if not _ROLE.fullmatch(role):
         # CLIENT SETNAME refuses spaces; keep names greppable.
         raise ValueError(f"role must match {_ROLE.pattern}, got {role!r}")
-    options: dict[str, object] = {}
+    options: dict[str, Any] = {
+        "socket_timeout": settings.redis_socket_timeout
+        if socket_timeout is None
+        else socket_timeout,
+        "socket_connect_timeout": (
+            settings.redis_connect_timeout if connect_timeout is None else connect_timeout
+        ),
+        "health_check_interval": HEALTH_CHECK_INTERVAL,
+        "decode_responses": False,  # the engine decodes what it reads itself
+        "retry": retry or default_retry(),
+        "client_name": f"taskforge-{role}-{os.getpid()}",
+    }
     if settings.redis_url.startswith("rediss://"):
         # Only TLS connections take this option; a unix or plain TCP one would reject it.
         options["ssl_cert_reqs"] = settings.redis_ssl_cert_reqs
-    return redis.Redis.from_url(
-        settings.redis_url,
-        socket_timeout=settings.redis_socket_timeout,
-        socket_connect_timeout=settings.redis_connect_timeout,
-        health_check_interval=HEALTH_CHECK_INTERVAL,
-        decode_responses=False,  # the engine decodes what it reads itself
-        retry=Retry(
-            ExponentialBackoff(cap=BACKOFF_CAP),
-            RETRIES,
-            supported_errors=(redis.exceptions.ConnectionError, redis.exceptions.TimeoutError),
-        ),
-        client_name=f"taskforge-{role}-{os.getpid()}",
-        **options,
+    pool: redis.ConnectionPool
+    if max_connections is not None and pool_wait is not None:
+        pool = redis.BlockingConnectionPool.from_url(
+            settings.redis_url, max_connections=max_connections, timeout=pool_wait, **options
+        )
+    else:
+        pool = redis.ConnectionPool.from_url(
+            settings.redis_url, max_connections=max_connections, **options
+        )
+    return _client(pool)
+
+
+def like(
+    client: redis.Redis, *, max_connections: int, socket_timeout: float | None = None
+) -> redis.Redis:
+    """Return a client of its own pool that reaches Redis as `client` does (same server or
+    Sentinel service, TLS, name, retry), with at most `max_connections` connections and,
+    when given, another `socket_timeout` (the events tail's XREAD BLOCK outwaits the usual).
+    """
+    pool = client.connection_pool
+    kwargs = dict(pool.connection_kwargs)
+    if socket_timeout is not None:
+        kwargs["socket_timeout"] = socket_timeout
+    own = redis.ConnectionPool(
+        connection_class=pool.connection_class, max_connections=max_connections, **kwargs
     )
+    return _client(own)
+
+
+def _client(pool: redis.ConnectionPool) -> redis.Redis:
+    """Return a client that owns `pool`: closing the client disconnects it."""
+    return redis.Redis.from_pool(pool)
 
 
 def describe(url: str) -> str:

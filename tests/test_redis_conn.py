@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from urllib.parse import quote
 
 import pytest
 import redis
 from hypothesis import given
 from hypothesis import strategies as st
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.retry import Retry
 
 from shared.config import Settings
-from shared.redis_conn import connect, describe
+from shared.redis_conn import connect, describe, like
 from tests.support.redis_server import RedisServer
 
 
@@ -100,3 +102,45 @@ def test_describe_hides_passwords(url: str, shown: str) -> None:
 def test_describe_hides_any_percent_encoded_password(password: str) -> None:
     url = f"redis://user:{quote(password, safe='')}@host:6379/0"
     assert describe(url) == "redis://user:***@host:6379/0"
+
+
+def test_a_bounded_pool_waits_for_a_connection_then_gives_up(settings: Settings) -> None:
+    client = connect(settings, role="bounded", max_connections=1, pool_wait=0.05)
+    try:
+        pool = client.connection_pool
+        assert isinstance(pool, redis.BlockingConnectionPool)
+        held = pool.get_connection()
+        started = time.monotonic()
+        with pytest.raises(redis.ConnectionError):
+            client.ping()
+        assert 0.04 <= time.monotonic() - started < 1.0
+        pool.release(held)
+        assert client.ping()
+    finally:
+        client.close()
+
+
+def test_overrides_replace_the_settings_timeouts_and_retry() -> None:
+    settings = Settings.from_env({"REDIS_URL": "redis://h:6379/0"})
+    own = Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
+    client = connect(settings, role="quick", socket_timeout=0.7, connect_timeout=0.3, retry=own)
+    kwargs = client.connection_pool.connection_kwargs
+    assert (kwargs["socket_timeout"], kwargs["socket_connect_timeout"]) == (0.7, 0.3)
+    assert client.get_retry() is own
+    assert type(client.connection_pool) is redis.ConnectionPool
+
+
+def test_like_builds_a_separate_pool_to_the_same_server(settings: Settings) -> None:
+    client = connect(settings, role="origin")
+    twin = like(client, max_connections=1, socket_timeout=9.0)
+    try:
+        assert twin.connection_pool is not client.connection_pool
+        assert twin.connection_pool.max_connections == 1
+        kwargs = twin.connection_pool.connection_kwargs
+        assert kwargs["socket_timeout"] == 9.0
+        assert kwargs["client_name"] == f"taskforge-origin-{os.getpid()}"
+        twin.set("twin", "1")
+        assert client.get("twin") == b"1"
+    finally:
+        twin.close()
+        client.close()

@@ -13,7 +13,6 @@ process spawner are constructor arguments, so tests drive ``step(now)`` by hand.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import select
@@ -155,12 +154,12 @@ class Supervisor:
 
     def _redis(self) -> redis.Redis:
         # Short timeouts: a Redis outage must not stall reaping and respawning for long.
-        quick = dataclasses.replace(
+        return connect(
             self.settings,
-            redis_socket_timeout=min(1.0, self.settings.redis_socket_timeout),
-            redis_connect_timeout=min(0.5, self.settings.redis_connect_timeout),
+            role="supervisor",
+            socket_timeout=min(1.0, self.settings.redis_socket_timeout),
+            connect_timeout=min(0.5, self.settings.redis_connect_timeout),
         )
-        return connect(quick, role="supervisor")
 
     def close(self) -> None:
         """Close the wake-up pipe (the loop is over; tests make many supervisors)."""

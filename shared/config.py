@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
+from shared.cluster_url import is_cluster_url, parse_cluster_url
 from shared.queues import DEFAULT_QUEUE, QueuePlan, is_queue_name, parse_worker_queues
 
 WORKER_COUNT_DEFAULT = 3
@@ -217,8 +218,11 @@ def _fraction(text: str) -> float:
 
 
 def _redis_url(text: str) -> str:
-    """Accept a redis://, rediss:// or unix:// URL."""
-    expected = "a redis://, rediss:// or unix:// URL"
+    """Accept a redis://, rediss:// or unix:// URL, or a redis+cluster:// one (a Redis Cluster)."""
+    if is_cluster_url(text):
+        parse_cluster_url(text)  # ValueError names the expected form
+        return text
+    expected = "a redis://, rediss:// or unix:// URL (redis+cluster:// for a Redis Cluster)"
     try:
         parts = urlsplit(text)
         _ = parts.port  # raises ValueError on a non-numeric or out-of-range port
@@ -273,7 +277,7 @@ def _token(text: str) -> str | None:
 # A table: one row per variable reads better than the formatter's one argument per line.
 VARIABLES: tuple[Variable, ...] = (
     Variable("REDIS_URL", "redis_url", "redis://localhost:6379/0",
-             "Redis to use: redis://, rediss:// (TLS) or unix://", _redis_url),
+             "Redis to use: redis://, rediss:// (TLS) or unix://; redis+cluster://host:port[,host:port...] (rediss+cluster:// for TLS) for a Redis Cluster (docs/CLUSTER.md)", _redis_url),
     Variable("REDIS_SSL_CERT_REQS", "redis_ssl_cert_reqs", "required",
              "TLS certificate check for rediss://: required, optional or none (a self-signed certificate, as on Heroku, needs none)",
              _choice(SSL_CERT_REQS)),

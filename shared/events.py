@@ -26,6 +26,7 @@ import redis
 from shared.jobs import format_ms
 from shared.keys import Keys
 from shared.queues import QUEUE_PATTERN
+from shared.redis_conn import is_cluster
 
 FLEET = "*"  # the fleet stream's name in a cursor (never a queue name)
 StreamId = tuple[int, int]  # (milliseconds, sequence), ordered as Redis orders entry ids
@@ -225,8 +226,14 @@ def read_events(
     """Read up to `count` entries per stream after `positions`, and the gaps before them.
 
     One MULTI round trip: XINFO STREAM of each stream, then one XREAD of all, so a trim cannot
-    fall between the check and the read. (XREAD spans slots: one Redis, not Cluster.)
+    fall between the check and the read. On a Redis Cluster, where a transaction cannot span
+    slots (every queue's stream has its own), one MULTI per stream, merged.
     """
+    if is_cluster(client) and len(positions) > 1:
+        batches = [read_events(client, keys, {n: p}, count) for n, p in positions.items()]
+        merged = sorted((e for b in batches for e in b.events), key=lambda event: event.id)
+        gaps = [gap for batch in batches for gap in batch.gaps]
+        return Batch(gaps, merged, any(batch.more for batch in batches))
     names = list(positions)
     pipe = client.pipeline(transaction=True)
     for name in names:

@@ -2,21 +2,29 @@
 
 This is the one place a client is made: the gateway's bounded pool, workerd's supervisor and
 children, the events tail's own connection and the tools all come through ``connect`` (or
-``like``, for a client shaped after one in hand), so how Redis is reached (one server, or a
-primary found through Sentinel) differs here only.
+``like``, for a client shaped after one in hand), so how Redis is reached (one server, a
+primary found through Sentinel, or a Redis Cluster) differs here only.
+
+A cluster (``redis+cluster://``, shared.cluster_url) gets redis-py's ``RedisCluster``: it routes
+each command, and each script call by its first key, to the master owning the slot, follows
+MOVED after a failover or resharding, and loads scripts on every master. Code that needs one
+node's view (a blocking pop, XREAD of several streams) asks ``is_cluster``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import redis
+import redis.cluster
 import redis.exceptions
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from shared.cluster_url import is_cluster_url, parse_cluster_url
 from shared.config import Settings, redact_url
 
 HEALTH_CHECK_INTERVAL = 30  # seconds idle before a pooled connection is PINGed on reuse
@@ -73,9 +81,11 @@ def connect(
         "retry": retry or default_retry(),
         "client_name": f"taskforge-{role}-{os.getpid()}",
     }
-    if settings.redis_url.startswith("rediss://"):
+    if settings.redis_url.startswith(("rediss://", "rediss+cluster://")):
         # Only TLS connections take this option; a unix or plain TCP one would reject it.
         options["ssl_cert_reqs"] = settings.redis_ssl_cert_reqs
+    if is_cluster_url(settings.redis_url):
+        return _cluster(settings.redis_url, options, max_connections, pool_wait)
     pool: redis.ConnectionPool
     if max_connections is not None and pool_wait is not None:
         pool = redis.BlockingConnectionPool.from_url(
@@ -95,6 +105,11 @@ def like(
     Sentinel service, TLS, name, retry), with at most `max_connections` connections and,
     when given, another `socket_timeout` (the events tail's XREAD BLOCK outwaits the usual).
     """
+    if isinstance(client, TaskForgeCluster):
+        options = dict(client.recipe.options)
+        if socket_timeout is not None:
+            options["socket_timeout"] = socket_timeout
+        return _cluster(client.recipe.url, options, max_connections, None)
     pool = client.connection_pool
     kwargs = dict(pool.connection_kwargs)
     if socket_timeout is not None:
@@ -103,6 +118,60 @@ def like(
         connection_class=pool.connection_class, max_connections=max_connections, **kwargs
     )
     return _client(own)
+
+
+@dataclass(frozen=True)
+class ClusterRecipe:
+    """How a cluster client was made, so ``like`` can make another."""
+
+    url: str
+    options: dict[str, Any]
+
+
+class TaskForgeCluster(redis.cluster.RedisCluster):
+    """A RedisCluster that remembers how it was built (``recipe``)."""
+
+    recipe: ClusterRecipe
+
+
+def is_cluster(client: object) -> bool:
+    """Tell whether `client` talks to a Redis Cluster (a pipeline of one counts too)."""
+    return isinstance(client, redis.cluster.RedisCluster)
+
+
+def _cluster(
+    url: str, options: dict[str, Any], max_connections: int | None, pool_wait: float | None
+) -> redis.Redis:
+    """Return a cluster client: `options` go to every node's connections, bounded per node."""
+    parsed = parse_cluster_url(url)
+    node_options = {k: v for k, v in options.items() if k != "retry"}
+    if parsed.tls:
+        node_options["ssl"] = True
+    if max_connections is not None:
+        node_options["max_connections"] = max_connections
+        if pool_wait is not None:
+            # Each node's pool blocks a caller up to pool_wait for a free connection.
+            node_options["connection_pool_class"] = redis.BlockingConnectionPool
+            node_options["timeout"] = pool_wait
+    client = TaskForgeCluster(
+        startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in parsed.seeds],
+        username=parsed.username,
+        password=parsed.password,
+        # The cluster-level retry: a connection error or MOVED/TRYAGAIN refreshes the slot map
+        # and tries again (a failover); the nodes' own connections retry nothing beneath it.
+        retry=options.get("retry") or default_retry(),
+        **node_options,
+    )
+    client.recipe = ClusterRecipe(url, options)
+    return client  # type: ignore[return-value]  # the engine uses the commands both share
+
+
+def disconnect(client: redis.Redis) -> None:
+    """Close every connection of a client that owns its pool (or its nodes' pools)."""
+    if is_cluster(client):
+        client.close()
+    else:
+        client.connection_pool.disconnect()
 
 
 def _client(pool: redis.ConnectionPool) -> redis.Redis:

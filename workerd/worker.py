@@ -44,6 +44,7 @@ from shared.config import Settings
 from shared.history import Actor
 from shared.jobs import Job, dump_json, format_ms
 from shared.log import error_line, error_text
+from shared.redis_conn import is_cluster
 from shared.scripts import Code, NotRunnable, QueuePaused, Scripts, new_request_id
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
@@ -56,6 +57,9 @@ log = logging.getLogger(__name__)
 tracing.configure(tracing.WORKER)
 
 WAKE_TIMEOUT_SECONDS = 1
+# On a Redis Cluster an idle worker blocks on one queue's wake list at a time, this long
+# (Worker._pop_hint): a job in another of its queues waits at most this for it.
+CLUSTER_WAKE_SLICE = 0.25
 # An idle worker claims without a hint every this many empty waits: a safety net should a hint
 # ever be lost (popped by a worker that died before claiming), at ~0.1 extra commands a second.
 CLAIM_ANYWAY_EVERY = 10
@@ -131,6 +135,8 @@ class WorkerProcess(StopOnSignal):
         self.exit_reason = ""
         self.jobs_done = 0
         self.idle_waits = 0
+        # Which wake list a cluster's idle worker blocks on next: workers start apart (pid).
+        self.wake_turn = os.getpid()
         self.claim_now = True
         self.next_job: Job | None = None
         # A claim that raised, as (queue, request id): it may have reached Redis (only its
@@ -334,7 +340,7 @@ class WorkerProcess(StopOnSignal):
             # first of them is due for another claim.
             time.sleep(min(WAKE_TIMEOUT_SECONDS, max(0.0, self.routing.back_at() - now)))
             return True
-        hint = self.scripts.redis.blpop(list(wakes), timeout=WAKE_TIMEOUT_SECONDS)
+        hint = self._pop_hint(list(wakes))
         self.idle_waits += 1
         if hint is not None and self._is_quiet():
             # Quieted while blocked: the hint is for a worker that will claim (another host's).
@@ -347,6 +353,32 @@ class WorkerProcess(StopOnSignal):
             self.empty_until.clear()
             return True
         return False
+
+    def _pop_hint(self, wakes: list[str]) -> tuple[bytes, bytes] | None:
+        """Wait for a hint on any of `wakes` (at most WAKE_TIMEOUT_SECONDS); return it or None.
+
+        One Redis: one BLPOP on every list. A Redis Cluster refuses a BLPOP whose lists sit in
+        different slots (every queue has its own), so there each round pops every list at once
+        without blocking (a pipeline: one round trip per master), then blocks on one of them
+        for CLUSTER_WAKE_SLICE, the next one next time. The cost, per idle worker: pickup
+        within a slice for a queue it is not blocked on, and (queues + 1) commands a slice.
+        """
+        if not is_cluster(self.scripts.redis):
+            return self.scripts.redis.blpop(wakes, timeout=WAKE_TIMEOUT_SECONDS)
+        pipe = self.scripts.redis.pipeline(transaction=False)
+        for wake in wakes:
+            pipe.lpop(wake)
+        popped = [(w.encode(), v) for w, v in zip(wakes, pipe.execute(), strict=True) if v]
+        for wake, _ in popped[1:]:
+            self.empty_until.pop(self._wake_queue(wake), None)  # claim from these too
+        if popped:
+            return popped[0]
+        self.wake_turn = (self.wake_turn + 1) % len(wakes)
+        return self.scripts.redis.blpop([wakes[self.wake_turn]], timeout=CLUSTER_WAKE_SLICE)
+
+    def _wake_queue(self, wake: bytes) -> str:
+        """Return the queue whose wake list is `wake`."""
+        return next(q for q in self.plan.names if self.scripts.q(q).wake == wake.decode())
 
     def _hand_back_unstarted_job(self) -> None:
         """Requeue a job claimed for this worker that it will not run (it is stopping)."""

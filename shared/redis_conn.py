@@ -169,6 +169,19 @@ def _cluster(
     return client  # type: ignore[return-value]  # the engine uses the commands both share
 
 
+def pipe_time(pipe: Any, client: redis.Redis, key: str) -> None:
+    """Queue a TIME on `pipe` (made by `client`): on a cluster, to the master owning `key`.
+
+    A cluster has one clock per master; a reader of a slot's timestamps asks that slot's
+    master, and redis-py's cluster pipeline refuses its own ``time`` method anyway.
+    """
+    if is_cluster(client):
+        node = client.get_node_from_key(key)  # type: ignore[attr-defined]
+        pipe.execute_command("TIME", target_nodes=node)
+    else:
+        pipe.time()
+
+
 def disconnect(client: redis.Redis) -> None:
     """Close every connection of a client that owns its pool (or its nodes' pools)."""
     if is_cluster(client):

@@ -73,6 +73,10 @@ def stack(redis_cluster: RedisCluster, tmp_path_factory: pytest.TempPathFactory)
     url = f"redis+cluster://{redis_cluster.seeds}"
     queues = queue_names_on_distinct_masters(redis_cluster)
     tmp = tmp_path_factory.mktemp("on-cluster")
+    schedules = tmp / "schedules.toml"
+    schedules.write_text(
+        f'[schedules.tick]\nevery = "1s"\njob = {{ type = "noop", queue = "{queues[0]}" }}\n'
+    )
     settings = {
         "REDIS_URL": url,
         "PORT_WORKER": str(free_port()),
@@ -84,6 +88,7 @@ def stack(redis_cluster: RedisCluster, tmp_path_factory: pytest.TempPathFactory)
         "WORKER_DRAIN_GRACE": "2s",
         "WORKER_CANCEL_GRACE": "1s",
         "TASKFORGE_BIND_HOST": "127.0.0.1",
+        "TASKFORGE_SCHEDULES": str(schedules),
     }
     supervisor = start_workerd(settings, tmp / "workerd.log", tmp / "workerd.err")
     try:
@@ -284,6 +289,18 @@ def test_events_stream_every_queue(stack: Stack) -> None:
         assert wanted <= completed, (wanted, completed)
     finally:
         conn.close()
+
+
+def test_a_periodic_schedule_enqueues_one_job_per_tick(stack: Stack) -> None:
+    def ran_twice() -> dict[str, Any] | None:
+        status, doc = stack.call("GET", "/schedules/tick")
+        assert status == 200, doc
+        return doc if doc["jobs"] >= 2 and doc["last_job_id"] else None
+
+    doc = wait_until(ran_twice, SETTLE, "two ticks of the schedule", 0.1)
+    job = stack.wait_status(doc["last_job_id"], "completed")
+    assert job["queue"] == stack.queues[0]
+    assert "enqueued" in stack.history(job["id"])
 
 
 def test_dashboard_pages(stack: Stack) -> None:

@@ -254,6 +254,8 @@ def _sentinel_pool(
 def primary(client: redis.Redis) -> str | None:
     """Return ``host:port`` of the primary a Sentinel client last found, None for a client of
     one server (its address is the configured one) or before its first connection."""
+    if is_cluster(client):
+        return None  # no one primary: each slot has its master
     pool = client.connection_pool
     if not isinstance(pool, SentinelConnectionPool) or pool.master_address is None:
         return None

@@ -39,6 +39,7 @@ def test_a_cluster_master_killed_under_load(tmp_path: Path) -> None:
     assert figures.completions_resumed_s is not None and figures.completions_resumed_s < 30
     # The other masters' queues keep flowing: no enqueue refused, no pause like the failover's.
     assert figures.others_refused == 0, report
+    assert set(figures.other_lookups) == {200}, report  # found on the masters that answer
     assert figures.other_queues_longest_pause_s < min(2.0, figures.failover_s), report
     # Replication is asynchronous: only a job acknowledged in the last moment before the kill
     # may be lost (none was in our runs), and only a completion lost so may run twice.

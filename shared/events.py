@@ -210,6 +210,30 @@ def _infos(replies: Iterable[Any], names: Iterable[str]) -> dict[str, StreamInfo
     return infos
 
 
+def _parsed_info(reply: Any) -> Any:
+    """Return an XINFO STREAM reply with text field names (errors and None pass through)."""
+    if not isinstance(reply, dict):
+        return reply
+    return {(k.decode() if isinstance(k, bytes) else k): v for k, v in reply.items()}
+
+
+def _parsed_read(reply: Any) -> list[tuple[Any, list[tuple[Any, dict[bytes, bytes]]]]]:
+    """Return an XREAD reply as [(stream, [(id, {field: value})])] from its raw shape."""
+    if not reply:
+        return []
+    pairs = reply.items() if isinstance(reply, dict) else reply
+    return [
+        (key, [(entry_id, _fields(fields)) for entry_id, fields in entries])
+        for key, entries in pairs
+    ]
+
+
+def _fields(fields: Any) -> dict[bytes, bytes]:
+    if isinstance(fields, dict):
+        return fields
+    return dict(zip(fields[::2], fields[1::2], strict=True))
+
+
 def latest_positions(client: redis.Redis, keys: Keys, names: Iterable[str]) -> dict[str, StreamId]:
     """Return each stream's last id now (ZERO for a stream not written yet): one round trip."""
     names = list(names)
@@ -242,6 +266,11 @@ def read_events(
     *info_replies, read = pipe.execute(raise_on_error=False)
     if isinstance(read, Exception):
         raise read
+    if is_cluster(client):
+        # redis-py's cluster transaction hands back the replies unparsed: bytes field names,
+        # XREAD as a dict of [id, [field, value, ...]] lists. The shapes of one Redis, then.
+        info_replies = [_parsed_info(reply) for reply in info_replies]
+        read = _parsed_read(read)
     infos = _infos(info_replies, names)
     gaps = [
         Gap(name, positions[name], info.first)

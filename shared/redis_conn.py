@@ -13,6 +13,7 @@ node's view (a blocking pop, XREAD of several streams) asks ``is_cluster``.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -151,8 +152,10 @@ def _cluster(
         node_options["max_connections"] = max_connections
         if pool_wait is not None:
             # Each node's pool blocks a caller up to pool_wait for a free connection.
-            node_options["connection_pool_class"] = redis.BlockingConnectionPool
-            node_options["timeout"] = pool_wait
+            # (bound here: a `timeout` option would reach redis.Redis() too, which has none)
+            node_options["connection_pool_class"] = functools.partial(
+                redis.BlockingConnectionPool, timeout=pool_wait
+            )
     client = TaskForgeCluster(
         startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in parsed.seeds],
         username=parsed.username,
@@ -164,6 +167,19 @@ def _cluster(
     )
     client.recipe = ClusterRecipe(url, options)
     return client  # type: ignore[return-value]  # the engine uses the commands both share
+
+
+def pipe_time(pipe: Any, client: redis.Redis, key: str) -> None:
+    """Queue a TIME on `pipe` (made by `client`): on a cluster, to the master owning `key`.
+
+    A cluster has one clock per master; a reader of a slot's timestamps asks that slot's
+    master, and redis-py's cluster pipeline refuses its own ``time`` method anyway.
+    """
+    if is_cluster(client):
+        node = client.get_node_from_key(key)  # type: ignore[attr-defined]
+        pipe.execute_command("TIME", target_nodes=node)
+    else:
+        pipe.time()
 
 
 def disconnect(client: redis.Redis) -> None:

@@ -62,6 +62,9 @@ def cluster_config(node_timeout_ms: int = NODE_TIMEOUT_MS) -> dict[str, str]:
         # killed seconds after the cluster formed ("disconnected from master for longer than
         # allowed": an idle master had sent its replica nothing since the sync).
         "cluster-replica-validity-factor": "0",
+        # A replica's first full sync starts at once rather than 5 s later (Redis's default,
+        # to batch replicas): until it ends, the replica holds nothing of its master's.
+        "repl-diskless-sync-delay": "0",
     }
 
 
@@ -112,6 +115,28 @@ class RedisCluster:
                 f"redis-cli --cluster create failed:\n{created.stdout}\n{created.stderr}"
             )
         self.wait_ok()
+        self.wait_replicas_linked()
+
+    def _linked(self, node: RedisServer) -> bool:
+        """Return whether `node` is a master, or a replica whose link to its master is up."""
+        client = node.client(socket_timeout=2)
+        try:
+            info = client.info("replication")
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+        return info.get("role") == "master" or info.get("master_link_status") == "up"
+
+    def wait_replicas_linked(self, timeout: float = STATE_TIMEOUT) -> None:
+        """Wait until every live replica finished its sync: before, a master killed takes
+        everything with it (cluster_state:ok does not wait for the replicas)."""
+        wait_until(
+            lambda: all(self._linked(n) for n in self.live_nodes()),
+            timeout,
+            "every replica's link to its master to be up",
+            interval=0.05,
+        )
 
     def live_nodes(self) -> list[RedisServer]:
         """Return the nodes whose process runs."""

@@ -7,8 +7,10 @@ One real cluster (tests/support/cluster.py: 6 nodes, 3 masters with a replica ea
 both layouts, so the comparison is fair: same servers, same workerd, same WORKER_QUEUES
 (``a:1,b:1,c:1``, weighted alike); only where the queues' hash tags land differs:
 
-- one master: three queue names whose ``{taskforge:<queue>}`` slots one master owns;
-- three masters: three names on three different masters.
+- one master: three queue names whose ``{taskforge:<queue>}`` slots the master of the global
+  slot ``{taskforge}`` owns (the worker registry, heartbeats, the queue list), so all the
+  work is on one master, as on a single Redis;
+- three masters: three names on three different masters (one of them holds the global slot).
 
 Redis's CPU must be the bottleneck, and on a 2-core machine the Python workers would be
 (they spend several times Redis's CPU per job). So each master runs in a cgroup of its own
@@ -21,7 +23,8 @@ Measured over the steady part of each drain (from the first 10% of the jobs done
 by polling the completed counts: jobs/s; each master's CPU (INFO used_cpu_sys+user) as a
 share of its cap and per job; the share of the cgroup periods the cap throttled it; the
 workerd's CPU (its processes' /proc stat) and the host's idle CPU, which show the workers
-had CPU to spare. Rounds alternate the layouts; figures are medians over rounds.
+had CPU to spare; then, for IDLE_SECONDS after the drain, what each busy master spends a
+second with every worker idle (heartbeats, the scheduler, idle polls). Rounds alternate the layouts; figures are medians over rounds.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ from tests.support.tools import cpu_seconds, free_port, require_tool
 from tests.support.workerd import Workerd, running_workerd
 
 BATCH = 500  # jobs per enqueue_many call while filling
-POLL = 0.1  # seconds between two samples of the completed counts and CPU counters
+POLL = 0.2  # seconds between two samples of the completed counts and CPU counters
+IDLE_SECONDS = 2.0  # after a drain: what the busy masters spend a second with nothing to do
 DRAIN_TIMEOUT = 600.0
 WINDOW = (0.1, 0.9)  # the steady part of a drain: from this share of the jobs done to that
 # Longer than the default 2 s: a capped master may be throttled for a whole period, and a
@@ -149,7 +153,8 @@ def steady_window(samples: list[Sample], jobs: int) -> tuple[Sample, Sample]:
 
 
 def figures(start: Sample, end: Sample, busy: list[int], cap_percent: float) -> dict[str, float]:
-    """Return a drain's figures between two samples; `busy`: the masters holding the queues."""
+    """Return a drain's figures between two samples; `busy`: the masters holding the queues
+    and the global slot."""
     seconds, jobs = end.at - start.at, end.done - start.done
     cpu = {port: end.redis_cpu[port] - start.redis_cpu[port] for port in busy}
     out = {
@@ -181,7 +186,8 @@ def drain(
     try:
         cluster.flushall()
         fill(client, queues, args.jobs)
-        busy = sorted({cluster.master_of(f"{{taskforge:{q}}}").port for q in queues})
+        holders = {cluster.master_of(f"{{taskforge:{q}}}").port for q in queues}
+        busy = sorted(holders | {cluster.master_of("{taskforge}").port})
         settings = {
             "REDIS_URL": url,
             "WORKER_COUNT": str(args.workers),
@@ -200,8 +206,15 @@ def drain(
                     raise RuntimeError(f"workerd exited\n{host.tail()}\n{host.stderr()}")
                 samples.append(sample(client, queues, masters, caps, host))
                 time.sleep(POLL)  # the sampling cadence
+            time.sleep(IDLE_SECONDS)  # a measuring window, not a wait for anything
+            idle = sample(client, queues, masters, caps, host)
         start, end = steady_window(samples, args.jobs)
-        return {**figures(start, end, busy, args.cpu_percent), "masters_used": len(busy)}
+        out = figures(start, end, busy, args.cpu_percent)
+        idle_cpu = sum(idle.redis_cpu[p] - samples[-1].redis_cpu[p] for p in busy)
+        out["idle_redis_cpu_us_per_s_each"] = (
+            idle_cpu * 1e6 / (idle.at - samples[-1].at) / len(busy)
+        )
+        return {**out, "masters_used": len(busy)}
     finally:
         client.close()
         for direct in masters.values():
@@ -224,9 +237,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
                     caps[master.port] = CpuCap.create(name, args.cpu_percent, args.period_us)
                     caps[master.port].add(master.pid)
             spread = queue_names_on_distinct_masters(cluster, 3)
-            together = queues_on_one_master(
-                cluster, cluster.master_of(f"{{taskforge:{spread[0]}}}")
-            )
+            together = queues_on_one_master(cluster, cluster.master_of("{taskforge}"))
             layouts = {"one_master": together, "three_masters": spread}
             for round_no in range(args.rounds):
                 for layout in LAYOUTS if round_no % 2 == 0 else reversed(LAYOUTS):
@@ -257,6 +268,11 @@ ROWS = (
     ("each busy master's CPU, share of a core", "redis_core_share_each", "{:.3f}"),
     ("  of its cap", "redis_use_of_cap", "{:.0%}"),
     ("cgroup periods throttled", "periods_throttled", "{:.0%}"),
+    (
+        "idle Redis CPU after the drain, µs/s per busy master",
+        "idle_redis_cpu_us_per_s_each",
+        "{:,.0f}",
+    ),
     ("workerd CPU, cores", "workerd_cores", "{:.2f}"),
     ("host idle CPU, cores", "host_idle_cores", "{:.2f}"),
 )
@@ -301,11 +317,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--jobs", type=int, default=6_000)
+    parser.add_argument("--jobs", type=int, default=4_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=8, help="workerd's WORKER_COUNT")
-    parser.add_argument("--cpu-percent", type=float, default=4.0, help="each master's cap; 0: none")
-    parser.add_argument("--period-us", type=int, default=25_000, help="the cgroup's period")
+    parser.add_argument("--workers", type=int, default=12, help="workerd's WORKER_COUNT")
+    parser.add_argument("--cpu-percent", type=float, default=2.0, help="each master's cap; 0: none")
+    parser.add_argument("--period-us", type=int, default=50_000, help="the cgroup's period")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.cpu_percent and (why := can_cap()):

@@ -6,8 +6,9 @@ All real processes on loopback: a cluster of 3 masters with a replica each
 per queue enqueues journaled jobs over HTTP at a steady pace, recording which enqueues were
 acknowledged (2xx) and their ids (a thread per queue, so a request stuck on the dead master
 holds up no other queue's client). Once the flow is established, the master of one queue gets
-SIGKILL (one that does not own the global slot ``{taskforge}``: the queue list, the worker
-registry); the cluster promotes its replica.
+SIGKILL: one that holds a queue only, and (a second case) the one that also owns the global
+slot ``{taskforge}`` (the queue list, the worker registry and heartbeats); the cluster
+promotes its replica.
 
 Measured: seconds from the kill until enqueues resume on the affected queue (the first 2xx
 of a request sent after the kill) and until completions resume there (the first
@@ -117,20 +118,28 @@ def finished_or_gone(client: redis.Redis, keys: Keys, job_ids: list[str]) -> boo
     return all(s is None or s.decode() in SETTLED for s in statuses) and not any(live)
 
 
-def pick_victim(cluster: RedisCluster, queues: list[str]) -> str:
-    """Return the queue whose master to kill: one that does not own the global slot."""
+def pick_victim(cluster: RedisCluster, queues: list[str], *, global_slot: bool) -> str:
+    """Return the queue whose master to kill: the one that owns the global slot too, or not."""
     global_port = cluster.master_of("{taskforge}").port
-    return next(q for q in queues if cluster.master_of(f"{{taskforge:{q}}}").port != global_port)
+    return next(
+        q
+        for q in queues
+        if (cluster.master_of(f"{{taskforge:{q}}}").port == global_port) == global_slot
+    )
 
 
-def run_failover(tmp_path: Path, *, wait_replicas: bool) -> dict[str, Any]:
-    """Run the scenario; return its figures (after asserting what is guaranteed)."""
+def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> dict[str, Any]:
+    """Run the scenario; return its figures (after asserting what is guaranteed).
+
+    `global_slot`: kill the master that also owns ``{taskforge}`` (the worker registry and
+    heartbeats, the queue list), rather than one that holds a queue only.
+    """
     journal = tmp_path / "journal.jsonl"
     extra = {"TASKFORGE_WAIT_REPLICAS": "1"} if wait_replicas else {}
     tools = require_tool("redis-server"), require_tool("redis-cli")
     with running_cluster(*tools) as cluster:
         queues = queue_names_on_distinct_masters(cluster, 3)
-        victim = pick_victim(cluster, queues)
+        victim = pick_victim(cluster, queues, global_slot=global_slot)
         others = [q for q in queues if q != victim]
         url = "redis+cluster://" + cluster.seeds
         env = {
@@ -209,6 +218,7 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool) -> dict[str, Any]:
         **reports[victim].summary(),
         "jobs": sum(len(ld.acked) + len(ld.refused) for ld in loads.values()),
         "wait_replicas": wait_replicas,
+        "killed_master_holds_global_slot": global_slot,
         "promotion_s": round(promoted - killed, 2),
         "enqueue_resume_s": round(enqueue_resumed - killed, 2) if enqueue_resumed else None,
         "completion_resume_s": round(completion_resumed - killed, 2)
@@ -228,7 +238,8 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool) -> dict[str, Any]:
         "other_refused_enqueues": sum(len(loads[q].refused) for q in others),
         "run_s": round(stopped - killed, 1),
     }
-    print_figures("cluster_failover" + ("_wait_replicas" if wait_replicas else ""), figures)
+    name = "cluster_failover" + ("_global_slot" if global_slot else "")
+    print_figures(name + ("_wait_replicas" if wait_replicas else ""), figures)
     assert problems == [], problems
     assert_guarantees(loads, reports, outcome, victim, others, killed)
     if wait_replicas:
@@ -301,8 +312,11 @@ def assert_guarantees(
     assert len(outcome["unexpected"]) <= refused, outcome["unexpected"]
 
 
+@pytest.mark.parametrize("global_slot", [False, True], ids=["queue_master", "global_master"])
 @pytest.mark.parametrize("wait_replicas", [False])  # True once TASKFORGE_WAIT_REPLICAS exists
-def test_cluster_master_failover_under_load(tmp_path: Path, wait_replicas: bool) -> None:
+def test_cluster_master_failover_under_load(
+    tmp_path: Path, wait_replicas: bool, global_slot: bool
+) -> None:
     """Scenario 17: SIGKILL a cluster master while the gateway and workerd move jobs on all
     three masters; its replica is promoted."""
-    run_failover(tmp_path, wait_replicas=wait_replicas)
+    run_failover(tmp_path, wait_replicas=wait_replicas, global_slot=global_slot)

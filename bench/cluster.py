@@ -73,6 +73,7 @@ class Sample:
     at: float  # time.monotonic()
     done: int  # jobs completed, all queues
     redis_cpu: dict[int, float]  # master port -> used_cpu_sys + used_cpu_user (s)
+    commands: dict[int, int]  # master port -> total_commands_processed (a script counts 1)
     throttled: dict[int, tuple[int, int, float]]  # master port -> cgroup periods, throttled
     workerd_cpu: float  # s, the supervisor and its children
     host_idle: float  # s of idle CPU, all cores (/proc/stat)
@@ -123,10 +124,11 @@ def sample(
     host: Workerd,
 ) -> Sample:
     """Read every counter once."""
-    redis_cpu = {}
+    redis_cpu, commands = {}, {}
     for port, direct in masters.items():
         info = direct.info("cpu")
         redis_cpu[port] = info["used_cpu_sys"] + info["used_cpu_user"]
+        commands[port] = direct.info("stats")["total_commands_processed"]
     workerd_cpu = 0.0
     for pid in host.processes():
         try:
@@ -137,6 +139,7 @@ def sample(
         at=time.monotonic(),
         done=completed(client, queues),
         redis_cpu=redis_cpu,
+        commands=commands,
         throttled={port: cap.throttled() for port, cap in caps.items()},
         workerd_cpu=workerd_cpu,
         host_idle=host_idle_seconds(),
@@ -162,6 +165,8 @@ def figures(start: Sample, end: Sample, busy: list[int], cap_percent: float) -> 
         # What a shard's capacity model divides a core by: the busy masters' CPU per job.
         "redis_cpu_us_per_job": sum(cpu.values()) * 1e6 / jobs,
         "redis_core_share_each": statistics.mean(c / seconds for c in cpu.values()),
+        # Our own two INFO calls per master and sample are left in: a few per second.
+        "commands_per_job": sum(end.commands[p] - start.commands[p] for p in busy) / jobs,
         "workerd_cores": (end.workerd_cpu - start.workerd_cpu) / seconds,
         "host_idle_cores": (end.host_idle - start.host_idle) / seconds,
     }
@@ -265,6 +270,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
 ROWS = (
     ("jobs/s", "jobs_per_s", "{:,.0f}"),
     ("Redis CPU µs/job (busy masters)", "redis_cpu_us_per_job", "{:.0f}"),
+    ("Redis commands/job (busy masters)", "commands_per_job", "{:.1f}"),
     ("each busy master's CPU, share of a core", "redis_core_share_each", "{:.3f}"),
     ("  of its cap", "redis_use_of_cap", "{:.0%}"),
     ("cgroup periods throttled", "periods_throttled", "{:.0%}"),

@@ -42,6 +42,7 @@ def test_the_report_has_a_row_per_figure_and_the_ratio_of_the_medians() -> None:
         "jobs_per_s": 100.0,
         "redis_cpu_us_per_job": 190.0,
         "redis_core_share_each": 0.02,
+        "commands_per_job": 3.0,
         "redis_use_of_cap": 0.99,
         "periods_throttled": 0.97,
         "idle_redis_cpu_us_per_s_each": 900.0,

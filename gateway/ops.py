@@ -17,6 +17,7 @@ from shared import metrics, throughput
 from shared.jobs import format_ms
 from shared.queries import QueueCounts
 from shared.queues import QUEUE_RULE, is_queue_name
+from shared.redis_conn import primary
 
 bp = Blueprint("ops", __name__)
 
@@ -98,7 +99,8 @@ def _probe(status: str, check: Callable[[], object]) -> tuple[dict[str, str], in
         return json_error(
             503, "Redis is unavailable", {"Retry-After": "1"}, status="unavailable", redis="error"
         )
-    return {"status": status, "redis": "ok"}, 200
+    found = primary(gateway().redis)  # under Sentinel: which server answered
+    return {"status": status, "redis": "ok", **({"primary": found} if found else {})}, 200
 
 
 @route(bp, "GET", "/health")

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from shared.cluster_url import is_cluster_url, parse_cluster_url
 from shared.queues import DEFAULT_QUEUE, QueuePlan, is_queue_name, parse_worker_queues
@@ -28,6 +28,8 @@ WORKER_COUNT_MAX = 512
 EVENTS_STREAMS_DEFAULT = 64
 EVENTS_STREAMS_MAX = 1000
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+SENTINEL_PORT = 26379  # Sentinel's own default port: a sentinel written without one
+SENTINEL_FORM = "redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SSL_CERT_REQS = ("required", "optional", "none")
 
@@ -59,6 +61,7 @@ class Settings:
     redis_ssl_cert_reqs: str
     redis_socket_timeout: float
     redis_connect_timeout: float
+    redis_sentinel_password: str | None = field(repr=False)  # a secret, like api_token
     port_producer: int
     port_worker: int
     bind_host: str
@@ -217,12 +220,78 @@ def _fraction(text: str) -> float:
     return number
 
 
+@dataclass(frozen=True)
+class SentinelTarget:
+    """Where a Sentinel URL says the primary is found, and how to log in to it.
+
+    ``redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]``: the hosts
+    are the sentinels (port 26379 when left out), ``service`` the name they monitor the primary
+    under, and the user, password and db those of the primary and replicas, as in a redis://
+    URL. ``rediss+sentinel://`` speaks TLS to the sentinels and the data nodes alike.
+    """
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int
+    username: str | None
+    password: str | None = field(repr=False)
+    tls: bool
+
+
+_SENTINEL_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9.-]*\+sentinel://")
+_SENTINEL_URL = re.compile(r"(rediss?)\+sentinel://([^/?#]*)/([^?#]*)", re.DOTALL)
+_SENTINEL_HOST = re.compile(r"(?:\[([0-9A-Fa-f:.]+)\]|([^:\[\]]+))(?::(\d{1,5}))?")
+_SERVICE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+
+
+def sentinel_target(url: str) -> SentinelTarget | None:
+    """Return what a Sentinel URL names, None for any other URL; ValueError if it is malformed."""
+    if not _SENTINEL_SCHEME.match(url):
+        return None
+    match = _SENTINEL_URL.fullmatch(url)
+    if match is None:
+        raise ValueError(f"a Sentinel URL {SENTINEL_FORM} (no query string)")
+    scheme, authority, path = match.groups()
+    userinfo, at, hosts = authority.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    sentinels = tuple(_sentinel_address(host) for host in hosts.split(","))
+    service, _, db = path.partition("/")
+    if not _SERVICE.fullmatch(service):
+        raise ValueError(f"a Sentinel URL whose path names the service: {SENTINEL_FORM}")
+    if db and not re.fullmatch(r"\d{1,5}", db):
+        raise ValueError(f"a Sentinel URL whose db is a number: {SENTINEL_FORM}")
+    return SentinelTarget(sentinels, service, int(db or 0), username, password, scheme == "rediss")
+
+
+def _sentinel_address(text: str) -> tuple[str, int]:
+    match = _SENTINEL_HOST.fullmatch(text)
+    port = int(match[3]) if match and match[3] else SENTINEL_PORT
+    if match is None or not 1 <= port <= 65535:
+        raise ValueError(f"a Sentinel URL of host:port sentinels: {SENTINEL_FORM}")
+    host = match[1] or match[2]
+    try:
+        _host(host)
+    except ValueError:
+        raise ValueError(f"a Sentinel URL of host:port sentinels: {SENTINEL_FORM}") from None
+    return host, port
+
+
 def _redis_url(text: str) -> str:
-    """Accept a redis://, rediss:// or unix:// URL, or a redis+cluster:// one (a Redis Cluster)."""
+    """Accept a redis://, rediss:// or unix:// URL, a Sentinel URL (SentinelTarget), or a
+    redis+cluster:// one (a Redis Cluster, shared.cluster_url)."""
+    if sentinel_target(text) is not None:
+        return text
     if is_cluster_url(text):
         parse_cluster_url(text)  # ValueError names the expected form
         return text
-    expected = "a redis://, rediss:// or unix:// URL (redis+cluster:// for a Redis Cluster)"
+    expected = (
+        f"a redis://, rediss:// or unix:// URL, {SENTINEL_FORM}, "
+        "or redis+cluster://host:port[,host:port...]"
+    )
     try:
         parts = urlsplit(text)
         _ = parts.port  # raises ValueError on a non-numeric or out-of-range port
@@ -277,7 +346,10 @@ def _token(text: str) -> str | None:
 # A table: one row per variable reads better than the formatter's one argument per line.
 VARIABLES: tuple[Variable, ...] = (
     Variable("REDIS_URL", "redis_url", "redis://localhost:6379/0",
-             "Redis to use: redis://, rediss:// (TLS) or unix://; redis+cluster://host:port[,host:port...] (rediss+cluster:// for TLS) for a Redis Cluster (docs/CLUSTER.md)", _redis_url),
+             "Redis to use: redis://, rediss:// (TLS) or unix://; or the primary Sentinel names, "
+             f"{SENTINEL_FORM} (rediss+sentinel:// for TLS; docs/SENTINEL.md); or a Redis "
+             "Cluster, redis+cluster://host:port[,host:port...] (rediss+cluster:// for TLS; "
+             "docs/CLUSTER.md)", _redis_url),
     Variable("REDIS_SSL_CERT_REQS", "redis_ssl_cert_reqs", "required",
              "TLS certificate check for rediss://: required, optional or none (a self-signed certificate, as on Heroku, needs none)",
              _choice(SSL_CERT_REQS)),
@@ -285,6 +357,9 @@ VARIABLES: tuple[Variable, ...] = (
              "Longest wait for a Redis reply", duration_parser(positive=True)),
     Variable("REDIS_CONNECT_TIMEOUT", "redis_connect_timeout", "1s",
              "Longest wait to connect to Redis", duration_parser(positive=True)),
+    Variable("REDIS_SENTINEL_PASSWORD", "redis_sentinel_password", "",
+             "Password of the sentinels a redis+sentinel:// REDIS_URL names (their requirepass), "
+             "when they ask for one; the primary's own password goes in the URL", _token, secret=True),
     Variable("PORT_PRODUCER", "port_producer", "8080",
              "Port of the HTTP gateway", _integer(1, 65535)),
     Variable("PORT_WORKER", "port_worker", "8081",

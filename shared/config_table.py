@@ -61,6 +61,7 @@ SECTIONS: tuple[Section, ...] = (
         Setting("REDIS_SSL_CERT_REQS", _BOTH),
         Setting("REDIS_SOCKET_TIMEOUT", _BOTH),
         Setting("REDIS_CONNECT_TIMEOUT", _BOTH),
+        Setting("REDIS_SENTINEL_PASSWORD", _BOTH),
         Setting("TASKFORGE_NAMESPACE", _BOTH),
     )),
     Section("Gateway (HTTP)", (

@@ -22,11 +22,12 @@ from typing import Any
 import redis
 import redis.cluster
 import redis.exceptions
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from shared.cluster_url import is_cluster_url, parse_cluster_url
-from shared.config import Settings, redact_url
+from shared.config import SentinelTarget, Settings, redact_url, sentinel_target
 
 HEALTH_CHECK_INTERVAL = 30  # seconds idle before a pooled connection is PINGed on reuse
 # Two quick retries ride out a blip (a failover, a dropped idle connection) without hiding
@@ -71,9 +72,9 @@ def connect(
         # CLIENT SETNAME refuses spaces; keep names greppable.
         raise ValueError(f"role must match {_ROLE.pattern}, got {role!r}")
     options: dict[str, Any] = {
-        "socket_timeout": settings.redis_socket_timeout
-        if socket_timeout is None
-        else socket_timeout,
+        "socket_timeout": (
+            settings.redis_socket_timeout if socket_timeout is None else socket_timeout
+        ),
         "socket_connect_timeout": (
             settings.redis_connect_timeout if connect_timeout is None else connect_timeout
         ),
@@ -82,6 +83,9 @@ def connect(
         "retry": retry or default_retry(),
         "client_name": f"taskforge-{role}-{os.getpid()}",
     }
+    target = sentinel_target(settings.redis_url)
+    if target is not None:
+        return _client(_sentinel_pool(target, settings, options, max_connections, pool_wait))
     if settings.redis_url.startswith(("rediss://", "rediss+cluster://")):
         # Only TLS connections take this option; a unix or plain TCP one would reject it.
         options["ssl_cert_reqs"] = settings.redis_ssl_cert_reqs
@@ -115,9 +119,22 @@ def like(
     kwargs = dict(pool.connection_kwargs)
     if socket_timeout is not None:
         kwargs["socket_timeout"] = socket_timeout
-    own = redis.ConnectionPool(
-        connection_class=pool.connection_class, max_connections=max_connections, **kwargs
-    )
+    own: redis.ConnectionPool
+    if isinstance(pool, SentinelConnectionPool):
+        # The same sentinels and service; the pool gives its connections their own proxy.
+        kwargs.pop("connection_pool")
+        own = SentinelConnectionPool(
+            pool.service_name,
+            pool.sentinel_manager,
+            connection_class=pool.connection_class,
+            max_connections=max_connections,
+            is_master=pool.is_master,
+            **kwargs,
+        )
+    else:
+        own = redis.ConnectionPool(
+            connection_class=pool.connection_class, max_connections=max_connections, **kwargs
+        )
     return _client(own)
 
 
@@ -188,6 +205,62 @@ def disconnect(client: redis.Redis) -> None:
         client.close()
     else:
         client.connection_pool.disconnect()
+
+
+class BlockingSentinelConnectionPool(SentinelConnectionPool, redis.BlockingConnectionPool):
+    """A Sentinel pool that, like redis.BlockingConnectionPool, waits `timeout` seconds for a
+    free connection when all `max_connections` are busy (redis-py has none of its own)."""
+
+
+def _sentinel_pool(
+    target: SentinelTarget,
+    settings: Settings,
+    options: dict[str, Any],
+    max_connections: int | None,
+    pool_wait: float | None,
+) -> SentinelConnectionPool:
+    """Return a pool whose every new connection asks the sentinels where the primary is.
+
+    A connection that finds its server gone (refused, reset) or demoted (READONLY, which
+    redis-py's SentinelManagedConnection turns into a ConnectionError) is dropped, and the
+    retry connects again through the sentinels: to the promoted replica once they agree.
+    """
+    data = dict(options, db=target.db, username=target.username, password=target.password)
+    asking: dict[str, Any] = {
+        "socket_timeout": options["socket_timeout"],
+        "socket_connect_timeout": options["socket_connect_timeout"],
+        "password": settings.redis_sentinel_password,
+        # The next sentinel in the list is the retry: one down must not cost backoff sleeps.
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if target.tls:
+        data.update(ssl=True, ssl_cert_reqs=settings.redis_ssl_cert_reqs)
+        asking.update(ssl=True, ssl_cert_reqs=settings.redis_ssl_cert_reqs)
+    manager = Sentinel(list(target.sentinels), sentinel_kwargs=asking)
+    if max_connections is not None and pool_wait is not None:
+        return BlockingSentinelConnectionPool(
+            target.service,
+            manager,
+            is_master=True,
+            max_connections=max_connections,
+            timeout=pool_wait,
+            **data,
+        )
+    return SentinelConnectionPool(
+        target.service, manager, is_master=True, max_connections=max_connections, **data
+    )
+
+
+def primary(client: redis.Redis) -> str | None:
+    """Return ``host:port`` of the primary a Sentinel client last found, None for a client of
+    one server (its address is the configured one) or before its first connection."""
+    if is_cluster(client):
+        return None  # no one primary: each slot has its master
+    pool = client.connection_pool
+    if not isinstance(pool, SentinelConnectionPool) or pool.master_address is None:
+        return None
+    host, port = pool.master_address
+    return f"{host}:{port}"
 
 
 def _client(pool: redis.ConnectionPool) -> redis.Redis:

@@ -23,6 +23,7 @@ DEFAULTS = {
     "redis_ssl_cert_reqs": "required",
     "redis_socket_timeout": 5.0,
     "redis_connect_timeout": 1.0,
+    "redis_sentinel_password": None,
     "port_producer": 8080,
     "port_worker": 8081,
     "bind_host": "0.0.0.0",

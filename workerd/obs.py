@@ -22,6 +22,7 @@ import redis
 
 from shared import metrics
 from shared.queues import QueuePlan
+from shared.redis_conn import primary
 from shared.scripts import Scripts
 from workerd.children import StopOnSignal
 from workerd.slots import Slot, SlotTable
@@ -66,7 +67,8 @@ class ObservabilityApp:
         except redis.RedisError:
             body = {"status": "unavailable", "redis": "unreachable", "queues": queues}
             return _json(start, 503, {**body, "quiet": quiet})
-        return _json(start, 200, {"status": "ok", "redis": "ok", "queues": queues, "quiet": quiet})
+        body = {"status": "ok", "redis": "ok", **self._primary(), "queues": queues}
+        return _json(start, 200, {**body, "quiet": quiet})
 
     def ready(self, start: StartResponse) -> Iterable[bytes]:
         """Answer 200 when Redis answers, scripts are loaded, and the children are up."""
@@ -87,7 +89,14 @@ class ObservabilityApp:
         if problems:
             return _json(start, 503, {"status": "not ready", "redis": "ok", "problems": problems})
         # Quiet is not "not ready": the host is up, it only claims nothing (its own choice).
-        return _json(start, 200, {"status": "ready", "redis": "ok", "quiet": status.quiet})
+        body = {"status": "ready", "redis": "ok", **self._primary(), "quiet": status.quiet}
+        return _json(start, 200, body)
+
+    def _primary(self) -> dict[str, str]:
+        """Under Sentinel, name the primary this process last reached (after a failover, the
+        promoted replica); nothing for a single server, whose address is the configured one."""
+        found = primary(self.scripts.redis)
+        return {"primary": found} if found else {}
 
     def metrics(self, start: StartResponse) -> Iterable[bytes]:
         """Answer Prometheus text: every child's counters plus queue depths read now."""

@@ -62,8 +62,8 @@ def cluster_config(node_timeout_ms: int = NODE_TIMEOUT_MS) -> dict[str, str]:
         # killed seconds after the cluster formed ("disconnected from master for longer than
         # allowed": an idle master had sent its replica nothing since the sync).
         "cluster-replica-validity-factor": "0",
-        # A replica's first full sync starts at once rather than 5 s later (Redis's default,
-        # to batch replicas): until it ends, the replica holds nothing of its master's.
+        # Sync a new replica at once: by default a master waits 5 s for more replicas before
+        # the first sync, and a master killed meanwhile takes everything with it.
         "repl-diskless-sync-delay": "0",
     }
 
@@ -115,28 +115,6 @@ class RedisCluster:
                 f"redis-cli --cluster create failed:\n{created.stdout}\n{created.stderr}"
             )
         self.wait_ok()
-        self.wait_replicas_linked()
-
-    def _linked(self, node: RedisServer) -> bool:
-        """Return whether `node` is a master, or a replica whose link to its master is up."""
-        client = node.client(socket_timeout=2)
-        try:
-            info = client.info("replication")
-        except redis.RedisError:
-            return False
-        finally:
-            client.close()
-        return info.get("role") == "master" or info.get("master_link_status") == "up"
-
-    def wait_replicas_linked(self, timeout: float = STATE_TIMEOUT) -> None:
-        """Wait until every live replica finished its sync: before, a master killed takes
-        everything with it (cluster_state:ok does not wait for the replicas)."""
-        wait_until(
-            lambda: all(self._linked(n) for n in self.live_nodes()),
-            timeout,
-            "every replica's link to its master to be up",
-            interval=0.05,
-        )
 
     def live_nodes(self) -> list[RedisServer]:
         """Return the nodes whose process runs."""
@@ -165,9 +143,27 @@ class RedisCluster:
                 return False
         return bool(self.masters())
 
-    def wait_ok(self, timeout: float = STATE_TIMEOUT) -> None:
-        """Wait until every live node reports cluster_state:ok with all slots served."""
+    def _replicas_online(self) -> bool:
+        """Tell whether every master has a replica that finished its sync."""
+        for master in self.masters():
+            client = master.client(socket_timeout=2)
+            try:
+                info = client.info("replication")
+            except redis.RedisError:
+                return False
+            finally:
+                client.close()
+            states = [v.get("state") for k, v in info.items() if k.startswith("slave")]
+            if "online" not in states:
+                return False
+        return True
+
+    def wait_ok(self, timeout: float = STATE_TIMEOUT, *, replicated: bool = True) -> None:
+        """Wait until every live node reports cluster_state:ok with all slots served and, when
+        `replicated`, every master has a replica in sync (a killed master loses no data)."""
         wait_until(self._all_ok, timeout, "cluster_state:ok on every node", interval=0.05)
+        if replicated:
+            wait_until(self._replicas_online, timeout, "a replica in sync per master", 0.05)
 
     def _slot_table(self) -> list[tuple[int, int, str, int]]:
         """Return (first slot, last slot, master host, master port) per range, as a node sees it."""
@@ -239,7 +235,7 @@ class RedisCluster:
             return role in (b"master", "master") and replica in self.masters()
 
         wait_until(promoted, timeout, f"promotion of the replica on port {replica.port}", 0.05)
-        self.wait_ok(timeout)
+        self.wait_ok(timeout, replicated=False)  # its old master is dead: it has no replica
 
     def flushall(self) -> None:
         """Empty every master (replicas follow), and forget every script."""

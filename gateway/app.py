@@ -28,8 +28,9 @@ from gateway import (
 from gateway.body import MAX_BODY_BYTES
 from gateway.context import Gateway
 from gateway.fastpath import FastEnqueue
+from shared import durable
 from shared import log as shared_log
-from shared.config import Settings, load_or_exit
+from shared.config import WAIT_REPLY_MARGIN, Settings, load_or_exit
 from shared.keys import Keys
 from shared.redis_checks import warn_about_redis
 from shared.redis_conn import connect, describe
@@ -60,12 +61,16 @@ def leave_open_warning_to_server() -> None:
 def gateway_client(settings: Settings) -> redis.Redis:
     """Return a Redis client with short timeouts, one immediate retry of a refused call, and
     at most POOL_SIZE connections (threads beyond that wait up to POOL_WAIT, then 503)."""
+    socket_timeout = SOCKET_TIMEOUT
+    if settings.wait_replicas:
+        # Durable mode: a WAIT may take its whole timeout; its reply must still be read.
+        socket_timeout = max(SOCKET_TIMEOUT, settings.wait_timeout + WAIT_REPLY_MARGIN)
     return connect(
         settings,
         role="gateway",
         max_connections=POOL_SIZE,
         pool_wait=POOL_WAIT,
-        socket_timeout=min(settings.redis_socket_timeout, SOCKET_TIMEOUT),
+        socket_timeout=min(settings.redis_socket_timeout, socket_timeout),
         connect_timeout=min(settings.redis_connect_timeout, CONNECT_TIMEOUT),
         # One retry without backoff rides out a pooled connection that Redis closed (a
         # restart); a timeout is not retried: the request already waited its full second.
@@ -125,3 +130,7 @@ def _check_redis(scripts: Scripts) -> None:
         log.warning("redis_unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
         return
     warn_about_redis(scripts.redis, log)  # eviction or no persistence can lose jobs
+    if scripts.policy.wait_replicas:
+        shortfall = durable.replica_shortfall(scripts.redis, scripts.policy.wait_replicas)
+        if shortfall is not None:
+            log.warning("config_warning", extra={"warning": shortfall})

@@ -13,6 +13,7 @@ from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from gateway.body import BodyError, too_large
+from shared.engine_types import Confirmation
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,30 @@ class ApiError(Exception):
         self.message = message
         self.headers = headers or {}
         self.fields = fields
+
+
+def not_replicated(confirmation: Confirmation, job_ids: list[str]) -> ApiError:
+    """Return the 503 of an enqueue WAIT did not confirm in time (durable mode).
+
+    The jobs are on the primary, not yet on enough replicas: a failover now could lose them.
+    A resend with the same Idempotency-Key creates nothing more and waits again (docs/API.md).
+    """
+    what = "the job is" if len(job_ids) == 1 else "the jobs are"
+    message = (
+        f"{what} on the primary, but only {confirmation.acked} of {confirmation.wanted} "
+        "replicas confirmed it in time (TASKFORGE_WAIT_TIMEOUT); resend with the same "
+        "Idempotency-Key to confirm it without a second job"
+    )
+    ids: dict[str, Any] = {"job_id": job_ids[0]} if len(job_ids) == 1 else {"job_ids": job_ids}
+    return ApiError(
+        503,
+        message,
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        code="not_replicated",
+        replicas=confirmation.acked,
+        wanted=confirmation.wanted,
+        **ids,
+    )
 
 
 def json_error(

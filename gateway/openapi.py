@@ -251,6 +251,13 @@ def _error_schema() -> dict[str, Any]:
             "job_id": {"type": "string", "pattern": JOB_ID},
             "status": {"type": "string"},
             "redis": {"type": "string"},
+            "code": {
+                "type": "string",
+                "description": "A stable code for a program: not_replicated (durable mode).",
+            },
+            "job_ids": {"type": "array", "items": {"type": "string", "pattern": JOB_ID}},
+            "replicas": {"type": "integer", "minimum": 0},
+            "wanted": {"type": "integer", "minimum": 1},
         },
     }
 
@@ -764,6 +771,16 @@ def _job_paths() -> dict[str, Any]:
         "The Idempotency-Key was already used with another body (another job, or a batch); "
         "the message and job_id name its first job."
     )
+    # Durable mode (TASKFORGE_WAIT_REPLICAS): the same 503, or one a program can tell by its code.
+    enqueue_unavailable = {
+        **_error(
+            "Redis is unreachable; or, in durable mode, the job is on the primary but fewer "
+            "than TASKFORGE_WAIT_REPLICAS replicas confirmed it in time: code not_replicated, "
+            "job_id (job_ids for a batch), replicas, wanted. Resend with the same "
+            "Idempotency-Key after Retry-After seconds: it makes no second job."
+        ),
+        "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+    }
     waits_busy = {
         **_error(
             "Redis is unreachable, or (with wait) this gateway process already serves "
@@ -777,7 +794,13 @@ def _job_paths() -> dict[str, Any]:
             "post": _operation(
                 "enqueue",
                 "Create a job.",
-                {"201": created, "200": again, **_use(*BODY_ERRORS), "409": single_key_conflict},
+                {
+                    "201": created,
+                    "200": again,
+                    **_use(*BODY_ERRORS),
+                    "409": single_key_conflict,
+                    "503": enqueue_unavailable,
+                },
                 parameters=[_param("IdempotencyKey")],
                 requestBody=_body("EnqueueRequest"),
             )
@@ -786,7 +809,13 @@ def _job_paths() -> dict[str, Any]:
             "post": _operation(
                 "enqueueBatch",
                 f"Create 1 to {MAX_BATCH} jobs, all or none.",
-                {"201": batch, "200": batch_again, **_use(*BODY_ERRORS), "409": key_conflict},
+                {
+                    "201": batch,
+                    "200": batch_again,
+                    **_use(*BODY_ERRORS),
+                    "409": key_conflict,
+                    "503": enqueue_unavailable,
+                },
                 parameters=[_param("IdempotencyKey")],
                 requestBody=_body("BatchRequest"),
             )

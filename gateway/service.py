@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.context import Gateway
+from gateway.errors import not_replicated
 from shared import tracing
 from shared.jobs import EnqueueRequest, Job
 from shared.lifecycle import Outcome, record, record_batch
@@ -71,12 +72,25 @@ def enqueue_one(
         # Inside the span: it gets the outcome, and the line carries its trace ids.
         queue = request.queue  # a duplicate's too: the key's digest covers the queue
         if result.created:
-            record(Outcome.ENQUEUED, result.job_id, request.type, queue=queue)
+            record(
+                Outcome.ENQUEUED,
+                result.job_id,
+                request.type,
+                queue=queue,
+                confirmation=result.confirmation,
+            )
         else:
             duplicate_of = {"taskforge.duplicate_of": result.job_id}
             record(
-                Outcome.DUPLICATE, result.job_id, request.type, queue=queue, attributes=duplicate_of
+                Outcome.DUPLICATE,
+                result.job_id,
+                request.type,
+                queue=queue,
+                attributes=duplicate_of,
+                confirmation=result.confirmation,
             )
+    if result.confirmation is not None and not result.confirmation.confirmed:
+        raise not_replicated(result.confirmation, [result.job_id])
     if not result.created:
         # The key named an earlier job (same body): answer with that job as it is now, or as
         # created if it was deleted since the script answered (its status is the script's).
@@ -118,8 +132,11 @@ def enqueue_batch(
         for request, result in zip(requests, results, strict=True):
             by_queue.setdefault(request.queue, []).append((result.job_id, request.type))
         outcome = Outcome.ENQUEUED if created else Outcome.DUPLICATE
+        confirmation = results[0].confirmation  # one WAIT after the whole batch
         for queue, jobs in by_queue.items():
-            record_batch(outcome, jobs, queue=queue)
+            record_batch(outcome, jobs, queue=queue, confirmation=confirmation)
+    if confirmation is not None and not confirmation.confirmed:
+        raise not_replicated(confirmation, [result.job_id for result in results])
     if created:
         return [created_job(q, r).to_json() for q, r in zip(requests, results, strict=True)], True
     return jobs_now(gw, requests, results), False

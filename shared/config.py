@@ -27,6 +27,11 @@ WORKER_COUNT_MAX = 512
 # when all land there (gunicorn does not spread connections evenly), beside its 32 other threads.
 EVENTS_STREAMS_DEFAULT = 64
 EVENTS_STREAMS_MAX = 1000
+# Durable mode (docs/RELIABILITY.md, "Durable mode"): replicas a write waits for, at most.
+WAIT_REPLICAS_MAX = 16
+# A WAIT's reply comes this long, at most, after its timeout: the write script before it and
+# the round trip. The socket must wait for both, or a WAIT that times out reads as an outage.
+WAIT_REPLY_MARGIN = 0.25  # seconds
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_PORT = 26379  # Sentinel's own default port: a sentinel written without one
 SENTINEL_FORM = "redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]"
@@ -92,6 +97,8 @@ class Settings:
     api_token: str | None = field(repr=False)  # a secret: never in a repr, log or message
     events_streams: int
     events_keepalive: float
+    wait_replicas: int
+    wait_timeout: float
     log_level: str
     # True when REDIS_URL was not set, so entry points can say so in their start-up line.
     redis_url_defaulted: bool = False
@@ -113,11 +120,23 @@ class Settings:
         for var in VARIABLES:
             raw = env.get(var.env, "").strip()
             values[var.field] = var.value(raw, warnings)
-        return cls(
+        settings = cls(
             **values,
             redis_url_defaulted=not env.get("REDIS_URL", "").strip(),
             warnings=tuple(warnings),
         )
+        settings.check_wait_timeout()
+        return settings
+
+    def check_wait_timeout(self) -> None:
+        """Refuse a WAIT timeout the Redis socket would cut short (then read as an outage)."""
+        if self.wait_replicas and self.wait_timeout + WAIT_REPLY_MARGIN > self.redis_socket_timeout:
+            raise ConfigError(
+                f"TASKFORGE_WAIT_TIMEOUT={self.wait_timeout:g}s is invalid: expected at most "
+                f"REDIS_SOCKET_TIMEOUT ({self.redis_socket_timeout:g}s) minus "
+                f"{WAIT_REPLY_MARGIN:g}s, so a WAIT that times out is answered before the "
+                "socket gives up"
+            )
 
 
 @dataclass(frozen=True)
@@ -440,6 +459,13 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TASKFORGE_EVENTS_KEEPALIVE", "events_keepalive", "15s",
              "An idle GET /events stream sends a comment this often (below every proxy's idle "
              "timeout); a client that reads nothing for twice this long is dropped",
+             duration_parser(positive=True)),
+    # --- durable mode (issue 18) ---
+    Variable("TASKFORGE_WAIT_REPLICAS", "wait_replicas", "0",
+             f"Durable mode: an enqueue is acknowledged, and a completion or failure counted, only once Redis's WAIT says this many replicas have it (docs/RELIABILITY.md, \"Durable mode\"); 0 = off, at most {WAIT_REPLICAS_MAX}",
+             _integer(0, WAIT_REPLICAS_MAX)),
+    Variable("TASKFORGE_WAIT_TIMEOUT", "wait_timeout", "500ms",
+             f"Durable mode: longest WAIT for the replicas; an enqueue not confirmed by then is a 503 not_replicated. At most REDIS_SOCKET_TIMEOUT minus {WAIT_REPLY_MARGIN:g}s",
              duration_parser(positive=True)),
     Variable("LOG_LEVEL", "log_level", "INFO",
              "DEBUG, INFO, WARNING or ERROR", _choice(LOG_LEVELS, upper=True)),

@@ -63,6 +63,10 @@ SECTIONS: tuple[Section, ...] = (
         Setting("REDIS_CONNECT_TIMEOUT", _BOTH),
         Setting("REDIS_SENTINEL_PASSWORD", _BOTH),
         Setting("TASKFORGE_NAMESPACE", _BOTH),
+        Setting("TASKFORGE_WAIT_REPLICAS", _BOTH,
+                "set it alike on the gateway and every workerd host"),
+        Setting("TASKFORGE_WAIT_TIMEOUT", _BOTH,
+                "the gateway's Redis reply timeout (0.75 s) grows to this plus 0.25 s"),
     )),
     Section("Gateway (HTTP)", (
         External("PORT", "(unset)",

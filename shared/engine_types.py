@@ -90,6 +90,10 @@ class Policy:
     batch_limit: int = 1_000
     # Length cap of each events stream (XADD MAXLEN ~); 0: the scripts write no event.
     events_cap: int = 100_000
+    # Durable mode (shared.durable): replicas WAIT must confirm after an enqueue, complete or
+    # fail, and how long it may wait (ms); 0 replicas: off, no WAIT is sent.
+    wait_replicas: int = 0
+    wait_timeout_ms: int = 500
 
     @classmethod
     def from_settings(cls, settings: Any) -> Policy:
@@ -110,7 +114,23 @@ class Policy:
             finished_max_jobs=settings.finished_max_jobs,
             idempotency_ttl_ms=ms(settings.idempotency_ttl),
             events_cap=settings.events_max if settings.events else 0,
+            wait_replicas=settings.wait_replicas,
+            wait_timeout_ms=ms(settings.wait_timeout),
         )
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What a WAIT after a write answered (durable mode, shared.durable): replicas that have it."""
+
+    op: str  # the write it followed: enqueue, enqueue_batch, complete, fail, cancel_running
+    wanted: int
+    acked: int
+
+    @property
+    def confirmed(self) -> bool:
+        """Tell whether enough replicas have the write (a failover keeps it)."""
+        return self.acked >= self.wanted
 
 
 @dataclass(frozen=True)
@@ -125,6 +145,8 @@ class EnqueueResult:
     # periodic tick another scheduler enqueued first (workerd/periodic.py counts only its own).
     # Left out of ==: two answers about the same job compare equal, as before it was read.
     existed: bool = field(default=False, compare=False)
+    # Durable mode: what WAIT answered after the write; None when the mode is off.
+    confirmation: Confirmation | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -141,6 +163,7 @@ class FailResult:
     status: str | None = None
     job_type: str | None = field(default=None, compare=False)
     attempt: int | None = field(default=None, compare=False)
+    confirmation: Confirmation | None = field(default=None, compare=False)  # durable mode
 
 
 @dataclass(frozen=True)
@@ -171,6 +194,8 @@ class AckResult:
     # release and cancel_running: the job's type when it was requeued (DONE), declared dead
     # (DEAD) or canceled (CANCELED; cancel_running's DONE).
     job_type: str | None = field(default=None, compare=False)
+    # complete and cancel_running in durable mode: what WAIT answered after the write.
+    confirmation: Confirmation | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,12 @@ class Keys:
         return f"{self.global_prefix}events"
 
     @property
+    def durable_marker(self) -> str:
+        """Return the pub/sub channel of durable mode's marker (shared.durable): no key, and
+        nobody subscribes; a PUBLISH there only moves the replication offset WAIT waits for."""
+        return f"{self.global_prefix}durable"
+
+    @property
     def schedules(self) -> str:
         """Return the hash of the periodic schedules' definitions: name -> JSON (docs/SCHEDULES.md).
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared import metrics, tracing
+from shared.engine_types import Confirmation
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,7 @@ def record(
     attributes: Mapping[str, Any] | None = None,
     start_ms: int | None = None,
     end_ms: int | None = None,
+    confirmation: Confirmation | None = None,
     **fields: Any,
 ) -> None:
     """Count, log and trace one job's outcome, then hand it to the sinks.
@@ -159,7 +161,12 @@ def record(
     (the point span if the outcome has one, else the open one), with the job's identifiers.
     `trace` is the job's stored traceparent, the point span's parent (None: the open span);
     `start_ms`/`end_ms` date a point span that covers time already past (the claim's wait).
+    `confirmation`: what durable mode's WAIT answered after the write; one that fell short is
+    not counted, logged nor passed on as the outcome, only as :func:`not_replicated` says.
     """
+    if confirmation is not None and not confirmation.confirmed:
+        not_replicated(confirmation, outcome, [job_id], job_type, queue=queue, attempt=attempt)
+        return
     row = TABLE[outcome]
     for counter in row.counters:  # first: a scrape right after the transition sees it sooner
         metrics.count(counter, job_type, queue)
@@ -178,12 +185,22 @@ def record(
 
 
 def record_batch(
-    outcome: Outcome, jobs: Sequence[tuple[str, str]], *, queue: str, **fields: Any
+    outcome: Outcome,
+    jobs: Sequence[tuple[str, str]],
+    *,
+    queue: str,
+    confirmation: Confirmation | None = None,
+    **fields: Any,
 ) -> None:
     """Record one outcome of many jobs of one queue, given as (id, type): one line naming each.
 
     A batch that spans queues is recorded once per queue, so every line names one queue.
+    `confirmation` as for :func:`record`.
     """
+    if confirmation is not None and not confirmation.confirmed:
+        ids = [job_id for job_id, _ in jobs]
+        not_replicated(confirmation, outcome, ids, None, queue=queue)
+        return
     row = TABLE[outcome]
     types = Counter(job_type for _, job_type in jobs)
     for counter in row.counters:
@@ -200,6 +217,39 @@ def record_batch(
         now = _now_ms()
         for job_id, job_type in jobs:
             _to_sinks(Transition(outcome, job_id, job_type, queue, None, now, fields))
+
+
+def not_replicated(
+    confirmation: Confirmation,
+    outcome: Outcome,
+    job_ids: Sequence[str],
+    job_type: str | None,
+    *,
+    queue: str,
+    attempt: int | None = None,
+) -> None:
+    """Record a write WAIT did not confirm (durable mode): one warning and one count, and not
+    the outcome itself, which a failover may still undo (docs/RELIABILITY.md, "Durable mode").
+
+    The job's lifecycle counter, ``job_*`` line and sinks wait for a write that is confirmed:
+    a retried enqueue, or the job's next execution if a failover lost this one.
+    """
+    metrics.WAIT_TIMEOUTS.labels(confirmation.op).inc()
+    extra: dict[str, Any] = {
+        "op": confirmation.op,
+        "outcome": outcome.value,
+        "replicas": confirmation.acked,
+        "wanted": confirmation.wanted,
+        "queue": queue,
+    }
+    if len(job_ids) == 1:
+        extra["job_id"], extra["type"] = job_ids[0], job_type
+    else:
+        extra["job_ids"], extra["count"] = list(job_ids), len(job_ids)
+    if attempt is not None:
+        extra["attempt"] = attempt
+    log.warning("write_not_replicated", extra=extra)
+    tracing.current_attributes({tracing.OUTCOME: "not_replicated"})
 
 
 def _mark_spans(

@@ -115,6 +115,13 @@ RUNNING_CANCELS = Counter(
     ["stopped", "queue"],
 )
 RUNNING_CANCEL_ENDS = ("handler", "sigterm", "sigkill", "failed", "timeout", "lost", "completed")
+# Durable mode (shared.durable): writes WAIT did not confirm on TASKFORGE_WAIT_REPLICAS replicas
+# within TASKFORGE_WAIT_TIMEOUT. op: enqueue, enqueue_batch, complete, fail, cancel_running.
+WAIT_TIMEOUTS = Counter(
+    "taskforge_wait_replicas_timeouts_total",
+    "Writes not confirmed by WAIT on the configured replicas in time (durable mode), by op.",
+    ["op"],
+)
 # Per request, not per job: a batch can span queues.
 ENQUEUE_SECONDS = Histogram(
     "taskforge_enqueue_request_duration_seconds", "Time to answer an enqueue request."

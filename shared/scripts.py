@@ -15,6 +15,11 @@ Events (docs/EVENTS.md): each transition script appends its own event to the que
 (``Keys.events``), passed as its last key, with ``Policy.events_cap`` as its last argument;
 with events off (a cap of 0, TASKFORGE_EVENTS=off) neither is passed and it writes none.
 heartbeat.lua always gets the hosts' stream (``Keys.fleet_events``) and the cap, 0 when off.
+
+Durable mode (``Policy.wait_replicas`` ≥ 1, shared.durable): the writes that acknowledge work
+(enqueue, enqueue_many, complete, fail, cancel_running) are followed by WAIT, and their results
+carry what it answered (``confirmation``; None when the mode is off, and then nothing is sent).
+The callers decide what an unconfirmed write means: a 503, or an outcome left uncounted.
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ from typing import Any
 
 import redis
 
+from shared import durable
 from shared.engine_types import (
     AckResult,
     CancelResult,
     Code,
+    Confirmation,
     EngineError,
     EnqueueResult,
     FailResult,
@@ -74,6 +81,7 @@ __all__ = [
     "AckResult",
     "CancelResult",
     "Code",
+    "Confirmation",
     "EngineError",
     "EnqueueResult",
     "FailResult",
@@ -246,6 +254,39 @@ class Scripts:
             # between (SCRIPT FLUSH, restart, failover). The script did not run: once more.
             return script(keys=keys, args=args)
 
+    def _call_durable(
+        self, name: str, keys: Sequence[str], args: Sequence[Any]
+    ) -> tuple[Any, Confirmation | None]:
+        """Call a script whose write acknowledges work; in durable mode (Policy.wait_replicas)
+        WAIT for the replicas after it, on the same pipeline (shared.durable). Returns the reply
+        and what WAIT answered (None when the mode is off: exactly :meth:`_call`)."""
+        if not self.policy.wait_replicas:
+            return self._call(name, keys, args), None
+        try:
+            return self._write_then_wait(
+                name, lambda pipe: self._piped_bare(pipe, name, keys, args)
+            )
+        except redis.exceptions.NoScriptError:
+            # Redis lost the scripts (restart, failover): this one did not run. Load, once more.
+            self.load()
+            return self._write_then_wait(
+                name, lambda pipe: self._piped_bare(pipe, name, keys, args)
+            )
+
+    def _write_then_wait(
+        self, op: str, queue_writes: Callable[[Any], None]
+    ) -> tuple[Any, Confirmation]:
+        """Run shared.durable.write_then_wait with this engine's policy; the first reply."""
+        writes, confirmation = durable.write_then_wait(
+            self.redis,
+            queue_writes,
+            op=op,
+            replicas=self.policy.wait_replicas,
+            timeout_ms=self.policy.wait_timeout_ms,
+            marker=self.keys.durable_marker,
+        )
+        return (writes[0] if writes else None), confirmation
+
     def enqueue(
         self,
         request: EnqueueRequest,
@@ -274,8 +315,10 @@ class Scripts:
         if actor is not None:
             # The cap is then always given ('0' when off): the actor comes after it.
             args = [*args[:11], self.policy.events_cap, ACTOR_CODES[actor]]
-        reply = self._call("enqueue", keys, args)
-        result = enqueue_result(reply)
+        # Durable mode: the marker before WAIT also covers the key reserve.lua wrote, and a
+        # repeat that writes nothing (shared.durable).
+        reply, confirmation = self._call_durable("enqueue", keys, args)
+        result = dataclasses.replace(enqueue_result(reply), confirmation=confirmation)
         # The key named an earlier request's job: an answer about that job (200), even when
         # this call had to create it (deleted since, or never created: its producer died
         # between the two calls), under the same id, so racing repeats create one job and
@@ -327,6 +370,11 @@ class Scripts:
             # EXISTS and its EXEC: every EVALSHA failed alike, so nothing was written. Once
             # more: the pipeline loads the script again first.
             results = self._enqueue_transaction(requests, now_ms, traceparent)
+        if self.policy.wait_replicas:
+            # WAIT inside MULTI would not block: the marker and WAIT follow the transaction
+            # (the marker makes the WAIT cover it, whichever pooled connection ran it).
+            _, confirmation = self._write_then_wait("enqueue_batch", lambda pipe: None)
+            results = [dataclasses.replace(r, confirmation=confirmation) for r in results]
         if duplicate:
             # As for a single enqueue: only the request that reserved the key answers "created".
             return [dataclasses.replace(result, created=False) for result in results]
@@ -525,7 +573,7 @@ class Scripts:
         """
         k, p = self.q(queue), self.policy
         worker = claim_next_for or ""
-        reply = self._call(
+        reply, confirmation = self._call_durable(
             "complete",
             [
                 k.job(job_id),
@@ -552,9 +600,10 @@ class Scripts:
         )
         code = Code(reply[0])
         if code is Code.DONE and len(reply) == 2 and reply[1] == Code.PAUSED:
-            return AckResult(code, paused=True)
+            return AckResult(code, paused=True, confirmation=confirmation)
         if code in (Code.DONE, Code.NOT_RUNNABLE):
-            return AckResult(Code.DONE, next_job=_claimed(reply, worker, queue))
+            next_job = _claimed(reply, worker, queue)
+            return AckResult(Code.DONE, next_job=next_job, confirmation=confirmation)
         return AckResult(code, text(reply[1]) if len(reply) > 1 else None)
 
     def fail(
@@ -576,7 +625,7 @@ class Scripts:
         history (the supervisor, for a job that timed out).
         """
         k, p = self.q(queue), self.policy
-        reply = self._call(
+        reply, confirmation = self._call_durable(
             "fail",
             [
                 k.job(job_id),
@@ -612,10 +661,16 @@ class Scripts:
         code = Code(reply[0])
         if code is Code.RETRYING:
             return FailResult(
-                code, next_retry_at=int(reply[3]), job_type=text(reply[1]), attempt=int(reply[2])
+                code,
+                next_retry_at=int(reply[3]),
+                job_type=text(reply[1]),
+                attempt=int(reply[2]),
+                confirmation=confirmation,
             )
         if code in (Code.DEAD, Code.CANCELED):
-            return FailResult(code, job_type=text(reply[1]), attempt=int(reply[2]))
+            return FailResult(
+                code, job_type=text(reply[1]), attempt=int(reply[2]), confirmation=confirmation
+            )
         return FailResult(code, status=text(reply[1]) if len(reply) > 1 else None)
 
     def promote(
@@ -934,7 +989,7 @@ class Scripts:
         cancel was requested.
         """
         k = self.q(queue)
-        reply = self._call(
+        reply, confirmation = self._call_durable(
             "cancel_running",
             [
                 k.job(job_id),
@@ -960,7 +1015,7 @@ class Scripts:
         code = Code(reply[0])
         detail = text(reply[1]) if len(reply) > 1 else None
         if code is Code.DONE:
-            return AckResult(code, job_type=detail)
+            return AckResult(code, job_type=detail, confirmation=confirmation)
         return AckResult(code, detail)
 
     def purge(self, job_id: str, *, queue: str = DEFAULT_QUEUE) -> str:

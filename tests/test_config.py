@@ -15,6 +15,7 @@ from shared import config
 from shared import config_table as table
 from shared.config import VARIABLES, ConfigError, Settings, load_or_exit
 from shared.config_table import markdown_table
+from shared.engine_types import Policy
 
 CONFIG_DOC = Path(__file__).resolve().parent.parent / "docs" / "CONFIGURATION.md"
 
@@ -54,6 +55,8 @@ DEFAULTS = {
     "api_token": None,
     "events_streams": 64,
     "events_keepalive": 15.0,
+    "wait_replicas": 0,
+    "wait_timeout": 0.5,
     "log_level": "INFO",
     "redis_url_defaulted": True,
     "warnings": (),
@@ -680,3 +683,41 @@ def test_markdown_piped_into_head_ends_quietly() -> None:
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=30) in (0, 1)
     assert "Traceback" not in stderr, stderr
+
+
+def test_durable_mode_is_off_by_default_and_reads_its_two_settings() -> None:
+    settings = Settings.from_env({"TASKFORGE_WAIT_REPLICAS": "2", "TASKFORGE_WAIT_TIMEOUT": "1s"})
+    assert (settings.wait_replicas, settings.wait_timeout) == (2, 1.0)
+    assert (
+        Policy.from_settings(settings).wait_replicas,
+        Policy.from_settings(settings).wait_timeout_ms,
+    ) == (2, 1000)
+    assert Policy.from_settings(Settings.from_env({})).wait_replicas == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"TASKFORGE_WAIT_REPLICAS": "-1"}, "TASKFORGE_WAIT_REPLICAS"),
+        ({"TASKFORGE_WAIT_REPLICAS": "17"}, "TASKFORGE_WAIT_REPLICAS"),
+        ({"TASKFORGE_WAIT_REPLICAS": "one"}, "TASKFORGE_WAIT_REPLICAS"),
+        ({"TASKFORGE_WAIT_TIMEOUT": "0"}, "TASKFORGE_WAIT_TIMEOUT"),
+        # A WAIT the socket would cut short reads as an outage: refused at start.
+        ({"TASKFORGE_WAIT_REPLICAS": "1", "TASKFORGE_WAIT_TIMEOUT": "5s"}, "REDIS_SOCKET_TIMEOUT"),
+        (
+            {
+                "TASKFORGE_WAIT_REPLICAS": "1",
+                "TASKFORGE_WAIT_TIMEOUT": "2s",
+                "REDIS_SOCKET_TIMEOUT": "2s",
+            },
+            "TASKFORGE_WAIT_TIMEOUT",
+        ),
+    ],
+)
+def test_durable_mode_refuses_a_bad_value(env: dict[str, str], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        Settings.from_env(env)
+
+
+def test_a_long_wait_timeout_is_fine_while_durable_mode_is_off() -> None:
+    assert Settings.from_env({"TASKFORGE_WAIT_TIMEOUT": "10s"}).wait_timeout == 10.0

@@ -134,13 +134,16 @@ class Periodic:
             self.scripts.register_queue(job.queue)
             self.listed.add(job.queue)
         result = self.scripts.enqueue(job, job_id, actor=Actor.SCHEDULER)
+        confirmed = result.confirmation is None or result.confirmation.confirmed
         if not result.existed:
-            metrics.SCHEDULE_JOBS.labels(schedule.name).inc()
+            if confirmed:  # durable mode: a failover may still lose it (record warns)
+                metrics.SCHEDULE_JOBS.labels(schedule.name).inc()
             record(
                 Outcome.ENQUEUED,
                 job_id,
                 job.type,
                 queue=job.queue,
+                confirmation=result.confirmation,
                 schedule=schedule.name,
                 tick=iso(tick_ms),
             )

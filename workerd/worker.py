@@ -45,7 +45,7 @@ from shared.history import Actor
 from shared.jobs import Job, dump_json, format_ms
 from shared.log import error_line, error_text
 from shared.redis_conn import is_cluster
-from shared.scripts import Code, NotRunnable, QueuePaused, Scripts, new_request_id
+from shared.scripts import AckResult, Code, NotRunnable, QueuePaused, Scripts, new_request_id
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.duties.registry import hosts_running
@@ -559,7 +559,7 @@ class WorkerProcess(StopOnSignal):
                         queue=job.queue,
                         runnable=self.routing.runnable(job.queue),
                     )
-                    self._log_completion(job, ack.code, fields)
+                    self._log_completion(job, ack, fields)
                     if ack.paused:
                         self._found_paused(job.queue)
                     return ack.next_job
@@ -574,16 +574,25 @@ class WorkerProcess(StopOnSignal):
                 if os.getppid() != self.parent_pid:
                     return None
 
-    def _log_completion(self, job: Job, code: Code, fields: dict[str, object]) -> None:
+    def _log_completion(self, job: Job, ack: AckResult, fields: dict[str, object]) -> None:
         # Inside the acknowledge span, which gets the outcome.
-        if code is Code.DONE:
+        confirmation = ack.confirmation  # durable mode: counted only once replicas have it
+        if ack.code is Code.DONE:
             fate, more = lifecycle.Outcome.COMPLETED, {}
-            if fields.get("cancel_requested"):
+            confirmed = confirmation is None or confirmation.confirmed
+            if fields.get("cancel_requested") and confirmed:
                 metrics.count_running_cancel("completed", job.queue)
         else:
-            fate, more = lifecycle.Outcome.STALE_ACK, {"result": code.name.lower()}
+            fate, more = lifecycle.Outcome.STALE_ACK, {"result": ack.code.name.lower()}
         lifecycle.record(
-            fate, job.id, job.type, queue=job.queue, attempt=job.attempts, **fields, **more
+            fate,
+            job.id,
+            job.type,
+            queue=job.queue,
+            attempt=job.attempts,
+            confirmation=confirmation,
+            **fields,
+            **more,
         )
 
     def _cancel(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
@@ -597,7 +606,14 @@ class WorkerProcess(StopOnSignal):
             # Completed, recovered or claimed anew first: not this worker's any more.
             fate, more = lifecycle.Outcome.STALE_ACK, {"result": result.code.name.lower()}
         lifecycle.record(
-            fate, job.id, job.type, queue=job.queue, attempt=job.attempts, **fields, **more
+            fate,
+            job.id,
+            job.type,
+            queue=job.queue,
+            attempt=job.attempts,
+            confirmation=result.confirmation,
+            **fields,
+            **more,
         )
 
     def _fail(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
@@ -625,7 +641,14 @@ class WorkerProcess(StopOnSignal):
         else:
             fate, extra["result"] = lifecycle.Outcome.STALE_FAILURE, result.code.name.lower()
         lifecycle.record(
-            fate, job.id, job.type, queue=job.queue, attempt=job.attempts, attributes=spans, **extra
+            fate,
+            job.id,
+            job.type,
+            queue=job.queue,
+            attempt=job.attempts,
+            attributes=spans,
+            confirmation=result.confirmation,
+            **extra,
         )
 
     def _due_for_recycling(self) -> bool:

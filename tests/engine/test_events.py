@@ -81,6 +81,8 @@ def test_policy_takes_the_cap_from_the_settings(on: bool, cap: int) -> None:
         idempotency_ttl=60,
         events=on,
         events_max=500,
+        wait_replicas=0,
+        wait_timeout=0.5,
     )
     assert Policy.from_settings(settings).events_cap == cap
 

@@ -16,9 +16,9 @@ job_completed workerd logs for that queue after it); acknowledged jobs lost and 
 (jobs whose handler ran more than once), per queue; and whether the queues on the other
 masters kept flowing while their neighbour failed over (acknowledged enqueues and
 completions there between the kill and the promotion, and their longest pause in both).
-Replication is asynchronous, so without the durable mode (``wait_replicas``,
-TASKFORGE_WAIT_REPLICAS=1, branch issue18-durable) the writes of the last moment before the
-kill may be lost on the affected queue: the test asserts only what is guaranteed.
+Replication is asynchronous, so the writes of the last moment before the kill may be lost on
+the affected queue, and the durable mode (``wait_replicas``, TASKFORGE_WAIT_REPLICAS=1) does
+not cover a Cluster yet: the test asserts only what is guaranteed.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ from tests.support.tools import free_port, require_tool, wait_until
 from tests.support.workerd import Workerd, start_workerd, stop_all
 
 pytestmark = pytest.mark.slow
+# The other masters' queues keep flowing: a pause this long in their enqueues or completions
+# during the failover (which takes 3 s and more) is a stall, not a hiccup of a busy machine.
+OTHERS_MAX_PAUSE = 2.0  # seconds
 PACE = 0.05  # seconds between two enqueues of one queue: 20 a second each, 60 in all
 JOB_SLEEP = 0.01  # seconds each journaled job takes
 WARM_UP_COMPLETIONS = 30  # jobs completed on every queue before the kill: the flow is set
@@ -242,6 +245,10 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
     print_figures(name + ("_wait_replicas" if wait_replicas else ""), figures)
     assert problems == [], problems
     assert_guarantees(loads, reports, outcome, victim, others, killed)
+    # A worker sets aside a queue whose master does not answer and serves the others.
+    for queue in others:
+        pauses = (flow[queue]["longest_ack_pause_s"], flow[queue]["longest_completion_pause_s"])
+        assert max(pauses) < OTHERS_MAX_PAUSE, (queue, flow[queue])
     if wait_replicas:
         assert reports[victim].lost == [], reports[victim].lost
     return figures
@@ -313,7 +320,9 @@ def assert_guarantees(
 
 
 @pytest.mark.parametrize("global_slot", [False, True], ids=["queue_master", "global_master"])
-@pytest.mark.parametrize("wait_replicas", [False])  # True once TASKFORGE_WAIT_REPLICAS exists
+# True once the durable mode covers a Cluster (docs/RELIABILITY.md, "Durable mode": WAIT must
+# go to the master of the written slot, and the marker be a write there).
+@pytest.mark.parametrize("wait_replicas", [False])
 def test_cluster_master_failover_under_load(
     tmp_path: Path, wait_replicas: bool, global_slot: bool
 ) -> None:

@@ -141,6 +141,7 @@ class Release:
                 queue=orphan.queue,
                 stopped="timeout",
                 timeout_s=orphan.timeout,
+                confirmation=result.confirmation,
             )
             return
         record(
@@ -150,6 +151,7 @@ class Release:
             queue=orphan.queue,
             result=result.code.name.lower(),
             timeout_s=orphan.timeout,
+            confirmation=result.confirmation,
         )
 
 

@@ -9,6 +9,7 @@ import logging
 
 import redis
 
+from shared import durable
 from shared.redis_checks import warn_about_redis
 from shared.scripts import Scripts
 from workerd.backoff import Backoff
@@ -38,3 +39,7 @@ class ScriptLoader:
         self.loaded = True
         self.backoff.succeeded()
         warn_about_redis(self.scripts.redis, log)  # eviction or no persistence loses jobs
+        wanted = self.scripts.policy.wait_replicas
+        shortfall = durable.replica_shortfall(self.scripts.redis, wanted) if wanted else None
+        if shortfall is not None:
+            log.warning("config_warning", extra={"warning": shortfall})

@@ -1,0 +1,131 @@
+"""Durable mode through the real gateway (gunicorn, deploy/gunicorn.conf.py) on a real primary
+and replica: 2xx only once a replica has the job; 503 not_replicated, at once and without a
+second job on a resend, while none confirms it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from shared.keys import Keys
+from taskforge import Client, Unavailable
+from tests.support.gunicorn import Gunicorn, run_gunicorn
+from tests.support.replicated import Replicated
+
+K = Keys()
+TIMEOUT = 0.3  # TASKFORGE_WAIT_TIMEOUT
+LATE = 1.0  # the 503 comes at most this long after the timeout (two gunicorn workers, loaded CI)
+SECRET = "payload-secret-91c2"
+
+
+@pytest.fixture(scope="module")
+def durable_gateway(
+    replicated: Replicated, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gunicorn]:
+    """Run a gateway with TASKFORGE_WAIT_REPLICAS=1 on the primary."""
+    tmp = tmp_path_factory.mktemp("durable-gunicorn")
+    env = {"TASKFORGE_WAIT_REPLICAS": "1", "TASKFORGE_WAIT_TIMEOUT": f"{TIMEOUT}s"}
+    with run_gunicorn(replicated.primary.url, tmp, **env) as server:
+        yield server
+
+
+@pytest.fixture
+def gw(durable_gateway: Gunicorn, pair: Replicated) -> Gunicorn:
+    return durable_gateway
+
+
+def job_keys(client: redis.Redis) -> list[bytes]:
+    return sorted(client.scan_iter(match=K.job("*")))
+
+
+def post(gw: Gunicorn, path: str, body: dict[str, Any], key: str | None = None) -> Any:
+    headers = {"Idempotency-Key": key} if key else {}
+    started = time.monotonic()
+    status, headers_back, doc = gw.request("POST", path, body, headers)
+    return status, headers_back, doc, time.monotonic() - started
+
+
+def test_an_enqueue_is_answered_once_the_replica_has_it(gw: Gunicorn, replica: redis.Redis) -> None:
+    status, _, doc, _ = post(gw, "/enqueue", {"type": "t", "payload": {"s": SECRET}})
+    # Read at once: the 201 left the gateway after WAIT confirmed the replica had the job.
+    on_replica = replica.hget(K.job(doc["id"]), "status")
+    assert status == 201 and on_replica == b"pending"
+    status, _, doc, _ = post(gw, "/enqueue/batch", {"jobs": [{"type": "t"}, {"type": "u"}]})
+    on_replica = [replica.hget(K.job(job["id"]), "status") for job in doc["jobs"]]
+    assert status == 201 and on_replica == [b"pending", b"pending"]
+
+
+def test_an_unconfirmed_enqueue_is_a_503_and_a_resend_makes_no_second_job(
+    gw: Gunicorn, pair: Replicated, primary: redis.Redis, replica: redis.Redis
+) -> None:
+    body = {"type": "t", "payload": {"s": SECRET}}
+    pair.replica.freeze()
+    status, headers, doc, took = post(gw, "/enqueue", body, key="order-1")
+    assert status == 503 and headers["retry-after"] == "1"
+    assert (doc["code"], doc["replicas"], doc["wanted"]) == ("not_replicated", 0, 1)
+    assert "Idempotency-Key" in doc["error"]
+    assert TIMEOUT * 0.9 <= took < TIMEOUT + LATE
+    job_id = doc["job_id"]
+    assert job_keys(primary) == [K.job(job_id).encode()]  # on the primary, once
+
+    status, _, again, took = post(gw, "/enqueue", body, key="order-1")
+    assert (status, again["code"], again["job_id"]) == (503, "not_replicated", job_id)
+    assert took < TIMEOUT + LATE
+    assert job_keys(primary) == [K.job(job_id).encode()]
+
+    pair.replica.thaw()
+    status, _, confirmed, _ = post(gw, "/enqueue", body, key="order-1")
+    assert (status, confirmed["id"]) == (200, job_id)
+    assert replica.hget(K.job(job_id), "status") == b"pending"
+    assert job_keys(primary) == [K.job(job_id).encode()]
+    lines = [line for line in gw.log_lines() if line.get("event") == "write_not_replicated"]
+    assert [(line["op"], line["job_id"]) for line in lines[-2:]] == [("enqueue", job_id)] * 2
+    assert SECRET not in gw.log_path.read_text()
+
+
+def test_an_unconfirmed_batch_is_a_503_naming_its_jobs(
+    gw: Gunicorn, pair: Replicated, primary: redis.Redis
+) -> None:
+    batch = {"jobs": [{"type": "t"}, {"type": "u", "queue": "other"}]}
+    pair.replica.freeze()
+    status, _, doc, took = post(gw, "/enqueue/batch", batch, key="batch-1")
+    assert (status, doc["code"], len(doc["job_ids"])) == (503, "not_replicated", 2)
+    assert took < TIMEOUT + LATE
+    pair.replica.thaw()
+    status, _, again, _ = post(gw, "/enqueue/batch", batch, key="batch-1")
+    assert status == 200 and [job["id"] for job in again["jobs"]] == doc["job_ids"]
+    assert len(job_keys(primary)) == 1 and len(list(primary.scan_iter(match="*other*:job:*"))) == 1
+
+
+def test_off_the_gateway_sends_no_wait(
+    pair: Replicated, primary: redis.Redis, tmp_path: Path
+) -> None:
+    """TASKFORGE_WAIT_REPLICAS unset: a frozen replica changes nothing, and no WAIT is sent."""
+    with run_gunicorn(pair.primary.url, tmp_path) as plain:
+        pair.replica.freeze()
+        primary.config_resetstat()
+        status, _, _, took = post(plain, "/enqueue", {"type": "t"})
+        stats = primary.info("commandstats")
+    assert status == 201 and took < TIMEOUT
+    assert "cmdstat_wait" not in stats and "cmdstat_publish" not in stats
+
+
+def test_the_python_client_resends_a_not_replicated_enqueue_with_its_key(
+    gw: Gunicorn, pair: Replicated, primary: redis.Redis
+) -> None:
+    """taskforge.Client retries a 503 with the same Idempotency-Key: while the replica is
+    down every try is refused (one job on the primary, not two), and once it is back the same
+    call gets that job."""
+    with Client(gw.url, retries=2, backoff=0.05, max_backoff=0.1) as client:
+        pair.replica.freeze()
+        with pytest.raises(Unavailable):
+            client.enqueue("t", {"n": 1}, idempotency_key="order-9")
+        assert len(job_keys(primary)) == 1
+        pair.replica.thaw()
+        job = client.enqueue("t", {"n": 1}, idempotency_key="order-9")
+    assert job_keys(primary) == [K.job(job.id).encode()]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,6 +185,42 @@ def _cluster(
     )
     client.recipe = ClusterRecipe(url, options)
     return client  # type: ignore[return-value]  # the engine uses the commands both share
+
+
+# What a cluster master's failure looks like to a call on one of its slots.
+MASTER_DOWN = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.SlotNotCoveredError,
+)
+
+
+def read_each(client: redis.Redis, reads: Sequence[Callable[[Any], Any]]) -> list[Any]:
+    """Queue each read on one pipeline and return the replies, in order.
+
+    On a cluster, a master that fails (until its replica is promoted) fails the whole
+    pipeline: then each read goes alone, and a failed one's reply is its exception, so a
+    lookup across queues still finds a job on the masters that answer. On one Redis an error
+    is raised as ever.
+    """
+    pipe = client.pipeline(transaction=False)
+    for read in reads:
+        read(pipe)
+    try:
+        return pipe.execute()
+    except MASTER_DOWN:
+        if not is_cluster(client):
+            raise
+    replies: list[Any] = []
+    for read in reads:
+        alone = client.pipeline(transaction=False)
+        read(alone)
+        try:
+            replies.append(alone.execute()[0])
+        except MASTER_DOWN as exc:
+            replies.append(exc)
+    return replies
 
 
 def pipe_time(pipe: Any, client: redis.Redis, key: str) -> None:

@@ -44,7 +44,7 @@ from shared.config import Settings
 from shared.history import Actor
 from shared.jobs import Job, dump_json, format_ms
 from shared.log import error_line, error_text
-from shared.redis_conn import is_cluster
+from shared.redis_conn import MASTER_DOWN, is_cluster
 from shared.scripts import AckResult, Code, NotRunnable, QueuePaused, Scripts, new_request_id
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
@@ -60,13 +60,6 @@ WAKE_TIMEOUT_SECONDS = 1
 # On a Redis Cluster, a queue whose master does not answer is set aside this long (seconds)
 # while the worker serves its other queues: a failover takes cluster-node-timeout and more.
 CLUSTER_SET_ASIDE = 0.5
-# What a cluster master's failure looks like to a call on one of its slots.
-MASTER_DOWN = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.SlotNotCoveredError,
-)
 # On a Redis Cluster an idle worker blocks on one queue's wake list at a time, this long
 # (Worker._pop_hint): a job in another of its queues waits at most this for it.
 CLUSTER_WAKE_SLICE = 0.25

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
-from shared.config import Settings
+import pytest
+
+from shared.config import ConfigError, Settings
 from shared.redis_checks import EVICTION, check_redis
 from shared.redis_conn import connect, is_cluster, like
 from tests.support.cluster import RedisCluster
@@ -53,3 +55,9 @@ def test_the_config_check_reads_every_master(cluster: RedisCluster) -> None:
         direct.config_set("maxmemory-policy", "noeviction")
         direct.close()
         client.close()
+
+
+def test_the_durable_mode_is_refused_on_a_cluster() -> None:
+    env = {"REDIS_URL": "redis+cluster://127.0.0.1:7000", "TASKFORGE_WAIT_REPLICAS": "1"}
+    with pytest.raises(ConfigError, match="not supported on a Redis Cluster"):
+        Settings.from_env(env)

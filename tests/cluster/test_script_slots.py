@@ -27,6 +27,8 @@ from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
 from tests.support.tools import ROOT
 
 FUNNELS = {"_call", "_piped", "_piped_bare"}
+# Methods that take a script's name and pass it on to a funnel (the durable mode's, the batch's).
+NAMED_CALLERS = {"_each", "_call_durable"}
 # Methods that use the registered scripts without calling one with keys.
 SCRIPT_HOLDERS = FUNNELS | {"__init__", "load", "ensure_loaded"}
 
@@ -58,8 +60,7 @@ def test_every_script_name_at_a_call_site_is_a_known_script() -> None:
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
-            # _call_durable (main's durable mode) passes its name on to _call or _piped_bare.
-            and node.func.attr in (*FUNNELS, "_each", "_call_durable")
+            and node.func.attr in (*FUNNELS, *NAMED_CALLERS)
         ):
             for arg in node.args:
                 if isinstance(arg, ast.Constant) and isinstance(arg.value, str):

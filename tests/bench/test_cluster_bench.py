@@ -3,6 +3,7 @@ layouts on a real cluster with a real workerd."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -16,7 +17,12 @@ from tests.support.tools import ROOT, cpu_seconds, wait_until
 SPIN = [sys.executable, "-c", "while True: pass"]
 
 
-@pytest.mark.skipif(can_cap() is not None, reason=f"no cgroup to cap with: {can_cap()}")
+# Under CI the machine is one we run as root with a writable cgroup tree: there a missing cap is
+# a failure (the benchmark's claim rests on it), never a quiet skip.
+@pytest.mark.skipif(
+    can_cap() is not None and os.environ.get("CI") != "true",
+    reason=f"no cgroup to cap with: {can_cap()}",
+)
 def test_a_capped_process_gets_its_share_of_a_core_and_is_throttled() -> None:
     spinner = subprocess.Popen(SPIN)
     cap = CpuCap.create(f"taskforge-test-{spinner.pid}", percent=10, period_us=20_000)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 from urllib.parse import unquote, urlsplit
 
+from shared.cluster_url import is_cluster_url, parse_cluster_url
 from shared.queues import DEFAULT_QUEUE, QueuePlan, is_queue_name, parse_worker_queues
 
 WORKER_COUNT_DEFAULT = 3
@@ -125,6 +126,13 @@ class Settings:
             warnings=tuple(warnings),
         )
         settings.check_wait_timeout()
+        if settings.wait_replicas and is_cluster_url(settings.redis_url):
+            # WAIT must go to the written slot's master on the connection that wrote, with a
+            # marker written in that slot (shared.durable): not built for a cluster yet.
+            raise ConfigError(
+                "TASKFORGE_WAIT_REPLICAS is not supported on a Redis Cluster (redis+cluster://) "
+                "yet: unset it or set it to 0 (docs/CLUSTER.md)"
+            )
         return settings
 
     def check_wait_timeout(self) -> None:
@@ -299,10 +307,17 @@ def _sentinel_address(text: str) -> tuple[str, int]:
 
 
 def _redis_url(text: str) -> str:
-    """Accept a redis://, rediss:// or unix:// URL, or a Sentinel URL (SentinelTarget)."""
+    """Accept a redis://, rediss:// or unix:// URL, a Sentinel URL (SentinelTarget), or a
+    redis+cluster:// one (a Redis Cluster, shared.cluster_url)."""
     if sentinel_target(text) is not None:
         return text
-    expected = f"a redis://, rediss:// or unix:// URL, or {SENTINEL_FORM}"
+    if is_cluster_url(text):
+        parse_cluster_url(text)  # ValueError names the expected form
+        return text
+    expected = (
+        f"a redis://, rediss:// or unix:// URL, {SENTINEL_FORM}, "
+        "or redis+cluster://host:port[,host:port...]"
+    )
     try:
         parts = urlsplit(text)
         _ = parts.port  # raises ValueError on a non-numeric or out-of-range port
@@ -358,7 +373,9 @@ def _token(text: str) -> str | None:
 VARIABLES: tuple[Variable, ...] = (
     Variable("REDIS_URL", "redis_url", "redis://localhost:6379/0",
              "Redis to use: redis://, rediss:// (TLS) or unix://; or the primary Sentinel names, "
-             f"{SENTINEL_FORM} (rediss+sentinel:// for TLS; docs/SENTINEL.md)", _redis_url),
+             f"{SENTINEL_FORM} (rediss+sentinel:// for TLS; docs/SENTINEL.md); or a Redis "
+             "Cluster, redis+cluster://host:port[,host:port...] (rediss+cluster:// for TLS; "
+             "docs/CLUSTER.md)", _redis_url),
     Variable("REDIS_SSL_CERT_REQS", "redis_ssl_cert_reqs", "required",
              "TLS certificate check for rediss://: required, optional or none (a self-signed certificate, as on Heroku, needs none)",
              _choice(SSL_CERT_REQS)),

@@ -65,6 +65,7 @@ from shared.keys import Keys
 from shared.lua_source import assemble
 from shared.queries import QueueCounts, WorkerCounts
 from shared.queues import DEFAULT_QUEUE
+from shared.redis_conn import is_cluster
 from shared.replies import (
     checked,
     claimed_job,
@@ -349,6 +350,10 @@ class Scripts:
     ) -> list[EnqueueResult]:
         """Create several jobs, all or none (one MULTI/EXEC round trip), in the given order.
 
+        On a Redis Cluster a transaction cannot span slots, so it is all or none per queue:
+        one MULTI/EXEC per queue, one queue after another (docs/CLUSTER.md). A producer that
+        lost the answer resends with its Idempotency-Key and gets the rest created.
+
         With an idempotency key, one call more first: reserve_batch.lua ties the key to these
         job ids in the global slot. A repeat of the same batch finds the key naming the
         earlier ids and runs the same transaction with those: it creates what its producer
@@ -407,11 +412,43 @@ class Scripts:
         now_ms: int | None,
         traceparent: str | None,
     ) -> list[EnqueueResult]:
+        if is_cluster(self.redis):
+            return self._enqueue_per_queue(requests, now_ms, traceparent)
         pipe = self.redis.pipeline(transaction=True)
         for request, job_id in requests:
             keys, args = self._enqueue_call(request, job_id, now_ms, traceparent)
             self._piped(pipe, "enqueue", keys, args)
         return [enqueue_result(reply) for reply in pipe.execute()]
+
+    def _enqueue_per_queue(
+        self,
+        requests: Sequence[tuple[EnqueueRequest, str]],
+        now_ms: int | None,
+        traceparent: str | None,
+    ) -> list[EnqueueResult]:
+        """A cluster's batch: one transaction per queue (one slot each), answers in order.
+
+        The EVALSHAs go bare (a cluster pipeline loads no scripts): a transaction that met
+        NOSCRIPT wrote nothing, since all its calls are the same script, so it is loaded on
+        every master and that queue's transaction runs once more.
+        """
+        groups: dict[str, list[int]] = {}
+        for index, (request, _) in enumerate(requests):
+            groups.setdefault(request.queue, []).append(index)
+        results: list[EnqueueResult | None] = [None] * len(requests)
+        for indexes in groups.values():
+
+            def transaction(indexes: list[int] = indexes) -> Any:
+                pipe = self.redis.pipeline(transaction=True)
+                for index in indexes:
+                    request, job_id = requests[index]
+                    keys, args = self._enqueue_call(request, job_id, now_ms, traceparent)
+                    self._piped_bare(pipe, "enqueue", keys, args)
+                return pipe
+
+            for index, reply in zip(indexes, self.execute_loaded(transaction), strict=True):
+                results[index] = enqueue_result(reply)
+        return [result for result in results if result is not None]
 
     def _enqueue_call(
         self,
@@ -1234,8 +1271,12 @@ class Scripts:
 
     def _piped_bare(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
         """Queue a bare EVALSHA on a pipeline: redis-py then sends no SCRIPT EXISTS round trip
-        first. Run the pipeline with execute_loaded, which answers NOSCRIPT."""
-        pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+        first. Run the pipeline with execute_loaded, which answers NOSCRIPT.
+
+        Sent as a plain command: redis-py's cluster pipeline refuses its ``evalsha`` method
+        (it cannot load scripts), yet routes the command by its first key like any other.
+        """
+        pipe.execute_command("EVALSHA", self._scripts[name].sha, len(keys), *keys, *args)
 
     def execute_loaded(self, build: Callable[[], Any]) -> list[Any]:
         """Execute the pipeline `build()` makes; if Redis lost the scripts (a restart, a

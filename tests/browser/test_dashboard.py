@@ -35,10 +35,6 @@ from tests.browser.conftest import (
 )
 from workerd.periodic import Periodic
 
-# One Chromium, two gateways and a workerd serve the whole module (module fixtures): under
-# bin/test's parallel phase its tests stay in one worker rather than each worker starting them.
-pytestmark = pytest.mark.xdist_group("browser")
-
 # Every page of the nav, by the path that opens it and the data-page it declares.
 PAGES = {
     "overview": "/ui",

@@ -46,7 +46,6 @@ from typing import Any
 
 from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters, running_cluster
 from tests.support.gunicorn import Gunicorn, run_gunicorn
-from tests.support.redis_server import RedisServer
 from tests.support.tools import free_port, wait_until
 from tests.support.workerd import start_workerd, stop_all
 
@@ -189,9 +188,7 @@ def _scenario(
     try:
         stop.wait(WARMUP)  # load before the kill
         master = cluster.master_of(f"{{taskforge:{queues[0]}}}")
-        replica = cluster.replica_of(master)
-        if replica_behind:
-            _cut_off(master, replica)
+        replica = cluster.cut_off_replica(master) if replica_behind else cluster.replica_of(master)
         cut = time.monotonic()  # an answer read after it may still be of a WAIT just before
         if replica_behind:
             wait_until(  # the fault's duration, not a synchronisation
@@ -212,8 +209,7 @@ def _scenario(
         if wait_replicas:
             # The promoted master has no replica: with durable mode it confirms nothing until
             # the killed node is back as its replica (production runs two replicas a master).
-            master.start()
-            cluster.wait_ok()  # every master has a replica in sync again
+            cluster.rejoin(master)
             rejoined = time.monotonic() - kill
         stop.wait(max(0.0, AFTER - (time.monotonic() - kill)))  # load after the kill
     finally:
@@ -272,20 +268,6 @@ def _scenario(
         acked_while_behind=len([t for t, _ in killed.acked if cut <= t <= kill]),
         rejoined_s=rejoined,
     )
-
-
-def _cut_off(master: RedisServer, replica: RedisServer) -> None:
-    """Stop `master`'s replication to `replica` from now on: SIGSTOP the replica (it cannot
-    reconnect) and have the master drop its link (nothing more is sent); the master goes on
-    accepting writes, as one whose replica lags would. Thaw the replica after the kill."""
-    replica.freeze()
-    client = master.client(socket_timeout=2)
-    try:
-        dropped = client.client_kill_filter(_type="replica")
-    finally:
-        client.close()
-    if dropped != 1:
-        raise RuntimeError(f"the master dropped {dropped} replica links, not 1")
 
 
 def _ms(text: str) -> float:

@@ -31,14 +31,14 @@ written key's slot, on one of that node's own connections (``RedisCluster.get_no
 ``get_redis_connection``): write, marker, WAIT, in order, as above. The marker there cannot be
 a PUBLISH: a cluster node sends PUBLISH to every node over the cluster bus, and Redis 7.0 does
 not count it as a write of any slot, so a repeat that wrote nothing would leave the offset
-where it was. It is an INCR of a small key in the written slot
-(``Keys.slot_marker``, ``{taskforge:<queue>}:v2:durable_marker``): a write like any other of
-that slot, replicated in order after whatever that master wrote before it. The counter means
-nothing; it is never read. A call that meets the slot moved (MOVED, a failover's promotion or
+where it was. It is a SET of a small key in the written slot (``Keys.slot_marker``,
+``{taskforge:<queue>}:v2:durable_marker``, the op's name, expiring after MARKER_TTL_MS so an
+idle or deleted queue leaves nothing behind): a write like any other of that slot,
+replicated in order after whatever that master wrote before it. It is never read. A call that meets the slot moved (MOVED, a failover's promotion or
 a resharding), being moved (ASK, TRYAGAIN), or its master gone (a connection error) refreshes
 the slot map and runs the whole pipeline again, a bounded number of times: the writes are
 scripts safe to run twice, like every retried call. ASK is not followed to the importing node:
-an INCR there would create the marker on the target before its migration and break it
+a SET there would create the marker on the target before its migration and break it
 (BUSYKEY); the retry waits for the move to finish instead, and an enqueue still moving when
 the attempts run out answers as an outage does (docs/CLUSTER.md).
 """
@@ -95,6 +95,7 @@ SLOT_ERRORS = (
 )
 SLOT_ATTEMPTS = 4  # runs of the pipeline at most: the first and three after a map refresh
 SLOT_BACKOFF = 0.1  # seconds before the first retry, doubled each time (0.7 s in all)
+MARKER_TTL_MS = 60_000  # a queue's marker outlives its last durable write by this much
 
 
 def write_then_wait_in_slot(
@@ -107,7 +108,7 @@ def write_then_wait_in_slot(
     marker_key: str,
     attempts: int = SLOT_ATTEMPTS,
 ) -> tuple[list[Any], Confirmation]:
-    """On a Redis Cluster: run the writes, an INCR of `marker_key` and WAIT on one connection
+    """On a Redis Cluster: run the writes, a SET of `marker_key` and WAIT on one connection
     of the master owning `marker_key`'s slot; return the writes' replies and WAIT's answer.
 
     Every write `queue_writes` queues must lie in `marker_key`'s slot (the caller's one queue,
@@ -121,7 +122,7 @@ def write_then_wait_in_slot(
             return _pipeline(
                 cluster.get_redis_connection(node),
                 queue_writes,
-                lambda pipe: pipe.incr(marker_key),
+                lambda pipe: pipe.set(marker_key, op, px=MARKER_TTL_MS),
                 op=op,
                 replicas=replicas,
                 timeout_ms=timeout_ms,

@@ -252,8 +252,8 @@ class Keys:
 
     @property
     def slot_marker(self) -> str:
-        """Return durable mode's marker on a Redis Cluster (shared.durable): a counter in this
-        queue's slot, INCRed before each WAIT there and never read."""
+        """Return durable mode's marker on a Redis Cluster (shared.durable): a string in this
+        queue's slot, SET (with an expiry) before each WAIT there and never read."""
         return f"{self.prefix}durable_marker"
 
     @property

@@ -280,7 +280,7 @@ class Scripts:
         """Run shared.durable's write and WAIT with this engine's policy; the first reply.
 
         One Redis: one pipeline, with the PUBLISH marker. A cluster: one pipeline on the master
-        owning `slot_marker`'s slot (every write queued must lie in that slot), whose INCR is
+        owning `slot_marker`'s slot (every write queued must lie in that slot), whose SET is
         the marker.
         """
         if is_cluster(self.redis):

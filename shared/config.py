@@ -126,13 +126,6 @@ class Settings:
             warnings=tuple(warnings),
         )
         settings.check_wait_timeout()
-        if settings.wait_replicas and is_cluster_url(settings.redis_url):
-            # WAIT must go to the written slot's master on the connection that wrote, with a
-            # marker written in that slot (shared.durable): not built for a cluster yet.
-            raise ConfigError(
-                "TASKFORGE_WAIT_REPLICAS is not supported on a Redis Cluster (redis+cluster://) "
-                "yet: unset it or set it to 0 (docs/CLUSTER.md)"
-            )
         return settings
 
     def check_wait_timeout(self) -> None:

@@ -14,11 +14,21 @@ followed to its end. Figures:
 - acknowledged jobs lost (GET answers 404: replication is asynchronous), and duplicates (a job
   whose handler ran to its end more than once, from the journal written outside Redis).
 
-    .venv/bin/python -m bench.cluster_failover        # about a minute; prints the figures
+Durable mode (``wait_replicas``, TASKFORGE_WAIT_REPLICAS=1): an enqueue is acknowledged only once
+the replica of its slot's master has it. The promoted replica then has no replica of its own
+and could confirm nothing, so the killed node is started again once the promotion is seen: it
+rejoins as the new master's replica (its nodes.conf names the cluster), and the killed queue's
+enqueues resume after that. With ``replica_behind`` seconds, the killed master's replica is cut
+off that long before the kill (frozen, its link dropped by the master), as a lagging replica
+would be: without durable mode what the master acknowledged meanwhile is lost.
+
+    .venv/bin/python -m bench.cluster_failover                      # about a minute
+    .venv/bin/python -m bench.cluster_failover --wait-replicas --replica-behind 0.5
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import http.client
 import itertools
@@ -71,6 +81,10 @@ class Figures:
     refused: int
     others_refused: int  # enqueues to the other queues refused after the kill
     other_lookups: dict[int, int]  # status -> count of GETs of other queues' jobs, master down
+    wait_replicas: bool = False
+    replica_behind_s: float = 0.0
+    acked_while_behind: int = 0  # enqueues to the killed queue answered 2xx between cut and kill
+    rejoined_s: float | None = None  # kill to the killed node back as the new master's replica
 
     def lines(self) -> list[str]:
         def sec(value: float | None) -> str:
@@ -89,6 +103,9 @@ class Figures:
             f"acknowledged jobs: {self.acked}, lost: {self.lost} (acknowledged up to "
             f"{self.lost_acked_before_kill_s:.2f} s before the kill), "
             f"duplicates: {self.duplicates}",
+            f"durable mode: {'on' if self.wait_replicas else 'off'}; replica cut off "
+            f"{self.replica_behind_s:g} s before the kill ({self.acked_while_behind} enqueues "
+            f"acknowledged meanwhile); the killed node rejoined after {sec(self.rejoined_s)}",
         ]
 
 
@@ -122,8 +139,13 @@ def _job(gateway: Gunicorn, job_id: str) -> dict[str, Any] | None:
     return doc if status == 200 else None
 
 
-def run(cluster: RedisCluster, tmp: Path) -> Figures:
-    """Run the scenario on `cluster` (its first queue's master is killed); return the figures."""
+def run(
+    cluster: RedisCluster, tmp: Path, *, wait_replicas: bool = False, replica_behind: float = 0.0
+) -> Figures:
+    """Run the scenario on `cluster` (its first queue's master is killed); return the figures.
+
+    `wait_replicas`: durable mode on in the gateway and workerd; `replica_behind`: seconds the
+    killed master's replica is cut off before the kill (0: as up to date as it gets)."""
     queues = queue_names_on_distinct_masters(cluster)
     url = f"redis+cluster://{cluster.seeds}"
     journal = tmp / "journal.jsonl"
@@ -136,16 +158,24 @@ def run(cluster: RedisCluster, tmp: Path) -> Figures:
         "TASK_VISIBILITY_TIMEOUT": "5s",
         "TASKFORGE_BIND_HOST": "127.0.0.1",
     }
-    supervisor = start_workerd(settings, tmp / "workerd.log", tmp / "workerd.err")
+    durable = {"TASKFORGE_WAIT_REPLICAS": "1"} if wait_replicas else {}
+    supervisor = start_workerd({**settings, **durable}, tmp / "workerd.log", tmp / "workerd.err")
     try:
-        with run_gunicorn(url, tmp) as gateway:
-            return _scenario(cluster, gateway, queues, journal)
+        with run_gunicorn(url, tmp, **durable) as gateway:
+            figures = _scenario(cluster, gateway, queues, journal, wait_replicas, replica_behind)
+            figures.wait_replicas = wait_replicas
+            return figures
     finally:
         stop_all([supervisor])
 
 
 def _scenario(
-    cluster: RedisCluster, gateway: Gunicorn, queues: list[str], journal: Path
+    cluster: RedisCluster,
+    gateway: Gunicorn,
+    queues: list[str],
+    journal: Path,
+    wait_replicas: bool,
+    replica_behind: float,
 ) -> Figures:
     producers = [Producer(queue) for queue in queues]
     stop = threading.Event()
@@ -158,15 +188,30 @@ def _scenario(
     try:
         stop.wait(WARMUP)  # load before the kill
         master = cluster.master_of(f"{{taskforge:{queues[0]}}}")
+        replica = cluster.cut_off_replica(master) if replica_behind else cluster.replica_of(master)
+        cut = time.monotonic()  # an answer read after it may still be of a WAIT just before
+        if replica_behind:
+            wait_until(  # the fault's duration, not a synchronisation
+                lambda: time.monotonic() - cut >= replica_behind,
+                replica_behind + 1,
+                "the replica to fall behind",
+            )
         kill_wall, kill = time.time(), time.monotonic()
-        replica = cluster.kill_master(master)
+        master.kill()
+        replica.thaw()
         # Reads by id of the other queues' jobs while the master is down (GET /jobs/<id> tries
         # every queue: it must find them on the masters that answer).
         others = [job_id for p in producers[1:] for _, job_id in p.acked[-5:]]
         lookups = Counter(gateway.request("GET", f"/jobs/{job_id}")[0] for job_id in others)
         cluster.wait_promoted(replica)
         failover = time.monotonic() - kill
-        stop.wait(max(0.0, AFTER - failover))  # load after the kill
+        rejoined = None
+        if wait_replicas:
+            # The promoted master has no replica: with durable mode it confirms nothing until
+            # the killed node is back as its replica (production runs two replicas a master).
+            cluster.rejoin(master)
+            rejoined = time.monotonic() - kill
+        stop.wait(max(0.0, AFTER - (time.monotonic() - kill)))  # load after the kill
     finally:
         stop.set()
         for thread in threads:
@@ -219,6 +264,9 @@ def _scenario(
         refused=len([t for t in killed.refused if t >= kill]),
         others_refused=sum(len([t for t in p.refused if t >= kill]) for p in producers[1:]),
         other_lookups=dict(lookups),
+        replica_behind_s=replica_behind,
+        acked_while_behind=len([t for t, _ in killed.acked if cut <= t <= kill]),
+        rejoined_s=rejoined,
     )
 
 
@@ -246,8 +294,17 @@ def _cluster() -> Iterator[RedisCluster]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--wait-replicas", action="store_true", help="durable mode on")
+    parser.add_argument("--replica-behind", type=float, default=0.0, metavar="SECONDS")
+    options = parser.parse_args()
     with _cluster() as cluster, tempfile.TemporaryDirectory(prefix="tf-failover-") as tmp:
-        figures = run(cluster, Path(tmp))
+        figures = run(
+            cluster,
+            Path(tmp),
+            wait_replicas=options.wait_replicas,
+            replica_behind=options.replica_behind,
+        )
     for line in figures.lines():
         print(line)
 

@@ -31,6 +31,20 @@ def is_cluster_url(url: str) -> bool:
     return url.partition("://")[0].lower() in SCHEMES
 
 
+def split_credentials(authority: str) -> tuple[str | None, str | None, str]:
+    """Split a multi-host URL's ``[user[:password]@]hosts`` into user, password and hosts.
+
+    urllib cannot parse an authority with several hosts, so the cluster and the Sentinel URLs
+    (shared.config) both split it here: the last ``@`` ends the credentials, which are
+    percent-decoded; an empty user is none, and a password is there only after a colon.
+    """
+    userinfo, at, hosts = authority.rpartition("@")
+    if not at:
+        return None, None, hosts
+    user, colon, secret = userinfo.partition(":")
+    return unquote(user) or None, unquote(secret) if colon else None, hosts
+
+
 def parse_cluster_url(url: str) -> ClusterUrl:
     """Parse a cluster URL; raise ValueError (naming the expected form) if it is not one."""
     scheme, sep, rest = url.partition("://")
@@ -39,12 +53,7 @@ def parse_cluster_url(url: str) -> ClusterUrl:
     authority, _, path = rest.partition("/")
     if path.strip("/") not in ("", "0"):
         raise ValueError(f"{EXPECTED}: a cluster has database 0 only")
-    userinfo, at, hosts = authority.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
+    username, password, hosts = split_credentials(authority)
     seeds = []
     for entry in hosts.split(","):
         host, colon, port = entry.strip().rpartition(":")

@@ -16,9 +16,9 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
-from shared.cluster_url import is_cluster_url, parse_cluster_url
+from shared.cluster_url import is_cluster_url, parse_cluster_url, split_credentials
 from shared.queues import DEFAULT_QUEUE, QueuePlan, is_queue_name, parse_worker_queues
 
 WORKER_COUNT_DEFAULT = 3
@@ -126,13 +126,6 @@ class Settings:
             warnings=tuple(warnings),
         )
         settings.check_wait_timeout()
-        if settings.wait_replicas and is_cluster_url(settings.redis_url):
-            # WAIT must go to the written slot's master on the connection that wrote, with a
-            # marker written in that slot (shared.durable): not built for a cluster yet.
-            raise ConfigError(
-                "TASKFORGE_WAIT_REPLICAS is not supported on a Redis Cluster (redis+cluster://) "
-                "yet: unset it or set it to 0 (docs/CLUSTER.md)"
-            )
         return settings
 
     def check_wait_timeout(self) -> None:
@@ -278,12 +271,7 @@ def sentinel_target(url: str) -> SentinelTarget | None:
     if match is None:
         raise ValueError(f"a Sentinel URL {SENTINEL_FORM} (no query string)")
     scheme, authority, path = match.groups()
-    userinfo, at, hosts = authority.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
+    username, password, hosts = split_credentials(authority)
     sentinels = tuple(_sentinel_address(host) for host in hosts.split(","))
     service, _, db = path.partition("/")
     if not _SERVICE.fullmatch(service):

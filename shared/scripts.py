@@ -255,37 +255,76 @@ class Scripts:
             return script(keys=keys, args=args)
 
     def _call_durable(
-        self, name: str, keys: Sequence[str], args: Sequence[Any]
+        self, name: str, keys: Sequence[str], args: Sequence[Any], slot: Keys
     ) -> tuple[Any, Confirmation | None]:
         """Call a script whose write acknowledges work; in durable mode (Policy.wait_replicas)
         WAIT for the replicas after it, on the same pipeline (shared.durable). Returns the reply
-        and what WAIT answered (None when the mode is off: exactly :meth:`_call`)."""
+        and what WAIT answered (None when the mode is off: exactly :meth:`_call`). `slot`: the
+        queue whose slot the script writes (where a cluster's marker goes)."""
         if not self.policy.wait_replicas:
             return self._call(name, keys, args), None
         try:
             return self._write_then_wait(
-                name, lambda pipe: self._piped_bare(pipe, name, keys, args)
+                name, lambda pipe: self._piped_bare(pipe, name, keys, args), slot.slot_marker
             )
         except redis.exceptions.NoScriptError:
             # Redis lost the scripts (restart, failover): this one did not run. Load, once more.
             self.load()
             return self._write_then_wait(
-                name, lambda pipe: self._piped_bare(pipe, name, keys, args)
+                name, lambda pipe: self._piped_bare(pipe, name, keys, args), slot.slot_marker
             )
 
     def _write_then_wait(
-        self, op: str, queue_writes: Callable[[Any], None]
+        self, op: str, queue_writes: Callable[[Any], None], slot_marker: str
     ) -> tuple[Any, Confirmation]:
-        """Run shared.durable.write_then_wait with this engine's policy; the first reply."""
-        writes, confirmation = durable.write_then_wait(
-            self.redis,
-            queue_writes,
-            op=op,
-            replicas=self.policy.wait_replicas,
-            timeout_ms=self.policy.wait_timeout_ms,
-            marker=self.keys.durable_marker,
-        )
+        """Run shared.durable's write and WAIT with this engine's policy; the first reply.
+
+        One Redis: one pipeline, with the PUBLISH marker. A cluster: one pipeline on the master
+        owning `slot_marker`'s slot (every write queued must lie in that slot), whose SET is
+        the marker.
+        """
+        if is_cluster(self.redis):
+            writes, confirmation = durable.write_then_wait_in_slot(
+                self.redis,  # type: ignore[arg-type]
+                queue_writes,
+                op=op,
+                replicas=self.policy.wait_replicas,
+                timeout_ms=self.policy.wait_timeout_ms,
+                marker_key=slot_marker,
+            )
+        else:
+            writes, confirmation = durable.write_then_wait(
+                self.redis,
+                queue_writes,
+                op=op,
+                replicas=self.policy.wait_replicas,
+                timeout_ms=self.policy.wait_timeout_ms,
+                marker=self.keys.durable_marker,
+            )
         return (writes[0] if writes else None), confirmation
+
+    def _confirm_other_masters(
+        self, op: str, confirmation: Confirmation, written: Sequence[str], markers: Sequence[str]
+    ) -> Confirmation:
+        """On a cluster, WAIT also on the masters of `markers`' slots that own none of the
+        `written` ones' (a marker and WAIT each, one master after another); return the weakest
+        confirmation of all. One Redis: `confirmation` (its marker covered every write).
+
+        An idempotency key lies in the global slot, often on another master than its job's
+        queue: a key lost at that master's failover would let a resend make a second job.
+        """
+        if not is_cluster(self.redis):
+            return confirmation
+        cluster: Any = self.redis
+        seen = {cluster.get_node_from_key(marker).name for marker in written}
+        for marker in markers:
+            node = cluster.get_node_from_key(marker).name
+            if node in seen:
+                continue  # that master's marker and WAIT came after this write too
+            seen.add(node)
+            _, other = self._write_then_wait(op, lambda pipe: None, marker)
+            confirmation = durable.weakest(confirmation, other)
+        return confirmation
 
     def enqueue(
         self,
@@ -317,7 +356,12 @@ class Scripts:
             args = [*args[:11], self.policy.events_cap, ACTOR_CODES[actor]]
         # Durable mode: the marker before WAIT also covers the key reserve.lua wrote, and a
         # repeat that writes nothing (shared.durable).
-        reply, confirmation = self._call_durable("enqueue", keys, args)
+        slot = self.q(request.queue)
+        reply, confirmation = self._call_durable("enqueue", keys, args, slot)
+        if confirmation is not None and idempotency_key is not None:
+            confirmation = self._confirm_other_masters(
+                "enqueue", confirmation, [slot.slot_marker], [self.keys.global_slot_marker]
+            )
         result = dataclasses.replace(enqueue_result(reply), confirmation=confirmation)
         # The key named an earlier request's job: an answer about that job (200), even when
         # this call had to create it (deleted since, or never created: its producer died
@@ -373,12 +417,24 @@ class Scripts:
         if self.policy.wait_replicas:
             # WAIT inside MULTI would not block: the marker and WAIT follow the transaction
             # (the marker makes the WAIT cover it, whichever pooled connection ran it).
-            _, confirmation = self._write_then_wait("enqueue_batch", lambda pipe: None)
+            confirmation = self._confirm_batch(requests, idempotency_key is not None)
             results = [dataclasses.replace(r, confirmation=confirmation) for r in results]
         if duplicate:
             # As for a single enqueue: only the request that reserved the key answers "created".
             return [dataclasses.replace(result, created=False) for result in results]
         return results
+
+    def _confirm_batch(
+        self, requests: Sequence[tuple[EnqueueRequest, str]], keyed: bool
+    ) -> Confirmation:
+        """WAIT after a batch: one marker and WAIT on one Redis; on a cluster, one on each master
+        the batch wrote (its queues' slots, and the global slot's for an idempotency key)."""
+        queues = dict.fromkeys(request.queue for request, _ in requests)
+        markers = [self.q(queue).slot_marker for queue in queues]
+        if keyed:
+            markers.append(self.keys.global_slot_marker)
+        _, confirmation = self._write_then_wait("enqueue_batch", lambda pipe: None, markers[0])
+        return self._confirm_other_masters("enqueue_batch", confirmation, markers[:1], markers[1:])
 
     def _reserve_batch(
         self, requests: Sequence[tuple[EnqueueRequest, str]], idempotency_key: str
@@ -597,6 +653,7 @@ class Scripts:
                 p.wake_cap,
                 *self._events_cap(),
             ],
+            k,
         )
         code = Code(reply[0])
         if code is Code.DONE and len(reply) == 2 and reply[1] == Code.PAUSED:
@@ -657,6 +714,7 @@ class Scripts:
                 p.wake_cap,
                 *self._events_cap(),
             ],
+            k,
         )
         code = Code(reply[0])
         if code is Code.RETRYING:
@@ -1011,6 +1069,7 @@ class Scripts:
                 self.policy.wake_cap,
                 *self._events_cap(),
             ],
+            k,
         )
         code = Code(reply[0])
         detail = text(reply[1]) if len(reply) > 1 else None

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
-from shared.config import ConfigError, Settings
+from shared.config import Settings
 from shared.redis_checks import EVICTION, check_redis
 from shared.redis_conn import connect, is_cluster, like
 from tests.support.cluster import RedisCluster
@@ -57,7 +55,6 @@ def test_the_config_check_reads_every_master(cluster: RedisCluster) -> None:
         client.close()
 
 
-def test_the_durable_mode_is_refused_on_a_cluster() -> None:
+def test_the_durable_mode_is_accepted_on_a_cluster() -> None:
     env = {"REDIS_URL": "redis+cluster://127.0.0.1:7000", "TASKFORGE_WAIT_REPLICAS": "1"}
-    with pytest.raises(ConfigError, match="not supported on a Redis Cluster"):
-        Settings.from_env(env)
+    assert Settings.from_env(env).wait_replicas == 1

@@ -17,8 +17,10 @@ job_completed workerd logs for that queue after it); acknowledged jobs lost and 
 masters kept flowing while their neighbour failed over (acknowledged enqueues and
 completions there between the kill and the promotion, and their longest pause in both).
 Replication is asynchronous, so the writes of the last moment before the kill may be lost on
-the affected queue, and the durable mode (``wait_replicas``, TASKFORGE_WAIT_REPLICAS=1) does
-not cover a Cluster yet: the test asserts only what is guaranteed.
+the affected queue: the test asserts only what is guaranteed. With durable mode
+(``wait_replicas``, TASKFORGE_WAIT_REPLICAS=1) the killed master's replica is cut off
+REPLICA_BEHIND seconds before the kill (as in scenario 16) and the killed node rejoins as the
+promoted master's replica; then no acknowledged job may be lost.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ RESUME_BOUND = 20.0  # seconds from the kill within which the affected queue mus
 AFTER_RESUME = 3.0  # seconds of load kept up once the affected queue resumed
 SETTLE_TIMEOUT = 60.0  # seconds for every surviving job to finish after the load stops
 HTTP_TIMEOUT = 5.0
+REPLICA_BEHIND = 0.5  # seconds the killed master's replica is cut off before the kill, durable
 
 
 class QueueLoad:
@@ -170,10 +173,29 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
                         30.0,
                         "the flow of jobs on every queue before the kill",
                     )
-                    replica = cluster.kill_master(cluster.master_of(f"{{taskforge:{victim}}}"))
+                    master = cluster.master_of(f"{{taskforge:{victim}}}")
+                    cut = time.time()
+                    if wait_replicas:
+                        # Scenario 16's cut-off: what the master acknowledges from now on never
+                        # reaches the replica that takes over (durable mode: nothing is).
+                        replica = cluster.cut_off_replica(master)
+                        cut = time.time()
+                        wait_until(  # the fault's duration, not a synchronisation
+                            lambda: time.time() - cut >= REPLICA_BEHIND,
+                            REPLICA_BEHIND + 1,
+                            "the replica to fall behind",
+                        )
+                        master.kill()
+                        replica.thaw()
+                    else:
+                        replica = cluster.kill_master(master)
                     killed = time.time()
                     cluster.wait_promoted(replica)
                     promoted = time.time()
+                    if wait_replicas:
+                        # The promoted master has no replica, so it confirms nothing until the
+                        # killed node is back as its replica (production runs two per master).
+                        cluster.rejoin(master)
                     wait_until(
                         lambda: loads[victim].first_ack_sent_after(killed),
                         RESUME_BOUND,
@@ -228,6 +250,7 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
         if completion_resumed
         else None,
         "acked_before_kill": sum(1 for _, a, _ in loads[victim].acked if a <= killed),
+        "acked_while_behind": loads[victim].acked_between(cut, killed) if wait_replicas else None,
         "refused_enqueues": len(loads[victim].refused),
         "refused_statuses": sorted({status for _, status in loads[victim].refused}),
         "lost_missing_job": outcome["missing"],
@@ -320,9 +343,7 @@ def assert_guarantees(
 
 
 @pytest.mark.parametrize("global_slot", [False, True], ids=["queue_master", "global_master"])
-# True once the durable mode covers a Cluster (docs/RELIABILITY.md, "Durable mode": WAIT must
-# go to the master of the written slot, and the marker be a write there).
-@pytest.mark.parametrize("wait_replicas", [False])
+@pytest.mark.parametrize("wait_replicas", [False, True])
 def test_cluster_master_failover_under_load(
     tmp_path: Path, wait_replicas: bool, global_slot: bool
 ) -> None:

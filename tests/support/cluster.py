@@ -221,6 +221,28 @@ class RedisCluster:
         master.kill()
         return replica
 
+    def cut_off_replica(self, master: RedisServer) -> RedisServer:
+        """Stop `master`'s replication from now on, as a lagging replica's would (scenario 16's
+        cut-off): SIGSTOP its replica (it cannot reconnect) and have the master drop the link
+        (nothing more is sent); the master goes on accepting writes. Return the replica: thaw it
+        once the master is killed, and it stands for election as usual."""
+        replica = self.replica_of(master)
+        replica.freeze()
+        client = master.client(socket_timeout=2)
+        try:
+            dropped = client.client_kill_filter(_type="replica")
+        finally:
+            client.close()
+        if dropped != 1:
+            raise RuntimeError(f"master on port {master.port} dropped {dropped} replica links")
+        return replica
+
+    def rejoin(self, node: RedisServer, timeout: float = STATE_TIMEOUT) -> None:
+        """Start a killed node again and wait until every master has a replica in sync: a
+        former master finds its slots served by its promoted replica and becomes its replica."""
+        node.start()
+        self.wait_ok(timeout)
+
     def wait_promoted(self, replica: RedisServer, timeout: float = FAILOVER_TIMEOUT) -> None:
         """Wait until `replica` is a master serving slots and the cluster is ok again."""
 

@@ -36,17 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from shared.keys import Keys
 from tests.faults.checker import (
-    LIVE_STATES,
     OK,
-    SETTLED,
     EnqueueRecord,
     Execution,
     account,
     check,
+    finished_or_gone,
     read_journal,
 )
 from tests.faults.harness import FAULT_ENV, log_time, print_figures
@@ -81,18 +79,6 @@ def longest_pause(moments: list[float], start: float, end: float) -> float:
 def completions(workerd: Workerd, queue: str) -> list[float]:
     """Return when workerd logged each job_completed of `queue`."""
     return [log_time(e) for e in workerd.events("job_completed") if e.get("queue") == queue]
-
-
-def finished_or_gone(client: redis.Redis, keys: Keys, job_ids: list[str]) -> bool:
-    """Every job is finished or absent (lost), and nothing is left live in the queue."""
-    pipe = client.pipeline(transaction=False)
-    for job_id in job_ids:
-        pipe.hget(keys.job(job_id), "status")
-    for state in LIVE_STATES:
-        pipe.zcard(keys.state_index(state))
-    replies = pipe.execute()
-    statuses, live = replies[: len(job_ids)], replies[len(job_ids) :]
-    return all(s is None or s.decode() in SETTLED for s in statuses) and not any(live)
 
 
 def pick_victim(cluster: RedisCluster, queues: list[str], *, global_slot: bool) -> str:

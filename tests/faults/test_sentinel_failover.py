@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from shared.keys import Keys
-from tests.faults.checker import LIVE_STATES, OK, SETTLED, EnqueueRecord, check, read_journal
+from tests.faults.checker import OK, EnqueueRecord, check, finished_or_gone, read_journal
 from tests.faults.harness import FAULT_ENV, log_time, print_figures
 from tests.faults.http_load import QueueLoad
 from tests.support.gunicorn import run_gunicorn
@@ -45,18 +44,6 @@ RESUME_BOUND = 20.0  # seconds from the kill within which enqueues and completio
 AFTER_RESUME = 3.0  # seconds of load kept up once enqueues resumed
 SETTLE_TIMEOUT = 60.0  # seconds for every surviving job to finish after the load stops
 HTTP_TIMEOUT = 5.0
-
-
-def _finished_or_gone(client: redis.Redis, job_ids: list[str]) -> bool:
-    """Every job is finished or absent (lost), and nothing is left live on the primary."""
-    pipe = client.pipeline(transaction=False)
-    for job_id in job_ids:
-        pipe.hget(KEYS.job(job_id), "status")
-    for state in LIVE_STATES:
-        pipe.zcard(KEYS.state_index(state))
-    replies = pipe.execute()
-    statuses, live = replies[: len(job_ids)], replies[len(job_ids) :]
-    return all(s is None or s.decode() in SETTLED for s in statuses) and not any(live)
 
 
 def run_failover(tmp_path: Path, *, wait_replicas: bool, replica_behind: float) -> dict[str, Any]:
@@ -147,7 +134,7 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, replica_behind: float) 
                 client = new.client(socket_timeout=10)
                 acked_ids = [job_id for _, _, job_id in load.acked]
                 wait_until(
-                    lambda: _finished_or_gone(client, acked_ids),
+                    lambda: finished_or_gone(client, KEYS, acked_ids),
                     SETTLE_TIMEOUT,
                     "every surviving job to finish",
                     0.1,

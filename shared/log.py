@@ -232,6 +232,17 @@ def error_text(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
     return error_line(type(exc).__name__, message, limit)
 
 
+def unavailable_text(exc: BaseException, limit: int = 300) -> str:
+    """Return why Redis is unavailable for a /ready body: the message alone (redis-py's name
+    host and port, shared/sentinels.py's the sentinels), or the type when it has none."""
+    try:
+        message = str(exc).strip()
+    except Exception:
+        message = ""
+    text = message or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def error_line(kind: str, message: str, limit: int = ERROR_TEXT_LIMIT) -> str:
     """Return ``"Kind: message"`` (``"Kind"`` alone without one), cut to ``limit`` with ``…``."""
     text = f"{kind}: {message}" if message else kind

@@ -474,14 +474,21 @@ class Unready:
 @contextlib.contextmanager
 def unreachable_bin_run(tmp_path: Path) -> Iterator[Unready]:
     """Start bin/run with REDIS_URL naming a Sentinel no one listens on; kill what is left."""
+    nobody = free_port()
+    with started_bin_run(
+        tmp_path, REDIS_URL=f"redis+sentinel://127.0.0.1:{nobody}/taskforge/0"
+    ) as run:
+        yield run
+
+
+@contextlib.contextmanager
+def started_bin_run(tmp_path: Path, **settings: str) -> Iterator[Unready]:
+    """Start bin/run with `settings`, read nothing yet (the caller reads what it waits for:
+    bin_run's reader would keep lines that follow "ready" in its buffer); kill what is left."""
     require_tool("redis-server")
     marker = uuid.uuid4().hex
-    nobody = free_port()
     tmp_path.mkdir(exist_ok=True)
-    env = own_environment(tmp_path) | {
-        MARKER_ENV: marker,
-        "REDIS_URL": f"redis+sentinel://127.0.0.1:{nobody}/taskforge/0",
-    }
+    env = own_environment(tmp_path) | {MARKER_ENV: marker} | settings
     with (tmp_path / "parts.log").open("w") as log:
         proc = subprocess.Popen(
             [str(ROOT / "bin/run")],
@@ -546,4 +553,26 @@ def test_bin_run_says_what_it_waits_for_and_why_when_redis_never_answers(
         assert not [text for text in run.said if text.startswith("bin/run: ready")]
         os.killpg(run.proc.pid, signal.SIGTERM)
         rest = run.proc.communicate(timeout=25)[1]
+        assert rest.endswith("bin/run: stopped.\n"), rest
+
+
+@pytest.mark.slow
+def test_bin_run_in_durable_mode_without_a_replica_says_enqueues_will_fail(
+    tmp_path: Path,
+) -> None:
+    # bin/run's private Redis has no replica: ready (reads work), but no enqueue can succeed.
+    with started_bin_run(tmp_path, TASKFORGE_WAIT_REPLICAS="1") as run:
+        run.read_until(RUNNING, START_TIMEOUT)
+        line = run.read_until("bin/run: warning:", 5)
+        assert line == (
+            "bin/run: warning: durable mode (TASKFORGE_WAIT_REPLICAS=1) but the primary has 0 of "
+            "1 replica connected: every enqueue answers 503 not_replicated until enough connect\n"
+        )
+        for port in (run.env["PORT_PRODUCER"], run.env["PORT_WORKER"]):
+            status, body = http("GET", f"http://127.0.0.1:{port}/ready")
+            assert status == 200 and body["replicas"] == {"connected": 0, "wanted": 1}, body
+        parts_log = (tmp_path / "parts.log").read_text()
+        assert "TASKFORGE_WAIT_REPLICAS=1 but the primary has 0 of 1 replica connected" in parts_log
+        os.killpg(run.proc.pid, signal.SIGTERM)
+        rest = run.proc.communicate(timeout=STOP_TIMEOUT)[1]
         assert rest.endswith("bin/run: stopped.\n"), rest

@@ -16,6 +16,7 @@ from shared.keys import Keys
 from taskforge import Client, Unavailable
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.replicated import Replicated
+from tests.support.tools import wait_until
 
 K = Keys()
 TIMEOUT = 0.3  # TASKFORGE_WAIT_TIMEOUT
@@ -129,3 +130,18 @@ def test_the_python_client_resends_a_not_replicated_enqueue_with_its_key(
         pair.replica.thaw()
         job = client.enqueue("t", {"n": 1}, idempotency_key="order-9")
     assert job_keys(primary) == [K.job(job.id).encode()]
+
+
+def test_ready_stays_200_and_says_how_many_replicas_are_connected_of_those_wanted(
+    gw: Gunicorn, pair: Replicated, primary: redis.Redis
+) -> None:
+    status, _, doc = gw.request("GET", "/ready")
+    assert status == 200 and doc["replicas"] == {"connected": 1, "wanted": 1}, doc
+    # The replica gone from the primary's list: every enqueue would be not_replicated now,
+    # and /ready says so while it stays 200 (reads, cancels and the dashboard still work).
+    pair.replica.freeze()
+    assert primary.client_kill_filter(_type="replica") == 1
+    wait_until(lambda: primary.info("replication")["connected_slaves"] == 0, 5, "the drop")
+    status, _, doc = gw.request("GET", "/ready")
+    assert status == 200 and doc["replicas"] == {"connected": 0, "wanted": 1}, doc
+    pair.replica.thaw()

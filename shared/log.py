@@ -69,6 +69,7 @@ EVENTS: frozenset[str] = frozenset(
         "queues_relisted",
         "redis_unavailable",
         "redis_available",
+        "write_not_replicated",  # durable mode: a completion or tick no replica confirmed
         "scripts_not_loaded",
         "config_warning",
         "redis_url_defaulted",

@@ -16,8 +16,9 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
+from shared.cluster_url import is_cluster_url, parse_cluster_url, split_credentials
 from shared.queues import DEFAULT_QUEUE, QueuePlan, is_queue_name, parse_worker_queues
 
 WORKER_COUNT_DEFAULT = 3
@@ -270,12 +271,7 @@ def sentinel_target(url: str) -> SentinelTarget | None:
     if match is None:
         raise ValueError(f"a Sentinel URL {SENTINEL_FORM} (no query string)")
     scheme, authority, path = match.groups()
-    userinfo, at, hosts = authority.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
+    username, password, hosts = split_credentials(authority)
     sentinels = tuple(_sentinel_address(host) for host in hosts.split(","))
     service, _, db = path.partition("/")
     if not _SERVICE.fullmatch(service):
@@ -299,10 +295,17 @@ def _sentinel_address(text: str) -> tuple[str, int]:
 
 
 def _redis_url(text: str) -> str:
-    """Accept a redis://, rediss:// or unix:// URL, or a Sentinel URL (SentinelTarget)."""
+    """Accept a redis://, rediss:// or unix:// URL, a Sentinel URL (SentinelTarget), or a
+    redis+cluster:// one (a Redis Cluster, shared.cluster_url)."""
     if sentinel_target(text) is not None:
         return text
-    expected = f"a redis://, rediss:// or unix:// URL, or {SENTINEL_FORM}"
+    if is_cluster_url(text):
+        parse_cluster_url(text)  # ValueError names the expected form
+        return text
+    expected = (
+        f"a redis://, rediss:// or unix:// URL, {SENTINEL_FORM}, "
+        "or redis+cluster://host:port[,host:port...]"
+    )
     try:
         parts = urlsplit(text)
         _ = parts.port  # raises ValueError on a non-numeric or out-of-range port
@@ -358,7 +361,9 @@ def _token(text: str) -> str | None:
 VARIABLES: tuple[Variable, ...] = (
     Variable("REDIS_URL", "redis_url", "redis://localhost:6379/0",
              "Redis to use: redis://, rediss:// (TLS) or unix://; or the primary Sentinel names, "
-             f"{SENTINEL_FORM} (rediss+sentinel:// for TLS; docs/SENTINEL.md)", _redis_url),
+             f"{SENTINEL_FORM} (rediss+sentinel:// for TLS; docs/SENTINEL.md); or a Redis "
+             "Cluster, redis+cluster://host:port[,host:port...] (rediss+cluster:// for TLS; "
+             "docs/CLUSTER.md)", _redis_url),
     Variable("REDIS_SSL_CERT_REQS", "redis_ssl_cert_reqs", "required",
              "TLS certificate check for rediss://: required, optional or none (a self-signed certificate, as on Heroku, needs none)",
              _choice(SSL_CERT_REQS)),

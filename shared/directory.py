@@ -9,8 +9,13 @@ have added a queue since).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from shared.jobs import Job
+from shared.keys import Keys
 from shared.queries import get_job
+from shared.redis_conn import read_each
 from shared.scripts import Scripts
 
 
@@ -49,13 +54,18 @@ class QueueDirectory:
         return queue
 
     def _holder(self, job_id: str, queues: list[str]) -> str | None:
-        pipe = self.scripts.redis.pipeline(transaction=False)
-        for name in queues:
-            keys = self.scripts.keys.for_queue(name)
-            pipe.exists(keys.job(job_id), keys.tombstone(job_id))
-        for name, found in zip(queues, pipe.execute(), strict=True):
-            if found:
+        def exists(keys: Keys) -> Callable[[Any], Any]:
+            return lambda pipe: pipe.exists(keys.job(job_id), keys.tombstone(job_id))
+
+        reads = [exists(self.scripts.keys.for_queue(name)) for name in queues]
+        failed = None  # a cluster master that did not answer: the job may be there
+        for name, found in zip(queues, read_each(self.scripts.redis, reads), strict=True):
+            if isinstance(found, Exception):
+                failed = found
+            elif found:
                 return name
+        if failed is not None:
+            raise failed
         return None
 
     def find_job(self, job_id: str) -> Job | None:

@@ -26,6 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 import redis.exceptions
@@ -40,9 +41,12 @@ from shared.events import (
     stream_key,
 )
 from shared.keys import Keys
+from shared.redis_conn import disconnect, is_cluster
 
 log = logging.getLogger(__name__)
 
+# On a Redis Cluster the tail blocks on one stream at a time, this long (_wait_for_growth).
+CLUSTER_BLOCK_MS = 250
 BLOCK_MS = 1000  # longest XREAD BLOCK: how soon the tail sees a stopping worker or new queue
 REFRESH_SECONDS = 5.0  # how often the list of queues is re-read (a new queue's stream joins)
 RETRY_SECONDS = 1.0  # pause after a Redis error before the next try
@@ -97,6 +101,7 @@ class EventTail:
         self._queue_names = queue_names
         self._alive = alive
         self._block_ms = block_ms
+        self._turn = 0  # which stream a cluster's tail blocks on next (_wait_for_growth)
         self._cond = threading.Condition()
         self._version = 0
         self._changed: dict[str, int] = {}  # stream name -> version of its last growth
@@ -227,7 +232,7 @@ class EventTail:
                     with self._cond:
                         self._cond.wait_for(lambda: self._stopping, RETRY_SECONDS)
         finally:
-            client.connection_pool.disconnect()  # its own pool: closing the client keeps it
+            disconnect(client)  # its own pool: closing the client keeps it
 
     def _refresh(self, client: redis.Redis, positions: dict[str, StreamId]) -> None:
         """Watch every listed queue: a new stream starts at its last id, and readers look."""
@@ -244,12 +249,36 @@ class EventTail:
         if new:
             self._bump(set(new))  # entries written before the pin are the readers' to find
 
+    def _wait_for_growth(self, client: redis.Redis, streams: dict[str, str]) -> list[Any]:
+        """Return XREAD's reply for the streams that grew past their ids, waiting up to the block.
+
+        One Redis: one XREAD BLOCK of every stream. A Redis Cluster refuses an XREAD whose
+        streams sit in different slots (every queue's has its own), so there each round reads
+        every stream without blocking (a pipeline: one round trip per master), then blocks on
+        one of them for CLUSTER_BLOCK_MS, the next one next time. The cost, per gateway
+        process with readers: (streams + 1) commands a slice, and an event of a stream it is
+        not blocked on reaches the readers within a slice.
+        """
+        if not is_cluster(client):
+            return client.xread(streams, count=1, block=self._block_ms) or []
+        pipe = client.pipeline(transaction=False)
+        for key, position in streams.items():
+            pipe.xread({key: position}, count=1)
+        reply = [entry for answer in pipe.execute() for entry in answer or []]
+        if reply:
+            return reply
+        keys = list(streams)
+        self._turn = (self._turn + 1) % len(keys)
+        key = keys[self._turn]
+        block = min(self._block_ms, CLUSTER_BLOCK_MS)
+        return client.xread({key: streams[key]}, count=1, block=block) or []
+
     def _step(self, client: redis.Redis, positions: dict[str, StreamId]) -> None:
         """Block until a stream grows (or BLOCK_MS pass), take what arrived, wake the readers."""
         keys = {stream_key(self._keys, name): name for name in positions}
         streams = {key: format_id(positions[name]) for key, name in keys.items()}
         # Only a signal: the entries are read again below, with the gap check, atomically.
-        reply = client.xread(streams, count=1, block=self._block_ms)
+        reply = self._wait_for_growth(client, streams)
         grown = {keys[key.decode() if isinstance(key, bytes) else key] for key, _ in reply or []}
         while grown:
             batch = read_events(client, self._keys, {n: positions[n] for n in grown}, READ_COUNT)

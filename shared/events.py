@@ -26,6 +26,7 @@ import redis
 from shared.jobs import format_ms
 from shared.keys import Keys
 from shared.queues import QUEUE_PATTERN
+from shared.redis_conn import is_cluster
 
 FLEET = "*"  # the fleet stream's name in a cursor (never a queue name)
 StreamId = tuple[int, int]  # (milliseconds, sequence), ordered as Redis orders entry ids
@@ -209,6 +210,30 @@ def _infos(replies: Iterable[Any], names: Iterable[str]) -> dict[str, StreamInfo
     return infos
 
 
+def _parsed_info(reply: Any) -> Any:
+    """Return an XINFO STREAM reply with text field names (errors and None pass through)."""
+    if not isinstance(reply, dict):
+        return reply
+    return {(k.decode() if isinstance(k, bytes) else k): v for k, v in reply.items()}
+
+
+def _parsed_read(reply: Any) -> list[tuple[Any, list[tuple[Any, dict[bytes, bytes]]]]]:
+    """Return an XREAD reply as [(stream, [(id, {field: value})])] from its raw shape."""
+    if not reply:
+        return []
+    pairs = reply.items() if isinstance(reply, dict) else reply
+    return [
+        (key, [(entry_id, _fields(fields)) for entry_id, fields in entries])
+        for key, entries in pairs
+    ]
+
+
+def _fields(fields: Any) -> dict[bytes, bytes]:
+    if isinstance(fields, dict):
+        return fields
+    return dict(zip(fields[::2], fields[1::2], strict=True))
+
+
 def latest_positions(client: redis.Redis, keys: Keys, names: Iterable[str]) -> dict[str, StreamId]:
     """Return each stream's last id now (ZERO for a stream not written yet): one round trip."""
     names = list(names)
@@ -225,8 +250,14 @@ def read_events(
     """Read up to `count` entries per stream after `positions`, and the gaps before them.
 
     One MULTI round trip: XINFO STREAM of each stream, then one XREAD of all, so a trim cannot
-    fall between the check and the read. (XREAD spans slots: one Redis, not Cluster.)
+    fall between the check and the read. On a Redis Cluster, where a transaction cannot span
+    slots (every queue's stream has its own), one MULTI per stream, merged.
     """
+    if is_cluster(client) and len(positions) > 1:
+        batches = [read_events(client, keys, {n: p}, count) for n, p in positions.items()]
+        merged = sorted((e for b in batches for e in b.events), key=lambda event: event.id)
+        gaps = [gap for batch in batches for gap in batch.gaps]
+        return Batch(gaps, merged, any(batch.more for batch in batches))
     names = list(positions)
     pipe = client.pipeline(transaction=True)
     for name in names:
@@ -235,6 +266,11 @@ def read_events(
     *info_replies, read = pipe.execute(raise_on_error=False)
     if isinstance(read, Exception):
         raise read
+    if is_cluster(client):
+        # redis-py's cluster transaction hands back the replies unparsed: bytes field names,
+        # XREAD as a dict of [id, [field, value, ...]] lists. The shapes of one Redis, then.
+        info_replies = [_parsed_info(reply) for reply in info_replies]
+        read = _parsed_read(read)
     infos = _infos(info_replies, names)
     gaps = [
         Gap(name, positions[name], info.first)

@@ -251,6 +251,18 @@ class Keys:
         return f"{self.global_prefix}durable"
 
     @property
+    def slot_marker(self) -> str:
+        """Return durable mode's marker on a Redis Cluster (shared.durable): a string in this
+        queue's slot, SET (with an expiry) before each WAIT there and never read."""
+        return f"{self.prefix}durable_marker"
+
+    @property
+    def global_slot_marker(self) -> str:
+        """Return durable mode's marker in the global slot (an idempotency key's) on a
+        Redis Cluster: as :attr:`slot_marker`."""
+        return f"{self.global_prefix}durable_marker"
+
+    @property
     def schedules(self) -> str:
         """Return the hash of the periodic schedules' definitions: name -> JSON (docs/SCHEDULES.md).
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 
 from shared.jobs import Job, JobState
 from shared.keys import Keys
+from shared.redis_conn import read_each
 
 CURSOR_PATTERN = re.compile(r"([0-9]{1,16})-([0-9a-f-]{36})")
 
@@ -86,13 +88,20 @@ def get_job(
     (default: only `keys`'s queue) in one pipelined round trip: one HGETALL per queue.
     """
     names = list(queues) if queues is not None else [keys.queue]
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.hgetall(keys.for_queue(name).job(job_id))
-    for name, raw in zip(names, pipe.execute(), strict=True):
-        if raw:
+    replies = read_each(client, [_hgetall(keys.for_queue(name).job(job_id)) for name in names])
+    failed = None  # a cluster master that did not answer: the job may be there
+    for name, raw in zip(names, replies, strict=True):
+        if isinstance(raw, Exception):
+            failed = raw
+        elif raw:
             return Job.from_hash(raw, job_id, name)
+    if failed is not None:
+        raise failed
     return None
+
+
+def _hgetall(key: str) -> Callable[[Any], Any]:
+    return lambda pipe: pipe.hgetall(key)
 
 
 def get_jobs(

@@ -12,12 +12,15 @@ import this module before they set up the multiprocess directory (see shared/mul
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 import redis.exceptions
+
+from shared.redis_conn import is_cluster
 
 EVICTION = "eviction"
 PERSISTENCE = "persistence"
@@ -52,13 +55,41 @@ class RedisCheck:
 def check_redis(client: redis.Redis) -> RedisCheck:
     """Read the eviction and persistence settings; describe each problem (never raises)."""
     try:
-        config: dict[Any, Any] = {}
-        for name in ("maxmemory-policy", "appendonly", "save", "hash-max-listpack-value"):
-            config.update(client.config_get(name))
+        configs = _configs(client)
     except redis.exceptions.RedisError:
         # CONFIG disabled or renamed (many managed services), no permission, or no Redis.
         return RedisCheck(None, None, None, {})
-    text = {_str(k): _str(v) for k, v in config.items()}
+    # On a cluster every master is checked: each problem found on any of them is told, and
+    # the settings shown are those of the master with the most of them (eviction first).
+    checks = [_check(text) for text in configs]
+    shown = max(checks, key=lambda c: (EVICTION in c.problems, len(c.problems)))
+    problems: dict[str, str] = {}
+    advice: dict[str, None] = {}
+    for check in checks:
+        for problem, text in check.problems.items():
+            problems.setdefault(problem, text)
+        advice.update(dict.fromkeys(check.advice))
+    return dataclasses.replace(shown, problems=problems, advice=tuple(advice))
+
+
+def _configs(client: redis.Redis) -> list[dict[str, str]]:
+    """Return the settings we check, of the one Redis or of each cluster master."""
+    names = ("maxmemory-policy", "appendonly", "save", "hash-max-listpack-value")
+    if not is_cluster(client):
+        config: dict[Any, Any] = {}
+        for name in names:
+            config.update(client.config_get(name))
+        return [{_str(k): _str(v) for k, v in config.items()}]
+    per_node: dict[str, dict[str, str]] = {}
+    for name in names:
+        replies = client.config_get(name, target_nodes=client.PRIMARIES)  # type: ignore[call-arg,attr-defined]
+        for node, reply in replies.items():
+            per_node.setdefault(node, {}).update({_str(k): _str(v) for k, v in reply.items()})
+    return [per_node[node] for node in sorted(per_node)]
+
+
+def _check(text: dict[str, str]) -> RedisCheck:
+    """Describe the problems of one server's settings."""
     policy, save = text.get("maxmemory-policy", ""), text.get("save", "")
     appendonly = text.get("appendonly", "no") == "yes"
     problems = {}

@@ -2,22 +2,32 @@
 
 This is the one place a client is made: the gateway's bounded pool, workerd's supervisor and
 children, the events tail's own connection and the tools all come through ``connect`` (or
-``like``, for a client shaped after one in hand), so how Redis is reached (one server, or a
-primary found through Sentinel) differs here only.
+``like``, for a client shaped after one in hand), so how Redis is reached (one server, a
+primary found through Sentinel, or a Redis Cluster) differs here only.
+
+A cluster (``redis+cluster://``, shared.cluster_url) gets redis-py's ``RedisCluster``: it routes
+each command, and each script call by its first key, to the master owning the slot, follows
+MOVED after a failover or resharding, and loads scripts on every master. Code that needs one
+node's view (a blocking pop, XREAD of several streams) asks ``is_cluster``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
+import redis.cluster
 import redis.exceptions
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 from redis.sentinel import SentinelConnectionPool
 
+from shared.cluster_url import is_cluster_url, parse_cluster_url
 from shared.config import SentinelTarget, Settings, redact_url, sentinel_target
 from shared.sentinels import ExplainingSentinel
 
@@ -78,9 +88,11 @@ def connect(
     target = sentinel_target(settings.redis_url)
     if target is not None:
         return _client(_sentinel_pool(target, settings, options, max_connections, pool_wait))
-    if settings.redis_url.startswith("rediss://"):
+    if settings.redis_url.startswith(("rediss://", "rediss+cluster://")):
         # Only TLS connections take this option; a unix or plain TCP one would reject it.
         options["ssl_cert_reqs"] = settings.redis_ssl_cert_reqs
+    if is_cluster_url(settings.redis_url):
+        return _cluster(settings.redis_url, options, max_connections, pool_wait)
     pool: redis.ConnectionPool
     if max_connections is not None and pool_wait is not None:
         pool = redis.BlockingConnectionPool.from_url(
@@ -100,6 +112,11 @@ def like(
     Sentinel service, TLS, name, retry), with at most `max_connections` connections and,
     when given, another `socket_timeout` (the events tail's XREAD BLOCK outwaits the usual).
     """
+    if isinstance(client, TaskForgeCluster):
+        options = dict(client.recipe.options)
+        if socket_timeout is not None:
+            options["socket_timeout"] = socket_timeout
+        return _cluster(client.recipe.url, options, max_connections, None)
     pool = client.connection_pool
     kwargs = dict(pool.connection_kwargs)
     if socket_timeout is not None:
@@ -121,6 +138,111 @@ def like(
             connection_class=pool.connection_class, max_connections=max_connections, **kwargs
         )
     return _client(own)
+
+
+@dataclass(frozen=True)
+class ClusterRecipe:
+    """How a cluster client was made, so ``like`` can make another."""
+
+    url: str
+    options: dict[str, Any]
+
+
+class TaskForgeCluster(redis.cluster.RedisCluster):
+    """A RedisCluster that remembers how it was built (``recipe``)."""
+
+    recipe: ClusterRecipe
+
+
+def is_cluster(client: object) -> bool:
+    """Tell whether `client` talks to a Redis Cluster (a pipeline of one counts too)."""
+    return isinstance(client, redis.cluster.RedisCluster)
+
+
+def _cluster(
+    url: str, options: dict[str, Any], max_connections: int | None, pool_wait: float | None
+) -> redis.Redis:
+    """Return a cluster client: `options` go to every node's connections, bounded per node."""
+    parsed = parse_cluster_url(url)
+    node_options = {k: v for k, v in options.items() if k != "retry"}
+    if parsed.tls:
+        node_options["ssl"] = True
+    if max_connections is not None:
+        node_options["max_connections"] = max_connections
+        if pool_wait is not None:
+            # Each node's pool blocks a caller up to pool_wait for a free connection.
+            # (bound here: a `timeout` option would reach redis.Redis() too, which has none)
+            node_options["connection_pool_class"] = functools.partial(
+                redis.BlockingConnectionPool, timeout=pool_wait
+            )
+    client = TaskForgeCluster(
+        startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in parsed.seeds],
+        username=parsed.username,
+        password=parsed.password,
+        # The cluster-level retry: a connection error or MOVED/TRYAGAIN refreshes the slot map
+        # and tries again (a failover); the nodes' own connections retry nothing beneath it.
+        retry=options.get("retry") or default_retry(),
+        **node_options,
+    )
+    client.recipe = ClusterRecipe(url, options)
+    return client  # type: ignore[return-value]  # the engine uses the commands both share
+
+
+# What a cluster master's failure looks like to a call on one of its slots.
+MASTER_DOWN = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.SlotNotCoveredError,
+)
+
+
+def read_each(client: redis.Redis, reads: Sequence[Callable[[Any], Any]]) -> list[Any]:
+    """Queue each read on one pipeline and return the replies, in order.
+
+    On a cluster, a master that fails (until its replica is promoted) fails the whole
+    pipeline: then each read goes alone, and a failed one's reply is its exception, so a
+    lookup across queues still finds a job on the masters that answer. On one Redis an error
+    is raised as ever.
+    """
+    pipe = client.pipeline(transaction=False)
+    for read in reads:
+        read(pipe)
+    try:
+        return pipe.execute()
+    except MASTER_DOWN:
+        if not is_cluster(client):
+            raise
+    replies: list[Any] = []
+    for read in reads:
+        alone = client.pipeline(transaction=False)
+        read(alone)
+        try:
+            replies.append(alone.execute()[0])
+        except MASTER_DOWN as exc:
+            replies.append(exc)
+    return replies
+
+
+def pipe_time(pipe: Any, client: redis.Redis, key: str) -> None:
+    """Queue a TIME on `pipe` (made by `client`): on a cluster, to the master owning `key`.
+
+    A cluster has one clock per master; a reader of a slot's timestamps asks that slot's
+    master, and redis-py's cluster pipeline refuses its own ``time`` method anyway.
+    """
+    if is_cluster(client):
+        node = client.get_node_from_key(key)  # type: ignore[attr-defined]
+        pipe.execute_command("TIME", target_nodes=node)
+    else:
+        pipe.time()
+
+
+def disconnect(client: redis.Redis) -> None:
+    """Close every connection of a client that owns its pool (or its nodes' pools)."""
+    if is_cluster(client):
+        client.close()
+    else:
+        client.connection_pool.disconnect()
 
 
 class BlockingSentinelConnectionPool(SentinelConnectionPool, redis.BlockingConnectionPool):
@@ -171,6 +293,8 @@ def _sentinel_pool(
 def primary(client: redis.Redis) -> str | None:
     """Return ``host:port`` of the primary a Sentinel client last found, None for a client of
     one server (its address is the configured one) or before its first connection."""
+    if is_cluster(client):
+        return None  # no one primary: each slot has its master
     pool = client.connection_pool
     if not isinstance(pool, SentinelConnectionPool) or pool.master_address is None:
         return None

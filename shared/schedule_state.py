@@ -15,6 +15,7 @@ import redis
 
 from shared import ticks
 from shared.keys import Keys
+from shared.redis_conn import pipe_time
 from shared.replies import text
 from shared.schedules import Schedule, ScheduleError, from_json
 
@@ -58,7 +59,7 @@ def read_states(
 ) -> tuple[int, list[ScheduleState]]:
     """Return Redis's clock (ms) and the state of each named schedule, in one round trip."""
     pipe = client.pipeline(transaction=False)
-    pipe.time()
+    pipe_time(pipe, client, keys.schedules)  # the schedules' master's clock
     for name in names:
         pipe.hmget(keys.schedule(name), FIELDS)
     (seconds, micros), *replies = pipe.execute()

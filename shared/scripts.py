@@ -65,6 +65,7 @@ from shared.keys import Keys
 from shared.lua_source import assemble
 from shared.queries import QueueCounts, WorkerCounts
 from shared.queues import DEFAULT_QUEUE
+from shared.redis_conn import is_cluster
 from shared.replies import (
     checked,
     claimed_job,
@@ -254,37 +255,76 @@ class Scripts:
             return script(keys=keys, args=args)
 
     def _call_durable(
-        self, name: str, keys: Sequence[str], args: Sequence[Any]
+        self, name: str, keys: Sequence[str], args: Sequence[Any], slot: Keys
     ) -> tuple[Any, Confirmation | None]:
         """Call a script whose write acknowledges work; in durable mode (Policy.wait_replicas)
         WAIT for the replicas after it, on the same pipeline (shared.durable). Returns the reply
-        and what WAIT answered (None when the mode is off: exactly :meth:`_call`)."""
+        and what WAIT answered (None when the mode is off: exactly :meth:`_call`). `slot`: the
+        queue whose slot the script writes (where a cluster's marker goes)."""
         if not self.policy.wait_replicas:
             return self._call(name, keys, args), None
         try:
             return self._write_then_wait(
-                name, lambda pipe: self._piped_bare(pipe, name, keys, args)
+                name, lambda pipe: self._piped_bare(pipe, name, keys, args), slot.slot_marker
             )
         except redis.exceptions.NoScriptError:
             # Redis lost the scripts (restart, failover): this one did not run. Load, once more.
             self.load()
             return self._write_then_wait(
-                name, lambda pipe: self._piped_bare(pipe, name, keys, args)
+                name, lambda pipe: self._piped_bare(pipe, name, keys, args), slot.slot_marker
             )
 
     def _write_then_wait(
-        self, op: str, queue_writes: Callable[[Any], None]
+        self, op: str, queue_writes: Callable[[Any], None], slot_marker: str
     ) -> tuple[Any, Confirmation]:
-        """Run shared.durable.write_then_wait with this engine's policy; the first reply."""
-        writes, confirmation = durable.write_then_wait(
-            self.redis,
-            queue_writes,
-            op=op,
-            replicas=self.policy.wait_replicas,
-            timeout_ms=self.policy.wait_timeout_ms,
-            marker=self.keys.durable_marker,
-        )
+        """Run shared.durable's write and WAIT with this engine's policy; the first reply.
+
+        One Redis: one pipeline, with the PUBLISH marker. A cluster: one pipeline on the master
+        owning `slot_marker`'s slot (every write queued must lie in that slot), whose SET is
+        the marker.
+        """
+        if is_cluster(self.redis):
+            writes, confirmation = durable.write_then_wait_in_slot(
+                self.redis,  # type: ignore[arg-type]
+                queue_writes,
+                op=op,
+                replicas=self.policy.wait_replicas,
+                timeout_ms=self.policy.wait_timeout_ms,
+                marker_key=slot_marker,
+            )
+        else:
+            writes, confirmation = durable.write_then_wait(
+                self.redis,
+                queue_writes,
+                op=op,
+                replicas=self.policy.wait_replicas,
+                timeout_ms=self.policy.wait_timeout_ms,
+                marker=self.keys.durable_marker,
+            )
         return (writes[0] if writes else None), confirmation
+
+    def _confirm_other_masters(
+        self, op: str, confirmation: Confirmation, written: Sequence[str], markers: Sequence[str]
+    ) -> Confirmation:
+        """On a cluster, WAIT also on the masters of `markers`' slots that own none of the
+        `written` ones' (a marker and WAIT each, one master after another); return the weakest
+        confirmation of all. One Redis: `confirmation` (its marker covered every write).
+
+        An idempotency key lies in the global slot, often on another master than its job's
+        queue: a key lost at that master's failover would let a resend make a second job.
+        """
+        if not is_cluster(self.redis):
+            return confirmation
+        cluster: Any = self.redis
+        seen = {cluster.get_node_from_key(marker).name for marker in written}
+        for marker in markers:
+            node = cluster.get_node_from_key(marker).name
+            if node in seen:
+                continue  # that master's marker and WAIT came after this write too
+            seen.add(node)
+            _, other = self._write_then_wait(op, lambda pipe: None, marker)
+            confirmation = durable.weakest(confirmation, other)
+        return confirmation
 
     def enqueue(
         self,
@@ -316,7 +356,12 @@ class Scripts:
             args = [*args[:11], self.policy.events_cap, ACTOR_CODES[actor]]
         # Durable mode: the marker before WAIT also covers the key reserve.lua wrote, and a
         # repeat that writes nothing (shared.durable).
-        reply, confirmation = self._call_durable("enqueue", keys, args)
+        slot = self.q(request.queue)
+        reply, confirmation = self._call_durable("enqueue", keys, args, slot)
+        if confirmation is not None and idempotency_key is not None:
+            confirmation = self._confirm_other_masters(
+                "enqueue", confirmation, [slot.slot_marker], [self.keys.global_slot_marker]
+            )
         result = dataclasses.replace(enqueue_result(reply), confirmation=confirmation)
         # The key named an earlier request's job: an answer about that job (200), even when
         # this call had to create it (deleted since, or never created: its producer died
@@ -349,6 +394,10 @@ class Scripts:
     ) -> list[EnqueueResult]:
         """Create several jobs, all or none (one MULTI/EXEC round trip), in the given order.
 
+        On a Redis Cluster a transaction cannot span slots, so it is all or none per queue:
+        one MULTI/EXEC per queue, one queue after another (docs/CLUSTER.md). A producer that
+        lost the answer resends with its Idempotency-Key and gets the rest created.
+
         With an idempotency key, one call more first: reserve_batch.lua ties the key to these
         job ids in the global slot. A repeat of the same batch finds the key naming the
         earlier ids and runs the same transaction with those: it creates what its producer
@@ -368,12 +417,24 @@ class Scripts:
         if self.policy.wait_replicas:
             # WAIT inside MULTI would not block: the marker and WAIT follow the transaction
             # (the marker makes the WAIT cover it, whichever pooled connection ran it).
-            _, confirmation = self._write_then_wait("enqueue_batch", lambda pipe: None)
+            confirmation = self._confirm_batch(requests, idempotency_key is not None)
             results = [dataclasses.replace(r, confirmation=confirmation) for r in results]
         if duplicate:
             # As for a single enqueue: only the request that reserved the key answers "created".
             return [dataclasses.replace(result, created=False) for result in results]
         return results
+
+    def _confirm_batch(
+        self, requests: Sequence[tuple[EnqueueRequest, str]], keyed: bool
+    ) -> Confirmation:
+        """WAIT after a batch: one marker and WAIT on one Redis; on a cluster, one on each master
+        the batch wrote (its queues' slots, and the global slot's for an idempotency key)."""
+        queues = dict.fromkeys(request.queue for request, _ in requests)
+        markers = [self.q(queue).slot_marker for queue in queues]
+        if keyed:
+            markers.append(self.keys.global_slot_marker)
+        _, confirmation = self._write_then_wait("enqueue_batch", lambda pipe: None, markers[0])
+        return self._confirm_other_masters("enqueue_batch", confirmation, markers[:1], markers[1:])
 
     def _reserve_batch(
         self, requests: Sequence[tuple[EnqueueRequest, str]], idempotency_key: str
@@ -407,11 +468,43 @@ class Scripts:
         now_ms: int | None,
         traceparent: str | None,
     ) -> list[EnqueueResult]:
+        if is_cluster(self.redis):
+            return self._enqueue_per_queue(requests, now_ms, traceparent)
         pipe = self.redis.pipeline(transaction=True)
         for request, job_id in requests:
             keys, args = self._enqueue_call(request, job_id, now_ms, traceparent)
             self._piped(pipe, "enqueue", keys, args)
         return [enqueue_result(reply) for reply in pipe.execute()]
+
+    def _enqueue_per_queue(
+        self,
+        requests: Sequence[tuple[EnqueueRequest, str]],
+        now_ms: int | None,
+        traceparent: str | None,
+    ) -> list[EnqueueResult]:
+        """A cluster's batch: one transaction per queue (one slot each), answers in order.
+
+        The EVALSHAs go bare (a cluster pipeline loads no scripts): a transaction that met
+        NOSCRIPT wrote nothing, since all its calls are the same script, so it is loaded on
+        every master and that queue's transaction runs once more.
+        """
+        groups: dict[str, list[int]] = {}
+        for index, (request, _) in enumerate(requests):
+            groups.setdefault(request.queue, []).append(index)
+        results: list[EnqueueResult | None] = [None] * len(requests)
+        for indexes in groups.values():
+
+            def transaction(indexes: list[int] = indexes) -> Any:
+                pipe = self.redis.pipeline(transaction=True)
+                for index in indexes:
+                    request, job_id = requests[index]
+                    keys, args = self._enqueue_call(request, job_id, now_ms, traceparent)
+                    self._piped_bare(pipe, "enqueue", keys, args)
+                return pipe
+
+            for index, reply in zip(indexes, self.execute_loaded(transaction), strict=True):
+                results[index] = enqueue_result(reply)
+        return [result for result in results if result is not None]
 
     def _enqueue_call(
         self,
@@ -560,6 +653,7 @@ class Scripts:
                 p.wake_cap,
                 *self._events_cap(),
             ],
+            k,
         )
         code = Code(reply[0])
         if code is Code.DONE and len(reply) == 2 and reply[1] == Code.PAUSED:
@@ -620,6 +714,7 @@ class Scripts:
                 p.wake_cap,
                 *self._events_cap(),
             ],
+            k,
         )
         code = Code(reply[0])
         if code is Code.RETRYING:
@@ -974,6 +1069,7 @@ class Scripts:
                 self.policy.wake_cap,
                 *self._events_cap(),
             ],
+            k,
         )
         code = Code(reply[0])
         detail = text(reply[1]) if len(reply) > 1 else None
@@ -1234,8 +1330,12 @@ class Scripts:
 
     def _piped_bare(self, pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
         """Queue a bare EVALSHA on a pipeline: redis-py then sends no SCRIPT EXISTS round trip
-        first. Run the pipeline with execute_loaded, which answers NOSCRIPT."""
-        pipe.evalsha(self._scripts[name].sha, len(keys), *keys, *args)
+        first. Run the pipeline with execute_loaded, which answers NOSCRIPT.
+
+        Sent as a plain command: redis-py's cluster pipeline refuses its ``evalsha`` method
+        (it cannot load scripts), yet routes the command by its first key like any other.
+        """
+        pipe.execute_command("EVALSHA", self._scripts[name].sha, len(keys), *keys, *args)
 
     def execute_loaded(self, build: Callable[[], Any]) -> list[Any]:
         """Execute the pipeline `build()` makes; if Redis lost the scripts (a restart, a

@@ -48,7 +48,7 @@ from shared.keys import Keys, V1Keys
 from shared.log import error_text
 from shared.lua_source import assemble
 from shared.queues import DEFAULT_QUEUE
-from shared.redis_conn import connect
+from shared.redis_conn import connect, is_cluster
 
 SCRIPT_NAMES = ("upgrade_detach", "upgrade_copy", "upgrade_drop", "upgrade_idem")
 # The v1 indexes, in the order upgrade_detach walks them (claimable jobs first).
@@ -257,7 +257,16 @@ class Upgrade:
 
     def scan(self, cursor: int) -> tuple[int, list[str], list[bytes]]:
         """Return one SCAN step over the v1 keys: the next cursor, job ids, idempotency keys."""
-        cursor, names = self.redis.scan(cursor, match=self.v1.pattern, count=self.scan_count)
+        options: dict[str, Any] = {}
+        if is_cluster(self.redis):
+            # Every v1 key shares v1's hash tag: one slot, so one master holds them all (a
+            # cluster-wide SCAN would hand back one cursor per master).
+            options["target_nodes"] = self.redis.get_node_from_key(self.v1.prefix)  # type: ignore[attr-defined]
+        cursor, names = self.redis.scan(
+            cursor, match=self.v1.pattern, count=self.scan_count, **options
+        )
+        if isinstance(cursor, dict):  # a cluster names each node's cursor: {node: cursor}
+            (cursor,) = cursor.values()
         job_prefix = self.v1.job_prefix.encode()
         idem_prefix = self.v1.idempotency_prefix.encode()
         job_ids = [n[len(job_prefix) :].decode() for n in names if n.startswith(job_prefix)]

@@ -22,6 +22,7 @@ from shared import metrics, ticks
 from shared.history import Actor
 from shared.lifecycle import Outcome, record
 from shared.log import error_text
+from shared.redis_conn import pipe_time
 from shared.schedule_state import FIELDS, ScheduleState
 from shared.schedules import Schedule
 from shared.scripts import Scripts
@@ -57,7 +58,7 @@ class Periodic:
             self.publish()
         keys = self.scripts.keys
         pipe = self.scripts.redis.pipeline(transaction=False)
-        pipe.time()
+        pipe_time(pipe, self.scripts.redis, keys.schedules)  # the schedules' master's clock
         # A flushed or failed-over Redis lost them: the API would list nothing.
         pipe.exists(keys.schedules)
         for schedule in self.schedules:

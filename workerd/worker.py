@@ -44,6 +44,7 @@ from shared.config import Settings
 from shared.history import Actor
 from shared.jobs import Job, dump_json, format_ms
 from shared.log import error_line, error_text
+from shared.redis_conn import MASTER_DOWN, is_cluster
 from shared.scripts import AckResult, Code, NotRunnable, QueuePaused, Scripts, new_request_id
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
@@ -56,6 +57,12 @@ log = logging.getLogger(__name__)
 tracing.configure(tracing.WORKER)
 
 WAKE_TIMEOUT_SECONDS = 1
+# On a Redis Cluster, a queue whose master does not answer is set aside this long (seconds)
+# while the worker serves its other queues: a failover takes cluster-node-timeout and more.
+CLUSTER_SET_ASIDE = 0.5
+# On a Redis Cluster an idle worker blocks on one queue's wake list at a time, this long
+# (Worker._pop_hint): a job in another of its queues waits at most this for it.
+CLUSTER_WAKE_SLICE = 0.25
 # An idle worker claims without a hint every this many empty waits: a safety net should a hint
 # ever be lost (popped by a worker that died before claiming), at ~0.1 extra commands a second.
 CLAIM_ANYWAY_EVERY = 10
@@ -131,11 +138,15 @@ class WorkerProcess(StopOnSignal):
         self.exit_reason = ""
         self.jobs_done = 0
         self.idle_waits = 0
+        # Which wake list a cluster's idle worker blocks on next: workers start apart (pid).
+        self.wake_turn = os.getpid()
         self.claim_now = True
         self.next_job: Job | None = None
-        # A claim that raised, as (queue, request id): it may have reached Redis (only its
-        # reply was lost), so the next claim repeats it and gets that job back.
-        self.claim_retry: tuple[str, str] | None = None
+        # Claims that raised, queue -> request id: each may have reached Redis (only its reply
+        # was lost), so the next claim on that queue repeats it and gets that job back.
+        self.claim_retry: dict[str, str] = {}
+        # On a cluster, queues whose master did not answer: skipped until then (monotonic).
+        self.unreachable_until: dict[str, float] = {}
         self.plan = settings.worker_queues
         self.empty_until: dict[str, float] = {}  # queue -> monotonic time to ask again
         self.order: tuple[str, ...] = ()  # the queue order drawn for the next claim
@@ -232,11 +243,11 @@ class WorkerProcess(StopOnSignal):
 
     def _claim(self) -> Job | None:
         """Claim from the first queue of the next order that has a job; None when none has."""
-        if self.claim_retry is not None:  # repeat the claim that raised, on its queue
-            queue, request_id = self.claim_retry
-            job = self._claim_from(queue, request_id)
-            if job is not None:
-                return job
+        for queue, request_id in list(self.claim_retry.items()):  # repeat what raised
+            if self._reachable(queue):
+                job = self._claim_from(queue, request_id)
+                if job is not None:
+                    return job
         for queue in self._next_order():
             job = self._claim_from(queue, new_request_id())
             if job is not None:
@@ -251,17 +262,22 @@ class WorkerProcess(StopOnSignal):
         """
         for _ in range(TAKE_TRIES):
             # Kept until the call answers: one that raised may have reached Redis (reply lost).
-            self.claim_retry = (queue, request_id)
+            self.claim_retry[queue] = request_id
             runnable = self.routing.runnable(queue)
             try:
                 job = self.scripts.claim(
                     self.worker_id, queue=queue, runnable=runnable, request_id=request_id
                 )
             except QueuePaused:
-                self.claim_retry = None
+                self.claim_retry.pop(queue, None)
                 self._found_paused(queue)
                 return None
-            self.claim_retry = None
+            except MASTER_DOWN as exc:
+                if not is_cluster(self.scripts.redis):
+                    raise  # one Redis: nothing else to claim from; the step backs off
+                self._unreachable(queue, exc)
+                return None
+            self.claim_retry.pop(queue, None)
             if not isinstance(job, NotRunnable):
                 if job is None:
                     self.empty_until[queue] = time.monotonic() + EMPTY_RECHECK
@@ -270,6 +286,26 @@ class WorkerProcess(StopOnSignal):
                 return None  # left to a host that runs it
             request_id = new_request_id()
         return None
+
+    def _reachable(self, queue: str) -> bool:
+        """Tell whether `queue` is not set aside for its master's failure (a cluster's)."""
+        return self.unreachable_until.get(queue, 0.0) <= time.monotonic()
+
+    def _unreachable(self, queue: str, exc: Exception) -> None:
+        """Set a queue aside whose master failed (a cluster's): the others keep flowing.
+
+        On one Redis an error stops every queue and the step backs off. On a cluster one
+        master's death (until its replica is promoted) must not stall the queues of the
+        others: this queue is skipped for CLUSTER_SET_ASIDE, its claim kept for a repeat.
+        """
+        if self._reachable(queue):
+            log.warning(
+                "queue_unreachable",
+                extra={"queue": queue, "error": error_text(exc), "retry_s": CLUSTER_SET_ASIDE},
+            )
+        self.unreachable_until[queue] = time.monotonic() + CLUSTER_SET_ASIDE
+        if all(not self._reachable(q) for q in self.plan.names):
+            raise exc  # nothing left to serve: the step backs off as on one Redis
 
     def _found_paused(self, queue: str) -> None:
         """Stop asking a paused queue (claims and wake lists) until a re-check finds it resumed."""
@@ -307,6 +343,7 @@ class WorkerProcess(StopOnSignal):
                 q
                 for q in drawn
                 if self.empty_until.get(q, 0.0) <= now
+                and self._reachable(q)
                 and q not in self.paused
                 and not self.routing.leaves(q, now)
             )
@@ -324,7 +361,9 @@ class WorkerProcess(StopOnSignal):
         wakes = {
             self.scripts.q(queue).wake: queue
             for queue in self.plan.names
-            if queue not in self.paused and not self.routing.leaves(queue, now)
+            if queue not in self.paused
+            and not self.routing.leaves(queue, now)
+            and self._reachable(queue)
         }
         if not wakes:
             if all(queue in self.paused for queue in self.plan.names):
@@ -334,7 +373,7 @@ class WorkerProcess(StopOnSignal):
             # first of them is due for another claim.
             time.sleep(min(WAKE_TIMEOUT_SECONDS, max(0.0, self.routing.back_at() - now)))
             return True
-        hint = self.scripts.redis.blpop(list(wakes), timeout=WAKE_TIMEOUT_SECONDS)
+        hint = self._pop_hint(list(wakes))
         self.idle_waits += 1
         if hint is not None and self._is_quiet():
             # Quieted while blocked: the hint is for a worker that will claim (another host's).
@@ -347,6 +386,52 @@ class WorkerProcess(StopOnSignal):
             self.empty_until.clear()
             return True
         return False
+
+    def _pop_hint(self, wakes: list[str]) -> tuple[bytes, bytes] | None:
+        """Wait for a hint on any of `wakes` (at most WAKE_TIMEOUT_SECONDS); return it or None.
+
+        One Redis: one BLPOP on every list. A Redis Cluster refuses a BLPOP whose lists sit in
+        different slots (every queue has its own), so there each round pops every list at once
+        without blocking (a pipeline: one round trip per master), then blocks on one of them
+        for CLUSTER_WAKE_SLICE, the next one next time. The cost, per idle worker: pickup
+        within a slice for a queue it is not blocked on, and (queues + 1) commands a slice.
+        """
+        if not is_cluster(self.scripts.redis):
+            return self.scripts.redis.blpop(wakes, timeout=WAKE_TIMEOUT_SECONDS)
+        popped = [(w.encode(), v) for w, v in zip(wakes, self._pop_each(wakes), strict=True) if v]
+        for wake, _ in popped[1:]:
+            self.empty_until.pop(self._wake_queue(wake), None)  # claim from these too
+        if popped:
+            return popped[0]
+        self.wake_turn = (self.wake_turn + 1) % len(wakes)
+        wake = wakes[self.wake_turn]
+        try:
+            return self.scripts.redis.blpop([wake], timeout=CLUSTER_WAKE_SLICE)
+        except MASTER_DOWN as exc:
+            self._unreachable(self._wake_queue(wake.encode()), exc)
+            return None
+
+    def _pop_each(self, wakes: list[str]) -> list[bytes | None]:
+        """LPOP every list (one pipeline); if a master fails, each alone, setting its queues aside."""
+        pipe = self.scripts.redis.pipeline(transaction=False)
+        for wake in wakes:
+            pipe.lpop(wake)
+        try:
+            return pipe.execute()
+        except MASTER_DOWN:
+            pass
+        values: list[bytes | None] = []
+        for wake in wakes:
+            try:
+                values.append(self.scripts.redis.lpop(wake))
+            except MASTER_DOWN as exc:
+                self._unreachable(self._wake_queue(wake.encode()), exc)
+                values.append(None)
+        return values
+
+    def _wake_queue(self, wake: bytes) -> str:
+        """Return the queue whose wake list is `wake`."""
+        return next(q for q in self.plan.names if self.scripts.q(q).wake == wake.decode())
 
     def _hand_back_unstarted_job(self) -> None:
         """Requeue a job claimed for this worker that it will not run (it is stopping)."""

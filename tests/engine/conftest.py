@@ -19,6 +19,7 @@ from shared.jobs import EnqueueRequest, Job, JobState, validate_enqueue
 from shared.keys import Keys
 from shared.queries import get_job
 from shared.scripts import Code, Policy, Scripts, load_source
+from tests.support.slots import one_slot
 
 # 2026-01-01T00:00:00Z. Every script call passes an explicit now, counted from here.
 T0 = 1_767_225_600_000
@@ -69,7 +70,7 @@ def request(job_type: str = "t", **fields: Any) -> EnqueueRequest:
 @pytest.fixture
 def scripts(r: redis.Redis) -> Scripts:
     """Return the engine on the private server with the small test policy, scripts loaded."""
-    engine = Scripts(r, K, POLICY)
+    engine = one_slot(Scripts(r, K, POLICY))  # every call's KEYS in one cluster slot
     engine.load()
     return engine
 
@@ -79,7 +80,7 @@ def make_scripts(r: redis.Redis) -> Callable[..., Scripts]:
     """Return a factory of engines whose policy differs from POLICY in the given fields."""
 
     def make(**overrides: Any) -> Scripts:
-        engine = Scripts(r, K, dataclasses.replace(POLICY, **overrides))
+        engine = one_slot(Scripts(r, K, dataclasses.replace(POLICY, **overrides)))
         engine.load()
         return engine
 

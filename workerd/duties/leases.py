@@ -14,6 +14,7 @@ import redis
 
 from shared.log import error_text
 from shared.queues import DEFAULT_QUEUE
+from shared.redis_conn import is_cluster
 from shared.scripts import Code, Scripts
 from workerd.children import WORKER, Child, Roster
 from workerd.duties.cancels import Cancels
@@ -48,16 +49,19 @@ class Leases:
         running = self._running()
         if not running:
             return
-        try:
-            codes = self._renew(running)
-        except redis.RedisError as exc:
+        codes, error = self._renew(running)
+        if error is not None:
             # The next tick tries again; a lease outlives several missed renewals.
             log.warning(
                 "lease_renewal_failed",
-                extra={"redis": self.redis_url, "error": error_text(exc), "jobs": len(running)},
+                extra={
+                    "redis": self.redis_url,
+                    "error": error_text(error),
+                    "jobs": len(running) - len(codes),
+                },
             )
-            return
-        for (child, job_id, _, _), code in zip(running, codes, strict=True):
+        for child, job_id, _, _ in running:
+            code = codes.get(job_id)  # None: not renewed this time
             if code in (Code.STALE_TOKEN, Code.NOT_FOUND):
                 log.error("lease_lost", extra={"job_id": job_id, "child": child.name})
                 self.roster.kill(child, "lease lost")
@@ -66,14 +70,30 @@ class Leases:
                 if state is not None and state.job_id == job_id:
                     self.cancels.request(child, state, now)
 
-    def _renew(self, running: list[tuple[Child, str, int, str]]) -> list[Code]:
-        """Renew every lease, one call per queue (a queue's leases share its slot)."""
+    def _renew(
+        self, running: list[tuple[Child, str, int, str]]
+    ) -> tuple[dict[str, Code], redis.RedisError | None]:
+        """Renew every lease, one call per queue (a queue's leases share its slot); return the
+        code of each job renewed and the error that stopped the others, if one did.
+
+        One Redis: the first error stops the tick (Redis is down for every queue). A cluster:
+        a queue whose master fails is skipped and the others' leases are still renewed, so a
+        master's failover cannot cost the jobs of the other masters' queues their leases.
+        """
         codes: dict[str, Code] = {}
+        error: redis.RedisError | None = None
         for queue in dict.fromkeys(queue for *_, queue in running):
             mine = [(job_id, token) for _, job_id, token, q in running if q == queue]
-            for (job_id, _), code in zip(mine, self.scripts.renew(mine, queue=queue), strict=True):
+            try:
+                renewed = self.scripts.renew(mine, queue=queue)
+            except redis.RedisError as exc:
+                error = exc
+                if not is_cluster(self.scripts.redis):
+                    break
+                continue
+            for (job_id, _), code in zip(mine, renewed, strict=True):
                 codes[job_id] = code
-        return [codes[job_id] for _, job_id, _, _ in running]
+        return codes, error
 
     def _running(self) -> list[tuple[Child, str, int, str]]:
         running = []

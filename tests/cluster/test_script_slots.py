@@ -1,0 +1,144 @@
+"""No script call reads keys of two slots: checked at every call site, and on a real cluster.
+
+The design says each script touches one queue's slot or the global one, never both. Three
+checks hold it: (1) every script call of shared.scripts goes through the funnels that
+tests.support.slots guards (read from the source), (2) the engine tests run with that guard,
+and (3) here, every script in SCRIPT_NAMES is called through the guarded engine on a real
+cluster, where redis-py and Redis would refuse a cross-slot call anyway.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from shared import listing, throughput
+from shared.config import Settings
+from shared.jobs import JobState, validate_enqueue
+from shared.keys import Keys
+from shared.redis_conn import connect
+from shared.scripts import SCRIPT_NAMES, Policy, Scripts
+from tests.support import slots
+from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
+from tests.support.tools import ROOT
+
+FUNNELS = {"_call", "_piped", "_piped_bare"}
+# Methods that take a script's name and pass it on to a funnel (the durable mode's, the batch's).
+NAMED_CALLERS = {"_each", "_call_durable"}
+# Methods that use the registered scripts without calling one with keys.
+SCRIPT_HOLDERS = FUNNELS | {"__init__", "load", "ensure_loaded"}
+
+
+def _scripts_tree() -> ast.Module:
+    return ast.parse(Path(ROOT / "shared" / "scripts.py").read_text())
+
+
+def test_only_the_guarded_funnels_touch_the_registered_scripts() -> None:
+    """No method reaches self._scripts[...] but the funnels, so the guard sees every call."""
+    scripts_class = next(
+        node
+        for node in _scripts_tree().body
+        if isinstance(node, ast.ClassDef) and node.name == "Scripts"
+    )
+    users = set()
+    for method in scripts_class.body:
+        if not isinstance(method, ast.FunctionDef):
+            continue
+        for node in ast.walk(method):
+            if isinstance(node, ast.Attribute) and node.attr == "_scripts":
+                users.add(method.name)
+    assert users <= SCRIPT_HOLDERS, users - SCRIPT_HOLDERS
+
+
+def test_every_script_name_at_a_call_site_is_a_known_script() -> None:
+    named = set()
+    for node in ast.walk(_scripts_tree()):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in (*FUNNELS, *NAMED_CALLERS)
+        ):
+            for arg in node.args:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    named.add(arg.value)
+    assert named == set(SCRIPT_NAMES), set(SCRIPT_NAMES) ^ named
+
+
+@pytest.fixture
+def engine(cluster: RedisCluster) -> Scripts:
+    settings = Settings.from_env({"REDIS_URL": f"redis+cluster://{cluster.seeds}"})
+    scripts = slots.one_slot(Scripts(connect(settings, role="slots"), Keys(), Policy()))
+    scripts.load()
+    return scripts
+
+
+def test_every_script_runs_on_a_real_cluster_with_one_slot_per_call(
+    cluster: RedisCluster, engine: Scripts
+) -> None:
+    before = slots.CALLED.copy()
+    a, b, c = queue_names_on_distinct_masters(cluster)
+    for queue in (a, b, c):
+        engine.register_queue(queue)
+
+    def request(queue: str, job_type: str = "t", **fields: object):
+        return validate_enqueue({"type": job_type, "queue": queue, **fields})
+
+    ids = [str(uuid.uuid4()) for _ in range(8)]
+    engine.enqueue(request(a), ids[0], idempotency_key="one")  # reserve + enqueue
+    engine.enqueue_many(
+        [(request(q), i) for q, i in zip((a, b, c), ids[1:4], strict=True)],
+        idempotency_key="batch",  # reserve_batch
+    )
+    job = engine.claim("w1", queue=a)  # claim
+    assert job is not None and job.token is not None
+    engine.renew([(job.id, job.token)], queue=a)  # renew
+    engine.complete(job.id, job.token, "1", claim_next_for="w1", queue=a)  # complete (+claim)
+    failing = engine.claim("w1", queue=b)
+    assert failing is not None
+    engine.fail(failing.id, failing.token, "boom", permanent=True, queue=b)  # fail: dead
+    engine.replay(failing.id, queue=b)  # replay
+    again = engine.claim("w1", queue=b)
+    assert again is not None
+    engine.fail(again.id, again.token, "boom", permanent=True, queue=b)
+    engine.purge(again.id, queue=b)  # purge
+    running = engine.claim("w2", queue=c)
+    assert running is not None
+    engine.release(running.id, running.token, queue=c)  # release
+    running = engine.claim("w2", queue=c)
+    assert running is not None
+    engine.release_worker("w2", queues=(a, b, c))  # release_worker, one call per queue
+    running = engine.claim("w3", queue=c)
+    assert running is not None
+    engine.cancel_running(running.id, running.token, "SIGTERM", queue=c)  # cancel_running
+    engine.enqueue(request(a, delay="1h"), ids[4])
+    engine.cancel(ids[4], queue=a)  # cancel
+    engine.enqueue(request(b, delay=0.001), ids[5])
+    for queue in (a, b, c):
+        engine.promote(queue=queue)  # promote
+        engine.recover(queue=queue)  # recover
+        engine.trim(queue=queue)  # trim
+    engine.set_limits(c, json.dumps({"rate": {"limit": 1, "per_ms": 60_000}}))  # set_limits
+    engine.open_gates(queue=c)  # open_gates
+    engine.pause_queue(a)  # pause_queue
+    engine.resume_queue(a)  # resume_queue
+    engine.heartbeat("host-1", {"host": "h", "pid": 1}, 10_000)  # heartbeat
+    engine.quiet_host("host-1", True)  # quiet_host
+    engine.stats([a, b, c])  # queue_stats per queue + fleet
+    listing.list_jobs(engine, JobState.COMPLETED, [a, b, c])  # list_page per queue
+    throughput.last_hour(engine, [a, b, c])  # throughput per queue
+    engine.publish_schedules([("nightly", json.dumps({"every": "1h"}))])  # publish_schedules
+    engine.advance_schedule("nightly", 3_600_000, None)  # advance_schedule
+    engine.pause_schedule("nightly")  # pause_schedule
+    engine.resume_schedule("nightly")  # resume_schedule
+    called = {name for name, count in (slots.CALLED - before).items() if count}
+    assert set(SCRIPT_NAMES) <= called, set(SCRIPT_NAMES) - called
+
+
+def test_the_guard_refuses_keys_of_two_queues() -> None:
+    keys = [Keys().for_queue("a").pending, Keys().for_queue("b").pending]
+    with pytest.raises(slots.CrossSlot):
+        slots.check_keys("claim", keys)

@@ -30,20 +30,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import itertools
 import json
 import shutil
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.faults.http_load import QueueLoad
 from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters, running_cluster
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.tools import free_port, wait_until
@@ -53,15 +52,7 @@ WARMUP = 3.0  # seconds of load before the kill
 AFTER = 12.0  # seconds of load after the kill
 PACE = 0.01  # seconds between one producer's enqueues: about 100 jobs/s per queue at most
 SETTLE = 60.0  # seconds for every acknowledged job to finish after the load stops
-
-
-@dataclass
-class Producer:
-    """One queue's producer: what it was told, when."""
-
-    queue: str
-    acked: list[tuple[float, str]] = field(default_factory=list)  # (monotonic, job id)
-    refused: list[float] = field(default_factory=list)  # monotonic times of 503s and errors
+HTTP_TIMEOUT = 5.0
 
 
 @dataclass
@@ -109,31 +100,6 @@ class Figures:
         ]
 
 
-def _produce(gateway: Gunicorn, producer: Producer, journal: Path, stop: threading.Event) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=5)
-    try:
-        while not stop.is_set():
-            body = json.dumps(
-                {"type": "journaled", "queue": producer.queue, "payload": {"file": str(journal)}}
-            )
-            headers = {"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/json"}
-            try:
-                conn.request("POST", "/enqueue", body=body, headers=headers)
-                response = conn.getresponse()
-                doc = response.read()
-                if response.status in (200, 201):
-                    producer.acked.append((time.monotonic(), json.loads(doc)["id"]))
-                else:
-                    producer.refused.append(time.monotonic())
-            except (OSError, http.client.HTTPException):
-                producer.refused.append(time.monotonic())
-                conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=5)
-            stop.wait(PACE)  # pacing the load, not waiting for a condition
-    finally:
-        conn.close()
-
-
 def _job(gateway: Gunicorn, job_id: str) -> dict[str, Any] | None:
     status, _, doc = gateway.request("GET", f"/jobs/{job_id}")
     return doc if status == 200 else None
@@ -177,46 +143,48 @@ def _scenario(
     wait_replicas: bool,
     replica_behind: float,
 ) -> Figures:
-    producers = [Producer(queue) for queue in queues]
-    stop = threading.Event()
-    threads = [
-        threading.Thread(target=_produce, args=(gateway, p, journal, stop), daemon=True)
-        for p in producers
+    # Every enqueue carries a fresh Idempotency-Key; times are wall clock, as the jobs' are.
+    loads = [
+        QueueLoad(
+            gateway, journal, q, pace=PACE, job_sleep=0.0, http_timeout=HTTP_TIMEOUT, keyed=True
+        )
+        for q in queues
     ]
-    for thread in threads:
-        thread.start()
+    for load in loads:
+        load.thread.start()
     try:
-        stop.wait(WARMUP)  # load before the kill
+        threading.Event().wait(WARMUP)  # load before the kill
         master = cluster.master_of(f"{{taskforge:{queues[0]}}}")
         replica = cluster.cut_off_replica(master) if replica_behind else cluster.replica_of(master)
-        cut = time.monotonic()  # an answer read after it may still be of a WAIT just before
+        cut = time.time()  # an answer read after it may still be of a WAIT just before
         if replica_behind:
             wait_until(  # the fault's duration, not a synchronisation
-                lambda: time.monotonic() - cut >= replica_behind,
+                lambda: time.time() - cut >= replica_behind,
                 replica_behind + 1,
                 "the replica to fall behind",
             )
-        kill_wall, kill = time.time(), time.monotonic()
+        kill = time.time()
         master.kill()
         replica.thaw()
         # Reads by id of the other queues' jobs while the master is down (GET /jobs/<id> tries
         # every queue: it must find them on the masters that answer).
-        others = [job_id for p in producers[1:] for _, job_id in p.acked[-5:]]
+        others = [job_id for load in loads[1:] for _, _, job_id in load.acked[-5:]]
         lookups = Counter(gateway.request("GET", f"/jobs/{job_id}")[0] for job_id in others)
         cluster.wait_promoted(replica)
-        failover = time.monotonic() - kill
+        failover = time.time() - kill
         rejoined = None
         if wait_replicas:
             # The promoted master has no replica: with durable mode it confirms nothing until
             # the killed node is back as its replica (production runs two replicas a master).
             cluster.rejoin(master)
-            rejoined = time.monotonic() - kill
-        stop.wait(max(0.0, AFTER - (time.monotonic() - kill)))  # load after the kill
+            rejoined = time.time() - kill
+        threading.Event().wait(max(0.0, AFTER - (time.time() - kill)))  # load after the kill
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=10)
-    acked = {job_id: p.queue for p in producers for _, job_id in p.acked}
+        for load in loads:
+            load.stop.set()
+        for load in loads:
+            load.thread.join(timeout=HTTP_TIMEOUT + 5)
+    acked = {job_id: load.queue for load in loads for _, _, job_id in load.acked}
 
     def settled() -> dict[str, dict[str, Any] | None] | None:
         jobs = {job_id: _job(gateway, job_id) for job_id in acked}
@@ -226,12 +194,10 @@ def _scenario(
     jobs = wait_until(settled, SETTLE, "every acknowledged job to finish", interval=0.5)
     runs = Counter(json.loads(line)["id"] for line in journal.read_text().splitlines())
     lost = sorted(job_id for job_id, job in jobs.items() if job is None)
-    killed = producers[0]
-    first_refusal = next((t for t in killed.refused if t >= kill), None)
-    resumed = (
-        next((t for t, _ in killed.acked if first_refusal is not None and t > first_refusal), None)
-        if first_refusal is not None
-        else None
+    killed = loads[0]
+    first_refusal = min((sent for sent, _ in killed.refused if sent >= kill), default=None)
+    resumed = (  # the answer to the first enqueue sent after the first refused one
+        killed.first_ack_sent_after(first_refusal) if first_refusal is not None else None
     )
     finished = {
         queue: sorted(
@@ -243,29 +209,29 @@ def _scenario(
     }
     # A completion the dead master wrote an instant before it died may carry a time just
     # past the kill: count from the first refused enqueue (the master was surely gone then).
-    gone_wall = kill_wall + ((first_refusal or kill) - kill)
+    gone_wall = first_refusal or kill
     after_kill = [t for t in finished[queues[0]] if t > gone_wall * 1000]
     return Figures(
         killed_queue=queues[0],
         failover_s=failover,
         enqueues_resumed_s=None if resumed is None else resumed - kill,
-        completions_resumed_s=(after_kill[0] / 1000 - kill_wall) if after_kill else None,
+        completions_resumed_s=(after_kill[0] / 1000 - kill) if after_kill else None,
         other_queues_longest_pause_s=max(
-            _longest_pause(finished[q], kill_wall * 1000) for q in queues[1:]
+            _longest_pause(finished[q], kill * 1000) for q in queues[1:]
         ),
         acked=len(acked),
         lost=len(lost),
         lost_ids=lost,
         lost_acked_before_kill_s=max(
-            (kill - t for p in producers for t, job_id in p.acked if job_id in set(lost)),
+            (kill - t for load in loads for _, t, job_id in load.acked if job_id in set(lost)),
             default=0.0,
         ),
         duplicates=sum(1 for count in runs.values() if count > 1),
-        refused=len([t for t in killed.refused if t >= kill]),
-        others_refused=sum(len([t for t in p.refused if t >= kill]) for p in producers[1:]),
+        refused=killed.refused_sent_after(kill),
+        others_refused=sum(load.refused_sent_after(kill) for load in loads[1:]),
         other_lookups=dict(lookups),
         replica_behind_s=replica_behind,
-        acked_while_behind=len([t for t, _ in killed.acked if cut <= t <= kill]),
+        acked_while_behind=killed.acked_between(cut, kill),
         rejoined_s=rejoined,
     )
 

@@ -420,7 +420,23 @@ def _schemas() -> dict[str, Any]:
             {"type": ["number", "null"], "minimum": 0},
         ),
         "Probe": _object(
-            ["status", "redis"], {"status": {"type": "string"}, "redis": {"type": "string"}}
+            ["status", "redis"],
+            {
+                "status": {"type": "string"},
+                "redis": {"type": "string"},
+                "primary": {"type": "string", "description": "Sentinel: host:port reached."},
+                "replicas": {
+                    **_object(
+                        ["connected", "wanted"],
+                        {
+                            "connected": {"type": "integer", "minimum": 0},
+                            "wanted": {"type": "integer", "minimum": 1},
+                        },
+                    ),
+                    "description": "Durable mode: replicas the primary has now, and "
+                    "TASKFORGE_WAIT_REPLICAS. Fewer: still 200, every enqueue 503 not_replicated.",
+                },
+            },
         ),
         "Error": _error_schema(),
     }

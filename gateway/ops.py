@@ -10,10 +10,10 @@ import redis.exceptions
 from flask import Blueprint, Response, request
 
 from gateway.context import gateway
-from gateway.errors import ApiError, json_error, redis_unavailable
+from gateway.errors import ApiError, json_error, redis_unavailable, unavailable_reason
 from gateway.openapi import document
 from gateway.routes import route
-from shared import metrics, throughput
+from shared import durable, metrics, throughput
 from shared.jobs import format_ms
 from shared.queries import QueueCounts
 from shared.queues import QUEUE_RULE, is_queue_name
@@ -89,28 +89,47 @@ def prometheus() -> Response:
     return Response(body, content_type=content_type)
 
 
-def _probe(status: str, check: Callable[[], object]) -> tuple[dict[str, str], int] | Response:
-    """Answer a probe: 200 when `check` succeeds, 503 when Redis is unreachable."""
+def _probe(status: str, check: Callable[[], object]) -> tuple[dict[str, Any], int] | Response:
+    """Answer a probe: 200 when `check` succeeds, 503 when Redis is unreachable (and why)."""
+    gw = gateway()
     try:
         check()
+        # Durable mode: how many replicas could confirm a write now. Still 200 below that:
+        # reads, cancels and the dashboard work, and every gateway shares this Redis, so a
+        # load balancer dropping them all would only turn 503 not_replicated into refused
+        # connections (docs/RELIABILITY.md, "Durable mode").
+        wanted = gw.scripts.policy.wait_replicas
+        replicas = durable.replicas_body(gw.redis, wanted) if wanted else None
     except redis.exceptions.RedisError as exc:
         if not redis_unavailable(exc):
             raise
         return json_error(
-            503, "Redis is unavailable", {"Retry-After": "1"}, status="unavailable", redis="error"
+            503,
+            "Redis is unavailable",
+            {"Retry-After": "1"},
+            status="unavailable",
+            redis="error",
+            reason=unavailable_reason(exc),
         )
-    found = primary(gateway().redis)  # under Sentinel: which server answered
-    return {"status": status, "redis": "ok", **({"primary": found} if found else {})}, 200
+    found = primary(gw.redis)  # under Sentinel: which server answered
+    body: dict[str, Any] = {
+        "status": status,
+        "redis": "ok",
+        **({"primary": found} if found else {}),
+    }
+    if replicas is not None:
+        body["replicas"] = replicas
+    return body, 200
 
 
 @route(bp, "GET", "/health")
-def health() -> tuple[dict[str, str], int] | Response:
+def health() -> tuple[dict[str, Any], int] | Response:
     """Return 200 when this gateway can reach Redis, 503 otherwise."""
     return _probe("ok", gateway().redis.ping)
 
 
 @route(bp, "GET", "/ready")
-def ready() -> tuple[dict[str, str], int] | Response:
+def ready() -> tuple[dict[str, Any], int] | Response:
     """Return 200 when this gateway can serve requests: Redis answers and holds our scripts."""
     # One SCRIPT EXISTS; it loads them again after a Redis restart emptied the cache.
     return _probe("ready", gateway().scripts.ensure_loaded)

@@ -15,7 +15,7 @@ from typing import Any
 from shared.jobs import Job
 from shared.keys import Keys
 from shared.queries import get_job
-from shared.redis_conn import read_each
+from shared.redis_conn import MASTER_DOWN, is_cluster, read_each
 from shared.scripts import Scripts
 
 
@@ -32,12 +32,25 @@ class QueueDirectory:
         if queue not in self._registered:
             self.scripts.register_queue(queue)
             self._registered.add(queue)
-            self._names = None
+            if self._names is not None and queue not in self._names:
+                self._names = sorted([*self._names, queue])
 
     def names(self, *, refresh: bool = False) -> list[str]:
-        """Return every queue, sorted (read from Redis the first time or when asked to)."""
+        """Return every queue, sorted (read from Redis the first time or when asked to).
+
+        On a cluster the list lives on the global slot's master. While that master fails
+        over, a refresh answers with the queues this process already knows, so lookups,
+        listings and stats of the queues on the other masters go on; with none known, or on
+        one Redis (where nothing else would answer either), the error is raised.
+        """
         if refresh or self._names is None:
-            self._names = self.scripts.queue_names()
+            try:
+                self._names = self.scripts.queue_names()
+            except MASTER_DOWN:
+                known = set(self._names or ()) | self._registered
+                if not known or not is_cluster(self.scripts.redis):
+                    raise
+                return sorted(known)
         return self._names
 
     def locate(self, job_id: str) -> str | None:

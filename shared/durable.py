@@ -166,6 +166,27 @@ def weakest(first: Confirmation, second: Confirmation) -> Confirmation:
     return first if first.acked <= second.acked else second
 
 
+def replicas_connected(client: redis.Redis) -> tuple[str | None, int]:
+    """Return the role of the Redis `client` reaches and its connected replicas (INFO
+    replication). Raises RedisError when Redis cannot be reached."""
+    info = client.info("replication")
+    return info.get("role"), int(info.get("connected_slaves", 0))
+
+
+def replicas_body(client: redis.Redis, wanted: int) -> dict[str, int]:
+    """Return ``{"connected": n, "wanted": wanted}`` for a /ready body (a replica, which has
+    none of its own to wait for, counts 0). Raises RedisError when Redis cannot be reached."""
+    if isinstance(client, RedisCluster):
+        # The weakest master decides: a write to it is the one that cannot be confirmed.
+        counts = [
+            replicas_connected(client.get_redis_connection(node))[1]
+            for node in client.get_primaries()
+        ]
+        return {"connected": min(counts, default=0), "wanted": wanted}
+    role, connected = replicas_connected(client)
+    return {"connected": connected if role == "master" else 0, "wanted": wanted}
+
+
 def replica_shortfall(client: redis.Redis, replicas: int) -> str | None:
     """Return why every durable write would time out on this Redis (on a cluster: on one of
     its masters), or None when it can be confirmed: not a primary, or fewer connected replicas
@@ -182,20 +203,23 @@ def replica_shortfall(client: redis.Redis, replicas: int) -> str | None:
 def _shortfall(client: redis.Redis, replicas: int) -> str | None:
     """Return why WAIT for `replicas` on this one server cannot succeed, or None."""
     try:
-        info = client.info("replication")
+        role, connected = replicas_connected(client)
     except redis.RedisError:
         return None  # unreachable: the outage is reported where it is met
-    role = info.get("role")
     if role != "master":
         return (
             f"TASKFORGE_WAIT_REPLICAS={replicas} but REDIS_URL reaches a Redis whose role is "
             f"{role}: WAIT needs the primary"
         )
-    connected = int(info.get("connected_slaves", 0))
     if connected < replicas:
         return (
-            f"TASKFORGE_WAIT_REPLICAS={replicas} but the primary has {connected} connected "
-            "replicas: until more connect, every enqueue answers 503 not_replicated and no "
-            "completion is counted"
+            f"TASKFORGE_WAIT_REPLICAS={replicas} but the primary has {connected} of "
+            f"{replicas} {'replica' if replicas == 1 else 'replicas'} connected: until "
+            f"{_more(replicas - connected)}, every enqueue answers 503 "
+            "not_replicated and no completion is counted"
         )
     return None
+
+
+def _more(missing: int) -> str:
+    return "one more connects" if missing == 1 else f"{missing} more connect"

@@ -70,6 +70,7 @@ EVENTS: frozenset[str] = frozenset(
         "queues_relisted",
         "redis_unavailable",
         "redis_available",
+        "write_not_replicated",  # durable mode: a completion or tick no replica confirmed
         "scripts_not_loaded",
         "config_warning",
         "redis_url_defaulted",
@@ -231,6 +232,17 @@ def error_text(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
     except Exception:  # a broken __str__ must not hide the original failure
         message = "<unprintable>"
     return error_line(type(exc).__name__, message, limit)
+
+
+def unavailable_text(exc: BaseException, limit: int = 300) -> str:
+    """Return why Redis is unavailable for a /ready body: the message alone (redis-py's name
+    host and port, shared/sentinels.py's the sentinels), or the type when it has none."""
+    try:
+        message = str(exc).strip()
+    except Exception:
+        message = ""
+    text = message or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def error_line(kind: str, message: str, limit: int = ERROR_TEXT_LIMIT) -> str:

@@ -25,10 +25,11 @@ import redis.cluster
 import redis.exceptions
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import SentinelConnectionPool
 
 from shared.cluster_url import is_cluster_url, parse_cluster_url
 from shared.config import SentinelTarget, Settings, redact_url, sentinel_target
+from shared.sentinels import ExplainingSentinel
 
 HEALTH_CHECK_INTERVAL = 30  # seconds idle before a pooled connection is PINGed on reuse
 # Two quick retries ride out a blip (a failover, a dropped idle connection) without hiding
@@ -273,7 +274,8 @@ def _sentinel_pool(
     if target.tls:
         data.update(ssl=True, ssl_cert_reqs=settings.redis_ssl_cert_reqs)
         asking.update(ssl=True, ssl_cert_reqs=settings.redis_ssl_cert_reqs)
-    manager = Sentinel(list(target.sentinels), sentinel_kwargs=asking)
+    # Its MasterNotFoundError says in one line why no primary was found (shared/sentinels.py).
+    manager = ExplainingSentinel(list(target.sentinels), sentinel_kwargs=asking)
     if max_connections is not None and pool_wait is not None:
         return BlockingSentinelConnectionPool(
             target.service,

@@ -56,9 +56,14 @@ class Unavailable(TaskForgeError):
     that doubt, since each carries an Idempotency-Key and is retried until it is answered.
     """
 
-    def __init__(self, message: str, *, outcome_unknown: bool = False) -> None:
+    def __init__(
+        self, message: str, *, outcome_unknown: bool = False, body: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.outcome_unknown = outcome_unknown
+        # The last 503's JSON body: ``code`` "not_replicated" (durable mode) names the job
+        # (``job_id``, or ``job_ids`` for a batch) that is on the primary but unconfirmed.
+        self.body = body or {}
 
 
 class JobError(TaskForgeError):

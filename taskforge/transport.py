@@ -104,6 +104,7 @@ class Transport:
         sent_headers.update(headers or {})
         timeout = urllib3.Timeout(connect=self.timeout, read=read_timeout or self.timeout)
         last = ""
+        last_503: dict[str, Any] | None = None
         for attempt in range(self.retries + 1):
             pause = self._pause(attempt)
             try:
@@ -134,16 +135,18 @@ class Transport:
                 if response.status != 503:
                     raise api_error(response.status, doc, self._stranger(response.status))
                 last = f"{self.url} is unavailable (503): {_message(doc)}"
+                last_503 = doc if isinstance(doc, dict) else None
                 if replay is Replay.UNSENT:
                     raise Unavailable(
                         f"{last}; the request may or may not have taken effect",
                         outcome_unknown=True,
+                        body=last_503,
                     )
                 pause = max(pause, _retry_after(response))
             if attempt < self.retries:
                 time.sleep(pause)
         tries = self.retries + 1
-        raise Unavailable(f"{last} (tried {tries} time{'' if tries == 1 else 's'})")
+        raise Unavailable(f"{last} (tried {tries} time{'' if tries == 1 else 's'})", body=last_503)
 
     def _stranger(self, status: int) -> str:
         """Return the message for an error answer without the gateway's ``{"error": ...}``."""

@@ -442,3 +442,142 @@ def test_a_handler_module_that_does_not_import_stops_bin_run_before_it_says_read
     # One line, before anything started: no Redis, gateway or workerd line, no "ready".
     [line] = [text for text in result.stderr.splitlines() if not text.startswith("WARNING: ")]
     assert "broken_tasks.py:1: SyntaxError" in line, result.stderr
+
+
+# --- Redis never reachable: what bin/run says while it waits, and how it stops ----------------
+
+STOP_TRIES = 5  # before the fix about half the tries hung: 5 all pass by luck 1 time in 32
+
+
+@dataclass
+class Unready:
+    """A bin/run whose Redis never answers: its process, what it said so far, its ports."""
+
+    proc: subprocess.Popen[str]
+    env: dict[str, str]
+    marker: str
+    said: list[str] = field(default_factory=list)
+
+    def read_until(self, wanted: str, timeout: float) -> str:
+        """Read bin/run's stderr until a line contains `wanted`; return that line."""
+        lines: list[str] = []
+
+        def read() -> None:
+            for text in self.proc.stderr:  # type: ignore[union-attr]
+                self.said.append(text.rstrip("\n"))
+                if wanted in text:
+                    lines.append(text)
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout)
+        assert lines, f"no line with {wanted!r} within {timeout:g}s: {self.said}"
+        return lines[0]
+
+
+@contextlib.contextmanager
+def unreachable_bin_run(tmp_path: Path) -> Iterator[Unready]:
+    """Start bin/run with REDIS_URL naming a Sentinel no one listens on; kill what is left."""
+    nobody = free_port()
+    with started_bin_run(
+        tmp_path, REDIS_URL=f"redis+sentinel://127.0.0.1:{nobody}/taskforge/0"
+    ) as run:
+        yield run
+
+
+@contextlib.contextmanager
+def started_bin_run(tmp_path: Path, **settings: str) -> Iterator[Unready]:
+    """Start bin/run with `settings`, read nothing yet (the caller reads what it waits for:
+    bin_run's reader would keep lines that follow "ready" in its buffer); kill what is left."""
+    require_tool("redis-server")
+    marker = uuid.uuid4().hex
+    tmp_path.mkdir(exist_ok=True)
+    env = own_environment(tmp_path) | {MARKER_ENV: marker} | settings
+    with (tmp_path / "parts.log").open("w") as log:
+        proc = subprocess.Popen(
+            [str(ROOT / "bin/run")],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its own process group, as a script's background job
+        )
+    run = Unready(proc, env, marker)
+    try:
+        yield run
+    finally:
+        for pid in marked_processes(marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_sigterm_to_bin_run_group_before_ready_stops_everything_every_time(
+    tmp_path: Path,
+) -> None:
+    # The parts run, answer /ready with 503, and bin/run waits for them when the SIGTERM
+    # comes: it reached bin/run's readiness checker too, and bash lost track of it.
+    for attempt in range(STOP_TRIES):
+        with unreachable_bin_run(tmp_path / str(attempt)) as run:
+            run.read_until("bin/run: handlers ", START_TIMEOUT)
+            gateway = f"http://127.0.0.1:{run.env['PORT_PRODUCER']}"
+            ready = f"{gateway}/ready"
+            wait_until(lambda url=ready: http("GET", url)[0] == 503, 20, "a 503 /ready")
+            os.killpg(run.proc.pid, signal.SIGTERM)
+            try:
+                rest = run.proc.communicate(timeout=25)[1]
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"try {attempt}: bin/run hung: {run.said}") from None
+            assert "bin/run: stopping ...\n" in rest, (attempt, run.said, rest)
+            assert rest.endswith("bin/run: stopped.\n"), (attempt, rest)
+            assert "SIGKILL" not in rest and run.proc.returncode == 0, (attempt, rest)
+            assert not marked_processes(run.marker), f"try {attempt}: parts left running"
+            for variable in ("PORT_PRODUCER", "PORT_WORKER"):
+                with socket.socket() as probe:
+                    assert probe.connect_ex(("127.0.0.1", int(run.env[variable]))) != 0
+
+
+@pytest.mark.slow
+def test_bin_run_says_what_it_waits_for_and_why_when_redis_never_answers(
+    tmp_path: Path,
+) -> None:
+    with unreachable_bin_run(tmp_path) as run:
+        line = run.read_until("still waiting", START_TIMEOUT + 10)
+        url = run.env["REDIS_URL"]
+        sentinel = url.split("//")[1].split("/")[0]
+        assert line == (
+            f"bin/run: still waiting for Redis ({url}: no sentinel at {sentinel} answered"
+            " (connection refused))\n"
+        ), run.said
+        assert not [text for text in run.said if text.startswith("bin/run: ready")]
+        os.killpg(run.proc.pid, signal.SIGTERM)
+        rest = run.proc.communicate(timeout=25)[1]
+        assert rest.endswith("bin/run: stopped.\n"), rest
+
+
+@pytest.mark.slow
+def test_bin_run_in_durable_mode_without_a_replica_says_enqueues_will_fail(
+    tmp_path: Path,
+) -> None:
+    # bin/run's private Redis has no replica: ready (reads work), but no enqueue can succeed.
+    with started_bin_run(tmp_path, TASKFORGE_WAIT_REPLICAS="1") as run:
+        run.read_until(RUNNING, START_TIMEOUT)
+        line = run.read_until("bin/run: warning:", 5)
+        assert line == (
+            "bin/run: warning: durable mode (TASKFORGE_WAIT_REPLICAS=1) but the primary has 0 of "
+            "1 replica connected: every enqueue answers 503 not_replicated until enough connect\n"
+        )
+        for port in (run.env["PORT_PRODUCER"], run.env["PORT_WORKER"]):
+            status, body = http("GET", f"http://127.0.0.1:{port}/ready")
+            assert status == 200 and body["replicas"] == {"connected": 0, "wanted": 1}, body
+        parts_log = (tmp_path / "parts.log").read_text()
+        assert "TASKFORGE_WAIT_REPLICAS=1 but the primary has 0 of 1 replica connected" in parts_log
+        os.killpg(run.proc.pid, signal.SIGTERM)
+        rest = run.proc.communicate(timeout=STOP_TIMEOUT)[1]
+        assert rest.endswith("bin/run: stopped.\n"), rest

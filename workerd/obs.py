@@ -20,7 +20,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import redis
 
-from shared import metrics
+from shared import durable, metrics
+from shared.log import unavailable_text
 from shared.queues import QueuePlan
 from shared.redis_conn import primary
 from shared.scripts import Scripts
@@ -64,19 +65,25 @@ class ObservabilityApp:
         queues, quiet = queues_served(self.plan), self.table.quiet()
         try:
             self.scripts.redis.ping()
-        except redis.RedisError:
+        except redis.RedisError as exc:
             body = {"status": "unavailable", "redis": "unreachable", "queues": queues}
+            body["reason"] = unavailable_text(exc)
             return _json(start, 503, {**body, "quiet": quiet})
         body = {"status": "ok", "redis": "ok", **self._primary(), "queues": queues}
         return _json(start, 200, {**body, "quiet": quiet})
 
     def ready(self, start: StartResponse) -> Iterable[bytes]:
         """Answer 200 when Redis answers, scripts are loaded, and the children are up."""
+        wanted = self.scripts.policy.wait_replicas
         try:
             self.scripts.redis.ping()
             self.scripts.ensure_loaded()  # reloads them after a Redis restart
-        except redis.RedisError:
-            return _json(start, 503, {"status": "not ready", "redis": "unreachable"})
+            # Durable mode: fewer replicas than wanted leaves workerd ready (it claims and
+            # runs jobs), but no completion counts until one confirms it: said here.
+            replicas = durable.replicas_body(self.scripts.redis, wanted) if wanted else None
+        except redis.RedisError as exc:
+            body = {"status": "not ready", "redis": "unreachable", "reason": unavailable_text(exc)}
+            return _json(start, 503, body)
         status = self.table.status()
         problems = []
         if status is None or time.monotonic() - status.heartbeat > STATUS_FRESH_SECONDS:
@@ -90,6 +97,8 @@ class ObservabilityApp:
             return _json(start, 503, {"status": "not ready", "redis": "ok", "problems": problems})
         # Quiet is not "not ready": the host is up, it only claims nothing (its own choice).
         body = {"status": "ready", "redis": "ok", **self._primary(), "quiet": status.quiet}
+        if replicas is not None:
+            body["replicas"] = replicas
         return _json(start, 200, body)
 
     def _primary(self) -> dict[str, str]:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from taskforge.cli import render
-from taskforge.cli.app import Exit, Session, cli, fail, output, pass_session
-from taskforge.errors import JobCanceled, JobError, JobFailed
+from taskforge.cli.app import PROG, Exit, Session, cli, fail, output, pass_session
+from taskforge.errors import JobCanceled, JobError, JobFailed, Unavailable
 from taskforge.models import HistoryEntry, Job, JobPage
 
 STATES = ("pending", "scheduled", "processing", "retrying", "completed", "dead", "canceled")
@@ -100,17 +102,47 @@ def enqueue(
     """Enqueue one job."""
     if at is not None and delay is not None:
         raise click.UsageError("give --at or --delay, not both")
-    job = session.client.enqueue(
-        job_type,
-        load_payload(payload),
-        queue=queue,
-        priority=priority,
-        max_retries=max_retries,
-        at=at,
-        delay=duration(delay),
-        timeout=duration(timeout),
-        idempotency_key=idempotency_key,
-    )
+    body = load_payload(payload)
+    # Our own key, not the client's hidden one: a not_replicated answer must name it, so the
+    # resend the message advises is the same request (one job, confirmed).
+    key = idempotency_key or f"tf-{uuid.uuid4().hex}"
+    try:
+        job = session.client.enqueue(
+            job_type,
+            body,
+            queue=queue,
+            priority=priority,
+            max_retries=max_retries,
+            at=at,
+            delay=duration(delay),
+            timeout=duration(timeout),
+            idempotency_key=key,
+        )
+    except Unavailable as exc:
+        if exc.body.get("code") != "not_replicated":
+            raise
+        options = {
+            "--queue": queue,
+            "--priority": priority,
+            "--max-retries": max_retries,
+            "--at": at,
+            "--delay": delay,
+            "--timeout": timeout,
+        }
+        # Standard input is read once: the resend carries the payload inline instead.
+        shown = json.dumps(body, separators=(",", ":")) if payload == "-" else payload
+        resend = [PROG, "enqueue", job_type, *([shown] if shown is not None else [])]
+        for name, value in options.items():
+            if value is not None:
+                resend += [name, str(value)]
+        resend += ["--idempotency-key", key]
+        raise Unavailable(
+            f"job {exc.body.get('job_id')} is on the primary, but only "
+            f"{exc.body.get('replicas')} of {exc.body.get('wanted')} replicas confirmed it in "
+            f"time (idempotency key {key}); resend it, to confirm it without a second job: "
+            f"{shlex.join(resend)}",
+            body=exc.body,
+        ) from None
     output(session, job.raw, job.id)
 
 

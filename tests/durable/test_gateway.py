@@ -4,6 +4,8 @@ second job on a resend, while none confirms it."""
 
 from __future__ import annotations
 
+import re
+import shlex
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +16,10 @@ import redis
 
 from shared.keys import Keys
 from taskforge import Client, Unavailable
+from tests.cli.conftest import invoke
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.replicated import Replicated
+from tests.support.tools import wait_until
 
 K = Keys()
 TIMEOUT = 0.3  # TASKFORGE_WAIT_TIMEOUT
@@ -129,3 +133,42 @@ def test_the_python_client_resends_a_not_replicated_enqueue_with_its_key(
         pair.replica.thaw()
         job = client.enqueue("t", {"n": 1}, idempotency_key="order-9")
     assert job_keys(primary) == [K.job(job.id).encode()]
+
+
+def test_ready_stays_200_and_says_how_many_replicas_are_connected_of_those_wanted(
+    gw: Gunicorn, pair: Replicated, primary: redis.Redis
+) -> None:
+    status, _, doc = gw.request("GET", "/ready")
+    assert status == 200 and doc["replicas"] == {"connected": 1, "wanted": 1}, doc
+    # The replica gone from the primary's list: every enqueue would be not_replicated now,
+    # and /ready says so while it stays 200 (reads, cancels and the dashboard still work).
+    pair.replica.freeze()
+    assert primary.client_kill_filter(_type="replica") == 1
+    wait_until(lambda: primary.info("replication")["connected_slaves"] == 0, 5, "the drop")
+    status, _, doc = gw.request("GET", "/ready")
+    assert status == 200 and doc["replicas"] == {"connected": 0, "wanted": 1}, doc
+    pair.replica.thaw()
+
+
+def test_the_cli_names_the_unconfirmed_job_its_key_and_the_command_that_confirms_it(
+    gw: Gunicorn, pair: Replicated, primary: redis.Redis
+) -> None:
+    pair.replica.freeze()
+    base = ("--url", gw.url, "--retries", "1")
+    sent = invoke(*base, "enqueue", "t", "-", "--priority", "5", input='{"n": 1}')
+    line = sent.error_line()
+    assert sent.code == 3, line
+    found = re.search(r"job (\S+) is on the primary, but only 0 of 1 replicas", line)
+    assert found, line
+    job_id = found[1]
+    key = re.search(r"\(idempotency key (tf-[0-9a-f]{32})\)", line)
+    assert key, line
+    command = line.split("without a second job: ", 1)[1]
+    assert command == (f"taskforge enqueue t '{{\"n\":1}}' --priority 5 --idempotency-key {key[1]}")
+    assert job_keys(primary) == [K.job(job_id).encode()]
+    pair.replica.thaw()
+    argv = shlex.split(command)
+    assert argv[0] == "taskforge"
+    again = invoke(*base, *argv[1:])  # the advice, followed word for word
+    assert (again.code, again.out.strip()) == (0, job_id), again
+    assert job_keys(primary) == [K.job(job_id).encode()]  # confirmed, not made twice

@@ -134,6 +134,21 @@ def _statuses(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> dict[s
     return {i: _text(s) for i, s in zip(job_ids, pipe.execute(), strict=True)}
 
 
+def finished_or_gone(client: redis.Redis, keys: Keys, job_ids: Sequence[str]) -> bool:
+    """Every job is finished or absent (lost), and nothing is left live in the queue.
+
+    The failover scenarios poll it before checking: a job lost with the old primary is absent.
+    """
+    pipe = client.pipeline(transaction=False)
+    for job_id in job_ids:
+        pipe.hget(keys.job(job_id), "status")
+    for state in LIVE_STATES:
+        pipe.zcard(keys.state_index(state))
+    replies = pipe.execute()
+    statuses, live = replies[: len(job_ids)], replies[len(job_ids) :]
+    return all(s is None or s.decode() in SETTLED for s in statuses) and not any(live)
+
+
 def account(
     records: Iterable[EnqueueRecord], executions: Iterable[Execution]
 ) -> tuple[list[str], list[str], list[str], dict[str, list[Execution]]]:

@@ -20,17 +20,16 @@ since a primary without one can confirm nothing.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from shared.keys import Keys
-from tests.faults.checker import LIVE_STATES, OK, SETTLED, EnqueueRecord, check, read_journal
-from tests.faults.harness import FAULT_ENV, journaled_body, log_time, print_figures
+from tests.faults.checker import OK, EnqueueRecord, check, finished_or_gone, read_journal
+from tests.faults.harness import FAULT_ENV, log_time, print_figures
+from tests.faults.http_load import QueueLoad
 from tests.support.gunicorn import run_gunicorn
 from tests.support.sentinel import sentinel_deployment
 from tests.support.tools import free_port, wait_until
@@ -45,50 +44,6 @@ RESUME_BOUND = 20.0  # seconds from the kill within which enqueues and completio
 AFTER_RESUME = 3.0  # seconds of load kept up once enqueues resumed
 SETTLE_TIMEOUT = 60.0  # seconds for every surviving job to finish after the load stops
 HTTP_TIMEOUT = 5.0
-
-
-class EnqueueLoad:
-    """POST /enqueue every PACE seconds from a thread; remember each answer and when."""
-
-    def __init__(self, gateway: Any, journal: Path) -> None:
-        self.gateway, self.journal = gateway, journal
-        self.acked: list[tuple[float, float, str]] = []  # (sent, answered, job id)
-        self.refused: list[tuple[float, int]] = []  # (sent, status; 0: no answer)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        body = journaled_body(self.journal, JOB_SLEEP)
-        while not self.stop.wait(PACE):  # the load's cadence, not a synchronisation
-            sent = time.time()
-            try:
-                status, _, doc = self.gateway.request(
-                    "POST", "/enqueue", body, timeout=HTTP_TIMEOUT
-                )
-            except OSError:
-                self.refused.append((sent, 0))
-                continue
-            if 200 <= status < 300:
-                self.acked.append((sent, time.time(), doc["id"]))
-            else:
-                self.refused.append((sent, status))
-
-    def first_ack_sent_after(self, moment: float) -> float | None:
-        """Return when the first acknowledged enqueue sent after `moment` was answered."""
-        answers = [answered for sent, answered, _ in self.acked if sent >= moment]
-        return min(answers, default=None)
-
-
-def _finished_or_gone(client: redis.Redis, job_ids: list[str]) -> bool:
-    """Every job is finished or absent (lost), and nothing is left live on the primary."""
-    pipe = client.pipeline(transaction=False)
-    for job_id in job_ids:
-        pipe.hget(KEYS.job(job_id), "status")
-    for state in LIVE_STATES:
-        pipe.zcard(KEYS.state_index(state))
-    replies = pipe.execute()
-    statuses, live = replies[: len(job_ids)], replies[len(job_ids) :]
-    return all(s is None or s.decode() in SETTLED for s in statuses) and not any(live)
 
 
 def run_failover(tmp_path: Path, *, wait_replicas: bool, replica_behind: float) -> dict[str, Any]:
@@ -109,7 +64,9 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, replica_behind: float) 
         )
         try:
             with run_gunicorn(deployment.url, tmp_path, **extra) as gateway:
-                load = EnqueueLoad(gateway, journal)
+                load = QueueLoad(
+                    gateway, journal, pace=PACE, job_sleep=JOB_SLEEP, http_timeout=HTTP_TIMEOUT
+                )
                 load.thread.start()
                 try:
                     wait_until(
@@ -177,7 +134,7 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, replica_behind: float) 
                 client = new.client(socket_timeout=10)
                 acked_ids = [job_id for _, _, job_id in load.acked]
                 wait_until(
-                    lambda: _finished_or_gone(client, acked_ids),
+                    lambda: finished_or_gone(client, KEYS, acked_ids),
                     SETTLE_TIMEOUT,
                     "every surviving job to finish",
                     0.1,

@@ -5,7 +5,9 @@ ends. The sentinels run as ``redis-server <conf> --sentinel``: the same binary a
 nodes (Debian's ``redis-sentinel`` is only a link to it), so no second package is needed and
 the sentinels can never be another version than the servers they watch. They decide quickly
 (``down-after-milliseconds`` 1000) so a failover takes a few seconds, not the default minute.
-Every wait is bounded.
+Every wait is bounded. With ``sentinel_password`` the sentinels require it (``requirepass``,
+and ``sentinel-pass`` among themselves); with ``data_password`` the primary and replica do
+(``requirepass`` and ``masterauth``, and the sentinels' ``auth-pass``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class SentinelProcess:
     dir: Path
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    password: str | None = None  # its requirepass (and the one other sentinels ask for)
+    data_password: str | None = None  # the primary's and replica's, for auth-pass
 
     @property
     def conf(self) -> Path:
@@ -46,6 +50,11 @@ class SentinelProcess:
 
     def start(self, primary_port: int) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        secrets = []
+        if self.password is not None:
+            secrets += [f"requirepass {self.password}", f"sentinel sentinel-pass {self.password}"]
+        if self.data_password is not None:
+            secrets.append(f"sentinel auth-pass {SERVICE} {self.data_password}")
         self.conf.write_text(
             "\n".join(
                 [
@@ -57,6 +66,7 @@ class SentinelProcess:
                     f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
                     f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}",
                     f"sentinel parallel-syncs {SERVICE} 1",
+                    *secrets,
                     "",
                 ]
             )
@@ -74,6 +84,7 @@ class SentinelProcess:
             socket_timeout=2,
             retry=NO_RETRY,
             decode_responses=True,
+            password=self.password,
         )
 
     def master(self) -> dict[str, object] | None:
@@ -101,12 +112,20 @@ class SentinelDeployment:
     dir: Path
     servers: list[RedisServer] = field(default_factory=list)
     sentinels: list[SentinelProcess] = field(default_factory=list)
+    sentinel_password: str | None = None
+    data_password: str | None = None
 
     @property
     def url(self) -> str:
-        """Return the redis+sentinel:// URL TaskForge reaches the primary by."""
+        """Return the redis+sentinel:// URL TaskForge reaches the primary by (with the data
+        nodes' password; the sentinels' goes in REDIS_SENTINEL_PASSWORD)."""
         hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
-        return f"redis+sentinel://{hosts}/{SERVICE}/0"
+        auth = f":{self.data_password}@" if self.data_password is not None else ""
+        return f"redis+sentinel://{auth}{hosts}/{SERVICE}/0"
+
+    def data_client(self, server: RedisServer, **options: object) -> redis.Redis:
+        """Return a client straight to a data node, with its password if it has one."""
+        return server.client(password=self.data_password, **options)
 
     def start(self) -> None:
         primary = RedisServer(self.binary, self.dir / "primary", dict(NO_PERSISTENCE))
@@ -117,14 +136,33 @@ class SentinelDeployment:
         replica.dir.mkdir(parents=True)
         replica.start()
         self.servers.append(replica)
-        client = replica.client()
+        if self.data_password is not None:
+            # Set once both answer (their start waits for a PING without a password); the
+            # connections made below then carry it.
+            for server in (primary, replica):
+                client = server.client()
+                try:
+                    client.config_set("masterauth", self.data_password)
+                    client.config_set("requirepass", self.data_password)
+                finally:
+                    client.close()
+        client = self.data_client(replica)
         try:
             client.replicaof("127.0.0.1", primary.port)
         finally:
             client.close()
-        wait_until(lambda: _link_up(replica), SETTLE_TIMEOUT, "the replica's link to the primary")
+        wait_until(
+            lambda: _link_up(self.data_client(replica, socket_timeout=1)),
+            SETTLE_TIMEOUT,
+            "the replica's link to the primary",
+        )
         for n in range(3):
-            sentinel = SentinelProcess(self.binary, self.dir / f"sentinel{n}")
+            sentinel = SentinelProcess(
+                self.binary,
+                self.dir / f"sentinel{n}",
+                password=self.sentinel_password,
+                data_password=self.data_password,
+            )
             sentinel.start(primary.port)
             self.sentinels.append(sentinel)
         wait_until(self._settled, SETTLE_TIMEOUT, "three sentinels that know each other")
@@ -169,7 +207,7 @@ class SentinelDeployment:
         assert port is not None, "the sentinels do not agree on a primary"
         replica = next(server for server in self.servers if server.port != port)
         replica.freeze()
-        client = self.server_on(port).client()
+        client = self.data_client(self.server_on(port))
         try:
             dropped = client.client_kill_filter(_type="replica")
         finally:
@@ -185,7 +223,7 @@ class SentinelDeployment:
             if port is None or port == old_port:
                 return None
             server = self.server_on(port)
-            client = server.client(socket_timeout=1)
+            client = self.data_client(server, socket_timeout=1)
             try:
                 return server if client.role()[0] in (b"master", "master") else None
             except redis.RedisError:
@@ -202,8 +240,8 @@ class SentinelDeployment:
             server.kill()
 
 
-def _link_up(replica: RedisServer) -> bool:
-    client = replica.client(socket_timeout=1)
+def _link_up(client: redis.Redis) -> bool:
+    """Tell whether the replica `client` reaches has its link to the primary up; close it."""
     try:
         return client.info("replication").get("master_link_status") == "up"
     except redis.RedisError:
@@ -213,12 +251,20 @@ def _link_up(replica: RedisServer) -> bool:
 
 
 @contextlib.contextmanager
-def sentinel_deployment() -> Iterator[SentinelDeployment]:
+def sentinel_deployment(
+    *, sentinel_password: str | None = None, data_password: str | None = None
+) -> Iterator[SentinelDeployment]:
     """Yield a settled deployment (fails under CI, skips elsewhere, without redis-server);
-    every process is killed and the directory removed when the block ends."""
+    every process is killed and the directory removed when the block ends. The passwords,
+    when given, are required by the sentinels and by the data nodes respectively."""
     binary = require_tool("redis-server")
     with tempfile.TemporaryDirectory(prefix="taskforge-sentinel-") as directory:
-        deployment = SentinelDeployment(binary, Path(directory))
+        deployment = SentinelDeployment(
+            binary,
+            Path(directory),
+            sentinel_password=sentinel_password,
+            data_password=data_password,
+        )
         try:
             deployment.start()
             yield deployment

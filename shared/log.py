@@ -39,7 +39,6 @@ EVENTS: frozenset[str] = frozenset(
         "job_timed_out",
         "job_stale_ack",
         "lifecycle_sink_failed",
-        "write_not_replicated",
         "scheduler_started",
         "scheduler_stopped",
         "worker_started",

@@ -144,6 +144,9 @@ SECTIONS: tuple[Section, ...] = (
                  "Data directory and log of that redis-server", (BIN_RUN,)),
         External("PYTHON", "`python3`",
                  "Interpreter that creates `.venv` (3.11 or newer)", (BIN_RUN, BIN_TEST)),
+        External("TASKFORGE_TEST_WORKERS", "`3`",
+                 "Processes that run the tests not marked serial (pytest-xdist's `-n`); `0` runs them in pytest's own process",
+                 (BIN_TEST,)),
     )),
 )
 # fmt: on

@@ -316,7 +316,12 @@ class Upgrade:
         while True:  # one walk of every v1 key: hashes no index names, idempotency keys
             cursor, job_ids, names = self.scan(cursor)
             if job_ids:
+                # A job held at the index pass that its old worker finished since is named by
+                # an index again, which this pass leaves alone: it still counts as held, so
+                # --wait runs once more to move it rather than say "done" with it in v1.
+                held = total.held
                 total.add(self.move_jobs(0, unindexed=job_ids, now_ms=now_ms))
+                total.held = max(held, total.held)
             if names:
                 total.keys.update(self.move_keys(names))
             if cursor == 0:

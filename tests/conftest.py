@@ -22,6 +22,8 @@ from tests.support.redis_server import RedisServer
 from tests.support.tools import require_tool
 
 _PYTEST_PID = os.getpid()
+# --serial: what to do with the tests marked serial (see pytest_collection_modifyitems).
+SERIAL_CHOICES = ("include", "skip", "only")
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -36,6 +38,30 @@ def pytest_configure(config: pytest.Config) -> None:
     """Treat SIGTERM (`timeout`, a CI runner giving up) like Ctrl-C: pytest then still runs the
     fixtures' teardown, so no redis-server, gunicorn or workerd a test started outlives it."""
     signal.signal(signal.SIGTERM, _interrupt)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--serial",
+        choices=SERIAL_CHOICES,
+        default="include",
+        help="tests marked serial: include them (default), skip them (bin/test's parallel "
+        "phase) or run only them (its serial phase, after the parallel one)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the tests of the phase --serial asks for (an option, not -m: a user's -m "not slow"
+    and bin/test's phase must combine, and pytest keeps only the last -m)."""
+    mode = config.getoption("serial")
+    if mode == "include":
+        return
+    wanted = mode == "only"
+    kept = [item for item in items if (item.get_closest_marker("serial") is not None) == wanted]
+    dropped = [item for item in items if (item.get_closest_marker("serial") is not None) != wanted]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session")

@@ -283,7 +283,8 @@ class Sandbox:
 
     def run(self, command: str) -> subprocess.CompletedProcess[str]:
         """Run a shell command line in the checkout, as a user would."""
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", *OURS)}
+        drop = ("VIRTUAL_ENV", "TASKFORGE_TEST_WORKERS", *OURS)  # bin/test's defaults, as a user's
+        env = {k: v for k, v in os.environ.items() if k not in drop}
         return subprocess.run(
             ["bash", "-c", command],
             cwd=self.root,
@@ -379,7 +380,11 @@ def test_bin_test_lints_what_git_tracks_and_the_whole_tree_of_an_export(
     (sandbox.root / "shared" / "keys.py").unlink()  # tracked, deleted, not yet committed
     done = sandbox.run("bin/test -q")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "pytest -q" in sandbox.log.read_text()  # it got as far as the tests
+    # It got as far as the tests: both phases, each with the arguments given.
+    phases = [line for line in sandbox.log.read_text().splitlines() if line.startswith("pytest ")]
+    assert [line.endswith(" -q") for line in phases] == [True, True], phases
+    assert "-n 3" in phases[0] and "--serial=skip" in phases[0], phases
+    assert "--serial=only" in phases[1] and "-n" not in phases[1].split(), phases
 
     sandbox.git("add", "myapp")
     done = sandbox.run("bin/test")

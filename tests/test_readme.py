@@ -24,7 +24,9 @@ from tests.support.workerd import MARKER_ENV, marked_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-DEMO_PORTS = (8080, 8081)  # the demo's curl commands name these ports
+# The demo's curl commands name these ports: the tests that bind them are marked serial, so
+# bin/test runs them one at a time after its parallel phase.
+DEMO_PORTS = (8080, 8081)
 READY_TIMEOUT = 90.0  # bin/run may first install the .venv dependencies
 DEMO_TIMEOUT = 60.0  # the demo sleeps about 5 s; the rest is curl against localhost
 STOP_TIMEOUT = 45.0  # bin/run gives each part 30 s, then SIGKILLs it
@@ -188,6 +190,7 @@ def run_block(
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the demo's fixed ports, 8080 and 8081
 def test_five_minute_demo_runs_verbatim_against_bin_run(stack: Path) -> None:
     demo, report = run_block(["bash", "-euo", "pipefail", "-c"], shell_blocks("Five-minute demo"))
     objects = list(_json_objects(demo.stdout))
@@ -222,6 +225,7 @@ def test_five_minute_demo_runs_verbatim_against_bin_run(stack: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the demo's fixed ports, 8080 and 8081
 def test_client_and_command_line_run_verbatim_against_bin_run(stack: Path) -> None:
     """The "Python client" block, then the "Command line" block, as a reader would run them."""
     venv_python = str(ROOT / ".venv" / "bin" / "python")
@@ -290,6 +294,7 @@ def _run_to_end(body: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the demo's fixed ports, 8080 and 8081
 def test_handler_loop_runs_verbatim_against_bin_run(tmp_path: Path) -> None:
     """The README's handler, run with its own command lines: the job runs, a failure keeps its
     traceback, and an edit is picked up by the reload line without failing a job."""

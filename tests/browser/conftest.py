@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 from selenium import webdriver
-from selenium.common.exceptions import WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
@@ -202,13 +202,17 @@ class Browser:
             f"the {page} page",
         )
 
-    def submit(self, button: WebElement, page: str) -> None:
+    def submit(self, button: WebElement | str, page: str) -> None:
         """Click a button that navigates; wait for the old document to go and `page` to load."""
         self.click_away(button, "the page to be left")
         self.wait_page(page)
 
-    def click_away(self, element: WebElement, what: str) -> None:
-        """Click `element`, which navigates, and wait until the old document is gone.
+    def click_away(self, target: WebElement | str, what: str) -> None:
+        """Click `target`, which navigates, and wait until the old document is gone.
+
+        A CSS selector as `target` clicks the element the page holds at the click: a live page
+        swaps its parts in once its stream opens (and on events), so an element found before
+        that is stale; the one swapped in is the same button.
 
         A mark on the old document's window tells: a new document has none. (Selenium's
         staleness_of asks about the old element mid-navigation, which chromedriver sometimes
@@ -216,7 +220,12 @@ class Browser:
         run while the document unloads may fail the same way, so such errors mean "not yet".)
         """
         self.driver.execute_script("window.__tfLeaving = true;")
-        element.click()
+        if isinstance(target, str):
+            WebDriverWait(
+                self.driver, WAIT, ignored_exceptions=(StaleElementReferenceException,)
+            ).until(lambda _: self.find(target).click() or True, f"clicking {target}")
+        else:
+            target.click()
         WebDriverWait(self.driver, WAIT, ignored_exceptions=(WebDriverException,)).until(
             lambda driver: driver.execute_script("return window.__tfLeaving !== true;"),
             f"waiting for {what}",

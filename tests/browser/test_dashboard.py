@@ -182,9 +182,9 @@ def test_replay_dead_job_completes_live_without_reload(browser: Browser, system:
     marker.unlink()  # from now on the job's handler succeeds
     # Paused, the replayed job waits until the page is listening: the change must arrive live.
     with paused(system, WORK_QUEUE):
-        browser.submit(browser.find("form#replay button"), "confirm")
+        browser.submit("form#replay button", "confirm")
         browser.shot("confirm")
-        browser.submit(browser.find("form#confirm button#confirm-yes"), "job")
+        browser.submit("form#confirm button#confirm-yes", "job")
         if urlsplit(browser.driver.current_url).path != urlsplit(job_url).path:
             browser.open(job_url, "job")
         assert browser.text("#job-status") == "pending"
@@ -224,9 +224,7 @@ def confirm(browser: Browser, step: str, *shown: str) -> None:
     source = browser.driver.page_source
     assert all(item in source for item in shown), shown
     assert browser.find("a#confirm-no").is_displayed()
-    browser.click_away(
-        browser.find("form#confirm button#confirm-yes"), "the confirmation to be left"
-    )
+    browser.click_away("form#confirm button#confirm-yes", "the confirmation to be left")
 
 
 def test_dlq_replay_selected_then_purge_all_matching(browser: Browser, system: System) -> None:
@@ -243,7 +241,7 @@ def test_dlq_replay_selected_then_purge_all_matching(browser: Browser, system: S
     assert row_ids(browser) == {first, second, third}
     for job_id in (first, second):
         browser.find(f'tr[data-job-id="{job_id}"] input[type=checkbox][name=id]').click()
-    browser.click_away(browser.find("button#replay-selected"), "the DLQ page to be left")
+    browser.click_away("button#replay-selected", "the DLQ page to be left")
     confirm(browser, "confirm-replay", first, second)
     system.wait_status(first, "completed")
     system.wait_status(second, "completed")
@@ -252,7 +250,7 @@ def test_dlq_replay_selected_then_purge_all_matching(browser: Browser, system: S
     browser.open(f"{system.open_gateway.url}/ui/dlq", "dlq")
     filter_dlq(browser, DLQ_QUEUE)
     assert row_ids(browser) == {third}
-    browser.click_away(browser.find("button#purge-all"), "the DLQ page to be left")
+    browser.click_away("button#purge-all", "the DLQ page to be left")
     confirm(browser, "confirm-purge-all", DLQ_QUEUE)
     browser.wait(lambda _: not system.exists(third), "the purge to delete the dead job")
     assert system.job(first)["status"] == "completed"  # not in the DLQ: purge leaves it
@@ -265,12 +263,12 @@ def test_pause_and_resume_a_queue_from_the_queues_page(browser: Browser, system:
     browser.open(f"{system.open_gateway.url}/ui/queues", "queues")
     assert text_is(browser, f"{row} td.state", "active")
 
-    browser.submit(browser.find(f"{row} form.pause button"), "queues")
+    browser.submit(f"{row} form.pause button", "queues")
     browser.shot("paused")
     assert text_is(browser, f"{row} td.state", "paused")
     assert system.queue("pq")["paused"] is True
 
-    browser.submit(browser.find(f"{row} form.resume button"), "queues")
+    browser.submit(f"{row} form.resume button", "queues")
     browser.shot("resumed")
     assert text_is(browser, f"{row} td.state", "active")
     assert system.queue("pq")["paused"] is False
@@ -367,7 +365,7 @@ def test_pages_without_a_stream_show_no_live_indicator(browser: Browser, system:
     job_id, _ = system.gated_dead_job()
     browser.open(f"{system.open_gateway.url}/ui/jobs/{job_id}", "job")
     assert browser.find_all(".live-state")
-    browser.submit(browser.find("form#replay button"), "confirm")
+    browser.submit("form#replay button", "confirm")
     browser.shot("confirm")
     assert not browser.find_all(".live-state")
     assert browser.find("a#confirm-no").is_displayed()
@@ -388,7 +386,7 @@ def test_token_login_and_logout(browser: Browser, system: System) -> None:
         field = browser.find("form#login input[name=token]")
         field.clear()
         field.send_keys(token)
-        browser.submit(browser.find("button#login-submit"), page)
+        browser.submit("button#login-submit", page)
 
     log_in("not-the-token", "login")
     browser.shot("wrong-token")
@@ -400,7 +398,7 @@ def test_token_login_and_logout(browser: Browser, system: System) -> None:
     browser.open(f"{base}/ui/jobs", "jobs")  # the session holds from page to page
     assert not browser.find_all("#open-banner")
 
-    browser.submit(browser.find("form#logout button"), "login")
+    browser.submit("form#logout button", "login")
     browser.shot("logged-out")
     browser.driver.get(f"{base}/ui/queues")
     browser.wait_page("login")
@@ -507,7 +505,7 @@ def test_a_job_page_and_its_confirmation_fit(
     browser.open(f"{system.open_gateway.url}/ui/jobs/{wide_data}", "job")
     assert LONG_ERROR in browser.text("main")  # all of it, not the listing's cut
     assert_fits(browser, "job", size)
-    browser.submit(browser.find("form#replay button"), "confirm")
+    browser.submit("form#replay button", "confirm")
     assert_fits(browser, "confirm", size)
 
 

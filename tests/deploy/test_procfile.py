@@ -239,6 +239,7 @@ def _port_taken(port: int) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # the README's fixed ports, as tests/test_readme.py's bin/run tests use
 def test_the_readme_line_serves_8080_and_8081_warns_once_and_cleans_up(
     r: redis.Redis, redis_server: RedisServer, tmp_path: Path
 ) -> None:

@@ -5,17 +5,23 @@
 
 Each scenario test prints one ``FAULT-FIGURES <name> {json}`` line (tests/faults/harness.py);
 this collects them from a real pytest run, so the table in the document is whatever the
-suite measured, never typed in by hand. The run's pass/fail is the exit code.
+suite measured, never typed in by hand. The run's pass/fail is the exit code. The scenarios
+that are long by design run at their full length here (TASKFORGE_FAULT_SCALE=1, unless set:
+tests/faults/scale.py); bin/test runs them shorter.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from tests.faults.scale import FULL_SCALE, SCALE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "FAULT-FIGURES "
@@ -74,11 +80,23 @@ def table(rows: list[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def run_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """Return the environment of the report's pytest run: full-length scenarios, unless the
+    caller set TASKFORGE_FAULT_SCALE."""
+    return {SCALE_ENV: str(FULL_SCALE), **environ}
+
+
 def main(argv: list[str]) -> int:
     """Run tests/faults under pytest with ``-s``; print the table; return pytest's exit code."""
     command = [sys.executable, "-m", "pytest", "tests/faults", "-q", "-s", "-p", "no:cacheprovider"]
     run = subprocess.run(
-        [*command, *argv], cwd=ROOT, capture_output=True, text=True, check=False, timeout=1800
+        [*command, *argv],
+        cwd=ROOT,
+        env=run_env(os.environ),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1800,
     )
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True

@@ -90,8 +90,9 @@ def test_wait_moves_a_running_job_once_its_old_worker_finishes_it(
         text=True,
     )
     try:
-        # A run ends with its SCAN of the v1 keys: once one is seen, the first run found the
-        # job held, and the command polls.
+        # A run's key walk (SCAN) follows its index pass: once one is seen, the first run found
+        # the job held, and the command polls (a finish during the walk still counts as held:
+        # tests/upgrade/test_move.py).
         wait_until(lambda: _scans(r) > 0, 10, "the command's first run")
         v1.complete(job_id(1), claimed.token)  # the old worker finishes
         out, err = waiting.communicate(timeout=CLI_TIMEOUT)

@@ -262,3 +262,25 @@ def test_big_payloads_are_copied_a_few_megabytes_a_call(
     assert all(
         r.hget(K.job(jid), "payload") == b'{"blob":"' + b"x" * 900_000 + b'"}' for jid in ids
     )
+
+
+def test_a_job_finished_during_a_runs_key_walk_still_counts_as_held(
+    r: redis.Redis, world: World, v1: V1
+) -> None:
+    """The old worker finishes its job between the run's index pass (it was held then) and the
+    key walk: that run leaves it in v1, so it must not report nothing held (--wait would stop
+    and say done); the next run moves it."""
+    (running,) = world.ids["running"]
+    token = int(r.hget(V1K.job(running), "token") or 0)
+
+    class FinishingDuringTheWalk(Upgrade):
+        def scan(self, cursor: int) -> tuple[int, list[str], list[bytes]]:
+            if cursor == 0:
+                assert v1.complete(running, token, now_ms=NOW + 1) is Code.DONE
+            return super().scan(cursor)
+
+    moved = FinishingDuringTheWalk(r, K, wake_cap=POLICY.wake_cap).run(now_ms=NOW + 1)
+    assert moved.held == 1 and r.exists(V1K.job(running))
+
+    again = Upgrade(r, K, wake_cap=POLICY.wake_cap).run(now_ms=NOW + 1)
+    assert again.jobs == {"completed": 1} and again.held == 0

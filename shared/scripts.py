@@ -223,6 +223,20 @@ class Scripts:
         self.load()
         return False
 
+    def ensure_loaded_on(self, node: Any) -> bool:
+        """ensure_loaded on one cluster master (`node`, a redis-py ClusterNode) only.
+
+        A cluster's readiness checks each master apart (shared.cluster_health): one that fails
+        over must not hide that the others answer.
+        """
+        shas = [script.sha for script in self._scripts.values()]
+        found = self.redis.execute_command("SCRIPT EXISTS", *shas, target_nodes=node)
+        if all(found):
+            return True
+        for script in self._scripts.values():
+            self.redis.execute_command("SCRIPT LOAD", script.script, target_nodes=node)
+        return False
+
     def _events_key(self, k: Keys) -> list[str]:
         """Return a script's last key: its queue's events stream, or none with events off."""
         return [k.events] if self.policy.events_cap else []

@@ -31,6 +31,7 @@ promoted master's replica; then no acknowledged job may be lost.
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -177,6 +178,12 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
                         for q in others
                         for state in ("pending", "completed")
                     )
+                    # Readiness stays 200 (every process shares the cluster: dropping them all
+                    # would stop the other masters' queues too) and names the dead master.
+                    ready = {
+                        "gateway": gateway.request("GET", "/ready", timeout=HTTP_TIMEOUT)[::2],
+                        "workerd": (lambda r: (r[0], json.loads(r[2])))(workerd.http("/ready")),
+                    }
                     cluster.wait_promoted(replica)
                     promoted = time.time()
                     if wait_replicas:
@@ -251,6 +258,7 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
         "other_refused_enqueues": sum(loads[q].refused_sent_after(killed) for q in others),
         "other_lookups": dict(lookups),
         "other_listings": dict(listings),
+        "ready_during_failover": {name: status for name, (status, _) in ready.items()},
         "keyed": not global_slot,
         "run_s": round(stopped - killed, 1),
     }
@@ -268,6 +276,10 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
     # process goes on with the queues it knows (shared.directory).
     assert set(lookups) == {200}, lookups
     assert set(listings) == {200}, listings
+    dead = f":{master.port}"
+    for name, (status, body) in ready.items():
+        down = body.get("masters_down", {})
+        assert status == 200 and any(node.endswith(dead) for node in down), (name, status, body)
     if wait_replicas:
         assert reports[victim].lost == [], reports[victim].lost
     else:

@@ -50,6 +50,8 @@ PROMOTE_FROM = ("scheduled", "retrying")
 OPEN_GATES_FROM = ("gates",)
 RECOVER_FROM = ("processing",)
 TRIM_FROM = ("completed", "canceled", "dead", "failures")
+# Every index a queue that ever had a job holds something in (its events stream included).
+ANY_INDEX = ("pending", "held", "scheduled", "retrying", "processing", *TRIM_FROM, "events")
 
 
 class SchedulerProcess(StopOnSignal):
@@ -176,7 +178,11 @@ class SchedulerProcess(StopOnSignal):
             return listed
         for queue in missing:
             self.scripts.register_queue(queue)
-        log.warning("queues_relisted", extra={"queues": missing})
+        # A queue holding jobs or their events, unlisted, is one the list lost (a failover
+        # dropped the producer's SADD): worth a warning. One with nothing is simply new, served
+        # before anything was enqueued to it, as on a fresh deployment.
+        lost = self._holding(ANY_INDEX, missing)
+        (log.warning if lost else log.info)("queues_relisted", extra={"queues": missing})
         return sorted({*listed, *missing})
 
     def _promote(self, queue: str, now_ms: int | None) -> PromoteResult:

@@ -183,4 +183,14 @@ def test_a_served_queue_the_list_lost_is_listed_again_and_its_scheduled_job_runs
 
     journal.wait_for("end", job_id, timeout=10)  # promoted by the scheduler, then run
     assert producer.scripts.queue_names() == ["default", "x"]
-    assert workerd.wait_for("queues_relisted", queues=["x"])
+    [relisted] = workerd.wait_for("queues_relisted", queues=["x"])
+    assert relisted["level"] == "WARNING", relisted  # x had a job: the list lost it
+
+
+def test_a_served_queue_that_never_had_a_job_is_listed_without_a_warning(
+    r: redis.Redis, start_workerd: Start
+) -> None:
+    workerd = start_workerd(WORKER_COUNT="1", WORKER_QUEUES="fresh")
+
+    [relisted] = workerd.wait_for("queues_relisted", queues=["fresh"])
+    assert relisted["level"] == "INFO", relisted  # a new deployment, nothing lost

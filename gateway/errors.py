@@ -44,17 +44,26 @@ class ApiError(Exception):
         self.fields = fields
 
 
-def not_replicated(confirmation: Confirmation, job_ids: list[str]) -> ApiError:
+def not_replicated(confirmation: Confirmation, job_ids: list[str], *, keyed: bool) -> ApiError:
     """Return the 503 of an enqueue WAIT did not confirm in time (durable mode).
 
     The jobs are on the primary, not yet on enough replicas: a failover now could lose them.
-    A resend with the same Idempotency-Key creates nothing more and waits again (docs/API.md).
+    A resend with the same Idempotency-Key creates nothing more and waits again; a request
+    sent without one (`keyed` False) must not be resent as it was, since that would make the
+    jobs a second time: its message says to look the jobs up by id instead (docs/API.md).
     """
     what = "the job is" if len(job_ids) == 1 else "the jobs are"
+    it = "it" if len(job_ids) == 1 else "them"
+    if keyed:
+        advice = f"resend with the same Idempotency-Key to confirm {it} without a second job"
+    else:
+        advice = (
+            f"the request had no Idempotency-Key, so a resend would create {it} again: check "
+            f"{it} with GET /jobs/<id> instead, and send an Idempotency-Key next time"
+        )
     message = (
         f"{what} on the primary, but only {confirmation.acked} of {confirmation.wanted} "
-        "replicas confirmed it in time (TASKFORGE_WAIT_TIMEOUT); resend with the same "
-        "Idempotency-Key to confirm it without a second job"
+        f"replicas confirmed it in time (TASKFORGE_WAIT_TIMEOUT); {advice}"
     )
     ids: dict[str, Any] = {"job_id": job_ids[0]} if len(job_ids) == 1 else {"job_ids": job_ids}
     return ApiError(

@@ -436,6 +436,17 @@ def _schemas() -> dict[str, Any]:
                     "description": "Durable mode: replicas the primary has now, and "
                     "TASKFORGE_WAIT_REPLICAS. Fewer: still 200, every enqueue 503 not_replicated.",
                 },
+                "masters_down": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string"},
+                    "description": "Cluster (redis degraded): each master that did not answer "
+                    "(host:port) and why; still 200 while another answers.",
+                },
+                "masters_answering": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "Cluster, with masters_down: the masters that answered.",
+                },
             },
         ),
         "Error": _error_schema(),

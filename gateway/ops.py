@@ -14,10 +14,11 @@ from gateway.errors import ApiError, json_error, redis_unavailable, unavailable_
 from gateway.openapi import document
 from gateway.routes import route
 from shared import durable, metrics, throughput
+from shared.cluster_health import check_masters
 from shared.jobs import format_ms
 from shared.queries import QueueCounts
 from shared.queues import QUEUE_RULE, is_queue_name
-from shared.redis_conn import primary
+from shared.redis_conn import is_cluster, primary
 
 bp = Blueprint("ops", __name__)
 
@@ -131,8 +132,38 @@ def health() -> tuple[dict[str, Any], int] | Response:
 @route(bp, "GET", "/ready")
 def ready() -> tuple[dict[str, Any], int] | Response:
     """Return 200 when this gateway can serve requests: Redis answers and holds our scripts."""
+    gw = gateway()
+    if is_cluster(gw.redis):
+        return _cluster_ready()
     # One SCRIPT EXISTS; it loads them again after a Redis restart emptied the cache.
-    return _probe("ready", gateway().scripts.ensure_loaded)
+    return _probe("ready", gw.scripts.ensure_loaded)
+
+
+def _cluster_ready() -> tuple[dict[str, Any], int] | Response:
+    """Answer /ready on a cluster: 200 while at least one master answers, naming any that do
+    not (shared.cluster_health says why); 503 when none answers."""
+    gw = gateway()
+    wanted = gw.scripts.policy.wait_replicas
+    masters = check_masters(gw.scripts, count_replicas=bool(wanted))
+    if not masters.answering:
+        reason = next(iter(masters.down.values()), "no cluster master known")
+        return json_error(
+            503,
+            "Redis is unavailable",
+            {"Retry-After": "1"},
+            status="unavailable",
+            redis="error",
+            reason=reason,
+            masters_down=masters.down,
+        )
+    body: dict[str, Any] = {
+        "status": "ready",
+        "redis": "degraded" if masters.down else "ok",
+        **masters.body(),
+    }
+    if wanted:
+        body["replicas"] = {"connected": masters.replicas, "wanted": wanted}
+    return body, 200
 
 
 @route(bp, "GET", "/openapi.json")

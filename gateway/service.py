@@ -90,7 +90,9 @@ def enqueue_one(
                 confirmation=result.confirmation,
             )
     if result.confirmation is not None and not result.confirmation.confirmed:
-        raise not_replicated(result.confirmation, [result.job_id])
+        raise not_replicated(
+            result.confirmation, [result.job_id], keyed=idempotency_key is not None
+        )
     if not result.created:
         # The key named an earlier job (same body): answer with that job as it is now, or as
         # created if it was deleted since the script answered (its status is the script's).
@@ -136,7 +138,11 @@ def enqueue_batch(
         for queue, jobs in by_queue.items():
             record_batch(outcome, jobs, queue=queue, confirmation=confirmation)
     if confirmation is not None and not confirmation.confirmed:
-        raise not_replicated(confirmation, [result.job_id for result in results])
+        raise not_replicated(
+            confirmation,
+            [result.job_id for result in results],
+            keyed=idempotency_key is not None,
+        )
     if created:
         return [created_job(q, r).to_json() for q, r in zip(requests, results, strict=True)], True
     return jobs_now(gw, requests, results), False

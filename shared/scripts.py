@@ -36,6 +36,7 @@ from typing import Any
 import redis
 
 from shared import durable
+from shared.cluster_routing import route_scripts_by_keys
 from shared.engine_types import (
     AckResult,
     CancelResult,
@@ -194,6 +195,8 @@ class Scripts:
     """Calls the transition scripts; one instance per process, built after fork."""
 
     def __init__(self, client: redis.Redis, keys: Keys | None = None, policy: Policy | None = None):
+        if is_cluster(client):
+            route_scripts_by_keys(client)  # a failing master's neighbours run scripts still
         self.redis = client
         self.keys = keys or Keys()
         self.policy = policy or Policy()
@@ -218,6 +221,20 @@ class Scripts:
         if all(self.redis.script_exists(*shas)):
             return True
         self.load()
+        return False
+
+    def ensure_loaded_on(self, node: Any) -> bool:
+        """ensure_loaded on one cluster master (`node`, a redis-py ClusterNode) only.
+
+        A cluster's readiness checks each master apart (shared.cluster_health): one that fails
+        over must not hide that the others answer.
+        """
+        shas = [script.sha for script in self._scripts.values()]
+        found = self.redis.execute_command("SCRIPT EXISTS", *shas, target_nodes=node)
+        if all(found):
+            return True
+        for script in self._scripts.values():
+            self.redis.execute_command("SCRIPT LOAD", script.script, target_nodes=node)
         return False
 
     def _events_key(self, k: Keys) -> list[str]:

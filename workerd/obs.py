@@ -21,9 +21,10 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import redis
 
 from shared import durable, metrics
+from shared.cluster_health import check_masters
 from shared.log import unavailable_text
 from shared.queues import QueuePlan
-from shared.redis_conn import primary
+from shared.redis_conn import is_cluster, primary
 from shared.scripts import Scripts
 from workerd.children import StopOnSignal
 from workerd.slots import Slot, SlotTable
@@ -75,6 +76,8 @@ class ObservabilityApp:
     def ready(self, start: StartResponse) -> Iterable[bytes]:
         """Answer 200 when Redis answers, scripts are loaded, and the children are up."""
         wanted = self.scripts.policy.wait_replicas
+        if is_cluster(self.scripts.redis):
+            return self._cluster_ready(start, wanted)
         try:
             self.scripts.redis.ping()
             self.scripts.ensure_loaded()  # reloads them after a Redis restart
@@ -84,6 +87,35 @@ class ObservabilityApp:
         except redis.RedisError as exc:
             body = {"status": "not ready", "redis": "unreachable", "reason": unavailable_text(exc)}
             return _json(start, 503, body)
+        status, problems = self._children_problems()
+        if status is None or problems:
+            return _json(start, 503, {"status": "not ready", "redis": "ok", "problems": problems})
+        # Quiet is not "not ready": the host is up, it only claims nothing (its own choice).
+        body = {"status": "ready", "redis": "ok", **self._primary(), "quiet": status.quiet}
+        if replicas is not None:
+            body["replicas"] = replicas
+        return _json(start, 200, body)
+
+    def _cluster_ready(self, start: StartResponse, wanted: int) -> Iterable[bytes]:
+        """On a cluster: ready while at least one master answers, naming those that do not
+        (their queues wait; the workers serve the others), 503 when none answers."""
+        masters = check_masters(self.scripts, count_replicas=bool(wanted))
+        if not masters.answering:
+            reason = next(iter(masters.down.values()), "no cluster master known")
+            body = {"status": "not ready", "redis": "unreachable", "reason": reason}
+            return _json(start, 503, {**body, "masters_down": masters.down})
+        status, problems = self._children_problems()
+        redis_state = "degraded" if masters.down else "ok"
+        if status is None or problems:
+            body = {"status": "not ready", "redis": redis_state, "problems": problems}
+            return _json(start, 503, {**body, **masters.body()})
+        body = {"status": "ready", "redis": redis_state, **masters.body(), "quiet": status.quiet}
+        if wanted:
+            body["replicas"] = {"connected": masters.replicas, "wanted": wanted}
+        return _json(start, 200, body)
+
+    def _children_problems(self) -> tuple[Any, list[str]]:
+        """Return the supervisor's status and what keeps its children from serving."""
         status = self.table.status()
         problems = []
         if status is None or time.monotonic() - status.heartbeat > STATUS_FRESH_SECONDS:
@@ -93,13 +125,7 @@ class ObservabilityApp:
                 problems.append("scheduler not running")
             if status.live_workers < 1:
                 problems.append("no worker process running")
-        if problems:
-            return _json(start, 503, {"status": "not ready", "redis": "ok", "problems": problems})
-        # Quiet is not "not ready": the host is up, it only claims nothing (its own choice).
-        body = {"status": "ready", "redis": "ok", **self._primary(), "quiet": status.quiet}
-        if replicas is not None:
-            body["replicas"] = replicas
-        return _json(start, 200, body)
+        return status, problems
 
     def _primary(self) -> dict[str, str]:
         """Under Sentinel, name the primary this process last reached (after a failover, the

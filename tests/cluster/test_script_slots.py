@@ -30,7 +30,7 @@ FUNNELS = {"_call", "_piped", "_piped_bare"}
 # Methods that take a script's name and pass it on to a funnel (the durable mode's, the batch's).
 NAMED_CALLERS = {"_each", "_call_durable"}
 # Methods that use the registered scripts without calling one with keys.
-SCRIPT_HOLDERS = FUNNELS | {"__init__", "load", "ensure_loaded"}
+SCRIPT_HOLDERS = FUNNELS | {"__init__", "load", "ensure_loaded", "ensure_loaded_on"}
 
 
 def _scripts_tree() -> ast.Module:

@@ -72,7 +72,7 @@ def test_an_unconfirmed_enqueue_is_a_503_and_a_resend_makes_no_second_job(
     status, headers, doc, took = post(gw, "/enqueue", body, key="order-1")
     assert status == 503 and headers["retry-after"] == "1"
     assert (doc["code"], doc["replicas"], doc["wanted"]) == ("not_replicated", 0, 1)
-    assert "Idempotency-Key" in doc["error"]
+    assert "resend with the same Idempotency-Key" in doc["error"]
     assert TIMEOUT * 0.9 <= took < TIMEOUT + LATE
     job_id = doc["job_id"]
     assert job_keys(primary) == [K.job(job_id).encode()]  # on the primary, once
@@ -104,6 +104,22 @@ def test_an_unconfirmed_batch_is_a_503_naming_its_jobs(
     status, _, again, _ = post(gw, "/enqueue/batch", batch, key="batch-1")
     assert status == 200 and [job["id"] for job in again["jobs"]] == doc["job_ids"]
     assert len(job_keys(primary)) == 1 and len(list(primary.scan_iter(match="*other*:job:*"))) == 1
+
+
+def test_an_unconfirmed_enqueue_without_a_key_is_not_told_to_resend(
+    gw: Gunicorn, pair: Replicated, primary: redis.Redis
+) -> None:
+    """Without an Idempotency-Key a resend would make a second job: the 503 says to look the
+    job up by id instead of resending (and to send a key next time)."""
+    pair.replica.freeze()
+    status, _, doc, _ = post(gw, "/enqueue", {"type": "t"})
+    assert (status, doc["code"]) == (503, "not_replicated")
+    assert "resend with the same" not in doc["error"]
+    assert "no Idempotency-Key" in doc["error"] and "GET /jobs/<id>" in doc["error"]
+    assert job_keys(primary) == [K.job(doc["job_id"]).encode()]
+    status, _, doc, _ = post(gw, "/enqueue/batch", {"jobs": [{"type": "t"}, {"type": "u"}]})
+    assert (status, len(doc["job_ids"])) == (503, 2)
+    assert "no Idempotency-Key" in doc["error"] and "check them" in doc["error"]
 
 
 def test_off_the_gateway_sends_no_wait(

@@ -17,7 +17,8 @@ job_completed workerd logs for that queue after it); acknowledged jobs lost and 
 (jobs whose handler ran more than once), per queue; and whether the queues on the other
 masters kept flowing while their neighbour failed over (acknowledged enqueues and
 completions there between the kill and the promotion, their longest pause in both, enqueues
-refused, and ``GET /jobs/<id>`` of their jobs sent while the master is down).
+refused, and ``GET /jobs/<id>`` of their jobs and ``GET /jobs?queue=`` listings of them sent
+while the master is down).
 ``python -m bench.cluster_failover`` measures a heavier load (about 100 enqueues a second per
 queue) with its own figures; this is the scenario the suite runs.
 Replication is asynchronous, so the writes of the last moment before the kill may be lost on
@@ -30,6 +31,7 @@ promoted master's replica; then no acknowledged job may be lost.
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -167,6 +169,21 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
                         for q in others
                         for _, _, job_id in loads[q].acked[-LOOKUPS:]
                     )
+                    # ... and lists their jobs: a listing of one queue reads that queue's
+                    # master only (its scripts are routed by their keys, shared.cluster_routing).
+                    listings = Counter(
+                        gateway.request(
+                            "GET", f"/jobs?state={state}&queue={q}", timeout=HTTP_TIMEOUT
+                        )[0]
+                        for q in others
+                        for state in ("pending", "completed")
+                    )
+                    # Readiness stays 200 (every process shares the cluster: dropping them all
+                    # would stop the other masters' queues too) and names the dead master.
+                    ready = {
+                        "gateway": gateway.request("GET", "/ready", timeout=HTTP_TIMEOUT)[::2],
+                        "workerd": (lambda r: (r[0], json.loads(r[2])))(workerd.http("/ready")),
+                    }
                     cluster.wait_promoted(replica)
                     promoted = time.time()
                     if wait_replicas:
@@ -240,6 +257,8 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
         },
         "other_refused_enqueues": sum(loads[q].refused_sent_after(killed) for q in others),
         "other_lookups": dict(lookups),
+        "other_listings": dict(listings),
+        "ready_during_failover": {name: status for name, (status, _) in ready.items()},
         "keyed": not global_slot,
         "run_s": round(stopped - killed, 1),
     }
@@ -256,6 +275,11 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
     # With the global slot's master down too: the queue list lives there, and each gateway
     # process goes on with the queues it knows (shared.directory).
     assert set(lookups) == {200}, lookups
+    assert set(listings) == {200}, listings
+    dead = f":{master.port}"
+    for name, (status, body) in ready.items():
+        down = body.get("masters_down", {})
+        assert status == 200 and any(node.endswith(dead) for node in down), (name, status, body)
     if wait_replicas:
         assert reports[victim].lost == [], reports[victim].lost
     else:

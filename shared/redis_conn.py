@@ -214,9 +214,12 @@ def _cluster(
 NO_SEED_REACHABLE = "Redis Cluster cannot be connected"
 
 
-class SeedsUnreachableError(redis.exceptions.ConnectionError):
+class SeedsUnreachableError(redis.exceptions.ConnectionError, AttributeError):
     """No seed of the cluster answered: a ConnectionError, so every caller treats it as an
-    outage (503, backoff, /ready's reason) like a plain server that is down."""
+    outage (503, backoff, /ready's reason) like a plain server that is down. Also an
+    AttributeError, so ``getattr(client, name, default)`` and ``hasattr`` answer as for a
+    missing attribute: a module that marks the client (shared/cluster_routing.py) reads its
+    mark that way before any command."""
 
 
 class _PendingCluster(TaskForgeCluster):

@@ -107,6 +107,7 @@ from gateway.events import watch_worker  # noqa: E402
 from gateway.server import install_json_errors  # noqa: E402
 from shared.config import Settings  # noqa: E402
 from shared.metrics import mark_dead  # noqa: E402
+from shared.redis_checks import refuse_cluster_node_behind_plain_url  # noqa: E402
 
 gateway_app.leave_open_warning_to_server()
 
@@ -154,6 +155,12 @@ def on_starting(server: Any) -> None:
     # A fresh private directory is empty; wiping it would only recreate it with laxer modes.
     prepare_multiprocess_dir(METRICS_DIR, wipe=not is_private_multiprocess_dir(METRICS_DIR))
     install_json_errors()
+    try:
+        settings = Settings.from_env(os.environ)
+    except ConfigError:
+        return  # every worker refuses to boot and says why
+    # Here, in the master: a worker exiting for it would only be forked again.
+    refuse_cluster_node_behind_plain_url(settings)
 
 
 def when_ready(server: Any) -> None:

@@ -15,6 +15,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 from gateway.body import BodyError, too_large
 from shared.engine_types import Confirmation
 from shared.log import unavailable_text
+from shared.redis_checks import CLUSTER_NODE_BEHIND_PLAIN_URL
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +172,26 @@ def unexpected_response(exc: Exception) -> Response | HTTPException:
         return _http_error(exc)
     if isinstance(exc, redis.exceptions.RedisError) and redis_unavailable(exc):
         return unavailable_response(exc)
+    if isinstance(exc, redis.exceptions.AskError):  # MOVED or ASK: a node, not the cluster
+        return _cluster_node_response()
     # A bug: the traceback goes to the log, never to the client.
     log.exception("unhandled_error", extra={"error": type(exc).__name__})
     return json_error(500, "internal error; it has been logged")
+
+
+_told_cluster_node = threading.Event()
+
+
+def _cluster_node_response() -> Response:
+    """Return the 503 for a plain REDIS_URL naming a cluster node (MOVED to another node).
+
+    The start-up check (shared/redis_checks.py) refuses that URL when the node answers at
+    start; this covers one that came up later. One log line per process says what to fix.
+    """
+    if not _told_cluster_node.is_set():
+        _told_cluster_node.set()
+        log.warning("config_warning", extra={"warning": CLUSTER_NODE_BEHIND_PLAIN_URL})
+    return json_error(503, CLUSTER_NODE_BEHIND_PLAIN_URL, {"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 def register(app: Flask) -> None:

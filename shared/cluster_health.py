@@ -43,7 +43,14 @@ def check_masters(scripts: Scripts, *, count_replicas: bool = False) -> MastersC
     client = scripts.redis
     check = MastersCheck()
     counts = []
-    for node in client.get_primaries():  # type: ignore[attr-defined]
+    try:
+        primaries = client.get_primaries()  # type: ignore[attr-defined]
+    except MASTER_DOWN as exc:
+        # No seed answered yet (shared/redis_conn.py builds the client on first use): no
+        # master is known, and the reason names the seeds tried.
+        check.down["seeds"] = unavailable_text(exc)
+        return check
+    for node in primaries:
         name = f"{node.host}:{node.port}"
         try:
             scripts.ensure_loaded_on(node)

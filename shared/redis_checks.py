@@ -6,6 +6,9 @@ a ``config_warning`` line and exported as ``taskforge_redis_unsafe_config{proble
 hashtables) is a ``config_warning`` line only, outside the gauge of what can lose jobs. Managed services that refuse ``CONFIG`` leave both unknown: no
 sample, and one warning that says what to verify with the provider instead.
 
+Both also call :func:`refuse_cluster_node_behind_plain_url` before they serve: a plain URL
+naming a node of a Redis Cluster is a configuration error (exit 2, one line).
+
 prometheus_client is imported inside the function, never at module level: entry points may
 import this module before they set up the multiprocess directory (see shared/multiproc.py).
 """
@@ -14,13 +17,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 import redis.exceptions
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from shared.redis_conn import is_cluster
+from shared.cluster_url import is_cluster_url
+from shared.config import Settings
+from shared.redis_conn import connect, disconnect, is_cluster
 
 EVICTION = "eviction"
 PERSISTENCE = "persistence"
@@ -32,6 +40,13 @@ UNCHECKED = (
     "Redis refused CONFIG GET, so its eviction and persistence settings were not checked: "
     "make sure the service uses maxmemory-policy noeviction and keeps its data on restart"
 )
+
+# A plain redis:// URL naming one node of a cluster answers PING and SCRIPT LOAD, then fails
+# every command on a key the node does not own with MOVED: say what to write instead.
+CLUSTER_NODE_BEHIND_PLAIN_URL = (
+    "REDIS_URL names a node of a Redis Cluster: use redis+cluster://host:port[,host:port...]"
+)
+START_CHECK_TIMEOUT = 2.0  # seconds; an unreachable Redis is not this check's to wait for
 
 _gauge: Any = None  # the Gauge, created on first use (see the module docstring)
 
@@ -147,3 +162,36 @@ def _unsafe_config_gauge() -> Any:
 
 def _str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def names_cluster_node(client: redis.Redis) -> bool:
+    """Tell whether a plain (not cluster) client's server is a node of a Redis Cluster."""
+    if is_cluster(client):
+        return False
+    try:
+        info = client.info("cluster")
+    except redis.exceptions.RedisError:
+        return False  # unreachable, or INFO refused: nothing known, nothing to refuse
+    return str(info.get("cluster_enabled", 0)) == "1"
+
+
+def refuse_cluster_node_behind_plain_url(settings: Settings) -> None:
+    """At start: exit 2 with one line, as for any configuration error, when REDIS_URL is a
+    plain URL naming a cluster node. A restart cannot fix that; the URL must change. An
+    unreachable Redis passes: the process starts and waits for it as usual."""
+    if is_cluster_url(settings.redis_url):
+        return  # the client routes by slot: MOVED is followed, not an error
+    client = connect(
+        settings,
+        role="start-check",
+        socket_timeout=min(settings.redis_socket_timeout, START_CHECK_TIMEOUT),
+        connect_timeout=min(settings.redis_connect_timeout, START_CHECK_TIMEOUT),
+        retry=Retry(NoBackoff(), 0),  # one try: a Redis that is down only delays the start
+    )
+    try:
+        refused = names_cluster_node(client)
+    finally:
+        disconnect(client)
+    if refused:
+        print(f"taskforge: configuration error: {CLUSTER_NODE_BEHIND_PLAIN_URL}", file=sys.stderr)
+        sys.exit(2)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ import redis
 import redis.cluster
 import redis.exceptions
 from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.connection import Encoder
 from redis.retry import Retry
 from redis.sentinel import SentinelConnectionPool
 
@@ -175,17 +177,96 @@ def _cluster(
             node_options["connection_pool_class"] = functools.partial(
                 redis.BlockingConnectionPool, timeout=pool_wait
             )
-    client = TaskForgeCluster(
-        startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in parsed.seeds],
-        username=parsed.username,
-        password=parsed.password,
-        # The cluster-level retry: a connection error or MOVED/TRYAGAIN refreshes the slot map
-        # and tries again (a failover); the nodes' own connections retry nothing beneath it.
-        retry=options.get("retry") or default_retry(),
-        **node_options,
-    )
-    client.recipe = ClusterRecipe(url, options)
-    return client  # type: ignore[return-value]  # the engine uses the commands both share
+    recipe = ClusterRecipe(url, options)
+
+    def build() -> TaskForgeCluster:
+        client = TaskForgeCluster(
+            startup_nodes=[redis.cluster.ClusterNode(host, port) for host, port in parsed.seeds],
+            username=parsed.username,
+            password=parsed.password,
+            # The cluster-level retry: a connection error or MOVED/TRYAGAIN refreshes the slot
+            # map and tries again (a failover); the nodes' own connections retry nothing beneath.
+            retry=options.get("retry") or default_retry(),
+            **node_options,
+        )
+        client.recipe = recipe
+        return client
+
+    try:
+        return build()  # type: ignore[return-value]  # the engine uses the commands both share
+    except redis.exceptions.RedisClusterException as exc:
+        if not str(exc).startswith(NO_SEED_REACHABLE):
+            raise  # e.g. a seed that is no cluster node: a configuration error, said as is
+        # Not one seed answers yet (a cluster briefly down at deploy time): hand out a client
+        # that builds itself on first use, so the process starts and waits like one whose
+        # plain redis:// server is down, instead of dying here.
+        pending = _PendingCluster(build, recipe, parsed.seeds)
+        # What register_script reads at once, as RedisCluster sets it (no Redis needed).
+        pending.encoder = Encoder(
+            node_options.get("encoding", "utf-8"),
+            node_options.get("encoding_errors", "strict"),
+            node_options.get("decode_responses", False),
+        )
+        return pending  # type: ignore[return-value]
+
+
+# The start of redis-py's message when it reaches none of the seeds while building the client.
+NO_SEED_REACHABLE = "Redis Cluster cannot be connected"
+
+
+class SeedsUnreachableError(redis.exceptions.ConnectionError, AttributeError):
+    """No seed of the cluster answered: a ConnectionError, so every caller treats it as an
+    outage (503, backoff, /ready's reason) like a plain server that is down. Also an
+    AttributeError, so ``getattr(client, name, default)`` and ``hasattr`` answer as for a
+    missing attribute: a module that marks the client (shared/cluster_routing.py) reads its
+    mark that way before any command."""
+
+
+class _PendingCluster(TaskForgeCluster):
+    """A cluster client not built yet, because none of its seeds answered.
+
+    RedisCluster's constructor needs a reachable seed to learn the slot map. This stand-in
+    holds no state of a client: the first attribute a caller (or an inherited method) looks
+    up tries the build again; on success the instance becomes that client in place (same
+    object, so every holder of it sees the cluster), otherwise the lookup raises
+    SeedsUnreachableError with one line naming the seeds (the encoder, which needs no
+    Redis, is set at once: building Scripts reads it). Each caller's own backoff paces
+    the attempts, as it paces reconnecting to a plain server.
+    """
+
+    def __init__(
+        self, build: Callable[[], TaskForgeCluster], recipe: ClusterRecipe, seeds: Any
+    ) -> None:  # no super().__init__: that is the build that needs a reachable seed
+        object.__setattr__(self, "_pending", (build, threading.Lock(), seeds))
+        object.__setattr__(self, "recipe", recipe)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for names the instance lacks: every one while not yet built.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        build, lock, seeds = object.__getattribute__(self, "_pending")
+        with lock:
+            if type(self) is _PendingCluster:
+                try:
+                    client = build()
+                except redis.exceptions.RedisClusterException as exc:
+                    if not str(exc).startswith(NO_SEED_REACHABLE):
+                        raise
+                    shown = ",".join(f"{host}:{port}" for host, port in seeds)
+                    raise SeedsUnreachableError(
+                        f"no seed of the Redis Cluster answers ({shown})"
+                    ) from None
+                self.__dict__.update(client.__dict__)
+                self.__class__ = TaskForgeCluster  # type: ignore[assignment]
+        return object.__getattribute__(self, name)
+
+    def close(self) -> None:
+        """Close nothing: no connection was made (RedisCluster.close would try the seeds)."""
+
+    def __del__(self) -> None:
+        # Never built, nothing to close (RedisCluster.__del__ would try the seeds to close
+        # it). Once built, the instance is a TaskForgeCluster and RedisCluster's applies.
+        pass
 
 
 # What a cluster master's failure looks like to a call on one of its slots.

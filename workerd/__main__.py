@@ -17,6 +17,7 @@ from pathlib import Path
 from shared import log as logsetup
 from shared.config import VARIABLES, Settings, load_or_exit, redact_url
 from shared.multiproc import MULTIPROC_ENV, prepare_multiprocess_dir
+from shared.redis_checks import refuse_cluster_node_behind_plain_url
 from shared.schedules import Schedule, ScheduleError, load_file
 from workerd import reload
 
@@ -194,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.check_config:
         return check_config(settings)
+    refuse_cluster_node_behind_plain_url(settings)
     schedules = load_schedules(settings)
     logsetup.configure("workerd", settings.log_level)
     own_metrics_dir = not os.environ.get(MULTIPROC_ENV)

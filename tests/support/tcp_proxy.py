@@ -76,10 +76,15 @@ class TcpProxy:
     """Forwards TCP connections from a free port on ``listen_host`` to ``target``."""
 
     def __init__(
-        self, target_host: str, target_port: int, *, listen_host: str = "127.0.0.1"
+        self,
+        target_host: str,
+        target_port: int,
+        *,
+        listen_host: str = "127.0.0.1",
+        listen_port: int = 0,  # 0: a free one; a test may name a port a client already tries
     ) -> None:
         self.target = (target_host, target_port)
-        self._listener = socket.create_server((listen_host, 0))
+        self._listener = socket.create_server((listen_host, listen_port))
         self.host, self.port = self._listener.getsockname()[:2]
         # One condition guards every field below and wakes pumps waiting on pause or latency.
         self._cond = threading.Condition()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
 import shutil
 import socket
 import time
@@ -53,6 +55,24 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_port_to_listen_on_later() -> int:
+    """Return a free TCP port on 127.0.0.1 below the kernel's ephemeral range.
+
+    For a test that lets clients try a port first and listens on it later: a port from the
+    ephemeral range (what free_port gives) can be taken meanwhile as the source port of any
+    outgoing connection, the clients' own retries included (a loopback connect to a port
+    nobody listens on can connect to itself), and the later listen then fails.
+    """
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+        ephemeral_low = int(ports.read().split()[0])
+    first = 10_000
+    for port in random.sample(range(first, ephemeral_low), min(200, ephemeral_low - first)):
+        with socket.socket() as sock, contextlib.suppress(OSError):
+            sock.bind(("127.0.0.1", port))
+            return port
+    raise RuntimeError(f"no free port between {first} and {ephemeral_low}")
 
 
 def process_state(pid: int) -> str:

@@ -104,14 +104,7 @@ def _probe(status: str, check: Callable[[], object]) -> tuple[dict[str, Any], in
     except redis.exceptions.RedisError as exc:
         if not redis_unavailable(exc):
             raise
-        return json_error(
-            503,
-            "Redis is unavailable",
-            {"Retry-After": "1"},
-            status="unavailable",
-            redis="error",
-            reason=unavailable_reason(exc),
-        )
+        return _unavailable(unavailable_reason(exc))
     found = primary(gw.redis)  # under Sentinel: which server answered
     body: dict[str, Any] = {
         "status": status,
@@ -147,15 +140,7 @@ def _cluster_ready() -> tuple[dict[str, Any], int] | Response:
     masters = check_masters(gw.scripts, count_replicas=bool(wanted))
     if not masters.answering:
         reason = next(iter(masters.down.values()), "no cluster master known")
-        return json_error(
-            503,
-            "Redis is unavailable",
-            {"Retry-After": "1"},
-            status="unavailable",
-            redis="error",
-            reason=reason,
-            masters_down=masters.down,
-        )
+        return _unavailable(reason, masters_down=masters.down)
     body: dict[str, Any] = {
         "status": "ready",
         "redis": "degraded" if masters.down else "ok",
@@ -164,6 +149,19 @@ def _cluster_ready() -> tuple[dict[str, Any], int] | Response:
     if wanted:
         body["replicas"] = {"connected": masters.replicas, "wanted": wanted}
     return body, 200
+
+
+def _unavailable(reason: str, **more: Any) -> Response:
+    """Answer a probe that found Redis unreachable: 503, retry in a second, and why."""
+    return json_error(
+        503,
+        "Redis is unavailable",
+        {"Retry-After": "1"},
+        status="unavailable",
+        redis="error",
+        reason=reason,
+        **more,
+    )
 
 
 @route(bp, "GET", "/openapi.json")

@@ -272,24 +272,25 @@ class Scripts:
             return script(keys=keys, args=args)
 
     def _call_durable(
-        self, name: str, keys: Sequence[str], args: Sequence[Any], slot: Keys
+        self, name: str, keys: Sequence[str], args: Sequence[Any], queue: str
     ) -> tuple[Any, Confirmation | None]:
         """Call a script whose write acknowledges work; in durable mode (Policy.wait_replicas)
         WAIT for the replicas after it, on the same pipeline (shared.durable). Returns the reply
-        and what WAIT answered (None when the mode is off: exactly :meth:`_call`). `slot`: the
+        and what WAIT answered (None when the mode is off: exactly :meth:`_call`). `queue`: the
         queue whose slot the script writes (where a cluster's marker goes)."""
         if not self.policy.wait_replicas:
             return self._call(name, keys, args), None
+
+        def write(pipe: Any) -> None:
+            self._piped_bare(pipe, name, keys, args)
+
+        marker = self.q(queue).slot_marker
         try:
-            return self._write_then_wait(
-                name, lambda pipe: self._piped_bare(pipe, name, keys, args), slot.slot_marker
-            )
+            return self._write_then_wait(name, write, marker)
         except redis.exceptions.NoScriptError:
             # Redis lost the scripts (restart, failover): this one did not run. Load, once more.
             self.load()
-            return self._write_then_wait(
-                name, lambda pipe: self._piped_bare(pipe, name, keys, args), slot.slot_marker
-            )
+            return self._write_then_wait(name, write, marker)
 
     def _write_then_wait(
         self, op: str, queue_writes: Callable[[Any], None], slot_marker: str
@@ -373,13 +374,15 @@ class Scripts:
             args = [*args[:11], self.policy.events_cap, ACTOR_CODES[actor]]
         # Durable mode: the marker before WAIT also covers the key reserve.lua wrote, and a
         # repeat that writes nothing (shared.durable).
-        slot = self.q(request.queue)
-        reply, confirmation = self._call_durable("enqueue", keys, args, slot)
-        if confirmation is not None and idempotency_key is not None:
-            confirmation = self._confirm_other_masters(
-                "enqueue", confirmation, [slot.slot_marker], [self.keys.global_slot_marker]
-            )
-        result = dataclasses.replace(enqueue_result(reply), confirmation=confirmation)
+        reply, confirmation = self._call_durable("enqueue", keys, args, request.queue)
+        result = enqueue_result(reply)
+        if confirmation is not None:  # durable mode only: nothing more on the hot path when off
+            if idempotency_key is not None:
+                written = [self.q(request.queue).slot_marker]
+                confirmation = self._confirm_other_masters(
+                    "enqueue", confirmation, written, [self.keys.global_slot_marker]
+                )
+            result = dataclasses.replace(result, confirmation=confirmation)
         # The key named an earlier request's job: an answer about that job (200), even when
         # this call had to create it (deleted since, or never created: its producer died
         # between the two calls), under the same id, so racing repeats create one job and
@@ -670,7 +673,7 @@ class Scripts:
                 p.wake_cap,
                 *self._events_cap(),
             ],
-            k,
+            queue,
         )
         code = Code(reply[0])
         if code is Code.DONE and len(reply) == 2 and reply[1] == Code.PAUSED:
@@ -731,7 +734,7 @@ class Scripts:
                 p.wake_cap,
                 *self._events_cap(),
             ],
-            k,
+            queue,
         )
         code = Code(reply[0])
         if code is Code.RETRYING:
@@ -1086,7 +1089,7 @@ class Scripts:
                 self.policy.wake_cap,
                 *self._events_cap(),
             ],
-            k,
+            queue,
         )
         code = Code(reply[0])
         detail = text(reply[1]) if len(reply) > 1 else None

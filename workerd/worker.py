@@ -36,6 +36,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 import redis
 
@@ -45,7 +46,15 @@ from shared.history import Actor
 from shared.jobs import Job, dump_json, format_ms
 from shared.log import error_line, error_text
 from shared.redis_conn import MASTER_DOWN, is_cluster
-from shared.scripts import AckResult, Code, NotRunnable, QueuePaused, Scripts, new_request_id
+from shared.scripts import (
+    AckResult,
+    Code,
+    Confirmation,
+    NotRunnable,
+    QueuePaused,
+    Scripts,
+    new_request_id,
+)
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.duties.registry import hosts_running
@@ -577,16 +586,7 @@ class WorkerProcess(StopOnSignal):
                 metrics.count_running_cancel("completed", job.queue)
         else:
             fate, more = lifecycle.Outcome.STALE_ACK, {"result": ack.code.name.lower()}
-        lifecycle.record(
-            fate,
-            job.id,
-            job.type,
-            queue=job.queue,
-            attempt=job.attempts,
-            confirmation=confirmation,
-            **fields,
-            **more,
-        )
+        _record_end(fate, job, confirmation, **fields, **more)
 
     def _cancel(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
         """End the job canceled: its handler stopped for the request (cancel_running.lua)."""
@@ -598,16 +598,7 @@ class WorkerProcess(StopOnSignal):
         else:
             # Completed, recovered or claimed anew first: not this worker's any more.
             fate, more = lifecycle.Outcome.STALE_ACK, {"result": result.code.name.lower()}
-        lifecycle.record(
-            fate,
-            job.id,
-            job.type,
-            queue=job.queue,
-            attempt=job.attempts,
-            confirmation=result.confirmation,
-            **fields,
-            **more,
-        )
+        _record_end(fate, job, result.confirmation, **fields, **more)
 
     def _fail(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
         result = self.scripts.fail(
@@ -633,16 +624,7 @@ class WorkerProcess(StopOnSignal):
             fate, extra["stopped"] = lifecycle.Outcome.CANCELED_RUNNING, "failed"
         else:
             fate, extra["result"] = lifecycle.Outcome.STALE_FAILURE, result.code.name.lower()
-        lifecycle.record(
-            fate,
-            job.id,
-            job.type,
-            queue=job.queue,
-            attempt=job.attempts,
-            attributes=spans,
-            confirmation=result.confirmation,
-            **extra,
-        )
+        _record_end(fate, job, result.confirmation, attributes=spans, **extra)
 
     def _due_for_recycling(self) -> bool:
         limit = self.settings.worker_max_jobs
@@ -654,6 +636,25 @@ class WorkerProcess(StopOnSignal):
             self.exit_reason = f"recycled at {resident_mb():.0f} MB resident"
             return True
         return False
+
+
+def _record_end(
+    fate: lifecycle.Outcome, job: Job, confirmation: Confirmation | None, **fields: Any
+) -> None:
+    """Record how this worker's acknowledgement of `job` ended (complete, cancel or fail).
+
+    `confirmation`: what durable mode's WAIT answered after that write (None when off); one
+    that fell short leaves the outcome uncounted (shared.lifecycle.record).
+    """
+    lifecycle.record(
+        fate,
+        job.id,
+        job.type,
+        queue=job.queue,
+        attempt=job.attempts,
+        confirmation=confirmation,
+        **fields,
+    )
 
 
 def _span_attributes(job: Job) -> dict[str, object]:

@@ -427,13 +427,7 @@ class Scripts:
         duplicate = False
         if idempotency_key is not None:
             requests, duplicate = self._reserve_batch(requests, idempotency_key)
-        try:
-            results = self._enqueue_transaction(requests, now_ms, traceparent)
-        except redis.exceptions.NoScriptError:
-            # The cache emptied (SCRIPT FLUSH, restart, failover) between the pipeline's SCRIPT
-            # EXISTS and its EXEC: every EVALSHA failed alike, so nothing was written. Once
-            # more: the pipeline loads the script again first.
-            results = self._enqueue_transaction(requests, now_ms, traceparent)
+        results = self._enqueue_transaction(requests, now_ms, traceparent)
         if self.policy.wait_replicas:
             # WAIT inside MULTI would not block: the marker and WAIT follow the transaction
             # (the marker makes the WAIT cover it, whichever pooled connection ran it).
@@ -488,29 +482,19 @@ class Scripts:
         now_ms: int | None,
         traceparent: str | None,
     ) -> list[EnqueueResult]:
-        if is_cluster(self.redis):
-            return self._enqueue_per_queue(requests, now_ms, traceparent)
-        pipe = self.redis.pipeline(transaction=True)
-        for request, job_id in requests:
-            keys, args = self._enqueue_call(request, job_id, now_ms, traceparent)
-            self._piped(pipe, "enqueue", keys, args)
-        return [enqueue_result(reply) for reply in pipe.execute()]
+        """Create the batch's jobs all or none, answers in order: one MULTI/EXEC on one Redis;
+        on a cluster, where a transaction cannot span slots, one per queue, one after another.
 
-    def _enqueue_per_queue(
-        self,
-        requests: Sequence[tuple[EnqueueRequest, str]],
-        now_ms: int | None,
-        traceparent: str | None,
-    ) -> list[EnqueueResult]:
-        """A cluster's batch: one transaction per queue (one slot each), answers in order.
-
-        The EVALSHAs go bare (a cluster pipeline loads no scripts): a transaction that met
-        NOSCRIPT wrote nothing, since all its calls are the same script, so it is loaded on
-        every master and that queue's transaction runs once more.
+        A transaction that met NOSCRIPT wrote nothing, since all its calls are the same script:
+        the cache emptied (SCRIPT FLUSH, restart, failover) before its EXEC, so the scripts are
+        loaded and it runs once more (execute_loaded). On a cluster the EVALSHAs go bare (a
+        cluster pipeline loads no scripts); on one Redis the pipeline checks them first.
         """
+        cluster = is_cluster(self.redis)
+        piped = self._piped_bare if cluster else self._piped
         groups: dict[str, list[int]] = {}
         for index, (request, _) in enumerate(requests):
-            groups.setdefault(request.queue, []).append(index)
+            groups.setdefault(request.queue if cluster else "", []).append(index)
         results: list[EnqueueResult | None] = [None] * len(requests)
         for indexes in groups.values():
 
@@ -519,7 +503,7 @@ class Scripts:
                 for index in indexes:
                     request, job_id = requests[index]
                     keys, args = self._enqueue_call(request, job_id, now_ms, traceparent)
-                    self._piped_bare(pipe, "enqueue", keys, args)
+                    piped(pipe, "enqueue", keys, args)
                 return pipe
 
             for index, reply in zip(indexes, self.execute_loaded(transaction), strict=True):

@@ -13,9 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 from shared.jobs import Job
-from shared.keys import Keys
-from shared.queries import get_job
-from shared.redis_conn import MASTER_DOWN, is_cluster, read_each
+from shared.queries import first_found, get_job
+from shared.redis_conn import MASTER_DOWN, is_cluster
 from shared.scripts import Scripts
 
 
@@ -67,19 +66,12 @@ class QueueDirectory:
         return queue
 
     def _holder(self, job_id: str, queues: list[str]) -> str | None:
-        def exists(keys: Keys) -> Callable[[Any], Any]:
+        def exists(name: str) -> Callable[[Any], Any]:
+            keys = self.scripts.keys.for_queue(name)
             return lambda pipe: pipe.exists(keys.job(job_id), keys.tombstone(job_id))
 
-        reads = [exists(self.scripts.keys.for_queue(name)) for name in queues]
-        failed = None  # a cluster master that did not answer: the job may be there
-        for name, found in zip(queues, read_each(self.scripts.redis, reads), strict=True):
-            if isinstance(found, Exception):
-                failed = found
-            elif found:
-                return name
-        if failed is not None:
-            raise failed
-        return None
+        found = first_found(self.scripts.redis, queues, exists)
+        return found[0] if found is not None else None
 
     def find_job(self, job_id: str) -> Job | None:
         """Return the job with this id from whichever queue holds it, or None."""

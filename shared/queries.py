@@ -88,13 +88,25 @@ def get_job(
     (default: only `keys`'s queue) in one pipelined round trip: one HGETALL per queue.
     """
     names = list(queues) if queues is not None else [keys.queue]
-    replies = read_each(client, [_hgetall(keys.for_queue(name).job(job_id)) for name in names])
-    failed = None  # a cluster master that did not answer: the job may be there
-    for name, raw in zip(names, replies, strict=True):
-        if isinstance(raw, Exception):
-            failed = raw
-        elif raw:
-            return Job.from_hash(raw, job_id, name)
+    found = first_found(client, names, lambda name: _hgetall(keys.for_queue(name).job(job_id)))
+    return Job.from_hash(found[1], job_id, found[0]) if found is not None else None
+
+
+def first_found(
+    client: redis.Redis, names: Sequence[str], read: Callable[[str], Callable[[Any], Any]]
+) -> tuple[str, Any] | None:
+    """Queue `read(name)` for each of `names` (redis_conn.read_each: one pipeline); return
+    the first name whose reply is not empty, with that reply, or None when none is.
+
+    A cluster master that did not answer may hold what was looked for: with nothing found
+    elsewhere, its error is raised rather than None answered.
+    """
+    failed = None
+    for name, reply in zip(names, read_each(client, [read(name) for name in names]), strict=True):
+        if isinstance(reply, Exception):
+            failed = reply
+        elif reply:
+            return name, reply
     if failed is not None:
         raise failed
     return None

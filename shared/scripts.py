@@ -272,24 +272,25 @@ class Scripts:
             return script(keys=keys, args=args)
 
     def _call_durable(
-        self, name: str, keys: Sequence[str], args: Sequence[Any], slot: Keys
+        self, name: str, keys: Sequence[str], args: Sequence[Any], queue: str
     ) -> tuple[Any, Confirmation | None]:
         """Call a script whose write acknowledges work; in durable mode (Policy.wait_replicas)
         WAIT for the replicas after it, on the same pipeline (shared.durable). Returns the reply
-        and what WAIT answered (None when the mode is off: exactly :meth:`_call`). `slot`: the
+        and what WAIT answered (None when the mode is off: exactly :meth:`_call`). `queue`: the
         queue whose slot the script writes (where a cluster's marker goes)."""
         if not self.policy.wait_replicas:
             return self._call(name, keys, args), None
+
+        def write(pipe: Any) -> None:
+            self._piped_bare(pipe, name, keys, args)
+
+        marker = self.q(queue).slot_marker
         try:
-            return self._write_then_wait(
-                name, lambda pipe: self._piped_bare(pipe, name, keys, args), slot.slot_marker
-            )
+            return self._write_then_wait(name, write, marker)
         except redis.exceptions.NoScriptError:
             # Redis lost the scripts (restart, failover): this one did not run. Load, once more.
             self.load()
-            return self._write_then_wait(
-                name, lambda pipe: self._piped_bare(pipe, name, keys, args), slot.slot_marker
-            )
+            return self._write_then_wait(name, write, marker)
 
     def _write_then_wait(
         self, op: str, queue_writes: Callable[[Any], None], slot_marker: str
@@ -373,13 +374,15 @@ class Scripts:
             args = [*args[:11], self.policy.events_cap, ACTOR_CODES[actor]]
         # Durable mode: the marker before WAIT also covers the key reserve.lua wrote, and a
         # repeat that writes nothing (shared.durable).
-        slot = self.q(request.queue)
-        reply, confirmation = self._call_durable("enqueue", keys, args, slot)
-        if confirmation is not None and idempotency_key is not None:
-            confirmation = self._confirm_other_masters(
-                "enqueue", confirmation, [slot.slot_marker], [self.keys.global_slot_marker]
-            )
-        result = dataclasses.replace(enqueue_result(reply), confirmation=confirmation)
+        reply, confirmation = self._call_durable("enqueue", keys, args, request.queue)
+        result = enqueue_result(reply)
+        if confirmation is not None:  # durable mode only: nothing more on the hot path when off
+            if idempotency_key is not None:
+                written = [self.q(request.queue).slot_marker]
+                confirmation = self._confirm_other_masters(
+                    "enqueue", confirmation, written, [self.keys.global_slot_marker]
+                )
+            result = dataclasses.replace(result, confirmation=confirmation)
         # The key named an earlier request's job: an answer about that job (200), even when
         # this call had to create it (deleted since, or never created: its producer died
         # between the two calls), under the same id, so racing repeats create one job and
@@ -424,13 +427,7 @@ class Scripts:
         duplicate = False
         if idempotency_key is not None:
             requests, duplicate = self._reserve_batch(requests, idempotency_key)
-        try:
-            results = self._enqueue_transaction(requests, now_ms, traceparent)
-        except redis.exceptions.NoScriptError:
-            # The cache emptied (SCRIPT FLUSH, restart, failover) between the pipeline's SCRIPT
-            # EXISTS and its EXEC: every EVALSHA failed alike, so nothing was written. Once
-            # more: the pipeline loads the script again first.
-            results = self._enqueue_transaction(requests, now_ms, traceparent)
+        results = self._enqueue_transaction(requests, now_ms, traceparent)
         if self.policy.wait_replicas:
             # WAIT inside MULTI would not block: the marker and WAIT follow the transaction
             # (the marker makes the WAIT cover it, whichever pooled connection ran it).
@@ -485,29 +482,19 @@ class Scripts:
         now_ms: int | None,
         traceparent: str | None,
     ) -> list[EnqueueResult]:
-        if is_cluster(self.redis):
-            return self._enqueue_per_queue(requests, now_ms, traceparent)
-        pipe = self.redis.pipeline(transaction=True)
-        for request, job_id in requests:
-            keys, args = self._enqueue_call(request, job_id, now_ms, traceparent)
-            self._piped(pipe, "enqueue", keys, args)
-        return [enqueue_result(reply) for reply in pipe.execute()]
+        """Create the batch's jobs all or none, answers in order: one MULTI/EXEC on one Redis;
+        on a cluster, where a transaction cannot span slots, one per queue, one after another.
 
-    def _enqueue_per_queue(
-        self,
-        requests: Sequence[tuple[EnqueueRequest, str]],
-        now_ms: int | None,
-        traceparent: str | None,
-    ) -> list[EnqueueResult]:
-        """A cluster's batch: one transaction per queue (one slot each), answers in order.
-
-        The EVALSHAs go bare (a cluster pipeline loads no scripts): a transaction that met
-        NOSCRIPT wrote nothing, since all its calls are the same script, so it is loaded on
-        every master and that queue's transaction runs once more.
+        A transaction that met NOSCRIPT wrote nothing, since all its calls are the same script:
+        the cache emptied (SCRIPT FLUSH, restart, failover) before its EXEC, so the scripts are
+        loaded and it runs once more (execute_loaded). On a cluster the EVALSHAs go bare (a
+        cluster pipeline loads no scripts); on one Redis the pipeline checks them first.
         """
+        cluster = is_cluster(self.redis)
+        piped = self._piped_bare if cluster else self._piped
         groups: dict[str, list[int]] = {}
         for index, (request, _) in enumerate(requests):
-            groups.setdefault(request.queue, []).append(index)
+            groups.setdefault(request.queue if cluster else "", []).append(index)
         results: list[EnqueueResult | None] = [None] * len(requests)
         for indexes in groups.values():
 
@@ -516,7 +503,7 @@ class Scripts:
                 for index in indexes:
                     request, job_id = requests[index]
                     keys, args = self._enqueue_call(request, job_id, now_ms, traceparent)
-                    self._piped_bare(pipe, "enqueue", keys, args)
+                    piped(pipe, "enqueue", keys, args)
                 return pipe
 
             for index, reply in zip(indexes, self.execute_loaded(transaction), strict=True):
@@ -670,7 +657,7 @@ class Scripts:
                 p.wake_cap,
                 *self._events_cap(),
             ],
-            k,
+            queue,
         )
         code = Code(reply[0])
         if code is Code.DONE and len(reply) == 2 and reply[1] == Code.PAUSED:
@@ -731,7 +718,7 @@ class Scripts:
                 p.wake_cap,
                 *self._events_cap(),
             ],
-            k,
+            queue,
         )
         code = Code(reply[0])
         if code is Code.RETRYING:
@@ -1086,7 +1073,7 @@ class Scripts:
                 self.policy.wake_cap,
                 *self._events_cap(),
             ],
-            k,
+            queue,
         )
         code = Code(reply[0])
         detail = text(reply[1]) if len(reply) > 1 else None

@@ -36,6 +36,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
+from typing import Any
 
 import redis
 
@@ -44,8 +45,16 @@ from shared.config import Settings
 from shared.history import Actor
 from shared.jobs import Job, dump_json, format_ms
 from shared.log import error_line, error_text
-from shared.redis_conn import MASTER_DOWN, is_cluster
-from shared.scripts import AckResult, Code, NotRunnable, QueuePaused, Scripts, new_request_id
+from shared.redis_conn import MASTER_DOWN, is_cluster, read_each
+from shared.scripts import (
+    AckResult,
+    Code,
+    Confirmation,
+    NotRunnable,
+    QueuePaused,
+    Scripts,
+    new_request_id,
+)
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.duties.registry import hosts_running
@@ -373,7 +382,7 @@ class WorkerProcess(StopOnSignal):
             # first of them is due for another claim.
             time.sleep(min(WAKE_TIMEOUT_SECONDS, max(0.0, self.routing.back_at() - now)))
             return True
-        hint = self._pop_hint(list(wakes))
+        hint = self._pop_hint(wakes)
         self.idle_waits += 1
         if hint is not None and self._is_quiet():
             # Quieted while blocked: the hint is for a worker that will claim (another host's).
@@ -387,51 +396,39 @@ class WorkerProcess(StopOnSignal):
             return True
         return False
 
-    def _pop_hint(self, wakes: list[str]) -> tuple[bytes, bytes] | None:
-        """Wait for a hint on any of `wakes` (at most WAKE_TIMEOUT_SECONDS); return it or None.
+    def _pop_hint(self, wakes: dict[str, str]) -> tuple[bytes, bytes] | None:
+        """Wait for a hint on any of `wakes` (wake list -> its queue), at most
+        WAKE_TIMEOUT_SECONDS; return it or None.
 
         One Redis: one BLPOP on every list. A Redis Cluster refuses a BLPOP whose lists sit in
         different slots (every queue has its own), so there each round pops every list at once
-        without blocking (a pipeline: one round trip per master), then blocks on one of them
-        for CLUSTER_WAKE_SLICE, the next one next time. The cost, per idle worker: pickup
-        within a slice for a queue it is not blocked on, and (queues + 1) commands a slice.
+        without blocking (a pipeline: one round trip per master; a master that fails sets its
+        queues aside), then blocks on one of them for CLUSTER_WAKE_SLICE, the next one next
+        time. The cost, per idle worker: pickup within a slice for a queue it is not blocked
+        on, and (queues + 1) commands a slice.
         """
-        if not is_cluster(self.scripts.redis):
-            return self.scripts.redis.blpop(wakes, timeout=WAKE_TIMEOUT_SECONDS)
-        popped = [(w.encode(), v) for w, v in zip(wakes, self._pop_each(wakes), strict=True) if v]
+        client = self.scripts.redis
+        if not is_cluster(client):
+            return client.blpop(list(wakes), timeout=WAKE_TIMEOUT_SECONDS)
+        popped: list[tuple[bytes, bytes]] = []
+        replies = read_each(client, [_lpop(wake) for wake in wakes])
+        for (wake, queue), value in zip(wakes.items(), replies, strict=True):
+            if isinstance(value, Exception):
+                self._unreachable(queue, value)
+            elif value is not None:
+                popped.append((wake.encode(), value))
         for wake, _ in popped[1:]:
-            self.empty_until.pop(self._wake_queue(wake), None)  # claim from these too
+            self.empty_until.pop(wakes[wake.decode()], None)  # claim from these too
         if popped:
             return popped[0]
-        self.wake_turn = (self.wake_turn + 1) % len(wakes)
-        wake = wakes[self.wake_turn]
+        lists = list(wakes)
+        self.wake_turn = (self.wake_turn + 1) % len(lists)
+        wake = lists[self.wake_turn]
         try:
-            return self.scripts.redis.blpop([wake], timeout=CLUSTER_WAKE_SLICE)
+            return client.blpop([wake], timeout=CLUSTER_WAKE_SLICE)
         except MASTER_DOWN as exc:
-            self._unreachable(self._wake_queue(wake.encode()), exc)
+            self._unreachable(wakes[wake], exc)
             return None
-
-    def _pop_each(self, wakes: list[str]) -> list[bytes | None]:
-        """LPOP every list (one pipeline); if a master fails, each alone, setting its queues aside."""
-        pipe = self.scripts.redis.pipeline(transaction=False)
-        for wake in wakes:
-            pipe.lpop(wake)
-        try:
-            return pipe.execute()
-        except MASTER_DOWN:
-            pass
-        values: list[bytes | None] = []
-        for wake in wakes:
-            try:
-                values.append(self.scripts.redis.lpop(wake))
-            except MASTER_DOWN as exc:
-                self._unreachable(self._wake_queue(wake.encode()), exc)
-                values.append(None)
-        return values
-
-    def _wake_queue(self, wake: bytes) -> str:
-        """Return the queue whose wake list is `wake`."""
-        return next(q for q in self.plan.names if self.scripts.q(q).wake == wake.decode())
 
     def _hand_back_unstarted_job(self) -> None:
         """Requeue a job claimed for this worker that it will not run (it is stopping)."""
@@ -577,16 +574,7 @@ class WorkerProcess(StopOnSignal):
                 metrics.count_running_cancel("completed", job.queue)
         else:
             fate, more = lifecycle.Outcome.STALE_ACK, {"result": ack.code.name.lower()}
-        lifecycle.record(
-            fate,
-            job.id,
-            job.type,
-            queue=job.queue,
-            attempt=job.attempts,
-            confirmation=confirmation,
-            **fields,
-            **more,
-        )
+        _record_end(fate, job, confirmation, **fields, **more)
 
     def _cancel(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
         """End the job canceled: its handler stopped for the request (cancel_running.lua)."""
@@ -598,16 +586,7 @@ class WorkerProcess(StopOnSignal):
         else:
             # Completed, recovered or claimed anew first: not this worker's any more.
             fate, more = lifecycle.Outcome.STALE_ACK, {"result": result.code.name.lower()}
-        lifecycle.record(
-            fate,
-            job.id,
-            job.type,
-            queue=job.queue,
-            attempt=job.attempts,
-            confirmation=result.confirmation,
-            **fields,
-            **more,
-        )
+        _record_end(fate, job, result.confirmation, **fields, **more)
 
     def _fail(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
         result = self.scripts.fail(
@@ -633,16 +612,7 @@ class WorkerProcess(StopOnSignal):
             fate, extra["stopped"] = lifecycle.Outcome.CANCELED_RUNNING, "failed"
         else:
             fate, extra["result"] = lifecycle.Outcome.STALE_FAILURE, result.code.name.lower()
-        lifecycle.record(
-            fate,
-            job.id,
-            job.type,
-            queue=job.queue,
-            attempt=job.attempts,
-            attributes=spans,
-            confirmation=result.confirmation,
-            **extra,
-        )
+        _record_end(fate, job, result.confirmation, attributes=spans, **extra)
 
     def _due_for_recycling(self) -> bool:
         limit = self.settings.worker_max_jobs
@@ -654,6 +624,29 @@ class WorkerProcess(StopOnSignal):
             self.exit_reason = f"recycled at {resident_mb():.0f} MB resident"
             return True
         return False
+
+
+def _lpop(key: str) -> Callable[[Any], Any]:
+    return lambda pipe: pipe.lpop(key)
+
+
+def _record_end(
+    fate: lifecycle.Outcome, job: Job, confirmation: Confirmation | None, **fields: Any
+) -> None:
+    """Record how this worker's acknowledgement of `job` ended (complete, cancel or fail).
+
+    `confirmation`: what durable mode's WAIT answered after that write (None when off); one
+    that fell short leaves the outcome uncounted (shared.lifecycle.record).
+    """
+    lifecycle.record(
+        fate,
+        job.id,
+        job.type,
+        queue=job.queue,
+        attempt=job.attempts,
+        confirmation=confirmation,
+        **fields,
+    )
 
 
 def _span_attributes(job: Job) -> dict[str, object]:

@@ -29,6 +29,7 @@ from redis.connection import Encoder
 from redis.retry import Retry
 from redis.sentinel import SentinelConnectionPool
 
+from shared.cluster_routing import SCRIPTS_BY_KEYS
 from shared.cluster_url import is_cluster_url, parse_cluster_url
 from shared.config import SentinelTarget, Settings, redact_url, sentinel_target
 from shared.sentinels import ExplainingSentinel
@@ -151,9 +152,17 @@ class ClusterRecipe:
 
 
 class TaskForgeCluster(redis.cluster.RedisCluster):
-    """A RedisCluster that remembers how it was built (``recipe``)."""
+    """A RedisCluster that remembers how it was built (``recipe``), and whose pipelines route
+    script calls by their keys (shared.cluster_routing: a failing master's neighbours run
+    pipelined scripts still)."""
 
     recipe: ClusterRecipe
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction, shard_hint)
+        # RedisCluster hands its pipelines no policy resolver of its own choosing.
+        pipe._policy_resolver = SCRIPTS_BY_KEYS
+        return pipe
 
 
 def is_cluster(client: object) -> bool:
@@ -214,12 +223,9 @@ def _cluster(
 NO_SEED_REACHABLE = "Redis Cluster cannot be connected"
 
 
-class SeedsUnreachableError(redis.exceptions.ConnectionError, AttributeError):
+class SeedsUnreachableError(redis.exceptions.ConnectionError):
     """No seed of the cluster answered: a ConnectionError, so every caller treats it as an
-    outage (503, backoff, /ready's reason) like a plain server that is down. Also an
-    AttributeError, so ``getattr(client, name, default)`` and ``hasattr`` answer as for a
-    missing attribute: a module that marks the client (shared/cluster_routing.py) reads its
-    mark that way before any command."""
+    outage (503, backoff, /ready's reason) like a plain server that is down."""
 
 
 class _PendingCluster(TaskForgeCluster):

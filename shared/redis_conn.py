@@ -389,6 +389,13 @@ def primary(client: redis.Redis) -> str | None:
     return f"{host}:{port}"
 
 
+def primary_named(client: redis.Redis) -> dict[str, str]:
+    """Return ``{"primary": host:port}`` for a /health or /ready body under Sentinel (after a
+    failover, the promoted replica); nothing when ``primary`` knows none."""
+    found = primary(client)
+    return {"primary": found} if found else {}
+
+
 def _client(pool: redis.ConnectionPool) -> redis.Redis:
     """Return a client that owns `pool`: closing the client disconnects it."""
     return redis.Redis.from_pool(pool)

@@ -177,8 +177,6 @@ def _str(value: Any) -> str:
 
 def names_cluster_node(client: redis.Redis) -> bool:
     """Tell whether a plain (not cluster) client's server is a node of a Redis Cluster."""
-    if is_cluster(client):
-        return False
     try:
         info = client.info("cluster")
     except redis.exceptions.RedisError:

@@ -209,14 +209,7 @@ def _cluster(
         # Not one seed answers yet (a cluster briefly down at deploy time): hand out a client
         # that builds itself on first use, so the process starts and waits like one whose
         # plain redis:// server is down, instead of dying here.
-        pending = _PendingCluster(build, recipe, parsed.seeds)
-        # What register_script reads at once, as RedisCluster sets it (no Redis needed).
-        pending.encoder = Encoder(
-            node_options.get("encoding", "utf-8"),
-            node_options.get("encoding_errors", "strict"),
-            node_options.get("decode_responses", False),
-        )
-        return pending  # type: ignore[return-value]
+        return _PendingCluster(build, recipe, parsed.seeds, node_options)  # type: ignore[return-value]
 
 
 # The start of redis-py's message when it reaches none of the seeds while building the client.
@@ -241,10 +234,20 @@ class _PendingCluster(TaskForgeCluster):
     """
 
     def __init__(
-        self, build: Callable[[], TaskForgeCluster], recipe: ClusterRecipe, seeds: Any
+        self,
+        build: Callable[[], TaskForgeCluster],
+        recipe: ClusterRecipe,
+        seeds: Any,
+        node_options: dict[str, Any],
     ) -> None:  # no super().__init__: that is the build that needs a reachable seed
         object.__setattr__(self, "_pending", (build, threading.Lock(), seeds))
         object.__setattr__(self, "recipe", recipe)
+        # What register_script reads at once, as RedisCluster sets it (no Redis needed).
+        self.encoder = Encoder(
+            node_options.get("encoding", "utf-8"),
+            node_options.get("encoding_errors", "strict"),
+            node_options.get("decode_responses", False),
+        )
 
     def __getattr__(self, name: str) -> Any:
         # Only called for names the instance lacks: every one while not yet built.

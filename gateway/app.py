@@ -28,7 +28,6 @@ from gateway import (
 from gateway.body import MAX_BODY_BYTES
 from gateway.context import Gateway
 from gateway.fastpath import FastEnqueue
-from shared import durable
 from shared import log as shared_log
 from shared.config import WAIT_REPLY_MARGIN, Settings, load_or_exit
 from shared.keys import Keys
@@ -129,8 +128,5 @@ def _check_redis(scripts: Scripts) -> None:
         # Start anyway: requests answer 503 until Redis is back, and /ready says so.
         log.warning("redis_unavailable", extra={"error": f"{type(exc).__name__}: {exc}"})
         return
-    warn_about_redis(scripts.redis, log)  # eviction or no persistence can lose jobs
-    if scripts.policy.wait_replicas:
-        shortfall = durable.replica_shortfall(scripts.redis, scripts.policy.wait_replicas)
-        if shortfall is not None:
-            log.warning("config_warning", extra={"warning": shortfall})
+    # Eviction or no persistence can lose jobs; too few replicas refuse every durable write.
+    warn_about_redis(scripts.redis, log, scripts.policy.wait_replicas)

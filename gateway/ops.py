@@ -10,15 +10,16 @@ import redis.exceptions
 from flask import Blueprint, Response, request
 
 from gateway.context import gateway
-from gateway.errors import ApiError, json_error, redis_unavailable, unavailable_reason
+from gateway.errors import ApiError, json_error, redis_unavailable
 from gateway.openapi import document
 from gateway.routes import route
 from shared import durable, metrics, throughput
 from shared.cluster_health import check_masters
 from shared.jobs import format_ms
+from shared.log import unavailable_text
 from shared.queries import QueueCounts
 from shared.queues import QUEUE_RULE, is_queue_name
-from shared.redis_conn import is_cluster, primary
+from shared.redis_conn import is_cluster, primary_named
 
 bp = Blueprint("ops", __name__)
 
@@ -104,13 +105,8 @@ def _probe(status: str, check: Callable[[], object]) -> tuple[dict[str, Any], in
     except redis.exceptions.RedisError as exc:
         if not redis_unavailable(exc):
             raise
-        return _unavailable(unavailable_reason(exc))
-    found = primary(gw.redis)  # under Sentinel: which server answered
-    body: dict[str, Any] = {
-        "status": status,
-        "redis": "ok",
-        **({"primary": found} if found else {}),
-    }
+        return _unavailable(unavailable_text(exc))
+    body: dict[str, Any] = {"status": status, "redis": "ok", **primary_named(gw.redis)}
     if replicas is not None:
         body["replicas"] = replicas
     return body, 200
@@ -135,19 +131,16 @@ def ready() -> tuple[dict[str, Any], int] | Response:
 def _cluster_ready() -> tuple[dict[str, Any], int] | Response:
     """Answer /ready on a cluster: 200 while at least one master answers, naming any that do
     not (shared.cluster_health says why); 503 when none answers."""
-    gw = gateway()
-    wanted = gw.scripts.policy.wait_replicas
-    masters = check_masters(gw.scripts, count_replicas=bool(wanted))
+    masters = check_masters(gateway().scripts)
     if not masters.answering:
-        reason = next(iter(masters.down.values()), "no cluster master known")
-        return _unavailable(reason, masters_down=masters.down)
+        return _unavailable(masters.reason(), masters_down=masters.down)
     body: dict[str, Any] = {
         "status": "ready",
         "redis": "degraded" if masters.down else "ok",
         **masters.body(),
     }
-    if wanted:
-        body["replicas"] = {"connected": masters.replicas, "wanted": wanted}
+    if masters.replicas is not None:
+        body["replicas"] = masters.replicas
     return body, 200
 
 

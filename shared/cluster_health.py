@@ -23,8 +23,9 @@ class MastersCheck:
 
     answering: list[str] = field(default_factory=list)
     down: dict[str, str] = field(default_factory=dict)
-    # Durable mode: the fewest replicas connected to a master that answered (None: not asked).
-    replicas: int | None = None
+    # Durable mode: ``{"connected": n, "wanted": w}``, n the fewest replicas connected to a
+    # master that answered (None: not asked).
+    replicas: dict[str, int] | None = None
 
     def body(self) -> dict[str, object]:
         """Return the part of a /ready body that names the masters (nothing when all answer)."""
@@ -32,15 +33,20 @@ class MastersCheck:
             return {}
         return {"masters_down": self.down, "masters_answering": self.answering}
 
+    def reason(self) -> str:
+        """Return why no master answered, for a 503 /ready body."""
+        return next(iter(self.down.values()), "no cluster master known")
 
-def check_masters(scripts: Scripts, *, count_replicas: bool = False) -> MastersCheck:
+
+def check_masters(scripts: Scripts) -> MastersCheck:
     """Check each master the client knows and load our scripts where they are missing.
 
     One SCRIPT EXISTS per master (a SCRIPT LOAD per script only after a restart or failover
-    emptied that master's cache), and with `count_replicas` one INFO replication. A master
-    that does not answer is named with the reason.
+    emptied that master's cache), and in durable mode (the scripts' policy) one INFO
+    replication. A master that does not answer is named with the reason.
     """
     client = scripts.redis
+    wanted_replicas = scripts.policy.wait_replicas
     check = MastersCheck()
     counts = []
     try:
@@ -54,13 +60,13 @@ def check_masters(scripts: Scripts, *, count_replicas: bool = False) -> MastersC
         name = f"{node.host}:{node.port}"
         try:
             scripts.ensure_loaded_on(node)
-            if count_replicas:
+            if wanted_replicas:
                 counts.append(durable.replicas_connected(client.get_redis_connection(node))[1])
         except MASTER_DOWN as exc:
             check.down[name] = unavailable_text(exc)
         else:
             check.answering.append(name)
-    if count_replicas:
+    if wanted_replicas:
         # The weakest master that answered decides (as durable.replicas_body).
-        check.replicas = min(counts, default=0)
+        check.replicas = {"connected": min(counts, default=0), "wanted": wanted_replicas}
     return check

@@ -5,13 +5,12 @@ EVAL) by sending ``COMMAND GETKEYS`` to the client's default node, a master pick
 While that master fails over, every pipelined script then fails with its connection error,
 whatever slot the script's keys are in: ``GET /jobs?queue=reports`` answered 503 with only
 ``emails``' master down. A script call names its keys itself (``EVALSHA sha numkeys key...``),
-and redis-py's own slot lookup reads them from the arguments, so we give the pipeline a policy
-that says so. (A call outside a pipeline already routes this way.)
+and redis-py's own slot lookup reads them from the arguments, so every pipeline of our cluster
+client (shared.redis_conn.TaskForgeCluster.pipeline) gets a policy that says so. (A call
+outside a pipeline already routes this way.)
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from redis._parsers.commands import CommandPolicies, RequestPolicy, ResponsePolicy
 from redis.commands.policies import BasePolicyResolver, PolicyResolver, StaticPolicyResolver
@@ -32,20 +31,4 @@ class ScriptsByKeys(BasePolicyResolver):
         return ScriptsByKeys(fallback)
 
 
-def route_scripts_by_keys(client: Any) -> None:
-    """Make every pipeline of cluster `client` route script calls by their keys.
-
-    The cluster client does not hand its policy resolver to the pipelines it makes, so its
-    ``pipeline`` method is wrapped on this one client (idempotent).
-    """
-    if getattr(client, "_scripts_by_keys", False):
-        return
-    make = client.pipeline
-
-    def pipeline(*args: Any, **kwargs: Any) -> Any:
-        pipe = make(*args, **kwargs)
-        pipe._policy_resolver = ScriptsByKeys()
-        return pipe
-
-    client.pipeline = pipeline
-    client._scripts_by_keys = True
+SCRIPTS_BY_KEYS = ScriptsByKeys()  # holds no state: one serves every pipeline

@@ -26,6 +26,7 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from shared import durable
 from shared.cluster_url import is_cluster_url
 from shared.config import Settings
 from shared.redis_conn import connect, disconnect, is_cluster
@@ -132,16 +133,26 @@ def _listpack_advice(text: dict[str, str]) -> tuple[str, ...]:
     )
 
 
-def warn_about_redis(client: redis.Redis, log: logging.Logger) -> RedisCheck:
-    """Check the Redis configuration; log and export each problem; return what was found."""
+def warn_about_redis(
+    client: redis.Redis, log: logging.Logger, wait_replicas: int = 0
+) -> RedisCheck:
+    """Check the Redis configuration; log and export each problem; return what was found.
+
+    In durable mode (`wait_replicas` ≥ 1) also warn when WAIT cannot get that many replicas
+    now (shared.durable.replica_shortfall), checked or not.
+    """
     found = check_redis(client)
-    if not found.checked:
-        log.warning("config_warning", extra={"warning": UNCHECKED})
-        return found
-    gauge = _unsafe_config_gauge()
-    for problem in (EVICTION, PERSISTENCE):
-        gauge.labels(problem=problem).set(1 if problem in found.problems else 0)
-    for warning in (*found.problems.values(), *found.advice):
+    warnings = [*found.problems.values(), *found.advice]
+    if found.checked:
+        gauge = _unsafe_config_gauge()
+        for problem in (EVICTION, PERSISTENCE):
+            gauge.labels(problem=problem).set(1 if problem in found.problems else 0)
+    else:
+        warnings.append(UNCHECKED)
+    shortfall = durable.replica_shortfall(client, wait_replicas) if wait_replicas else None
+    if shortfall is not None:
+        warnings.append(shortfall)
+    for warning in warnings:
         log.warning("config_warning", extra={"warning": warning})
     return found
 
@@ -166,8 +177,6 @@ def _str(value: Any) -> str:
 
 def names_cluster_node(client: redis.Redis) -> bool:
     """Tell whether a plain (not cluster) client's server is a node of a Redis Cluster."""
-    if is_cluster(client):
-        return False
     try:
         info = client.info("cluster")
     except redis.exceptions.RedisError:

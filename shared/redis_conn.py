@@ -29,6 +29,7 @@ from redis.connection import Encoder
 from redis.retry import Retry
 from redis.sentinel import SentinelConnectionPool
 
+from shared.cluster_routing import SCRIPTS_BY_KEYS
 from shared.cluster_url import is_cluster_url, parse_cluster_url
 from shared.config import SentinelTarget, Settings, redact_url, sentinel_target
 from shared.sentinels import ExplainingSentinel
@@ -151,9 +152,17 @@ class ClusterRecipe:
 
 
 class TaskForgeCluster(redis.cluster.RedisCluster):
-    """A RedisCluster that remembers how it was built (``recipe``)."""
+    """A RedisCluster that remembers how it was built (``recipe``), and whose pipelines route
+    script calls by their keys (shared.cluster_routing: a failing master's neighbours run
+    pipelined scripts still)."""
 
     recipe: ClusterRecipe
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction, shard_hint)
+        # RedisCluster hands its pipelines no policy resolver of its own choosing.
+        pipe._policy_resolver = SCRIPTS_BY_KEYS
+        return pipe
 
 
 def is_cluster(client: object) -> bool:
@@ -200,26 +209,16 @@ def _cluster(
         # Not one seed answers yet (a cluster briefly down at deploy time): hand out a client
         # that builds itself on first use, so the process starts and waits like one whose
         # plain redis:// server is down, instead of dying here.
-        pending = _PendingCluster(build, recipe, parsed.seeds)
-        # What register_script reads at once, as RedisCluster sets it (no Redis needed).
-        pending.encoder = Encoder(
-            node_options.get("encoding", "utf-8"),
-            node_options.get("encoding_errors", "strict"),
-            node_options.get("decode_responses", False),
-        )
-        return pending  # type: ignore[return-value]
+        return _PendingCluster(build, recipe, parsed.seeds, node_options)  # type: ignore[return-value]
 
 
 # The start of redis-py's message when it reaches none of the seeds while building the client.
 NO_SEED_REACHABLE = "Redis Cluster cannot be connected"
 
 
-class SeedsUnreachableError(redis.exceptions.ConnectionError, AttributeError):
+class SeedsUnreachableError(redis.exceptions.ConnectionError):
     """No seed of the cluster answered: a ConnectionError, so every caller treats it as an
-    outage (503, backoff, /ready's reason) like a plain server that is down. Also an
-    AttributeError, so ``getattr(client, name, default)`` and ``hasattr`` answer as for a
-    missing attribute: a module that marks the client (shared/cluster_routing.py) reads its
-    mark that way before any command."""
+    outage (503, backoff, /ready's reason) like a plain server that is down."""
 
 
 class _PendingCluster(TaskForgeCluster):
@@ -235,10 +234,20 @@ class _PendingCluster(TaskForgeCluster):
     """
 
     def __init__(
-        self, build: Callable[[], TaskForgeCluster], recipe: ClusterRecipe, seeds: Any
+        self,
+        build: Callable[[], TaskForgeCluster],
+        recipe: ClusterRecipe,
+        seeds: Any,
+        node_options: dict[str, Any],
     ) -> None:  # no super().__init__: that is the build that needs a reachable seed
         object.__setattr__(self, "_pending", (build, threading.Lock(), seeds))
         object.__setattr__(self, "recipe", recipe)
+        # What register_script reads at once, as RedisCluster sets it (no Redis needed).
+        self.encoder = Encoder(
+            node_options.get("encoding", "utf-8"),
+            node_options.get("encoding_errors", "strict"),
+            node_options.get("decode_responses", False),
+        )
 
     def __getattr__(self, name: str) -> Any:
         # Only called for names the instance lacks: every one while not yet built.
@@ -381,6 +390,13 @@ def primary(client: redis.Redis) -> str | None:
         return None
     host, port = pool.master_address
     return f"{host}:{port}"
+
+
+def primary_named(client: redis.Redis) -> dict[str, str]:
+    """Return ``{"primary": host:port}`` for a /health or /ready body under Sentinel (after a
+    failover, the promoted replica); nothing when ``primary`` knows none."""
+    found = primary(client)
+    return {"primary": found} if found else {}
 
 
 def _client(pool: redis.ConnectionPool) -> redis.Redis:

@@ -36,7 +36,6 @@ from typing import Any
 import redis
 
 from shared import durable
-from shared.cluster_routing import route_scripts_by_keys
 from shared.engine_types import (
     AckResult,
     CancelResult,
@@ -195,8 +194,6 @@ class Scripts:
     """Calls the transition scripts; one instance per process, built after fork."""
 
     def __init__(self, client: redis.Redis, keys: Keys | None = None, policy: Policy | None = None):
-        if is_cluster(client):
-            route_scripts_by_keys(client)  # a failing master's neighbours run scripts still
         self.redis = client
         self.keys = keys or Keys()
         self.policy = policy or Policy()

@@ -24,7 +24,7 @@ from shared import durable, metrics
 from shared.cluster_health import check_masters
 from shared.log import unavailable_text
 from shared.queues import QueuePlan
-from shared.redis_conn import is_cluster, primary
+from shared.redis_conn import is_cluster, primary_named
 from shared.scripts import Scripts
 from workerd.children import StopOnSignal
 from workerd.slots import Slot, SlotTable
@@ -70,14 +70,19 @@ class ObservabilityApp:
             body = {"status": "unavailable", "redis": "unreachable", "queues": queues}
             body["reason"] = unavailable_text(exc)
             return _json(start, 503, {**body, "quiet": quiet})
-        body = {"status": "ok", "redis": "ok", **self._primary(), "queues": queues}
+        body = {
+            "status": "ok",
+            "redis": "ok",
+            **primary_named(self.scripts.redis),
+            "queues": queues,
+        }
         return _json(start, 200, {**body, "quiet": quiet})
 
     def ready(self, start: StartResponse) -> Iterable[bytes]:
         """Answer 200 when Redis answers, scripts are loaded, and the children are up."""
-        wanted = self.scripts.policy.wait_replicas
         if is_cluster(self.scripts.redis):
-            return self._cluster_ready(start, wanted)
+            return self._cluster_ready(start)
+        wanted = self.scripts.policy.wait_replicas
         try:
             self.scripts.redis.ping()
             self.scripts.ensure_loaded()  # reloads them after a Redis restart
@@ -91,18 +96,22 @@ class ObservabilityApp:
         if status is None or problems:
             return _json(start, 503, {"status": "not ready", "redis": "ok", "problems": problems})
         # Quiet is not "not ready": the host is up, it only claims nothing (its own choice).
-        body = {"status": "ready", "redis": "ok", **self._primary(), "quiet": status.quiet}
+        body = {
+            "status": "ready",
+            "redis": "ok",
+            **primary_named(self.scripts.redis),
+            "quiet": status.quiet,
+        }
         if replicas is not None:
             body["replicas"] = replicas
         return _json(start, 200, body)
 
-    def _cluster_ready(self, start: StartResponse, wanted: int) -> Iterable[bytes]:
+    def _cluster_ready(self, start: StartResponse) -> Iterable[bytes]:
         """On a cluster: ready while at least one master answers, naming those that do not
         (their queues wait; the workers serve the others), 503 when none answers."""
-        masters = check_masters(self.scripts, count_replicas=bool(wanted))
+        masters = check_masters(self.scripts)
         if not masters.answering:
-            reason = next(iter(masters.down.values()), "no cluster master known")
-            body = {"status": "not ready", "redis": "unreachable", "reason": reason}
+            body = {"status": "not ready", "redis": "unreachable", "reason": masters.reason()}
             return _json(start, 503, {**body, "masters_down": masters.down})
         status, problems = self._children_problems()
         redis_state = "degraded" if masters.down else "ok"
@@ -110,8 +119,8 @@ class ObservabilityApp:
             body = {"status": "not ready", "redis": redis_state, "problems": problems}
             return _json(start, 503, {**body, **masters.body()})
         body = {"status": "ready", "redis": redis_state, **masters.body(), "quiet": status.quiet}
-        if wanted:
-            body["replicas"] = {"connected": masters.replicas, "wanted": wanted}
+        if masters.replicas is not None:
+            body["replicas"] = masters.replicas
         return _json(start, 200, body)
 
     def _children_problems(self) -> tuple[Any, list[str]]:
@@ -126,12 +135,6 @@ class ObservabilityApp:
             if status.live_workers < 1:
                 problems.append("no worker process running")
         return status, problems
-
-    def _primary(self) -> dict[str, str]:
-        """Under Sentinel, name the primary this process last reached (after a failover, the
-        promoted replica); nothing for a single server, whose address is the configured one."""
-        found = primary(self.scripts.redis)
-        return {"primary": found} if found else {}
 
     def metrics(self, start: StartResponse) -> Iterable[bytes]:
         """Answer Prometheus text: every child's counters plus queue depths read now."""

@@ -14,7 +14,6 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from gateway.body import BodyError, too_large
 from shared.engine_types import Confirmation
-from shared.log import unavailable_text
 from shared.redis_checks import CLUSTER_NODE_BEHIND_PLAIN_URL
 
 log = logging.getLogger(__name__)
@@ -96,12 +95,6 @@ def redis_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, redis.exceptions.ResponseError) and str(exc).startswith(
         _TRANSIENT_REPLIES
     )
-
-
-def unavailable_reason(exc: BaseException) -> str:
-    """Return why Redis is unavailable, in one line for /ready and /health (no password: a
-    redis-py message names host and port only; Sentinel's, see shared/sentinels.py)."""
-    return unavailable_text(exc)
 
 
 class OutageLog:

@@ -9,7 +9,6 @@ import logging
 
 import redis
 
-from shared import durable
 from shared.redis_checks import warn_about_redis
 from shared.scripts import Scripts
 from workerd.backoff import Backoff
@@ -38,8 +37,5 @@ class ScriptLoader:
             return
         self.loaded = True
         self.backoff.succeeded()
-        warn_about_redis(self.scripts.redis, log)  # eviction or no persistence loses jobs
-        wanted = self.scripts.policy.wait_replicas
-        shortfall = durable.replica_shortfall(self.scripts.redis, wanted) if wanted else None
-        if shortfall is not None:
-            log.warning("config_warning", extra={"warning": shortfall})
+        # Eviction or no persistence loses jobs; in durable mode, too few replicas blocks writes.
+        warn_about_redis(self.scripts.redis, log, self.scripts.policy.wait_replicas)

@@ -289,6 +289,30 @@ class Keys:
         """Return the hash describing one worker process."""
         return f"{self.global_prefix}worker:{worker_id}"
 
+    @property
+    def due(self) -> str:
+        """Return the zset of queues holding scheduled jobs: queue -> earliest scheduled_at (ms).
+
+        The scheduler's tick reads what is due here (one ZRANGEBYSCORE, whatever the number of
+        queues). A producer adds with ZADD LT after the script that scheduled a job (no script
+        writes two slots); the scheduler removes an entry, then looks at the queue again and
+        puts back what it finds (Scripts.settle_due): the order keeps either side from losing
+        the other's entry. workerd/sweep.py repairs one a crash lost in between.
+        """
+        return f"{self.global_prefix}due"
+
+    @property
+    def served(self) -> str:
+        """Return the zset of queues some host serves: queue -> last listed by a scheduler (ms).
+
+        Only a worker claims, fails or holds a lease, so retries, rate gates, leases and
+        finished jobs arise in these queues alone: the scheduler's per-queue duties walk this
+        set, bounded by configuration (every host's WORKER_QUEUES), not by the names anyone
+        creates. An entry no host lists any more stays until its queue holds nothing for
+        those duties (a dead host's leases are still recovered, its finished jobs trimmed).
+        """
+        return f"{self.global_prefix}served"
+
 
 def glob_escaped(text: str) -> str:
     """Return `text` with Redis's glob characters escaped, to match it literally in SCAN."""

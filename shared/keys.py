@@ -222,8 +222,8 @@ class Keys:
         """Return the set of queue names that have limits (or had: a clear removes its name after).
 
         Listed before the queue's limits are written (shared.scripts.Scripts.set_limits), as a
-        queue is listed before its first job, so the scheduler finds every limited queue with
-        one SMEMBERS a second instead of a read per queue.
+        queue is listed before its first job, so every limited queue is found with one
+        SMEMBERS. (The scheduler reads the limits of the served queues only: workerd/scheduler.py.)
         """
         return f"{self.global_prefix}limited"
 

@@ -160,6 +160,10 @@ class SchedulerProcess(StopOnSignal):
                 self.scripts.trim(queue=queue, now_ms=now_ms, share=len(finished))
             self.sweep.step(self.queues, now_ms, share=max(1, len(finished)))
             self.v1_drain.tick(now, now_ms)
+            if self.v1_drain.moving:
+                # v1's scheduled jobs land in the default queue by scripts of the upgrade's,
+                # which note nothing: index what they left (ZADD LT, safe at any time).
+                self.scripts.reindex_due([self.scripts.keys.queue])
 
     def _now_ms(self, now_ms: int | None) -> int:
         """Return `now_ms`, or Redis's clock as this host's plus the last measured offset."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import random
 import re
 import secrets
@@ -62,6 +63,7 @@ from shared.engine_types import (
 from shared.history import ACTOR_CODES, Actor
 from shared.jobs import TYPE_PATTERN, EnqueueRequest, Job, JobState, cap_traceback
 from shared.keys import Keys
+from shared.log import error_text
 from shared.lua_source import assemble
 from shared.queries import QueueCounts, WorkerCounts
 from shared.queues import DEFAULT_QUEUE
@@ -105,6 +107,8 @@ __all__ = [
     "new_request_id",
     "runnable_arg",
 ]
+
+log = logging.getLogger(__name__)
 
 SCRIPT_NAMES = (
     "reserve",
@@ -781,16 +785,24 @@ class Scripts:
         global slot, after the scripts that scheduled them (none when there are none).
 
         The second call of a delayed enqueue (a script writes one slot only; docs/WORKERD.md,
-        "The due index"): LT lowers an entry or adds a missing one, never delays one. A
-        producer that dies before it leaves the job to workerd/sweep.py.
+        "The scheduler at scale of names"): LT lowers an entry or adds a missing one, never
+        delays one. The jobs exist once their script ran, so a note that fails (the global
+        slot's master unreachable) is logged, not raised: an error would tell the producer to
+        send them again. workerd/sweep.py indexes them, as those of a producer that died here.
         """
         earliest: dict[str, int] = {}
         for request, result in scheduled:
             at = request.scheduled_at_for(result.created_at_ms)
             if at is not None:
                 earliest[request.queue] = min(at, earliest.get(request.queue, at))
-        if earliest:
+        if not earliest:
+            return
+        try:
             self.redis.zadd(self.keys.due, earliest, lt=True)
+        except redis.RedisError as exc:
+            log.warning(
+                "due_note_failed", extra={"queues": sorted(earliest), "error": error_text(exc)}
+            )
 
     def due_queues(self, pipe: Any, now_ms: int, limit: int) -> None:
         """Queue on `pipe` the read of up to `limit` queues whose earliest scheduled job is due."""

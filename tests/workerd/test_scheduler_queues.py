@@ -289,6 +289,33 @@ def test_the_sweep_gives_back_a_due_entry_a_crash_lost_and_the_job_is_promoted(
     assert _status(r, JOB, "crashed") is JobState.PENDING
 
 
+class _GlobalMasterDown(redis.Redis):
+    """A client whose writes to the due index fail, as with the global slot's master down."""
+
+    def zadd(self, name: Any, *args: Any, **kwargs: Any) -> Any:
+        if name == K.due:
+            raise redis.ConnectionError("the global slot's master is down")
+        return super().zadd(name, *args, **kwargs)
+
+
+def test_a_failed_note_leaves_the_delayed_job_created_and_the_sweep_indexes_it(
+    r: redis.Redis, redis_server: RedisServer, scripts: Scripts
+) -> None:
+    down = _GlobalMasterDown.from_url(redis_server.url)
+    try:
+        body = validate_enqueue({"type": "t", "queue": "q", "delay": "10ms"})
+        result = Scripts(down, K, Policy()).enqueue(body, JOB, now_ms=T0)  # no error raised
+    finally:
+        down.close()
+    assert result.created and result.status is JobState.SCHEDULED
+    assert r.zscore(K.due, "q") is None
+    scripts.register_queue("q")
+
+    _scheduler(scripts).step(0.0, now_ms=T0 + 20)
+
+    assert r.zscore(K.due, "q") == T0 + 10
+
+
 def test_the_sweep_walks_every_listed_name_in_passes_of_a_few(
     r: redis.Redis, scripts: Scripts
 ) -> None:

@@ -324,11 +324,13 @@ def test_the_sweep_walks_every_listed_name_in_passes_of_a_few(
     r.zrem(K.due, "idle-150")
     scheduler = _scheduler(scripts)
     passes = 0
-    while r.zscore(K.due, "idle-150") is None:
+    while passes == 0 or scheduler.sweep.cursor != 0:  # one whole walk of the list
         scheduler.step(passes * RECOVER_INTERVAL, now_ms=T0 + 20)
         passes += 1
-        assert passes <= 4 * 300 // SWEEP_BATCH, "the sweep never reached the queue"
-    assert passes >= 2  # a few names a pass, not the whole list
+        assert passes <= 4 * 301 // SWEEP_BATCH, "the walk never ended"
+    scheduler.step(passes * RECOVER_INTERVAL + 0.05, now_ms=T0 + 20)  # a tick after the walk
+    assert _status(r, JOB, "idle-150") is JobState.PENDING  # repaired within the walk
+    assert passes >= 301 // (2 * SWEEP_BATCH)  # a few names a pass, not the whole list
 
 
 # --- leases and finished jobs: served queues, a dead host's included -------------------

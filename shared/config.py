@@ -402,10 +402,12 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TASK_FINISHED_RETENTION", "finished_retention", "1d",
              "How long completed and canceled jobs are kept", duration_parser(positive=True)),
     Variable("TASK_FINISHED_MAX_JOBS", "finished_max_jobs", "100000",
-             "Completed jobs kept at most, and canceled ones apart; the oldest go first "
-             "(bounds Redis memory under sustained load, whatever the retention)", _integer(1)),
+             "Completed jobs kept at most over all queues, and canceled ones apart (shared by "
+             "the queues holding them); the oldest go first (bounds Redis memory under sustained "
+             "load, whatever the retention or the number of queues)", _integer(1)),
     Variable("TASK_DLQ_MAX_JOBS", "dlq_max_jobs", "10000",
-             "Dead jobs kept at most; the oldest go first", _integer(1)),
+             "Dead jobs kept at most over all queues (shared by the queues holding them); the "
+             "oldest go first", _integer(1)),
     Variable("TASK_DLQ_MAX_AGE", "dlq_max_age", "7d",
              "How long a dead job is kept", duration_parser(positive=True)),
     Variable("TASK_IDEMPOTENCY_TTL", "idempotency_ttl", "1d",

@@ -222,8 +222,8 @@ class Keys:
         """Return the set of queue names that have limits (or had: a clear removes its name after).
 
         Listed before the queue's limits are written (shared.scripts.Scripts.set_limits), as a
-        queue is listed before its first job, so the scheduler finds every limited queue with
-        one SMEMBERS a second instead of a read per queue.
+        queue is listed before its first job, so every limited queue is found with one
+        SMEMBERS. (The scheduler reads the limits of the served queues only: workerd/scheduler.py.)
         """
         return f"{self.global_prefix}limited"
 
@@ -288,6 +288,30 @@ class Keys:
     def worker(self, worker_id: str) -> str:
         """Return the hash describing one worker process."""
         return f"{self.global_prefix}worker:{worker_id}"
+
+    @property
+    def due(self) -> str:
+        """Return the zset of queues holding scheduled jobs: queue -> earliest scheduled_at (ms).
+
+        The scheduler's tick reads what is due here (one ZRANGEBYSCORE, whatever the number of
+        queues). A producer adds with ZADD LT after the script that scheduled a job (no script
+        writes two slots); the scheduler removes an entry, then looks at the queue again and
+        puts back what it finds (Scripts.settle_due): the order keeps either side from losing
+        the other's entry. workerd/sweep.py repairs one a crash lost in between.
+        """
+        return f"{self.global_prefix}due"
+
+    @property
+    def served(self) -> str:
+        """Return the zset of queues some host serves: queue -> last listed by a scheduler (ms).
+
+        Only a worker claims, fails or holds a lease, so retries, rate gates, leases and
+        finished jobs arise in these queues alone: the scheduler's per-queue duties walk this
+        set, bounded by configuration (every host's WORKER_QUEUES), not by the names anyone
+        creates. An entry no host lists any more stays until its queue holds nothing for
+        those duties (a dead host's leases are still recovered, its finished jobs trimmed).
+        """
+        return f"{self.global_prefix}served"
 
 
 def glob_escaped(text: str) -> str:

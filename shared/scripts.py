@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import random
 import re
 import secrets
@@ -62,6 +63,7 @@ from shared.engine_types import (
 from shared.history import ACTOR_CODES, Actor
 from shared.jobs import TYPE_PATTERN, EnqueueRequest, Job, JobState, cap_traceback
 from shared.keys import Keys
+from shared.log import error_text
 from shared.lua_source import assemble
 from shared.queries import QueueCounts, WorkerCounts
 from shared.queues import DEFAULT_QUEUE
@@ -105,6 +107,8 @@ __all__ = [
     "new_request_id",
     "runnable_arg",
 ]
+
+log = logging.getLogger(__name__)
 
 SCRIPT_NAMES = (
     "reserve",
@@ -373,6 +377,8 @@ class Scripts:
         # repeat that writes nothing (shared.durable).
         reply, confirmation = self._call_durable("enqueue", keys, args, request.queue)
         result = enqueue_result(reply)
+        if result.status is JobState.SCHEDULED:
+            self.note_due([(request, result)])
         if confirmation is not None:  # durable mode only: nothing more on the hot path when off
             if idempotency_key is not None:
                 written = [self.q(request.queue).slot_marker]
@@ -505,7 +511,15 @@ class Scripts:
 
             for index, reply in zip(indexes, self.execute_loaded(transaction), strict=True):
                 results[index] = enqueue_result(reply)
-        return [result for result in results if result is not None]
+        done = [result for result in results if result is not None]
+        self.note_due(
+            [
+                (request, result)
+                for (request, _), result in zip(requests, done, strict=True)
+                if result.status is JobState.SCHEDULED
+            ]
+        )
+        return done
 
     def _enqueue_call(
         self,
@@ -765,6 +779,57 @@ class Scripts:
             scheduled_types=ids(reply[4]),
             retrying_types=ids(reply[5]),
         )
+
+    def note_due(self, scheduled: Sequence[tuple[EnqueueRequest, EnqueueResult]]) -> None:
+        """Index the queues of jobs just scheduled by when they are due: one ZADD LT in the
+        global slot, after the scripts that scheduled them (none when there are none).
+
+        The second call of a delayed enqueue (a script writes one slot only; docs/WORKERD.md,
+        "The scheduler at scale of names"): LT lowers an entry or adds a missing one, never
+        delays one. The jobs exist once their script ran, so a note that fails (the global
+        slot's master unreachable) is logged, not raised: an error would tell the producer to
+        send them again. workerd/sweep.py indexes them, as those of a producer that died here.
+        """
+        earliest: dict[str, int] = {}
+        for request, result in scheduled:
+            at = request.scheduled_at_for(result.created_at_ms)
+            if at is not None:
+                earliest[request.queue] = min(at, earliest.get(request.queue, at))
+        if not earliest:
+            return
+        try:
+            self.redis.zadd(self.keys.due, earliest, lt=True)
+        except redis.RedisError as exc:
+            log.warning(
+                "due_note_failed", extra={"queues": sorted(earliest), "error": error_text(exc)}
+            )
+
+    def due_queues(self, pipe: Any, now_ms: int, limit: int) -> None:
+        """Queue on `pipe` the read of up to `limit` queues whose earliest scheduled job is due."""
+        pipe.zrangebyscore(self.keys.due, "-inf", now_ms, start=0, num=limit)
+
+    def settle_due(self, queues: Sequence[str]) -> dict[str, int]:
+        """Re-index `queues` after their promote: remove their entries, then read each queue's
+        earliest scheduled job and put back those found (ZADD LT); return them.
+
+        The order is the protocol. A producer's note (ZADD LT) made after the ZREM stays; a
+        producer whose script ran before the read is seen by the read. Either way the entry of
+        a job scheduled meanwhile survives. Three round trips, only for due queues.
+        """
+        if not queues:
+            return {}
+        self.redis.zrem(self.keys.due, *queues)
+        return self.reindex_due(queues)
+
+    def reindex_due(self, queues: Sequence[str]) -> dict[str, int]:
+        """Add (ZADD LT) each queue's earliest scheduled job to the due index; return them."""
+        pipe = self.redis.pipeline(transaction=False)
+        for queue in queues:
+            pipe.zrange(self.q(queue).scheduled, 0, 0, withscores=True)
+        found = {q: int(f[0][1]) for q, f in zip(queues, pipe.execute(), strict=True) if f}
+        if found:
+            self.redis.zadd(self.keys.due, found, lt=True)
+        return found
 
     def set_limits(
         self, queue: str, limits_json: str, *, expected: str | None = None
@@ -1124,6 +1189,7 @@ class Scripts:
         limit: int | None = None,
         now_ms: int | None = None,
         rounds: int = TRIM_ROUNDS,
+        share: int = 1,
     ) -> TrimResult:
         """Forget finished jobs past retention or their count cap, dead jobs past the DLQ's;
         first roll what finished since the last call into the per-minute throughput counts.
@@ -1131,7 +1197,9 @@ class Scripts:
         Calls trim.lua again while a call may have left work (it hit `limit` in an index), at
         most `rounds` times: the scheduler trims once a second, and one call of `limit` would
         let the completed index outgrow its cap when more jobs than that finish each second.
-        Each call stays short, so other clients run between them.
+        Each call stays short, so other clients run between them. `share`: how many queues
+        share the caps (TASK_FINISHED_MAX_JOBS, TASK_DLQ_MAX_JOBS are totals: the scheduler
+        gives each queue holding finished jobs an equal part, rounded up).
         """
         k, p = self.q(queue), self.policy
         limit = limit or p.batch_limit
@@ -1151,10 +1219,10 @@ class Scripts:
                     k.job_prefix,
                     p.finished_retention_ms,
                     p.dlq_max_age_ms,
-                    p.dlq_max_jobs,
+                    -(-p.dlq_max_jobs // share),
                     limit,
                     _now(now_ms),
-                    p.finished_max_jobs,
+                    -(-p.finished_max_jobs // share),
                 ],
             )
             counts = [int(v) for v in reply]

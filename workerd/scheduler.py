@@ -3,15 +3,24 @@
 Every duty is one atomic script that re-checks state, so several schedulers (one per host)
 can run at once: each job is promoted or recovered once, and if one scheduler dies the others
 carry on. Promotion runs every tick (lateness well under 100 ms); recovery and trimming run
-once a second. Each duty runs once per queue (a script touches one queue's slot); the list of
-queues is read again once a second, so a new queue is served within a second. The queues this
-host serves (WORKER_QUEUES) are listed again should the list have lost them: a producer lists a
-queue once per process, so a failover that dropped its SADD, or a flushed Redis, would
-otherwise leave that queue's retries unpromoted, its leases unrecovered and its completed
-jobs untrimmed for good. Jobs still under layout v1 (an old gateway's, in a rolling upgrade)
-move into v2 by workerd/v1_drain.py, at the recovery's pace and under its grace: a v1 lease
-looks expired after an outage too. Periodic schedules (TASKFORGE_SCHEDULES) are enqueued by
-workerd/periodic.py, once a second, outside the recovery's grace: a tick's job is new work.
+once a second. No pass walks the list of queues, which grows with every name anyone enqueues
+under (docs/WORKERD.md, "The scheduler at scale of names"):
+
+- scheduled jobs, which any producer can create in any queue, are found through the due
+  index (shared.keys.Keys.due): a tick reads what is due, one ZRANGEBYSCORE, and promotes
+  those queues only (Scripts.settle_due keeps the index right, workerd/sweep.py repairs it);
+- retries, rate-limit gates, leases and finished jobs arise only where a worker claims, so
+  those duties walk the served queues (Keys.served): every host's WORKER_QUEUES, listed by
+  its scheduler once a second, kept while they hold anything for those duties after no host
+  lists them (a dead host's leases are still recovered). The default queue always counts.
+
+The queues this host serves are also listed again in the list of queues should it have lost
+them: a producer lists a queue once per process, so a failover that dropped its SADD, or a
+flushed Redis, would otherwise leave that queue out of lookups. Jobs still under layout v1 (an
+old gateway's, in a rolling upgrade) move into v2 by workerd/v1_drain.py, at the recovery's
+pace and under its grace: a v1 lease looks expired after an outage too. Periodic schedules
+(TASKFORGE_SCHEDULES) are enqueued by workerd/periodic.py, once a second, outside the
+recovery's grace: a tick's job is new work.
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ import redis
 from shared import metrics, tracing
 from shared.lifecycle import Outcome, record
 from shared.limits import from_stored
+from shared.queues import DEFAULT_QUEUE
+from shared.redis_conn import pipe_time
 from shared.schedules import Schedule
 from shared.scripts import PromoteResult, Scripts
 from shared.upgrade import Upgrade
@@ -33,6 +44,7 @@ from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.periodic import PASS_INTERVAL, Periodic
 from workerd.slots import Slot
+from workerd.sweep import Sweep
 from workerd.v1_drain import V1Drain
 
 log = logging.getLogger(__name__)
@@ -43,13 +55,20 @@ RECOVER_INTERVAL = 1.0
 # off without a reset) and answered at last: no error surfaced, since redis-py's retries
 # outlast such a hang, but the supervisors' lease renewals hung just the same.
 HUNG_CALL_SECONDS = 1.0
-# The keys (shared.keys.Keys attributes) each duty acts on: it runs for a queue only when one
-# of them exists (an empty zset or hash does not).
-PROMOTE_FROM = ("scheduled", "retrying")
+# Most queues a tick promotes from the due index; more due wait for the next tick (50 ms).
+DUE_BATCH = 100
+# The keys (shared.keys.Keys attributes) each duty acts on in a served queue: it runs for a
+# queue only when one of them exists (an empty zset or hash does not).
+PROMOTE_FROM = ("retrying",)
 # Rate-limit gates (docs/QUEUES.md, limits): checked every tick, of queues with a rate only.
 OPEN_GATES_FROM = ("gates",)
 RECOVER_FROM = ("processing",)
 TRIM_FROM = ("completed", "canceled", "dead", "failures")
+# What keeps a queue no host lists any more among the served ones: work only a scheduler ends.
+SERVED_DUTIES = (*PROMOTE_FROM, *OPEN_GATES_FROM, *RECOVER_FROM, *TRIM_FROM)
+# A served queue no scheduler listed for this long is dropped once it holds none of the above
+# (a host that still serves it lists it again every second).
+SERVED_FOR_MS = 60_000
 # Every index a queue that ever had a job holds something in (its events stream included).
 ANY_INDEX = ("pending", "held", "scheduled", "retrying", "processing", *TRIM_FROM, "events")
 
@@ -70,7 +89,7 @@ class SchedulerProcess(StopOnSignal):
         schedules: Sequence[Schedule] = (),
     ) -> None:
         self.scripts = scripts
-        self.served = tuple(served)  # this host's WORKER_QUEUES, kept on the list
+        self.served = tuple(served)  # this host's WORKER_QUEUES, kept on the lists
         self.slot = slot
         self.parent_pid = parent_pid
         # After an outage, leases look expired only because renewals could not reach Redis
@@ -81,8 +100,10 @@ class SchedulerProcess(StopOnSignal):
         self.next_recover = 0.0
         self.periodic = Periodic(scripts, schedules)
         self.next_periodic = 0.0
-        self.queues: list[str] = []
-        self.rated: list[str] = []  # queues with a rate limit, as of the last listing (a second)
+        self.queues: list[str] = []  # the served queues, as of the last listing (a second)
+        self.rated: list[str] = []  # those with a rate limit, as of the last listing
+        self.redis_offset_ms = 0  # Redis's clock minus this host's, as of the last listing
+        self.sweep = Sweep(scripts)
         self.stopping = False
         self.backoff = Backoff("scheduler", redis_url=redis_url)
         self.v1_drain = V1Drain(
@@ -113,13 +134,15 @@ class SchedulerProcess(StopOnSignal):
 
     def step(self, now: float, *, now_ms: int | None = None) -> None:
         """Promote due jobs; once a second enqueue periodic ticks, and (outside a reconnect
-        grace) recover and trim."""
+        grace) recover, trim and sweep."""
         began = self.clock()
         if not self.queues or now >= self.next_recover:
-            self.queues = self._listed_queues()
+            self.queues = self._listed_queues(now_ms)
             self.rated = self._rate_limited()
-        for queue in self._holding(PROMOTE_FROM):
+        due, retrying = self._due_and_retrying(now_ms)
+        for queue in sorted({*due, *retrying}):
             self._promote(queue, now_ms)
+        self.scripts.settle_due(due)
         for queue in self._holding(OPEN_GATES_FROM, self.rated):
             self.scripts.open_gates(queue=queue, now_ms=now_ms)
         ended = self.clock()
@@ -132,18 +155,37 @@ class SchedulerProcess(StopOnSignal):
             self.next_recover = now + RECOVER_INTERVAL
             for queue in self._holding(RECOVER_FROM):
                 self._recover(queue, now_ms)
-            for queue in self._holding(TRIM_FROM):
-                self.scripts.trim(queue=queue, now_ms=now_ms)
+            finished = self._holding(TRIM_FROM)
+            for queue in finished:
+                self.scripts.trim(queue=queue, now_ms=now_ms, share=len(finished))
+            self.sweep.step(self.queues, now_ms, share=max(1, len(finished)))
             self.v1_drain.tick(now, now_ms)
+            if self.v1_drain.moving:
+                # v1's scheduled jobs land in the default queue by scripts of the upgrade's,
+                # which note nothing: index what they left (ZADD LT, safe at any time).
+                self.scripts.reindex_due([self.scripts.keys.queue])
+
+    def _now_ms(self, now_ms: int | None) -> int:
+        """Return `now_ms`, or Redis's clock as this host's plus the last measured offset."""
+        return now_ms if now_ms is not None else int(time.time() * 1000) + self.redis_offset_ms
+
+    def _due_and_retrying(self, now_ms: int | None) -> tuple[list[str], list[str]]:
+        """Return the queues the due index says are due, and the served queues holding
+        retries: one round trip, a ZRANGEBYSCORE and an EXISTS per served queue."""
+        pipe = self.scripts.redis.pipeline(transaction=False)
+        self.scripts.due_queues(pipe, self._now_ms(now_ms), DUE_BATCH)
+        for queue in self.queues:
+            pipe.exists(*(getattr(self.scripts.q(queue), name) for name in PROMOTE_FROM))
+        due, *found = pipe.execute()
+        retrying = [q for q, n in zip(self.queues, found, strict=True) if n]
+        return [name.decode() for name in due], retrying
 
     def _holding(self, indexes: tuple[str, ...], queues: Sequence[str] | None = None) -> list[str]:
-        """Return the listed queues (or `queues`) with anything in `indexes` (one pipelined
-        EXISTS each).
+        """Return the served queues (or `queues`) with anything in `indexes` (one pipelined
+        EXISTS each; none asked: no round trip).
 
-        A queue with nothing there has nothing for the duty to do: an idle queue costs an
-        EXISTS in one shared round trip, not a script call of its own, however many queues
-        are listed (a name stays listed once a job was enqueued under it). Gates are asked of
-        the queues found rate-limited at the last listing only (none: no round trip).
+        A queue with nothing there has nothing for the duty to do: it costs an EXISTS in one
+        shared round trip, not a script call of its own.
         """
         queues = self.queues if queues is None else queues
         if not queues:
@@ -155,35 +197,65 @@ class SchedulerProcess(StopOnSignal):
         return [q for q, found in zip(queues, pipe.execute(), strict=True) if found]
 
     def _rate_limited(self) -> list[str]:
-        """Return the queues whose limits have a rate: the list of limited queues (one
-        SMEMBERS, none with no limits anywhere), then a GET of each one's limits."""
-        client = self.scripts.redis
-        limited = sorted(name.decode() for name in client.smembers(self.scripts.keys.limited))
-        if not limited:
-            return []
-        pipe = client.pipeline(transaction=False)
-        for queue in limited:
+        """Return the served queues whose limits have a rate (a GET of each one's limits).
+
+        Only a claim closes a gate, and only served queues have claims: limits set on any
+        other name cost the scheduler nothing.
+        """
+        pipe = self.scripts.redis.pipeline(transaction=False)
+        for queue in self.queues:
             pipe.get(self.scripts.q(queue).limits)
         return [
             q
-            for q, raw in zip(limited, pipe.execute(), strict=True)
+            for q, raw in zip(self.queues, pipe.execute(), strict=True)
             if raw and not from_stored(raw).rate_free
         ]
 
-    def _listed_queues(self) -> list[str]:
-        """Return the list of queues, after listing again any this host serves that it lacks."""
-        listed = self.scripts.queue_names()
-        missing = [queue for queue in self.served if queue not in listed]
-        if not missing:
-            return listed
-        for queue in missing:
-            self.scripts.register_queue(queue)
-        # A queue holding jobs or their events, unlisted, is one the list lost (a failover
-        # dropped the producer's SADD): worth a warning. One with nothing is simply new, served
-        # before anything was enqueued to it, as on a fresh deployment.
-        lost = self._holding(ANY_INDEX, missing)
-        (log.warning if lost else log.info)("queues_relisted", extra={"queues": missing})
-        return sorted({*listed, *missing})
+    def _listed_queues(self, now_ms: int | None) -> list[str]:
+        """Return the served queues, after listing again any this host serves that the list
+        of queues lacks, and listing this host's in the served set (shared.keys.Keys.served)."""
+        client, keys = self.scripts.redis, self.scripts.keys
+        redis_now = self._measure_clock(now_ms)
+        if self.served:
+            listed = client.smismember(keys.queues, list(self.served))
+            missing = [queue for queue, found in zip(self.served, listed, strict=True) if not found]
+            for queue in missing:
+                self.scripts.register_queue(queue)
+            if missing:
+                # A queue holding jobs or their events, unlisted, is one the list lost (a
+                # failover dropped the producer's SADD): worth a warning. One with nothing is
+                # simply new, served before anything was enqueued to it.
+                lost = self._holding(ANY_INDEX, missing)
+                (log.warning if lost else log.info)("queues_relisted", extra={"queues": missing})
+            client.zadd(keys.served, dict.fromkeys(self.served, redis_now))
+        return self._served_queues(redis_now)
+
+    def _served_queues(self, redis_now: int) -> list[str]:
+        """Return the served set's queues (the default queue always), after dropping those no
+        scheduler listed for SERVED_FOR_MS that hold nothing for the per-queue duties."""
+        client, keys = self.scripts.redis, self.scripts.keys
+        entries = client.zrange(keys.served, 0, -1, withscores=True)
+        listed = {name.decode(): score for name, score in entries}
+        stale = [q for q, at in listed.items() if at < redis_now - SERVED_FOR_MS]
+        if stale:
+            busy = set(self._holding(SERVED_DUTIES, stale))
+            idle = [q for q in stale if q not in busy]
+            if idle:
+                client.zrem(keys.served, *idle)
+                for queue in idle:
+                    del listed[queue]
+        return sorted({DEFAULT_QUEUE, *self.served, *listed})
+
+    def _measure_clock(self, now_ms: int | None) -> int:
+        """Read Redis's clock (once a second): the due index holds times on it. Returns it."""
+        if now_ms is not None:
+            return now_ms
+        pipe = self.scripts.redis.pipeline(transaction=False)
+        pipe_time(pipe, self.scripts.redis, self.scripts.keys.due)  # the index's master's clock
+        [(seconds, micros)] = pipe.execute()
+        redis_now = seconds * 1000 + micros // 1000
+        self.redis_offset_ms = redis_now - int(time.time() * 1000)
+        return redis_now
 
     def _promote(self, queue: str, now_ms: int | None) -> PromoteResult:
         result = self.scripts.promote(queue=queue, now_ms=now_ms)

@@ -71,8 +71,10 @@ def test_enqueue_with_future_scheduled_at_waits_in_scheduled_without_a_wake_hint
 
     after = snapshot(r)
     assert result == EnqueueResult(J1, JobState.SCHEDULED, created=True, created_at_ms=T0)
-    assert changed(before, after) == {K.job(J1), K.scheduled}
+    # ... and its queue in the scheduler's due index (the second call, Scripts.note_due).
+    assert changed(before, after) == {K.job(J1), K.scheduled, K.due}
     assert after[K.scheduled] == [(J1, due)]
+    assert after[K.due] == [("default", due)]
     stored = after[K.job(J1)]
     assert stored["status"] == "scheduled"
     assert stored["scheduled_at"] == due
@@ -317,8 +319,9 @@ def test_enqueue_with_a_delay_schedules_it_that_long_after_the_scripts_now(
 
     after = snapshot(r)
     assert result == EnqueueResult(J1, JobState.SCHEDULED, created=True, created_at_ms=T0)
-    assert changed(before, after) == {K.job(J1), K.scheduled}
+    assert changed(before, after) == {K.job(J1), K.scheduled, K.due}
     assert after[K.scheduled] == [(J1, T0 + 300_000)]
+    assert after[K.due] == [("default", T0 + 300_000)]
     stored = after[K.job(J1)]
     assert (stored["status"], stored["scheduled_at"], stored["created_at"]) == (
         "scheduled",

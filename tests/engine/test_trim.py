@@ -217,6 +217,7 @@ def test_every_key_has_a_ttl_or_a_cap_after_a_mixed_sequence(
         K.wake,
         K.workers,
         K.failures,  # at most 64 seconds kept once trim has run
+        K.due,  # an entry per queue holding a scheduled job (the scheduler's due index)
     }
     live = {"pending", "scheduled", "processing", "retrying"}
     scripts.enqueue(request(), J1, idempotency_key="k1", now_ms=T0)

@@ -901,6 +901,7 @@ def read_raw_state(r: redis.Redis, idem_keys: list[str]) -> RawState:
     bounded |= {KEYS.pending_since.encode(), KEYS.seq.encode(), KEYS.wake.encode()}
     bounded.add(KEYS.failures.encode())  # failures per second: trim keeps at most 64 of them
     bounded.add(KEYS.events.encode())  # capped by each XADD (checked in check_raw_state)
+    bounded.add(KEYS.due.encode())  # an entry per queue holding a scheduled job (one here)
     bounded.add(KEYS.throughput.encode())  # per-minute counts: trim keeps the last 62 minutes
     others = sorted(k for k in every_key - bounded if not k.startswith(prefix))
     pipe = r.pipeline(transaction=False)

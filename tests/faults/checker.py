@@ -248,6 +248,8 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
 
     fixed = {keys.state_index(s) for s in STATES}
     fixed |= {keys.pending_since, keys.seq, keys.wake, keys.workers, keys.queues, keys.limited}
+    # The scheduler's due index and served set: an entry per queue (workerd/scheduler.py).
+    fixed |= {keys.due, keys.served}
     # A pause lasts until a resume; failures per second are capped by trim (64 seconds kept),
     # and so are the throughput minutes (62 kept).
     fixed |= {keys.paused, keys.failures, keys.throughput}

@@ -95,7 +95,9 @@ def stack(r: redis.Redis) -> Stack:
         app=make_app(scripts).test_client(),
         scripts=scripts,
         worker=WorkerProcess(settings, scripts, IdleSlot(), "w1", os.getppid()),
-        scheduler=SchedulerProcess(scripts, IdleSlot(), os.getppid(), reconnect_grace=0),
+        scheduler=SchedulerProcess(
+            scripts, IdleSlot(), os.getppid(), reconnect_grace=0, served=(QUEUE,)
+        ),
         release=Release(scripts, redis_url="redis://private", queues=("default", QUEUE)),
     )
 

@@ -54,7 +54,13 @@ def make_stack(r: redis.Redis, **env: str) -> dict[str, Any]:
     scripts.load()
     settings = Settings.from_env(env)
     worker = WorkerProcess(settings, scripts, IdleSlot(), "w1", os.getppid())
-    scheduler = SchedulerProcess(scripts, IdleSlot(), os.getppid(), reconnect_grace=0)
+    scheduler = SchedulerProcess(
+        scripts,
+        IdleSlot(),
+        os.getppid(),
+        reconnect_grace=0,
+        served=settings.worker_queues.names,  # as the supervisor passes them
+    )
     return {"app": make_app(scripts).test_client(), "worker": worker, "sched": scheduler}
 
 

@@ -1,0 +1,86 @@
+"""The scheduler's backstop: a slow walk of the list of queues, a few names a second.
+
+The scheduler's passes never walk the list of queues (it grows with every name anyone
+enqueues under): scheduled jobs are found through the due index, the rest through the served
+queues (workerd/scheduler.py). Each can miss a queue only after a crash or a lost write:
+
+- a producer that died between its enqueue script and its note (Scripts.note_due), a
+  scheduler that died between removing a due entry and putting it back (Scripts.settle_due),
+  or a failover that lost either write: the queue's scheduled jobs have no due entry;
+- a host that died serving a queue the served set never had, or lost (a failover, a flush):
+  its leases, retries and gates are in no served queue;
+- a job canceled while it waited in a queue no host serves: finished jobs there are in no
+  served queue either (the only finished jobs such a queue can get).
+
+Each pass (once a second) reads SWEEP_BATCH names with SSCAN and asks each one EXISTS of the
+keys above; the rare queue that holds any gets its due entry back (ZADD LT), joins the served
+set (until it holds nothing more for the per-queue duties), or is trimmed. A full walk of N
+listed names takes N / SWEEP_BATCH passes: that bounds how late such a queue is served
+(10,000 names: about 5 minutes), at a cost per second that does not grow with N.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from shared.scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+SWEEP_BATCH = 32  # names a pass (SSCAN's COUNT is a hint: about as many)
+# Indexes only a worker fills: a queue holding one is served, or its host died.
+WORKER_MADE = ("retrying", "gates", "processing")
+FINISHED = ("completed", "canceled", "dead", "failures")
+
+
+class Sweep:
+    """One pass a second over the next few listed names; the cursor carries on from there."""
+
+    def __init__(self, scripts: Scripts) -> None:
+        self.scripts = scripts
+        self.cursor = 0
+
+    def step(self, served: Sequence[str], now_ms: int | None, *, share: int = 1) -> None:
+        """Check the next names; repair what a crash left (`served`: the served queues;
+        `share`: how many queues share the finished-job caps, as the scheduler's trims)."""
+        client = self.scripts.redis
+        self.cursor, raw = client.sscan(self.scripts.keys.queues, self.cursor, count=SWEEP_BATCH)
+        names = sorted({name.decode() for name in raw})
+        if not names:
+            return
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            keys = self.scripts.q(name)
+            pipe.exists(keys.scheduled, *(getattr(keys, i) for i in (*WORKER_MADE, *FINISHED)))
+        holding = [name for name, n in zip(names, pipe.execute(), strict=True) if n]
+        if holding:
+            self._repair(holding, set(served), now_ms, share)
+
+    def _repair(self, queues: list[str], served: set[str], now_ms: int | None, share: int) -> None:
+        client, keys = self.scripts.redis, self.scripts.keys
+        pipe = client.pipeline(transaction=False)
+        for queue in queues:
+            q = self.scripts.q(queue)
+            pipe.zrange(q.scheduled, 0, 0, withscores=True)
+            pipe.exists(*(getattr(q, i) for i in WORKER_MADE))
+            pipe.exists(*(getattr(q, i) for i in FINISHED))
+        replies = pipe.execute()
+        first = {q: int(r[0][1]) for q, r in zip(queues, replies[0::3], strict=True) if r}
+        if first:
+            indexed = client.zmscore(keys.due, list(first))
+            lost = [q for q, at in zip(first, indexed, strict=True) if at is None or at > first[q]]
+            if lost:
+                client.zadd(keys.due, {q: first[q] for q in lost}, lt=True)
+                log.warning("due_index_repaired", extra={"queues": lost})
+        unserved = [q for q in queues if q not in served]
+        worker_made = dict(zip(queues, replies[1::3], strict=True))
+        adopted = [q for q in unserved if worker_made[q]]
+        if adopted:
+            # Score 0: as if last listed long ago, so it leaves the set once it holds nothing.
+            client.zadd(keys.served, dict.fromkeys(adopted, 0), nx=True)
+            log.warning("served_queue_adopted", extra={"queues": adopted})
+        finished = dict(zip(queues, replies[2::3], strict=True))
+        for queue in unserved:
+            if finished[queue] and queue not in adopted:
+                self.scripts.trim(queue=queue, now_ms=now_ms, share=share)

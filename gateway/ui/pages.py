@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from flask import flash, redirect, url_for
+from flask import flash, redirect, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
 from gateway.context import gateway
@@ -13,26 +13,59 @@ from gateway.ui.chart import throughput_chart
 from shared.hosts import is_host_name, list_hosts
 from shared.jobs import JobState
 from shared.limits import read_state
+from shared.queue_view import chosen, is_cursor, page
 from shared.queues import QUEUE_RULE, is_queue_name
 from shared.scripts import HostNotFound
+from shared.summary import busy
 from shared.throughput import last_hour
 
 log = logging.getLogger(__name__)
 
 # The columns of the counts table, in a job's usual path through them.
 STATES = list(JobState)
+# Queues the overview shows at most (docs/DASHBOARD.md): all of them while they fit; past
+# that the queues live hosts serve, then the busiest, or a page of a search by name.
+OVERVIEW_QUEUES = 25
+OVERVIEW_QUERY = ("q", "cursor")
+
+
+def _overview_query() -> tuple[str | None, str | None]:
+    """Return the name search and the page cursor the overview was asked for (None: none)."""
+    search = request.args.get("q", "").strip() or None
+    cursor = request.args.get("cursor") or None
+    if search is not None and len(search) > 64:
+        raise UiError(400, "a queue name search is at most 64 characters")
+    if cursor is not None and not is_cursor(cursor):
+        raise UiError(400, f"bad page cursor {cursor[:24]!r}: follow the page's own links")
+    return search, cursor
+
+
+def _served_queues() -> list[str]:
+    """Return the queues live hosts serve (their WORKER_QUEUES: bounded by configuration)."""
+    gw = gateway()
+    return list(dict.fromkeys(q for host in list_hosts(gw.redis, gw.keys) for q in host.queues))
 
 
 def overview_context() -> dict[str, object]:
-    """Return what the overview (and its live fragment) shows: one stats round trip."""
+    """Return what the overview (and its live fragment) shows: a bounded set of queues read
+    live, the totals of all (live while every queue is shown, else from the last sweep)."""
     gw = gateway()
-    names = gw.directory.names(refresh=True)
-    counts, workers = gw.scripts.stats(names)
+    search, cursor = _overview_query()
+    if search is None and cursor is None:
+        view = chosen(gw.scripts, limit=OVERVIEW_QUEUES, first=_served_queues)
+    else:
+        view = page(gw.scripts, limit=OVERVIEW_QUEUES, cursor=cursor, match=search)
+    shown = sorted(view.shown.by_queue)
     return {
-        "counts": counts,
+        "view": view,
+        "counts": view.totals,
+        "rows": sorted(view.shown.by_queue.items(), key=lambda item: (-busy(item[1]), item[0])),
         "states": STATES,
-        "workers": workers,
-        "chart": throughput_chart(last_hour(gw.scripts, names)),  # one more round trip
+        "workers": view.workers,
+        "search": search,
+        "live_query": {"q": search, "cursor": cursor},
+        # The chart sums the queues shown (all of them while they fit): one more round trip.
+        "chart": throughput_chart(last_hour(gw.scripts, shown)),
     }
 
 
@@ -44,13 +77,14 @@ def overview_slash() -> BaseResponse:
 
 @bp.route("")
 def overview() -> tuple[str, int]:
-    """Show counts per state and queue, the oldest pending job's age, the last hour's chart."""
+    """Show the totals, counts per state of a bounded set of queues, the last hour's chart."""
+    context = overview_context()
     return render(
         "overview.html",
         "overview",
         live_events=events_url(),
-        live_refresh=url_for("ui.overview_live"),
-        **overview_context(),
+        live_refresh=url_for("ui.overview_live", **context["live_query"]),  # type: ignore[arg-type]
+        **context,
     )
 
 

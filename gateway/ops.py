@@ -14,7 +14,7 @@ from gateway.errors import ApiError, json_error, redis_unavailable
 from gateway.openapi import document
 from gateway.queue_page import QUEUE_PAGE_QUERY, page_fields, page_query, read_page
 from gateway.routes import route
-from shared import durable, metrics, throughput
+from shared import durable, metrics, summary, throughput
 from shared.cluster_health import check_masters
 from shared.jobs import format_ms
 from shared.log import unavailable_text
@@ -97,7 +97,8 @@ def _counts(counts: QueueCounts | None) -> dict[str, Any]:
 @route(bp, "GET", "/metrics")
 def prometheus() -> Response:
     """Return the Prometheus exposition: this server's counters, queue gauges from Redis."""
-    body, content_type = metrics.scrape(gateway().scripts)
+    # A due sweep of every queue's totals runs in a thread: this scrape answers meanwhile.
+    body, content_type = metrics.scrape(gateway().scripts, run=summary.in_thread)
     return Response(body, content_type=content_type)
 
 

@@ -15,7 +15,7 @@ from gateway.errors import ApiError
 from shared.queue_view import QueueView, is_cursor, page
 
 QUEUE_PAGE_QUERY = ("limit", "cursor", "q")
-DEFAULT_LIMIT = 100
+DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 CURSOR_PATTERN = "^[0-9]{1,20}$"
 SEARCH_MAX = 64

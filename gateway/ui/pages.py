@@ -51,11 +51,22 @@ def overview_context() -> dict[str, object]:
     live, the totals of all (live while every queue is shown, else from the last sweep)."""
     gw = gateway()
     search, cursor = _overview_query()
+    served: list[str] = []
+
+    def serving() -> list[str]:
+        served.extend(_served_queues())
+        return served
+
     if search is None and cursor is None:
-        view = chosen(gw.scripts, limit=OVERVIEW_QUEUES, first=_served_queues)
+        view = chosen(gw.scripts, limit=OVERVIEW_QUEUES, first=serving)
     else:
         view = page(gw.scripts, limit=OVERVIEW_QUEUES, cursor=cursor, match=search)
-    shown = sorted(view.shown.by_queue)
+    # The chart: every queue while they fit; else the queues live hosts serve, where every
+    # completion and failure happens (a queue no host serves runs nothing). One round trip.
+    if view.complete:
+        charted = sorted(view.totals.by_queue if view.totals else view.shown.by_queue)
+    else:
+        charted = served or _served_queues()
     return {
         "view": view,
         "counts": view.totals,
@@ -64,8 +75,7 @@ def overview_context() -> dict[str, object]:
         "workers": view.workers,
         "search": search,
         "live_query": {"q": search, "cursor": cursor},
-        # The chart sums the queues shown (all of them while they fit): one more round trip.
-        "chart": throughput_chart(last_hour(gw.scripts, shown)),
+        "chart": throughput_chart(last_hour(gw.scripts, charted[:OVERVIEW_QUEUES])),
     }
 
 

@@ -165,7 +165,7 @@ def queues() -> None:
 @click.option(
     "--limit",
     type=click.IntRange(1, 1000),
-    default=100,
+    default=50,
     show_default=True,
     help="Queues per page (every queue while they fit).",
 )

@@ -35,9 +35,12 @@ from shared.scripts import Scripts
 
 log = logging.getLogger(__name__)
 
-# How stale the totals may get while someone looks; a sweep of 10,000 queues costs Redis
-# about a quarter of a second (bench/many_queues.py), so at most ~1 % of a core.
+# How stale the totals may get while someone looks. A sweep of 10,000 queues costs Redis
+# about 0.8 s of CPU and the sweeping process about 1.5 s (3-4 s wall on a busy 2-core
+# machine): sweeps are at least SPACING times their own duration apart, so sweeping takes
+# at most 1/SPACING of one process's time, however many queues there are.
 MAX_AGE_MS = 30_000
+SPACING = 20
 # Queues read per pipeline: a chunk's reply stays a few hundred kB.
 CHUNK = 500
 # The busiest queues a summary remembers (the overview shows some of them).
@@ -161,7 +164,8 @@ def current(
     max_age_ms: int = MAX_AGE_MS,
     run: Callable[[Callable[[], object]], None] | None = None,
 ) -> Summary | None:
-    """Return the summary, starting a sweep when it is missing or older than `max_age_ms`.
+    """Return the summary, starting a sweep when it is missing or older than `max_age_ms`
+    (or SPACING times the last sweep's duration, if longer).
 
     One GET, and one SET NX when the summary is stale. The process that takes the lock sweeps
     through `run` (default: a daemon thread, so the request answers with the summary it has;
@@ -169,7 +173,7 @@ def current(
     The lock is released when the sweep ends. None: no summary, another process sweeps.
     """
     summary = read(scripts)
-    if summary is not None and summary.age_ms() < max_age_ms:
+    if summary is not None and summary.age_ms() < max(max_age_ms, SPACING * summary.took_ms):
         return summary
     if not scripts.redis.set(scripts.keys.summary_lock, "1", nx=True, px=LOCK_MS):
         return summary  # another process sweeps now

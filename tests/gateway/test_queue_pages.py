@@ -3,6 +3,7 @@ listed (real redis-server: commands counted with INFO commandstats, scripts' own
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Iterator
@@ -159,17 +160,34 @@ def test_a_sweep_sums_every_queue_and_ranks_the_busiest(r: redis.Redis, engine: 
     assert summary.read(engine) == found
 
 
+def make_stale(r: redis.Redis, engine: Scripts) -> None:
+    """Move the stored summary's sweep back past MAX_AGE_MS."""
+    found = summary.read(engine)
+    assert found is not None
+    old = dataclasses.replace(found, computed_at_ms=found.computed_at_ms - summary.MAX_AGE_MS)
+    r.set(K.summary, old.to_json())
+
+
 def test_a_stale_summary_is_swept_again_by_one_process(r: redis.Redis, engine: Scripts) -> None:
     summary.sweep(engine)
     put(engine, "a")
     assert summary.current(engine).by_state[JobState.PENDING] == 0  # fresh: not swept
+    make_stale(r, engine)
     ran: list[object] = []
     r.set(K.summary_lock, "1")  # another process sweeps now: this one does not
-    assert summary.current(engine, max_age_ms=0, run=ran.append) is not None and not ran
+    assert summary.current(engine, run=ran.append) is not None and not ran
     r.delete(K.summary_lock)
-    again = summary.current(engine, max_age_ms=0, run=summary.in_place)
+    again = summary.current(engine, run=summary.in_place)
     assert again is not None and again.by_state[JobState.PENDING] == 1
     assert not r.exists(K.summary_lock)  # released once swept
+
+
+def test_sweeps_are_spaced_by_their_own_duration(r: redis.Redis, engine: Scripts) -> None:
+    slow = dataclasses.replace(summary.sweep(engine), took_ms=summary.MAX_AGE_MS)
+    r.set(K.summary, slow.to_json())
+    make_stale(r, engine)  # 30 s old: stale for a quick sweep, not for a 30 s one
+    ran: list[object] = []
+    assert summary.current(engine, run=ran.append) is not None and not ran
 
 
 def test_listed_count_and_scan_names(r: redis.Redis, engine: Scripts) -> None:

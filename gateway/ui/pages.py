@@ -8,6 +8,7 @@ from flask import flash, redirect, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
 from gateway.context import gateway
+from gateway.queue_page import SEARCH_MAX
 from gateway.ui.base import UiError, bp, events_url, render
 from gateway.ui.chart import throughput_chart
 from shared.hosts import is_host_name, list_hosts
@@ -26,15 +27,14 @@ STATES = list(JobState)
 # Queues the overview shows at most (docs/DASHBOARD.md): all of them while they fit; past
 # that the queues live hosts serve, then the busiest, or a page of a search by name.
 OVERVIEW_QUEUES = 25
-OVERVIEW_QUERY = ("q", "cursor")
 
 
 def _overview_query() -> tuple[str | None, str | None]:
     """Return the name search and the page cursor the overview was asked for (None: none)."""
     search = request.args.get("q", "").strip() or None
     cursor = request.args.get("cursor") or None
-    if search is not None and len(search) > 64:
-        raise UiError(400, "a queue name search is at most 64 characters")
+    if search is not None and len(search) > SEARCH_MAX:
+        raise UiError(400, f"a queue name search is at most {SEARCH_MAX} characters")
     if cursor is not None and not is_cursor(cursor):
         raise UiError(400, f"bad page cursor {cursor[:24]!r}: follow the page's own links")
     return search, cursor
@@ -51,26 +51,28 @@ def overview_context() -> dict[str, object]:
     live, the totals of all (live while every queue is shown, else from the last sweep)."""
     gw = gateway()
     search, cursor = _overview_query()
-    served: list[str] = []
+    served: dict[str, list[str]] = {}  # read once, and only past a page of queues
 
     def serving() -> list[str]:
-        served.extend(_served_queues())
-        return served
+        return served.setdefault("queues", _served_queues())
 
     if search is None and cursor is None:
         view = chosen(gw.scripts, limit=OVERVIEW_QUEUES, first=serving)
     else:
         view = page(gw.scripts, limit=OVERVIEW_QUEUES, cursor=cursor, match=search)
-    # The chart: every queue while they fit; else the queues live hosts serve, where every
-    # completion and failure happens (a queue no host serves runs nothing). One round trip.
+    rows = sorted(view.shown.by_queue.items())
     if view.complete:
+        # The chart: every queue while they fit (one round trip).
         charted = sorted(view.totals.by_queue if view.totals else view.shown.by_queue)
     else:
-        charted = served or _served_queues()
+        # Else the queues live hosts serve: every completion and failure happens there (a
+        # queue no host serves runs nothing). The busiest rows first.
+        charted = serving()
+        rows.sort(key=lambda item: -busy(item[1]))
     return {
         "view": view,
         "counts": view.totals,
-        "rows": sorted(view.shown.by_queue.items(), key=lambda item: (-busy(item[1]), item[0])),
+        "rows": rows,
         "states": STATES,
         "workers": view.workers,
         "search": search,

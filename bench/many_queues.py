@@ -13,6 +13,8 @@ passes to settle, then measures:
 - the overview (GET /ui), GET /stats, GET /metrics: p50 and max over --pages requests each
   (the first request of each is left out: it may run the first sweep of the totals), and the
   size of /metrics;
+- the Redis commands one request of each of those runs (INFO commandstats, scripts' own
+  commands included, workerd stopped with SIGSTOP meanwhile): unlike times, not noisy;
 - the event stream: the length of an event's ``id:``, and whether a reconnect with
   ``Last-Event-ID`` is answered and delivers a job enqueued while the client was away.
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -101,6 +104,22 @@ def timed(call: Callable[[], tuple[int, Any]], count: int) -> tuple[dict[str, An
     if failed:
         figures["not_200"] = failed
     return figures, body
+
+
+def commands_of(server: RedisServer, workerd: Workerd, call: Callable[[], object]) -> int:
+    """Return the Redis commands one call runs (scripts' own included), workerd stopped
+    meanwhile (SIGSTOP) so that its scheduler's commands are not counted with it."""
+    client = server.client()
+    pids = workerd.processes()
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        before = commands(client)
+        call()
+        return commands(client) - before - 1  # less the INFO of `before`
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
 
 
 def get(web: Gunicorn, path: str) -> Callable[[], tuple[int, Any]]:
@@ -218,10 +237,13 @@ def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(SETTLE)  # the first passes over the new queues end: not measured
         result: dict[str, Any] = {"queues": n, "listing_s": listed}
         result["idle"] = idle(server, workerd.children("scheduler")[0], args.idle)
-        result["get_job"], _ = timed(get(web, f"/jobs/{job}"), args.reads)
-        result["overview"], _ = timed(get(web, "/ui"), args.pages)
-        result["stats"], _ = timed(get(web, "/stats"), args.pages)
-        result["metrics"], body = timed(get(web, "/metrics"), args.pages)
+        pages = {"get_job": f"/jobs/{job}", "overview": "/ui", "stats": "/stats"}
+        pages["metrics"] = "/metrics"
+        for name, path in pages.items():
+            result[name], body = timed(
+                get(web, path), args.reads if name == "get_job" else args.pages
+            )
+            result[name]["redis_commands"] = commands_of(server, workerd, get(web, path))
         result["metrics"]["bytes"] = len(body)
         result["metrics"]["series"] = sum(
             1 for line in body.decode().splitlines() if line and not line.startswith("#")
@@ -267,7 +289,10 @@ def report(r: dict[str, Any]) -> str:
 def timing(figures: dict[str, Any]) -> str:
     failed = figures.get("not_200")
     more = f", not 200: {failed}" if failed else ""
-    return f"p50 {figures['p50_ms']} ms (max {figures['max_ms']}{more})"
+    return (
+        f"p50 {figures['p50_ms']} ms (max {figures['max_ms']}{more}), "
+        f"{figures['redis_commands']:,} Redis commands"
+    )
 
 
 if __name__ == "__main__":

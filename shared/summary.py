@@ -1,17 +1,18 @@
 """The totals of every queue, swept now and then and kept in Redis, so no request reads them all.
 
-Reading every queue costs one script per queue (queue_stats.lua): 10,000 queues took a
-request hundreds of milliseconds. The overview, /stats and /metrics read every queue only
-while the listed queues fit on one page (``few``); past that they show a bounded set of queues
-read live, and the totals of all queues from this summary: one GET.
+Reading every queue costs one script per queue (queue_stats.lua): at 10,000 queues /stats
+took seconds (bench/many_queues.py). The overview, /stats and /metrics read every queue only
+while the listed queues fit in one page (shared.queue_view); past that they show a bounded
+set of queues read live, and the totals of all queues from this summary: one GET.
 
 A sweep reads every listed queue's counts in pipelined chunks and writes the summary (the
-totals, the busiest queues by pending + processing, when it ran). It runs only when someone
-asks for the totals and the summary is older than ``MAX_AGE_MS``, and only in the one process
-that takes the lock (SET NX PX), so with no one looking it costs nothing, and with one
-overview tab or scraper it costs one sweep per ``MAX_AGE_MS`` for the whole fleet. The sweep
-runs in a thread of the gateway process (the request answers with the summary it has) or,
-where a process must not start threads (workerd's children fork), in the caller.
+totals, the busiest queues by pending + processing, when it ran and how long it took). It
+runs only when someone asks for the totals and the summary is older than ``MAX_AGE_MS`` (or
+``SPACING`` times the last sweep's duration), and only in the one process that takes the
+lock (SET NX PX): with no one looking it costs nothing; with an overview tab or a scraper
+open, one sweep per ``MAX_AGE_MS`` for the whole fleet. The sweep runs in a thread of the
+gateway process (the request answers with the summary it has) or, where a process must not
+start threads (workerd's children fork), in the caller.
 
 On a cluster every chunk is one pipeline across masters (redis-py splits it by slot); the
 summary and its lock live in the global slot like the list of queues.

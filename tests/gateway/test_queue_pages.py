@@ -69,6 +69,21 @@ def test_a_page_costs_the_same_at_100_and_at_3000_queues(
     assert 0 < found[3000] <= 1.5 * found[100] + 20, found
 
 
+@pytest.mark.parametrize(("path", "shown"), [("/ui", 25), ("/stats?limit=20", 20)])
+def test_past_a_page_a_page_costs_what_a_full_page_of_few_queues_costs(
+    r: redis.Redis, engine: Scripts, web: FlaskClient, path: str, shown: int
+) -> None:
+    found = {}
+    for n in (shown - 1, 2000):  # with the default queue: exactly one full page, then many
+        r.flushall()
+        list_queues(r, n)
+        for i in range(min(n, 30)):
+            put(engine, f"q{i:05d}")
+        assert listed_count(engine) == n + 1
+        found[n] = cost(r, web, path)
+    assert 0 < found[2000] <= 1.5 * found[shown - 1] + 20, found
+
+
 def test_the_overview_shows_every_queue_and_live_totals_while_they_fit(
     engine: Scripts, web: FlaskClient
 ) -> None:

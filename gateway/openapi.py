@@ -10,7 +10,7 @@ import copy
 from functools import cache
 from typing import Any
 
-from gateway import openapi_schedules
+from gateway import openapi_schedules, queue_page
 from gateway.body import MAX_BODY_BYTES
 from gateway.events import KEEPALIVE_SECONDS
 from gateway.inputs import CANCEL_BY_LIMIT, DLQ_LIMIT_RANGE, MAX_BATCH
@@ -279,16 +279,45 @@ def _stats_schema() -> dict[str, Any]:
     names = ("hosts", "live", "busy", "quiet")
     workers = {k: {"type": "integer", "minimum": 0} for k in names}
     counts = _counts_schema()
+    totals = {
+        "jobs": {**counts["jobs"], "type": ["object", "null"]},
+        "total": {"type": ["integer", "null"], "minimum": 0},
+        "oldest_pending_age_seconds": counts["oldest_pending_age_seconds"],
+    }
     queues = {
         "type": "object",
-        "description": "The same counts for each queue, by name (every queue ever enqueued to).",
+        "description": "The same counts for each queue of this page, by name: every queue "
+        "while they fit in limit, else about limit of them (next_cursor: the next page).",
         "propertyNames": QUEUE_NAME,
         "additionalProperties": _object(list(counts), counts),
     }
     return _object(
-        [*counts, "queues", "workers"],
-        {**counts, "queues": queues, "workers": _object(list(names), workers)},
+        [*totals, "totals_age_seconds", *_page_fields(), "queues", "workers"],
+        {
+            **totals,
+            "totals_age_seconds": {
+                "type": ["number", "null"],
+                "minimum": 0,
+                "description": "null: the totals were read now (every queue is on this page); "
+                "else how old the last sweep's totals are. jobs and total are null only "
+                "before the first sweep of many queues has ended.",
+            },
+            **_page_fields(),
+            "queues": queues,
+            "workers": _object(list(names), workers),
+        },
     )
+
+
+def _page_fields() -> dict[str, Any]:
+    return {
+        "queue_count": {"type": "integer", "minimum": 1, "description": "Queues listed."},
+        "next_cursor": {
+            "type": ["string", "null"],
+            "pattern": queue_page.CURSOR_PATTERN,
+            "description": "Pass as cursor for the next page; null: this page is the last.",
+        },
+    }
 
 
 def _bulk_schemas() -> dict[str, Any]:
@@ -604,7 +633,10 @@ def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any
     return {
         **_limits_schemas(),
         "Queue": queue,
-        "Queues": _object(["queues"], {"queues": {"type": "array", "items": _ref("Queue")}}),
+        "Queues": _object(
+            ["queues", *_page_fields()],
+            {"queues": {"type": "array", "items": _ref("Queue")}, **_page_fields()},
+        ),
         "Host": host,
         "Hosts": _object(["hosts"], {"hosts": {"type": "array", "items": _ref("Host")}}),
     }
@@ -645,6 +677,30 @@ def _parameters() -> dict[str, Any]:
             "required": True,
             "schema": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
             "example": "critical",
+        },
+        "QueueLimit": {
+            "name": "limit",
+            "in": "query",
+            "description": "Queues per page: every queue is listed (and the totals read live) "
+            "while they fit; past that, about this many per page.",
+            "schema": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": queue_page.MAX_LIMIT,
+                "default": queue_page.DEFAULT_LIMIT,
+            },
+        },
+        "QueueCursor": {
+            "name": "cursor",
+            "in": "query",
+            "description": "The next_cursor of the previous page, as it was returned.",
+            "schema": {"type": "string", "pattern": queue_page.CURSOR_PATTERN},
+        },
+        "QueueSearch": {
+            "name": "q",
+            "in": "query",
+            "description": "Only queues whose name contains this.",
+            "schema": {"type": "string", "minLength": 1, "maxLength": queue_page.SEARCH_MAX},
         },
         "TypeName": {
             "name": "job_type",
@@ -771,6 +827,7 @@ def _param(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/parameters/{name}"}
 
 
+QUEUE_PAGE_PARAMS = [_param("QueueLimit"), _param("QueueCursor"), _param("QueueSearch")]
 JOB_OK = _json(_ref("Job"), "The job.")
 BODY_ERRORS = ("BadRequest", "Unauthorized", "TooLarge", "Unsupported", "Unavailable")
 BY_ID = ("BadRequest", "Unauthorized", "NotFound", "Unavailable")
@@ -970,9 +1027,10 @@ def _ops_paths() -> dict[str, Any]:
         "/stats": {
             "get": _operation(
                 "stats",
-                "Jobs per state and the oldest pending job's age, in all and per queue; "
-                "workerd hosts and processes.",
-                {"200": stats, **_use("Unauthorized", "Unavailable")},
+                "Jobs per state and the oldest pending job's age, in all and for a page of "
+                "queues; workerd hosts and processes.",
+                {"200": stats, **_use("BadRequest", "Unauthorized", "Unavailable")},
+                parameters=QUEUE_PAGE_PARAMS,
             )
         },
         "/stats/throughput": {
@@ -1082,11 +1140,13 @@ def _queue_paths() -> dict[str, Any]:
         "/queues": {
             "get": _operation(
                 "listQueues",
-                "Every queue: jobs per state, paused, oldest pending age, the last minute.",
+                "Every queue, or a page of them: jobs per state, paused, oldest pending "
+                "age, the last minute.",
                 {
-                    "200": _json(_ref("Queues"), "Every queue, by name."),
-                    **_use("Unauthorized", "Unavailable"),
+                    "200": _json(_ref("Queues"), "A page of queues, by name."),
+                    **_use("BadRequest", "Unauthorized", "Unavailable"),
                 },
+                parameters=QUEUE_PAGE_PARAMS,
             )
         },
         "/queues/{name}/pause": {

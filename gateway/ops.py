@@ -12,8 +12,9 @@ from flask import Blueprint, Response, request
 from gateway.context import gateway
 from gateway.errors import ApiError, json_error, redis_unavailable
 from gateway.openapi import document
+from gateway.queue_page import QUEUE_PAGE_QUERY, page_fields, page_query, read_page
 from gateway.routes import route
-from shared import durable, metrics, throughput
+from shared import durable, metrics, summary, throughput
 from shared.cluster_health import check_masters
 from shared.jobs import format_ms
 from shared.log import unavailable_text
@@ -24,14 +25,19 @@ from shared.redis_conn import is_cluster, primary_named
 bp = Blueprint("ops", __name__)
 
 
-@route(bp, "GET", "/stats")
+@route(bp, "GET", "/stats", query=QUEUE_PAGE_QUERY)
 def stats() -> dict[str, Any]:
-    """Return jobs per state and the oldest pending age, in all and per queue; worker counts."""
-    counts, workers = gateway().scripts.stats()  # one round trip after the list of queues
+    """Return jobs per state and the oldest pending age of all queues, the same for a page of
+    queues, and worker counts (the totals: live while every queue is on the page, else from
+    the last sweep, ``totals_age_seconds`` old; shared.queue_view)."""
+    view = read_page(gateway().scripts, page_query())
+    age = view.totals_age_ms
     return {
-        **_counts(counts),
-        "queues": {name: _counts(c) for name, c in sorted(counts.by_queue.items())},
-        "workers": dataclasses.asdict(workers),
+        **_counts(view.totals),
+        "totals_age_seconds": None if age is None else age / 1000,
+        **page_fields(view),
+        "queues": {name: _counts(c) for name, c in sorted(view.shown.by_queue.items())},
+        "workers": dataclasses.asdict(view.workers),
     }
 
 
@@ -75,7 +81,11 @@ def stats_throughput() -> dict[str, Any]:
     }
 
 
-def _counts(counts: QueueCounts) -> dict[str, Any]:
+def _counts(counts: QueueCounts | None) -> dict[str, Any]:
+    """Return counts as /stats shows them; None (the totals of many queues before their
+    first sweep ended: another process sweeps now) as nulls."""
+    if counts is None:
+        return {"jobs": None, "total": None, "oldest_pending_age_seconds": None}
     age = counts.oldest_pending_age_ms
     return {
         "jobs": {str(state): n for state, n in counts.by_state.items()},
@@ -87,7 +97,8 @@ def _counts(counts: QueueCounts) -> dict[str, Any]:
 @route(bp, "GET", "/metrics")
 def prometheus() -> Response:
     """Return the Prometheus exposition: this server's counters, queue gauges from Redis."""
-    body, content_type = metrics.scrape(gateway().scripts)
+    # A due sweep of every queue's totals runs in a thread: this scrape answers meanwhile.
+    body, content_type = metrics.scrape(gateway().scripts, run=summary.in_thread)
     return Response(body, content_type=content_type)
 
 

@@ -15,6 +15,7 @@ from flask import Blueprint
 
 from gateway.context import Gateway, gateway
 from gateway.errors import ApiError
+from gateway.queue_page import QUEUE_PAGE_QUERY, page_fields, page_query, read_page
 from gateway.routes import route
 from shared.jobs import format_ms
 from shared.limits import LimitsState, read_state
@@ -54,16 +55,20 @@ def _one(gw: Gateway, name: str) -> dict[str, Any]:
     return queue_json(name, counts.by_queue[name], found[0] if found else None)
 
 
-@route(bp, "GET", "/queues")
+@route(bp, "GET", "/queues", query=QUEUE_PAGE_QUERY)
 def list_queues() -> dict[str, Any]:
-    """Return every queue, by name: counts per state, paused, the last minute's throughput."""
+    """Return every queue, or a page of them (gateway.queue_page), by name: counts per state,
+    paused, the last minute's throughput, limits."""
     gw = gateway()
-    names = gw.directory.names(refresh=True)
-    counts, _ = gw.scripts.stats(names)  # one pipelined round trip
-    # Two more: which queues have limits, then their running and held counts.
+    view = read_page(gw.scripts, page_query())
+    names = sorted(view.shown.by_queue)
+    # Two more round trips: which of these queues have limits, then their running and held.
     limited = {s.queue: s for s in read_state(gw.scripts.redis, gw.scripts.keys, names)}
     return {
-        "queues": [queue_json(name, counts.by_queue[name], limited.get(name)) for name in names]
+        "queues": [
+            queue_json(name, view.shown.by_queue[name], limited.get(name)) for name in names
+        ],
+        **page_fields(view),
     }
 
 

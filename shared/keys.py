@@ -227,6 +227,20 @@ class Keys:
         """
         return f"{self.global_prefix}limited"
 
+    @property
+    def summary(self) -> str:
+        """Return the string holding the totals of every queue, as the last sweep found them.
+
+        JSON written by shared.summary (not by a script): what the overview, /stats and
+        /metrics show for all queues without reading each queue per request.
+        """
+        return f"{self.global_prefix}summary"
+
+    @property
+    def summary_lock(self) -> str:
+        """Return the key one process holds (SET NX PX) while it sweeps for the summary."""
+        return f"{self.global_prefix}summary_lock"
+
     def idempotency(self, key: str) -> str:
         """Return the hash that remembers which job (and queue) an ``Idempotency-Key`` made."""
         return f"{self.global_prefix}idem:{key}"

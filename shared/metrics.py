@@ -21,7 +21,8 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
@@ -35,10 +36,13 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from shared import summary
+from shared.hosts import list_hosts
 from shared.jobs import JobState
 from shared.limits import LimitsState, read_state
 from shared.multiproc import MULTIPROC_ENV
 from shared.queries import QueueCounts, WorkerCounts
+from shared.queue_view import listed_count
 from shared.queues import DEFAULT_QUEUE
 
 if TYPE_CHECKING:
@@ -359,21 +363,44 @@ class SettledFilesCollector(MultiProcessCollector):
         return self.merge(files, accumulate=True)
 
 
-def scrape(scripts: Scripts) -> tuple[bytes, str]:
-    """Read what /metrics shows from Redis (stats, then the limits of its queues) and render it.
+def scrape(
+    scripts: Scripts, *, run: Callable[[Callable[[], object]], None] = summary.in_place
+) -> tuple[bytes, str]:
+    """Read what /metrics shows from Redis (counts, then the limits of the queues read) and
+    render it.
 
-    One round trip for the counts; one for the limits (a GET per queue), one more only when a
-    queue has any.
+    Per-queue gauges: every queue while at most QUEUE_LABEL_CAP are listed; past that only the
+    queues live hosts serve (their WORKER_QUEUES: bounded by configuration, not by the names
+    clients make), and the totals of all queues from the last sweep (shared.summary; `run`
+    runs a due sweep: in place by default, the gateway passes a thread).
     """
-    counts, workers = scripts.stats()
-    names = sorted(counts.by_queue)
-    return render(counts, workers, read_state(scripts.redis, scripts.keys, names))
+    listed = listed_count(scripts)
+    if listed <= QUEUE_LABEL_CAP:
+        counts, workers = scripts.stats()
+        totals, age_ms = counts, 0
+    else:
+        served = dict.fromkeys(q for h in list_hosts(scripts.redis, scripts.keys) for q in h.queues)
+        counts, workers = scripts.stats(list(served)[:QUEUE_LABEL_CAP])
+        found = summary.current(scripts, run=run)
+        totals, age_ms = (found.counts(), found.age_ms()) if found else (None, None)
+    limits = read_state(scripts.redis, scripts.keys, sorted(counts.by_queue))
+    return render(counts, workers, limits, AllQueues(listed, totals, age_ms))
+
+
+@dataclass(frozen=True)
+class AllQueues:
+    """What /metrics says of all listed queues, however many it shows one by one."""
+
+    listed: int
+    totals: QueueCounts | None  # None: no sweep has ended yet
+    age_ms: int | None  # 0: read now
 
 
 def render(
     counts: QueueCounts,
     workers: WorkerCounts | None = None,
     limits: Sequence[LimitsState] = (),
+    all_queues: AllQueues | None = None,
 ) -> tuple[bytes, str]:
     """Return the exposition text and its content type for counts the caller read just now.
 
@@ -387,4 +414,35 @@ def render(
         for collector in PROCESS_METRICS:
             registry.register(collector)
     registry.register(QueueStateCollector(counts, workers, limits))
+    if all_queues is not None:
+        registry.register(AllQueuesCollector(all_queues))
     return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+class AllQueuesCollector:
+    """Exports the number of listed queues and the totals of all of them (fleet-wide: max)."""
+
+    def __init__(self, all_queues: AllQueues) -> None:
+        self.all_queues = all_queues
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Yield the queue count, and the totals per state with their age when known."""
+        found = self.all_queues
+        yield GaugeMetricFamily(
+            "taskforge_queues_listed", "Queues in the list of queues.", value=found.listed
+        )
+        if found.totals is None or found.age_ms is None:
+            return
+        jobs = GaugeMetricFamily(
+            "taskforge_jobs_all_queues",
+            "Jobs in each state in all queues (read now, or by the last sweep: see the age).",
+            labels=["state"],
+        )
+        for state in JobState:
+            jobs.add_metric([str(state)], found.totals.by_state[state])
+        yield jobs
+        yield GaugeMetricFamily(
+            "taskforge_jobs_all_queues_age_seconds",
+            "How old taskforge_jobs_all_queues is (0: read at this scrape).",
+            value=found.age_ms / 1000,
+        )

@@ -22,6 +22,7 @@ from taskforge.transport import DEFAULT_URL, Replay, Transport
 
 Duration = float | int | str | timedelta
 BATCH_MAX = 1000  # jobs per POST /enqueue/batch (the gateway's limit)
+QUEUE_PAGE_MAX = 1000  # queues per GET /queues page (the gateway's limit)
 WAIT_STEP = 30.0  # seconds one GET /jobs/<id>?wait= may take; a longer wait asks again
 
 
@@ -309,10 +310,25 @@ class Client:
         doc: dict[str, Any] = self._http.request("GET", "/stats/throughput", query=query)
         return doc
 
-    def queues(self) -> list[Queue]:
-        """Return every queue: counts per state, paused or not, the last minute's throughput."""
-        doc = self._http.request("GET", "/queues")
-        return [Queue.from_json(queue) for queue in doc["queues"]]
+    def queue_page(
+        self, *, limit: int | None = None, cursor: str | None = None, search: str | None = None
+    ) -> tuple[list[Queue], str | None]:
+        """Return one page of queues (every queue while they fit in `limit`), and the cursor
+        of the next page (None: the last). `search`: names containing it."""
+        query = {"limit": limit, "cursor": cursor, "q": search}
+        doc = self._http.request("GET", "/queues", query=query)
+        return [Queue.from_json(queue) for queue in doc["queues"]], doc.get("next_cursor")
+
+    def queues(self, *, search: str | None = None) -> list[Queue]:
+        """Return every queue (following the pages): counts per state, paused or not, the last
+        minute's throughput. `search`: names containing it."""
+        found: dict[str, Queue] = {}
+        cursor: str | None = None
+        while True:
+            page, cursor = self.queue_page(limit=QUEUE_PAGE_MAX, cursor=cursor, search=search)
+            found.update((queue.name, queue) for queue in page)  # a page may repeat a name
+            if cursor is None:
+                return sorted(found.values(), key=lambda queue: queue.name)
 
     def pause_queue(self, name: str) -> Queue:
         """Pause a queue: jobs still arrive, no worker claims them until it is resumed."""

@@ -273,8 +273,9 @@ class Stats:
     def from_json(cls, doc: dict[str, Any]) -> Stats:
         """Return the statistics ``GET /stats`` describes."""
         return cls(
-            jobs=dict(doc.get("jobs", {})),
-            total=doc.get("total", 0),
+            # null while the first sweep of many queues runs elsewhere (docs/API.md): zeros
+            jobs=dict(doc.get("jobs") or {}),
+            total=doc.get("total") or 0,
             oldest_pending_age_seconds=doc.get("oldest_pending_age_seconds"),
             queues=dict(doc.get("queues", {})),
             workers=dict(doc.get("workers", {})),

@@ -4,35 +4,80 @@ from __future__ import annotations
 
 import logging
 
-from flask import flash, redirect, url_for
+from flask import flash, redirect, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
 from gateway.context import gateway
+from gateway.queue_page import SEARCH_MAX
 from gateway.ui.base import UiError, bp, events_url, render
 from gateway.ui.chart import throughput_chart
 from shared.hosts import is_host_name, list_hosts
 from shared.jobs import JobState
 from shared.limits import read_state
+from shared.queue_view import chosen, is_cursor, page
 from shared.queues import QUEUE_RULE, is_queue_name
 from shared.scripts import HostNotFound
+from shared.summary import busy
 from shared.throughput import last_hour
 
 log = logging.getLogger(__name__)
 
 # The columns of the counts table, in a job's usual path through them.
 STATES = list(JobState)
+# Queues the overview shows at most (docs/DASHBOARD.md): all of them while they fit; past
+# that the queues live hosts serve, then the busiest, or a page of a search by name.
+OVERVIEW_QUEUES = 25
+
+
+def _overview_query() -> tuple[str | None, str | None]:
+    """Return the name search and the page cursor the overview was asked for (None: none)."""
+    search = request.args.get("q", "").strip() or None
+    cursor = request.args.get("cursor") or None
+    if search is not None and len(search) > SEARCH_MAX:
+        raise UiError(400, f"a queue name search is at most {SEARCH_MAX} characters")
+    if cursor is not None and not is_cursor(cursor):
+        raise UiError(400, f"bad page cursor {cursor[:24]!r}: follow the page's own links")
+    return search, cursor
+
+
+def _served_queues() -> list[str]:
+    """Return the queues live hosts serve (their WORKER_QUEUES: bounded by configuration)."""
+    gw = gateway()
+    return list(dict.fromkeys(q for host in list_hosts(gw.redis, gw.keys) for q in host.queues))
 
 
 def overview_context() -> dict[str, object]:
-    """Return what the overview (and its live fragment) shows: one stats round trip."""
+    """Return what the overview (and its live fragment) shows: a bounded set of queues read
+    live, the totals of all (live while every queue is shown, else from the last sweep)."""
     gw = gateway()
-    names = gw.directory.names(refresh=True)
-    counts, workers = gw.scripts.stats(names)
+    search, cursor = _overview_query()
+    served: dict[str, list[str]] = {}  # read once, and only past a page of queues
+
+    def serving() -> list[str]:
+        return served.setdefault("queues", _served_queues())
+
+    if search is None and cursor is None:
+        view = chosen(gw.scripts, limit=OVERVIEW_QUEUES, first=serving)
+    else:
+        view = page(gw.scripts, limit=OVERVIEW_QUEUES, cursor=cursor, match=search)
+    rows = sorted(view.shown.by_queue.items())
+    if view.complete:
+        # The chart: every queue while they fit (one round trip).
+        charted = sorted(view.totals.by_queue if view.totals else view.shown.by_queue)
+    else:
+        # Else the queues live hosts serve: every completion and failure happens there (a
+        # queue no host serves runs nothing). The busiest rows first.
+        charted = serving()
+        rows.sort(key=lambda item: -busy(item[1]))
     return {
-        "counts": counts,
+        "view": view,
+        "counts": view.totals,
+        "rows": rows,
         "states": STATES,
-        "workers": workers,
-        "chart": throughput_chart(last_hour(gw.scripts, names)),  # one more round trip
+        "workers": view.workers,
+        "search": search,
+        "live_query": {"q": search, "cursor": cursor},
+        "chart": throughput_chart(last_hour(gw.scripts, charted[:OVERVIEW_QUEUES])),
     }
 
 
@@ -44,13 +89,14 @@ def overview_slash() -> BaseResponse:
 
 @bp.route("")
 def overview() -> tuple[str, int]:
-    """Show counts per state and queue, the oldest pending job's age, the last hour's chart."""
+    """Show the totals, counts per state of a bounded set of queues, the last hour's chart."""
+    context = overview_context()
     return render(
         "overview.html",
         "overview",
         live_events=events_url(),
-        live_refresh=url_for("ui.overview_live"),
-        **overview_context(),
+        live_refresh=url_for("ui.overview_live", **context["live_query"]),  # type: ignore[arg-type]
+        **context,
     )
 
 

@@ -161,12 +161,29 @@ def queues() -> None:
 
 
 @queues.command("ls")
+@click.option("--search", help="Only queues whose name contains this.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, 1000),
+    default=50,
+    show_default=True,
+    help="Queues per page (every queue while they fit).",
+)
+@click.option("--cursor", help="Start where a previous page ended (its 'more: --cursor').")
+@click.option("--all", "every", is_flag=True, help="Follow the cursors to the end.")
 @pass_session
-def queues_ls(session: Session) -> None:
-    """List every queue: paused or not, jobs per state, the last minute's throughput."""
-    found = session.client.queues()
-    text = render.table(QUEUE_HEADERS, [queue_row(q) for q in found])
-    output(session, {"queues": [q.raw for q in found]}, text)
+def queues_ls(
+    session: Session, search: str | None, limit: int, cursor: str | None, every: bool
+) -> None:
+    """List queues: paused or not, jobs per state, the last minute's throughput."""
+    if every:
+        found, next_cursor = session.client.queues(search=search), None
+    else:
+        found, next_cursor = session.client.queue_page(limit=limit, cursor=cursor, search=search)
+    text = render.table(QUEUE_HEADERS, [queue_row(q) for q in found]) if found else "no queues"
+    output(session, {"queues": [q.raw for q in found], "next_cursor": next_cursor}, text)
+    if next_cursor is not None and not session.as_json:
+        click.echo(f"more: --cursor {next_cursor}", err=True)  # stderr: rows only on stdout
 
 
 @queues.command("pause")
@@ -184,7 +201,7 @@ def queues_pause(session: Session, name: str) -> None:
 
 def is_known(session: Session, name: str) -> bool:
     """Tell whether the gateway lists a queue of this name (before a pause or resume)."""
-    return name in {queue.name for queue in session.client.queues()}
+    return name in {queue.name for queue in session.client.queues(search=name)}
 
 
 def note(text: str) -> None:

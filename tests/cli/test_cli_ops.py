@@ -201,6 +201,24 @@ def test_queues_ls_pause_resume(taskforge: Taskforge) -> None:
     assert by_name[queue]["paused"] is False and by_name[queue]["jobs"]["pending"] == 1
 
 
+def test_queues_ls_pages_past_its_limit_and_all_follows_the_pages(
+    taskforge: Taskforge, engine: Scripts
+) -> None:
+    names = {f"page-{i:03d}" for i in range(60)}
+    engine.redis.sadd(engine.keys.queues, *names)  # listed, as an enqueue lists them
+    first = taskforge("queues", "ls", "--limit", "20")
+    assert first.code == Exit.OK and 1 < len(first.out.splitlines()) < 61
+    cursor = re.fullmatch(r"more: --cursor (\d+)\n", first.err)
+    assert cursor is not None, first.err
+    rest = json.loads(taskforge("--json", "queues", "ls", "--cursor", cursor.group(1)).out)
+    assert rest["queues"]
+    every = json.loads(taskforge("--json", "queues", "ls", "--all").out)
+    assert {q["name"] for q in every["queues"]} == names | {"default"}
+    assert every["next_cursor"] is None
+    found = json.loads(taskforge("--json", "queues", "ls", "--search", "page-05").out)
+    assert {q["name"] for q in found["queues"]} == {f"page-05{i}" for i in range(10)}
+
+
 def test_pausing_a_queue_nobody_knows_says_so_on_stderr_and_still_pauses_it(
     taskforge: Taskforge,
 ) -> None:

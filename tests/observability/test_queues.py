@@ -450,6 +450,13 @@ def test_the_docs_give_every_metric_its_labels() -> None:
         for family in QueueStateCollector(counts).collect()
         for sample in family.samples
     }
+    exported["taskforge_jobs_all_queues"] = {
+        label
+        for family in metrics.AllQueuesCollector(metrics.AllQueues(1, counts, 0)).collect()
+        for sample in family.samples
+        if sample.name == "taskforge_jobs_all_queues"
+        for label in sample.labels
+    }
     for histogram in (
         metrics.HANDLER_SECONDS,
         metrics.QUEUE_WAIT_SECONDS,

@@ -58,6 +58,7 @@ DEFAULTS = {
     "wait_replicas": 0,
     "wait_timeout": 0.5,
     "log_level": "INFO",
+    "trusted_proxies": (),
     "redis_url_defaulted": True,
     "warnings": (),
 }

@@ -91,7 +91,8 @@ def install(app: Flask, token: str | None) -> None:
     if token is None:
         return
     gw: Gateway = app.extensions[Gateway.EXTENSION]
-    check = TokenCheck(token, Lockout(gw.redis, gw.keys), gw.settings.trusted_proxies)
+    lockout = Lockout(gw.redis, gw.keys, gw.settings.auth_max_failures)
+    check = TokenCheck(token, lockout, gw.settings.trusted_proxies)
     app.extensions[EXTENSION] = check
 
     @app.before_request

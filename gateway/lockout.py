@@ -1,11 +1,11 @@
-"""Failed authentications per client address: after MAX_FAILURES, 429 until the window ends.
+"""Failed authentications per client address: after max_failures, 429 until the window ends.
 
 One count for the bearer-token check and the dashboard's login form (both guess the API
 token), kept in Redis (``Keys.auth_failures``, the global slot) so every gateway process and
 host adds to it: a counter that expires WINDOW after the first failure it counts. Once it
-holds MAX_FAILURES, every request from that address that presents a token (right or wrong)
+holds max_failures (TASKFORGE_AUTH_MAX_FAILURES, 10), every request from that address that presents a token (right or wrong)
 answers 429 with Retry-After until it expires; nobody sleeps, so guessing costs the gateway
-no thread. A legitimate user who mistypes is locked out at most WINDOW, after MAX_FAILURES
+no thread. A legitimate user who mistypes is locked out at most WINDOW, after that many
 mistakes in it.
 
 What a success costs: nothing, unless this process has seen a failure from that address in
@@ -29,11 +29,12 @@ import redis
 
 from gateway.client_address import counted_as
 from gateway.errors import ApiError
+from shared.config import AUTH_MAX_FAILURES_DEFAULT
 from shared.keys import Keys
 
 log = logging.getLogger(__name__)
 
-MAX_FAILURES = 10  # failed tries from one address before it is locked out
+MAX_FAILURES = AUTH_MAX_FAILURES_DEFAULT  # failed tries from one address before its lockout
 WINDOW_SECONDS = 60  # a count lasts this long from its first failure
 # Addresses a process remembers having seen fail; past this the oldest are forgotten (each
 # forgotten one may get one unchecked request in this process, as a newcomer does).
@@ -60,9 +61,10 @@ class Locked:
 class Lockout:
     """The shared failure count and this process's memory of which addresses have one."""
 
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, max_failures: int = MAX_FAILURES) -> None:
         self._redis = client
         self._keys = keys
+        self.max_failures = max_failures
         self._lock = threading.Lock()
         self._failed_until: dict[str, float] = {}  # counted address -> monotonic deadline
 
@@ -84,7 +86,7 @@ class Lockout:
         pipe.get(key)
         pipe.pttl(key)
         count, ttl_ms = pipe.execute()
-        if count is None or int(count) < MAX_FAILURES or ttl_ms <= 0:
+        if count is None or int(count) < self.max_failures or ttl_ms <= 0:
             return None
         return Locked(client, _seconds(ttl_ms))
 
@@ -105,7 +107,7 @@ class Lockout:
         count, _, ttl_ms = pipe.execute()
         ttl_ms = ttl_ms if ttl_ms > 0 else WINDOW_SECONDS * 1000
         self._remember(counted, time.monotonic() + ttl_ms / 1000)
-        if count == MAX_FAILURES:  # once per lockout, across every process
+        if count == self.max_failures:  # once per lockout, across every process
             log.warning(
                 "auth_lockout",
                 extra={
@@ -116,7 +118,7 @@ class Lockout:
                     "retry_after": _seconds(ttl_ms),
                 },
             )
-        if count < MAX_FAILURES:
+        if count < self.max_failures:
             return None
         return Locked(client, _seconds(ttl_ms))
 

@@ -35,6 +35,8 @@ WAIT_REPLY_MARGIN = 0.25  # seconds
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_PORT = 26379  # Sentinel's own default port: a sentinel written without one
 SENTINEL_FORM = "redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]"
+# Wrong tokens from one client address within a minute before it is locked out (gateway/lockout.py).
+AUTH_MAX_FAILURES_DEFAULT = 10
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SSL_CERT_REQS = ("required", "optional", "none")
 
@@ -102,6 +104,7 @@ class Settings:
     log_level: str
     # Proxies whose X-Forwarded-For names the client (gateway/client_address.py); none by default.
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    auth_max_failures: int = AUTH_MAX_FAILURES_DEFAULT  # before a client address is locked out
     # True when REDIS_URL was not set, so entry points can say so in their start-up line.
     redis_url_defaulted: bool = False
     # Values that were bad but replaced rather than refused (WORKER_COUNT); log them at start.
@@ -489,6 +492,11 @@ VARIABLES: tuple[Variable, ...] = (
              "tokens are counted per client address (docs/API.md, \"Too many failed "
              "authentications\"); unset = the peer's address, always",
              _networks),
+    Variable("TASKFORGE_AUTH_MAX_FAILURES", "auth_max_failures", str(AUTH_MAX_FAILURES_DEFAULT),
+             "Wrong API tokens (bearer or login form) from one client address within a minute "
+             "before that address gets 429 until the minute ends; raise it only for a test "
+             "client that sends wrong tokens on purpose (a fuzzer)",
+             _integer(1)),
 )
 # fmt: on
 

@@ -84,6 +84,7 @@ SECTIONS: tuple[Section, ...] = (
                  (GUNICORN_CONF,)),
         Setting("TASKFORGE_API_TOKEN", (GATEWAY,)),
         Setting("TASKFORGE_TRUSTED_PROXIES", (GATEWAY,)),
+        Setting("TASKFORGE_AUTH_MAX_FAILURES", (GATEWAY,)),
         Setting("TASKFORGE_EVENTS_STREAMS", (GATEWAY, GUNICORN_CONF),
                 "the default serves 50 streams even if all land on one process"),
         Setting("TASKFORGE_EVENTS_KEEPALIVE", (GATEWAY,)),

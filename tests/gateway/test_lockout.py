@@ -20,6 +20,7 @@ from gateway import auth
 from gateway.client_address import client_address, counted_as
 from gateway.lockout import MAX_FAILURES, WINDOW_SECONDS
 from gateway.ui.security import COOKIE_NAME, SESSION_LIFETIME, RedisKeyedSessions
+from shared.config import ConfigError, Settings, summary
 from shared.scripts import Scripts
 from tests.gateway.conftest import TOKEN, make_app
 from tests.gateway.test_ui import K, csrf_of, engine, text  # noqa: F401
@@ -278,3 +279,26 @@ def test_pages_and_replies_with_payloads_are_no_store(engine: Scripts) -> None: 
         for path in ("/ui", f"/ui/jobs/{job}", "/ui/jobs", "/ui/dlq"):
             assert browser.get(path).headers["Cache-Control"] == "no-store", path
         assert browser.get("/ui/static/ui.css").headers.get("Cache-Control") != "no-store"
+
+
+# --- the settings --------------------------------------------------------------------------
+
+
+def test_the_threshold_is_a_setting(engine: Scripts) -> None:  # noqa: F811
+    client = app_of(engine, TASKFORGE_AUTH_MAX_FAILURES="3").test_client()
+    assert guess(client, 3) == [401, 401, 429]
+
+
+def test_trusted_proxies_parse_addresses_and_networks_and_refuse_anything_else() -> None:
+    settings = Settings.from_env({"TASKFORGE_TRUSTED_PROXIES": " 10.0.0.5, 192.168.0.0/16,::1 "})
+    assert [str(n) for n in settings.trusted_proxies] == [
+        "10.0.0.5/32",
+        "192.168.0.0/16",
+        "::1/128",
+    ]
+    assert "TASKFORGE_TRUSTED_PROXIES=10.0.0.5/32,192.168.0.0/16,::1/128" in summary(settings)
+    for bad in ("proxy.example", "10.0.0.0/33", "10.0.0.1;10.0.0.2"):
+        with pytest.raises(ConfigError, match="TASKFORGE_TRUSTED_PROXIES"):
+            Settings.from_env({"TASKFORGE_TRUSTED_PROXIES": bad})
+    with pytest.raises(ConfigError, match="TASKFORGE_AUTH_MAX_FAILURES"):
+        Settings.from_env({"TASKFORGE_AUTH_MAX_FAILURES": "0"})

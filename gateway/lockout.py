@@ -11,7 +11,8 @@ mistakes in it.
 What a success costs: nothing, unless this process has seen a failure from that address in
 the last WINDOW. Only then can the address be locked as far as this process knows, and only
 then does it read the count first (one round trip), so a locked-out guesser's right guess is
-refused too. A process that has not yet seen a failure from an address lets a right token
+refused too. Once a process knows an address is locked it refuses it without Redis until the
+counter expires: a guesser's flood costs Redis nothing. A process that has not yet seen a failure from an address lets a right token
 through unread: each process grants a guesser at most one unchecked guess per window (its
 first request there), since its first wrong guess there teaches that process. The counter
 itself is shared: a wrong guess in any process counts for all.
@@ -66,21 +67,27 @@ class Lockout:
         self._keys = keys
         self.max_failures = max_failures
         self._lock = threading.Lock()
-        self._failed_until: dict[str, float] = {}  # counted address -> monotonic deadline
+        # Counted address -> (monotonic end of its counter's window, locked out already).
+        self._seen: dict[str, tuple[float, bool]] = {}
 
     def check(self, client: str) -> Locked | None:
         """Return the lockout of `client` before its token is compared, or None.
 
-        No Redis command unless this process saw `client` fail within the window.
+        No Redis command unless this process saw `client` fail within the window, and none
+        while it knows the address is locked (a lockout never ends before its counter expires).
         """
         counted = counted_as(client)
-        deadline = self._failed_until.get(counted)
-        if deadline is None:
+        seen = self._seen.get(counted)
+        if seen is None:
             return None
-        if deadline <= time.monotonic():
+        deadline, locked = seen
+        now = time.monotonic()
+        if deadline <= now:
             with self._lock:
-                self._failed_until.pop(counted, None)
+                self._seen.pop(counted, None)
             return None
+        if locked:
+            return Locked(client, _seconds((deadline - now) * 1000))
         pipe = self._redis.pipeline(transaction=False)
         key = self._keys.auth_failures(counted)
         pipe.get(key)
@@ -88,6 +95,7 @@ class Lockout:
         count, ttl_ms = pipe.execute()
         if count is None or int(count) < self.max_failures or ttl_ms <= 0:
             return None
+        self._remember(counted, ttl_ms, locked=True)
         return Locked(client, _seconds(ttl_ms))
 
     def failed(self, client: str, surface: str) -> Locked | None:
@@ -106,7 +114,7 @@ class Lockout:
         pipe.pttl(key)
         count, _, ttl_ms = pipe.execute()
         ttl_ms = ttl_ms if ttl_ms > 0 else WINDOW_SECONDS * 1000
-        self._remember(counted, time.monotonic() + ttl_ms / 1000)
+        self._remember(counted, ttl_ms, locked=count >= self.max_failures)
         if count == self.max_failures:  # once per lockout, across every process
             log.warning(
                 "auth_lockout",
@@ -122,16 +130,16 @@ class Lockout:
             return None
         return Locked(client, _seconds(ttl_ms))
 
-    def _remember(self, counted: str, deadline: float) -> None:
+    def _remember(self, counted: str, ttl_ms: int, *, locked: bool) -> None:
         with self._lock:
-            self._failed_until.pop(counted, None)  # re-inserted last: the newest
-            self._failed_until[counted] = deadline
-            if len(self._failed_until) > REMEMBERED_MAX:
+            self._seen.pop(counted, None)  # re-inserted last: the newest
+            self._seen[counted] = (time.monotonic() + ttl_ms / 1000, locked)
+            if len(self._seen) > REMEMBERED_MAX:
                 now = time.monotonic()
-                for address in [a for a, d in self._failed_until.items() if d <= now]:
-                    del self._failed_until[address]
-                while len(self._failed_until) > REMEMBERED_MAX:
-                    del self._failed_until[next(iter(self._failed_until))]
+                for address in [a for a, (d, _) in self._seen.items() if d <= now]:
+                    del self._seen[address]
+                while len(self._seen) > REMEMBERED_MAX:
+                    del self._seen[next(iter(self._seen))]
 
 
 def _seconds(ttl_ms: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ import redis
 from flask import Flask
 from flask.testing import FlaskClient
 
-from gateway import auth
+from gateway import auth, lockout
 from gateway.client_address import client_address, counted_as
 from gateway.lockout import MAX_FAILURES, WINDOW_SECONDS
 from gateway.ui.security import COOKIE_NAME, SESSION_LIFETIME, RedisKeyedSessions
@@ -88,13 +89,32 @@ def test_the_nth_wrong_token_locks_the_address_out_even_for_the_right_one(
     assert all(TOKEN not in repr(rec.__dict__) for rec in caplog.records)
 
 
-def test_the_lockout_ends_with_its_window(api: FlaskClient, r: redis.Redis) -> None:
+def test_the_lockout_ends_with_its_window(
+    api: FlaskClient, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
     guess(api, MAX_FAILURES)
     assert api.get("/stats", headers=RIGHT).status_code == 429
-    r.pexpire(K.auth_failures(PEER), 1)  # the window ends (its length is a minute)
+    assert api.get("/stats", headers=RIGHT).status_code == 429  # known: refused without Redis
+    # The window ends (its length is a minute): the counter expires in Redis, and the process's
+    # own clock passes the end it remembered.
+    r.pexpire(K.auth_failures(PEER), 1)
     wait_until(lambda: not r.exists(K.auth_failures(PEER)))
+    later = time.monotonic() + WINDOW_SECONDS
+    monkeypatch.setattr(lockout, "time", SimpleNamespace(monotonic=lambda: later))
     assert api.get("/stats", headers=RIGHT).status_code == 200
     assert guess(api, 1) == [401]  # a fresh count
+
+
+def test_a_known_lockout_is_refused_without_redis(engine: Scripts) -> None:  # noqa: F811
+    app = app_of(engine)
+    client = app.test_client()
+    guess(client, MAX_FAILURES)
+    check = auth.token_check(app)
+    assert check is not None
+    check.lockout._redis = NoRedis()  # type: ignore[assignment]
+    refused = client.get("/stats", headers=RIGHT)
+    assert refused.status_code == 429 and 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert guess(client, 3) == [429] * 3
 
 
 def test_a_success_sends_no_redis_command_for_the_lockout(

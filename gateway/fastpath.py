@@ -2,7 +2,7 @@
 
 Flask's request and response machinery (request context, routing, header objects, response
 building) costs more CPU than the enqueue itself (docs/MEASUREMENTS.md). This middleware runs
-Flask's own enqueue code (``gateway.jobs.enqueue_reply``, after ``auth.check_token`` and
+Flask's own enqueue code (``gateway.jobs.enqueue_reply``, after ``auth.TokenCheck`` and
 ``inputs.check_body``) without that machinery, and renders its errors with the handlers the
 app registered, so both paths answer alike by construction (tests/gateway/test_fastpath.py
 checks it on a table of requests).
@@ -24,6 +24,7 @@ from gateway import auth, inputs
 from gateway.body import read_limited
 from gateway.context import Gateway
 from gateway.jobs import enqueue_reply
+from gateway.ui.security import NO_STORE
 from shared import metrics
 
 StartResponse = Callable[..., Any]
@@ -40,8 +41,7 @@ class FastEnqueue:
         self.app = app
         self.flask_wsgi: WsgiApp = app.wsgi_app
         self.gateway: Gateway = app.extensions[Gateway.EXTENSION]
-        token = self.gateway.settings.api_token
-        self.token = token.encode("utf-8") if token is not None else None
+        self.check_token = auth.token_check(app)  # None when the gateway has no token
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         """Answer POST /enqueue with a Content-Length and no query; pass the rest to Flask."""
@@ -59,8 +59,8 @@ class FastEnqueue:
         headers = EnvironHeaders(environ)
         try:
             # In the order Flask runs them: before_request's auth, then the view's checks.
-            if self.token is not None:
-                auth.check_token(headers, self.token)
+            if self.check_token is not None:
+                self.check_token(environ, headers)
             inputs.check_body(headers, int(length))
             raw = read_limited(environ["wsgi.input"], int(length))
             doc, status, extra = enqueue_reply(self.gateway, headers, raw)
@@ -74,6 +74,7 @@ class FastEnqueue:
                 ("Content-Type", "application/json"),
                 ("Content-Length", str(len(body))),
                 *extra.items(),
+                ("Cache-Control", NO_STORE),  # as gateway/ui/access.py gives Flask's answers
             ],
         )
         return [body]

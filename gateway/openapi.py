@@ -790,6 +790,13 @@ def _responses() -> dict[str, Any]:
             **_error("Missing or wrong bearer token (when TASKFORGE_API_TOKEN is set)."),
             "headers": {"WWW-Authenticate": {"schema": {"type": "string"}}},
         },
+        "TooManyFailures": {
+            **_error(
+                "Too many failed authentications from this client address (gateway/lockout.py): "
+                "refused, right token or not, for Retry-After seconds."
+            ),
+            "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+        },
         "NotFound": _error('No such job: {"error": "job not found"}.'),
         "HostNotFound": _error(
             'No live workerd host has that name: {"error": "workerd host not found"}.'
@@ -1265,14 +1272,16 @@ def _event_paths() -> dict[str, Any]:
 
 
 def _without_auth(doc: dict[str, Any]) -> dict[str, Any]:
-    """Return `doc` for a gateway without a token: no security requirement, no 401."""
+    """Return `doc` for a gateway without a token: no security requirement, no 401 or 429."""
     doc = copy.deepcopy(doc)
     del doc["security"], doc["components"]["securitySchemes"]
     del doc["components"]["responses"]["Unauthorized"]
+    del doc["components"]["responses"]["TooManyFailures"]
     for item in doc["paths"].values():
         for operation in item.values():
             operation.pop("security", None)
             operation["responses"].pop("401", None)
+            operation["responses"].pop("429", None)
     return doc
 
 
@@ -1283,8 +1292,17 @@ def document(auth: bool) -> dict[str, Any]:
     An open gateway's document names no security scheme: a client, or a fuzzer, told to send
     a token the server never checks would be told something untrue.
     """
-    doc = _document()
+    doc = _with_lockout(_document())
     return doc if auth else _without_auth(doc)
+
+
+def _with_lockout(doc: dict[str, Any]) -> dict[str, Any]:
+    """Give every operation that may answer 401 its 429: a lockout replaces the 401."""
+    for item in doc["paths"].values():
+        for operation in item.values():
+            if "401" in operation["responses"]:
+                operation["responses"]["429"] = {"$ref": "#/components/responses/TooManyFailures"}
+    return doc
 
 
 def _document() -> dict[str, Any]:

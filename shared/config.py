@@ -35,6 +35,8 @@ WAIT_REPLY_MARGIN = 0.25  # seconds
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 SENTINEL_PORT = 26379  # Sentinel's own default port: a sentinel written without one
 SENTINEL_FORM = "redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]"
+# Wrong tokens from one client address within a minute before it is locked out (gateway/lockout.py).
+AUTH_MAX_FAILURES_DEFAULT = 10
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 SSL_CERT_REQS = ("required", "optional", "none")
 
@@ -100,6 +102,9 @@ class Settings:
     wait_replicas: int
     wait_timeout: float
     log_level: str
+    # Proxies whose X-Forwarded-For names the client (gateway/client_address.py); none by default.
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    auth_max_failures: int = AUTH_MAX_FAILURES_DEFAULT  # before a client address is locked out
     # True when REDIS_URL was not set, so entry points can say so in their start-up line.
     redis_url_defaulted: bool = False
     # Values that were bad but replaced rather than refused (WORKER_COUNT); log them at start.
@@ -351,6 +356,21 @@ def _on_off(text: str) -> bool:
     return _choice(("on", "off"))(text) == "on"
 
 
+def _networks(text: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Parse comma-separated IP addresses and CIDR networks (empty: none)."""
+    networks = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ValueError(
+                "comma-separated IP addresses or CIDR networks, e.g. 10.0.0.5,192.168.0.0/16"
+            ) from None
+    return tuple(networks)
+
+
 def _token(text: str) -> str | None:
     """Return the API token, or None when unset."""
     return text or None
@@ -466,6 +486,19 @@ VARIABLES: tuple[Variable, ...] = (
              duration_parser(positive=True)),
     Variable("LOG_LEVEL", "log_level", "INFO",
              "DEBUG, INFO, WARNING or ERROR", _choice(LOG_LEVELS, upper=True)),
+    # --- abuse (issue 27) ---
+    Variable("TASKFORGE_TRUSTED_PROXIES", "trusted_proxies", "",
+             "Reverse proxies (IP addresses or CIDR networks, comma-separated) whose "
+             "X-Forwarded-For header names the client: the right-most address in it that is not "
+             "itself one of them. From any other peer the header is ignored. Failed logins and "
+             "tokens are counted per client address (docs/API.md, \"Too many failed "
+             "authentications\"); unset = the peer's address, always",
+             _networks),
+    Variable("TASKFORGE_AUTH_MAX_FAILURES", "auth_max_failures", str(AUTH_MAX_FAILURES_DEFAULT),
+             "Wrong API tokens (bearer or login form) from one client address within a minute "
+             "before that address gets 429 until the minute ends; raise it only for a test "
+             "client that sends wrong tokens on purpose (a fuzzer)",
+             _integer(1)),
 )
 # fmt: on
 
@@ -511,7 +544,7 @@ def summary(settings: Settings) -> list[str]:
         elif isinstance(value, QueuePlan):
             value = value.describe()
         elif isinstance(value, tuple):
-            value = ",".join(value) or "(unset)"
+            value = ",".join(map(str, value)) or "(unset)"
         elif value == "":
             value = "(unset)"  # TASKFORGE_SCHEDULES: no file
         elif isinstance(value, float) and re.fullmatch(r"[0-9.]+(ms|s|m|h|d)", var.default):

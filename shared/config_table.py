@@ -83,6 +83,8 @@ SECTIONS: tuple[Section, ...] = (
                  "each process runs this many plus TASKFORGE_EVENTS_STREAMS (96 by default)",
                  (GUNICORN_CONF,)),
         Setting("TASKFORGE_API_TOKEN", (GATEWAY,)),
+        Setting("TASKFORGE_TRUSTED_PROXIES", (GATEWAY,)),
+        Setting("TASKFORGE_AUTH_MAX_FAILURES", (GATEWAY,)),
         Setting("TASKFORGE_EVENTS_STREAMS", (GATEWAY, GUNICORN_CONF),
                 "the default serves 50 streams even if all land on one process"),
         Setting("TASKFORGE_EVENTS_KEEPALIVE", (GATEWAY,)),

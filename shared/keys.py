@@ -327,6 +327,16 @@ class Keys:
         """
         return f"{self.global_prefix}served"
 
+    def auth_failures(self, client: str) -> str:
+        """Return the counter of failed logins and bearer tokens from one client address
+        (gateway/lockout.py); it expires with its window."""
+        return f"{self.global_prefix}auth_failures:{client}"
+
+    def ui_session(self, session_id: str) -> str:
+        """Return the record of one logged-in dashboard session: logout deletes it, so a
+        copied cookie stops working (gateway/ui/security.py)."""
+        return f"{self.global_prefix}ui_session:{session_id}"
+
 
 def glob_escaped(text: str) -> str:
     """Return `text` with Redis's glob characters escaped, to match it literally in SCAN."""

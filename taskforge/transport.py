@@ -66,7 +66,7 @@ class Transport:
             "Accept": "application/json",
         }
         if token:
-            self._headers["Authorization"] = f"Bearer {token}"
+            self._headers["Authorization"] = f"Bearer {header_token(token)}"
         # block=True: a thread beyond pool_size waits for a free connection instead of opening
         # one more that would be thrown away after the request.
         self._pool = urllib3.connection_from_url(
@@ -157,6 +157,25 @@ class Transport:
     def _pause(self, attempt: int) -> float:
         """Return the wait before try ``attempt + 1``: exponential, capped, with full jitter."""
         return random.uniform(0.5, 1.0) * min(self.max_backoff, self.backoff * 2**attempt)
+
+
+def header_token(token: str) -> str:
+    """Return `token` as it goes into the Authorization header; ValueError if it cannot.
+
+    Surrounding whitespace is dropped, as the gateway drops it from TASKFORGE_API_TOKEN (a
+    token read from a file often ends in a newline or CR). Non-ASCII characters go as their
+    UTF-8 bytes, which is what the gateway compares. No error message ever holds the token.
+    """
+    token = token.strip()
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in token):
+        raise ValueError(
+            "the API token (--token or TASKFORGE_API_TOKEN) holds a control character "
+            "(such as a CR or LF inside it), which an HTTP header cannot carry: check how it "
+            "was set (the token itself is not shown)"
+        )
+    # http.client writes header text as latin-1: these characters are the UTF-8 bytes (or the
+    # very bytes of an argument that was not UTF-8, which Python keeps as surrogates).
+    return token.encode("utf-8", "surrogateescape").decode("latin-1")
 
 
 def _decode(response: urllib3.BaseHTTPResponse) -> Any:

@@ -58,6 +58,8 @@ DEFAULTS = {
     "wait_replicas": 0,
     "wait_timeout": 0.5,
     "log_level": "INFO",
+    "trusted_proxies": (),
+    "auth_max_failures": 10,
     "redis_url_defaulted": True,
     "warnings": (),
 }

@@ -10,14 +10,27 @@ The other way, each slot ends with a few words only the supervisor writes and on
 reads (:class:`Control`): a request to stop the running job (a cancel) and a drain, set before
 the supervisor sends SIGTERM, so the child tells the two signals apart. One aligned 8-byte word
 each: a single store, no seqlock needed.
+
+The host's quiet request is such a word too, one for the whole table: a worker reads it before
+each claim and a read cannot tear (the status record, rewritten on every supervisor tick, could
+be mid-write when read, and a worker then fell back to its previous reading: a claim slipped
+through after /health said quiet). Reading it is not enough on its own: a worker that read
+"not quiet" just before the supervisor set it still claims afterwards. So each worker holds a
+lock of its own (:class:`ClaimFence`) from the read to its claim's reply, and the status says
+quiet, for /health and /ready, only once the supervisor has taken and given back every worker's
+lock after setting the request: every claim that read "not quiet" has answered by then, and
+every later read sees the request. Uncontended, a lock is two atomic operations in the worker's
+own memory: no system call, no Redis command.
 """
 
 from __future__ import annotations
 
 import mmap
+import multiprocessing
 import struct
 import time
 from dataclasses import dataclass
+from types import TracebackType
 
 from shared.queues import DEFAULT_QUEUE
 
@@ -34,6 +47,11 @@ _READ_ATTEMPTS = 100
 # cancels sent (a counter), the execution to cancel (its start, monotonic s), drain requested.
 _CONTROL_AT = RECORD_SIZE - 3 * _WORD
 _CANCELS, _CANCEL_TARGET, _DRAIN = 0, 1, 2
+# The host's quiet request: one word after the supervisor's status record (its fields end at 32).
+_QUIET_AT = RECORD_SIZE - _WORD
+# Locks made for a fork: the semaphore is unlinked at once and lives in memory the child
+# inherits (no resource tracker process, whatever multiprocessing's default start method).
+_FORK = multiprocessing.get_context("fork")
 
 
 class _SeqRecord:
@@ -129,18 +147,60 @@ class Control:
         return self._words[self._index + _DRAIN] != 0
 
 
-class Slot:
-    """One child's record: written by the child, read by the supervisor; and its Control."""
+class ClaimFence:
+    """A worker's claim lock and the host's quiet request (see the module's docstring).
 
-    def __init__(self, record: _SeqRecord, control: Control | None = None) -> None:
+    The worker holds it (``with fence:``) from its reading of :meth:`quiet` to its claim's
+    reply; the supervisor only ever tries it without waiting (:meth:`passed`).
+    """
+
+    def __init__(self, table: SlotTable, index: int) -> None:
+        self._table = table
+        self._index = index
+        self._lock = table._locks[index]  # the one made before this slot's child was forked
+        self._words = table._words
+        self._quiet_index = table._quiet_index
+
+    def quiet(self, previous: bool = False) -> bool:
+        """Tell whether the host is asked to claim nothing (one aligned load: never torn,
+        so `previous`, the caller's last reading, is not needed)."""
+        return self._words[self._quiet_index] != 0
+
+    def __enter__(self) -> ClaimFence:
+        self._lock.acquire()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._lock.release()
+
+
+class Slot:
+    """One child's record: written by the child, read by the supervisor; its Control, and the
+    ClaimFence a worker child holds around each claim."""
+
+    def __init__(
+        self,
+        record: _SeqRecord,
+        control: Control | None = None,
+        fence: ClaimFence | None = None,
+    ) -> None:
         self._record = record
         self.control = control
+        self.fence = fence
 
     def reset(self, *, booting: bool) -> None:
-        """Clear the slot before forking its child; while booting the token reads -1."""
+        """Clear the slot before forking its child; while booting the token reads -1. The
+        child gets a new claim lock: one a killed child held would never be given back."""
         self._record.write(time.monotonic(), -1 if booting else 0, 0.0, 0.0, b"", b"", b"")
         if self.control is not None:
             self.control.clear()
+        if self.fence is not None:
+            self.fence._table._new_lock(self.fence._index)
 
     def beat(self) -> None:
         """Record that the child is alive and between jobs."""
@@ -193,6 +253,11 @@ class SlotTable:
         self._words = memoryview(self._region).cast("Q")
         self._floats = memoryview(self._region).cast("d")
         self._status = _SeqRecord(self._region, self._words, count * RECORD_SIZE, _SUPERVISOR)
+        self._quiet_index = (count * RECORD_SIZE + _QUIET_AT) // _WORD
+        # Supervisor side: each slot's claim lock, and which have been passed since the quiet
+        # request was set (a lock made while it is set needs no passing: its child reads it).
+        self._locks = [_FORK.Lock() for _ in range(count)]
+        self._passed: set[int] = set()
 
     def slot(self, index: int) -> Slot:
         """Return the slot at `index`."""
@@ -200,13 +265,43 @@ class SlotTable:
             raise IndexError(index)
         offset = index * RECORD_SIZE
         control = Control(self._words, self._floats, offset)
-        return Slot(_SeqRecord(self._region, self._words, offset, _CHILD), control)
+        record = _SeqRecord(self._region, self._words, offset, _CHILD)
+        return Slot(record, control, ClaimFence(self, index))
+
+    def _new_lock(self, index: int) -> None:
+        self._locks[index] = _FORK.Lock()
+        if self.quiet_requested():
+            self._passed.add(index)
+        else:
+            self._passed.discard(index)
+
+    def quiet_requested(self) -> bool:
+        """Tell whether the supervisor asked its workers to claim nothing more."""
+        return self._words[self._quiet_index] != 0
 
     def publish_status(
         self, live_workers: int, scheduler_alive: bool, scripts_loaded: bool, quiet: bool = False
     ) -> None:
-        """Record the supervisor's view of its children, and whether the host is quiet."""
-        self._status.write(time.monotonic(), live_workers, scheduler_alive, scripts_loaded, quiet)
+        """Record the supervisor's view of its children, and whether the host is quiet.
+
+        `quiet` is the request: the workers see it at once. The status says quiet once no
+        claim that read the host as not quiet can still answer (:meth:`_fenced`); until then
+        it still says not quiet, and the next call tries again.
+        """
+        if quiet and not self.quiet_requested():
+            self._passed.clear()
+        self._words[self._quiet_index] = int(quiet)
+        settled = quiet and self._fenced()
+        self._status.write(time.monotonic(), live_workers, scheduler_alive, scripts_loaded, settled)
+
+    def _fenced(self) -> bool:
+        """Pass every claim lock not passed since the quiet request, without waiting; tell
+        whether all are. A lock held means a claim under way: tried again next call."""
+        for index, lock in enumerate(self._locks):
+            if index not in self._passed and lock.acquire(block=False):
+                lock.release()
+                self._passed.add(index)
+        return len(self._passed) == self.count
 
     def status(self) -> SupervisorStatus | None:
         """Return the supervisor's last published status (observability server side)."""
@@ -217,9 +312,7 @@ class SlotTable:
         return SupervisorStatus(heartbeat, live, bool(scheduler), bool(loaded), bool(quiet))  # type: ignore[arg-type]
 
     def quiet(self, otherwise: bool = False) -> bool:
-        """Tell whether the host is quiet (`otherwise` when the record was being written).
-
-        Workers ask before every claim: a read of shared memory, no system call.
-        """
+        """Tell whether the host is quiet as /health says it: requested, and no claim that
+        read otherwise can still answer (`otherwise` when the record was being written)."""
         status = self.status()
         return otherwise if status is None else status.quiet

@@ -366,9 +366,8 @@ class Supervisor:
         scripts = Scripts(client, self.scripts.keys, self.scripts.policy)
         slot = self.table.slot(child.index)
         if child.kind == WORKER:
-            process = WorkerProcess(
-                self.settings, scripts, slot, child.name, self.pid, quiet=self.table.quiet
-            )
+            # Its slot's ClaimFence carries the host's quiet request (workerd.slots).
+            process = WorkerProcess(self.settings, scripts, slot, child.name, self.pid)
         elif child.kind == SCHEDULER:
             grace = 2 * self.renew_interval + 1.0
             process = SchedulerProcess(

@@ -28,12 +28,14 @@ usual "finish the job, then exit". The job then ends canceled (cancel_running.lu
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import time
 import traceback
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -166,9 +168,12 @@ class WorkerProcess(StopOnSignal):
         )
         self.paused: set[str] = set()  # queues that answered PAUSED, asked again once a second
         self.paused_checked = 0.0  # monotonic time of the last ask
-        # The supervisor's quiet flag (SlotTable.quiet): given the last reading, in case the
-        # record is being written as it is read.
-        self._read_quiet = quiet or (lambda previous: previous)
+        # The host's quiet request and the lock held from reading it to the claim's reply
+        # (workerd.slots.ClaimFence: once /health says quiet, no claim of this host answers).
+        # A test's stand-in slot has none: `quiet` is then its flag, and nothing is locked.
+        fence = getattr(slot, "fence", None)
+        self.fence: AbstractContextManager[object] = fence or contextlib.nullcontext()
+        self._read_quiet = quiet or (fence.quiet if fence else (lambda previous: previous))
         self.quiet = False
         self.backoff = Backoff("worker", redis_url=settings.redis_url)
         self.execution: Execution | None = None  # the handler running now, if any
@@ -231,15 +236,14 @@ class WorkerProcess(StopOnSignal):
         """Run one job if one is claimable, else wait (bounded) for a wake-up hint."""
         self.slot.beat()
         try:
-            if self._is_quiet():
+            with self.fence:  # the quiet check and the claim it lets through, as one
+                quiet = self._is_quiet()
+                job = None if quiet else self._claim_if_due()
+            if quiet:
                 self._hand_back_unstarted_job()
                 self.claim_now = True  # resumed: claim at once, not at the next hint
                 time.sleep(QUIET_WAIT)  # no BLPOP: a hint taken here would be lost to others
                 return
-            self._recheck_paused()
-            job, self.next_job = self.next_job, None
-            if job is None and self.claim_now:
-                job = self._claim()
             if job is None:
                 # Idle: one BLPOP a second, and a claim only when a hint says there is work.
                 self.claim_now = self._wait_for_work()
@@ -249,6 +253,14 @@ class WorkerProcess(StopOnSignal):
         except redis.RedisError as exc:
             self.claim_now = True
             self.backoff.wait(exc)
+
+    def _claim_if_due(self) -> Job | None:
+        """Return the job claimed with the last completion, else claim one if it is time."""
+        self._recheck_paused()
+        job, self.next_job = self.next_job, None
+        if job is None and self.claim_now:
+            job = self._claim()
+        return job
 
     def _claim(self) -> Job | None:
         """Claim from the first queue of the next order that has a job; None when none has."""
@@ -506,16 +518,20 @@ class WorkerProcess(StopOnSignal):
         self, job: Job, outcome: Outcome, fields: dict[str, object], attributes: dict[str, object]
     ) -> Job | None:
         """Write the outcome to Redis, retrying through an outage; return the next job."""
-        stop_claiming = self.stopping or self._due_for_recycling() or self._is_quiet()
-        claim_next = None if stop_claiming else self.worker_id
-        if claim_next is not None and outcome.ok:
-            # Claim in the same call only from the queue the next claim would try first.
-            self.order = self._next_order()
-            if not self.order or self.order[0] != job.queue:
-                claim_next = None
-        self.claim_now = True
-        with tracing.span("task.acknowledge", job.extra.get("traceparent"), attributes):
-            next_job = self._write_outcome(job, outcome, fields, claim_next)
+        with contextlib.ExitStack() as fenced:
+            fenced.enter_context(self.fence)  # the quiet check and the claim with the complete
+            stop_claiming = self.stopping or self._due_for_recycling() or self._is_quiet()
+            claim_next = None if stop_claiming else self.worker_id
+            if claim_next is not None and outcome.ok:
+                # Claim in the same call only from the queue the next claim would try first.
+                self.order = self._next_order()
+                if not self.order or self.order[0] != job.queue:
+                    claim_next = None
+            if claim_next is None or not outcome.ok:
+                fenced.close()  # this write claims nothing: the fence need not wait for it
+            self.claim_now = True
+            with tracing.span("task.acknowledge", job.extra.get("traceparent"), attributes):
+                next_job = self._write_outcome(job, outcome, fields, claim_next)
         if isinstance(next_job, NotRunnable):
             # The queue's next job is not this host's type: the next claim asks the queue again
             # and decides (workerd.routing), so that decision is made in one place.

@@ -3,7 +3,10 @@
 The session is Flask's signed cookie. Its signing key lives in Redis (``Keys.ui_secret``, 32
 random bytes set once with SET NX), so every gunicorn process and every gateway host signs and
 checks alike, and a restart logs nobody out. A logged-in session holds an HMAC of the API token
-under that key, never the token: changing TASKFORGE_API_TOKEN logs everyone out.
+under that key, never the token: changing TASKFORGE_API_TOKEN logs everyone out. It also holds
+a random session id whose record in Redis (``Keys.ui_session``, as long as SESSION_LIFETIME)
+logout deletes: a copy of the cookie stops working with the session it was copied from. Reading
+that record is the one Redis read a logged-in page pays for its login (once per request).
 
 Every POST from the dashboard carries the session's CSRF token (a random value kept in the
 session), checked in constant time, with or without an API token: the cookie alone (which a
@@ -20,7 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 import redis
-from flask import Flask, Request, Response, current_app, request, session
+from flask import Flask, Request, Response, current_app, g, request, session
 from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 
 from gateway.errors import redis_unavailable
@@ -28,6 +31,7 @@ from shared.keys import Keys
 
 SECRET_BYTES = 32
 CSRF_FIELD = "csrf"
+SESSION_ID_FIELD = "sid"
 COOKIE_NAME = "taskforge_ui"
 SESSION_LIFETIME = timedelta(hours=12)  # a login lasts at most this long
 # No inline script and no inline style anywhere in the dashboard: its CSS and JS are files it
@@ -37,6 +41,7 @@ CONTENT_SECURITY_POLICY = (
     "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
     "frame-ancestors 'none'"
 )
+NO_STORE = "no-store"  # what no cache may keep: every answer but the dashboard's files
 HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
@@ -69,6 +74,18 @@ class RedisKeyedSessions(SecureCookieSessionInterface):
         self._client = client
         self._keys = keys
         self._lock = threading.Lock()
+
+    def session_alive(self, session_id: str) -> bool:
+        """Tell whether a logged-in session's record is still in Redis (not logged out)."""
+        return bool(self._client.exists(self._keys.ui_session(session_id)))
+
+    def start(self, session_id: str) -> None:
+        """Record a new logged-in session for as long as a login lasts."""
+        self._client.set(self._keys.ui_session(session_id), 1, ex=SESSION_LIFETIME)
+
+    def end(self, session_id: str) -> None:
+        """Forget a session: its cookie, wherever copied, is logged out from now on."""
+        self._client.delete(self._keys.ui_session(session_id))
 
     def ensure_key(self, app: Flask) -> None:
         """Load the signing key from Redis unless this process has it (raises RedisError)."""
@@ -115,8 +132,8 @@ def install_sessions(app: Flask, client: redis.Redis, keys: Keys) -> None:
         SESSION_COOKIE_NAME=COOKIE_NAME,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Strict",
-        # A signature older than this is refused: logout clears the cookie in its browser, but
-        # a copied cookie would stay valid until then (or until the token changes).
+        # A signature older than this is refused (and the session's record in Redis expires
+        # then too); logout ends it sooner, for every copy of the cookie.
         PERMANENT_SESSION_LIFETIME=SESSION_LIFETIME,
     )
 
@@ -138,20 +155,51 @@ def token_matches(given: str, token: str) -> bool:
 
 
 def logged_in(token: str | None) -> bool:
-    """Tell whether this request's session is logged in (always, when no token is set)."""
+    """Tell whether this request's session is logged in (always, when no token is set).
+
+    A logged-in cookie costs one Redis read per request (its record, which logout deletes),
+    remembered for the rest of the request; no cookie or one without a login costs none.
+    """
     if token is None:
         return True
-    held = session.get("auth")
-    if not isinstance(held, str):
-        return False  # no cookie, or one without a login: no Redis read needed
-    return hmac.compare_digest(held.encode(), login_digest(token).encode())
+    cached = g.get("taskforge_logged_in")
+    if cached is not None:
+        return bool(cached)
+    held, session_id = session.get("auth"), session.get(SESSION_ID_FIELD)
+    alive = (
+        isinstance(held, str)
+        and isinstance(session_id, str)
+        and hmac.compare_digest(held.encode(), login_digest(token).encode())
+        and _sessions().session_alive(session_id)
+    )
+    g.taskforge_logged_in = alive
+    return alive
 
 
 def log_in(token: str) -> None:
     """Start a fresh logged-in session (a new CSRF token: nothing from before carries over)."""
     session.clear()
+    session_id = secrets.token_urlsafe(16)
+    _sessions().start(session_id)
     session["auth"] = login_digest(token)
+    session[SESSION_ID_FIELD] = session_id
     session[CSRF_FIELD] = secrets.token_urlsafe(32)
+    g.taskforge_logged_in = True
+
+
+def log_out() -> None:
+    """End this session server-side and clear its cookie in this browser."""
+    session_id = session.get(SESSION_ID_FIELD)
+    if isinstance(session_id, str):
+        _sessions().end(session_id)
+    session.clear()
+    g.taskforge_logged_in = False
+
+
+def _sessions() -> RedisKeyedSessions:
+    interface = current_app.session_interface
+    assert isinstance(interface, RedisKeyedSessions), "install_sessions ran in create_app"
+    return interface
 
 
 def csrf_token() -> str:

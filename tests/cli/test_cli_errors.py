@@ -138,6 +138,35 @@ def test_a_wrong_token_is_exit_4_and_the_right_one_from_the_environment_works(
         assert invoke("stats", env=env).code == Exit.OK
 
 
+def test_the_token_is_never_echoed_and_its_surrounding_whitespace_is_dropped(
+    start_gateway: Any, r: Any
+) -> None:
+    with start_gateway(TASKFORGE_API_TOKEN="right-token") as guarded:
+        # A token file with Windows line endings: dropped, as the gateway drops it.
+        assert invoke("--url", guarded.url, "--token", "right-token\r", "stats").code == Exit.OK
+        for token in ("right\rtoken", "right-token\r\nX-Evil: 1", "sec\x00ret"):
+            done = invoke("--url", guarded.url, "--token", token, "stats")
+            line = done.error_line()
+            assert done.code == Exit.USAGE and "control character" in line
+            assert "right" not in line and "sec" not in line.replace("(such", "")
+            assert "token itself is not shown" in line
+
+
+def test_guessing_through_the_cli_ends_in_429_with_when_to_try_again(
+    start_gateway: Any, r: Any
+) -> None:
+    from gateway.lockout import MAX_FAILURES
+
+    with start_gateway(TASKFORGE_API_TOKEN="right-token") as guarded:
+        for _ in range(MAX_FAILURES - 1):
+            done = invoke("--url", guarded.url, "--token", "guess", "stats")
+            assert done.code == Exit.UNAUTHORIZED
+        locked = invoke("--url", guarded.url, "--token", "guess", "stats")
+        line = locked.error_line()
+        assert "too many failed authentications" in line and "(HTTP 429)" in line
+        assert "guess" not in line
+
+
 def test_python_m_taskforge_runs_the_cli_and_its_help_lists_the_exit_statuses() -> None:
     done = run_module("--help")
     assert done.returncode == 0 and done.stderr == ""

@@ -149,7 +149,7 @@ def test_the_session_holds_no_token_and_its_key_is_in_redis(
     with locked_app.app_context():
         serializer = locked_app.session_interface.get_signing_serializer(locked_app)
         stored = serializer.loads(session_cookie(locked))
-    assert set(stored) == {"auth", "csrf"}
+    assert set(stored) == {"auth", "csrf", "sid"}
     assert TOKEN not in str(stored)
 
 

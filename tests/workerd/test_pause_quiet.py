@@ -29,6 +29,7 @@ from tests.workerd.conftest import Engine, Journal
 
 WATCH = 3.0  # seconds of MONITOR for an idle rate
 QUIET_WINDOW = 1.0  # seconds a quiet host is watched for a claim it must not make
+WORKERS = 3  # each worker of a quiet host once could slip one claim through (issue 27, 6)
 
 
 def enqueue(scripts: Scripts, queue: str, job_type: str = "noop", payload: object = None) -> str:
@@ -111,7 +112,7 @@ def test_sigtstp_lets_the_running_job_finish_claims_nothing_more_and_sigcont_res
     whole_group: bool,
 ) -> None:
     scripts = engine.scripts
-    workerd = start_workerd(new_session=whole_group)
+    workerd = start_workerd(new_session=whole_group, WORKER_COUNT=str(WORKERS))
     send = workerd.signal_group if whole_group else workerd.signal
     running = engine.enqueue("journal", {"file": journal.file, "sleep": 1.0})
     journal.wait_for("start", running)
@@ -120,9 +121,15 @@ def test_sigtstp_lets_the_running_job_finish_claims_nothing_more_and_sigcont_res
 
     workerd.wait_for("supervisor_quiet", cause="SIGTSTP")
     wait_until(lambda: _health(workerd).get("quiet") is True, 5, "/health quiet")
-    waiting = engine.enqueue("noop")
+    # One job per worker: each could have slipped one claim through (issue 27, item 6).
+    waiting = [engine.enqueue("noop") for _ in range(WORKERS)]
     engine.wait_for(running, JobState.COMPLETED)  # the running job finished
-    stays(scripts, waiting, JobState.PENDING, QUIET_WINDOW)
+    deadline = time.monotonic() + QUIET_WINDOW
+    while time.monotonic() < deadline:  # zero claims once /health said quiet
+        assert all(job(scripts, job_id).status is JobState.PENDING for job_id in waiting)
+        time.sleep(0.05)
+    claimed = [e for e in workerd.events("job_claimed") if e.get("job_id") in waiting]
+    assert claimed == []  # not even one claimed and given back
     # Not one process of the host was stopped by the signal (its default action).
     assert all(_state(pid) != "T" for pid in workerd.processes())
     name = _host_name(scripts)
@@ -132,8 +139,15 @@ def test_sigtstp_lets_the_running_job_finish_claims_nothing_more_and_sigcont_res
     send(signal.SIGCONT)
 
     workerd.wait_for("supervisor_resumed", cause="SIGCONT")
-    engine.wait_for(waiting, JobState.COMPLETED, timeout=5)
+    for job_id in waiting:
+        engine.wait_for(job_id, JobState.COMPLETED, timeout=5)
     assert _health(workerd)["quiet"] is False
+    # The claims the check above looked for are logged so: now, after the resume, they are.
+    wait_until(
+        lambda: {e.get("job_id") for e in workerd.events("job_claimed")} >= set(waiting),
+        5,
+        "claims logged",
+    )
 
 
 def test_the_api_request_quiets_the_host_within_a_heartbeat_and_resumes_it(
@@ -149,6 +163,8 @@ def test_the_api_request_quiets_the_host_within_a_heartbeat_and_resumes_it(
     workerd.wait_for("supervisor_quiet", cause="api", timeout=5)
     applied = time.monotonic() - asked
     assert applied < 2.0 + 1.0  # the registry's interval, and a loop tick
+    # Claims that read "not quiet" just before may still answer until /health says quiet.
+    wait_until(lambda: _health(workerd).get("quiet") is True, 5, "/health quiet")
     waiting = engine.enqueue("noop")
     stays(scripts, waiting, JobState.PENDING, QUIET_WINDOW)
     wait_until(
@@ -197,3 +213,31 @@ def _state(pid: int) -> str:
     except OSError:
         return ""
     return stat.rsplit(")", 1)[1].split()[0]
+
+
+def test_a_host_quieted_under_load_takes_no_job_from_pending_once_health_says_quiet(
+    start_workerd: Callable[..., Workerd], engine: Engine
+) -> None:
+    # Workers busy completing and claiming the next job in the same call: the claims a quiet
+    # can meet mid-flight (issue 27, item 6). Once /health says quiet, pending only grows (a
+    # next job claimed before it is handed back), never shrinks. End to end only: the race it
+    # guards against is too rare to show here in a few runs (5 of 5 passed on the code before
+    # the fix); tests/workerd/test_quiet_fence.py forces it.
+    scripts = engine.scripts
+    workerd = start_workerd(WORKER_COUNT=str(WORKERS))
+    scripts.pause_queue("default")  # the jobs wait for all to be in: a backlog to work through
+    jobs = [engine.enqueue("noop") for _ in range(3000)]
+    scripts.resume_queue("default")
+    wait_until(lambda: scripts.redis.zcard(scripts.keys.pending) < len(jobs) - 100, 10, "flow")
+
+    workerd.signal(signal.SIGTSTP)
+    wait_until(lambda: _health(workerd).get("quiet") is True, 5, "/health quiet")
+    floor = scripts.redis.zcard(scripts.keys.pending)
+    assert floor > 0, "every job ran before the quiet: nothing was measured"
+    deadline = time.monotonic() + QUIET_WINDOW
+    while time.monotonic() < deadline:
+        pending = scripts.redis.zcard(scripts.keys.pending)
+        assert pending >= floor, f"{floor - pending} claimed after /health said quiet"
+        floor = pending
+        time.sleep(0.01)
+    workerd.signal(signal.SIGCONT)

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from shared.directory import QueueDirectory
+from shared.job_ids import new_job_id
 from shared.jobs import JobState, validate_enqueue
 from shared.keys import Keys
 from shared.queues import QUEUE_RULE
@@ -36,7 +37,7 @@ def jobs_in(r: redis.Redis, queue: str) -> int:
 def put(scripts: Scripts, queue: str, **fields: Any) -> str:
     """Enqueue a job as another producer process would: list the queue, then enqueue."""
     QueueDirectory(scripts).ensure(queue)
-    job_id = str(uuid.uuid4())
+    job_id = new_job_id(queue)
     request = validate_enqueue({"type": "seed", "queue": queue, **fields})
     assert scripts.enqueue(request, job_id).created
     return job_id

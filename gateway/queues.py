@@ -4,6 +4,10 @@ A pause is persisted in Redis (the queue's `paused` key): jobs still arrive and 
 but no worker claims from the queue until it is resumed. Pausing a queue no job has been
 enqueued under yet is allowed: the queue is listed from then on. Repeating a pause or a resume
 changes nothing and answers 200 again.
+
+A delete (shared.queue_removal) takes an empty queue off the list with its keys: 204, or 409
+with what keeps it (jobs per state, paused, limited, served by a workerd host, the default
+queue), or 404 for a name not listed.
 """
 
 from __future__ import annotations

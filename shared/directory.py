@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from shared.engine_types import EnqueueResult
-from shared.job_ids import tag_of
+from shared.job_ids import queue_tag, tag_of
 from shared.jobs import Job
 from shared.queries import first_found
 from shared.redis_conn import MASTER_DOWN, is_cluster
@@ -121,8 +121,20 @@ class QueueDirectory:
         return first_found(client, added, read) if added else None
 
     def _tag_names(self, tag: str) -> tuple[str, ...]:
-        """Read the queues whose ids carry `tag` (one SMEMBERS in the global slot); remember them."""
-        raw = self.scripts.redis.smembers(self.scripts.keys.queue_tag(tag))
+        """Read the queues whose ids carry `tag` (one SMEMBERS in the global slot); remember them.
+
+        While the global slot's master fails over on a cluster, the queues this process
+        knows with that tag answer instead (as names() does), so lookups of jobs on the other
+        masters go on; with none, or on one Redis, the error is raised.
+        """
+        try:
+            raw = self.scripts.redis.smembers(self.scripts.keys.queue_tag(tag))
+        except MASTER_DOWN:
+            known = set(self._names or ()) | self._registered
+            mine = tuple(sorted(name for name in known if queue_tag(name) == tag))
+            if not mine or not is_cluster(self.scripts.redis):
+                raise
+            return mine
         names = tuple(sorted(name.decode() for name in raw))
         if len(self._tagged) >= TAG_CACHE_LIMIT:
             self._tagged.clear()

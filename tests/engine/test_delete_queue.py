@@ -337,3 +337,26 @@ def test_a_lookup_remembering_a_deleted_queue_finds_it_again_when_it_comes_back(
     assert finder.find_job(old) is None
     new = put(scripts)
     assert finder.find_job(new) is not None
+
+
+def test_while_the_tag_map_cannot_be_read_on_a_cluster_the_known_queues_with_the_tag_answer(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = put(scripts)
+    other = put(scripts, "other")
+    finder = QueueDirectory(scripts)
+    finder.ensure(Q)  # a queue this process knows (it enqueued there)
+
+    def down(*args: Any) -> Any:
+        raise redis.exceptions.ConnectionError("the global slot's master is failing over")
+
+    monkeypatch.setattr(scripts.redis, "smembers", down)
+    monkeypatch.setattr("shared.directory.is_cluster", lambda client: True)
+
+    found = finder.find_job(job_id)
+    assert found is not None and found.queue == Q
+    with pytest.raises(redis.exceptions.ConnectionError):
+        finder.find_job(other)  # no known queue has its tag: the error, not a false 404
+    monkeypatch.setattr("shared.directory.is_cluster", lambda client: False)
+    with pytest.raises(redis.exceptions.ConnectionError):
+        finder.find_job(job_id)  # one Redis: nothing else would answer, so the error

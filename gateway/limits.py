@@ -37,11 +37,13 @@ def _state(queue: str) -> dict[str, Any]:
 
 def _change(queue: str, edit: Any, what: str) -> dict[str, Any]:
     gw = gateway()
-    gw.directory.ensure(queue)
     try:
         after = limits.change(gw.scripts, queue, edit)
     except LimitError as exc:
         raise ApiError(409, str(exc)) from exc
+    # Listed after the write, whatever this process remembers: a delete racing it then
+    # either saw the limits (409) or left the name for this call to list (shared.queue_removal).
+    gw.directory.relist(queue)
     log.info(
         "limits_changed", extra={"queue": queue, "scope": what, "limits": after.compact_json()}
     )

@@ -258,6 +258,19 @@ def _error_schema() -> dict[str, Any]:
             "job_ids": {"type": "array", "items": {"type": "string", "pattern": JOB_ID}},
             "replicas": {"type": "integer", "minimum": 0},
             "wanted": {"type": "integer", "minimum": 1},
+            "jobs": {
+                "type": "object",
+                "description": "DELETE /queues/{name}'s 409: the jobs that keep the queue, "
+                "per state (pending, held, scheduled, retrying, processing, dead).",
+                "additionalProperties": {"type": "integer", "minimum": 0},
+            },
+            "paused": {"type": "boolean"},
+            "limited": {"type": "boolean"},
+            "served_by": {
+                "type": "array",
+                "description": "The live workerd hosts whose WORKER_QUEUES name the queue.",
+                "items": {"type": "string"},
+            },
         },
     }
 
@@ -802,6 +815,11 @@ def _responses() -> dict[str, Any]:
             'No live workerd host has that name: {"error": "workerd host not found"}.'
         ),
         "Conflict": _error("The job is not in a state this action starts from."),
+        "QueueNotFound": _error('No queue of that name is listed: {"error": "queue not found"}.'),
+        "QueueKept": _error(
+            "The queue is kept: it holds jobs (counts in `jobs`), is paused or limited, a "
+            "workerd host serves it (`served_by`), or it is the default queue."
+        ),
         "TooLarge": _error(f"Body over {MAX_BODY_BYTES} bytes; refused without reading it."),
         "Unsupported": _error("A Content-Encoding other than identity."),
         "Unavailable": {
@@ -818,6 +836,8 @@ def _use(*names: str) -> dict[str, Any]:
         "NotFound": "404",
         "HostNotFound": "404",
         "Conflict": "409",
+        "QueueNotFound": "404",
+        "QueueKept": "409",
         "TooLarge": "413",
         "Unsupported": "415",
         "Unavailable": "503",
@@ -1154,6 +1174,19 @@ def _queue_paths() -> dict[str, Any]:
                     **_use("BadRequest", "Unauthorized", "Unavailable"),
                 },
                 parameters=QUEUE_PAGE_PARAMS,
+            )
+        },
+        "/queues/{name}": {
+            "delete": _operation(
+                "deleteQueue",
+                "Delete an empty queue: no pending, held, scheduled, retrying, processing or "
+                "dead job, not paused, not limited, served by no workerd host. Its completed "
+                "and canceled jobs and its events go with it.",
+                {
+                    "204": {"description": "Deleted."},
+                    **_use(*by_name, "QueueNotFound", "QueueKept"),
+                },
+                parameters=[_param("QueueName")],
             )
         },
         "/queues/{name}/pause": {

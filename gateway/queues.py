@@ -1,9 +1,13 @@
-"""Queue endpoints: list every queue with its counts, pause one, resume one.
+"""Queue endpoints: list every queue with its counts, pause one, resume one, delete an empty one.
 
 A pause is persisted in Redis (the queue's `paused` key): jobs still arrive and become pending,
 but no worker claims from the queue until it is resumed. Pausing a queue no job has been
 enqueued under yet is allowed: the queue is listed from then on. Repeating a pause or a resume
 changes nothing and answers 200 again.
+
+A delete (shared.queue_removal) takes an empty queue off the list with its keys: 204, or 409
+with what keeps it (jobs per state, paused, limited, served by a workerd host, the default
+queue), or 404 for a name not listed.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from gateway.routes import route
 from shared.jobs import format_ms
 from shared.limits import LimitsState, read_state
 from shared.queries import QueueCounts
+from shared.queue_removal import QueueKept, QueueNotListed, delete_queue
 from shared.queues import QUEUE_RULE, is_queue_name
 
 log = logging.getLogger(__name__)
@@ -72,13 +77,40 @@ def list_queues() -> dict[str, Any]:
     }
 
 
+@route(bp, "DELETE", "/queues/<name>")
+def delete(name: str) -> tuple[str, int]:
+    """Delete an empty queue: 204; 409 with what keeps it; 404 for a name not listed."""
+    name = queue_name(name)
+    try:
+        kept = delete_queue(gateway().directory, name)
+    except QueueNotListed:
+        raise ApiError(404, "queue not found") from None
+    if kept is not None:
+        raise queue_kept(kept)
+    return "", 204
+
+
+def queue_kept(kept: QueueKept) -> ApiError:
+    """Return the 409 of a delete refused: the reason, and the counts and flags behind it."""
+    return ApiError(
+        409,
+        f"queue kept: {kept.reason()}",
+        jobs=kept.jobs,
+        paused=kept.paused,
+        limited=kept.limited,
+        served_by=list(kept.served_by),
+    )
+
+
 @route(bp, "POST", "/queues/<name>/pause")
 def pause(name: str) -> dict[str, Any]:
     """Pause a queue (listing it if it is new): no worker claims from it until resumed."""
     name = queue_name(name)
     gw = gateway()
-    gw.directory.ensure(name)
     result = gw.scripts.pause_queue(name)
+    # Listed after the write, whatever this process remembers: a delete racing the pause then
+    # either saw the flag (409) or left the name for this call to list (shared.queue_removal).
+    gw.directory.relist(name)
     log.info("queue_paused", extra={"queue": name, "changed": result.changed})
     return _one(gw, name)
 

@@ -2,33 +2,19 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from gateway.context import Gateway
 from gateway.errors import not_replicated
 from shared import tracing
+from shared.job_ids import new_job_id, new_job_ids
 from shared.jobs import EnqueueRequest, Job
 from shared.lifecycle import Outcome, record, record_batch
 from shared.queries import get_job, get_jobs
 from shared.scripts import EnqueueResult
 
 tracing.configure(tracing.PRODUCER)
-
-
-def new_job_ids(count: int) -> list[str]:
-    """Return `count` fresh UUIDv4 job ids (RFC 9562 layout) from one read of the OS's RNG."""
-    # uuid.uuid4() makes a system call per id: one read serves a whole batch.
-    entropy = os.urandom(16 * count)
-    ids = []
-    for start in range(0, 16 * count, 16):
-        raw = bytearray(entropy[start : start + 16])
-        raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-        raw[8] = (raw[8] & 0x3F) | 0x80  # variant 10
-        text = raw.hex()
-        ids.append(f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}")
-    return ids
 
 
 def created_job(request: EnqueueRequest, result: EnqueueResult) -> Job:
@@ -58,7 +44,7 @@ def enqueue_one(
     gw: Gateway, request: EnqueueRequest, idempotency_key: str | None, client_trace: str | None
 ) -> tuple[dict[str, Any], bool]:
     """Create one job (or find the one its idempotency key names); return its JSON, created."""
-    job_id = new_job_ids(1)[0]
+    job_id = new_job_id(request.queue)  # names its queue (shared.job_ids)
     gw.directory.ensure(request.queue)
     # The client's traceparent is only a parent: the job stores our enqueue span's own.
     attributes = tracing.job_attributes(job_id, request.type, queue=request.queue)
@@ -69,6 +55,7 @@ def enqueue_one(
             idempotency_key=idempotency_key,
             traceparent=tracing.current_traceparent(),
         )
+        gw.directory.enqueued([(request.queue, result)])
         # Inside the span: it gets the outcome, and the line carries its trace ids.
         queue = request.queue  # a duplicate's too: the key's digest covers the queue
         if result.created:
@@ -111,7 +98,7 @@ def enqueue_batch(
 ) -> tuple[list[dict[str, Any]], bool]:
     """Create every job of a batch, all or none (or find those its idempotency key names);
     return their JSON in order, and whether this request created them."""
-    ids = new_job_ids(len(requests))
+    ids = new_job_ids([request.queue for request in requests])
     queues = list(dict.fromkeys(request.queue for request in requests))
     for queue in queues:
         gw.directory.ensure(queue)
@@ -128,6 +115,7 @@ def enqueue_batch(
             idempotency_key=idempotency_key,
             traceparent=tracing.current_traceparent(),
         )
+        gw.directory.enqueued(zip((r.queue for r in requests), results, strict=True))
         created = all(result.created for result in results)  # a repeat's are all not created
         # One line per queue of the batch, inside the span (its outcome, its trace ids).
         by_queue: dict[str, list[tuple[str, str]]] = {}

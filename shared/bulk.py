@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from shared.engine_types import EngineError, JobNotFound, WrongState
+from shared.job_ids import tag_of
 from shared.jobs import Job, JobState
 from shared.lifecycle import Outcome, record
 from shared.listing import list_jobs
@@ -80,9 +81,23 @@ def bulk_dead(
 
 
 def locate(scripts: Scripts, ids: Sequence[str], queues: Sequence[str]) -> dict[str, str]:
-    """Return the queue holding each of `ids` that one of `queues` holds (one round trip)."""
+    """Return the queue holding each of `ids` that one of `queues` holds.
+
+    Each id is looked for only in the queues its tag names (shared.job_ids): one round trip
+    for the tags (global slot), one for the jobs, whatever the number of queues.
+    """
+    allowed = set(queues)
+    tags = list(dict.fromkeys(tag_of(jid) for jid in ids))
     pipe = scripts.redis.pipeline(transaction=False)
-    pairs = [(jid, queue) for jid in ids for queue in queues]
+    for tag in tags:
+        pipe.smembers(scripts.keys.queue_tag(tag))
+    named = pipe.execute() if tags else []
+    by_tag = {
+        tag: sorted(q for q in (n.decode() for n in names) if q in allowed)
+        for tag, names in zip(tags, named, strict=True)
+    }
+    pipe = scripts.redis.pipeline(transaction=False)
+    pairs = [(jid, queue) for jid in ids for queue in by_tag[tag_of(jid)]]
     for jid, queue in pairs:
         pipe.exists(scripts.keys.for_queue(queue).job(jid))
     found: dict[str, str] = {}

@@ -147,6 +147,9 @@ class EnqueueResult:
     existed: bool = field(default=False, compare=False)
     # Durable mode: what WAIT answered after the write; None when the mode is off.
     confirmation: Confirmation | None = field(default=None, compare=False)
+    # The queue's first job since its keys were made or deleted (enqueue.lua's `first`):
+    # Scripts lists the queue again, so a delete racing this enqueue cannot unlist it.
+    first_in_queue: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)

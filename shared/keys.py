@@ -337,6 +337,15 @@ class Keys:
         copied cookie stops working (gateway/ui/security.py)."""
         return f"{self.global_prefix}ui_session:{session_id}"
 
+    def queue_tag(self, tag: str) -> str:
+        """Return the set of the queue names whose job ids begin with `tag` (shared.job_ids).
+
+        Written with the list of queues, in the same MULTI (shared.scripts.Scripts.register_queue),
+        and emptied with it when a queue is deleted: a lookup by id reads one of these sets
+        instead of trying every queue. Usually one name; two when their tags collide.
+        """
+        return f"{self.global_prefix}queue_tag:{tag}"
+
 
 def glob_escaped(text: str) -> str:
     """Return `text` with Redis's glob characters escaped, to match it literally in SCAN."""

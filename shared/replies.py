@@ -88,6 +88,7 @@ def enqueue_result(reply: list[Any]) -> EnqueueResult:
         created=code is Code.DONE,
         created_at_ms=int(reply[3]),
         existed=len(reply) > 4 and reply[4] == 1,
+        first_in_queue=len(reply) > 5 and reply[5] == 1,
     )
 
 

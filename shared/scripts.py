@@ -61,6 +61,7 @@ from shared.engine_types import (
     WrongState,
 )
 from shared.history import ACTOR_CODES, Actor
+from shared.job_ids import queue_tag
 from shared.jobs import TYPE_PATTERN, EnqueueRequest, Job, JobState, cap_traceback
 from shared.keys import Keys
 from shared.log import error_text
@@ -141,6 +142,7 @@ SCRIPT_NAMES = (
     "pause_schedule",
     "resume_schedule",
     "publish_schedules",
+    "delete_queue",
 )
 # Hashes of canceled jobs outlive their index entry by this much: trim.lua deletes both at
 # retention; the TTL only matters if trimming stopped (no scheduler running). Completed jobs
@@ -1323,12 +1325,40 @@ class Scripts:
         return int(self._call("publish_schedules", [self.keys.schedules], args)[1])
 
     def register_queue(self, queue: str) -> None:
-        """Add a queue to the list of queues (global slot; SADD, so a repeat changes nothing).
+        """Add a queue to the list of queues and its job ids' tag to the tag map (shared.job_ids).
 
-        Called before a job is first enqueued under a name, so every queue with a job is
-        listed: the scheduler, /stats and a lookup by id walk this list.
+        One MULTI in the global slot (both SADDs, so a repeat changes nothing): called before
+        a job is first enqueued under a name, and again after an enqueue that was the queue's
+        first since it was deleted, so every queue with a job is listed and its jobs found by id.
         """
-        self.redis.sadd(self.keys.queues, queue)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.sadd(self.keys.queues, queue)
+        pipe.sadd(self.keys.queue_tag(queue_tag(queue)), queue)
+        pipe.execute()
+
+    def unregister_queue(self, queue: str) -> None:
+        """Take a queue off the list of queues and the tag map (one MULTI, global slot)."""
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.srem(self.keys.queues, queue)
+        pipe.srem(self.keys.queue_tag(queue_tag(queue)), queue)
+        pipe.execute()
+
+    def delete_queue(self, queue: str, *, delete: bool = True) -> list[int] | None:
+        """Delete an empty queue's keys (or, `delete` False, only check it is empty).
+
+        Returns None when the queue was empty (and deleted), else what keeps it: pending,
+        held, scheduled, retrying, processing, dead (counts), paused, limited (1/0).
+        shared.queue_removal orders this call with the list's (docs/QUEUES.md).
+        """
+        k = self.q(queue)
+        keys = [k.pending, k.held, k.scheduled, k.retrying, k.processing, k.dead, k.paused]
+        keys += [k.limits, k.completed, k.canceled, k.seq, k.pending_since, k.wake, k.failures]
+        keys += [k.events, k.throughput, k.running, k.held_order, k.buckets, k.gates]
+        keys.append(k.slot_marker)
+        reply = self._call("delete_queue", keys, [k.job_prefix, "1" if delete else "0"])
+        if Code(reply[0]) is Code.DONE:
+            return None
+        return [int(n) for n in reply[1:]]
 
     def queue_names(self) -> list[str]:
         """Return every queue a job was enqueued under (the default queue always), sorted."""

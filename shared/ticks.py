@@ -16,6 +16,8 @@ from datetime import datetime
 
 from cronsim import CronSim
 
+from shared.job_ids import tagged_uuid
+from shared.queues import DEFAULT_QUEUE
 from shared.schedules import Schedule
 
 # A due tick is on time while it is at most this old: the gap to the tick after it, held
@@ -37,18 +39,14 @@ class Plan:
     missed: int  # due ticks that get no job of their own
 
 
-def job_id(name: str, tick_ms: int) -> str:
-    """Return the job id of a schedule's tick: a UUID laid out as v4, from (name, tick).
+def job_id(name: str, tick_ms: int, queue: str = DEFAULT_QUEUE) -> str:
+    """Return the job id of a schedule's tick in `queue`: a UUIDv4 from (name, tick).
 
-    Laid out as v4 so every id check of the API and the dashboard takes it (shared.jobs
-    JOB_ID_PATTERN); its bits come from SHA-256, not a random source, so it is the same on
-    every host.
+    Laid out as v4, its first 32 bits its queue's tag (shared.job_ids), so every id check of
+    the API and the dashboard takes it and a lookup finds its queue; its other bits come from
+    SHA-256, not a random source, so it is the same on every host.
     """
-    raw = bytearray(hashlib.sha256(f"schedule\0{name}\0{tick_ms}".encode()).digest()[:16])
-    raw[6] = (raw[6] & 0x0F) | 0x40
-    raw[8] = (raw[8] & 0x3F) | 0x80
-    text = raw.hex()
-    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+    return tagged_uuid(queue, hashlib.sha256(f"schedule\0{name}\0{tick_ms}".encode()).digest())
 
 
 def _aware(schedule: Schedule, ms: int) -> datetime:

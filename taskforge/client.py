@@ -338,6 +338,15 @@ class Client:
         """Resume a paused queue (resuming one that runs changes nothing)."""
         return Queue.from_json(self._http.request("POST", f"/queues/{_seg(name)}/resume"))
 
+    def delete_queue(self, name: str) -> None:
+        """Delete an empty queue, its finished jobs and events with it.
+
+        Raises Conflict while it holds a pending, held, scheduled, retrying, processing or dead
+        job (``body["jobs"]`` counts them), is paused or limited, or a workerd host serves it;
+        NotFound for a name no queue has. Not resent once sent: a repeat would answer 404.
+        """
+        self._http.request("DELETE", f"/queues/{_seg(name)}", replay=Replay.UNSENT)
+
     def limits(self) -> list[Limits]:
         """Return every queue that has limits, with running and held counts per scope."""
         doc = self._http.request("GET", "/limits")

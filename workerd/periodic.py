@@ -129,11 +129,13 @@ class Periodic:
     def _enqueue(self, schedule: Schedule, tick_ms: int) -> str:
         """Enqueue a tick's job (once per id, whoever else does too); return its id."""
         job = schedule.job
-        job_id = ticks.job_id(schedule.name, tick_ms)
+        job_id = ticks.job_id(schedule.name, tick_ms, job.queue)
         if job.queue not in self.listed:
             self.scripts.register_queue(job.queue)
             self.listed.add(job.queue)
         result = self.scripts.enqueue(job, job_id, actor=Actor.SCHEDULER)
+        if result.first_in_queue:  # the queue was deleted since it was listed: list it again
+            self.scripts.register_queue(job.queue)
         confirmed = result.confirmation is None or result.confirmation.confirmed
         if not result.existed:
             if confirmed:  # durable mode: a failover may still lose it (record warns)

@@ -1,4 +1,4 @@
-"""The overview, queues and workers pages, and their actions (pause, resume, quiet)."""
+"""The overview, queues and workers pages, and their actions (pause, resume, delete, quiet)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ from gateway.context import gateway
 from gateway.queue_page import SEARCH_MAX
 from gateway.ui.base import UiError, bp, events_url, render
 from gateway.ui.chart import throughput_chart
+from gateway.ui.jobs import confirm_page, confirmed
+from shared import queue_removal as removal
 from shared.hosts import is_host_name, list_hosts
 from shared.jobs import JobState
 from shared.limits import read_state
+from shared.queries import QueueCounts
 from shared.queue_view import chosen, is_cursor, page
-from shared.queues import QUEUE_RULE, is_queue_name
+from shared.queues import DEFAULT_QUEUE, QUEUE_RULE, is_queue_name
 from shared.scripts import HostNotFound
 from shared.summary import busy
 from shared.throughput import last_hour
@@ -131,7 +134,20 @@ def queues_context() -> dict[str, object]:
         "rows": [(name, counts.by_queue[name]) for name in names],
         "states": STATES,
         "limits": limited,
+        "deletable": {
+            name
+            for name in names
+            if name != DEFAULT_QUEUE and name not in limited and _empty(counts.by_queue[name])
+        },
     }
+
+
+def _empty(counts: QueueCounts) -> bool:
+    """Tell whether a queue looks deletable from its counts: no unfinished or dead job, not
+    paused (the delete checks again, in the step that deletes)."""
+    finished = (JobState.COMPLETED, JobState.CANCELED)
+    held = sum(n for state, n in counts.by_state.items() if state not in finished)
+    return held == 0 and not counts.paused
 
 
 @bp.route("/queues")
@@ -164,8 +180,8 @@ def pause_queue(name: str) -> BaseResponse:
     """Pause a queue (as POST /queues/<name>/pause does) and go back to the queues."""
     gw = gateway()
     name = _queue(name)
-    gw.directory.ensure(name)
     result = gw.scripts.pause_queue(name)
+    gw.directory.relist(name)  # after the flag, as the API does (shared.queue_removal)
     log.info("queue_paused", extra={"queue": name, "changed": result.changed})
     flash(f"Queue {name} paused: no worker claims from it until it is resumed.")
     return redirect(url_for("ui.queues"), code=303)
@@ -180,6 +196,25 @@ def resume_queue(name: str) -> BaseResponse:
     log.info("queue_resumed", extra={"queue": name, "changed": changed})
     flash(f"Queue {name} resumed." if changed else f"Queue {name} was not paused.")
     return redirect(url_for("ui.queues"), code=303)
+
+
+@bp.route("/queues/<name>/delete", methods=["POST"])
+def delete_queue(name: str) -> BaseResponse | tuple[str, int]:
+    """Delete an empty queue (after a confirmation), as DELETE /queues/<name> does."""
+    name = _queue(name)
+    back = url_for("ui.queues")
+    if not confirmed():
+        message = (
+            f"Delete queue {name}? Its completed and canceled jobs and its events go with it; "
+            "an enqueue under this name later lists it again."
+        )
+        return confirm_page("Delete a queue", message, [], back)
+    try:
+        kept = removal.delete_queue(gateway().directory, name)
+    except removal.QueueNotListed:
+        raise UiError(404, "No such queue: it was deleted meanwhile, or never listed.") from None
+    flash(f"Queue {name} deleted." if kept is None else f"Queue {name} kept: {kept.reason()}.")
+    return redirect(back, code=303)
 
 
 @bp.route("/workers")

@@ -33,13 +33,17 @@
 -- ARGV[13] -> optional: who enqueues, as a history actor code ('s': a periodic schedule's tick,
 --             workerd/periodic.py); absent: the api. Given only with ARGV[12] ('0' when off)
 --
--- Returns {DONE, id, status, created_at, existed}: existed is 1 when the job was already there
---         (a repeat of this call, or of the request an idempotency key names), else 0. A
+-- Returns {DONE, id, status, created_at, existed[, first]}: existed is 1 when the job was already
+--         there (a repeat of this call, or of the request an idempotency key names), else 0. A
 --         delayed job's scheduled_at is created_at + delay (EnqueueRequest.scheduled_at_for).
+--         first (a new job only) is 1 when the queue's FIFO counter was absent (or, for a
+--         pending job, 0: only scheduled jobs came before): its first job since its keys were
+--         made or deleted, so the caller lists the queue (again).
 -- History and event: enqueued or scheduled (api), the job's first entry, in the one HSET; a
 -- repeat writes neither.
 -- Redis commands for a new pending job: 8 (HMGET, TIME, INCR, ZADD, ZADD, LPUSH, HSET, XADD; an
 -- LTRIM more once per half-cap enqueues while no worker takes the hints); 7 with events off.
+-- A scheduled job: HMGET, TIME, SET NX, ZADD, HSET, XADD (the SET tells a queue's first job).
 
 --- @include "codes"
 --- @include "common"
@@ -86,10 +90,16 @@ end
 if scheduled_at then
   add('scheduled_at', due)
 end
+-- The FIFO counter also tells a queue's first job since its keys were made (or deleted,
+-- delete_queue.lua): absent, and the caller lists the queue again (shared.directory). A
+-- scheduled job sets it to 0 only then, so the next INCR still gives 1, as without it.
+local first
 if status == 'scheduled' then
+  first = redis.call('SET', KEYS[4], '0', 'NX') ~= false
   redis.call('ZADD', KEYS[6], due, job_id)
 else
   local seq = redis.call('INCR', KEYS[4])
+  first = seq == 1
   add('seq', string.format('%d', seq))
   add('eligible_at', stamp)
   index_pending({KEYS[2], KEYS[3], KEYS[5]}, job_id, ARGV[4], seq, stamp, tonumber(ARGV[9]))
@@ -99,4 +109,4 @@ redis.call('HSET', job_key, unpack(fields))
 emit(KEYS[7], ARGV[12], 'e', status == 'scheduled' and 'scheduled' or 'enqueued', 'j', job_id,
   't', ARGV[2])
 
-return {DONE, job_id, status, now, 0}
+return {DONE, job_id, status, now, 0, first and 1 or 0}

@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 import click
 
 from taskforge.cli import render
-from taskforge.cli.app import PROG, Exit, Session, cli, output, pass_session
+from taskforge.cli.app import PROG, Exit, Session, cli, fail, output, pass_session
+from taskforge.cli.dlq import confirm
 from taskforge.cli.jobs import STATES
 from taskforge.models import Host, Queue, Stats, parse_time
 
@@ -157,7 +158,7 @@ def queue_row(queue: Queue) -> list[render.Cell]:
 
 @cli.group()
 def queues() -> None:
-    """List, pause and resume queues."""
+    """List, pause, resume and delete queues."""
 
 
 @queues.command("ls")
@@ -219,3 +220,23 @@ def queues_resume(session: Session, name: str) -> None:
     output(session, queue.raw, f"{queue.name} {'paused' if queue.paused else 'running'}")
     if not known:
         note(f"no queue {name!r} is known: nothing was paused there")
+
+
+@queues.command("rm")
+@click.argument("name")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@pass_session
+def queues_rm(session: Session, name: str, yes: bool) -> int:
+    """Delete an empty queue, its completed and canceled jobs and events with it (asks first).
+
+    Refused while the queue holds a pending, held, scheduled, retrying, processing or dead job,
+    is paused or limited, or a workerd host serves it (the error says which).
+
+    \b
+    taskforge queues rm reports-old --yes
+    """
+    if not yes and not confirm(f"Delete queue {name!r}, its finished jobs and events?"):
+        return fail("not confirmed: nothing deleted (--yes skips the question)", Exit.API_ERROR)
+    session.client.delete_queue(name)
+    output(session, {"deleted": name}, f"{name} deleted")
+    return Exit.OK

@@ -233,6 +233,32 @@ def test_pausing_a_queue_nobody_knows_says_so_on_stderr_and_still_pauses_it(
     assert resumed.out.strip() == f"{other} running" and "no queue" in resumed.err
 
 
+def test_queues_rm_deletes_an_empty_queue_after_asking_and_refuses_a_busy_one(
+    taskforge: Taskforge, engine: Scripts
+) -> None:
+    queue = fresh_queue()
+    job_id = taskforge("enqueue", "t", "--queue", queue).out.strip()
+
+    busy = taskforge("queues", "rm", queue, "--yes")
+    assert busy.code == Exit.API_ERROR and busy.out == ""
+    assert busy.error_line() == (
+        "taskforge: error: queue kept: the queue is not empty: 1 pending (HTTP 409)"
+    )
+
+    complete(engine, queue, job_id)
+    unasked = taskforge("queues", "rm", queue, input="n\n")
+    assert unasked.code == Exit.API_ERROR and "nothing deleted" in unasked.err
+    assert f"Delete queue {queue!r}" in unasked.err
+    removed = taskforge("queues", "rm", queue, input="y\n")
+    assert removed.code == Exit.OK and removed.out.strip() == f"{queue} deleted"
+    names = {q["name"] for q in json.loads(taskforge("--json", "queues", "ls").out)["queues"]}
+    assert queue not in names
+
+    gone = taskforge("--json", "queues", "rm", queue, "--yes")
+    assert gone.code == Exit.API_ERROR
+    assert gone.error_line() == "taskforge: error: queue not found (HTTP 404)"
+
+
 def test_json_may_follow_the_command_too(taskforge: Taskforge) -> None:
     queue = fresh_queue()
     made = json.loads(taskforge("enqueue", "t", "--queue", queue, "--json").out)

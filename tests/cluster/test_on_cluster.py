@@ -210,6 +210,28 @@ def test_pause_holds_a_queue_and_resume_releases_it(stack: Stack) -> None:
     stack.wait_status(job_id, "completed")
 
 
+def test_delete_an_empty_queue_then_enqueue_there_again(stack: Stack) -> None:
+    # Its keys and the list's are in two slots: the delete is two calls (docs/QUEUES.md).
+    global_master = stack.cluster.master_of(Keys().queues).port
+    spare = next(
+        name
+        for name in (f"spare{n}" for n in itertools.count())
+        if stack.cluster.master_of(Keys().for_queue(name).pending).port != global_master
+    )
+    first = stack.enqueue(type="noop", queue=spare)  # served by no host: it stays pending
+    assert stack.call("DELETE", f"/queues/{spare}")[1]["jobs"]["pending"] == 1
+    assert stack.call("POST", f"/jobs/{first}/cancel")[0] == 200
+
+    assert stack.call("DELETE", f"/queues/{spare}")[0] == 204
+
+    assert stack.call("GET", f"/jobs/{first}")[0] == 404
+    again = stack.enqueue(type="noop", queue=spare)
+    assert stack.job(again)["queue"] == spare
+    assert spare in [q["name"] for q in stack.call("GET", "/queues")[1]["queues"]]
+    served = stack.call("DELETE", f"/queues/{stack.queues[0]}")
+    assert served[0] == 409 and served[1]["served_by"], served
+
+
 def test_a_concurrency_limit_holds_jobs_back(stack: Stack) -> None:
     queue = stack.queues[2]
     path = f"/queues/{queue}/limits/types/sleep"

@@ -134,6 +134,10 @@ def test_every_script_runs_on_a_real_cluster_with_one_slot_per_call(
     engine.advance_schedule("nightly", 3_600_000, None)  # advance_schedule
     engine.pause_schedule("nightly")  # pause_schedule
     engine.resume_schedule("nightly")  # resume_schedule
+    spare = "spare"
+    engine.register_queue(spare)
+    assert engine.delete_queue(spare) is None  # delete_queue, in the queue's slot
+    engine.unregister_queue(spare)  # the list and the tag map, in the global slot
     called = {name for name, count in (slots.CALLED - before).items() if count}
     assert set(SCRIPT_NAMES) <= called, set(SCRIPT_NAMES) - called
 

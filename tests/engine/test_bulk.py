@@ -9,6 +9,7 @@ import redis
 
 from shared import history
 from shared.bulk import MAX_LIMIT, bulk_dead
+from shared.job_ids import tag_of
 from shared.jobs import JobState
 from shared.listing import BadCursor
 from shared.scripts import Code, Scripts, WrongState
@@ -18,6 +19,9 @@ from tests.engine.conftest import T0, K, job_id, request
 def dead(scripts: Scripts, jid: str, *, queue: str = "default", job_type: str = "t", at: int = T0):
     """Run a job in `queue` to dead at `at` (one execution, failed)."""
     scripts.register_queue(queue)
+    # The fixed ids here all carry the tag 00000000, not their queue's (shared.job_ids): map
+    # that tag to the queue too, as two queues whose tags collide are mapped.
+    scripts.redis.sadd(K.queue_tag(tag_of(jid)), queue)
     req = request(job_type, queue=queue, max_retries=1)
     assert scripts.enqueue(req, jid, now_ms=at).created
     claimed = scripts.claim("w1", queue=queue, now_ms=at)

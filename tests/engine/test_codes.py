@@ -188,6 +188,7 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
     scripts.advance_schedule("s", T0, J1, missed=1, jobs=1)
     scripts.pause_schedule("s", now_ms=T0)
     scripts.resume_schedule("s", now_ms=T0)
+    scripts.delete_queue("q", delete=False)
 
     assert set(sent) == set(SCRIPT_NAMES)
     for name, counts in sent.items():

@@ -72,7 +72,10 @@ def test_enqueue_with_future_scheduled_at_waits_in_scheduled_without_a_wake_hint
     after = snapshot(r)
     assert result == EnqueueResult(J1, JobState.SCHEDULED, created=True, created_at_ms=T0)
     # ... and its queue in the scheduler's due index (the second call, Scripts.note_due).
-    assert changed(before, after) == {K.job(J1), K.scheduled, K.due}
+    # The FIFO counter moves for a scheduled job too: its 1 tells the queue's first job since
+    # its keys were made or deleted (the producer lists the queue again: docs/QUEUES.md).
+    assert changed(before, after) == {K.job(J1), K.scheduled, K.due, K.seq}
+    assert result.first_in_queue
     assert after[K.scheduled] == [(J1, due)]
     assert after[K.due] == [("default", due)]
     stored = after[K.job(J1)]
@@ -319,7 +322,7 @@ def test_enqueue_with_a_delay_schedules_it_that_long_after_the_scripts_now(
 
     after = snapshot(r)
     assert result == EnqueueResult(J1, JobState.SCHEDULED, created=True, created_at_ms=T0)
-    assert changed(before, after) == {K.job(J1), K.scheduled, K.due}
+    assert changed(before, after) == {K.job(J1), K.scheduled, K.due, K.seq}  # seq: a first job
     assert after[K.scheduled] == [(J1, T0 + 300_000)]
     assert after[K.due] == [("default", T0 + 300_000)]
     stored = after[K.job(J1)]

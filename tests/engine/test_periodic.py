@@ -101,7 +101,7 @@ def test_each_tick_gets_one_job_with_its_id_however_many_schedulers_pass(
     for now in (T + MIN, T + MIN + 400, T + 2 * MIN + 10):
         for periodic in schedulers:
             periodic.step(now_ms=now)
-    expected = [ticks.job_id("s", T + MIN), ticks.job_id("s", T + 2 * MIN)]
+    expected = [ticks.job_id("s", T + MIN, "q"), ticks.job_id("s", T + 2 * MIN, "q")]
     assert jobs_of(r) == expected
     assert enqueued_events(r) == expected
     st = state(scripts)
@@ -125,7 +125,7 @@ def test_a_scheduler_killed_between_enqueue_and_advance_leaves_the_tick_to_the_n
     monkeypatch.undo()
     assert state(scripts).last_ms == T  # the tick is still due
     Periodic(scripts, [s]).step(now_ms=T + MIN + 900)
-    assert jobs_of(r) == enqueued_events(r) == [ticks.job_id("s", T + MIN)]
+    assert jobs_of(r) == enqueued_events(r) == [ticks.job_id("s", T + MIN, "q")]
     assert state(scripts).last_ms == T + MIN
 
 
@@ -139,7 +139,7 @@ def test_after_an_outage_skip_runs_nothing_late_and_catch_up_runs_one(
     Periodic(scripts, [s]).step(now_ms=start)
     with caplog.at_level(logging.WARNING):
         Periodic(scripts, [s]).step(now_ms=start + 5 * hour + 10 * MIN)  # 5 ticks due, all late
-    assert jobs_of(r) == [ticks.job_id("s", start + 5 * hour)][:jobs]
+    assert jobs_of(r) == [ticks.job_id("s", start + 5 * hour, "q")][:jobs]
     st = state(scripts)
     assert (st.last_ms, st.missed, st.jobs) == (start + 5 * hour, 5 - jobs, jobs)
     [line] = [rec for rec in caplog.records if rec.message == "schedule_missed"]
@@ -160,7 +160,7 @@ def test_a_paused_schedule_passes_its_ticks_and_resumes_at_the_next_one(
     periodic.step(now_ms=T + 10 * MIN + 31_000)
     assert jobs_of(r) == []
     periodic.step(now_ms=T + 11 * MIN + 200)
-    assert jobs_of(r) == [ticks.job_id("s", T + 11 * MIN)]
+    assert jobs_of(r) == [ticks.job_id("s", T + 11 * MIN, "q")]
     assert state(scripts).missed == 0
 
 
@@ -205,7 +205,7 @@ def test_a_schedule_that_fails_is_logged_and_the_others_go_on(
     monkeypatch.setattr(ticks, "plan", broken)
     with caplog.at_level(logging.ERROR):
         periodic.step(now_ms=T + MIN)
-    assert jobs_of(r) == [ticks.job_id("good", T + MIN)]
+    assert jobs_of(r) == [ticks.job_id("good", T + MIN, "q")]
     [line] = [rec for rec in caplog.records if rec.message == "schedule_failed"]
     assert (line.schedule, line.error) == ("bad", "RuntimeError: a bug")
 
@@ -218,6 +218,6 @@ def test_keys_live_in_the_global_slot() -> None:
 
 def test_an_enqueue_of_an_id_already_there_says_it_existed(scripts: Scripts) -> None:
     job = schedule(every="1m").job
-    first = scripts.enqueue(job, ticks.job_id("s", T), now_ms=T)
-    again = scripts.enqueue(job, ticks.job_id("s", T), now_ms=T + 5)
+    first = scripts.enqueue(job, ticks.job_id("s", T, "q"), now_ms=T)
+    again = scripts.enqueue(job, ticks.job_id("s", T, "q"), now_ms=T + 5)
     assert (first.existed, again.existed) == (False, True)

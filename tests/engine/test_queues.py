@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from shared.directory import QueueDirectory
+from shared.job_ids import new_job_id
 from shared.jobs import JobState, format_ms
 from shared.keys import Keys
 from shared.queries import get_job
@@ -206,14 +207,19 @@ def test_a_lookup_by_id_finds_the_job_in_its_queue(r: redis.Redis, scripts: Scri
     directory = QueueDirectory(scripts)
     for queue in (A, B):
         directory.ensure(queue)
-    put(scripts, J1, A)
-    put(scripts, J2, B)
+    in_a, in_b = new_job_id(A), new_job_id(B)  # ids that name their queue, as the gateway's
+    put(scripts, in_a, A)
+    put(scripts, in_b, B)
 
-    found = directory.find_job(J2)
+    found = directory.find_job(in_b)
 
-    assert found is not None and (found.id, found.queue, found.status) == (J2, B, JobState.PENDING)
-    assert directory.locate(J1) == A
-    assert get_job(r, K, J2) is None  # the default queue alone does not hold it
+    assert found is not None and (found.id, found.queue, found.status) == (
+        in_b,
+        B,
+        JobState.PENDING,
+    )
+    assert directory.locate(in_a) == A
+    assert get_job(r, K, in_b) is None  # the default queue alone does not hold it
     assert directory.find_job(J3) is None and directory.locate(J3) is None
 
 
@@ -224,13 +230,14 @@ def test_a_lookup_finds_a_job_of_a_queue_listed_after_the_list_was_read(
     assert reader.names() == ["default"]  # read once, and remembered
     writer = QueueDirectory(Scripts(r, K))  # another process
     writer.ensure("late")
-    put(scripts, J1, "late")
+    job_id = new_job_id("late")
+    put(scripts, job_id, "late")
 
-    found = reader.find_job(J1)
+    found = reader.find_job(job_id)
 
     assert found is not None and found.queue == "late"
-    assert reader.locate(J1) == "late"
-    assert reader.names() == ["default", "late"]
+    assert reader.locate(job_id) == "late"
+    assert reader.names() == ["default"]  # a lookup reads the id's tag, not the list
 
 
 # --- cancel, replay and purge act on the job's own queue ---------------------------------------
@@ -280,27 +287,28 @@ def test_purge_deletes_in_its_own_queue_and_a_repeat_finds_the_tombstone_there(
 ) -> None:
     directory = QueueDirectory(scripts)
     directory.ensure(B)
-    dead_in(scripts, J1, B)
+    j1 = new_job_id(B)
+    dead_in(scripts, j1, B)
     dead_in(scripts, J2, A)
     before = everything(r)
 
     with pytest.raises(JobNotFound):
-        scripts.purge(J1, queue=A)
+        scripts.purge(j1, queue=A)
     assert changed(before, everything(r)) == set()
 
     pin_request_id("purge-1")
-    assert scripts.purge(J1, queue=B) == "t"
+    assert scripts.purge(j1, queue=B) == "t"
 
     after = everything(r)
-    assert changed(before, after) == {KB.job(J1), KB.dead, KB.tombstone(J1)}
+    assert changed(before, after) == {KB.job(j1), KB.dead, KB.tombstone(j1)}
     assert after[KA.dead] == before[KA.dead]  # a's DLQ untouched
     # The job is gone, but its tombstone says where a repeat of the call must run, and there
     # the repeat (its reply lost, the same request id) is answered as the first call was.
-    assert directory.locate(J1) == B
-    assert directory.find_job(J1) is None
-    assert scripts.purge(J1, queue=B) == "t"
+    assert directory.locate(j1) == B
+    assert directory.find_job(j1) is None
+    assert scripts.purge(j1, queue=B) == "t"
     with pytest.raises(JobNotFound):
-        scripts.purge(J1, queue=A)
+        scripts.purge(j1, queue=A)
 
 
 # --- idempotency keys span queues ----------------------------------------------------------

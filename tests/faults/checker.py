@@ -250,6 +250,9 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
     fixed |= {keys.pending_since, keys.seq, keys.wake, keys.workers, keys.queues, keys.limited}
     # The scheduler's due index and served set: an entry per queue (workerd/scheduler.py).
     fixed |= {keys.due, keys.served}
+    # The tag map of job ids (shared/job_ids.py): one small set per listed queue's tag, kept
+    # with the list of queues, removed with a queue.
+    fixed |= {k for k in all_keys if k.startswith(keys.queue_tag(""))}
     # A pause lasts until a resume; failures per second are capped by trim (64 seconds kept),
     # and so are the throughput minutes (62 kept).
     fixed |= {keys.paused, keys.failures, keys.throughput}

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
+from shared.job_ids import new_job_id
 from shared.jobs import JobState, validate_enqueue
 from shared.scripts import Scripts
 
@@ -12,9 +12,13 @@ VALID = {"type": "email.send", "payload": {"to": "a@example.com"}}
 
 
 def enqueue(scripts: Scripts, **fields: Any) -> str:
-    """Create a pending job through the engine; return its id."""
+    """Create a pending job through the engine, its queue listed as the gateway lists it;
+    return its id."""
     request = validate_enqueue({"type": "seed", **fields})
-    return scripts.enqueue(request, str(uuid.uuid4())).job_id
+    result = scripts.enqueue(request, new_job_id(request.queue))
+    if result.first_in_queue:
+        scripts.register_queue(request.queue)
+    return result.job_id
 
 
 def processing(scripts: Scripts) -> str:

@@ -422,6 +422,7 @@ ROUTES = [
     ("GET", "/ready"),
     ("GET", "/openapi.json"),
     ("GET", "/queues"),
+    ("DELETE", "/queues/critical"),
     ("POST", "/queues/critical/pause"),
     ("POST", "/queues/critical/resume"),
     ("GET", "/limits"),
@@ -454,6 +455,7 @@ def test_routes_lists_every_route(client: FlaskClient) -> None:
         "/types/pdf": "/types/<job_type>",
     }
     named["/schedules/nightly"] = "/schedules/<name>"
+    named["/queues/critical"] = "/queues/<name>"
 
     def rule_of(path: str) -> str:
         for value, placeholder in named.items():
@@ -614,9 +616,9 @@ def test_a_redis_reply_error_that_is_a_bug_stays_500(scripts: Scripts) -> None:
         def cancel(self, *args: Any, **kwargs: Any) -> Any:
             raise redis.exceptions.ResponseError("WRONGTYPE Operation against a key")
 
-    scripts.enqueue(validate_enqueue({"type": "t"}), UNKNOWN)  # found, so cancel is called
+    job_id = helpers.enqueue(scripts, type="t")  # found, so cancel is called
     client = make_app(Refusing(scripts.redis, scripts.keys, scripts.policy)).test_client()
-    assert client.post(f"/jobs/{UNKNOWN}/cancel").status_code == 500
+    assert client.post(f"/jobs/{job_id}/cancel").status_code == 500
 
 
 # --- authentication ----------------------------------------------------------------------

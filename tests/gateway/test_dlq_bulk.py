@@ -13,6 +13,7 @@ import redis
 
 from shared import history
 from shared.directory import QueueDirectory
+from shared.job_ids import new_job_id
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
 from shared.scripts import Code, Scripts
@@ -35,7 +36,7 @@ def engine(r: redis.Redis) -> Scripts:
 def put_dead(scripts: Scripts, queue: str, job_type: str = "seed") -> str:
     """Enqueue a job into `queue` as a producer would, and fail its only execution."""
     QueueDirectory(scripts).ensure(queue)
-    job_id = str(uuid.uuid4())
+    job_id = new_job_id(queue)
     request = validate_enqueue({"type": job_type, "queue": queue, "max_retries": 1})
     assert scripts.enqueue(request, job_id).created
     job = scripts.claim("w-test", queue=queue)

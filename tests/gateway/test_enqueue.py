@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 from gateway import service
 from gateway.body import MAX_BODY_BYTES
 from gateway.inputs import MAX_BATCH
-from gateway.service import new_job_ids
+from shared.job_ids import new_job_ids, queue_tag, tag_of
 from shared.jobs import JOB_ID_PATTERN
 from shared.queries import get_job
 from shared.scripts import Scripts
@@ -404,9 +404,12 @@ def test_enqueue_logs_ids_and_types_never_payloads(
     assert events[1]["job_ids"] == [j["id"] for j in many]
 
 
-def test_new_job_ids_are_distinct_uuid4s() -> None:
-    ids = new_job_ids(2000)
+def test_new_job_ids_are_distinct_uuid4s_that_name_their_queue() -> None:
+    queues = ["default", "mail"] * 1000
+    ids = new_job_ids(queues)
     assert len(set(ids)) == 2000
+    assert {tag_of(i) for i in ids[::2]} == {queue_tag("default")} != {queue_tag("mail")}
+    assert {tag_of(i) for i in ids[1::2]} == {queue_tag("mail")}
     for job_id in ids:
         parsed = uuid.UUID(job_id)
         assert (parsed.version, parsed.variant, str(parsed)) == (4, uuid.RFC_4122, job_id)

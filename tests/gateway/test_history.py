@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import redis
 from flask.testing import FlaskClient
 
 from gateway.openapi import document
+from shared.directory import QueueDirectory
+from shared.job_ids import new_job_id
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
 from shared.scripts import Scripts
@@ -102,7 +103,8 @@ def test_the_document_describes_the_answer() -> None:
 def test_real_gunicorn_answers_from_the_engines_history(gw: Gunicorn, r: redis.Redis) -> None:
     """On a real Redis: what the scripts wrote, through gunicorn, as the document says."""
     scripts = Scripts(r, Keys())
-    job_id = str(uuid.uuid4())
+    job_id = new_job_id("default")
+    QueueDirectory(scripts).ensure("default")
     scripts.enqueue(validate_enqueue({"type": "t", "max_retries": 2}), job_id)
     job = scripts.claim("web-1-77-worker0-1")
     assert job is not None

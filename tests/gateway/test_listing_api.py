@@ -4,6 +4,7 @@ filters, each 400, the token, and the OpenAPI entry (the fuzz run is test_schema
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from flask.testing import FlaskClient
 
 from gateway.openapi import document
 from shared import listing
+from shared.job_ids import tagged_uuid
 from shared.jobs import JobState
 from shared.keys import Keys
 from shared.listing import BadCursor, parse_cursor
@@ -64,12 +66,14 @@ def test_every_state_pages_through_each_job_once_as_get_shows_it(
     api: FlaskClient, engine: Scripts, state: JobState
 ) -> None:
     at = T0 + 60_000 if state is JobState.SCHEDULED else T0
+    # Ids that name their queue (as the gateway makes them), so GET /jobs/<id> finds each.
+    ids = [tagged_uuid(("a", "b")[n % 2], uuid.UUID(job_id(n)).bytes) for n in range(7)]
     for n in range(7):
-        put(engine, state, job_id(n), at + n % 3, queue=("a", "b")[n % 2])
+        put(engine, state, ids[n], at + n % 3, queue=("a", "b")[n % 2])
 
     jobs = page_through(api, f"state={state}", 2)
 
-    assert sorted(job["id"] for job in jobs) == [job_id(n) for n in range(7)]
+    assert sorted(job["id"] for job in jobs) == sorted(ids)
     for job in jobs:
         assert job == api.get(f"/jobs/{job['id']}").get_json()
         assert job["status"] == str(state) and job["queue"] == ("a", "b")[int(job["id"][-1]) % 2]

@@ -13,8 +13,10 @@ import pytest
 import redis
 
 from shared.directory import QueueDirectory
+from shared.job_ids import new_job_id
 from shared.jobs import JobState, validate_enqueue
 from shared.keys import Keys
+from shared.queue_removal import delete_queue
 from shared.queues import QUEUE_RULE
 from shared.scripts import Code, Scripts
 from tests.support.gunicorn import Gunicorn
@@ -36,7 +38,7 @@ def jobs_in(r: redis.Redis, queue: str) -> int:
 def put(scripts: Scripts, queue: str, **fields: Any) -> str:
     """Enqueue a job as another producer process would: list the queue, then enqueue."""
     QueueDirectory(scripts).ensure(queue)
-    job_id = str(uuid.uuid4())
+    job_id = new_job_id(queue)
     request = validate_enqueue({"type": "seed", "queue": queue, **fields})
     assert scripts.enqueue(request, job_id).created
     return job_id
@@ -184,3 +186,78 @@ def test_the_openapi_document_lists_queue_on_enqueue_and_on_the_job(gw: Gunicorn
     enqueue = schemas["EnqueueRequest"]["properties"]["queue"]
     assert enqueue["pattern"] == "^[A-Za-z0-9_.-]{1,64}$" and enqueue["default"] == "default"
     assert "queue" in schemas["Job"]["required"]
+
+
+# --- DELETE /queues/<name> -------------------------------------------------------------------
+
+
+def test_delete_of_an_empty_queue_is_204_and_it_is_no_longer_listed(
+    gw: Gunicorn, engine: Scripts, r: redis.Redis
+) -> None:
+    queue = fresh("gone")
+    done = put(engine, queue)
+    job = engine.claim("w-test", queue=queue)
+    assert job is not None and engine.complete(done, job.token, queue=queue).code is Code.DONE
+
+    status, _, body = gw.request("DELETE", f"/queues/{queue}")
+
+    assert (status, body) == (204, b"")
+    names = [q["name"] for q in gw.request("GET", "/queues")[2]["queues"]]
+    assert queue not in names
+    assert gw.request("GET", f"/jobs/{done}")[0] == 404  # its history went with it
+    assert not r.exists(K.for_queue(queue).completed, K.for_queue(queue).events)
+    assert gw.request("DELETE", f"/queues/{queue}")[:3:2] == (404, {"error": "queue not found"})
+
+
+def test_delete_of_a_queue_holding_jobs_is_409_with_the_counts(
+    gw: Gunicorn, engine: Scripts
+) -> None:
+    queue = fresh("busy")
+    put(engine, queue), put(engine, queue, delay="1h")
+
+    status, _, body = gw.request("DELETE", f"/queues/{queue}")
+
+    assert status == 409
+    assert body["jobs"] == {
+        "pending": 1,
+        "held": 0,
+        "scheduled": 1,
+        "retrying": 0,
+        "processing": 0,
+        "dead": 0,
+    }
+    assert (body["paused"], body["limited"], body["served_by"]) == (False, False, [])
+    assert body["error"] == "queue kept: the queue is not empty: 1 pending, 1 scheduled"
+
+
+def test_delete_of_a_paused_queue_is_409_saying_so(gw: Gunicorn) -> None:
+    queue = fresh("held")
+    assert gw.request("POST", f"/queues/{queue}/pause")[0] == 200
+    status, _, body = gw.request("DELETE", f"/queues/{queue}")
+    assert (status, body["paused"]) == (409, True) and "paused" in body["error"]
+    assert gw.request("POST", f"/queues/{queue}/resume")[0] == 200
+    assert gw.request("DELETE", f"/queues/{queue}")[0] == 204
+
+
+def test_delete_with_a_bad_name_is_400_and_of_the_default_queue_409(gw: Gunicorn) -> None:
+    assert gw.request("DELETE", "/queues/a%20b")[0] == 400
+    status, _, body = gw.request("DELETE", "/queues/default")
+    assert status == 409 and "default" in body["error"]
+
+
+def test_an_enqueue_by_a_process_that_listed_a_queue_before_its_delete_lists_it_again(
+    start_gateway: Any, engine: Scripts
+) -> None:
+    queue = fresh("back")
+    # One gunicorn worker: the process that listed the queue is the one that enqueues again.
+    with start_gateway(WEB_CONCURRENCY="1") as gw:
+        status, _, first = gw.request("POST", "/enqueue", {"type": "t", "queue": queue})
+        assert status == 201
+        assert engine.cancel(first["id"], queue=queue).job.status is JobState.CANCELED
+        assert delete_queue(QueueDirectory(engine), queue) is None  # another process deletes
+
+        status, _, again = gw.request("POST", "/enqueue", {"type": "t", "queue": queue})
+
+        assert status == 201
+        assert queue in [q["name"] for q in gw.request("GET", "/queues")[2]["queues"]]
+        assert gw.request("GET", f"/jobs/{again['id']}")[2]["status"] == "pending"

@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from shared.directory import QueueDirectory
+from shared.job_ids import new_job_id
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
 from shared.scripts import Code, Scripts
@@ -25,7 +26,7 @@ def engine(r: redis.Redis) -> Scripts:
 def run(scripts: Scripts, queue: str, *, fail: bool = False) -> None:
     """Enqueue one job into `queue` and complete it (or fail it for good), on Redis's clock."""
     QueueDirectory(scripts).ensure(queue)
-    job_id = str(uuid.uuid4())
+    job_id = new_job_id(queue)
     request = validate_enqueue({"type": "t", "queue": queue, "max_retries": 1})
     assert scripts.enqueue(request, job_id).created
     job = scripts.claim("w-test", queue=queue)

@@ -20,6 +20,7 @@ from gateway.app import gateway_client
 from gateway.ui.security import CONTENT_SECURITY_POLICY
 from shared.config import Settings
 from shared.directory import QueueDirectory
+from shared.job_ids import new_job_id
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
 from shared.scripts import Code, Scripts
@@ -54,7 +55,7 @@ def locked(engine: Scripts) -> Iterator[FlaskClient]:
 def put(engine: Scripts, queue: str = "default", **fields: Any) -> str:
     """Enqueue a job as a producer would: list the queue, then enqueue; return its id."""
     QueueDirectory(engine).ensure(queue)
-    job_id = str(uuid.uuid4())
+    job_id = new_job_id(queue)
     request = validate_enqueue({"type": "seed", "queue": queue, **fields})
     assert engine.enqueue(request, job_id).created
     return job_id

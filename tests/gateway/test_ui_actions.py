@@ -11,6 +11,7 @@ import redis
 from flask.testing import FlaskClient
 
 from gateway.ui import dlq
+from shared.directory import QueueDirectory
 from shared.schedules import parse_entry
 from shared.scripts import Scripts
 from tests.gateway.test_ui import (  # noqa: F401
@@ -53,6 +54,45 @@ def test_pause_then_resume_a_queue_from_its_row(ui: FlaskClient, engine: Scripts
 
 def test_a_bad_queue_name_is_a_400_page(ui: FlaskClient) -> None:  # noqa: F811
     assert post(ui, "/ui/queues/b%20d/pause", "/ui/queues").status_code == 400
+
+
+def test_an_empty_queue_offers_delete_which_asks_first_then_deletes(
+    ui: FlaskClient,  # noqa: F811
+    engine: Scripts,  # noqa: F811
+) -> None:
+    job_id = put(engine, "old")
+    put(engine, "busy")
+    engine.cancel(job_id, queue="old")
+    page = text(ui.get("/ui/queues"))
+    assert 'action="/ui/queues/old/delete"' in page
+    assert 'action="/ui/queues/busy/delete"' not in page  # a pending job: not offered
+    assert 'action="/ui/queues/default/delete"' not in page
+
+    asked = post(ui, "/ui/queues/old/delete", "/ui/queues")
+    assert asked.status_code == 200 and "Delete queue old?" in text(asked)
+    assert engine.redis.sismember(K.queues, "old")  # nothing yet
+
+    deleted = post(ui, "/ui/queues/old/delete", "/ui/queues", confirm="yes")
+
+    assert (deleted.status_code, deleted.location) == (303, "/ui/queues")
+    page = text(ui.get("/ui/queues"))
+    assert "Queue old deleted." in page and '<tr data-queue="old">' not in page
+    assert not engine.redis.sismember(K.queues, "old")
+
+
+def test_a_delete_the_server_refuses_says_why(ui: FlaskClient, engine: Scripts) -> None:  # noqa: F811
+    put(engine, "busy")
+    refused = post(ui, "/ui/queues/busy/delete", "/ui/queues", confirm="yes")
+    assert (refused.status_code, refused.location) == (303, "/ui/queues")
+    assert "Queue busy kept: the queue is not empty: 1 pending." in text(ui.get("/ui/queues"))
+    assert post(ui, "/ui/queues/never/delete", "/ui/queues", confirm="yes").status_code == 404
+
+
+def test_a_delete_without_the_csrf_token_is_refused(ui: FlaskClient, engine: Scripts) -> None:  # noqa: F811
+    QueueDirectory(engine).relist("old")
+    refused = ui.post("/ui/queues/old/delete", data={"confirm": "yes"})
+    assert refused.status_code == 400
+    assert engine.redis.sismember(K.queues, "old")
 
 
 BUSY_JOB = "0f0e0d0c-0b0a-4908-8706-050403020100"

@@ -107,7 +107,7 @@ def test_redis_clock_jumps_neither_flood_nor_repeat_ticks(
     assert skip.missed in (2, 3)
     assert (catch_up.last_ms, catch_up.job_id) == (
         target_hour,
-        ticks.job_id("hourly-catch-up", target_hour),
+        ticks.job_id("hourly-catch-up", target_hour, "periodic"),
     )
     assert catch_up.jobs == 1 and catch_up.missed == skip.missed - 1
     assert after_jump[catch_up.job_id] == 1
@@ -138,5 +138,5 @@ def test_redis_clock_jumps_neither_flood_nor_repeat_ticks(
     every = schedules["second"].every_ms
     assert every == 1000
     later_ticks = [t for t in range(last_second + every, state("second").last_ms + 1, every)]
-    assert set(resumed) <= {ticks.job_id("second", t) for t in later_ticks}
+    assert set(resumed) <= {ticks.job_id("second", t, "periodic") for t in later_ticks}
     r.close()

@@ -23,6 +23,7 @@ Requests in threads (event streams, ``?wait=``) are bounded by the gateway as be
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -230,10 +231,8 @@ class HeadReadingWorker(ThreadWorker):
     def _request_done(self, fut: futures.Future[Any]) -> None:
         """Runs on the pool's thread: queue the connection for the main thread and wake it."""
         self._done.put(fut)
-        try:
+        with contextlib.suppress(OSError):  # full: the main thread is about to wake anyway
             os.write(self.PIPE[1], b".")
-        except OSError:
-            pass  # the pipe is full: the main thread is about to wake anyway
 
     def _drain_wakeups(self, fd: int) -> None:
         try:
@@ -288,10 +287,8 @@ class HeadReadingWorker(ThreadWorker):
         """Close a connection waiting in the poller."""
         self._reading.pop(conn, None)
         self._idle.pop(conn, None)
-        try:
+        with contextlib.suppress(KeyError, ValueError, OSError):
             self.poller.unregister(conn.sock)
-        except (KeyError, ValueError, OSError):
-            pass
         self._close(conn)
 
     def _close(self, conn: TConn) -> None:

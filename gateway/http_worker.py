@@ -135,9 +135,10 @@ class HeadReadingWorker(ThreadWorker):
     def step(self) -> None:
         """Wait for events (at most until the next deadline), handle them, expire the late."""
         self._now = time.monotonic()
-        for key, _ in self.poller.select(self._wait_seconds()):
+        events = self.poller.select(self._wait_seconds())
+        self._now = time.monotonic()  # deadlines count from when a connection was seen
+        for key, _ in events:
             key.data(key.fileobj)
-        self._now = time.monotonic()
         self._finish_requests()
         self._expire()
         if self._now >= self._next_summary:

@@ -129,6 +129,11 @@ threads = _count("GUNICORN_THREADS", 32) + _events_streams()
 # worker raises its soft limit to the hard one, which the systemd unit sets to 65536.
 worker_connections = 10_000
 
+# Connections the kernel queues before the worker accepts them (capped by the kernel's
+# net.core.somaxconn, 4096 on current Linux): a flood of thousands of connects at once
+# overflows a short queue, and a real client whose connect is dropped retries after a second.
+backlog = 4096
+
 # --- limits and timeouts --------------------------------------------------------------------
 limit_request_line = 4094  # bytes of "POST /path?query HTTP/1.1"
 limit_request_fields = 50  # headers per request

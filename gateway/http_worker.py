@@ -46,6 +46,7 @@ HEAD_TIMEOUT = 10.0  # seconds a connection may take to send a complete request 
 MAX_HEAD_BYTES = 64 * 1024  # request line + headers; gunicorn's own limits allow ~410 KiB
 RECV_BYTES = 16 * 1024  # bytes read per readable event
 ACCEPT_BURST = 256  # connections accepted per listener event before polling again
+EXPIRE_BURST = 256  # late connections closed per step before polling again
 RESERVED_FDS = 256  # descriptors left for Redis connections, logs and files in a worker
 NOFILE_CEILING = 1 << 20  # soft limit to aim for when the hard limit is unlimited
 SUMMARY_INTERVAL = 60.0  # seconds between logs of connections closed early
@@ -277,7 +278,11 @@ class HeadReadingWorker(ThreadWorker):
             (self._reading, self.head_timeout, True),
             (self._idle, self.cfg.keepalive, False),  # keep-alive ending is not abuse
         ):
-            while table:
+            # In bursts: thousands opened together expire together, and closing them all
+            # in one go would keep new connections waiting in the listen queue meanwhile.
+            for _ in range(EXPIRE_BURST):
+                if not table:
+                    break
                 conn, since = next(iter(table.items()))
                 if since + timeout > self._now:
                     break

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,6 +49,7 @@ REQUEST_TIMEOUT = 10.0  # seconds an enqueue or probe may take before it counts 
 PROBE_INTERVAL = 0.5  # seconds between two GET /health
 OPEN_PER_TICK = 500  # connections the attacker opens per tick while ramping up
 TICK = 0.1  # seconds of the attacker's loop
+LINGER = 2.0  # seconds the attacker holds on after the measured run
 NEEDED_FILES = 8192  # RLIMIT_NOFILE the test and benchmark need (issue 27)
 
 
@@ -173,7 +175,9 @@ def attacking(
     ready = tmp / "attack-ready"
     ready.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "bench.abuse_connections", "attack", "--port", str(port)]
-    argv += ["--idle", str(idle), "--trickle", str(trickle), "--seconds", str(seconds)]
+    # It holds on a little past the measured run: its closing everything at once is the
+    # "afterwards" the caller checks, not part of the run it measures.
+    argv += ["--idle", str(idle), "--trickle", str(trickle), "--seconds", str(seconds + LINGER)]
     proc = subprocess.Popen(
         [*argv, "--ready", str(ready)], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
@@ -283,6 +287,7 @@ class AbuseReport:
     loaded_p99_ms_each_second: list[float]  # of the attack: when the slow ones came
     enqueues: int  # under attack
     enqueue_failures: int  # any run: not 201 within REQUEST_TIMEOUT
+    failed_statuses: dict[str, int]  # "<run> <status>" (0: no answer): before, loaded, after
     probes: int
     probe_failures: int
     slowest_probe_ms: float
@@ -336,6 +341,14 @@ def abuse(
         ],
         enqueues=len(loaded),
         enqueue_failures=sum(s.status != 201 for s in before + loaded + after),
+        failed_statuses=dict(
+            Counter(
+                f"{run} {s.status}"
+                for run, samples in (("before", before), ("loaded", loaded), ("after", after))
+                for s in samples
+                if s.status != 201
+            )
+        ),
         probes=len(probes),
         probe_failures=sum(s.status != 200 for s in probes),
         slowest_probe_ms=max(s.latency for s in probes) * 1000,
@@ -363,6 +376,7 @@ def main() -> None:
         "--baseline", type=float, default=10.0, help="seconds unloaded, before and after"
     )
     parser.add_argument("--ready", type=Path, help="attack: file to touch once ramped up")
+    parser.add_argument("--log", type=Path, help="keep gunicorn's log in this file")
     parser.add_argument(
         "--gthread",
         action="store_true",

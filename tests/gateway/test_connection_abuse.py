@@ -41,9 +41,9 @@ def test_idle_and_slowloris_floods_leave_enqueues_and_health_unharmed(
         pytest.fail(str(exc))  # never a skip: the figures of issue 27 need these descriptors
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= NEEDED_FILES
     with run_gunicorn(redis_server.url, tmp_path) as gw:
+        pids = gw.worker_pids()
         report = abuse(gw, tmp_path, IDLE, TRICKLE, SECONDS, RATE, BASELINE)
         print(json.dumps(asdict(report), indent=2))
-        pids = gw.worker_pids()
         settled = wait_until(
             lambda: all(
                 open_files(pid) <= before + FDS_AFTER_MARGIN
@@ -55,6 +55,7 @@ def test_idle_and_slowloris_floods_leave_enqueues_and_health_unharmed(
         )
         assert settled
         assert gw.request("GET", "/health", timeout=3)[0] == 200  # as `curl -m3 /health`
+        assert gw.worker_pids() == pids  # no worker died or was replaced on the way
     # The attack reached the workers, and they closed what never sent a complete head.
     assert sum(report.worker_fds_peak) >= (IDLE + TRICKLE) // 2
     assert report.attack.opened >= IDLE + TRICKLE
@@ -63,4 +64,3 @@ def test_idle_and_slowloris_floods_leave_enqueues_and_health_unharmed(
     assert report.enqueues == int(RATE * SECONDS)
     assert (report.probe_failures, report.probes) == (0, int(SECONDS * 2))
     assert report.loaded_p99_ms <= 2 * report.unloaded_p99_ms, report
-    assert pids == gw.worker_pids()  # no worker died or was replaced on the way

@@ -373,7 +373,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--rate", type=float, default=200.0, help="enqueues per second")
     parser.add_argument(
-        "--baseline", type=float, default=10.0, help="seconds unloaded, before and after"
+        "--baseline", type=float, default=30.0, help="seconds unloaded, before and after"
     )
     parser.add_argument("--ready", type=Path, help="attack: file to touch once ramped up")
     parser.add_argument("--log", type=Path, help="keep gunicorn's log in this file")

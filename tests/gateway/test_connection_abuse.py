@@ -23,7 +23,8 @@ IDLE = 5000
 TRICKLE = 1000
 SECONDS = 60.0  # of attack
 RATE = 200.0  # enqueues a second, before, during and after the attack
-BASELINE = 10.0  # seconds of unloaded enqueues before the attack, and again after it
+BASELINE = 30.0  # seconds of unloaded enqueues before the attack, and again after it: as
+# many samples as the attack's, and as exposed to a neighbour's burst on a shared machine
 SETTLE = 15.0  # seconds for the workers to close what the attacker left
 # Beyond its descriptors before the attack, a worker may keep its full Redis pool and a few
 # keep-alive or log descriptors: nothing that grows with the connections it was sent.

@@ -114,8 +114,10 @@ gateway_app.leave_open_warning_to_server()
 # --- workers --------------------------------------------------------------------------------
 # gateway.http_worker: gunicorn's gthread, except that the main thread reads each request head
 # itself (non-blocking, within 10 s of the connection's accept), so an idle or slow client
-# holds a socket, never a thread, and only a complete head reaches a thread. Redis
-# connections do not grow with threads: gateway/app.py caps its pool per worker.
+# holds a socket, never a thread, and only a complete head reaches a thread. The body and the
+# answer are still read and written by that thread: a client trickling a body holds it for as
+# long as it trickles (a buffering proxy removes that: docs/DEPLOYMENT.md, "Connections").
+# Redis connections do not grow with threads: gateway/app.py caps its pool per worker.
 worker_class = "gateway.http_worker.HeadReadingWorker"
 workers = _count("WEB_CONCURRENCY", 2)
 # An open GET /events stream, or a GET /jobs/<id>?wait= waiting, holds a thread for as long as

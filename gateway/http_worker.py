@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import logging
 import os
 import queue
@@ -261,7 +262,18 @@ class HeadReadingWorker(ThreadWorker):
             except (OSError, ValueError):
                 self._close(conn)  # the request's thread closed the socket
                 continue
-            self._idle[conn] = self._now
+            # Bytes the parser read past the request (a pipelined next one) would never make
+            # the socket readable again: take them back, and serve them if they are a head.
+            unreader = conn.parser.unreader
+            conn.head = bytearray(unreader.buf.getvalue())
+            unreader.buf = io.BytesIO()
+            if not conn.head:
+                self._idle[conn] = self._now
+            elif conn.head.find(HEAD_END) >= 0 or self._line_too_long(conn.head):
+                self._reading[conn] = self._now
+                self._hand_over(conn)
+            else:
+                self._reading[conn] = self._now
 
     # --- deadlines and closing ------------------------------------------------------------
 

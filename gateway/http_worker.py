@@ -84,20 +84,19 @@ class HeadReadingWorker(ThreadWorker):
             log.info("open_files_limit_raised", extra={"before": before, "after": after})
 
     def init_process(self) -> None:
-        """Set up the poller and pool, then run (gunicorn's contract: super() last)."""
+        """Raise the open-files limit, then gthread's set-up (pool, poller) and run()."""
         raise_open_files_limit()  # a no-op after the master's; it matters without check_config
-        self.prepare()
         super().init_process()
 
     def prepare(self) -> None:
-        """Build the pool, poller and tables; a test calls this, then run() on a thread."""
+        """Make what init_process would (pool, poller, wake-up pipe), for run() in a test."""
         self.tpool = self.get_thread_pool()
         self.poller = selectors.DefaultSelector()
-        self._lock = None  # only the main thread touches the poller and the tables here
-        if not self.PIPE:
-            self.PIPE = os.pipe()  # gunicorn makes it (and wakes on signals) in init_process
-            for fd in self.PIPE:
-                util.set_non_blocking(fd)
+        self.PIPE = os.pipe()
+        for fd in self.PIPE:
+            util.set_non_blocking(fd)
+
+    def _set_up_tables(self) -> None:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         room = self.worker_connections
         if soft != resource.RLIM_INFINITY and soft - RESERVED_FDS < room:
@@ -111,7 +110,8 @@ class HeadReadingWorker(ThreadWorker):
         self.futures: set[futures.Future[Any]] = set()  # type: ignore[assignment]
         self._done: queue.SimpleQueue[futures.Future[Any]] = queue.SimpleQueue()
         # Connections waiting in the poller, oldest first: reading a head, or idle between
-        # requests. Insertion order is deadline order (one timeout per table).
+        # requests. Insertion order is deadline order (one timeout per table). Only the main
+        # thread touches them and the poller (gthread's _lock is not needed).
         self._reading: OrderedDict[TConn, float] = OrderedDict()
         self._keep = self._idle = OrderedDict()  # gthread counts _keep against max_keepalived
         self._now = time.monotonic()
@@ -120,6 +120,7 @@ class HeadReadingWorker(ThreadWorker):
 
     def run(self) -> None:
         """Poll listeners and waiting connections until told to stop, then drain the pool."""
+        self._set_up_tables()
         for listener in self.sockets:
             listener.setblocking(False)
             # the listener's name may be unavailable during shutdown: take it once, here

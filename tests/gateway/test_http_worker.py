@@ -26,8 +26,15 @@ CLIENT_TIMEOUT = 5.0  # seconds a client socket waits: far beyond any deadline h
 GET = b"GET /x HTTP/1.1\r\nHost: t\r\n\r\n"
 
 
+BLOCKED = threading.Event()  # set when a request for /block is in its thread
+RELEASE = threading.Event()  # a request for /block waits for it
+
+
 def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
     """Answer with the request body and whether the raw socket is in the environ."""
+    if environ["PATH_INFO"] == "/block":
+        BLOCKED.set()
+        RELEASE.wait(CLIENT_TIMEOUT)
     body = environ["wsgi.input"].read()
     has_socket = isinstance(environ.get("gunicorn.socket"), socket.socket)
     reply = b"socket=%d body=%s" % (has_socket, body)
@@ -182,8 +189,7 @@ def test_at_the_cap_the_oldest_waiting_connection_is_shed(serve: Callable[..., i
     waiting = []
     for _ in range(3):
         waiting.append(connect(port))
-        waiting[-1].sendall(b"G")  # so the worker has accepted it before the next one
-        time.sleep(0.05)
+        waiting[-1].sendall(b"G")  # a head begun; the listen queue keeps their order
     with connect(port) as sock:  # the fourth: admitted, and the first one pays for it
         sock.sendall(GET)
         assert read_reply(sock).startswith(b"HTTP/1.1 200")
@@ -193,6 +199,33 @@ def test_at_the_cap_the_oldest_waiting_connection_is_shed(serve: Callable[..., i
         waiting[1].recv(1)  # still open: only one was shed
     for sock in waiting:
         sock.close()
+
+
+def test_at_the_cap_with_every_connection_in_a_thread_a_new_one_is_closed_at_once(
+    serve: Callable[..., int],
+) -> None:
+    port = serve(connections=1)
+    BLOCKED.clear()
+    RELEASE.clear()
+    with connect(port) as busy:
+        busy.sendall(GET.replace(b"/x", b"/block"))
+        assert BLOCKED.wait(CLIENT_TIMEOUT)  # in its thread: no longer a waiting head to shed
+        with connect(port) as refused:
+            assert closed_by_server(refused)  # not left waiting in the accept queue
+        RELEASE.set()
+        assert read_reply(busy).startswith(b"HTTP/1.1 200")
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_keepalive(
+    serve: Callable[..., int],
+) -> None:
+    port = serve(keepalive=1)
+    with connect(port) as sock:
+        sock.sendall(GET)
+        assert read_reply(sock).startswith(b"HTTP/1.1 200")
+        waited = time.monotonic()
+        assert closed_by_server(sock)
+        assert time.monotonic() - waited >= 0.9  # its keep-alive second, not the head deadline
 
 
 def test_open_files_limit_is_raised_to_the_hard_limit() -> None:

@@ -193,6 +193,8 @@ class HeadReadingWorker(ThreadWorker):
         if conn in self._idle:
             del self._idle[conn]  # a new request begins: its head gets the full deadline
             self._reading[conn] = self._now
+        elif conn not in self._reading:
+            return  # shed or expired earlier in this round of events: already closed
         try:
             data = sock.recv(RECV_BYTES)
         except (BlockingIOError, InterruptedError):

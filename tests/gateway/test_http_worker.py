@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import selectors
 import socket
 import threading
 import time
@@ -18,6 +19,7 @@ from typing import Any
 import gunicorn.glogging
 import pytest
 from gunicorn.config import Config
+from gunicorn.workers.gthread import TConn
 
 from gateway.http_worker import MAX_HEAD_BYTES, HeadReadingWorker, raise_open_files_limit
 
@@ -42,23 +44,33 @@ def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[byt
     return [reply]
 
 
+def make_worker(
+    listener: socket.socket, threads: int = 1, connections: int = 100, keepalive: int = 2
+) -> HeadReadingWorker:
+    """Return a worker on `listener`, ready for run() on a thread."""
+    cfg = Config()
+    for name, value in (("threads", threads), ("worker_connections", connections)):
+        cfg.set(name, value)
+    cfg.set("keepalive", keepalive)
+    worker = HeadReadingWorker(
+        1, os.getppid(), [listener], None, 30, cfg, gunicorn.glogging.Logger(cfg)
+    )
+    worker.head_timeout = HEAD_TIMEOUT
+    worker.wsgi = app
+    worker.prepare()
+    return worker
+
+
 @pytest.fixture
 def serve() -> Iterator[Callable[..., int]]:
     """Start a worker (threads=1 unless told) on a free port; return a starter giving the port."""
     started: list[tuple[HeadReadingWorker, threading.Thread, socket.socket]] = []
 
     def start(threads: int = 1, connections: int = 100, keepalive: int = 2) -> int:
-        cfg = Config()
-        for name, value in (("threads", threads), ("worker_connections", connections)):
-            cfg.set(name, value)
-        cfg.set("keepalive", keepalive)
         listener = socket.create_server(("127.0.0.1", 0))
-        worker = HeadReadingWorker(
-            1, os.getppid(), [listener], None, 30, cfg, gunicorn.glogging.Logger(cfg)
+        worker = make_worker(
+            listener, threads=threads, connections=connections, keepalive=keepalive
         )
-        worker.head_timeout = HEAD_TIMEOUT
-        worker.wsgi = app
-        worker.prepare()
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
         started.append((worker, thread, listener))
@@ -226,6 +238,25 @@ def test_an_idle_keep_alive_connection_is_closed_after_keepalive(
         waited = time.monotonic()
         assert closed_by_server(sock)
         assert time.monotonic() - waited >= 0.9  # its keep-alive second, not the head deadline
+
+
+def test_an_event_for_a_connection_shed_in_the_same_round_is_ignored() -> None:
+    # The poller hands out a round of events at once: a connection shed by an accept early
+    # in the round may still have its readable event later in it.
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        worker = make_worker(listener)
+        worker._set_up_tables()
+        ours, theirs = socket.socketpair()
+        conn = TConn(worker.cfg, ours, ("127.0.0.1", 1), ("127.0.0.1", 2))
+        conn.head = bytearray()
+        worker.nr_conns, worker._reading[conn] = 1, worker._now
+        worker.poller.register(ours, selectors.EVENT_READ)
+        theirs.sendall(b"G")
+        assert worker._shed_oldest()
+        worker._readable(conn, ours)
+        assert (worker.nr_conns, worker._closed_early["shed"]) == (0, 1)
+        theirs.close()
+        worker.tmp.close()
 
 
 def test_open_files_limit_is_raised_to_the_hard_limit() -> None:

@@ -267,6 +267,12 @@ def p99(samples: list[Sample]) -> float:
     return latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
 
 
+def each_second(samples: list[Sample], rate: float) -> list[float]:
+    """Return the p99 (ms) of each second's worth of paced `samples`."""
+    step = int(rate)
+    return [round(p99(samples[i : i + step]) * 1000, 1) for i in range(0, len(samples), step)]
+
+
 def open_files(pid: int) -> int:
     """Return how many descriptors process `pid` holds."""
     return len(os.listdir(f"/proc/{pid}/fd"))
@@ -285,6 +291,7 @@ class AbuseReport:
     loaded_p99_ms: float
     loaded_p50_ms: float
     loaded_p99_ms_each_second: list[float]  # of the attack: when the slow ones came
+    unloaded_p99_ms_each_second: list[float]  # before, then after: the neighbours' share
     enqueues: int  # under attack
     enqueue_failures: int  # any run: not 201 within REQUEST_TIMEOUT
     failed_statuses: dict[str, int]  # "<run> <status>" (0: no answer): before, loaded, after
@@ -335,10 +342,8 @@ def abuse(
         after_p99_ms=p99(after) * 1000,
         loaded_p99_ms=p99(loaded) * 1000,
         loaded_p50_ms=sorted(s.latency for s in loaded)[len(loaded) // 2] * 1000,
-        loaded_p99_ms_each_second=[
-            round(p99(loaded[i : i + int(rate)]) * 1000, 1)
-            for i in range(0, len(loaded), int(rate))
-        ],
+        loaded_p99_ms_each_second=each_second(loaded, rate),
+        unloaded_p99_ms_each_second=each_second(before, rate) + each_second(after, rate),
         enqueues=len(loaded),
         enqueue_failures=sum(s.status != 201 for s in before + loaded + after),
         failed_statuses=dict(

@@ -34,8 +34,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tests.support.gunicorn import Gunicorn, run_gunicorn
-from tests.support.tools import ROOT
+from tests.support.gunicorn import BOOT_TIMEOUT, Gunicorn, run_gunicorn
+from tests.support.tools import ROOT, wait_until
 
 ENQUEUE_BODY = b'{"type": "abuse", "payload": {"n": 1}}'
 ENQUEUE = (
@@ -300,6 +300,7 @@ class AbuseReport:
     slowest_probe_ms: float
     worker_cpu_unloaded: float  # cores the gateway's workers used
     worker_cpu_loaded: float
+    worker_pids: list[int]
     worker_fds_before: list[int]
     worker_fds_peak: list[int]
     worker_fds_after: list[int]
@@ -315,16 +316,27 @@ def measured(gw: Gunicorn, rate: float, seconds: float) -> tuple[list[Sample], l
 
 
 def abuse(
-    gw: Gunicorn, tmp: Path, idle: int, trickle: int, seconds: float, rate: float, baseline: float
+    gw: Gunicorn,
+    tmp: Path,
+    idle: int,
+    trickle: int,
+    seconds: float,
+    rate: float,
+    baseline: float,
+    workers: int = 2,
 ) -> AbuseReport:
-    """Measure enqueues unloaded for `baseline` s, under attack for `seconds`, unloaded again.
+    """Measure enqueues unloaded for `baseline` s, under attack for `seconds`, unloaded again
+    (`workers`: WEB_CONCURRENCY, tests.support.gunicorn's 2 unless told).
 
     The unloaded figure pools the runs before and after the attack: on a shared machine a
     neighbour's burst in one of them would otherwise decide the comparison.
     """
-    pids = gw.worker_pids()
-    fds_before = [open_files(pid) for pid in pids]
+    # /health answers as soon as one worker is up: wait for all, and for their warm-up.
+    pids = wait_until(
+        lambda: len(gw.worker_pids()) == workers and gw.worker_pids(), BOOT_TIMEOUT, "workers"
+    )
     measured(gw, rate, 2.0)  # warm up: Redis pools, caches, threads
+    fds_before = [open_files(pid) for pid in pids]
     before, _, cpu_unloaded = measured(gw, rate, baseline)
     with attacking(gw.port, idle, trickle, seconds, tmp) as proc:
         fds_peak = [open_files(pid) for pid in pids]
@@ -359,6 +371,7 @@ def abuse(
         slowest_probe_ms=max(s.latency for s in probes) * 1000,
         worker_cpu_unloaded=cpu_unloaded,
         worker_cpu_loaded=cpu_loaded,
+        worker_pids=pids,
         worker_fds_before=fds_before,
         worker_fds_peak=fds_peak,
         worker_fds_after=fds_after,

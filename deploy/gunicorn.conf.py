@@ -112,18 +112,29 @@ from shared.redis_checks import refuse_cluster_node_behind_plain_url  # noqa: E4
 gateway_app.leave_open_warning_to_server()
 
 # --- workers --------------------------------------------------------------------------------
-# gthread: a client that trickles its request holds one thread, not a whole worker, and 64
-# threads outlast many such clients at no cost in throughput (docs/MEASUREMENTS.md). Redis
-# connections do not grow with threads: gateway/app.py caps its pool per worker.
-worker_class = "gthread"
+# gateway.http_worker: gunicorn's gthread, except that the main thread reads each request head
+# itself (non-blocking, within 10 s of the connection's accept), so an idle or slow client
+# holds a socket, never a thread, and only a complete head reaches a thread. The body and the
+# answer are still read and written by that thread: a client trickling a body holds it for as
+# long as it trickles (a buffering proxy removes that: docs/DEPLOYMENT.md, "Connections").
+# Redis connections do not grow with threads: gateway/app.py caps its pool per worker.
+worker_class = "gateway.http_worker.HeadReadingWorker"
 workers = _count("WEB_CONCURRENCY", 2)
 # An open GET /events stream, or a GET /jobs/<id>?wait= waiting, holds a thread for as long as
 # it lasts; the gateway serves at most TASKFORGE_EVENTS_STREAMS of them per process (503
 # beyond), and each gets a thread of its own here, so GUNICORN_THREADS threads still answer
 # everything else with all of them open.
 threads = _count("GUNICORN_THREADS", 32) + _events_streams()
-# gthread: keep-alive connections wait in the worker's poller, not in a thread.
-worker_connections = 1000
+# Open connections per worker (waiting for a head, idle between requests, or being served).
+# At the cap the worker closes the one that has waited longest without a complete head; it
+# never stops accepting. Lowered to the open-files limit (less 256) if that is smaller: the
+# worker raises its soft limit to the hard one, which the systemd unit sets to 65536.
+worker_connections = 10_000
+
+# Connections the kernel queues before the worker accepts them (capped by the kernel's
+# net.core.somaxconn, 4096 on current Linux): a flood of thousands of connects at once
+# overflows a short queue, and a real client whose connect is dropped retries after a second.
+backlog = 4096
 
 # --- limits and timeouts --------------------------------------------------------------------
 limit_request_line = 4094  # bytes of "POST /path?query HTTP/1.1"

@@ -137,6 +137,14 @@ def test_unit_is_a_hardened_notify_service_that_restarts_on_failure(unit: str) -
 
 
 @pytest.mark.parametrize("unit", UNITS)
+def test_unit_raises_the_open_files_limit(unit: str) -> None:
+    # The gateway admits up to 10,000 connections per worker (gunicorn.conf.py), a
+    # descriptor each; the default soft limit of 1,024 would let one client fill it.
+    needed = 65536 if "gateway" in unit else 8192
+    assert int(_one(unit, "LimitNOFILE")) >= needed
+
+
+@pytest.mark.parametrize("unit", UNITS)
 def test_unit_stops_with_killmode_mixed_and_a_timeout_above_the_drain(unit: str) -> None:
     assert _one(unit, "KillMode") == "mixed"
     assert _one(unit, "KillSignal") == "SIGTERM"

@@ -98,7 +98,11 @@ def test_run_as_a_script_it_prints_the_address_gunicorn_binds(
 def test_worker_counts_come_from_the_environment(tmp_path: Path) -> None:
     conf = read_config(tmp_path, WEB_CONCURRENCY="5", GUNICORN_THREADS="3")
     # Each process also gets a thread per event stream it may serve (64 by default).
-    assert (conf["workers"], conf["threads"], conf["worker_class"]) == (5, 3 + 64, "gthread")
+    assert (conf["workers"], conf["threads"], conf["worker_class"]) == (
+        5,
+        3 + 64,
+        "gateway.http_worker.HeadReadingWorker",
+    )
 
 
 def test_by_default_a_process_has_32_threads_for_requests_and_64_for_event_streams(

@@ -1,0 +1,68 @@
+"""Issue 27: 5,000 idle connections and 1,000 slowloris clients against the real gateway under
+gunicorn, while enqueues run at a fixed 200 a second (bench/abuse_connections.py does the work).
+
+`.venv/bin/python -m pytest -s tests/gateway/test_connection_abuse.py` prints the figures.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from bench.abuse_connections import NEEDED_FILES, abuse, open_files, raise_files_limit
+from gateway.app import POOL_SIZE
+from tests.support.gunicorn import run_gunicorn
+from tests.support.redis_server import RedisServer
+from tests.support.tools import wait_until
+
+IDLE = 5000
+TRICKLE = 1000
+SECONDS = 60.0  # of attack
+WORKERS = 2  # tests.support.gunicorn's WEB_CONCURRENCY
+RATE = 200.0  # enqueues a second, before, during and after the attack
+BASELINE = 30.0  # seconds of unloaded enqueues before the attack, and again after it: as
+# many samples as the attack's, and as exposed to a neighbour's burst on a shared machine
+SETTLE = 15.0  # seconds for the workers to close what the attacker left
+# Beyond its descriptors before the attack, a worker may keep its full Redis pool and a few
+# keep-alive or log descriptors: nothing that grows with the connections it was sent.
+FDS_AFTER_MARGIN = POOL_SIZE + 16
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+def test_idle_and_slowloris_floods_leave_enqueues_and_health_unharmed(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    try:
+        raise_files_limit(NEEDED_FILES)  # gunicorn and the attacker inherit it
+    except RuntimeError as exc:
+        pytest.fail(str(exc))  # never a skip: the figures of issue 27 need these descriptors
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= NEEDED_FILES
+    with run_gunicorn(redis_server.url, tmp_path) as gw:
+        report = abuse(gw, tmp_path, IDLE, TRICKLE, SECONDS, RATE, BASELINE, WORKERS)
+        print(json.dumps(asdict(report), indent=2))
+        pids = report.worker_pids
+        settled = wait_until(
+            lambda: all(
+                open_files(pid) <= before + FDS_AFTER_MARGIN
+                for pid, before in zip(pids, report.worker_fds_before, strict=True)
+            ),
+            SETTLE,
+            "the workers to close the attacker's connections",
+            interval=0.2,
+        )
+        assert settled
+        assert gw.request("GET", "/health", timeout=3)[0] == 200  # as `curl -m3 /health`
+        assert sorted(gw.worker_pids()) == sorted(pids)  # none died or was replaced
+    # The attack reached the workers, and they closed what never sent a complete head.
+    assert sum(report.worker_fds_peak) >= (IDLE + TRICKLE) // 2
+    assert report.attack.opened >= IDLE + TRICKLE
+    assert report.attack.closed_by_gateway >= IDLE + TRICKLE
+    assert report.enqueue_failures == 0
+    assert report.enqueues == int(RATE * SECONDS)
+    assert (report.probe_failures, report.probes) == (0, int(SECONDS * 2))
+    assert report.loaded_p99_ms <= 2 * report.unloaded_p99_ms, report

@@ -16,7 +16,7 @@ from gateway.events import KEEPALIVE_SECONDS
 from gateway.inputs import CANCEL_BY_LIMIT, DLQ_LIMIT_RANGE, MAX_BATCH
 from gateway.waiting import MAX_WAIT_SECONDS, WAIT_PATTERN
 from shared import bulk, listing, throughput
-from shared.events import CURSOR_PATTERN
+from shared.events import EVENT_CURSOR_PATTERN
 from shared.history import ACTOR_CODES, CAP, EVENTS
 from shared.hosts import HOST_NAME_PATTERN
 from shared.jobs import (
@@ -1134,7 +1134,7 @@ def _queue_paths() -> dict[str, Any]:
 
 def _event_paths() -> dict[str, Any]:
     queues = f"{QUEUE_PATTERN.pattern}(,{QUEUE_PATTERN.pattern})*"
-    cursor = rf"^({CURSOR_PATTERN})$"
+    cursor = rf"^({EVENT_CURSOR_PATTERN})$"
     cursor_doc = (
         "The id of the last message received: resume right after it. Its size does not grow "
         "with the number of queues: on one Redis the id of the one events stream, <ms>-<seq> "

@@ -44,8 +44,8 @@ MAX_SEEN = 32  # streams a Cluster cursor names (some 2.8 kB; gunicorn allows 8 
 _ID = re.compile(r"(\d{1,20})-(\d{1,20})")
 # The two forms of a cursor; OpenAPI documents the same pattern.
 _SEEN = rf"(\*|{QUEUE_PATTERN.pattern})=\d{{1,20}}"
-CURSOR_PATTERN = rf"\d{{1,20}}-\d{{1,20}}|t\d{{1,20}}(,{_SEEN}){{0,{MAX_SEEN}}}"
-_CURSOR = re.compile(CURSOR_PATTERN)
+EVENT_CURSOR_PATTERN = rf"\d{{1,20}}-\d{{1,20}}|t\d{{1,20}}(,{_SEEN}){{0,{MAX_SEEN}}}"
+_CURSOR = re.compile(EVENT_CURSOR_PATTERN)
 _U64 = 2**64
 
 

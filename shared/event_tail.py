@@ -55,8 +55,10 @@ REFRESH_SECONDS = 5.0  # how often the list of queues is re-read (a new queue's 
 RETRY_SECONDS = 1.0  # pause after a Redis error before the next try
 READ_COUNT = 500  # entries per stream per read
 # Entries kept per stream: a reader this far behind still reads from memory. On one Redis the
-# one stream carries every queue's events, hence more than a Cluster's per-queue stream needs.
+# one stream carries every queue's events, hence more than each of a Cluster's per-queue
+# streams keeps (there a window per queue that wrote: memory grows with the queues).
 WINDOW = 1000
+CLUSTER_WINDOW = 200
 
 
 @dataclass
@@ -64,12 +66,13 @@ class Window:
     """The last entries of one stream: every entry after `floor` is in `events`, in order."""
 
     floor: StreamId
+    size: int = 0  # entries kept (0: WINDOW)
     events: deque[Event] = field(default_factory=deque)
 
     def add(self, event: Event) -> None:
-        """Append the stream's next entry, forgetting the oldest beyond WINDOW."""
+        """Append the stream's next entry, forgetting the oldest beyond its size."""
         self.events.append(event)
-        if len(self.events) > WINDOW:
+        if len(self.events) > (self.size or WINDOW):
             self.floor = self.events.popleft().id
 
     @property
@@ -261,9 +264,12 @@ class EventTail:
         with self._cond:
             self._names = names
             for name, position in pinned.items():
-                self._windows[name] = Window(position)
+                self._windows[name] = self._window(position)
         if new:
             self._bump(set(new))  # entries written before the pin are the readers' to find
+
+    def _window(self, floor: StreamId) -> Window:
+        return Window(floor, CLUSTER_WINDOW if self.per_queue else 0)
 
     def _wait_for_growth(self, client: redis.Redis, streams: dict[str, str]) -> list[Any]:
         """Return XREAD's reply for the streams that grew past their ids, waiting up to the block.
@@ -305,6 +311,6 @@ class EventTail:
                     if event.stream not in lost:
                         self._windows[event.stream].add(event)
                 for name in lost:  # the window restarts past the hole; readers behind it
-                    self._windows[name] = Window(positions[name])  # read Redis, gap and all
+                    self._windows[name] = self._window(positions[name])  # read Redis, gap too
             self._bump(grown)
             grown = {event.stream for event in batch.events} if batch.more else set()

@@ -346,6 +346,15 @@ def _resume_on_cluster(stack: Stack) -> None:
         assert seen[job_id] == ["enqueued", "claimed", "completed"], seen[job_id]
 
 
+def test_a_wait_rides_the_queue_s_own_stream_on_a_cluster(stack: Stack) -> None:
+    for queue in stack.queues:
+        job_id = stack.enqueue(type="noop", queue=queue)
+        started = time.monotonic()
+        status, doc = stack.call("GET", f"/jobs/{job_id}?wait=15s")
+        assert status == 200 and doc["status"] == "completed", doc
+        assert time.monotonic() - started < 5.0  # woken by its event, not the end of the wait
+
+
 def test_a_periodic_schedule_enqueues_one_job_per_tick(stack: Stack) -> None:
     def ran_twice() -> dict[str, Any] | None:
         status, doc = stack.call("GET", "/schedules/tick")

@@ -26,7 +26,8 @@ end
 -- Every entry of a queue's event names the queue (`q`): on one Redis all queues write one
 -- stream (shared.scripts, _events_key; on a Cluster the key is the queue's own). The name is
 -- read from the hash tag of the script's first key, {<ns>:<queue>} (neither name holds ':' or
--- '}'); a script of the global slot ({<ns>}: heartbeat's host events) names none.
+-- '}'); a script of the global slot ({<ns>}: heartbeat's host events) names none. A header's
+-- `{ns:queue}:v2:events` key is a Cluster's; on one Redis that key is `{ns}:v2:events`.
 local function emit(key, cap, ...)
   if events_on(cap) then
     local queue = string.match(KEYS[1], '^{[^:}]+:([^}]+)}')

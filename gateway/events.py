@@ -341,8 +341,9 @@ class Reader:
         if not behind:
             return Batch([], sorted(held, key=lambda event: event.id), more=False)
         batch = read_events(self.gw.redis, self.gw.keys, behind, READ_COUNT)
-        events = sorted(held + batch.events, key=lambda event: event.id)
-        return Batch(batch.gaps, events, batch.more)
+        # Not past what Redis left unread (Batch.until): held entries after it come next time.
+        events = batch.cut(sorted(held + batch.events, key=lambda event: event.id))
+        return Batch(batch.gaps, events, batch.more, batch.until)
 
     def _render(self, batch: Batch) -> bytes:
         """Return the batch as SSE messages; an id-only one if only filtered entries moved."""

@@ -253,6 +253,17 @@ class Batch:
     gaps: list[Gap]
     events: list[Event]
     more: bool
+    # With `more`: the id up to which every stream read was read whole (events after it were
+    # left out). A reader of several streams must not pass a stream's unread entries, or a
+    # cursor of its latest moment (a Cluster's) would skip them on a resume.
+    until: StreamId | None = None
+
+    def cut(self, events: list[Event]) -> list[Event]:
+        """Return `events` up to `until` (all of them without a cut)."""
+        if self.until is None:
+            return events
+        until = self.until
+        return [event for event in events if event.id <= until]
 
 
 def _no_stream(reply: Any) -> bool:
@@ -318,7 +329,9 @@ def read_events(
         batches = [read_events(client, keys, {n: p}, count) for n, p in positions.items()]
         merged = sorted((e for b in batches for e in b.events), key=lambda event: event.id)
         gaps = [gap for batch in batches for gap in batch.gaps]
-        return Batch(gaps, merged, any(batch.more for batch in batches))
+        cuts = [batch.until for batch in batches if batch.until is not None]
+        batch = Batch(gaps, merged, bool(cuts), min(cuts) if cuts else None)
+        return Batch(gaps, batch.cut(merged), batch.more, batch.until)
     names = list(positions)
     pipe = client.pipeline(transaction=True)
     for name in names:
@@ -340,10 +353,12 @@ def read_events(
     ]
     by_key = {stream_key(keys, name): name for name in names}
     events: list[Event] = []
-    more = False
+    cuts: list[StreamId] = []  # the last id of each stream that may hold more
     for key, entries in read or []:
         name = by_key[key.decode() if isinstance(key, bytes) else key]
         events += [parse_entry(name, entry_id, fields) for entry_id, fields in entries]
-        more = more or len(entries) >= count
+        if entries and len(entries) >= count:
+            cuts.append(id_of(entries[-1][0]))
     events.sort(key=lambda event: event.id)  # streams interleaved in time (ids are Redis time)
-    return Batch(gaps, events, more)
+    batch = Batch(gaps, events, bool(cuts), min(cuts) if cuts else None)
+    return Batch(gaps, batch.cut(events), batch.more, batch.until)

@@ -26,6 +26,7 @@ from shared.config import Settings
 from shared.events import (
     FLEET,
     MAX_SEEN,
+    ZERO,
     Cursor,
     Event,
     StreamInfo,
@@ -33,6 +34,7 @@ from shared.events import (
     encode_cursor,
     format_id,
     parse_id,
+    read_events,
 )
 from shared.jobs import EnqueueRequest, format_ms
 from shared.keys import Keys
@@ -623,6 +625,20 @@ def test_a_cluster_cursor_stays_bounded_however_many_streams_share_a_millisecond
     assert decode_cursor(text).positions(["q1"]) == {"q1": (6, 2**64 - 1)}
     few = encode_cursor({f"q{i}": (7, i) for i in range(MAX_SEEN)}, per_queue=True)
     assert len(few) < 8190 - 100 and decode_cursor(few).seen["q3"] == 3
+
+
+def test_a_read_of_several_streams_stops_where_one_was_cut_short(r: redis.Redis) -> None:
+    """A Cluster reader's cursor is its latest moment: had it sent B's 3-1 while A still held
+    unread entries before it (A read only up to its count), a resume would skip those."""
+    for ms in range(1, 6):
+        r.xadd(K.for_queue("a").events, {"q": "a", "e": "enqueued"}, id=f"{ms}-0")
+    r.xadd(K.for_queue("b").events, {"q": "b", "e": "enqueued"}, id="3-1")
+    batch = read_events(r, K, {"a": ZERO, "b": ZERO}, count=2)
+    assert [(e.stream, e.id) for e in batch.events] == [("a", (1, 0)), ("a", (2, 0))]
+    assert batch.more and batch.until == (2, 0)
+    whole = read_events(r, K, {"a": (2, 0), "b": ZERO}, count=10)
+    assert [e.id for e in whole.events] == [(3, 0), (3, 1), (4, 0), (5, 0)]
+    assert not whole.more and whole.until is None
 
 
 @pytest.mark.parametrize(

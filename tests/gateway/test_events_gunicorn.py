@@ -236,7 +236,9 @@ def test_128_streams_opened_and_closed_free_their_slots_at_once(
                 sock.close()
             started = time.monotonic()
             open_stream(gw.port).close()  # admitted: a 200, not a 503
-            assert time.monotonic() - started < 3.0
+            admitted = time.monotonic() - started
+            print(f"\na stream after 128 opened and closed: admitted in {admitted * 1000:.0f} ms")
+            assert admitted < 3.0
 
 
 def test_a_resume_with_many_queues_sends_a_small_id_gunicorn_accepts(

@@ -77,7 +77,7 @@ def measure(url: str, events: str, jobs: int) -> dict[str, float]:
     workload(scripts, jobs)
     after = harness.redis_info(client)
     cost = harness.redis_cost(before, after, jobs)
-    stream = scripts.keys.events
+    stream = scripts.keys.fleet_events  # one Redis: one stream for every queue
     length = client.xlen(stream)
     usage = client.memory_usage(stream, samples=0) if length else 0
     return {

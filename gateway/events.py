@@ -1,25 +1,28 @@
 """GET /events: job, queue and host events as Server-Sent Events, resumable, bounded per process.
 
-Each message's ``id`` is a cursor over every stream the client reads (shared.events); a client
-that reconnects with it (``Last-Event-ID``, or ``last_event_id`` on the first connection)
-misses nothing the streams still hold, and gets an ``event: gap`` message for a stream that
-dropped entries it had not read. Without one, the stream starts now, and the first message
-already carries the cursor of that moment.
+Each message's ``id`` is a cursor over the streams the client reads, of a size bounded
+whatever the number of queues (shared.events): one stream id on one Redis. A client that
+reconnects with it (``Last-Event-ID``, or ``last_event_id`` on the first connection) misses
+nothing the streams still hold (on a Cluster, within the clock skew docs/EVENTS.md states), and
+gets an ``event: gap`` message for a stream that dropped entries it had not read. Without one,
+the stream starts now, and the first message already carries the cursor of that moment.
 
 An open stream holds one gunicorn thread, so at most TASKFORGE_EVENTS_STREAMS are served per
 process (deploy/gunicorn.conf.py adds that many threads to the 32 that answer the rest); one
 more gets 503. Streams hold no pooled Redis connection while they wait: the process's one
-EventTail wakes them (shared/event_tail.py).
+EventTail wakes them (shared/event_tail.py). A stream whose client hangs up frees its slot
+within gateway.hangup.POLL_SECONDS, not at its next keep-alive.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 import redis.exceptions
@@ -27,18 +30,21 @@ from flask import Blueprint, Flask, Response, current_app, request
 
 from gateway.context import Gateway, gateway
 from gateway.errors import ApiError, redis_unavailable
+from gateway.hangup import Holders, sliced_wait, take_slot
 from gateway.routes import route
 from shared.event_tail import BLOCK_MS, EventTail
 from shared.events import (
-    FLEET,
     ZERO,
     Batch,
+    Cursor,
     Event,
     StreamId,
     decode_cursor,
     encode_cursor,
     latest_positions,
+    per_queue_streams,
     read_events,
+    reader_streams,
 )
 from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN
 from shared.queues import QUEUE_RULE, is_queue_name
@@ -81,6 +87,19 @@ class EventHub:
     slots: threading.BoundedSemaphore
     limit: int
     keepalive: float = KEEPALIVE_SECONDS  # seconds: an idle stream sends a comment this often
+    holders: Holders = field(default_factory=Holders)  # the slot holders' sockets
+
+    def take_slot(self, sock: socket.socket | None) -> bool:
+        """Take a slot for the request on `sock` (False: none free); give_slot frees it."""
+        if not take_slot(self.slots, self.holders):
+            return False
+        self.holders.add(sock)
+        return True
+
+    def give_slot(self, sock: socket.socket | None) -> None:
+        """Free the slot of the request on `sock`."""
+        self.holders.discard(sock)
+        self.slots.release()
 
 
 def install(app: Flask, gw: Gateway) -> None:
@@ -91,6 +110,7 @@ def install(app: Flask, gw: Gateway) -> None:
         gw.keys,
         lambda: gw.directory.names(refresh=True),
         alive=worker_alive,
+        per_queue=per_queue_streams(gw.redis),
     )
     app.extensions[EXTENSION] = EventHub(
         tail, threading.BoundedSemaphore(limit), limit, gw.settings.events_keepalive
@@ -120,11 +140,15 @@ class Filters:
         """Tell whether host events go to this client (they have no job and no type)."""
         return self.type is None and self.job_id is None
 
-    def wants(self, job_id: str | None, job_type: str | None) -> bool:
-        """Tell whether an event about this job and type passes the filters."""
-        if self.job_id is not None and job_id != self.job_id:
+    def wants(self, event: Event) -> bool:
+        """Tell whether an event passes the filters (host events: those without a queue)."""
+        if event.queue is None:
+            return self.host_events
+        if self.queues is not None and event.queue not in self.queues:
             return False
-        return self.type is None or job_type == self.type
+        if self.job_id is not None and event.job_id != self.job_id:
+            return False
+        return self.type is None or event.type == self.type
 
 
 def _filters() -> Filters:
@@ -147,7 +171,7 @@ def _filters() -> Filters:
     return Filters(sorted(set(queues)) or None, job_type, job_id)
 
 
-def _cursor() -> dict[str, StreamId] | None:
+def _cursor() -> Cursor | None:
     # The header wins: EventSource sends it on a reconnect, while the URL keeps the first one.
     text = request.headers.get("Last-Event-ID") or request.args.get("last_event_id")
     if not text:
@@ -166,7 +190,8 @@ def events() -> Response:
     if request.method == "HEAD":  # gunicorn would iterate the body of a HEAD too
         return Response(b"", mimetype="text/event-stream", headers=HEADERS)
     h, gw = hub(), gateway()
-    if not h.slots.acquire(blocking=False):
+    sock = request.environ.get("gunicorn.socket")
+    if not h.take_slot(sock):
         raise ApiError(
             503,
             f"this gateway process already serves {h.limit} event streams "
@@ -174,19 +199,22 @@ def events() -> Response:
             headers={"Retry-After": "5"},
         )
     try:
-        names = filters.queues or gw.directory.names(refresh=True)
-        streams = [FLEET, *names] if filters.host_events else list(names)
+        per_queue = h.tail.per_queue
+        # One Redis: one stream for all, the list of queues is never read. A Cluster: a
+        # stream per queue, each listed one for an unfiltered reader.
+        names = filters.queues or (gw.directory.names(refresh=True) if per_queue else [])
+        streams = reader_streams(per_queue, names, filters.host_events)
         if cursor is None:  # now, pinned: the first id sent resumes from here
             positions = latest_positions(gw.redis, gw.keys, streams)
         else:
-            positions = {name: cursor.get(name, ZERO) for name in streams}
+            positions = cursor.positions(streams)
     except BaseException:
-        h.slots.release()
+        h.give_slot(sock)
         raise
     _bound_writes(h.keepalive)
-    reader = Reader(h, gw, filters, positions)
+    reader = Reader(h, gw, filters, positions, sock)
     response = Response(reader.messages(), mimetype="text/event-stream", headers=HEADERS)
-    response.call_on_close(_once(h.slots.release))  # gunicorn and the test client close it
+    response.call_on_close(_once(lambda: h.give_slot(sock)))  # gunicorn, the test client
     return response
 
 
@@ -196,7 +224,7 @@ def _bound_writes(keepalive: float) -> None:
 
     gunicorn's gthread worker writes to a blocking socket without a timeout, so a client that
     keeps its connection open but reads nothing would otherwise hold the slot forever once the
-    socket's buffers fill. (A client that disconnects is noticed at the next keep-alive.)
+    socket's buffers fill. (A client that disconnects is noticed sooner: gateway.hangup.)
     gunicorn makes the socket non-blocking again before it reuses the connection.
     """
     sock = request.environ.get("gunicorn.socket")
@@ -223,19 +251,26 @@ class Reader:
     """One client's stream: its positions, read whenever the tail says a stream grew."""
 
     def __init__(
-        self, h: EventHub, gw: Gateway, filters: Filters, positions: dict[str, StreamId]
+        self,
+        h: EventHub,
+        gw: Gateway,
+        filters: Filters,
+        positions: dict[str, StreamId],
+        sock: socket.socket | None = None,
     ) -> None:
         self.hub = h
         self.gw = gw
         self.filters = filters
         self.positions = positions
+        self.sock = sock  # the client's (gunicorn's environ): asked whether it hung up
+        self.per_queue = h.tail.per_queue
 
     def messages(self) -> Iterator[bytes]:
         """Yield SSE messages: the cursor first, then events, gaps and keep-alive comments."""
         tail = self.hub.tail
         tail.join(self.filters.queues)
         try:
-            yield f"retry: {RETRY_MS}\nid: {encode_cursor(self.positions)}\n\n".encode()
+            yield f"retry: {RETRY_MS}\nid: {self._cursor()}\n\n".encode()
             yield from self._follow(tail)
         finally:
             tail.leave()
@@ -270,11 +305,20 @@ class Reader:
                 yield b": keepalive\n\n"
                 written = time.monotonic()
                 continue
-            tail.wait(version, self.hub.keepalive - idle)
+            if not self._sleep(tail, version, self.hub.keepalive - idle):
+                return  # the client hung up: free the slot now, not at the next keep-alive
+
+    def _sleep(self, tail: EventTail, version: int, seconds: float) -> bool:
+        """Wait for news up to `seconds`; False once the client hung up."""
+        woke = lambda step: tail.wait(version, step) != version or tail.stopping  # noqa: E731
+        return sliced_wait(woke, seconds, self.sock)
+
+    def _cursor(self) -> str:
+        return encode_cursor(self.positions, self.per_queue)
 
     def _due(self, tail: EventTail, read_at: int | None) -> dict[str, StreamId]:
         """Return the positions of the streams to read now (new queues join at ZERO)."""
-        if self.filters.queues is None:
+        if self.filters.queues is None and self.per_queue:
             for name in tail.queue_names():
                 self.positions.setdefault(name, ZERO)
         if read_at is None:
@@ -297,8 +341,9 @@ class Reader:
         if not behind:
             return Batch([], sorted(held, key=lambda event: event.id), more=False)
         batch = read_events(self.gw.redis, self.gw.keys, behind, READ_COUNT)
-        events = sorted(held + batch.events, key=lambda event: event.id)
-        return Batch(batch.gaps, events, batch.more)
+        # Not past what Redis left unread (Batch.until): held entries after it come next time.
+        events = batch.cut(sorted(held + batch.events, key=lambda event: event.id))
+        return Batch(batch.gaps, events, batch.more, batch.until)
 
     def _render(self, batch: Batch) -> bytes:
         """Return the batch as SSE messages; an id-only one if only filtered entries moved."""
@@ -310,11 +355,11 @@ class Reader:
         for event in batch.events:
             self.positions[event.stream] = event.id
             moved = True
-            if event.stream == FLEET or self.filters.wants(event.job_id, event.type):
+            if self.filters.wants(event):
                 doc = json.dumps(event.to_json(), separators=(",", ":"))
-                cursor = encode_cursor(self.positions)
+                cursor = self._cursor()
                 parts.append(f"id: {cursor}\nevent: {event.name}\ndata: {doc}\n\n")
                 moved = False
         if moved:  # filtered out: still move the client's cursor past them
-            parts.append(f"id: {encode_cursor(self.positions)}\n\n")
+            parts.append(f"id: {self._cursor()}\n\n")
         return "".join(parts).encode()

@@ -16,7 +16,7 @@ from gateway.events import KEEPALIVE_SECONDS
 from gateway.inputs import CANCEL_BY_LIMIT, DLQ_LIMIT_RANGE, MAX_BATCH
 from gateway.waiting import MAX_WAIT_SECONDS, WAIT_PATTERN
 from shared import bulk, listing, throughput
-from shared.events import CURSOR_PAIR, MAX_CURSOR_STREAMS
+from shared.events import EVENT_CURSOR_PATTERN
 from shared.history import ACTOR_CODES, CAP, EVENTS
 from shared.hosts import HOST_NAME_PATTERN
 from shared.jobs import (
@@ -1234,17 +1234,19 @@ def _queue_paths() -> dict[str, Any]:
 
 def _event_paths() -> dict[str, Any]:
     queues = f"{QUEUE_PATTERN.pattern}(,{QUEUE_PATTERN.pattern})*"
-    cursor = rf"^{CURSOR_PAIR}(,{CURSOR_PAIR}){{0,{MAX_CURSOR_STREAMS - 1}}}$"
+    cursor = rf"^({EVENT_CURSOR_PATTERN})$"
     cursor_doc = (
-        "The id of the last message received: resume right after it. A cursor over every "
-        "stream read, <queue>=<ms>-<seq> pairs joined by ',' with '*' for host events."
+        "The id of the last message received: resume right after it. Its size does not grow "
+        "with the number of queues: on one Redis the id of the one events stream, <ms>-<seq> "
+        "(exact); on a Redis Cluster t<ms> followed by at most 32 ,<queue or *>=<seq> "
+        "(exact but for an entry stamped earlier yet written later: docs/EVENTS.md)."
     )
     stream = {
         "description": "A text/event-stream that stays open: first `retry: 2000` and the "
         "cursor of now (or of Last-Event-ID); then one message per event (`id`: the cursor, "
         "`event`: its name, `data`: JSON {event, job_id, type, queue, attempt, worker, host, "
         "reason (held: concurrency or rate), at}, absent fields left out), `event: gap` when a stream dropped entries the client "
-        "had not read (data: queue, from, first), and a `: keepalive` comment every "
+        "had not read (data: queue on a Cluster, from, first), and a `: keepalive` comment every "
         f"TASKFORGE_EVENTS_KEEPALIVE ({KEEPALIVE_SECONDS:g} s by default) while idle. A client "
         "that reads nothing for twice that long is dropped. docs/EVENTS.md.",
         "content": {"text/event-stream": {"schema": {"type": "string"}}},

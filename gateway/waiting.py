@@ -3,10 +3,11 @@
 A waiting request holds a gunicorn thread like an open event stream, so it takes a slot of
 the same bound (TASKFORGE_EVENTS_STREAMS, gateway/events.py) and never one of the threads
 that answer the rest. It holds no Redis connection while it waits: the process's EventTail
-wakes it when the job's queue's event stream grows, and a pooled connection serves only the
-short reads of the job.
+wakes it when the event stream holding the job's queue grows, and a pooled connection serves
+only the short reads of the job. A wait whose client hangs up ends (and frees its slot) within
+gateway.hangup.POLL_SECONDS, not when the wait would have ended.
 
-No lost wake-up: the wait takes the tail's position in the queue's stream, THEN reads the job.
+No lost wake-up: the wait takes the tail's position in that stream, THEN reads the job.
 Every transition script writes its event in the same atomic step as the transition, so a
 finish after that read has an entry after that position, which the tail holds in memory
 (or, if the reader fell out of the tail's window, the wait reads the job again and re-pins).
@@ -17,6 +18,7 @@ With TASKFORGE_EVENTS=off no event is written: the wait reads the job every POLL
 from __future__ import annotations
 
 import re
+import socket
 import time
 
 from flask import request
@@ -24,6 +26,7 @@ from flask import request
 from gateway.context import Gateway
 from gateway.errors import ApiError
 from gateway.events import EventHub, worker_alive
+from gateway.hangup import client_gone, sliced_wait
 from gateway.inputs import bad_field
 from shared import metrics
 from shared.config import duration_parser
@@ -97,7 +100,8 @@ def wait_for(gw: Gateway, hub: EventHub, job: Job, seconds: float) -> Job:
     """Return `job` once finished, or as it is after `seconds`; 503 when no slot is free."""
     if seconds <= 0 or finished(job):
         return job
-    if not hub.slots.acquire(blocking=False):
+    sock = request.environ.get("gunicorn.socket")
+    if not hub.take_slot(sock):
         raise ApiError(
             503,
             f"this gateway process already serves {hub.limit} event streams and waits "
@@ -108,49 +112,65 @@ def wait_for(gw: Gateway, hub: EventHub, job: Job, seconds: float) -> Job:
     try:
         deadline = time.monotonic() + seconds
         if gw.scripts.policy.events_cap == 0:
-            return _poll(gw, job, deadline)
-        return _follow(gw, hub.tail, job, deadline)
+            return _poll(gw, job, deadline, sock)
+        return _follow(gw, hub.tail, job, deadline, sock)
     finally:
         metrics.JOB_WAITS.dec()
-        hub.slots.release()
+        hub.give_slot(sock)
 
 
-def _follow(gw: Gateway, tail: EventTail, job: Job, deadline: float) -> Job:
-    """Wait on the tail: pin the queue's position, read the job, wake on its finishing event."""
+def _follow(
+    gw: Gateway, tail: EventTail, job: Job, deadline: float, sock: socket.socket | None
+) -> Job:
+    """Wait on the tail: pin the stream's position, read the job, wake on its finishing event."""
     queue = job.queue
+    stream = tail.stream_of(queue)  # on one Redis the stream of every queue
     # Naming the queue makes a tail that does not watch it yet list it now, not within 5 s.
-    tail.join([queue] if tail.position(queue) is None else None)
+    tail.join([queue] if tail.position(stream) is None else None)
     try:
         while not tail.stopping:
             version = tail.version  # before the look: a pin right after it still wakes us
-            position = tail.position(queue)
+            position = tail.position(stream)
             if position is not None:
                 job = read_job(gw, job.id, queue)
                 if finished(job):
                     return job
-                if not _until_news(tail, job.id, queue, position, deadline):
+                if not _until_news(tail, job.id, stream, position, deadline, sock):
                     break
                 continue  # news (or the window lost our place): pin again, read again
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            tail.wait(version, remaining)  # until the tail watches the queue
+            if remaining <= 0 or not _sleep(tail, version, remaining, sock):
+                break  # until the tail watches the stream, or the client hung up
     finally:
         tail.leave()
+    if client_gone(sock):
+        return job  # nobody to answer: no read (the write that follows fails quietly)
     return read_job(gw, job.id, queue)
 
 
+def _sleep(tail: EventTail, version: int, seconds: float, sock: socket.socket | None) -> bool:
+    """Wait on the tail up to `seconds`; False once the client hung up."""
+    woke = lambda step: tail.wait(version, step) != version or tail.stopping  # noqa: E731
+    return sliced_wait(woke, seconds, sock)
+
+
 def _until_news(
-    tail: EventTail, job_id: str, queue: str, position: StreamId, deadline: float
+    tail: EventTail,
+    job_id: str,
+    stream: str,
+    position: StreamId,
+    deadline: float,
+    sock: socket.socket | None,
 ) -> bool:
     """Wait for a finishing event of the job after `position`; False when the wait ends.
 
     True also when the tail's memory no longer covers `position` (the reader fell more than
     its window behind, or the tail restarted after an error): the caller reads the job again.
+    False too once the client hung up.
     """
     while True:
         version = tail.version  # before entries_after: an entry added after it wakes us
-        newer = tail.entries_after(queue, position)
+        newer = tail.entries_after(stream, position)
         if newer is None:
             return True
         if any(e.job_id == job_id and e.name in FINISHING_EVENTS for e in newer):
@@ -160,14 +180,15 @@ def _until_news(
         remaining = deadline - time.monotonic()
         if remaining <= 0 or tail.stopping:
             return False
-        tail.wait(version, remaining)
+        if not _sleep(tail, version, remaining, sock):
+            return False
 
 
-def _poll(gw: Gateway, job: Job, deadline: float) -> Job:
+def _poll(gw: Gateway, job: Job, deadline: float, sock: socket.socket | None) -> Job:
     """Events off: read the job every POLL_SECONDS until it finishes or the wait ends."""
     while True:
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or not worker_alive():
+        if remaining <= 0 or not worker_alive() or client_gone(sock):
             return job
         time.sleep(min(POLL_SECONDS, remaining))  # a pause between reads, nothing to wake it
         job = read_job(gw, job.id, job.queue)

@@ -462,7 +462,7 @@ VARIABLES: tuple[Variable, ...] = (
              "on: every job transition and worker join, leave, quiet and resume is appended to a capped Redis Stream by the script that makes it (docs/EVENTS.md; GET /events reads them); off: none is written, at no cost (GET /jobs/<id>?wait= then re-reads the job every 0.5 s)",
              _on_off),
     Variable("TASKFORGE_EVENTS_MAX", "events_max", "100000",
-             "Events kept per stream (each queue's, and the hosts'), approximately: the oldest go first",
+             "Events kept per stream, approximately (the oldest go first): on one Redis in the one stream of every queue and host, a bound on the total; on a Cluster in each queue's and the hosts'",
              _integer(1)),
     Variable("TASKFORGE_API_TOKEN", "api_token", "",
              "Bearer token required by every endpoint but /health and /ready; unset = no auth",

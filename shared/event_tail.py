@@ -1,13 +1,15 @@
-"""One tail per gateway process: it follows every event stream and wakes the readers.
+"""One tail per gateway process: it follows the event streams and wakes the readers.
 
 Each open ``GET /events`` holds a thread but no Redis connection. The tail holds one of its
-own (outside the gateway's bounded pool): ``XREAD BLOCK`` on every stream from the last id it
-saw, then one read of what arrived (shared.events.read_events: entries and gap check in one
-MULTI). It keeps the last WINDOW entries of each stream in memory with the id they follow
-(`floor`): every entry after the floor is there, in order. Then it bumps a version under a
-condition and wakes every reader. A reader whose position is at or after a stream's floor takes
-its entries from memory, with no Redis call at all; one further behind (a client resumed from
-an older cursor, or one that fell WINDOW entries behind) reads Redis itself, gap check
+own (outside the gateway's bounded pool): ``XREAD BLOCK`` from the last id it saw, then one
+read of what arrived (shared.events.read_events: entries and gap check in one MULTI). On one
+Redis every event is in one stream, so that is one stream however many queues there are; on a
+Redis Cluster each queue has its own, and the tail follows every listed queue's
+(_wait_for_growth). It keeps the last WINDOW entries of each stream in memory with the id they
+follow (`floor`): every entry after the floor is there, in order. Then it bumps a version under
+a condition and wakes every reader. A reader whose position is at or after a stream's floor
+takes its entries from memory, with no Redis call at all; one further behind (a client resumed
+from an older cursor, or one that fell WINDOW entries behind) reads Redis itself, gap check
 included. Fifty streams thus cost Redis three calls per event and process (the blocking
 XREAD, then XINFO and XREAD in one MULTI), not a hundred.
 
@@ -39,6 +41,7 @@ from shared.events import (
     latest_positions,
     read_events,
     stream_key,
+    stream_of,
 )
 from shared.keys import Keys
 from shared.redis_conn import disconnect, is_cluster
@@ -51,7 +54,11 @@ BLOCK_MS = 1000  # longest XREAD BLOCK: how soon the tail sees a stopping worker
 REFRESH_SECONDS = 5.0  # how often the list of queues is re-read (a new queue's stream joins)
 RETRY_SECONDS = 1.0  # pause after a Redis error before the next try
 READ_COUNT = 500  # entries per stream per read
-WINDOW = 200  # entries kept per stream: a reader this far behind still reads from memory
+# Entries kept per stream: a reader this far behind still reads from memory. On one Redis the
+# one stream carries every queue's events, hence more than each of a Cluster's per-queue
+# streams keeps (there a window per queue that wrote: memory grows with the queues).
+WINDOW = 1000
+CLUSTER_WINDOW = 200
 
 
 @dataclass
@@ -59,12 +66,13 @@ class Window:
     """The last entries of one stream: every entry after `floor` is in `events`, in order."""
 
     floor: StreamId
+    size: int = 0  # entries kept (0: WINDOW)
     events: deque[Event] = field(default_factory=deque)
 
     def add(self, event: Event) -> None:
-        """Append the stream's next entry, forgetting the oldest beyond WINDOW."""
+        """Append the stream's next entry, forgetting the oldest beyond its size."""
         self.events.append(event)
-        if len(self.events) > WINDOW:
+        if len(self.events) > (self.size or WINDOW):
             self.floor = self.events.popleft().id
 
     @property
@@ -95,9 +103,11 @@ class EventTail:
         *,
         alive: Callable[[], bool] = lambda: True,
         block_ms: int = BLOCK_MS,
+        per_queue: bool = False,
     ) -> None:
         self._connect = connect  # called in the tail's thread: its own connection
         self._keys = keys
+        self.per_queue = per_queue  # a Cluster: one stream per queue (shared.events)
         self._queue_names = queue_names
         self._alive = alive
         self._block_ms = block_ms
@@ -134,8 +144,12 @@ class EventTail:
         with self._cond:
             return self._thread is not None
 
+    def stream_of(self, queue: str) -> str:
+        """Return the name of the stream that holds `queue`'s events."""
+        return stream_of(queue, self.per_queue)
+
     def queue_names(self) -> list[str]:
-        """Return the queues the tail watches (empty until its first refresh)."""
+        """Return the queues whose streams the tail watches (a Cluster's; none on one Redis)."""
         with self._cond:
             return list(self._names)
 
@@ -170,7 +184,8 @@ class EventTail:
         """Count a reader in (watching `queues` within BLOCK_MS); start the tail if need be."""
         with self._cond:
             self._readers += 1
-            self._wanted.update(queues or ())
+            if self.per_queue:
+                self._wanted.update(queues or ())
             if self._thread is None and not self._stopping:
                 self._thread = threading.Thread(target=self._run, name="event-tail", daemon=True)
                 self._thread.start()
@@ -212,7 +227,10 @@ class EventTail:
         try:
             while self._should_run():
                 try:
-                    if self._wanted or time.monotonic() - refreshed >= REFRESH_SECONDS:
+                    if not positions or (
+                        self.per_queue
+                        and (self._wanted or time.monotonic() - refreshed >= REFRESH_SECONDS)
+                    ):
                         self._refresh(client, positions)
                         refreshed = time.monotonic()
                     self._step(client, positions)
@@ -235,19 +253,23 @@ class EventTail:
             disconnect(client)  # its own pool: closing the client keeps it
 
     def _refresh(self, client: redis.Redis, positions: dict[str, StreamId]) -> None:
-        """Watch every listed queue: a new stream starts at its last id, and readers look."""
+        """Watch the global stream and (Cluster) every listed queue's: a new stream starts at
+        its last id, and readers look. On one Redis the list of queues is never read."""
         with self._cond:
             self._wanted = set()  # asked for: this refresh answers it
-        names = sorted(set(self._queue_names()))
+        names = sorted(set(self._queue_names())) if self.per_queue else []
         new = [name for name in [FLEET, *names] if name not in positions]
         pinned = latest_positions(client, self._keys, new) if new else {}
         positions.update(pinned)
         with self._cond:
             self._names = names
             for name, position in pinned.items():
-                self._windows[name] = Window(position)
+                self._windows[name] = self._window(position)
         if new:
             self._bump(set(new))  # entries written before the pin are the readers' to find
+
+    def _window(self, floor: StreamId) -> Window:
+        return Window(floor, CLUSTER_WINDOW if self.per_queue else 0)
 
     def _wait_for_growth(self, client: redis.Redis, streams: dict[str, str]) -> list[Any]:
         """Return XREAD's reply for the streams that grew past their ids, waiting up to the block.
@@ -289,6 +311,6 @@ class EventTail:
                     if event.stream not in lost:
                         self._windows[event.stream].add(event)
                 for name in lost:  # the window restarts past the hole; readers behind it
-                    self._windows[name] = Window(positions[name])  # read Redis, gap and all
+                    self._windows[name] = self._window(positions[name])  # read Redis, gap too
             self._bump(grown)
             grown = {event.stream for event in batch.events} if batch.more else set()

@@ -1,11 +1,19 @@
 """Reading the event streams: the resumable cursor, entries as events, and gaps.
 
-The Lua scripts append one entry per transition to a capped stream (docs/EVENTS.md): one per
-queue (``Keys.events``) and one for host events (``Keys.fleet_events``). A reader keeps one
-position per stream; the cursor is those positions as text, ``<name>=<ms>-<seq>`` pairs joined
-by ``,`` where the name is a queue or ``*`` for the fleet stream. A reader resumed from a
-cursor re-reads everything after it that the streams still hold, and is told of a gap when the
-cap dropped entries it had not read.
+The Lua scripts append one entry per transition to a capped stream (docs/EVENTS.md). On one
+Redis (and Sentinel) there is one stream for every queue and the hosts (``Keys.fleet_events``),
+each entry naming its queue (``q``); a Redis Cluster script touches one slot, so there each
+queue has its own stream (``Keys.events``) beside the hosts' one. A reader keeps one position
+per stream it reads (``FLEET`` names the global one); the cursor it hands a client is bounded
+whatever the number of queues:
+
+- one Redis: the global stream's last id read, ``<ms>-<seq>``. A resume is exact.
+- Cluster: ``t<ms>`` then ``,<name>=<seq>`` for each stream whose position is in that
+  millisecond, the latest of all positions (at most MAX_SEEN names; beyond, the names are left
+  out and a resume re-sends that millisecond). A resume reads each stream from that moment:
+  it re-sends nothing read, and misses only an entry stamped earlier than the cursor's
+  millisecond yet written after the cursor was sent (a master whose clock is behind another's,
+  or a transition still in flight): docs/EVENTS.md, "Resuming".
 
 Gaps: Redis 7.0 records ``max-deleted-entry-id`` for XDEL only, not for the trimming that
 ``XADD MAXLEN ~`` does, so a trim is detected from ``entries-added`` > ``length`` (something
@@ -18,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -28,14 +36,16 @@ from shared.keys import Keys
 from shared.queues import QUEUE_PATTERN
 from shared.redis_conn import is_cluster
 
-FLEET = "*"  # the fleet stream's name in a cursor (never a queue name)
+FLEET = "*"  # the global stream's name (never a queue name): all events on one Redis
 StreamId = tuple[int, int]  # (milliseconds, sequence), ordered as Redis orders entry ids
 ZERO: StreamId = (0, 0)  # before every entry: a stream read from here is read whole
-MAX_CURSOR_STREAMS = 1000  # pairs in one cursor (a header of some 100 kB; gunicorn allows 8 kB)
+MAX_SEQ = 2**64 - 1
+MAX_SEEN = 32  # streams a Cluster cursor names (some 2.8 kB; gunicorn allows 8 kB a header)
 _ID = re.compile(r"(\d{1,20})-(\d{1,20})")
-# One position in a cursor; OpenAPI documents the same pattern.
-CURSOR_PAIR = rf"(\*|{QUEUE_PATTERN.pattern})=(\d{{1,20}}-\d{{1,20}})"
-_PAIR = re.compile(CURSOR_PAIR)
+# The two forms of a cursor; OpenAPI documents the same pattern.
+_SEEN = rf"(\*|{QUEUE_PATTERN.pattern})=\d{{1,20}}"
+EVENT_CURSOR_PATTERN = rf"\d{{1,20}}-\d{{1,20}}|t\d{{1,20}}(,{_SEEN}){{0,{MAX_SEEN}}}"
+_CURSOR = re.compile(EVENT_CURSOR_PATTERN)
 _U64 = 2**64
 
 
@@ -57,31 +67,80 @@ def id_of(raw: bytes | str) -> StreamId:
     return parse_id(raw.decode() if isinstance(raw, bytes) else raw)
 
 
-def encode_cursor(positions: Mapping[str, StreamId]) -> str:
-    """Return the cursor of `positions` (stream name -> last id read), fleet stream first."""
-    names = sorted(positions, key=lambda name: (name != FLEET, name))
-    return ",".join(f"{name}={format_id(positions[name])}" for name in names)
+def per_queue_streams(client: redis.Redis) -> bool:
+    """Tell whether each queue writes its own stream (a Cluster) or all write one."""
+    return is_cluster(client)
 
 
-def decode_cursor(text: str) -> dict[str, StreamId]:
-    """Return the positions a cursor names; raise ValueError saying what is wrong with it."""
-    pairs = text.strip().split(",")
-    if len(pairs) > MAX_CURSOR_STREAMS:
-        raise ValueError(f"more than {MAX_CURSOR_STREAMS} streams")
-    positions: dict[str, StreamId] = {}
+def reader_streams(per_queue: bool, queues: Iterable[str], host_events: bool) -> list[str]:
+    """Return the streams a reader of `queues` (and of host events, or not) reads."""
+    if not per_queue:
+        return [FLEET]
+    return [FLEET, *queues] if host_events else list(queues)
+
+
+def stream_of(queue: str, per_queue: bool) -> str:
+    """Return the name of the stream that holds a queue's events."""
+    return queue if per_queue else FLEET
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A decoded cursor: a position in the one stream, or a Cluster's moment and names."""
+
+    ms: int
+    seq: int | None = None  # one Redis's form: the global stream's id is (ms, seq)
+    seen: Mapping[str, int] = field(default_factory=dict)  # Cluster: streams read into `ms`
+
+    def positions(self, streams: Iterable[str]) -> dict[str, StreamId]:
+        """Return where each of `streams` resumes: right after what the cursor covers."""
+        if self.seq is not None and list(streams) == [FLEET]:
+            return {FLEET: (self.ms, self.seq)}
+        # A stream the cursor does not name resumes at the start of its millisecond (also
+        # what a one-Redis cursor means on a Cluster, and the reverse: that millisecond again).
+        start = (self.ms - 1, MAX_SEQ) if self.ms > 0 else ZERO
+        return {
+            name: (self.ms, self.seen[name]) if name in self.seen else start for name in streams
+        }
+
+
+def encode_cursor(positions: Mapping[str, StreamId], per_queue: bool) -> str:
+    """Return the cursor of `positions` (stream name -> last id read), bounded in size."""
+    if not per_queue:
+        return format_id(positions.get(FLEET, ZERO))
+    ms = max((position[0] for position in positions.values()), default=0)
+    seen = sorted(name for name, position in positions.items() if position[0] == ms and ms)
+    if len(seen) > MAX_SEEN:  # left out: a resume re-sends this millisecond, loses nothing
+        return f"t{ms}"
+    return f"t{ms}" + "".join(f",{name}={positions[name][1]}" for name in seen)
+
+
+def decode_cursor(text: str) -> Cursor:
+    """Return the cursor `text` states; raise ValueError saying what is wrong with it."""
+    text = text.strip()
+    if _CURSOR.fullmatch(text) is None:
+        raise ValueError(
+            f"{text[:80]!r} is neither <ms>-<seq> nor t<ms> with at most {MAX_SEEN} "
+            "<queue or *>=<seq> after it"
+        )
+    if not text.startswith("t"):
+        ms, seq = parse_id(text)
+        return Cursor(ms, seq)
+    head, *pairs = text.split(",")
+    seen: dict[str, int] = {}
     for pair in pairs:
-        match = _PAIR.fullmatch(pair)
-        if match is None:
-            raise ValueError(f"{pair[:80]!r} is not <queue or *>=<ms>-<seq>")
-        name = match[1]
-        if name in positions:
+        name, seq_text = pair.split("=")
+        if name in seen:
             raise ValueError(f"{name!r} is named twice")
-        positions[name] = parse_id(match[2])
-    return positions
+        seen[name] = int(seq_text)
+    ms = int(head[1:])
+    if ms >= _U64 or any(seq >= _U64 for seq in seen.values()):
+        raise ValueError(f"{text[:48]!r}: a number past 2^64")
+    return Cursor(ms, None, seen)
 
 
 def stream_key(keys: Keys, name: str) -> str:
-    """Return the key of the stream a cursor calls `name` (a queue, or FLEET)."""
+    """Return the key of the stream a reader calls `name` (a queue, or FLEET)."""
     return keys.fleet_events if name == FLEET else keys.for_queue(name).events
 
 
@@ -89,9 +148,10 @@ def stream_key(keys: Keys, name: str) -> str:
 class Event:
     """One stream entry as a client sees it."""
 
-    stream: str  # the queue whose stream held it, or FLEET
+    stream: str  # the stream that held it: FLEET, or a queue's on a Cluster
     id: StreamId
     name: str  # the entry's `e`
+    queue: str | None = None  # None: a host event
     job_id: str | None = None
     type: str | None = None
     attempt: int | None = None
@@ -105,7 +165,7 @@ class Event:
             "event": self.name,
             "job_id": self.job_id,
             "type": self.type,
-            "queue": None if self.stream == FLEET else self.stream,
+            "queue": self.queue,
             "attempt": self.attempt,
             "worker": self.worker,
             "host": self.host,
@@ -127,6 +187,7 @@ def parse_entry(stream: str, entry_id: bytes | str, fields: Mapping[bytes, bytes
         stream=stream,
         id=id_of(entry_id),
         name=text(b"e") or "unknown",
+        queue=text(b"q") or (None if stream == FLEET else stream),
         job_id=text(b"j"),
         type=text(b"t"),
         attempt=int(attempt) if attempt and attempt.isdigit() else None,
@@ -176,7 +237,7 @@ class Gap:
     first: StreamId | None
 
     def to_json(self) -> dict[str, Any]:
-        """Return the gap's JSON (no queue: the fleet stream)."""
+        """Return the gap's JSON (no queue: the global stream, every queue's on one Redis)."""
         doc: dict[str, Any] = {"event": "gap"}
         if self.stream != FLEET:
             doc["queue"] = self.stream
@@ -192,6 +253,17 @@ class Batch:
     gaps: list[Gap]
     events: list[Event]
     more: bool
+    # With `more`: the id up to which every stream read was read whole (events after it were
+    # left out). A reader of several streams must not pass a stream's unread entries, or a
+    # cursor of its latest moment (a Cluster's) would skip them on a resume.
+    until: StreamId | None = None
+
+    def cut(self, events: list[Event]) -> list[Event]:
+        """Return `events` up to `until` (all of them without a cut)."""
+        if self.until is None:
+            return events
+        until = self.until
+        return [event for event in events if event.id <= until]
 
 
 def _no_stream(reply: Any) -> bool:
@@ -257,7 +329,9 @@ def read_events(
         batches = [read_events(client, keys, {n: p}, count) for n, p in positions.items()]
         merged = sorted((e for b in batches for e in b.events), key=lambda event: event.id)
         gaps = [gap for batch in batches for gap in batch.gaps]
-        return Batch(gaps, merged, any(batch.more for batch in batches))
+        cuts = [batch.until for batch in batches if batch.until is not None]
+        batch = Batch(gaps, merged, bool(cuts), min(cuts) if cuts else None)
+        return Batch(gaps, batch.cut(merged), batch.more, batch.until)
     names = list(positions)
     pipe = client.pipeline(transaction=True)
     for name in names:
@@ -279,10 +353,12 @@ def read_events(
     ]
     by_key = {stream_key(keys, name): name for name in names}
     events: list[Event] = []
-    more = False
+    cuts: list[StreamId] = []  # the last id of each stream that may hold more
     for key, entries in read or []:
         name = by_key[key.decode() if isinstance(key, bytes) else key]
         events += [parse_entry(name, entry_id, fields) for entry_id, fields in entries]
-        more = more or len(entries) >= count
+        if entries and len(entries) >= count:
+            cuts.append(id_of(entries[-1][0]))
     events.sort(key=lambda event: event.id)  # streams interleaved in time (ids are Redis time)
-    return Batch(gaps, events, more)
+    batch = Batch(gaps, events, bool(cuts), min(cuts) if cuts else None)
+    return Batch(gaps, batch.cut(events), batch.more, batch.until)

@@ -124,10 +124,11 @@ class Keys:
 
     @property
     def events(self) -> str:
-        """Return the capped stream of this queue's job and queue events (docs/EVENTS.md).
+        """Return the capped stream of this queue's job and queue events on a Redis Cluster.
 
         Appended by the script that makes each transition (XADD MAXLEN ~ the cap, auto ids),
-        in the queue's slot like every key that script touches; GET /events reads it.
+        in the queue's slot like every key that script touches; GET /events reads it. On one
+        Redis every queue writes ``fleet_events`` instead (docs/EVENTS.md, "Streams").
         """
         return f"{self.prefix}events"
 
@@ -252,9 +253,11 @@ class Keys:
 
     @property
     def fleet_events(self) -> str:
-        """Return the capped stream of host events: joined, left, quiet, resumed (docs/EVENTS.md).
+        """Return the global capped events stream (docs/EVENTS.md, "Streams").
 
-        Appended by heartbeat.lua, which makes those changes, in the global slot it writes.
+        On one Redis (and Sentinel) every event: each queue's job and queue events, appended by
+        the transition scripts, and the hosts' (joined, left, quiet, resumed) by heartbeat.lua.
+        On a Redis Cluster the hosts' only, in the global slot heartbeat.lua writes.
         """
         return f"{self.global_prefix}events"
 

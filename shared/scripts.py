@@ -11,8 +11,9 @@ so Redis refuses it whole rather than letting it write half its effects. enqueue
 producers get a clear refusal. Every other script is ``allow-oom``: they move existing jobs
 (and trim), so workers keep draining the queue while new work is refused.
 
-Events (docs/EVENTS.md): each transition script appends its own event to the queue's stream
-(``Keys.events``), passed as its last key, with ``Policy.events_cap`` as its last argument;
+Events (docs/EVENTS.md): each transition script appends its own event to the events stream
+(one for every queue on one Redis, the queue's own on a Cluster: ``_events_key``), passed as
+its last key, with ``Policy.events_cap`` as its last argument;
 with events off (a cap of 0, TASKFORGE_EVENTS=off) neither is passed and it writes none.
 heartbeat.lua always gets the hosts' stream (``Keys.fleet_events``) and the cap, 0 when off.
 
@@ -241,8 +242,15 @@ class Scripts:
         return False
 
     def _events_key(self, k: Keys) -> list[str]:
-        """Return a script's last key: its queue's events stream, or none with events off."""
-        return [k.events] if self.policy.events_cap else []
+        """Return a script's last key: the events stream, or none with events off.
+
+        One Redis (and Sentinel) enforces no slots: every queue writes the one stream
+        (``Keys.fleet_events``), so a reader's cursor is one id. A Redis Cluster script touches
+        one slot, so there each queue writes its own (``Keys.events``; docs/EVENTS.md).
+        """
+        if not self.policy.events_cap:
+            return []
+        return [k.events if is_cluster(self.redis) else k.fleet_events]
 
     def _events_cap(self) -> list[int]:
         """Return a script's last argument: the events cap, or none with events off.

@@ -9,6 +9,8 @@ origin or the console shows a Content-Security-Policy violation.
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import uuid
 from collections.abc import Iterator
 from urllib.parse import urlsplit
@@ -18,6 +20,7 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.select import Select
 
 from shared.engine_types import Policy
+from shared.jobs import EnqueueRequest
 from shared.keys import Keys
 from shared.schedules import parse_entry
 from shared.scripts import Scripts
@@ -530,3 +533,31 @@ def test_the_page_checks_see_a_foreign_request_and_a_csp_violation(
 
     browser.wait(lambda _: reported(), "the checks to report the image and the inline style")
     browser.forget_logs()  # seen and expected: the check after the test starts clean
+
+
+def test_a_live_listing_resumes_after_its_stream_ended(browser: Browser, system: System) -> None:
+    """Issue 27: after any stream end (here a worker restart: SIGHUP makes gunicorn replace its
+    workers, which ends their streams) the page reconnects with its last id and gets what was
+    written meanwhile. A listing does not re-read on reconnect, so the hint for a job enqueued
+    while it was away can only come from the resumed stream."""
+    queue = f"resume-{uuid.uuid4().hex[:8]}"
+    first = system.enqueue("browser_ok", queue=queue)
+    with paused(system, queue):
+        browser.open(f"{system.open_gateway.url}/ui/jobs?state=pending&queue={queue}", "jobs")
+        wait_connected(browser)
+        mark = mark_document(browser)
+        os.kill(system.open_gateway.process.pid, signal.SIGHUP)
+        browser.wait(
+            lambda _: browser.find("body").get_attribute("data-live") != "connected",
+            "the stream to end with its worker",
+        )
+        # While away (EventSource waits 2 s), and through the engine: an HTTP request now may
+        # reach a worker that is stopping, which resets it.
+        engine = Scripts(system.redis, Keys())
+        job = EnqueueRequest(type="browser_ok", payload_json="{}", queue=queue)
+        assert engine.enqueue(job, str(uuid.uuid4())).created
+        assert not browser.find("#live-hint").is_displayed()
+        wait_connected(browser)
+        browser.wait(lambda _: browser.find("#live-hint").is_displayed(), "the resumed hint")
+        assert row_ids(browser) == {first}
+        assert browser.driver.execute_script("return window.__noReload;") == mark

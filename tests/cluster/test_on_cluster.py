@@ -312,6 +312,71 @@ def test_events_stream_every_queue(stack: Stack) -> None:
         conn.close()
 
 
+def _sse(port: int, headers: dict[str, str] | None = None) -> http.client.HTTPResponse:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/events", headers=headers or {})
+    response = conn.getresponse()
+    assert response.status == 200
+    return response
+
+
+def test_a_cluster_cursor_stays_small_and_resumes_every_queue(stack: Stack) -> None:
+    """On a cluster each queue has its own stream; the id is t<ms> plus the streams of that
+    millisecond (docs/EVENTS.md), whatever the number of queues, and a resume from it gets
+    what every queue's stream wrote since, nothing from before."""
+    idle = [f"idle-{i}" for i in range(300)]
+    client = stack.cluster.client()
+    client.sadd(Keys().queues, *idle)
+    try:
+        _resume_on_cluster(stack)
+    finally:
+        client.srem(Keys().queues, *idle)  # the module's other tests count the queues
+        client.close()
+
+
+def _resume_on_cluster(stack: Stack) -> None:
+    before = stack.enqueue(type="noop", queue=stack.queues[0])
+    stack.wait_status(before, "completed")
+    first = _sse(stack.gateway.port)
+    cursor = None
+    while cursor is None:
+        line = first.fp.readline().decode()
+        assert line, "the stream ended"
+        if line.startswith("id: "):
+            cursor = line[4:].strip()
+    first.close()
+    assert cursor.startswith("t") and len(cursor) < 400, cursor
+    wanted = {stack.enqueue(type="noop", queue=q) for q in stack.queues}
+    for job_id in wanted:
+        stack.wait_status(job_id, "completed")
+    resumed = _sse(stack.gateway.port, {"Last-Event-ID": cursor})
+    seen: dict[str, list[str]] = {}
+    deadline = time.monotonic() + SETTLE
+    try:
+        while not all("completed" in seen.get(j, []) for j in wanted):
+            assert time.monotonic() < deadline, seen
+            line = resumed.fp.readline().decode()
+            if line.startswith("id: "):
+                assert len(line) < 400, line
+            if line.startswith("data:"):
+                event = json.loads(line[5:])
+                seen.setdefault(event.get("job_id"), []).append(event["event"])
+    finally:
+        resumed.close()
+    assert before not in seen  # written before the cursor: not sent again
+    for job_id in wanted:
+        assert seen[job_id] == ["enqueued", "claimed", "completed"], seen[job_id]
+
+
+def test_a_wait_rides_the_queue_s_own_stream_on_a_cluster(stack: Stack) -> None:
+    for queue in stack.queues:
+        job_id = stack.enqueue(type="noop", queue=queue)
+        started = time.monotonic()
+        status, doc = stack.call("GET", f"/jobs/{job_id}?wait=15s")
+        assert status == 200 and doc["status"] == "completed", doc
+        assert time.monotonic() - started < 5.0  # woken by its event, not the end of the wait
+
+
 def test_a_periodic_schedule_enqueues_one_job_per_tick(stack: Stack) -> None:
     def ran_twice() -> dict[str, Any] | None:
         status, doc = stack.call("GET", "/schedules/tick")

@@ -45,9 +45,14 @@ def entries(r: redis.Redis, jid: str = J1) -> list[history.Entry]:
 
 
 def events(r: redis.Redis, keys: Keys = K) -> list[dict[str, str]]:
-    return [
-        {k.decode(): v.decode() for k, v in fields.items()} for _, fields in r.xrange(keys.events)
+    """Return the queue's events: in its own stream (as a cluster lays them out, under the slot
+    guard) or in the one stream of every queue (plain Scripts on one Redis)."""
+    queue = keys.queue.encode()
+    found = r.xrange(keys.events) + [
+        (i, f) for i, f in r.xrange(keys.fleet_events) if f.get(b"q") == queue
     ]
+    found.sort(key=lambda entry: tuple(int(n) for n in entry[0].split(b"-")))
+    return [{k.decode(): v.decode() for k, v in f.items() if k != b"q"} for _, f in found]
 
 
 # --- the request --------------------------------------------------------------------------

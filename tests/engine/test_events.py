@@ -1,6 +1,8 @@
 """Events (issue 15, docs/EVENTS.md): each transition script appends its own event to the
 queue's stream (heartbeat to the hosts' stream), with the fields of the contract and nothing
-else; none with events off; the stream stays within its cap.
+else; none with events off; the stream stays within its cap. The engine fixtures lay events out
+as a Redis Cluster does (one stream per queue: tests.support.slots); the last tests run the
+one-Redis layout, one stream for every queue, each entry naming its queue.
 
 Each test empties the stream just before the call it checks, so the stream then holds exactly
 that call's events.
@@ -8,6 +10,8 @@ that call's events.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
@@ -38,14 +42,19 @@ from tests.engine.conftest import (
 
 TTL = 15_000
 # Every field an event may carry (docs/EVENTS.md): never a payload, result or traceback.
-CONTRACT_FIELDS = {"e", "j", "t", "a", "w", "h"}
+CONTRACT_FIELDS = {"q", "e", "j", "t", "a", "w", "h", "r"}
 
 
 def events(r: redis.Redis, key: str = K.events) -> list[dict[str, str]]:
-    """Return a stream's entries, oldest first, as {field: value} (ids left out)."""
-    return [
-        {f.decode(): v.decode() for f, v in fields.items()} for _, fields in r.xrange(key, "-", "+")
-    ]
+    """Return a stream's entries, oldest first, as {field: value} (ids left out), each checked
+    to name the queue of its stream (none in the hosts' stream) and then without that name."""
+    queue = re.match(r"\{[^:}]+:([^}]+)\}", key)
+    entries = []
+    for _, fields in r.xrange(key, "-", "+"):
+        entry = {f.decode(): v.decode() for f, v in fields.items()}
+        assert entry.pop("q", None) == (queue[1] if queue else None), entry
+        entries.append(entry)
+    return entries
 
 
 def emptied(r: redis.Redis, *keys: str) -> None:
@@ -405,3 +414,34 @@ def test_an_older_caller_that_passes_no_events_key_writes_none(
     raw: Any = r.register_script(scripts._scripts["pause_queue"].script)
     assert raw(keys=[K.paused], args=[T0])[2] == 1
     assert not r.exists(K.events)
+
+
+# --- one Redis: one stream for every queue ---------------------------------------------------
+
+
+def test_on_one_redis_every_queue_writes_the_one_stream_naming_its_queue(r: redis.Redis) -> None:
+    one = Scripts(r, K, POLICY)  # no slot guard: one Redis enforces none
+    one.enqueue(request(), J1, now_ms=T0)
+    one.enqueue(request("pdf", queue="a"), J2, now_ms=T0)
+    one.pause_queue("a", now_ms=T0)
+    one.heartbeat("h1", {}, TTL, now_ms=T0)
+    assert [k.decode() for k in r.scan_iter() if r.type(k) == b"stream"] == [K.fleet_events]
+    entries = [
+        {f.decode(): v.decode() for f, v in fields.items()}
+        for _, fields in r.xrange(K.fleet_events)
+    ]
+    assert entries == [
+        {"q": "default", **job_event("enqueued", J1)},
+        {"q": "a", **job_event("enqueued", J2, "pdf")},
+        {"q": "a", "e": "queue_paused"},
+        {"e": "worker_joined", "h": "h1"},
+    ]
+
+
+def test_on_one_redis_the_cap_bounds_every_queues_events_together(r: redis.Redis) -> None:
+    cap = 150
+    one = Scripts(r, K, dataclasses.replace(POLICY, events_cap=cap))
+    for n in range(1, 1_001):  # 1,000 queues, a job each
+        one.enqueue(request(queue=f"q{n}"), f"00000000-0000-4000-8000-{n:012d}", now_ms=T0)
+    assert cap <= r.xlen(K.fleet_events) <= cap + 100
+    assert not any(r.exists(K.for_queue(f"q{n}").events) for n in range(1, 1_001))

@@ -900,7 +900,9 @@ def read_raw_state(r: redis.Redis, idem_keys: list[str]) -> RawState:
     bounded = {KEYS.state_index(state).encode() for state in STATES}
     bounded |= {KEYS.pending_since.encode(), KEYS.seq.encode(), KEYS.wake.encode()}
     bounded.add(KEYS.failures.encode())  # failures per second: trim keeps at most 64 of them
-    bounded.add(KEYS.events.encode())  # capped by each XADD (checked in check_raw_state)
+    # The events stream, capped by each XADD (checked in check_raw_state): on one Redis the
+    # one stream of every queue, KEYS.fleet_events (the queue's own is a cluster's).
+    bounded |= {KEYS.events.encode(), KEYS.fleet_events.encode()}
     bounded.add(KEYS.due.encode())  # an entry per queue holding a scheduled job (one here)
     bounded.add(KEYS.throughput.encode())  # per-minute counts: trim keeps the last 62 minutes
     others = sorted(k for k in every_key - bounded if not k.startswith(prefix))
@@ -943,7 +945,8 @@ def read_raw_state(r: redis.Redis, idem_keys: list[str]) -> RawState:
 def check_raw_state(r: redis.Redis, model: Model, tokens_seen: dict[str, int]) -> None:
     raw = read_raw_state(r, sorted(model.idem))
     # MAXLEN ~ trims whole macro nodes of stream-node-max-entries (100 by default).
-    assert r.xlen(KEYS.events) <= EVENTS_CAP + 100, "the events stream outgrew its cap"
+    stream = max(r.xlen(KEYS.events), r.xlen(KEYS.fleet_events))
+    assert stream <= EVENTS_CAP + 100, "the events stream outgrew its cap"
     lost = model.enqueued - model.jobs.keys() - model.gone
     assert not lost, f"jobs neither present nor trimmed/purged: {lost}"
     assert raw.job_ids == model.jobs.keys(), (

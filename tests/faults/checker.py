@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from shared import history
+from shared.events import per_queue_streams, stream_key, stream_of
 from shared.keys import Keys
 
 OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
@@ -351,8 +352,11 @@ class EventCheck:
     events: int = 0  # stream entries of the jobs compared
 
 
-def read_job_events(client: redis.Redis, stream: str) -> dict[str, list[str]]:
-    """Return each job's event names in a stream, in stream order (host and queue events out)."""
+def read_job_events(
+    client: redis.Redis, stream: str, queue: str | None = None
+) -> dict[str, list[str]]:
+    """Return each job's event names in a stream, in stream order (host and queue events out;
+    with `queue`, another queue's too)."""
     by_job: dict[str, list[str]] = defaultdict(list)
     start = "-"
     while True:
@@ -360,7 +364,7 @@ def read_job_events(client: redis.Redis, stream: str) -> dict[str, list[str]]:
         for _, raw in page:
             entry = {_text(k): _text(v) for k, v in raw.items()}  # either kind of client
             job_id = entry.get("j")
-            if job_id is not None:
+            if job_id is not None and (queue is None or entry.get("q", queue) == queue):
                 by_job[job_id].append(entry.get("e") or "")
         if len(page) < STREAM_PAGE:
             return by_job
@@ -444,11 +448,13 @@ def event_mismatches(
     """
     keys = keys or Keys()
     result = EventCheck()
-    trimmed = stream_trimmed(client, keys.events)
+    # One Redis: the one stream of every queue (entries name theirs); a cluster: the queue's.
+    key = stream_key(keys, stream_of(keys.queue, per_queue_streams(client)))
+    trimmed = stream_trimmed(client, key)
     if trimmed:
         result.mismatches.append(trimmed)
         return result
-    stream = read_job_events(client, keys.events)
+    stream = read_job_events(client, key, keys.queue)
     hashed = [k[len(keys.job_prefix) :] for k in _scan(client) if k.startswith(keys.job_prefix)]
     ids = sorted(set(hashed) | set(job_ids) | set(stream))
     pipe = client.pipeline(transaction=False)

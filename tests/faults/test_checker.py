@@ -219,15 +219,17 @@ def test_read_journal_skips_a_torn_last_line(tmp_path: Path) -> None:
 # --- the events check: every job's stream entries against its own history ------------------
 
 
+# One Redis: every queue's events are in the one stream, each naming its queue.
+STREAM = KEYS.fleet_events
+
+
 def add_event(r: redis.Redis, event: str, job_id: str) -> None:
     """Append an event by hand, as no script would: the fault the check must catch."""
-    r.xadd(KEYS.events, {"e": event, "j": job_id, "t": "journaled"})
+    r.xadd(STREAM, {"q": KEYS.queue, "e": event, "j": job_id, "t": "journaled"})
 
 
 def events_of(r: redis.Redis, job_id: str) -> list[bytes]:
-    return [
-        fields[b"e"] for _, fields in r.xrange(KEYS.events) if fields.get(b"j") == job_id.encode()
-    ]
+    return [fields[b"e"] for _, fields in r.xrange(STREAM) if fields.get(b"j") == job_id.encode()]
 
 
 def test_events_of_a_run_with_every_kind_of_transition_match(r: redis.Redis) -> None:
@@ -345,7 +347,7 @@ def test_a_capped_history_is_compared_by_its_tail_and_count() -> None:
 def test_a_trimmed_stream_is_reported_not_compared(r: redis.Redis) -> None:
     scripts = Scripts(r, KEYS)
     job = enqueue(scripts)
-    r.xtrim(KEYS.events, maxlen=0)
+    r.xtrim(STREAM, maxlen=0)
     found = event_mismatches(r, KEYS, [job])
     assert len(found.mismatches) == 1 and "was trimmed (1 added, 0 kept;" in found.mismatches[0]
     assert found.checked == 0

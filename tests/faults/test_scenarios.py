@@ -467,10 +467,10 @@ def test_periodic_ticks_while_schedulers_are_sigkilled(
     for host in hosts:
         assert host.stop() == 0, host.tail()
     last = lasts()
-    enqueued = Counter(
+    enqueued = Counter(  # one Redis: the one stream of every queue, entries naming theirs
         fields[b"j"].decode()
-        for _, fields in r.xrange(KEYS.events)
-        if fields.get(b"e") == b"enqueued"
+        for _, fields in r.xrange(KEYS.fleet_events)
+        if fields.get(b"e") == b"enqueued" and fields.get(b"q") == KEYS.queue.encode()
     )
     by_id: dict[str, tuple[str, int]] = {}
     window: dict[str, list[int]] = {}

@@ -1,4 +1,4 @@
-"""GET /events through Flask's test client on the private redis-server.
+"""GET /events through Flask's test client on the private redis-server (one Redis: one stream).
 
 Most tests append entries in the scripts' format with XADD (docs/EVENTS.md, "Writing"), to
 place each entry exactly; one runs the real scripts end to end. Every read is bounded: with the keep-alive shortened
@@ -25,15 +25,18 @@ from shared import event_tail
 from shared.config import Settings
 from shared.events import (
     FLEET,
+    MAX_SEEN,
     ZERO,
+    Cursor,
     Event,
     StreamInfo,
     decode_cursor,
     encode_cursor,
     format_id,
     parse_id,
+    read_events,
 )
-from shared.jobs import format_ms
+from shared.jobs import EnqueueRequest, format_ms
 from shared.keys import Keys
 from shared.scripts import Scripts
 from tests.gateway.conftest import TOKEN
@@ -49,17 +52,17 @@ DEADLINE = 5.0  # seconds any one expected message may take
 
 
 def emit(r: redis.Redis, queue: str, event: str, job_id: str | None = None, **fields: str) -> str:
-    """Append a job or queue event to `queue`'s stream as the scripts do; return its id.
+    """Append a job or queue event of `queue` as the scripts do on one Redis; return its id.
 
     The queue is listed first, as a producer lists it before its first job there.
     """
     r.sadd(K.queues, queue)
-    entry = {"e": event, **({"j": job_id} if job_id else {}), **fields}
-    return r.xadd(K.for_queue(queue).events, entry).decode()
+    entry = {"q": queue, "e": event, **({"j": job_id} if job_id else {}), **fields}
+    return r.xadd(K.fleet_events, entry).decode()
 
 
 def emit_host(r: redis.Redis, event: str, host: str) -> str:
-    """Append a host event to the fleet stream; return its id."""
+    """Append a host event to the one stream (no queue); return its id."""
     return r.xadd(K.fleet_events, {"e": event, "h": host}).decode()
 
 
@@ -199,7 +202,7 @@ def test_a_job_event_is_an_sse_message_with_a_resumable_id(app: Flask, r: redis.
         stream = Stream(response)
         first = stream.next()
         assert first is not None and first.retry == 2000
-        assert set(decode_cursor(first.id)) == {FLEET, "default"}
+        assert decode_cursor(first.id).seq is not None  # one Redis: the one stream's id
         job = new_job()
         entry = emit(r, "default", "claimed", job, t="email.send", a="2", w="host-1-7:3")
         (message,) = stream.events(1)
@@ -213,7 +216,7 @@ def test_a_job_event_is_an_sse_message_with_a_resumable_id(app: Flask, r: redis.
             "worker": "host-1-7:3",
             "at": format_ms(int(entry.split("-")[0])),
         }
-        assert decode_cursor(message.id)["default"] == parse_id(entry)
+        assert message.id == entry
     finally:
         response.close()
 
@@ -271,13 +274,12 @@ def test_a_queue_filter_sends_that_queue_and_host_events(
     opened: Callable[..., Stream], r: redis.Redis
 ) -> None:
     stream = opened("?queue=critical,low")
-    assert set(decode_cursor(stream.last_id)) == {FLEET, "critical", "low"}
+    parse_id(stream.last_id)  # one stream id, whatever the filter
     emit(r, "default", "enqueued", new_job())
     wanted = new_job()
     emit(r, "critical", "enqueued", wanted)
     emit_host(r, "worker_joined", "host-1-7")
-    # Streams are merged by entry id; two entries of the same millisecond may come either way.
-    job_event, host_event = sorted(stream.events(2), key=lambda m: m.event != "enqueued")
+    job_event, host_event = stream.events(2)
     assert (job_event.data["job_id"], job_event.data["queue"]) == (wanted, "critical")
     assert host_event.data == {
         "event": "worker_joined",
@@ -286,16 +288,19 @@ def test_a_queue_filter_sends_that_queue_and_host_events(
     }
 
 
-def test_repeated_queue_parameters_add_up(opened: Callable[..., Stream]) -> None:
+def test_repeated_queue_parameters_add_up(opened: Callable[..., Stream], r: redis.Redis) -> None:
     stream = opened("?queue=a&queue=b,c")
-    assert set(decode_cursor(stream.last_id)) == {FLEET, "a", "b", "c"}
+    emit(r, "d", "enqueued", new_job())
+    wanted = [new_job() for _ in range(3)]
+    for queue, job in zip("abc", wanted, strict=True):
+        emit(r, queue, "enqueued", job)
+    assert [m.data["job_id"] for m in stream.events(3)] == wanted
 
 
 def test_a_type_filter_sends_only_that_type_and_no_host_events(
     opened: Callable[..., Stream], r: redis.Redis
 ) -> None:
     stream = opened("?type=report")
-    assert set(decode_cursor(stream.last_id)) == {"default"}
     emit_host(r, "worker_joined", "host-1-7")
     emit(r, "default", "enqueued", new_job(), t="email")
     wanted = new_job()
@@ -316,7 +321,7 @@ def test_a_job_filter_follows_one_job_and_still_moves_the_cursor(
     last = emit(r, "default", "enqueued", new_job(), t="a")
     # Only filtered-out entries moved: an id-only message moves the cursor past them.
     deadline = time.monotonic() + DEADLINE
-    while decode_cursor(stream.last_id)["default"] != parse_id(last):
+    while stream.last_id != last:
         assert time.monotonic() < deadline, "the cursor did not move past filtered entries"
         assert stream.next() is not None
     assert parse_id(other) < parse_id(last)
@@ -349,14 +354,14 @@ def test_a_client_resumed_from_any_id_misses_nothing_and_repeats_nothing(
     assert again.quiet_for(3 * KEEPALIVE) == []
     # Each message's id names the entry it carries: its stream's position in the cursor.
     delivered = [entry_of(m) for m in seen[:2] + rest]
-    assert sorted(delivered) == sorted(written)  # every entry once: none missed, none repeated
+    assert delivered == written  # every entry once, in order: none missed, none repeated
     assert [m.data["job_id"] for m in rest if m.data.get("job_id") in jobs[4:]] == jobs[4:]
 
 
 def entry_of(message: Message) -> str:
-    """Return the id of the entry a message carries: its stream's position in the message's id."""
-    stream = FLEET if message.data.get("queue") is None else message.data["queue"]
-    return format_id(decode_cursor(message.id)[stream])
+    """Return the id of the entry a message carries: on one Redis, the message's id itself."""
+    assert message.id is not None
+    return format_id(parse_id(message.id))
 
 
 def test_the_header_wins_over_the_query_parameter(
@@ -365,8 +370,7 @@ def test_the_header_wins_over_the_query_parameter(
     old = emit(r, "default", "enqueued", new_job())
     newer_job = new_job()
     newer = emit(r, "default", "enqueued", newer_job)
-    header = encode_cursor({FLEET: (0, 0), "default": parse_id(old)})
-    query = encode_cursor({FLEET: (0, 0), "default": parse_id(newer)})
+    header, query = old, newer
     stream = opened(f"?last_event_id={query}", headers={"Last-Event-ID": header})
     (message,) = stream.events(1)
     assert message.data["job_id"] == newer_job and message.id.endswith(newer)
@@ -381,17 +385,12 @@ def test_a_client_behind_the_cap_is_told_of_the_gap_then_gets_what_is_left(
     tail = app.extensions[gateway_events.EXTENSION].tail
     wait_until(lambda: not tail.running, DEADLINE, "the tail to stop with its last reader")
     ids = [emit(r, "default", "enqueued", new_job()) for _ in range(event_tail.WINDOW + 10)]
-    r.xtrim(K.events, maxlen=3, approximate=False)
+    r.xtrim(K.fleet_events, maxlen=3, approximate=False)
     again = opened(headers={"Last-Event-ID": cursor})
     gap, *rest = again.events(4)
     assert gap.event == "gap" and gap.id is None  # the cursor stays where the client was
-    assert gap.data == {
-        "event": "gap",
-        "queue": "default",
-        "from": format_id(decode_cursor(cursor)["default"]),
-        "first": ids[-3],
-    }
-    assert [decode_cursor(m.id)["default"] for m in rest] == [parse_id(i) for i in ids[-3:]]
+    assert gap.data == {"event": "gap", "from": cursor, "first": ids[-3]}
+    assert [m.id for m in rest] == ids[-3:]
 
 
 def test_a_live_client_that_falls_behind_is_told_too(
@@ -404,27 +403,26 @@ def test_a_live_client_that_falls_behind_is_told_too(
     # tail keeps in memory, and are trimmed.
     jobs = [new_job() for _ in range(event_tail.WINDOW + 100)]
     ids = [emit(r, "q", "enqueued", job) for job in jobs]
-    r.xtrim(K.for_queue("q").events, maxlen=5, approximate=False)
+    r.xtrim(K.fleet_events, maxlen=5, approximate=False)
     gap, *rest = stream.events(6)
-    assert gap.event == "gap" and gap.data["queue"] == "q" and gap.data["first"] == ids[-5]
+    assert gap.event == "gap" and "queue" not in gap.data and gap.data["first"] == ids[-5]
     assert [m.data["job_id"] for m in rest] == jobs[-5:]
 
 
 def test_entries_the_tail_holds_reach_a_reader_even_after_redis_trimmed_them(
     app: Flask, opened: Callable[..., Stream], r: redis.Redis
 ) -> None:
-    r.sadd(K.queues, "q")  # the tail watches listed queues only
     stream = opened("?queue=q")
-    position = decode_cursor(stream.last_id)["q"]
+    position = parse_id(stream.last_id)
     tail = app.extensions[gateway_events.EXTENSION].tail
-    wait_until(lambda: tail.entries_after("q", position) == [], DEADLINE, "the tail to watch q")
+    wait_until(lambda: tail.entries_after(FLEET, position) == [], DEADLINE, "the tail to watch")
     jobs = [new_job() for _ in range(20)]
     for job in jobs:
         emit(r, "q", "enqueued", job)
     wait_until(
-        lambda: len(tail.entries_after("q", position) or []) == 20, DEADLINE, "the tail to read"
+        lambda: len(tail.entries_after(FLEET, position) or []) == 20, DEADLINE, "the tail to read"
     )
-    r.xtrim(K.for_queue("q").events, maxlen=5, approximate=False)
+    r.xtrim(K.fleet_events, maxlen=5, approximate=False)
     received = stream.events(20)
     assert [m.data["job_id"] for m in received] == jobs  # from memory: no gap, nothing lost
 
@@ -434,7 +432,7 @@ def test_a_trimmed_stream_the_client_kept_up_with_has_no_gap(
 ) -> None:
     for _ in range(10):
         emit(r, "default", "enqueued", new_job())
-    r.xtrim(K.events, maxlen=2, approximate=False)
+    r.xtrim(K.fleet_events, maxlen=2, approximate=False)
     stream = opened()
     job = new_job()
     emit(r, "default", "enqueued", job)
@@ -446,13 +444,16 @@ def test_a_trimmed_stream_the_client_kept_up_with_has_no_gap(
     "cursor",
     [
         "garbage",
-        "default=1-2-3",
-        "default=12",
-        "default=1-1,default=2-2",
-        "bad queue=1-1",
-        "*=1-1,",
-        "default=99999999999999999999999-0",
-        ",".join(f"q{i}=1-1" for i in range(1001)),
+        "1-2-3",
+        "12",
+        "default=1-1",
+        "t5,default=1,default=2",
+        "t5,bad queue=1",
+        "t5,*=1,",
+        "99999999999999999999999-0",
+        "18446744073709551616-0",
+        "t18446744073709551616",
+        "t5," + ",".join(f"q{i}=1" for i in range(MAX_SEEN + 1)),
     ],
 )
 def test_a_malformed_last_event_id_is_a_400(app: Flask, cursor: str) -> None:
@@ -476,39 +477,41 @@ def test_a_bad_filter_is_a_400(app: Flask, query: str, names: str) -> None:
 # --- queues, keep-alive, bound, shutdown, outage ---------------------------------------------
 
 
-def test_a_new_queue_joins_an_unfiltered_stream(
-    opened: Callable[..., Stream], r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+def test_a_new_queue_reaches_an_unfiltered_stream_at_once(
+    app: Flask, opened: Callable[..., Stream], r: redis.Redis
 ) -> None:
-    monkeypatch.setattr(event_tail, "REFRESH_SECONDS", 0.05)
     stream = opened()
-    r.sadd(K.queues, "fresh")
     job = new_job()
-    emit(r, "fresh", "enqueued", job)
+    # Not even listed: on one Redis every queue writes the one stream the tail follows.
+    r.xadd(K.fleet_events, {"q": "fresh", "e": "enqueued", "j": job})
     (message,) = stream.events(1)
     assert (message.data["queue"], message.data["job_id"]) == ("fresh", job)
-    assert set(decode_cursor(message.id)) == {FLEET, "default", "fresh"}
-
-
-def test_a_named_queue_is_watched_once_listed_and_made_up_names_never(
-    app: Flask, opened: Callable[..., Stream], r: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(event_tail, "REFRESH_SECONDS", 0.5)
-    everything = opened()
-    named = opened("?queue=fresh,madeup")
     tail = app.extensions[gateway_events.EXTENSION].tail
-    early = new_job()
-    r.xadd(K.for_queue("fresh").events, {"e": "enqueued", "j": early})  # not listed yet
-    meanwhile = emit(r, "default", "enqueued", new_job())  # the unfiltered reader reads on
-    assert [m.data["queue"] for m in everything.events(1)] == ["default"], meanwhile
+    assert tail.queue_names() == []  # the list of queues is never read on one Redis
 
-    r.sadd(K.queues, "fresh")  # listed now: both readers read it from its start
 
-    for stream in (named, everything):
-        (message,) = stream.events(1)
-        assert (message.data["queue"], message.data["job_id"]) == ("fresh", early)
-    # A name nobody listed costs the tail nothing: it is not among the streams it reads.
-    assert tail.entries_after("madeup", ZERO) is None
-    assert "fresh" in tail.queue_names() and "madeup" not in tail.queue_names()
+def test_many_queues_keep_the_id_small_and_a_resume_exact(
+    app: Flask, opened: Callable[..., Stream], r: redis.Redis
+) -> None:
+    """2,000 queues, each with a job: the id stays one stream id, and a Last-Event-ID resume
+    delivers exactly the events after it (the 650-queue id was 14,408 bytes: issue 27)."""
+    queues = [f"q{i}" for i in range(2000)]
+    scripts = Scripts(r, K)
+    r.sadd(K.queues, *queues)  # listed, as producers list them
+    stream = opened()
+    for queue in queues[:1000]:
+        scripts.enqueue(EnqueueRequest(type="t", payload_json="{}", queue=queue), new_job())
+    seen = stream.events(1000)
+    assert max(len(m.id or "") for m in seen) <= 41  # <ms>-<seq>, 20 digits each at most
+    resume_at = seen[499].id
+    stream.close()
+    for queue in queues[1000:]:
+        scripts.enqueue(EnqueueRequest(type="t", payload_json="{}", queue=queue), new_job())
+    again = opened(headers={"Last-Event-ID": resume_at})
+    rest = again.events(1500)
+    assert again.quiet_for(3 * KEEPALIVE) == []
+    assert [m.data["queue"] for m in rest] == queues[500:]  # exactly those after it, in order
+    assert max(len(m.id or "") for m in rest) <= 41
 
 
 def test_an_idle_stream_sends_a_keepalive_comment(opened: Callable[..., Stream]) -> None:
@@ -594,11 +597,48 @@ def test_with_a_token_the_stream_needs_it(r: redis.Redis, redis_server: RedisSer
 # --- the pieces: cursor, gap rule, memory window ---------------------------------------------
 
 
-def test_a_cursor_round_trips_with_the_fleet_stream_first() -> None:
-    positions = {"low": (5, 0), FLEET: (1, 2), "critical": (3, 4)}
-    text = encode_cursor(positions)
-    assert text == "*=1-2,critical=3-4,low=5-0"
-    assert decode_cursor(text) == positions
+def test_a_one_redis_cursor_is_the_one_streams_id() -> None:
+    assert encode_cursor({FLEET: (1764645600000, 3)}, per_queue=False) == "1764645600000-3"
+    cursor = decode_cursor("1764645600000-3")
+    assert cursor == Cursor(1764645600000, 3)
+    assert cursor.positions([FLEET]) == {FLEET: (1764645600000, 3)}
+
+
+def test_a_cluster_cursor_names_only_the_streams_of_its_millisecond() -> None:
+    positions = {"low": (5, 0), FLEET: (9, 2), "critical": (9, 4), "idle": (0, 0)}
+    text = encode_cursor(positions, per_queue=True)
+    assert text == "t9,*=2,critical=4"
+    cursor = decode_cursor(text)
+    # Named streams resume after what they read; the others from the millisecond's start.
+    assert cursor.positions([FLEET, "critical", "low", "new"]) == {
+        FLEET: (9, 2),
+        "critical": (9, 4),
+        "low": (8, 2**64 - 1),
+        "new": (8, 2**64 - 1),
+    }
+
+
+def test_a_cluster_cursor_stays_bounded_however_many_streams_share_a_millisecond() -> None:
+    positions = {f"q{i}": (7, i) for i in range(5000)}
+    text = encode_cursor(positions, per_queue=True)
+    assert text == "t7"  # left out: a resume re-sends millisecond 7, loses nothing
+    assert decode_cursor(text).positions(["q1"]) == {"q1": (6, 2**64 - 1)}
+    few = encode_cursor({f"q{i}": (7, i) for i in range(MAX_SEEN)}, per_queue=True)
+    assert len(few) < 8190 - 100 and decode_cursor(few).seen["q3"] == 3
+
+
+def test_a_read_of_several_streams_stops_where_one_was_cut_short(r: redis.Redis) -> None:
+    """A Cluster reader's cursor is its latest moment: had it sent B's 3-1 while A still held
+    unread entries before it (A read only up to its count), a resume would skip those."""
+    for ms in range(1, 6):
+        r.xadd(K.for_queue("a").events, {"q": "a", "e": "enqueued"}, id=f"{ms}-0")
+    r.xadd(K.for_queue("b").events, {"q": "b", "e": "enqueued"}, id="3-1")
+    batch = read_events(r, K, {"a": ZERO, "b": ZERO}, count=2)
+    assert [(e.stream, e.id) for e in batch.events] == [("a", (1, 0)), ("a", (2, 0))]
+    assert batch.more and batch.until == (2, 0)
+    whole = read_events(r, K, {"a": (2, 0), "b": ZERO}, count=10)
+    assert [e.id for e in whole.events] == [(3, 0), (3, 1), (4, 0), (5, 0)]
+    assert not whole.more and whole.until is None
 
 
 @pytest.mark.parametrize(
@@ -649,14 +689,14 @@ def test_the_tail_survives_an_unexpected_error(r: redis.Redis) -> None:
 
     # The tail's client is its own: the tail closes that client's pool when it ends.
     own = redis.Redis(connection_pool=redis.ConnectionPool(**r.connection_pool.connection_kwargs))
-    tail = event_tail.EventTail(lambda: own, K, names, block_ms=50)
+    tail = event_tail.EventTail(lambda: own, K, names, block_ms=50, per_queue=True)
     tail.join()
     try:
         # The tail retries after its pause and watches the queue...
         wait_until(lambda: tail.queue_names() == ["mail"], DEADLINE, "the tail watching mail")
         # ...and still follows it: an entry written now reaches its window.
         job_id = new_job()
-        emit(r, "mail", "enqueued", job_id)
+        r.xadd(K.for_queue("mail").events, {"e": "enqueued", "j": job_id})
         wait_until(
             lambda: [e.job_id for e in tail.entries_after("mail", (0, 0)) or []] == [job_id],
             DEADLINE,

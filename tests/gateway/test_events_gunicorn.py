@@ -197,7 +197,8 @@ def test_a_client_that_stops_reading_is_dropped_and_frees_its_slot(
             for _ in range(4):
                 pipe = r.pipeline(transaction=False)
                 for _ in range(250):
-                    pipe.xadd(K.events, {"e": "enqueued", "j": "0" * 8, "t": big})
+                    entry = {"q": "default", "e": "enqueued", "j": "0" * 8, "t": big}
+                    pipe.xadd(K.fleet_events, entry)
                 pipe.execute()
 
             def slot_free() -> bool:
@@ -211,3 +212,61 @@ def test_a_client_that_stops_reading_is_dropped_and_frees_its_slot(
             wait_until(slot_free, 15.0, "the stalled stream to be dropped")
         finally:
             stalled.close()
+
+
+def open_stream(port: int, headers: str = "") -> socket.socket:
+    """Open GET /events on a raw socket; return it once the 200 status line came."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=READ_TIMEOUT)
+    sock.sendall(f"GET /events HTTP/1.1\r\nHost: test\r\n{headers}\r\n".encode())
+    status = sock.recv(12)
+    assert status == b"HTTP/1.1 200", status
+    return sock
+
+
+def test_128_streams_opened_and_closed_free_their_slots_at_once(
+    start_gateway: Callable[..., AbstractContextManager[Gunicorn]],
+) -> None:
+    """Issue 27, item 4: a slot used to free at the next keep-alive (15 s), so 128 clients
+    that opened and closed a stream gave everyone 503. Now a stream notices its client hung up
+    within gateway.hangup.POLL_SECONDS, and a newcomer waits that moment rather than a 503."""
+    with start_gateway(WEB_CONCURRENCY="1", TASKFORGE_EVENTS_STREAMS="128") as gw:
+        for _ in range(2):  # twice: every slot the first round took came back
+            socks = [open_stream(gw.port) for _ in range(128)]
+            for sock in socks:
+                sock.close()
+            started = time.monotonic()
+            open_stream(gw.port).close()  # admitted: a 200, not a 503
+            admitted = time.monotonic() - started
+            print(f"\na stream after 128 opened and closed: admitted in {admitted * 1000:.0f} ms")
+            assert admitted < 3.0
+
+
+def test_a_resume_with_many_queues_sends_a_small_id_gunicorn_accepts(
+    gw: Gunicorn, r: redis.Redis
+) -> None:
+    """Issue 27: with 650 queues the id was 14,408 bytes and a reconnect got 431."""
+    r.sadd(K.queues, *(f"q{i}" for i in range(2000)))
+    sock = open_stream(gw.port)
+    reader = sock.makefile("rb")
+    first_id = None
+    while first_id is None:
+        line = reader.readline()
+        assert line, "the stream ended"
+        if line.startswith(b"id: "):
+            first_id = line[4:].strip().decode()
+    sock.close()
+    assert len(first_id) <= 41
+    job_id, _ = enqueue(gw, r)
+    again = open_stream(gw.port, f"Last-Event-ID: {first_id}\r\n")
+    again_reader = again.makefile("rb")
+    try:
+        deadline = time.monotonic() + READ_TIMEOUT
+        while True:
+            assert time.monotonic() < deadline, "the resumed stream did not send the job"
+            line = again_reader.readline()
+            assert line, "the resumed stream ended"
+            if line.startswith(b"data: "):
+                assert json.loads(line[6:])["job_id"] == job_id  # the first event after it
+                break
+    finally:
+        again.close()

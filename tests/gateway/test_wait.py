@@ -299,7 +299,7 @@ def test_with_events_off_a_wait_reads_the_job_again_until_it_finishes(
     answer = pending.result(DEADLINE)
     assert answer.doc["status"] == "completed"
     assert answer.ended - finished_at < waiting.POLL_SECONDS + PROMPT
-    assert not r.exists(K.for_queue("default").events)  # it rode no event: none was written
+    assert not r.exists(K.fleet_events)  # it rode no event: none was written
     hub = application.extensions[gateway_events.EXTENSION]
     assert not hub.tail.running
 

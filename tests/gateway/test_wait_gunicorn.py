@@ -9,9 +9,11 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import pytest
@@ -132,3 +134,26 @@ def test_50_waits_hold_no_redis_connection_each_and_end_with_their_jobs(
     )
     assert lags[-1] < PROMPT
     assert after <= WORKERS * (POOL_SIZE + 1)
+
+
+def test_waits_whose_clients_hung_up_free_their_slots_at_once(
+    start_gateway: Callable[..., AbstractContextManager[Gunicorn]], r: redis.Redis
+) -> None:
+    """Issue 27, item 4: a ?wait= slot used to free when the wait ended (up to 60 s)."""
+    with start_gateway(WEB_CONCURRENCY="1", TASKFORGE_EVENTS_STREAMS="4") as gw:
+        status, _, job = gw.request("POST", "/enqueue", {"type": "wait.load"})
+        assert status == 201, job
+        socks = []
+        for _ in range(4):
+            sock = socket.create_connection(("127.0.0.1", gw.port), timeout=READ_TIMEOUT)
+            sock.sendall(f"GET /jobs/{job['id']}?wait=60s HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+            socks.append(sock)
+        wait_until(lambda: waits_in_progress(gw) == 4, DEADLINE, "4 waits")
+        assert gw.request("GET", f"/jobs/{job['id']}?wait=1s")[0] == 503  # every slot taken
+        for sock in socks:
+            sock.close()
+        started = time.monotonic()
+        status, _, body = gw.request("GET", f"/jobs/{job['id']}?wait=0.1s")
+        assert status == 200, body  # admitted, not 503
+        assert time.monotonic() - started < 3.0
+        wait_until(lambda: waits_in_progress(gw) == 0, DEADLINE, "the gone waits to end")

@@ -4,7 +4,10 @@
 through (``_call``, ``_piped`` and ``_piped_bare``; tests/cluster/test_script_slots.py checks
 that no call bypasses them) so each call checks its keys before it is sent, on one Redis or a
 cluster alike: the engine tests run with it, so every call site they reach is held to the rule
-a cluster enforces. `CALLED` records which scripts were called (a coverage check reads it).
+a cluster enforces. It also lays the events out as on a cluster, one stream per queue
+(``Keys.events``): one Redis's one stream for all queues is the single exception to the rule,
+and tests/engine/test_events.py tests it apart. `CALLED` records which scripts were called (a
+coverage check reads it).
 """
 
 from __future__ import annotations
@@ -48,6 +51,10 @@ def one_slot(scripts: Scripts) -> Scripts:
         check_keys(name, keys)
         bare(pipe, name, keys, args)
 
+    def per_queue_events(k: Any) -> list[str]:
+        return [k.events] if scripts.policy.events_cap else []
+
+    scripts._events_key = per_queue_events  # type: ignore[method-assign]
     scripts._call = checked_call  # type: ignore[method-assign]
     scripts._piped = checked_piped  # type: ignore[method-assign]
     scripts._piped_bare = checked_bare  # type: ignore[method-assign]

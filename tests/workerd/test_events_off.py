@@ -58,4 +58,4 @@ def test_events_off_writes_no_stream_anywhere(
     if events == "off":
         assert event_streams(r) == []
     else:
-        assert set(event_streams(r)) == {K.fleet_events, K.for_queue("default").events}
+        assert set(event_streams(r)) == {K.fleet_events}  # one Redis: one stream for all

@@ -58,8 +58,12 @@ def moved(tmp_path: Path) -> Iterator[tuple[RedisServer, MovableClock]]:
 
 
 def _enqueued(r: redis.Redis) -> Counter[str]:
-    entries = r.xrange(K.for_queue("periodic").events)
-    return Counter(f[b"j"].decode() for _, f in entries if f.get(b"e") == b"enqueued")
+    entries = r.xrange(K.fleet_events)  # one Redis: one stream, each entry naming its queue
+    return Counter(
+        f[b"j"].decode()
+        for _, f in entries
+        if f.get(b"e") == b"enqueued" and f.get(b"q") == b"periodic"
+    )
 
 
 def _passes(r: redis.Redis, count: int) -> None:

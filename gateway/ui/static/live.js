@@ -80,6 +80,7 @@
     var onEvent = refreshUrl ? schedule : hint;
     var lastId = "";
     var delay = RETRY_MS;
+    var refusals = 0;
     var source = null;
 
     function received(event) {
@@ -97,6 +98,7 @@
       source.onopen = function () {
         body.setAttribute("data-live", "connected");
         delay = RETRY_MS;
+        refusals = 0;
         // The stream starts now, not when the page was rendered: whatever happened in between
         // (a replayed job that already ran) is read once, here.
         if (refreshUrl) { schedule(); }
@@ -110,6 +112,10 @@
         // A refusal (503: the gateway serves its most streams; a restart) closes it for good:
         // try again later, from the last event seen, waiting longer each time.
         body.setAttribute("data-live", "off");
+        // EventSource cannot tell a 503 from a 400: after a few refusals in a row, start from
+        // now rather than repeat an id the server may not take (the page refreshes on open).
+        refusals += 1;
+        if (refusals >= 3) { lastId = ""; }
         window.setTimeout(connect, delay);
         delay = Math.min(delay * 2, MAX_RETRY_MS);
       };

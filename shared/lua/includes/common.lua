@@ -23,9 +23,19 @@ local function events_on(cap)
   return cap ~= nil and cap ~= '' and cap ~= '0'
 end
 
+-- Every entry of a queue's event names the queue (`q`): on one Redis all queues write one
+-- stream (shared.scripts, _events_key; on a Cluster the key is the queue's own). The name is
+-- read from the hash tag of the script's first key, {<ns>:<queue>} (neither name holds ':' or
+-- '}'); a script of the global slot ({<ns>}: heartbeat's host events) names none. A header's
+-- `{ns:queue}:v2:events` key is a Cluster's; on one Redis that key is `{ns}:v2:events`.
 local function emit(key, cap, ...)
   if events_on(cap) then
-    redis.call('XADD', key, 'MAXLEN', '~', cap, '*', ...)
+    local queue = string.match(KEYS[1], '^{[^:}]+:([^}]+)}')
+    if queue then
+      redis.call('XADD', key, 'MAXLEN', '~', cap, '*', 'q', queue, ...)
+    else
+      redis.call('XADD', key, 'MAXLEN', '~', cap, '*', ...)
+    end
   end
 end
 

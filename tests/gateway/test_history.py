@@ -94,7 +94,7 @@ def test_the_document_describes_the_answer() -> None:
     schema = doc["components"]["schemas"]["History"]
     entry = schema["properties"]["history"]["items"]
 
-    assert set(operation["responses"]) == {"200", "400", "401", "404", "503"}
+    assert set(operation["responses"]) == {"200", "400", "401", "404", "429", "503"}
     assert schema["required"] == ["id", "queue", "history", "dropped"]
     assert set(entry["properties"]["event"]["enum"]) >= {"enqueued", "claimed", "completed"}
     assert entry["properties"]["actor"]["enum"] == ["api", "scheduler", "supervisor", "worker"]

@@ -204,7 +204,7 @@ def test_the_document_describes_the_listing() -> None:
         "maximum": 1000,
         "default": 50,
     }
-    assert set(operation["responses"]) == {"200", "400", "401", "503"}
+    assert set(operation["responses"]) == {"200", "400", "401", "429", "503"}
     page = resolve(doc, operation["responses"]["200"]["content"]["application/json"]["schema"])
     assert page["required"] == ["jobs", "next_cursor"]
 

@@ -441,7 +441,8 @@ def _schemas() -> dict[str, Any]:
         "Jobs": _object(["jobs"], {"jobs": jobs}),
         "History": _history_schema(),
         "DeadPage": _object(
-            ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
+            ["jobs", "next_cursor", "every_queue"],
+            {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}, "every_queue": EVERY},
         ),
         "Stats": _stats_schema(),
         **_bulk_schemas(),
@@ -996,7 +997,9 @@ def _dlq_paths() -> dict[str, Any]:
         "/dlq": {
             "get": _operation(
                 "listDead",
-                "Page through dead jobs, newest first.",
+                "Page through dead jobs, newest first: of every queue while at most "
+                f"{listing.EVERY_QUEUE_CAP} are listed, else of the queues GET /jobs lists "
+                "without queue (every_queue: false).",
                 {"200": page, **_use("BadRequest", "Unauthorized", "Unavailable")},
                 parameters=[_param("Limit"), _param("Cursor")],
             )

@@ -63,13 +63,13 @@ LIMIT_RANGE = (1, 1000)
 # at most 1,000 (then at least the page size).
 TYPE_SCAN_FACTOR = 10
 TYPE_SCAN_MAX = 1000
-# "<score>:<member>": every score is an integer (ms, or -priority within ±2^31); a member is a
-# job id, or "<16-digit seq>:<id>" in pending. [0-9], not \d: \d also matches other scripts'
-# digits, which int() would take.
 # A listing without a queue reads every listed queue while there are at most this many.
 EVERY_QUEUE_CAP = 100
 # Past that, scheduled jobs are also read from this many queues whose next job is due soonest.
 SOONEST_DUE = 50
+# "<score>:<member>": every score is an integer (ms, or -priority within ±2^31); a member is a
+# job id, or "<16-digit seq>:<id>" in pending. [0-9], not \d: \d also matches other scripts'
+# digits, which int() would take.
 CURSOR_PATTERN = re.compile(rf"(-?[0-9]{{1,16}}):((?:[0-9]{{16}}:)?{JOB_ID_PATTERN.pattern})")
 
 

@@ -11,6 +11,10 @@ GET /queues and /metrics each read a bounded set of queues per request:
 
 Per request: one round trip for the count of listed queues, one SSCAN (or more, bounded)
 per page, one pipelined read of the queues shown, one GET of the summary.
+
+``names_within`` and ``served`` choose the same way but return names alone, for reads that
+are not counts: job listings without a queue (shared.listing), the throughput of all queues
+(shared.throughput). ``scan_names`` also pages the list of limited queues (GET /limits).
 """
 
 from __future__ import annotations

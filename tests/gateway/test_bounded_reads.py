@@ -163,6 +163,27 @@ def test_past_the_cap_a_listing_reads_the_served_busiest_and_soonest_due(
     assert [job["id"] for job in one["jobs"]] == [quiet] and one["every_queue"] is True
 
 
+def test_past_the_cap_pages_list_each_job_of_the_set_once(
+    r: redis.Redis, engine: Scripts, web: FlaskClient
+) -> None:
+    list_queues(r, listing.EVERY_QUEUE_CAP)
+    serve(r, "default", "mail")
+    wanted = [put(engine, "mail", priority=p) for p in (5, 1, 3)]
+    wanted += [put(engine, "busy", priority=p) for p in (4, 2, 2, 0)]
+    seen: list[str] = []
+    cursor = None
+    while True:
+        doc = web.get("/jobs?state=pending&limit=2" + (f"&cursor={cursor}" if cursor else ""))
+        body = doc.get_json()
+        assert body["every_queue"] is False
+        seen += [job["id"] for job in body["jobs"]]
+        cursor = body["next_cursor"]
+        if cursor is None:
+            break
+    assert sorted(seen) == sorted(wanted) and len(seen) == len(wanted)
+    assert seen[0] == wanted[0]  # claim order across queues: the highest priority first
+
+
 def test_within_the_cap_a_listing_reads_every_queue(engine: Scripts, web: FlaskClient) -> None:
     ids = {put(engine, f"q{i}") for i in range(5)}
     doc = web.get("/jobs?state=pending").get_json()

@@ -15,6 +15,9 @@ passes to settle, then measures:
   size of /metrics;
 - the Redis commands one request of each of those runs (INFO commandstats, scripts' own
   commands included, workerd stopped with SIGSTOP meanwhile): unlike times, not noisy;
+- the reads that listed every queue before issue 27's last part (``READS``: the queues page,
+  listings and the DLQ without a queue, GET /limits, the throughput of all queues): p50, max
+  and Redis commands of one request each, as above;
 - the event stream: the length of an event's ``id:``, and whether a reconnect with
   ``Last-Event-ID`` is answered and delivers a job enqueued while the client was away.
 
@@ -52,6 +55,17 @@ from tests.support.workerd import Workerd, running_workerd
 BATCH = 1000  # jobs per POST /enqueue/batch: the gateway's cap
 SETTLE = 3.0  # seconds after the queues are listed before the idle window
 EVENT_TIMEOUT = 10.0  # seconds to wait for an event on the stream
+# Reads across queues, measured as the pages above are: name -> path.
+READS = {
+    "queues_page": "/ui/queues",
+    "jobs_pending": "/jobs?state=pending",
+    "jobs_scheduled": "/jobs?state=scheduled",
+    "ui_jobs": "/ui/jobs",
+    "ui_dlq": "/ui/dlq",
+    "dlq": "/dlq",
+    "limits": "/limits",
+    "throughput": "/stats/throughput",
+}
 
 
 def list_queues(web: Gunicorn, n: int) -> str:
@@ -239,11 +253,14 @@ def measure(n: int, args: argparse.Namespace) -> dict[str, Any]:
         result["idle"] = idle(server, workerd.children("scheduler")[0], args.idle)
         pages = {"get_job": f"/jobs/{job}", "overview": "/ui", "stats": "/stats"}
         pages["metrics"] = "/metrics"
+        pages.update(READS)
+        bodies = {}
         for name, path in pages.items():
-            result[name], body = timed(
+            result[name], bodies[name] = timed(
                 get(web, path), args.reads if name == "get_job" else args.pages
             )
             result[name]["redis_commands"] = commands_of(server, workerd, get(web, path))
+        body = bodies["metrics"]
         result["metrics"]["bytes"] = len(body)
         result["metrics"]["series"] = sum(
             1 for line in body.decode().splitlines() if line and not line.startswith("#")
@@ -282,7 +299,8 @@ def report(r: dict[str, Any]) -> str:
         f"  GET /stats {timing(r['stats'])}\n"
         f"  GET /metrics {timing(r['metrics'])}, {r['metrics']['bytes']:,} bytes, "
         f"{r['metrics']['series']:,} series\n"
-        f"  events: {json.dumps(e)}"
+        + "".join(f"  GET {path} {timing(r[name])}\n" for name, path in READS.items())
+        + f"  events: {json.dumps(e)}"
     )
 
 

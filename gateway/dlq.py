@@ -17,7 +17,7 @@ from gateway.errors import ApiError
 from gateway.jobs import queue_of
 from gateway.routes import route
 from shared import bulk, listing
-from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN
+from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, JobState
 from shared.lifecycle import Outcome, record
 from shared.queries import BadCursor, dead_page
 from shared.queues import QUEUE_RULE, is_queue_name
@@ -52,14 +52,20 @@ def _not_dead(exc: WrongState) -> ApiError:
 
 @route(bp, "GET", "/dlq", query=inputs.DLQ_QUERY)
 def list_dead() -> dict[str, Any]:
-    """Return a page of dead jobs, newest first, with the cursor of the next page."""
+    """Return a page of dead jobs, newest first, with the cursor of the next page: of every
+    queue while few are listed, else of a bounded set (shared.listing.queues_for)."""
     limit, cursor = inputs.dlq_query()
     gw = gateway()
+    across = listing.queues_for(gw.scripts, JobState.DEAD)
     try:
-        page = dead_page(gw.redis, gw.keys, limit, cursor, gw.directory.names(refresh=True))
+        page = dead_page(gw.redis, gw.keys, limit, cursor, across.queues)
     except BadCursor as exc:
         raise ApiError(400, f"bad cursor: {exc}; use a next_cursor this server returned") from None
-    return {"jobs": [job.to_json() for job in page.jobs], "next_cursor": page.next_cursor}
+    return {
+        "jobs": [job.to_json() for job in page.jobs],
+        "next_cursor": page.next_cursor,
+        "every_queue": across.every,
+    }
 
 
 @route(bp, "POST", "/dlq/<job_id>/retry")
@@ -180,8 +186,12 @@ def bulk_request(body: Any) -> BulkRequest:
 def _bulk(action: bulk.Action) -> dict[str, Any]:
     wanted = bulk_request(inputs.json_body())
     gw = gateway()
-    # Every queue unless one is named: re-read, since another process may have added one.
-    queues = [wanted.queue] if wanted.queue is not None else gw.directory.names(refresh=True)
+    # A filter walks what GET /jobs?state=dead lists (the queue named, else a bounded set of
+    # queues: shared.listing.queues_for). Ids are looked for in every queue.
+    if wanted.ids is None:
+        queues = listing.queues_for(gw.scripts, JobState.DEAD, wanted.queue).queues
+    else:
+        queues = [wanted.queue] if wanted.queue is not None else gw.directory.names(refresh=True)
     result = bulk.bulk_dead(
         gw.scripts,
         action,

@@ -17,10 +17,12 @@ from flask import Blueprint
 from gateway import inputs
 from gateway.context import gateway
 from gateway.errors import ApiError
+from gateway.queue_page import QUEUE_PAGE_QUERY, page_query
 from gateway.queues import queue_name
 from gateway.routes import route
 from shared import limits
 from shared.limits import LimitError, LimitsState, QueueLimits, ScopeUse
+from shared.queue_view import scan_names
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +59,21 @@ def _parsed(parse: Any, body: Any) -> Any:
         raise ApiError(400, str(exc)) from exc
 
 
-@route(bp, "GET", "/limits")
+@route(bp, "GET", "/limits", query=QUEUE_PAGE_QUERY)
 def list_limits() -> dict[str, Any]:
-    """Return every queue that has limits: its own and its types', each with running and held."""
+    """Return a page of the queues that have limits (by name): their own and their types',
+    each with running and held, and the next page's cursor.
+
+    Read from the list of limited queues (Keys.limited), not from every queue: a page costs
+    an SSCAN or a few and two pipelined reads of its queues, however many queues are listed.
+    """
     gw = gateway()
-    names = gw.directory.names(refresh=True)
+    wanted = page_query()
+    names, next_cursor = scan_names(
+        gw.scripts, wanted.cursor, wanted.limit, wanted.search, key=gw.scripts.keys.limited
+    )
     states = limits.read_state(gw.scripts.redis, gw.scripts.keys, names)
-    return {"queues": [state.to_json() for state in states]}
+    return {"queues": [state.to_json() for state in states], "next_cursor": next_cursor}
 
 
 @route(bp, "GET", "/queues/<name>/limits")

@@ -1,4 +1,8 @@
-"""Job listings: ``GET /jobs?state=&queue=&type=&limit=&cursor=``, one state, page by page."""
+"""Job listings: ``GET /jobs?state=&queue=&type=&limit=&cursor=``, one state, page by page.
+
+Without ``queue``, many listed queues are not all read (shared.listing.queues_for):
+``every_queue`` says whether this page covered every queue.
+"""
 
 from __future__ import annotations
 
@@ -19,14 +23,18 @@ def list_jobs() -> dict[str, Any]:
     """Return a page of one state's jobs in that state's order, and the next page's cursor."""
     query = inputs.list_query()
     gw = gateway()
-    # Every queue unless one is named: re-read, since another process may have added one.
-    queues = [query.queue] if query.queue is not None else gw.directory.names(refresh=True)
+    # The named queue, else a bounded set of queues (all of them while few): shared.listing.
+    across = listing.queues_for(gw.scripts, query.state, query.queue)
     page = listing.list_jobs(
         gw.scripts,
         query.state,
-        queues,
+        across.queues,
         limit=query.limit,
         cursor=query.cursor,
         job_type=query.job_type,
     )
-    return {"jobs": [job.to_json() for job in page.jobs], "next_cursor": page.next_cursor}
+    return {
+        "jobs": [job.to_json() for job in page.jobs],
+        "next_cursor": page.next_cursor,
+        "every_queue": across.every,
+    }

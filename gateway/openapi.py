@@ -407,9 +407,14 @@ def _throughput_schema() -> dict[str, Any]:
         },
     )
     return _object(
-        ["queue", "minutes", "completed", "failed"],
+        ["queue", "every_queue", "minutes", "completed", "failed"],
         {
-            "queue": {"type": ["string", "null"], "description": "null: every queue, summed."},
+            "queue": {"type": ["string", "null"], "description": "null: all queues, summed."},
+            "every_queue": {
+                **EVERY,
+                "description": "false: past a page of queues, the sum of the queues hosts "
+                "serve (only workers complete and fail jobs).",
+            },
             "minutes": {
                 "type": "array",
                 "items": minute,
@@ -449,13 +454,15 @@ def _schemas() -> dict[str, Any]:
         "Jobs": _object(["jobs"], {"jobs": jobs}),
         "History": _history_schema(),
         "DeadPage": _object(
-            ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
+            ["jobs", "next_cursor", "every_queue"],
+            {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}, "every_queue": EVERY},
         ),
         "Stats": _stats_schema(),
         **_bulk_schemas(),
         "Throughput": _throughput_schema(),
         "JobPage": _object(
-            ["jobs", "next_cursor"], {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}}
+            ["jobs", "next_cursor", "every_queue"],
+            {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}, "every_queue": EVERY},
         ),
         **_queue_schemas(
             {s: {"type": "integer", "minimum": 0} for s in STATES},
@@ -564,7 +571,13 @@ def _limits_schemas() -> dict[str, Any]:
                 },
             },
         ),
-        "LimitsList": _object(["queues"], {"queues": {"type": "array", "items": _ref("Limits")}}),
+        "LimitsList": _object(
+            ["queues", "next_cursor"],
+            {
+                "queues": {"type": "array", "items": _ref("Limits")},
+                "next_cursor": _page_fields()["next_cursor"],
+            },
+        ),
     }
 
 
@@ -755,7 +768,10 @@ def _listing_parameters() -> dict[str, Any]:
         "Queue": {
             "name": "queue",
             "in": "query",
-            "description": "One queue's jobs; absent: every queue's.",
+            "description": "One queue, any listed one. Absent: all queues while there are "
+            f"at most {listing.EVERY_QUEUE_CAP}; past that a bounded set (the reply's "
+            "every_queue is false): the queues hosts serve and, for a listing, the busiest "
+            "(and the soonest due, for scheduled). docs/API.md.",
             "schema": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
         },
         "JobType": {
@@ -854,6 +870,11 @@ def _param(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/parameters/{name}"}
 
 
+EVERY = {
+    "type": "boolean",
+    "description": "true: every queue was read (a queue was named, or all fit in a page); "
+    "false: a bounded set of them (docs/API.md, the queue parameter).",
+}
 QUEUE_PAGE_PARAMS = [_param("QueueLimit"), _param("QueueCursor"), _param("QueueSearch")]
 JOB_OK = _json(_ref("Job"), "The job.")
 BODY_ERRORS = ("BadRequest", "Unauthorized", "TooLarge", "Unsupported", "Unavailable")
@@ -1003,7 +1024,9 @@ def _dlq_paths() -> dict[str, Any]:
         "/dlq": {
             "get": _operation(
                 "listDead",
-                "Page through dead jobs, newest first.",
+                "Page through dead jobs, newest first: of every queue while at most "
+                f"{listing.EVERY_QUEUE_CAP} are listed, else of the queues GET /jobs lists "
+                "without queue (every_queue: false).",
                 {"200": page, **_use("BadRequest", "Unauthorized", "Unavailable")},
                 parameters=[_param("Limit"), _param("Cursor")],
             )
@@ -1110,11 +1133,13 @@ def _limits_paths() -> dict[str, Any]:
         "/limits": {
             "get": _operation(
                 "listLimits",
-                "Every queue that has limits: its own and its job types', running and held.",
+                "A page of the queues that have limits (every one while they fit in limit): "
+                "their own and their job types', running and held.",
                 {
                     "200": _json(_ref("LimitsList"), "Queues with limits, by name."),
-                    **_use("Unauthorized", "Unavailable"),
+                    **_use("BadRequest", "Unauthorized", "Unavailable"),
                 },
+                parameters=QUEUE_PAGE_PARAMS,
             )
         },
         "/queues/{name}/limits": {

@@ -65,13 +65,17 @@ def _throughput_query() -> tuple[str | None, int]:
 
 @route(bp, "GET", "/stats/throughput", query=THROUGHPUT_QUERY)
 def stats_throughput() -> dict[str, Any]:
-    """Return completions and failed executions per minute, oldest first, the current last."""
+    """Return completions and failed executions per minute, oldest first, the current last:
+    of one queue, or of all (past a page of queues, those hosts serve: shared.throughput)."""
     queue, minutes = _throughput_query()
     gw = gateway()
-    queues = [queue] if queue is not None else gw.directory.names(refresh=True)
+    queues, every = [queue], True
+    if queue is None:
+        queues, every = throughput.queues_counted(gw.scripts)
     points = throughput.last_hour(gw.scripts, queues, minutes=minutes)
     return {
         "queue": queue,
+        "every_queue": every,
         "minutes": [
             {"start": format_ms(m.start_ms), "completed": m.completed, "failed": m.failed}
             for m in points

@@ -24,6 +24,14 @@ pipelined round trip, and the pages are merged. With a type filter a queue stops
 bounded number of entries (like SCAN), and the merge keeps only what lies before the earliest
 place a queue stopped, so nothing past it is skipped. Then one more round trip reads the page's
 jobs; a job that changed state in between is left out (it is no longer in this state).
+
+Without a queue (``queues_for``): every listed queue while they are at most
+``EVERY_QUEUE_CAP``; past that, since anyone can list a queue and a page must not cost one
+read per queue, the queues hosts serve (where jobs are claimed, complete, fail and die),
+the busiest of the last sweep of the totals (shared.summary: most pending + processing),
+and for scheduled jobs the queues whose next job is due soonest (the due index): a bounded
+set, chosen again for each page. A queue that joins the set between two pages is listed
+from the cursor's position on; a job is still never shown twice. Naming a queue lists any.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shared.jobs import JOB_ID_PATTERN, Job, JobState
+from shared.queue_view import names_within, served
+from shared.replies import text
 from shared.scripts import Scripts
 
 # list_page.lua's order of each state's index.
@@ -53,6 +63,10 @@ LIMIT_RANGE = (1, 1000)
 # at most 1,000 (then at least the page size).
 TYPE_SCAN_FACTOR = 10
 TYPE_SCAN_MAX = 1000
+# A listing without a queue reads every listed queue while there are at most this many.
+EVERY_QUEUE_CAP = 100
+# Past that, scheduled jobs are also read from this many queues whose next job is due soonest.
+SOONEST_DUE = 50
 # "<score>:<member>": every score is an integer (ms, or -priority within ±2^31); a member is a
 # job id, or "<16-digit seq>:<id>" in pending. [0-9], not \d: \d also matches other scripts'
 # digits, which int() would take.
@@ -86,6 +100,36 @@ def parse_cursor(text: str) -> Position:
     if not match:
         raise BadCursor("cursor is not one this server returned")
     return Position(int(match.group(1)), match.group(2))
+
+
+@dataclass(frozen=True)
+class Across:
+    """The queues a listing reads: the one named, or a bounded set (every: all listed)."""
+
+    queues: list[str]
+    every: bool
+
+
+def queues_for(scripts: Scripts, state: JobState, queue: str | None = None) -> Across:
+    """Return the queues a listing of `state` reads: `queue` alone if given; else every listed
+    queue while they fit EVERY_QUEUE_CAP, else the served, busiest (and soonest due) ones.
+
+    At most three round trips, none of which grows with the number of queues: the count of
+    listed queues, the served queues (one ZRANGE), the summary (one GET; a due sweep runs in
+    a thread, shared.summary); scheduled adds one ZRANGE of the due index.
+    """
+    if queue is not None:
+        return Across([queue], True)
+
+    def first() -> list[str]:
+        names = served(scripts)
+        if state is JobState.SCHEDULED:
+            due = scripts.redis.zrange(scripts.keys.due, 0, SOONEST_DUE - 1)
+            names += [text(name) or "" for name in due]
+        return names
+
+    names, every = names_within(scripts, limit=EVERY_QUEUE_CAP, first=first)
+    return Across(names, every)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,10 @@ GET /queues and /metrics each read a bounded set of queues per request:
 
 Per request: one round trip for the count of listed queues, one SSCAN (or more, bounded)
 per page, one pipelined read of the queues shown, one GET of the summary.
+
+``names_within`` and ``served`` choose the same way but return names alone, for reads that
+are not counts: job listings without a queue (shared.listing), the throughput of all queues
+(shared.throughput). ``scan_names`` also pages the list of limited queues (GET /limits).
 """
 
 from __future__ import annotations
@@ -52,22 +56,29 @@ def listed_count(scripts: Scripts) -> int:
 
 
 def scan_names(
-    scripts: Scripts, cursor: str | None, limit: int, match: str | None = None
+    scripts: Scripts,
+    cursor: str | None,
+    limit: int,
+    match: str | None = None,
+    *,
+    key: str | None = None,
 ) -> tuple[list[str], str | None]:
     """Return about `limit` listed names from `cursor` on, and the next cursor (None: done).
 
     SSCAN: no order across pages (each page is sorted), and a name may come twice while the
     set grows, as SSCAN guarantees. `match`: names containing it. The default queue comes
-    first on the first page (it is listed even before its first job).
+    first on the first page (it is listed even before its first job). `key`: another set of
+    queue names to page instead (such as Keys.limited), without the default queue.
     """
     found: dict[str, None] = {}
-    if cursor in (None, "0") and (match is None or match in DEFAULT_QUEUE):
+    first = cursor in (None, "0") and (match is None or match in DEFAULT_QUEUE)
+    if first and key is None:
         found[DEFAULT_QUEUE] = None
     position = int(cursor or 0)
     pattern = None if match is None else f"*{_glob_escape(match)}*"
     for _ in range(SCAN_CALLS):
         position, names = scripts.redis.sscan(
-            scripts.keys.queues, position, match=pattern, count=limit
+            key or scripts.keys.queues, position, match=pattern, count=limit
         )
         found.update(dict.fromkeys(text(name) or "" for name in names))
         if position == 0 or len(found) >= limit:
@@ -117,6 +128,36 @@ def chosen(
     names = dict.fromkeys(first())
     names.update(dict.fromkeys(name for name, _ in (totals.busiest if totals else ())))
     return _partial(scripts, listed, list(names)[:limit], totals)
+
+
+def served(scripts: Scripts) -> list[str]:
+    """Return the default queue and the queues hosts serve (Keys.served, by name): one ZRANGE.
+
+    As many names as the hosts' WORKER_QUEUES (configuration, not names anyone creates), and
+    every queue where a job is claimed, completes or fails (only a worker does those).
+    """
+    names = sorted(text(name) or "" for name in scripts.redis.zrange(scripts.keys.served, 0, -1))
+    return list(dict.fromkeys([DEFAULT_QUEUE, *names]))
+
+
+def names_within(
+    scripts: Scripts,
+    *,
+    limit: int,
+    first: Callable[[], Iterable[str]] = tuple,
+    busiest: bool = True,
+    run: Callable[[Callable[[], object]], None] | None = None,
+) -> tuple[list[str], bool]:
+    """Return every listed queue's name while they fit in `limit`, and True (all of them);
+    past that, the queues `first()` names, then (`busiest`) the busiest of the last sweep,
+    and False. For reads that need the names only (listings, the throughput)."""
+    if listed_count(scripts) <= limit:
+        return scripts.queue_names(), True
+    names = dict.fromkeys(first())
+    if busiest:
+        totals = summary.current(scripts, run=run)
+        names.update(dict.fromkeys(name for name, _ in (totals.busiest if totals else ())))
+    return list(names), False
 
 
 def _all(scripts: Scripts, listed: int, match: str | None = None) -> QueueView:

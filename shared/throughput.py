@@ -5,7 +5,12 @@ scheduler runs every second for each busy queue, rolls the completed index and t
 per-second failure counts into per-minute buckets (``Keys.throughput``) before it forgets
 them; throughput.lua reads the buckets and adds what finished after trim's watermark, live,
 so the current minute is right without waiting for the next trim. One pipelined round trip
-for any number of queues.
+for the queues asked for.
+
+All queues (``queues_counted``): every listed queue while they fit in a page; past that,
+since anyone can list a queue, the queues hosts serve (Keys.served): only a worker completes
+or fails a job, so those hold every completion and failure, and their number is the
+configuration's, not the number of names.
 
 What it counts: a completion once, in the minute of its finish time; a failed execution
 (retried or dead) once, in the minute it failed; not a job lost with its worker. The minutes
@@ -19,10 +24,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shared.queue_view import names_within, served
 from shared.scripts import Scripts
 
 MINUTE_MS = 60_000
 MAX_MINUTES = 60
+# While the listed queues are at most this many, "all queues" reads each of them.
+EVERY_QUEUE_CAP = 100
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,14 @@ class Minute:
     start_ms: int
     completed: int
     failed: int
+
+
+def queues_counted(scripts: Scripts) -> tuple[list[str], bool]:
+    """Return the queues the throughput of all queues reads, and whether they are every
+    listed queue (else the served ones): two round trips at most."""
+    return names_within(
+        scripts, limit=EVERY_QUEUE_CAP, first=lambda: served(scripts), busiest=False
+    )
 
 
 def last_hour(

@@ -348,9 +348,17 @@ class Client:
         self._http.request("DELETE", f"/queues/{_seg(name)}", replay=Replay.UNSENT)
 
     def limits(self) -> list[Limits]:
-        """Return every queue that has limits, with running and held counts per scope."""
-        doc = self._http.request("GET", "/limits")
-        return [Limits.from_json(entry) for entry in doc["queues"]]
+        """Return every queue that has limits (following the pages of ``GET /limits``), with
+        running and held counts per scope, by name."""
+        found: dict[str, Limits] = {}
+        cursor: str | None = None
+        while True:
+            query = {"limit": QUEUE_PAGE_MAX, "cursor": cursor}
+            doc = self._http.request("GET", "/limits", query=query)
+            found.update((entry["queue"], Limits.from_json(entry)) for entry in doc["queues"])
+            cursor = doc.get("next_cursor")
+            if cursor is None:
+                return [found[name] for name in sorted(found)]
 
     def queue_limits(self, queue: str) -> Limits:
         """Return one queue's limits (every field None when it has none)."""

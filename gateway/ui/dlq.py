@@ -16,7 +16,7 @@ from gateway.ui.base import UiError, bp, events_url, render
 from gateway.ui.jobs import Filters, confirm_page, confirmed, read_filters, read_page
 from shared.bulk import Action, bulk_dead
 from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, JobState
-from shared.listing import BadCursor
+from shared.listing import BadCursor, queues_for
 from shared.queues import is_queue_name
 
 BATCH = 100  # jobs per bulk_dead call
@@ -35,7 +35,7 @@ def dlq() -> tuple[str, int]:
     """List dead jobs, newest first, filtered by queue and type, with the bulk actions."""
     filters = read_filters(JobState.DEAD)
     filters = Filters(JobState.DEAD, filters.queue, filters.job_type, filters.cursor)
-    page = read_page(filters)
+    page, every_queue = read_page(filters)
     next_url = None
     if page.next_cursor is not None:
         args = filters.args(cursor=page.next_cursor)
@@ -47,6 +47,7 @@ def dlq() -> tuple[str, int]:
         filters=filters,
         jobs=page.jobs,
         next_url=next_url,
+        every_queue=every_queue,
         live_events=events_url(queue=filters.queue, type=filters.job_type),
     )
 
@@ -70,8 +71,10 @@ def _form_filters() -> tuple[str | None, str | None]:
     return queue, job_type
 
 
-def _describe(queue: str | None, job_type: str | None) -> str:
+def _describe(queue: str | None, job_type: str | None, every_queue: bool) -> str:
     where = f"in queue {queue}" if queue else "in every queue"
+    if not every_queue:
+        where = "in the queues workers serve and the busiest (name a queue for any other)"
     return f"of type {job_type}, {where}" if job_type else where
 
 
@@ -91,17 +94,20 @@ def act() -> BaseResponse | tuple[str, int]:
         flash("Select at least one job first.")
         return redirect(back, code=303)
     cursor = request.form.get("cursor") or None
+    # The queues acted on: the one named, else a bounded set (all of them while few), as
+    # the DLQ page lists them (shared.listing.queues_for).
+    across = queues_for(gateway().scripts, JobState.DEAD, queue)
     if not confirmed():
         if ids is not None:
             message = f"{verb} these {len(ids)} dead jobs?"
         else:
-            message = f"{verb} every dead job {_describe(queue, job_type)}"
+            message = f"{verb} every dead job {_describe(queue, job_type, across.every)}"
             if job_type:  # a count by type would read every dead job: the DLQ page lists them
                 message += "? The list on the DLQ page shows which they are."
             else:
-                message += f" ({_dead_count(queue)} dead there now)?"
+                message += f" ({_dead_count(across.queues)} dead there now)?"
         return confirm_page(f"{verb} dead jobs", message, ids or [], back)
-    done, skipped, cursor = run_bulk(action, queue, job_type, ids, cursor)
+    done, skipped, cursor = run_bulk(action, across.queues, job_type, ids, cursor)
     if cursor is not None:
         message = f"{len(done)} {done_word}, {len(skipped)} skipped; more remain. Continue?"
         return confirm_page(f"{verb} dead jobs: continue", message, [], back, cursor=cursor)
@@ -109,23 +115,20 @@ def act() -> BaseResponse | tuple[str, int]:
     return redirect(back, code=303)
 
 
-def _dead_count(queue: str | None) -> int:
-    gw = gateway()
-    names = [queue] if queue else gw.directory.names(refresh=True)
-    counts, _ = gw.scripts.stats(names)
+def _dead_count(queues: list[str]) -> int:
+    counts, _ = gateway().scripts.stats(queues)
     return counts.by_state[JobState.DEAD]
 
 
 def run_bulk(
     action: Action,
-    queue: str | None,
+    queues: list[str],
     job_type: str | None,
     ids: list[str] | None,
     cursor: str | None,
 ) -> tuple[list[str], list[tuple[str, str]], str | None]:
     """Run bulk_dead batch after batch, up to PER_REQUEST jobs; return done, skipped, cursor."""
     gw = gateway()
-    queues = [queue] if queue else gw.directory.names(refresh=True)
     done: list[str] = []
     skipped: list[tuple[str, str]] = []
     while True:

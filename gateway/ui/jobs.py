@@ -56,28 +56,30 @@ def read_filters(default_state: JobState) -> Filters:
     return Filters(state, queue, job_type, request.args.get("cursor") or None)
 
 
-def read_page(filters: Filters) -> listing.JobPage:
-    """Return one page of the filtered listing (every queue unless one is named)."""
+def read_page(filters: Filters) -> tuple[listing.JobPage, bool]:
+    """Return one page of the filtered listing (the named queue, else a bounded set of queues:
+    shared.listing.queues_for), and whether it covered every queue."""
     gw = gateway()
-    queues = [filters.queue] if filters.queue else gw.directory.names(refresh=True)
+    across = listing.queues_for(gw.scripts, filters.state, filters.queue)
     try:
-        return listing.list_jobs(
+        page = listing.list_jobs(
             gw.scripts,
             filters.state,
-            queues,
+            across.queues,
             limit=PAGE_SIZE,
             cursor=filters.cursor,
             job_type=filters.job_type,
         )
     except listing.BadCursor:
         raise UiError(400, "That page link is not one this dashboard made; start again.") from None
+    return page, across.every
 
 
 @bp.route("/jobs")
 def jobs() -> tuple[str, int]:
     """List one state's jobs, filtered by queue and type, a page at a time."""
     filters = read_filters(JobState.PENDING)
-    page = read_page(filters)
+    page, every_queue = read_page(filters)
     next_url = None
     if page.next_cursor is not None:
         next_url = url_for("ui.jobs", **filters.args(cursor=page.next_cursor))
@@ -90,6 +92,7 @@ def jobs() -> tuple[str, int]:
         states=list(JobState),
         jobs=page.jobs,
         next_url=next_url,
+        every_queue=every_queue,
         live_events=events_url(queue=filters.queue, type=filters.job_type),
     )
 

@@ -30,6 +30,8 @@ STATES = list(JobState)
 # Queues the overview shows at most (docs/DASHBOARD.md): all of them while they fit; past
 # that the queues live hosts serve, then the busiest, or a page of a search by name.
 OVERVIEW_QUEUES = 25
+# Queues the queues page shows at most, chosen as the overview chooses them.
+QUEUES_PAGE = 50
 
 
 def _overview_query() -> tuple[str | None, str | None]:
@@ -124,21 +126,33 @@ WORKER_EVENTS = (
 
 
 def queues_context() -> dict[str, object]:
-    """Return what the queues page (and its live fragment) shows: one stats round trip, and
-    the limits (one more, two with any limited queue)."""
+    """Return what the queues page (and its live fragment) shows: as the overview, every
+    queue while they fit in a page, else the queues live hosts serve then the busiest, or a
+    page of a search by name; each read live, with its limits (one round trip, two with any
+    limited queue). The cost grows with the queues shown, not with those listed."""
     gw = gateway()
-    names = gw.directory.names(refresh=True)
-    counts, _ = gw.scripts.stats(names)
+    search, cursor = _overview_query()
+    if search is None and cursor is None:
+        view = chosen(gw.scripts, limit=QUEUES_PAGE, first=_served_queues)
+    else:
+        view = page(gw.scripts, limit=QUEUES_PAGE, cursor=cursor, match=search)
+    rows = sorted(view.shown.by_queue.items())
+    if not view.complete:
+        rows.sort(key=lambda item: -busy(item[1]))  # the busiest first (a stable sort)
+    names = [name for name, _ in rows]
     limited = {s.queue: s for s in read_state(gw.scripts.redis, gw.scripts.keys, names)}
     return {
-        "rows": [(name, counts.by_queue[name]) for name in names],
+        "rows": rows,
         "states": STATES,
         "limits": limited,
         "deletable": {
             name
             for name in names
-            if name != DEFAULT_QUEUE and name not in limited and _empty(counts.by_queue[name])
+            if name != DEFAULT_QUEUE and name not in limited and _empty(view.shown.by_queue[name])
         },
+        "view": view,
+        "search": search,
+        "live_query": {"q": search, "cursor": cursor},
     }
 
 
@@ -152,14 +166,16 @@ def _empty(counts: QueueCounts) -> bool:
 
 @bp.route("/queues")
 def queues() -> tuple[str, int]:
-    """Show every queue: counts, paused or active, oldest pending, pause and resume."""
+    """Show the queues (a bounded set of them): counts, paused or active, oldest pending,
+    limits, pause and resume."""
+    context = queues_context()
     return render(
         "queues.html",
         "queues",
         live_events=events_url(),
-        live_refresh=url_for("ui.queues_live"),
+        live_refresh=url_for("ui.queues_live", **context["live_query"]),  # type: ignore[arg-type]
         live_on=QUEUE_EVENTS,
-        **queues_context(),
+        **context,
     )
 
 

@@ -114,7 +114,7 @@ def test_dlq_pages_newest_first_with_a_cursor(client: FlaskClient, scripts: Scri
 
 
 def test_dlq_defaults_to_100(client: FlaskClient, scripts: Scripts) -> None:
-    assert client.get("/dlq").get_json() == {"jobs": [], "next_cursor": None}
+    assert client.get("/dlq").get_json() == {"jobs": [], "next_cursor": None, "every_queue": True}
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ def test_a_queue_without_limits_answers_nulls(client: FlaskClient) -> None:
     response = client.get("/queues/default/limits")
     assert response.status_code == 200
     assert response.get_json() == {"queue": "default", **EMPTY}
-    assert client.get("/limits").get_json() == {"queues": []}
+    assert client.get("/limits").get_json() == {"queues": [], "next_cursor": None}
 
 
 def test_put_replaces_the_limits_and_every_listing_shows_them(
@@ -44,7 +44,7 @@ def test_put_replaces_the_limits_and_every_listing_shows_them(
         "types": {"generate_pdf": {"concurrency": 5, "rate": None, "running": 0, "held": 0}},
     }
     assert response.get_json() == expected
-    assert client.get("/limits").get_json() == {"queues": [expected]}
+    assert client.get("/limits").get_json() == {"queues": [expected], "next_cursor": None}
     listed = {q["name"]: q for q in client.get("/queues").get_json()["queues"]}
     assert listed["reports"]["limits"] == expected  # the queue is listed from now on
     assert listed["default"]["limits"] is None

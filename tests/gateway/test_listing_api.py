@@ -53,7 +53,7 @@ def page_through(api: FlaskClient, query: str, limit: int) -> list[dict[str, Any
         response = api.get(f"/jobs?{query}&limit={limit}{extra}")
         assert response.status_code == 200, response.get_json()
         body = response.get_json()
-        assert set(body) == {"jobs", "next_cursor"}
+        assert set(body) == {"jobs", "next_cursor", "every_queue"}
         jobs += body["jobs"]
         cursor = body["next_cursor"]
         if cursor is None:
@@ -206,7 +206,7 @@ def test_the_document_describes_the_listing() -> None:
     }
     assert set(operation["responses"]) == {"200", "400", "401", "429", "503"}
     page = resolve(doc, operation["responses"]["200"]["content"]["application/json"]["schema"])
-    assert page["required"] == ["jobs", "next_cursor"]
+    assert page["required"] == ["jobs", "next_cursor", "every_queue"]
 
 
 @pytest.mark.parametrize(

@@ -54,6 +54,7 @@ def test_throughput_counts_each_queue_and_all_of_them_live(gw: Gunicorn, engine:
     assert len(one["minutes"]) == 60 and one["minutes"][-1]["start"].endswith(":00.000Z")
     assert sum(m["completed"] for m in one["minutes"][-2:]) == 3  # this minute (or the last)
     assert (every["queue"], every["completed"], every["failed"]) == (None, 4, 1)
+    assert every["every_queue"] is True  # few queues: each one read
     assert len(after_trim["minutes"]) == 5 and after_trim["completed"] == 3
 
 

@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 HEAD_TIMEOUT = 10.0  # seconds a connection may take to send a complete request head
 MAX_HEAD_BYTES = 64 * 1024  # request line + headers; gunicorn's own limits allow ~410 KiB
 RECV_BYTES = 16 * 1024  # bytes read per readable event
-ACCEPT_BURST = 256  # connections accepted per listener event before polling again
-EXPIRE_BURST = 256  # late connections closed per step before polling again
+ACCEPT_BURST = 32  # connections accepted per listener event before polling again: a burst
+# holds up every request waiting on this poller (256 at ~30 µs each put ~8 ms on enqueue p99)
+EXPIRE_BURST = 32  # late connections closed per step before polling again
 RESERVED_FDS = 256  # descriptors left for Redis connections, logs and files in a worker
 NOFILE_CEILING = 1 << 20  # soft limit to aim for when the hard limit is unlimited
 SUMMARY_INTERVAL = 60.0  # seconds between logs of connections closed early

@@ -67,6 +67,9 @@ EVENTS: frozenset[str] = frozenset(
         "requeue_abandoned",
         "job_promoted",
         "queues_relisted",
+        # the scheduler at scale of names (docs/WORKERD.md): the sweep's repairs
+        "due_index_repaired",
+        "served_queue_adopted",
         "redis_unavailable",
         "redis_available",
         "write_not_replicated",  # durable mode: a completion or tick no replica confirmed
@@ -79,12 +82,17 @@ EVENTS: frozenset[str] = frozenset(
         # the gateway's own lines
         "unhandled_error",
         "http_request",
+        "open_files_limit_raised",
         # operator actions through the API (queues, workerd hosts)
         "queue_paused",
         "limits_changed",
         "queue_resumed",
         "quiet_requested",
         "resume_requested",
+        "queue_deleted",
+        # the summary of every queue that the overview, /stats and /metrics show past a page
+        "queues_swept",
+        "queues_sweep_failed",
         # live events (GET /events): a stream's or the tail's Redis read failed
         "events_read_failed",
         "events_tail_error",

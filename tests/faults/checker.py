@@ -371,6 +371,15 @@ def read_job_events(
         start = "(" + _text(page[-1][0])  # type: ignore[operator]
 
 
+def _per_queue_streams(client: redis.Redis) -> bool:
+    """Tell whether `client` reads a Cluster, where each queue writes its own stream: a cluster
+    client, or a plain one connected to one master (as the failover scenario checks each queue
+    on the master holding it)."""
+    if per_queue_streams(client):
+        return True
+    return bool(client.info("cluster").get("cluster_enabled"))
+
+
 def stream_trimmed(client: redis.Redis, stream: str) -> str | None:
     """Return why the stream cannot be compared (the cap dropped entries), or None."""
     if not client.exists(stream):
@@ -449,7 +458,7 @@ def event_mismatches(
     keys = keys or Keys()
     result = EventCheck()
     # One Redis: the one stream of every queue (entries name theirs); a cluster: the queue's.
-    key = stream_key(keys, stream_of(keys.queue, per_queue_streams(client)))
+    key = stream_key(keys, stream_of(keys.queue, _per_queue_streams(client)))
     trimmed = stream_trimmed(client, key)
     if trimmed:
         result.mismatches.append(trimmed)

@@ -63,8 +63,13 @@ class QueueKept:
         held = [f"{n} {state}" for state, n in self.jobs.items() if n]
         if held:
             return f"the queue is not empty: {', '.join(held)}"
-        kept = [word for word, on in (("paused", self.paused), ("limited", self.limited)) if on]
-        return f"the queue is {' and '.join(kept)}: resume it or clear its limits first"
+        fixes = (
+            ("paused", "resume it", self.paused),
+            ("limited", "clear its limits", self.limited),
+        )
+        kept = [(word, fix) for word, fix, on in fixes if on]
+        words, steps = " and ".join(w for w, _ in kept), " and ".join(f for _, f in kept)
+        return f"the queue is {words}: {steps} first"
 
 
 def delete_queue(directory: QueueDirectory, queue: str) -> QueueKept | None:

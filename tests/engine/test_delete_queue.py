@@ -131,11 +131,18 @@ def test_a_paused_or_limited_queue_is_kept_while_it_is(r: redis.Redis, scripts: 
     directory = QueueDirectory(scripts)
     directory.relist(Q)
     scripts.pause_queue(Q)
-    assert delete_queue(directory, Q) == QueueKept(jobs=EMPTY_JOBS, paused=True)
+    paused = delete_queue(directory, Q)
+    assert paused == QueueKept(jobs=EMPTY_JOBS, paused=True)
+    assert paused.reason() == "the queue is paused: resume it first"  # each state its own fix
     scripts.set_limits(Q, '{"c": 1}')
     kept = delete_queue(directory, Q)
-    assert kept is not None and "paused and limited" in kept.reason()
+    assert kept is not None
+    assert kept.reason() == "the queue is paused and limited: resume it and clear its limits first"
     scripts.resume_queue(Q)
+    limited = delete_queue(directory, Q)
+    assert (
+        limited is not None and limited.reason() == "the queue is limited: clear its limits first"
+    )
     scripts.set_limits(Q, "")
     assert delete_queue(directory, Q) is None
 

@@ -129,6 +129,12 @@ def error_preview(error: str | None) -> str:
     return error if len(error) <= ERROR_PREVIEW else error[: ERROR_PREVIEW - 1].rstrip() + "…"
 
 
+@bp.app_template_filter("counted")
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """Say how many of a thing, singular or plural: "1 dead job", "1,200 dead jobs"."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 @bp.app_template_filter("duration")
 def duration(ms: int | None) -> str:
     """Show a length of time (ms) the way an operator reads it: 4 s, 3 min 20 s, 2 h 5 min."""

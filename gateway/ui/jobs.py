@@ -115,6 +115,14 @@ def pretty(text: str | None) -> str | None:
         return text
 
 
+def last_worker(worker_id: str | None, entries: list[history.Entry]) -> str | None:
+    """Return the worker that ran the job last: the hash's while it holds one, else the
+    history's latest to name one (completing drops the hash's worker_id, failing keeps it)."""
+    if worker_id:
+        return worker_id
+    return next((entry.worker for entry in reversed(entries) if entry.worker), None)
+
+
 def job_context(job_id: str) -> dict[str, Any]:
     """Return a job and its history for its page; UiError 404 when there is no such job."""
     gw = gateway()
@@ -129,6 +137,7 @@ def job_context(job_id: str) -> dict[str, Any]:
     return {
         "waiting": last.error if held and last is not None else None,
         "job": job,
+        "worker": last_worker(job.worker_id, kept.entries if kept else []),
         "history": kept.entries if kept else [],
         "dropped": kept.dropped if kept else 0,
         "payload": pretty(job.payload_json),

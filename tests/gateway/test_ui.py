@@ -223,6 +223,22 @@ def test_job_page_shows_payload_history_and_traceback(ui: FlaskClient, engine: S
     assert '<form id="replay"' in body and '<form id="cancel"' not in body
 
 
+def test_the_job_page_names_the_worker_of_a_completed_job_as_of_a_dead_one(
+    ui: FlaskClient, engine: Scripts
+) -> None:
+    done = put(engine, "mail")
+    job = engine.claim("host-1-42-w0-1", queue="mail")
+    assert job is not None and job.id == done
+    assert engine.complete(done, job.token, queue="mail").code is Code.DONE
+    dead = put_dead(engine, "mail")
+    never_ran = put(engine, "mail")
+
+    worker = '<td id="job-worker"><code>{}</code></td>'
+    assert worker.format("host-1-42-w0-1") in text(ui.get(f"/ui/jobs/{done}"))
+    assert worker.format("w-test") in text(ui.get(f"/ui/jobs/{dead}"))
+    assert 'id="job-worker"' not in text(ui.get(f"/ui/jobs/{never_ran}"))
+
+
 def test_a_pending_job_offers_cancel_not_replay(ui: FlaskClient, engine: Scripts) -> None:
     body = text(ui.get(f"/ui/jobs/{put(engine)}"))
     assert '<form id="cancel"' in body and '<form id="replay"' not in body

@@ -101,8 +101,17 @@ def when_wrap(ms: int | None) -> Markup:
     date, sep, clock = text.partition("T")
     if not sep:
         return escape(text)
-    # The datetime attribute keeps the time whole for a machine (and a copy of the page).
-    return Markup('<time datetime="{0}">{1}<wbr>T{2}</time>').format(text, date, clock)
+    # The datetime attribute keeps the time whole for a machine (and a copy of the page);
+    # times.js shows it relative ("3 s ago"), the exact time in the title.
+    return Markup('<time datetime="{0}" title="{0}">{1}<wbr>T{2}</time>').format(text, date, clock)
+
+
+@bp.app_template_filter("at")
+def at(ms: int | None) -> Markup:
+    """Show a time as `when` does, in a <time> element times.js makes relative, or a dash."""
+    if ms is None:
+        return Markup("—")
+    return Markup('<time datetime="{0}" title="{0}">{0}</time>').format(when(ms))
 
 
 # After these a long name may break: a dotted job type wraps at its dots, not mid-word.

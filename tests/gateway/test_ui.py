@@ -263,6 +263,15 @@ def test_a_small_payload_shows_whole_without_a_note(ui: FlaskClient, engine: Scr
     assert 'id="job-payload-cut"' not in body and "&#34;n&#34;: 1" in body
 
 
+def test_times_carry_their_exact_moment_for_times_js(ui: FlaskClient, engine: Scripts) -> None:
+    body = text(ui.get(f"/ui/jobs/{put(engine, 'mail')}"))
+    # Without JavaScript the exact time is the text; times.js makes it relative, keeps the title.
+    stamps = re.findall(r'<time datetime="([^"]+)" title="([^"]+)">([^<]+)</time>', body)
+    assert stamps and all(a == b == c for a, b, c in stamps), stamps
+    assert "Date.parse(" in text(ui.get("/ui/static/times.js"))
+    assert '<script src="/ui/static/times.js" defer></script>' in body
+
+
 def test_a_pending_job_offers_cancel_not_replay(ui: FlaskClient, engine: Scripts) -> None:
     body = text(ui.get(f"/ui/jobs/{put(engine)}"))
     assert '<form id="cancel"' in body and '<form id="replay"' not in body

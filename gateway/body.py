@@ -26,19 +26,27 @@ class BodyError(ValueError):
         self.status = status
 
 
-def too_large() -> BodyError:
-    """Return the error for a body over the limit."""
+# What to do about a body over the limit, by route: only a batch can be split.
+_TOO_LARGE_HINTS = {
+    "/enqueue": "a job's payload must fit in it: pass large data by reference (a URL or a key)",
+    "/enqueue/batch": "split the batch into smaller requests",
+}
+
+
+def too_large(path: str = "") -> BodyError:
+    """Return the error for a body over the limit sent to `path` (its hint depends on it)."""
+    hint = _TOO_LARGE_HINTS.get(path)
     return BodyError(
-        f"request body is larger than {MAX_BODY_BYTES} bytes (1 MiB); "
-        "split a batch into smaller requests",
+        f"request body is larger than {MAX_BODY_BYTES} bytes (1 MiB)"
+        + (f"; {hint}" if hint else ""),
         413,
     )
 
 
-def read_limited(stream: IO[bytes], content_length: int | None) -> bytes:
+def read_limited(stream: IO[bytes], content_length: int | None, path: str = "") -> bytes:
     """Return the whole body, reading bounded chunks; raise 413 as soon as it passes the limit."""
     if content_length is not None and content_length > MAX_BODY_BYTES:
-        raise too_large()  # refused from the header alone: not one byte of it is read
+        raise too_large(path)  # refused from the header alone: not one byte of it is read
     chunks: list[bytes] = []
     total = 0
     while True:
@@ -48,7 +56,7 @@ def read_limited(stream: IO[bytes], content_length: int | None) -> bytes:
             return b"".join(chunks)
         total += len(chunk)
         if total > MAX_BODY_BYTES:
-            raise too_large()
+            raise too_large(path)
         chunks.append(chunk)
 
 

@@ -146,7 +146,7 @@ def _http_error(exc: HTTPException) -> Response | HTTPException:
     headers = {}
     messages = {
         404: "no such endpoint; GET /openapi.json lists them",
-        413: str(too_large()),
+        413: str(too_large(request.path)),
     }
     if isinstance(exc, MethodNotAllowed) and exc.valid_methods:
         headers["Allow"] = ", ".join(sorted(exc.valid_methods))

@@ -61,8 +61,8 @@ class FastEnqueue:
             # In the order Flask runs them: before_request's auth, then the view's checks.
             if self.check_token is not None:
                 self.check_token(environ, headers)
-            inputs.check_body(headers, int(length))
-            raw = read_limited(environ["wsgi.input"], int(length))
+            inputs.check_body(headers, int(length), PATH)
+            raw = read_limited(environ["wsgi.input"], int(length), PATH)
             doc, status, extra = enqueue_reply(self.gateway, headers, raw)
         except Exception as exc:
             return self._error(exc, environ, start_response)

@@ -36,20 +36,20 @@ IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 LISTED_ERRORS = 20  # per message; the "errors" list always names every one
 
 
-def check_body(headers: Headers, content_length: int | None) -> None:
+def check_body(headers: Headers, content_length: int | None, path: str = "") -> None:
     """Refuse, before reading it, a compressed body (415) or one declared over the limit (413)."""
     encoding = headers.get("Content-Encoding", "identity").strip().lower()
     if encoding != "identity":
         raise ApiError(415, f"Content-Encoding {encoding!r} is not supported; send plain JSON")
     if content_length is not None and content_length > MAX_BODY_BYTES:
-        raise too_large()
+        raise too_large(path)
 
 
 def raw_body() -> bytes:
     """Return the Flask request's body within the size limit."""
     # Checked before request.stream is touched: its own limit check words the 413 differently.
-    check_body(request.headers, request.content_length)
-    return read_limited(request.stream, request.content_length)
+    check_body(request.headers, request.content_length, request.path)
+    return read_limited(request.stream, request.content_length, request.path)
 
 
 def json_body() -> Any:

@@ -101,8 +101,17 @@ def when_wrap(ms: int | None) -> Markup:
     date, sep, clock = text.partition("T")
     if not sep:
         return escape(text)
-    # The datetime attribute keeps the time whole for a machine (and a copy of the page).
-    return Markup('<time datetime="{0}">{1}<wbr>T{2}</time>').format(text, date, clock)
+    # The datetime attribute keeps the time whole for a machine (and a copy of the page);
+    # times.js shows it relative ("3 s ago"), the exact time in the title.
+    return Markup('<time datetime="{0}" title="{0}">{1}<wbr>T{2}</time>').format(text, date, clock)
+
+
+@bp.app_template_filter("at")
+def at(ms: int | None) -> Markup:
+    """Show a time as `when` does, in a <time> element times.js makes relative, or a dash."""
+    if ms is None:
+        return Markup("—")
+    return Markup('<time datetime="{0}" title="{0}">{0}</time>').format(when(ms))
 
 
 # After these a long name may break: a dotted job type wraps at its dots, not mid-word.
@@ -127,6 +136,12 @@ def error_preview(error: str | None) -> str:
     if not error:
         return "—"
     return error if len(error) <= ERROR_PREVIEW else error[: ERROR_PREVIEW - 1].rstrip() + "…"
+
+
+@bp.app_template_filter("counted")
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """Say how many of a thing, singular or plural: "1 dead job", "1,200 dead jobs"."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 @bp.app_template_filter("duration")

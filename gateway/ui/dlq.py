@@ -12,7 +12,7 @@ from flask import flash, redirect, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
 from gateway.context import gateway
-from gateway.ui.base import UiError, bp, events_url, render
+from gateway.ui.base import UiError, bp, counted, events_url, render
 from gateway.ui.jobs import Filters, confirm_page, confirmed, read_filters, read_page
 from shared.bulk import Action, bulk_dead
 from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, JobState
@@ -99,7 +99,8 @@ def act() -> BaseResponse | tuple[str, int]:
     across = queues_for(gateway().scripts, JobState.DEAD, queue)
     if not confirmed():
         if ids is not None:
-            message = f"{verb} these {len(ids)} dead jobs?"
+            which = "this" if len(ids) == 1 else "these"
+            message = f"{verb} {which} {counted(len(ids), 'dead job')}?"
         else:
             message = f"{verb} every dead job {_describe(queue, job_type, across.every)}"
             if job_type:  # a count by type would read every dead job: the DLQ page lists them

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from flask import flash, redirect, request, url_for
+from flask import Response, flash, redirect, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
 from gateway.context import gateway
@@ -19,6 +19,9 @@ from shared.queues import QUEUE_RULE, is_queue_name
 from shared.scripts import JobNotFound, WrongState
 
 PAGE_SIZE = 50
+# A payload or result past this many characters shows its start alone: a browser lays out a
+# 1 MiB <pre> slowly, and every live refresh would send it again. The whole is a link away.
+SHOWN_CHARS = 64 * 1024
 CANCELABLE = frozenset(
     {JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING, JobState.PROCESSING}
 )
@@ -115,6 +118,21 @@ def pretty(text: str | None) -> str | None:
         return text
 
 
+def last_worker(worker_id: str | None, entries: list[history.Entry]) -> str | None:
+    """Return the worker that ran the job last: the hash's while it holds one, else the
+    history's latest to name one (completing drops the hash's worker_id, failing keeps it)."""
+    if worker_id:
+        return worker_id
+    return next((entry.worker for entry in reversed(entries) if entry.worker), None)
+
+
+def capped(text: str | None) -> tuple[str | None, int | None]:
+    """Return the start of `text` the page shows, and its whole length when it was cut."""
+    if text is None or len(text) <= SHOWN_CHARS:
+        return text, None
+    return text[:SHOWN_CHARS], len(text)
+
+
 def job_context(job_id: str) -> dict[str, Any]:
     """Return a job and its history for its page; UiError 404 when there is no such job."""
     gw = gateway()
@@ -129,10 +147,11 @@ def job_context(job_id: str) -> dict[str, Any]:
     return {
         "waiting": last.error if held and last is not None else None,
         "job": job,
+        "worker": last_worker(job.worker_id, kept.entries if kept else []),
         "history": kept.entries if kept else [],
         "dropped": kept.dropped if kept else 0,
-        "payload": pretty(job.payload_json),
-        "result": pretty(job.result_json),
+        **_shown("payload", pretty(job.payload_json)),
+        **_shown("result", pretty(job.result_json)),
         "cancelable": job.status in CANCELABLE,
     }
 
@@ -149,6 +168,21 @@ def job(job_id: str) -> tuple[str, int]:
         live_refresh=url_for("ui.job_live", job_id=job_id),
         **job_context(job_id),
     )
+
+
+def _shown(name: str, text: str | None) -> dict[str, Any]:
+    start, whole = capped(text)
+    return {name: start, f"{name}_chars": whole}
+
+
+@bp.route("/jobs/<job_id>/<any(payload, result):part>.json")
+def job_json(job_id: str, part: str) -> Response:
+    """Return a job's payload or result as stored (JSON): whole, where its page shows a start."""
+    job = gateway().directory.find_job(job_id_of(job_id))
+    text = None if job is None else job.payload_json if part == "payload" else job.result_json
+    if text is None:
+        raise UiError(404, f"No such job, or it has no {part}.")
+    return Response(text, mimetype="application/json")
 
 
 @bp.route("/jobs/<job_id>/live")

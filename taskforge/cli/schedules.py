@@ -15,7 +15,8 @@ SCHEDULE_HEADERS = (
     "NAME",
     "WHEN",
     "ZONE",
-    "MISSED",
+    "ON MISS",  # the policy for ticks missed while no workerd ran: skip or catch_up
+    "MISSED",  # how many ticks got no job of their own
     "STATE",
     "JOB",
     "LAST TICK",
@@ -49,6 +50,7 @@ def schedule_row(schedule: Schedule) -> list[render.Cell]:
         f"cron {schedule.cron}" if schedule.cron else f"every {schedule.every}",
         schedule.timezone if schedule.cron else None,
         schedule.missed,
+        schedule.missed_ticks,
         "paused" if schedule.paused else "running",
         f"{job.get('type')} on {job.get('queue')}",
         in_its_zone(schedule, schedule.last_tick),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import uuid
 from collections.abc import Iterator
@@ -209,6 +210,23 @@ def test_replay_dead_job_completes_live_without_reload(browser: Browser, system:
     assert system.job(job_id)["status"] == "completed"
     events = browser.attributes("ol#job-history > li", "data-event")
     assert events.count("replayed") == 1 and events[-1] == "completed", events
+    # times.js made the swapped-in history's times relative; the exact time is their title.
+    browser.wait(
+        lambda _: all_relative(browser.texts("#job-history time")),
+        "the history's times to read relative after the live refresh",
+    )
+    for title, exact in zip(
+        browser.attributes("#job-history time", "title"),
+        browser.attributes("#job-history time", "datetime"),
+        strict=True,
+    ):
+        assert title == exact and re.fullmatch(r"\d{4}-\d\d-\d\dT[\d:.]+Z", exact), exact
+
+
+def all_relative(times: list[str]) -> bool:
+    """Say whether there are times and each reads as times.js writes it ("3 s ago")."""
+    # "in 0 s": a moment the browser's clock has not quite reached (Redis's clock stamps it).
+    return bool(times) and all(re.fullmatch(r"\d+ (s|min|h|d) ago|in \d+ s", t) for t in times)
 
 
 def filter_dlq(browser: Browser, queue: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -33,8 +34,10 @@ def test_schedules_ls_shows_each_with_its_next_run(taskforge: Taskforge, r: redi
     listed = taskforge("schedules", "ls")
     assert listed.code == Exit.OK, listed.err
     header, *rows = listed.out.splitlines()
-    assert header.split()[:4] == ["NAME", "WHEN", "ZONE", "MISSED"]
+    assert header.split()[:6] == ["NAME", "WHEN", "ZONE", "ON", "MISS", "MISSED"]
     beat = next(row for row in rows if row.startswith("beat"))
+    # ON MISS is the policy, MISSED the count of ticks that got no job (none yet).
+    assert re.search(r"\bcatch_up +0 +running\b", beat), beat
     nightly = next(row for row in rows if row.startswith("nightly"))
     assert "every 900s" in beat and "catch_up" in beat and "noop on low" in beat
     assert "cron 0 3 * * *" in nightly and "Europe/Berlin" in nightly and "running" in nightly

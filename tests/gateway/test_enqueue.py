@@ -262,7 +262,23 @@ def test_a_body_over_one_mebibyte_is_413(client: FlaskClient) -> None:
     body = json.dumps({"type": "a", "payload": "x" * MAX_BODY_BYTES})
     response = post(client, "/enqueue", body)
     assert response.status_code == 413
-    assert "larger than" in response.get_json()["error"]
+    error = response.get_json()["error"]
+    # One job cannot be split: the answer is about its payload, not about batches.
+    assert "larger than" in error and "payload" in error and "batch" not in error
+
+
+def test_a_batch_over_one_mebibyte_is_413_saying_split_it(client: FlaskClient) -> None:
+    body = json.dumps({"jobs": [{"type": "a", "payload": {"k": "x" * MAX_BODY_BYTES}}]})
+    response = post(client, "/enqueue/batch", body)
+    assert response.status_code == 413
+    assert "split the batch" in response.get_json()["error"]
+
+
+def test_another_route_over_the_limit_is_413_without_a_hint(client: FlaskClient) -> None:
+    response = post(client, "/dlq/retry", "x" * (MAX_BODY_BYTES + 1))
+    assert response.status_code == 413
+    error = response.get_json()["error"]
+    assert "larger than" in error and "batch" not in error and "payload" not in error
 
 
 def test_a_body_of_exactly_one_mebibyte_is_read(client: FlaskClient) -> None:

@@ -6,6 +6,8 @@ posted as a browser would, with the CSRF token read from the page they came from
 
 from __future__ import annotations
 
+import html
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
 from gateway.app import gateway_client
+from gateway.ui.jobs import SHOWN_CHARS
 from gateway.ui.security import CONTENT_SECURITY_POLICY
 from shared.config import Settings
 from shared.directory import QueueDirectory
@@ -221,6 +224,52 @@ def test_job_page_shows_payload_history_and_traceback(ui: FlaskClient, engine: S
     assert "{\n  &#34;to&#34;" in body
     assert "Traceback (most recent call last):" in body
     assert '<form id="replay"' in body and '<form id="cancel"' not in body
+
+
+def test_the_job_page_names_the_worker_of_a_completed_job_as_of_a_dead_one(
+    ui: FlaskClient, engine: Scripts
+) -> None:
+    done = put(engine, "mail")
+    job = engine.claim("host-1-42-w0-1", queue="mail")
+    assert job is not None and job.id == done
+    assert engine.complete(done, job.token, queue="mail").code is Code.DONE
+    dead = put_dead(engine, "mail")
+    never_ran = put(engine, "mail")
+
+    worker = '<td id="job-worker"><code>{}</code></td>'
+    assert worker.format("host-1-42-w0-1") in text(ui.get(f"/ui/jobs/{done}"))
+    assert worker.format("w-test") in text(ui.get(f"/ui/jobs/{dead}"))
+    assert 'id="job-worker"' not in text(ui.get(f"/ui/jobs/{never_ran}"))
+
+
+def test_a_big_payload_shows_its_start_and_links_the_whole(
+    ui: FlaskClient, engine: Scripts
+) -> None:
+    big = {"blob": "x" * 200_000}
+    job_id = put(engine, "mail", payload=big)
+    body = text(ui.get(f"/ui/jobs/{job_id}"))
+    shown = re.search(r'<pre id="job-payload" class="wrap">(.*?)</pre>', body, re.S)
+    assert shown is not None and len(html.unescape(shown.group(1))) == SHOWN_CHARS
+    assert f"The first 65,536 characters of {len(json.dumps(big, indent=2)):,};" in body
+    link = f'<a href="/ui/jobs/{job_id}/payload.json">the whole payload as JSON</a>'
+    assert link in body and 'id="job-result-cut"' not in body
+    whole = ui.get(f"/ui/jobs/{job_id}/payload.json")
+    assert (whole.status_code, whole.mimetype, whole.get_json()) == (200, "application/json", big)
+    assert ui.get(f"/ui/jobs/{job_id}/result.json").status_code == 404  # no result yet
+
+
+def test_a_small_payload_shows_whole_without_a_note(ui: FlaskClient, engine: Scripts) -> None:
+    body = text(ui.get(f"/ui/jobs/{put(engine, 'mail', payload={'n': 1})}"))
+    assert 'id="job-payload-cut"' not in body and "&#34;n&#34;: 1" in body
+
+
+def test_times_carry_their_exact_moment_for_times_js(ui: FlaskClient, engine: Scripts) -> None:
+    body = text(ui.get(f"/ui/jobs/{put(engine, 'mail')}"))
+    # Without JavaScript the exact time is the text; times.js makes it relative, keeps the title.
+    stamps = re.findall(r'<time datetime="([^"]+)" title="([^"]+)">([^<]+)</time>', body)
+    assert stamps and all(a == b == c for a, b, c in stamps), stamps
+    assert "Date.parse(" in text(ui.get("/ui/static/times.js"))
+    assert '<script src="/ui/static/times.js" defer></script>' in body
 
 
 def test_a_pending_job_offers_cancel_not_replay(ui: FlaskClient, engine: Scripts) -> None:

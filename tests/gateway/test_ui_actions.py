@@ -11,6 +11,7 @@ import redis
 from flask.testing import FlaskClient
 
 from gateway.ui import dlq
+from gateway.ui.base import counted
 from shared.directory import QueueDirectory
 from shared.schedules import parse_entry
 from shared.scripts import Scripts
@@ -202,6 +203,11 @@ def test_dlq_selected_asks_with_the_ids(ui: FlaskClient, engine: Scripts) -> Non
     assert all(engine.redis.exists(K.job(job_id)) for job_id in ids)  # nothing yet
 
 
+def test_dlq_one_selected_asks_in_the_singular(ui: FlaskClient, engine: Scripts) -> None:  # noqa: F811
+    body = text(post(ui, "/ui/dlq/act", "/ui/dlq", op="replay-selected", id=[put_dead(engine)]))
+    assert "Replay this 1 dead job?" in body and "dead jobs?" not in body
+
+
 def test_dlq_all_asks_with_the_count(ui: FlaskClient, engine: Scripts) -> None:  # noqa: F811
     for _ in range(3):
         put_dead(engine, "mail")
@@ -309,3 +315,9 @@ def test_the_schedules_page_lists_next_runs_and_pauses_then_resumes_one(
     # A form without its CSRF token changes nothing.
     assert ui.post("/ui/schedules/nightly/pause").status_code == 400
     assert not engine.redis.hexists(K.schedule("nightly"), "paused")
+
+
+def test_counted_says_one_thing_or_many() -> None:
+    assert counted(1, "queue") == "1 queue"
+    assert (counted(0, "queue"), counted(1200, "queue")) == ("0 queues", "1,200 queues")
+    assert counted(2, "worker process", "worker processes") == "2 worker processes"

@@ -42,6 +42,8 @@
           old.replaceWith(document.importNode(parts[i], true));
         }
       }
+      // times.js shows the new part's times relative, as it did the page's.
+      document.dispatchEvent(new CustomEvent("taskforge:swapped"));
     }
 
     function refresh() {

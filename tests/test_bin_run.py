@@ -590,3 +590,26 @@ def test_bin_run_in_durable_mode_without_a_replica_says_enqueues_will_fail(
         os.killpg(run.proc.pid, signal.SIGTERM)
         rest = run.proc.communicate(timeout=STOP_TIMEOUT)[1]
         assert rest.endswith("bin/run: stopped.\n"), rest
+
+
+@pytest.mark.slow
+def test_a_second_sigterm_does_not_escalate_to_sigkill(tmp_path: Path) -> None:
+    # `timeout`, a supervisor or a kill of the process group may send SIGTERM twice in quick
+    # succession: the parts must still get their graceful stop. Only a second Ctrl-C forces.
+    with started_bin_run(tmp_path) as run:
+        run.read_until(RUNNING, START_TIMEOUT)
+        parts_log = tmp_path / "parts.log"
+        # A gunicorn worker still forking when SIGTERM comes would hold the stop for 25 s.
+        wait_until(
+            lambda: parts_log.read_text(errors="replace").count('"gateway_started"') >= 2,
+            20,
+            "both gateway workers",
+        )
+        run.proc.send_signal(signal.SIGTERM)
+        run.read_until("bin/run: stopping ...", 10)  # the first one was handled
+        run.proc.send_signal(signal.SIGTERM)
+        rest = run.proc.communicate(timeout=STOP_TIMEOUT)[1]
+        assert "SIGKILL" not in rest, rest
+        assert rest.endswith("bin/run: stopped.\n"), rest
+        assert run.proc.returncode == 0, rest
+        wait_until(lambda: not marked_processes(run.marker), 10, "every bin/run process to exit")

@@ -415,9 +415,12 @@ def _bin_run_until_exit(tmp_path: Path, **env: str) -> subprocess.CompletedProce
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variable", ["PORT_PRODUCER", "PORT_WORKER"])
-def test_a_port_in_use_stops_bin_run_before_it_starts_that_part(
-    tmp_path: Path, variable: str
+@pytest.mark.parametrize(
+    ("variable", "part"),
+    [("TASKFORGE_REDIS_PORT", "redis"), ("PORT_PRODUCER", "gateway"), ("PORT_WORKER", "workerd")],
+)
+def test_a_port_in_use_stops_bin_run_before_it_starts_anything(
+    tmp_path: Path, variable: str, part: str
 ) -> None:
     with contextlib.closing(socket.socket()) as taken:
         taken.bind(("127.0.0.1", 0))
@@ -425,8 +428,14 @@ def test_a_port_in_use_stops_bin_run_before_it_starts_that_part(
         port = taken.getsockname()[1]
         result = _bin_run_until_exit(tmp_path, **{variable: str(port)})
     assert result.returncode == 1, result.stderr
-    assert f"127.0.0.1:{port} is already in use" in result.stderr
-    assert f"set {variable}" in result.stderr
+    # One line, naming the part, its port and the variable that moves it.
+    said = [line for line in result.stderr.splitlines() if "already in use" in line]
+    assert len(said) == 1, result.stderr
+    assert f"{part} port 127.0.0.1:{port} is already in use" in said[0]
+    assert f"set {variable}" in said[0]
+    # Nothing started: not even the private redis-server (it writes its log as it starts).
+    assert not (tmp_path / "redis" / "redis.log").exists(), result.stderr
+    assert "bin/run: redis    redis://" not in result.stderr  # its "started" line
     assert "ready;" not in result.stderr
 
 
@@ -581,3 +590,26 @@ def test_bin_run_in_durable_mode_without_a_replica_says_enqueues_will_fail(
         os.killpg(run.proc.pid, signal.SIGTERM)
         rest = run.proc.communicate(timeout=STOP_TIMEOUT)[1]
         assert rest.endswith("bin/run: stopped.\n"), rest
+
+
+@pytest.mark.slow
+def test_a_second_sigterm_does_not_escalate_to_sigkill(tmp_path: Path) -> None:
+    # `timeout`, a supervisor or a kill of the process group may send SIGTERM twice in quick
+    # succession: the parts must still get their graceful stop. Only a second Ctrl-C forces.
+    with started_bin_run(tmp_path) as run:
+        run.read_until(RUNNING, START_TIMEOUT)
+        parts_log = tmp_path / "parts.log"
+        # A gunicorn worker still forking when SIGTERM comes would hold the stop for 25 s.
+        wait_until(
+            lambda: parts_log.read_text(errors="replace").count('"gateway_started"') >= 2,
+            20,
+            "both gateway workers",
+        )
+        run.proc.send_signal(signal.SIGTERM)
+        run.read_until("bin/run: stopping ...", 10)  # the first one was handled
+        run.proc.send_signal(signal.SIGTERM)
+        rest = run.proc.communicate(timeout=STOP_TIMEOUT)[1]
+        assert "SIGKILL" not in rest, rest
+        assert rest.endswith("bin/run: stopped.\n"), rest
+        assert run.proc.returncode == 0, rest
+        wait_until(lambda: not marked_processes(run.marker), 10, "every bin/run process to exit")

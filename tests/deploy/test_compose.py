@@ -149,6 +149,16 @@ def test_service_environment_is_valid_configuration(compose: dict[str, Any], ser
     assert settings.redis_url == "redis://redis:6379/0"
 
 
+def test_every_published_port_is_on_loopback_only(compose: dict[str, Any]) -> None:
+    # docs/DEPLOYMENT.md promises 127.0.0.1 only: none of these ports has authentication
+    # by default (the gateway's token is opt-in; workerd's endpoints and Jaeger have none).
+    published = {
+        (name, port) for name, spec in compose["services"].items() for port in spec.get("ports", [])
+    }
+    assert published
+    assert {(name, port) for name, port in published if not port.startswith("127.0.0.1:")} == set()
+
+
 def test_tracing_profile_adds_only_a_jaeger_all_in_one_collector(
     compose: dict[str, Any],
 ) -> None:
@@ -159,7 +169,8 @@ def test_tracing_profile_adds_only_a_jaeger_all_in_one_collector(
     jaeger = compose["services"]["jaeger"]
     assert jaeger["image"].startswith("jaegertracing/all-in-one:")
     assert jaeger["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
-    assert "4317:4317" in jaeger["ports"]  # OTLP over gRPC, where the services send
+    # UI, OTLP over gRPC (where the services send) and OTLP over HTTP, on loopback only.
+    assert jaeger["ports"] == [f"127.0.0.1:{port}:{port}" for port in (16686, 4317, 4318)]
     for name in ("gateway", "workerd"):
         spec = compose["services"][name]
         env = spec["environment"]

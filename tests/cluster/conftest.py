@@ -6,6 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from shared.config import Settings
+from shared.keys import Keys
+from shared.redis_conn import connect
+from shared.scripts import Scripts
 from tests.support.cluster import RedisCluster, running_cluster
 from tests.support.tools import require_tool
 
@@ -23,3 +27,15 @@ def cluster(redis_cluster: RedisCluster) -> RedisCluster:
     redis_cluster.wait_ok()
     redis_cluster.flushall()
     return redis_cluster
+
+
+@pytest.fixture
+def engine(cluster: RedisCluster) -> Iterator[Scripts]:
+    """Return loaded engine scripts on a cluster client of the emptied cluster."""
+    client = connect(Settings.from_env({"REDIS_URL": f"redis+cluster://{cluster.seeds}"}), role="t")
+    scripts = Scripts(client, Keys())
+    scripts.load()
+    try:
+        yield scripts
+    finally:
+        client.close()

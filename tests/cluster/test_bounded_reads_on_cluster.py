@@ -6,33 +6,18 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from shared import listing, throughput
-from shared.config import Settings
 from shared.jobs import JobState, validate_enqueue
 from shared.keys import Keys
 from shared.queue_view import scan_names
-from shared.redis_conn import connect
 from shared.scripts import Scripts
-from tests.support.cluster import RedisCluster
 
 pytestmark = pytest.mark.slow  # a six-node cluster
 
 K = Keys()
-
-
-@pytest.fixture
-def engine(cluster: RedisCluster) -> Iterator[Scripts]:
-    client = connect(Settings.from_env({"REDIS_URL": f"redis+cluster://{cluster.seeds}"}), role="t")
-    scripts = Scripts(client, K)
-    scripts.load()
-    try:
-        yield scripts
-    finally:
-        client.close()
 
 
 def put(engine: Scripts, queue: str, **fields: object) -> str:

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+import redis
 from flask import Flask
 from flask.testing import FlaskClient
 
 from gateway import create_app
 from shared.config import Settings
+from shared.keys import Keys
 from shared.scripts import Policy, Scripts
 from tests.fakes import fake_scripts
 
@@ -32,3 +36,16 @@ def make_app(scripts: Scripts, **env: str) -> Flask:
 def client(scripts: Scripts) -> FlaskClient:
     """Return a test client of an open (no token) gateway on fakeredis."""
     return make_app(scripts).test_client()
+
+
+@pytest.fixture
+def engine(r: redis.Redis) -> Scripts:
+    """Return engine scripts on the test's real redis-server (a module may define its own)."""
+    return Scripts(r, Keys())
+
+
+@pytest.fixture
+def web(engine: Scripts) -> Iterator[FlaskClient]:
+    """Return a test client of an open gateway on `engine`."""
+    with make_app(engine).test_client() as client:
+        yield client

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -16,23 +16,11 @@ from shared import listing
 from shared.jobs import JobState
 from shared.keys import Keys
 from shared.scripts import Scripts
-from tests.gateway.conftest import make_app
 from tests.gateway.test_queue_pages import commands, list_queues
 from tests.gateway.test_throughput_api import run
 from tests.gateway.test_ui import post, put, put_dead, text
 
 K = Keys()
-
-
-@pytest.fixture
-def engine(r: redis.Redis) -> Scripts:
-    return Scripts(r, K)
-
-
-@pytest.fixture
-def web(engine: Scripts) -> Iterator[FlaskClient]:
-    with make_app(engine).test_client() as client:
-        yield client
 
 
 def serve(r: redis.Redis, *queues: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -17,21 +16,9 @@ from shared.jobs import JobState
 from shared.keys import Keys
 from shared.queue_view import listed_count, scan_names
 from shared.scripts import Scripts
-from tests.gateway.conftest import make_app
 from tests.gateway.test_ui import put, text
 
 K = Keys()
-
-
-@pytest.fixture
-def engine(r: redis.Redis) -> Scripts:
-    return Scripts(r, K)
-
-
-@pytest.fixture
-def web(engine: Scripts) -> Iterator[FlaskClient]:
-    with make_app(engine).test_client() as client:
-        yield client
 
 
 def list_queues(r: redis.Redis, n: int) -> list[str]:

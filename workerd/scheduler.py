@@ -44,7 +44,15 @@ from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.periodic import PASS_INTERVAL, Periodic
 from workerd.slots import Slot
-from workerd.sweep import Sweep
+from workerd.sweep import (
+    FINISHED,
+    OPEN_GATES_FROM,
+    PROMOTE_FROM,
+    RECOVER_FROM,
+    TRIM_FROM,
+    WORKER_MADE,
+    Sweep,
+)
 from workerd.v1_drain import V1Drain
 
 log = logging.getLogger(__name__)
@@ -57,15 +65,11 @@ RECOVER_INTERVAL = 1.0
 HUNG_CALL_SECONDS = 1.0
 # Most queues a tick promotes from the due index; more due wait for the next tick (50 ms).
 DUE_BATCH = 100
-# The keys (shared.keys.Keys attributes) each duty acts on in a served queue: it runs for a
-# queue only when one of them exists (an empty zset or hash does not).
-PROMOTE_FROM = ("retrying",)
-# Rate-limit gates (docs/QUEUES.md, limits): checked every tick, of queues with a rate only.
-OPEN_GATES_FROM = ("gates",)
-RECOVER_FROM = ("processing",)
-TRIM_FROM = ("completed", "canceled", "dead", "failures")
-# What keeps a queue no host lists any more among the served ones: work only a scheduler ends.
-SERVED_DUTIES = (*PROMOTE_FROM, *OPEN_GATES_FROM, *RECOVER_FROM, *TRIM_FROM)
+# The keys (shared.keys.Keys attributes) each duty acts on in a served queue (defined once, in
+# workerd/sweep.py): it runs for a queue only when one of them exists (an empty zset or hash
+# does not). What keeps a queue no host lists any more among the served ones: work only a
+# scheduler ends.
+SERVED_DUTIES = (*WORKER_MADE, *FINISHED)
 # A served queue no scheduler listed for this long is dropped once it holds none of the above
 # (a host that still serves it lists it again every second).
 SERVED_FOR_MS = 60_000

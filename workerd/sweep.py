@@ -29,9 +29,16 @@ from shared.scripts import Scripts
 log = logging.getLogger(__name__)
 
 SWEEP_BATCH = 32  # names a pass (SSCAN's COUNT is a hint: about as many)
-# Indexes only a worker fills: a queue holding one is served, or its host died.
-WORKER_MADE = ("retrying", "gates", "processing")
-FINISHED = ("completed", "canceled", "dead", "failures")
+# The indexes each of the scheduler's per-queue duties acts on (workerd/scheduler.py walks the
+# served queues for them; this sweep finds them where no host serves the queue). Only a worker
+# fills the first three: a queue holding one is served, or its host died.
+PROMOTE_FROM = ("retrying",)
+# Rate-limit gates (docs/QUEUES.md, limits): checked every tick, of queues with a rate only.
+OPEN_GATES_FROM = ("gates",)
+RECOVER_FROM = ("processing",)
+TRIM_FROM = ("completed", "canceled", "dead", "failures")
+WORKER_MADE = (*PROMOTE_FROM, *OPEN_GATES_FROM, *RECOVER_FROM)
+FINISHED = TRIM_FROM
 
 
 class Sweep:

@@ -247,6 +247,15 @@ def _once(action: Callable[[], object]) -> Callable[[], None]:
     return run
 
 
+def sleep_on_tail(
+    tail: EventTail, version: int, seconds: float, sock: socket.socket | None
+) -> bool:
+    """Wait on the tail for news after `version` up to `seconds` (a stream's keep-alive, a
+    ?wait='s deadline); False once the client hung up (gateway.hangup)."""
+    woke = lambda step: tail.wait(version, step) != version or tail.stopping  # noqa: E731
+    return sliced_wait(woke, seconds, sock)
+
+
 class Reader:
     """One client's stream: its positions, read whenever the tail says a stream grew."""
 
@@ -310,8 +319,7 @@ class Reader:
 
     def _sleep(self, tail: EventTail, version: int, seconds: float) -> bool:
         """Wait for news up to `seconds`; False once the client hung up."""
-        woke = lambda step: tail.wait(version, step) != version or tail.stopping  # noqa: E731
-        return sliced_wait(woke, seconds, self.sock)
+        return sleep_on_tail(tail, version, seconds, self.sock)
 
     def _cursor(self) -> str:
         return encode_cursor(self.positions, self.per_queue)

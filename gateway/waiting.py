@@ -25,8 +25,8 @@ from flask import request
 
 from gateway.context import Gateway
 from gateway.errors import ApiError
-from gateway.events import EventHub, worker_alive
-from gateway.hangup import client_gone, sliced_wait
+from gateway.events import EventHub, sleep_on_tail, worker_alive
+from gateway.hangup import client_gone
 from gateway.inputs import bad_field
 from shared import metrics
 from shared.config import duration_parser
@@ -139,19 +139,13 @@ def _follow(
                     break
                 continue  # news (or the window lost our place): pin again, read again
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not _sleep(tail, version, remaining, sock):
+            if remaining <= 0 or not sleep_on_tail(tail, version, remaining, sock):
                 break  # until the tail watches the stream, or the client hung up
     finally:
         tail.leave()
     if client_gone(sock):
         return job  # nobody to answer: no read (the write that follows fails quietly)
     return read_job(gw, job.id, queue)
-
-
-def _sleep(tail: EventTail, version: int, seconds: float, sock: socket.socket | None) -> bool:
-    """Wait on the tail up to `seconds`; False once the client hung up."""
-    woke = lambda step: tail.wait(version, step) != version or tail.stopping  # noqa: E731
-    return sliced_wait(woke, seconds, sock)
 
 
 def _until_news(
@@ -180,7 +174,7 @@ def _until_news(
         remaining = deadline - time.monotonic()
         if remaining <= 0 or tail.stopping:
             return False
-        if not _sleep(tail, version, remaining, sock):
+        if not sleep_on_tail(tail, version, remaining, sock):
             return False
 
 

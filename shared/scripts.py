@@ -61,6 +61,7 @@ from shared.engine_types import (
     TrimResult,
     WrongState,
 )
+from shared.events import per_queue_streams
 from shared.history import ACTOR_CODES, Actor
 from shared.job_ids import queue_tag
 from shared.jobs import TYPE_PATTERN, EnqueueRequest, Job, JobState, cap_traceback
@@ -250,7 +251,7 @@ class Scripts:
         """
         if not self.policy.events_cap:
             return []
-        return [k.events if is_cluster(self.redis) else k.fleet_events]
+        return [k.events if per_queue_streams(self.redis) else k.fleet_events]
 
     def _events_cap(self) -> list[int]:
         """Return a script's last argument: the events cap, or none with events off.

@@ -59,7 +59,9 @@ def overview_context() -> dict[str, object]:
     served: dict[str, list[str]] = {}  # read once, and only past a page of queues
 
     def serving() -> list[str]:
-        return served.setdefault("queues", _served_queues())
+        if "queues" not in served:  # setdefault would read the hosts on every call
+            served["queues"] = _served_queues()
+        return served["queues"]
 
     if search is None and cursor is None:
         view = chosen(gw.scripts, limit=OVERVIEW_QUEUES, first=serving)

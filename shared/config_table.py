@@ -156,7 +156,7 @@ SECTIONS: tuple[Section, ...] = (
 # Read by the bin/ scripts but not TaskForge's to document: bash's own variables.
 NOT_OURS: dict[str, str] = {
     name: "set by bash itself" for name in ("BASH_SOURCE", "BASH_VERSION", "PATH", "PWD")
-} | {"TASKFORGE_KEY_PREFIX": "retired in issue 14: read only to say what replaced it"}
+}
 
 
 def table_rows() -> list[tuple[str, str, str, str, str]]:

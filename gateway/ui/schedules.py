@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import logging
-
 from flask import flash, redirect, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
+from gateway.actions import fleet
+from gateway.actions.errors import NotFound
 from gateway.context import gateway
-from gateway.ui.base import UiError, bp, events_url, render
+from gateway.ui.base import UiError, asked_by, bp, events_url, render
 from shared.schedule_state import view_schedules
 from shared.schedules import NAME_PATTERN, NAME_RULE
-from shared.scripts import ScheduleNotFound
-
-log = logging.getLogger(__name__)
-
 
 # A tick's job is an `enqueued` event in its queue's stream: the page refreshes on those (a
 # pause or a resume is a page of its own, redirected back to).
@@ -50,15 +46,11 @@ def _name(name: str) -> str:
 
 def _set_paused(name: str, paused: bool) -> BaseResponse:
     name = _name(name)
-    scripts = gateway().scripts
+    act = fleet.pause_schedule if paused else fleet.resume_schedule
     try:
-        changed = scripts.pause_schedule(name).changed if paused else scripts.resume_schedule(name)
-    except ScheduleNotFound:
+        changed = act(gateway(), name, by=asked_by())
+    except NotFound:
         raise UiError(404, "No workerd host published a schedule of that name.") from None
-    log.info(
-        "schedule_paused" if paused else "schedule_resumed",
-        extra={"schedule": name, "changed": changed},
-    )
     if paused:
         flash(f"Schedule {name} paused: its ticks pass without jobs until it is resumed.")
     else:

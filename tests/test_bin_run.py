@@ -571,6 +571,39 @@ def test_bin_run_says_what_it_waits_for_and_why_when_redis_never_answers(
 
 
 @pytest.mark.slow
+def test_bin_run_waiting_for_redis_logs_no_request_line_of_its_own_polls(tmp_path: Path) -> None:
+    with unreachable_bin_run(tmp_path) as run:
+        run.read_until("bin/run: still waiting for Redis", START_TIMEOUT + 10)
+        # A load balancer's probe meanwhile is logged as ever: the access log works.
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{run.env['PORT_PRODUCER']}/ready",
+            headers={"User-Agent": "lb-probe/1"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        assert refused.value.code == 503
+        parts_log = tmp_path / "parts.log"
+
+        def ready_lines() -> list[dict[str, Any]]:
+            lines = []
+            for text in parts_log.read_text(errors="replace").splitlines():
+                with contextlib.suppress(ValueError):
+                    line = json.loads(text)
+                    if line.get("event") == "http_request" and line.get("path") == "/ready":
+                        lines.append(line)
+            return lines
+
+        wait_until(ready_lines, 10, "the load balancer's /ready line")
+        # bin/run polled the gateway's /ready for 5 s before it said it waits: none of it shows.
+        assert [(line["status"], line["user_agent"]) for line in ready_lines()] == [
+            (503, "lb-probe/1")
+        ]
+        os.killpg(run.proc.pid, signal.SIGTERM)
+        rest = run.proc.communicate(timeout=25)[1]
+        assert rest.endswith("bin/run: stopped.\n"), rest
+
+
+@pytest.mark.slow
 def test_bin_run_in_durable_mode_without_a_replica_says_enqueues_will_fail(
     tmp_path: Path,
 ) -> None:

@@ -270,7 +270,7 @@ if [ "$1" = -m ] && [ "$2" = pip ]; then shift 2; echo "$*" >>"$SANDBOX_LOG"; ex
 exec {python} "$@"
 """
 RECORDER = '#!/bin/sh\necho "$(basename "$0") $*" >>"$SANDBOX_LOG"\n'
-COPIED = ["bin", "shared", "requirements.txt", "requirements-test.txt", "setup.cfg"]
+COPIED = ["bin", "shared", "requirements.txt", "requirements-test.txt", "requirements-tracing.txt"]
 COPIED += ["pyproject.toml", "ruff.toml"]
 
 
@@ -351,6 +351,9 @@ def test_bin_run_installs_the_runtime_requirements_and_bin_test_the_test_ones_on
         return sandbox.installs()
 
     assert after(RUN) == ["requirements.txt"]
+    # The server runs from the checkout: the venv finds it by a .pth (bin/_common.sh).
+    [pth] = (sandbox.root / ".venv" / "lib").glob("python3.*/site-packages/taskforge-checkout.pth")
+    assert pth.read_text() == f"{sandbox.root}\n"
     assert after(RUN) == ["requirements.txt"]
     assert after("bin/test") == ["requirements.txt", "requirements-test.txt"]
     # Switching back and forth installs nothing more.

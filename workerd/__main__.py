@@ -1,24 +1,22 @@
-"""Start the workerd supervisor: ``python -m workerd`` (or ``taskforge-workerd``)."""
+"""Start the workerd supervisor: ``python -m workerd``."""
 
 from __future__ import annotations
 
 import argparse
-import configparser
 import importlib
-import importlib.metadata
 import logging
 import os
 import shutil
 import sys
 import tempfile
 import textwrap
-from pathlib import Path
 
 from shared import log as logsetup
 from shared.config import VARIABLES, Settings, load_or_exit, redact_url
 from shared.multiproc import MULTIPROC_ENV, prepare_multiprocess_dir
 from shared.redis_checks import refuse_cluster_node_behind_plain_url
 from shared.schedules import Schedule, ScheduleError, load_file
+from taskforge.version import __version__
 from workerd import reload
 
 log = logging.getLogger("workerd")
@@ -65,16 +63,9 @@ exit codes:
 
 
 def version() -> str:
-    """Return TaskForge's version: the installed distribution's, else setup.cfg's beside us."""
-    try:
-        return importlib.metadata.version("taskforge")
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    setup_cfg = Path(__file__).resolve().parents[1] / "setup.cfg"
-    config = configparser.ConfigParser()
-    if config.read(setup_cfg) and config.has_option("metadata", "version"):
-        return config.get("metadata", "version")
-    return "unknown"
+    """Return TaskForge's version: the one the checkout's client carries (taskforge/version.py),
+    as the server runs from that checkout."""
+    return __version__
 
 
 def _variables_help() -> str:

@@ -15,7 +15,9 @@ import redis
 from tests.support.tools import in_ci
 
 if not in_ci():
-    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs .[tracing]")
+    pytest.importorskip(
+        "opentelemetry.exporter.otlp.proto.grpc", reason="needs requirements-tracing.txt"
+    )
 
 from shared import tracing
 from tests.observability.otlp_collector import OtlpCollector

@@ -34,10 +34,10 @@ def test_moved_jobs_run_to_completion_and_later_v1_jobs_follow(
     old = V1(r, V1K)
     before = [job_id(n) for n in range(1, 21)]
     for jid in before:
-        old.enqueue(jid, {"type": "noop", "payload": {"n": jid[-2:]}})
-    old.enqueue(job_id(21), {"type": "noop"}, key="order-21")
+        old.enqueue(jid, {"type": "demo.noop", "payload": {"n": jid[-2:]}})
+    old.enqueue(job_id(21), {"type": "demo.noop"}, key="order-21")
     # A job an old worker held when its host died: its lease ran out a minute ago.
-    old.enqueue(job_id(22), {"type": "noop", "priority": 9})
+    old.enqueue(job_id(22), {"type": "demo.noop", "priority": 9})
     lost = old.claim("old-host", now_ms=int(time.time() * 1000) - 60_000 - old.policy.lease_ms)
     assert lost is not None and lost.job_id == job_id(22)
 
@@ -59,7 +59,7 @@ def test_moved_jobs_run_to_completion_and_later_v1_jobs_follow(
     assert done[job_id(22)].recoveries == 1  # its lost execution counted, as v1 would have
 
     # An old gateway still running enqueues under v1: workerd's scheduler moves it.
-    old.enqueue(job_id(23), {"type": "noop"}, key="order-23")
+    old.enqueue(job_id(23), {"type": "demo.noop"}, key="order-23")
     engine.wait_for(job_id(23), JobState.COMPLETED, timeout=RUN_TIMEOUT)
     workerd.wait_for("v1_jobs_moved", moved=1, timeout=5)
 
@@ -67,7 +67,7 @@ def test_moved_jobs_run_to_completion_and_later_v1_jobs_follow(
     scripts = Scripts(r, K)
     for n in (21, 23):
         again = scripts.enqueue(
-            validate_enqueue({"type": "noop"}), job_id(90 + n), idempotency_key=f"order-{n}"
+            validate_enqueue({"type": "demo.noop"}), job_id(90 + n), idempotency_key=f"order-{n}"
         )
         assert (again.job_id, again.created) == (job_id(n), False)
     assert v1_job_keys(r) == []

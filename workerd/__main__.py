@@ -57,8 +57,8 @@ signals:
 exit codes:
   0  stopped cleanly; or --help, --version, or --check-config found nothing wrong
   2  configuration error: a bad variable, TASKFORGE_HANDLERS unset, a handler module that
-     does not import, a bad schedule in TASKFORGE_SCHEDULES, the port in use, or a bad
-     command line
+     does not import, a job type registered by two handlers, a bad schedule in
+     TASKFORGE_SCHEDULES, the port in use, or a bad command line
   3  halted: child processes kept dying before they were up"""
 
 
@@ -106,9 +106,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def import_handlers(modules: tuple[str, ...]) -> None:
     """Import the handler modules before forking, so every worker inherits the registry."""
+    from workerd.registry import DuplicateJobType
+
     for module in modules:
         try:
             importlib.import_module(module)
+        except DuplicateJobType as exc:
+            # Not this module's fault alone: the message names both registrations.
+            print(f"workerd: TASKFORGE_HANDLERS={','.join(modules)}: {exc}", file=sys.stderr)
+            sys.exit(2)
         except Exception as exc:  # any import failure is a configuration error: say which
             print(
                 f"workerd: cannot import handler module {module!r}: {describe(exc)}",

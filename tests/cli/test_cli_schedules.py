@@ -21,7 +21,7 @@ from tests.cli.conftest import Taskforge
 from workerd.periodic import Periodic
 
 NIGHTLY = {"cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": {"type": "pdf"}}
-BEAT = {"every": "15m", "missed": "catch_up", "job": {"type": "noop", "queue": "low"}}
+BEAT = {"every": "15m", "missed": "catch_up", "job": {"type": "demo.noop", "queue": "low"}}
 
 
 def publish(r: redis.Redis, **schedules: dict[str, Any]) -> None:
@@ -41,7 +41,7 @@ def test_schedules_ls_shows_each_with_its_next_run(taskforge: Taskforge, r: redi
     # ON MISS is the policy, MISSED the count of ticks that got no job (none yet).
     assert re.search(r"\bcatch_up +0 +running\b", beat), beat
     nightly = next(row for row in rows if row.startswith("nightly"))
-    assert "every 900s" in beat and "catch_up" in beat and "noop on low" in beat
+    assert "every 900s" in beat and "catch_up" in beat and "demo.noop on low" in beat
     assert "cron 0 3 * * *" in nightly and "Europe/Berlin" in nightly and "running" in nightly
     # The next run, in Berlin's time and named so (never the UTC 02:00 or 01:00).
     assert re.search(r" \d{4}-\d\d-\d\d 03:00:00 Europe/Berlin *$", nightly), nightly

@@ -236,7 +236,7 @@ def multiprocess_enabled() -> bool:
 def mark_dead(pid: int) -> None:
     """Forget a dead child's live gauges (its counters stay, summed into the totals)."""
     # Its counter and histogram files stay, so scrape time grows with every process that lived
-    # since the server started (the directory is wiped then; docs/MEASUREMENTS.md).
+    # since the server started (the directory is wiped then; bench/MEASUREMENTS.md).
     if multiprocess_enabled():
         mark_process_dead(pid)
 

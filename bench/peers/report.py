@@ -510,7 +510,7 @@ def notes_section(results: dict) -> str:
 
 
 def document(results: dict, chart_name: str = "benchmarks.png") -> str:
-    """docs/BENCHMARKS.md."""
+    """bench/BENCHMARKS.md."""
     st = results.get("settings", {})
     m = results.get("meta", {})
     jobs = st.get("jobs", 10_000)
@@ -549,7 +549,7 @@ of {st.get("repeat", 3)} repetition(s) with the (min–max) range; repetitions w
 
 It builds the peers' virtualenvs itself (`var/bench-venvs/<peer>`, pinned in
 `bench/peers/venvs.py`: {pin_text}), writes `bench/results/compare.json` (every figure and
-setting), this file and `docs/{chart_name}`. `--quick` is a small smoke run; `--only huey
+setting), this file and `bench/{chart_name}`. `--quick` is a small smoke run; `--only huey
 taskforge` selects systems.
 
 ## Machine

@@ -160,7 +160,9 @@ def main() -> None:
     parser.add_argument("--http-seconds", type=float, help="bench.gateway --seconds (5)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--json", type=Path, help="results file")
-    parser.add_argument("--doc", type=Path, help="markdown file to write (full run: bench/BENCHMARKS.md)")
+    parser.add_argument(
+        "--doc", type=Path, help="markdown file to write (full run: bench/BENCHMARKS.md)"
+    )
     parser.add_argument("--no-doc", action="store_true", help="write only the JSON")
     parser.add_argument(
         "--from-json", type=Path, help="only render the doc and chart from a results file"

@@ -558,10 +558,8 @@ taskforge` selects systems.
 
 **These figures are noisy.** The machine has two cores and other engineers ran test suites
 on it during the run; the ranges show how much. A figure whose range is wide was disturbed.
-For scale: the README's TaskForge figures, measured on the same kind of VM with no other load
-(commit 86ac026), are 2,400 / 4,100 / 5,300 jobs/s for the 1 / 2 / 4-worker drain and
-p50 1.2 ms / p99 1.9 ms enqueue→start. Every system here ran under the same disturbance, in
-interleaved repetitions, so the side-by-side comparison holds better than any one figure.
+Every system here ran under the same disturbance, in interleaved repetitions, so the
+side-by-side comparison holds better than any one figure.
 
 ## Configurations
 

@@ -1,7 +1,7 @@
 """Fault scenarios of issue 7 against a real workerd on the private Redis.
 
 Each prints its figures on a ``FAULT-FIGURES`` line (run with ``-s`` to see them) for
-docs/RELIABILITY.md. Processes are started by tests/workerd/conftest.py's ``start_workerd``,
+bench/FAULTS.md. Processes are started by tests/workerd/conftest.py's ``start_workerd``,
 which fails the test if any process of the run is left behind.
 """
 

@@ -139,7 +139,7 @@ def test_50_streams_get_every_event_while_enqueues_are_answered(
     )
     delivered = time.monotonic() - sent
     reads = stream_reads(r) - reads_before
-    print(  # the figures docs/EVENTS.md ("Reading") quotes (run with -s to see them)
+    print(  # the figures bench/MEASUREMENTS.md quotes (run with -s to see them)
         f"\nPOST /enqueue latency, no stream open: {ms(before)}"
         f"\nPOST /enqueue latency, {STREAMS} streams open: {ms(during)}"
         f"\n{JOBS} events to all {STREAMS} streams: {delivered:.2f} s from the first enqueue"

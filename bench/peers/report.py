@@ -20,7 +20,7 @@ COLUMNS = (
     "rq-simple",
     "rq-fork",
 )
-# Issue 8's targets for TaskForge: (what, figure key, comparison, bound, unit).
+# TaskForge's performance targets: (what, figure key, comparison, bound, unit).
 TARGETS = (
     ("engine enqueue, one process", "tf.engine_enqueue", ">=", 3400, "jobs/s"),
     ("HTTP POST /enqueue", "tf.http_single", ">=", 2000, "req/s"),
@@ -279,7 +279,7 @@ def results_table(results: dict) -> str:
 
 
 def target_status(results: dict) -> list[dict[str, Any]]:
-    """Each of issue 8's targets with the measured median and whether it was met."""
+    """Each performance target with the measured median and whether it was met."""
     s = results.get("summary") or summarize(results)
     out = []
     for what, ref, op, bound, unit in TARGETS:
@@ -584,7 +584,7 @@ drain by that method too). "Redis commands per job" counts the commands run insi
 scripts: TaskForge's run inside about one script call per job (see round trips), so that row
 and Redis CPU measure the work Redis does for a job, not network traffic.
 
-### Targets of issue 8 (TaskForge)
+### TaskForge's performance targets
 
 {targets_markdown(results)}
 
@@ -607,7 +607,7 @@ and Redis CPU measure the work Redis does for a job, not network traffic.
 ## What one job costs: Redis commands, CPU and memory
 
 The hot path's Redis commands per call, Redis CPU and instructions per job before and after
-issue 13's work, bytes of Redis per job and a 10-minute soak are in
+the hot-path work, bytes of Redis per job and a 10-minute soak are in
 [PER_JOB_COST.md](PER_JOB_COST.md) (written by hand; `bench.compare` rewrites this file).
 
 ## The Go original's Task 12 table, for TaskForge

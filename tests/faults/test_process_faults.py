@@ -1,4 +1,4 @@
-"""Process faults of issue 7 against real workerd supervisors on the private Redis.
+"""Process faults (docs/RELIABILITY.md) against real workerd supervisors on the private Redis.
 
 Scenario 2 (chaos: random worker kills under steady load), 3 (SIGKILL the supervisor; SIGKILL
 the scheduler mid-batch; two schedulers at once), 4 (SIGSTOP a worker past its lease) and 6

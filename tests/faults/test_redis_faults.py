@@ -1,4 +1,4 @@
-"""Redis fault scenarios of issue 7 (7, 8, 10, 11) against real processes.
+"""Redis fault scenarios 7, 8, 10 and 11 (docs/RELIABILITY.md) against real processes.
 
 Each test runs a private redis-server of its own (tests/faults/redis_tools.py), which it may
 kill, freeze, fill or restart, with a real workerd (tests/workerd/conftest.py) and, where the

@@ -51,7 +51,7 @@ def test_every_docs_or_bench_path_named_in_prose_is_tracked(doc: Path) -> None:
 
 
 def test_every_guide_or_log_named_in_the_code_exists() -> None:
-    """A comment or docstring that points at docs/X.md or bench/X.md points at a real file."""
+    """A comment or docstring naming a guide or a log under docs or bench names a real file."""
     tracked = _tracked()
     missing = set()
     for name in tracked:

@@ -577,7 +577,7 @@ def test_the_page_checks_see_a_foreign_request_and_a_csp_violation(
 
 
 def test_a_live_listing_resumes_after_its_stream_ended(browser: Browser, system: System) -> None:
-    """Issue 27: after any stream end (here a worker restart: SIGHUP makes gunicorn replace its
+    """After any stream end (here a worker restart: SIGHUP makes gunicorn replace its
     workers, which ends their streams) the page reconnects with its last id and gets what was
     written meanwhile. A listing does not re-read on reconnect, so the hint for a job enqueued
     while it was away can only come from the resumed stream."""

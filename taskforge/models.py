@@ -46,7 +46,7 @@ class Job:
     cancel_requested_by: str | None = None
     # An enqueue's reply only: what the gateway saw in the fleet registry that the job will
     # wait or fail for (a queue no workerd host serves, a type none serving it runs).
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = field(default=(), compare=False)  # the same job all the same
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -157,11 +157,12 @@ def queue_row(queue: Queue) -> list[render.Cell]:
 
 
 def queue_state(queue: Queue) -> str:
-    """Return a queue's STATE: paused or running, or unserved when no live workerd host
-    serves it (its jobs wait until one does); both when both are true."""
-    if queue.served is False:
-        return "paused, unserved" if queue.paused else "unserved"
-    return "paused" if queue.paused else "running"
+    """Return a queue's STATE, one word: paused (whether served or not: nothing runs either
+    way until a resume; --json has `served`), unserved (no live workerd host serves it: its
+    jobs wait until one does), or running."""
+    if queue.paused:
+        return "paused"
+    return "unserved" if queue.served is False else "running"
 
 
 @cli.group()
@@ -184,7 +185,7 @@ def queues() -> None:
 def queues_ls(
     session: Session, search: str | None, limit: int, cursor: str | None, every: bool
 ) -> None:
-    """List queues: paused, unserved (no live workerd host serves it) or running, jobs per
+    """List queues: paused, unserved (no live workerd host serves it) or running; jobs per
     state, the last minute's throughput."""
     if every:
         found, next_cursor = session.client.queues(search=search), None

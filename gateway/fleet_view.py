@@ -21,6 +21,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import redis
+
 from shared.fleet import Fleet
 
 log = logging.getLogger(__name__)
@@ -103,8 +105,14 @@ class FleetView:
                 failing = False
             except Exception as exc:  # a dead thread would leave the view to go stale unseen
                 if not failing:
-                    log.warning(
-                        "fleet_view_failed", extra={"error": f"{type(exc).__name__}: {exc}"}
+                    # An outage is the requests' to report (redis_unavailable); a bug is ours.
+                    level = logging.INFO if isinstance(exc, redis.RedisError) else logging.WARNING
+                    error = f"{type(exc).__name__}: {exc}"
+                    log.log(
+                        level,
+                        "fleet_view_failed",
+                        extra={"error": error},
+                        exc_info=level > logging.INFO,
                     )
                 failing = True
             stopped.wait(self.every)

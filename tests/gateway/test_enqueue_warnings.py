@@ -4,7 +4,9 @@ as workerd's supervisors register them."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -125,6 +127,43 @@ def test_a_failing_read_leaves_the_thread_running_and_gives_no_warnings() -> Non
         assert view.current() is None
         assert second.wait(10), "the thread stopped after a failed read"
         assert view.current() is None
+    finally:
+        view.stop()
+
+
+def test_a_forked_child_starts_its_own_refresher_and_trusts_nothing_it_inherited() -> None:
+    parent = os.getpid()
+    read_in_parent = threading.Event()
+    child_may_read = threading.Event()  # a child's read waits for this (its own copy)
+    readers: list[int] = []
+
+    def read() -> Fleet:
+        if os.getpid() == parent:
+            read_in_parent.set()
+        else:
+            assert child_may_read.wait(10)
+        readers.append(os.getpid())
+        return Fleet(0)
+
+    view = FleetView(read, every=0.01)
+    try:
+        view.start()
+        assert read_in_parent.wait(10) and view.current() is not None
+        child = os.fork()
+        if child == 0:
+            code = 1
+            try:
+                # The parent's view came over with the fork; its thread did not.
+                if view.current() is None:
+                    child_may_read.set()
+                    deadline = time.monotonic() + 10
+                    while view.current() is None and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                    code = 0 if view.current() is not None and os.getpid() in readers else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
     finally:
         view.stop()
 

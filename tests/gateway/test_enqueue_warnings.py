@@ -253,6 +253,23 @@ def test_an_enqueue_with_warnings_runs_no_more_redis_commands(
     assert "zrange" not in spent[1]  # the registry's names: read by the view's thread only
 
 
+def test_a_batch_with_warnings_runs_no_more_redis_commands(
+    r: redis.Redis, engine: Scripts, web: FlaskClient
+) -> None:
+    register(engine, "a-1", "default")
+    view = view_of(web)
+    spent = []
+    for job_type, fleet in (("first", view._last), ("genrate_pdf", view._last), ("x", None)):
+        view._last = fleet
+        before = commands(r)
+        response = web.post("/enqueue/batch", json={"jobs": [{"type": job_type}] * 3})
+        spent.append(commands(r) - before - Counter({"info": 1}))
+        assert response.status_code == 201 and all(
+            ("warnings" in job) is (fleet is not None) for job in response.get_json()["jobs"]
+        )
+    assert spent[1] == spent[2], spent
+
+
 # --- which queues are served ---------------------------------------------------------------
 
 

@@ -179,6 +179,17 @@ def _job_schema() -> dict[str, Any]:
                 "description": "Who asked: the request's by, else api and the client's "
                 "address, or dashboard and the browser's.",
             },
+            "warnings": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string"},
+                "description": "Enqueue replies only, and only when there is something to "
+                "say: what this gateway saw in the workerd registry (at most a few seconds "
+                "old) that the job will wait or fail for: no host registered, no host "
+                "serving its queue, or no host serving its queue running its type (it then "
+                "fails as NoHandler and ends dead-lettered). Absent when all is well or when "
+                "the gateway could not read the registry lately.",
+            },
         },
     }
 
@@ -587,6 +598,7 @@ def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any
         [
             "name",
             "paused",
+            "served",
             "paused_since",
             "jobs",
             "oldest_pending_age_seconds",
@@ -597,6 +609,11 @@ def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any
         {
             "name": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
             "paused": {"type": "boolean"},
+            "served": {
+                "type": "boolean",
+                "description": "A live workerd host serves it now (its WORKER_QUEUES, by the "
+                "registry); false: its jobs wait until one does.",
+            },
             "paused_since": {**TIMESTAMP, "type": ["string", "null"]},
             "jobs": _object(STATES, counts),
             "oldest_pending_age_seconds": age,

@@ -17,11 +17,11 @@ from gateway.errors import ApiError
 from gateway.jobs import queue_of
 from gateway.routes import route
 from shared import bulk, listing
+from shared.engine_types import JobNotFound, WrongState
 from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, JobState
 from shared.lifecycle import Outcome, record
 from shared.queries import BadCursor, dead_page
 from shared.queues import QUEUE_RULE, is_queue_name
-from shared.scripts import JobNotFound, WrongState
 
 bp = Blueprint("dlq", __name__)
 

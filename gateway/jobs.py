@@ -14,10 +14,9 @@ from gateway.context import Gateway, gateway
 from gateway.errors import ApiError
 from gateway.routes import route
 from shared import metrics
-from shared.engine_types import CancelResult
+from shared.engine_types import CancelResult, IdempotencyConflict, JobNotFound, WrongState
 from shared.jobs import JobState
 from shared.lifecycle import Outcome, record
-from shared.scripts import IdempotencyConflict, JobNotFound, WrongState
 
 bp = Blueprint("jobs", __name__)
 

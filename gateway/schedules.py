@@ -17,10 +17,10 @@ from flask import Blueprint
 from gateway.context import gateway
 from gateway.errors import ApiError
 from gateway.routes import route
+from shared.engine_types import ScheduleNotFound
 from shared.jobs import format_ms
 from shared.schedule_state import ScheduleView, view_schedules
 from shared.schedules import NAME_PATTERN, NAME_RULE
-from shared.scripts import ScheduleNotFound
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from flask import Blueprint
 from gateway.context import gateway
 from gateway.errors import ApiError
 from gateway.routes import route
+from shared.engine_types import HostNotFound
 from shared.hosts import WorkerHost, WorkerProcess, is_host_name, list_hosts, read_hosts
 from shared.jobs import format_ms
-from shared.scripts import HostNotFound
 
 log = logging.getLogger(__name__)
 

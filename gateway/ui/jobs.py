@@ -13,10 +13,10 @@ from gateway.context import gateway
 from gateway.jobs import record_cancel
 from gateway.ui.base import UiError, bp, events_url, render
 from shared import history, listing
+from shared.engine_types import JobNotFound, WrongState
 from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, Job, JobState
 from shared.lifecycle import Outcome, record
 from shared.queues import QUEUE_RULE, is_queue_name
-from shared.scripts import JobNotFound, WrongState
 
 PAGE_SIZE = 50
 # A payload or result past this many characters shows its start alone: a browser lays out a

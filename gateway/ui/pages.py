@@ -13,13 +13,13 @@ from gateway.ui.base import UiError, bp, events_url, render
 from gateway.ui.chart import throughput_chart
 from gateway.ui.jobs import confirm_page, confirmed
 from shared import queue_removal as removal
+from shared.engine_types import HostNotFound
 from shared.hosts import is_host_name, list_hosts
 from shared.jobs import JobState
 from shared.limits import read_state
 from shared.queries import QueueCounts
 from shared.queue_view import chosen, is_cursor, page
 from shared.queues import DEFAULT_QUEUE, QUEUE_RULE, is_queue_name
-from shared.scripts import HostNotFound
 from shared.summary import busy
 from shared.throughput import last_hour
 

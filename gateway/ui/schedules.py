@@ -9,9 +9,9 @@ from werkzeug.wrappers import Response as BaseResponse
 
 from gateway.context import gateway
 from gateway.ui.base import UiError, bp, events_url, render
+from shared.engine_types import ScheduleNotFound
 from shared.schedule_state import view_schedules
 from shared.schedules import NAME_PATTERN, NAME_RULE
-from shared.scripts import ScheduleNotFound
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,9 @@ import hashlib
 import pytest
 import redis
 
+from shared.engine_types import IdempotencyConflict
 from shared.jobs import validate_enqueue
-from shared.scripts import IdempotencyConflict, Scripts
+from shared.scripts import Scripts
 from shared.upgrade import Upgrade, request_digests
 from tests.upgrade.conftest import NOW, T0, V1K, K, World, job_id, v1_job_keys
 from tests.upgrade.v1 import V1, v1_canonical

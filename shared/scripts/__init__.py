@@ -11,8 +11,8 @@ overrides Redis's clock (tests).
   the one answer to NOSCRIPT, pipelines and transactions, durable mode's WAIT;
 - ``signature``: each script's KEYS and ARGV by name, read from its Lua header, so calls
   pass them by name and a call that drifts from the header fails on first use;
-- ``jobs``: claim, renew, complete, fail, and the upkeep of jobs (promote, recover, release,
-  trim); ``enqueue``: producing jobs, idempotency keys, the due index; ``operator``: replay,
+- ``jobs``: claim, renew, complete, fail, cancel while running; ``upkeep``: promote, recover,
+  release, trim; ``enqueue``: producing jobs, idempotency keys, the due index; ``operator``: replay,
   cancel, purge; ``queues``: pause, limits, the list of queues; ``schedules``; ``fleet``: the
   hosts' registry; ``reads``: counts, listing pages, throughput.
 
@@ -45,11 +45,12 @@ from shared.scripts.base import (
 )
 from shared.scripts.enqueue import EnqueueCalls, batch_digest
 from shared.scripts.fleet import FleetCalls
-from shared.scripts.jobs import TRIM_ROUNDS, JobCalls, runnable_arg
+from shared.scripts.jobs import JobCalls, runnable_arg
 from shared.scripts.operator import TOMBSTONE_TTL_MS, OperatorCalls, requester
 from shared.scripts.queues import QueueCalls
 from shared.scripts.reads import ReadCalls
 from shared.scripts.schedules import ScheduleCalls
+from shared.scripts.upkeep import TRIM_ROUNDS, UpkeepCalls
 
 __all__ = [
     "HASH_TTL_MARGIN_MS",
@@ -66,7 +67,14 @@ __all__ = [
 
 
 class Scripts(
-    JobCalls, EnqueueCalls, OperatorCalls, QueueCalls, ScheduleCalls, FleetCalls, ReadCalls
+    JobCalls,
+    UpkeepCalls,
+    EnqueueCalls,
+    OperatorCalls,
+    QueueCalls,
+    ScheduleCalls,
+    FleetCalls,
+    ReadCalls,
 ):
     """Calls the transition scripts; one instance per process, built after fork.
 

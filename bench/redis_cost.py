@@ -36,7 +36,7 @@ from pathlib import Path
 import redis
 
 from bench.peers import configs, harness
-from shared.keys import Keys, V1Keys
+from shared.keys import Keys
 from tests.support.redis_server import private_redis
 
 SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
@@ -104,9 +104,8 @@ def measure_in_process(tree: Path, url: str, jobs: int, ws: harness.Workspace) -
 
 
 def completed_count(client: redis.Redis) -> int:
-    """Return the jobs completed in the default queue, in either layout: a tree measured may
-    be from before named queues (v1, one prefix) or after (v2)."""
-    return client.zcard(Keys().completed) + client.zcard(V1Keys().state_index("completed"))
+    """Return the jobs completed in the default queue."""
+    return client.zcard(Keys().completed)
 
 
 def drain_in_process(config: configs.Config, url: str, env: dict[str, str]) -> None:

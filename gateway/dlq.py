@@ -12,14 +12,13 @@ from flask.blueprints import BlueprintSetupState
 from werkzeug.routing import BaseConverter
 
 from gateway import inputs
+from gateway.actions import jobs as actions
 from gateway.context import gateway
 from gateway.errors import ApiError
-from gateway.jobs import queue_of
 from gateway.routes import route
 from shared import bulk, listing
 from shared.engine_types import JobNotFound, WrongState
 from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, JobState
-from shared.lifecycle import Outcome, record
 from shared.queries import BadCursor, dead_page
 from shared.queues import QUEUE_RULE, is_queue_name
 
@@ -44,12 +43,6 @@ def _add_converter(state: BlueprintSetupState) -> None:
 bp.record_once(_add_converter)  # before the rules below are added to the app
 
 
-def _not_dead(exc: WrongState) -> ApiError:
-    return ApiError(
-        409, f"job is {exc.status}, not dead: only dead jobs are in the DLQ", status=exc.status
-    )
-
-
 @route(bp, "GET", "/dlq", query=inputs.DLQ_QUERY)
 def list_dead() -> dict[str, Any]:
     """Return a page of dead jobs, newest first, with the cursor of the next page: of every
@@ -71,32 +64,13 @@ def list_dead() -> dict[str, Any]:
 @route(bp, "POST", "/dlq/<job_id>/retry")
 def retry(job_id: str) -> dict[str, Any]:
     """Replay a dead job: back to pending with attempts 0."""
-    job_id = inputs.job_id(job_id)
-    gw = gateway()
-    try:
-        job = gw.scripts.replay(job_id, queue=queue_of(gw, job_id))
-    except JobNotFound:
-        raise ApiError(404, "job not found") from None
-    except WrongState as exc:
-        raise _not_dead(exc) from None
-    record(Outcome.REPLAYED, job.id, job.type, queue=job.queue, trace=job.extra.get("traceparent"))
-    return job.to_json()
+    return actions.replay(gateway(), inputs.job_id(job_id)).to_json()
 
 
 @route(bp, "DELETE", "/dlq/<dead_job_id:job_id>")
 def purge(job_id: str) -> tuple[str, int]:
     """Delete a dead job for good: 204."""
-    job_id = inputs.job_id(job_id)
-    gw = gateway()
-    try:
-        # It answers with the type it deleted.
-        queue = queue_of(gw, job_id)
-        job_type = gw.scripts.purge(job_id, queue=queue)
-    except JobNotFound:
-        raise ApiError(404, "job not found") from None
-    except WrongState as exc:
-        raise _not_dead(exc) from None
-    record(Outcome.PURGED, job_id, job_type, queue=queue)
+    actions.purge(gateway(), inputs.job_id(job_id))
     return "", 204
 
 
@@ -185,22 +159,8 @@ def bulk_request(body: Any) -> BulkRequest:
 
 def _bulk(action: bulk.Action) -> dict[str, Any]:
     wanted = bulk_request(inputs.json_body())
-    gw = gateway()
-    # A filter walks what GET /jobs?state=dead lists (the queue named, else a bounded set of
-    # queues: shared.listing.queues_for). Ids are looked for in every queue.
-    if wanted.ids is None:
-        queues = listing.queues_for(gw.scripts, JobState.DEAD, wanted.queue).queues
-    else:
-        queues = [wanted.queue] if wanted.queue is not None else gw.directory.names(refresh=True)
-    result = bulk.bulk_dead(
-        gw.scripts,
-        action,
-        queues=queues,
-        ids=wanted.ids,
-        job_type=wanted.job_type,
-        limit=wanted.limit,
-        cursor=wanted.cursor,
-    )
+    which = actions.DeadJobs(wanted.ids, wanted.queue, wanted.job_type)
+    result = actions.bulk_dlq(gateway(), action, which, limit=wanted.limit, cursor=wanted.cursor)
     return {
         "done": result.done,
         "skipped": [{"id": job_id, "reason": reason} for job_id, reason in result.skipped],

@@ -12,6 +12,7 @@ import redis.exceptions
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from gateway.actions.errors import ActionError, Conflict, InvalidInput, NotFound
 from gateway.body import BodyError, too_large
 from shared.engine_types import Confirmation
 from shared.redis_checks import CLUSTER_NODE_BEHIND_PLAIN_URL
@@ -159,6 +160,24 @@ def api_error_response(exc: ApiError) -> Response:
     return json_error(exc.http_status, exc.message, exc.headers, **exc.fields)
 
 
+# Every refusal of an operator action (gateway.actions) as the API answers it.
+ACTION_STATUS: tuple[tuple[type[ActionError], int], ...] = (
+    (NotFound, 404),
+    (Conflict, 409),
+    (InvalidInput, 400),
+)
+
+
+def action_status(exc: ActionError) -> int:
+    """Return the HTTP status of an action's refusal."""
+    return next((status for kind, status in ACTION_STATUS if isinstance(exc, kind)), 409)
+
+
+def action_error_response(exc: ActionError) -> Response:
+    """Return the JSON answer of an action's refusal: its message and the facts behind it."""
+    return json_error(action_status(exc), exc.message, **exc.facts)
+
+
 def unexpected_response(exc: Exception) -> Response | HTTPException:
     """Return the answer to an exception no view handled: 503 for Redis outages, else 500."""
     if isinstance(exc, HTTPException):
@@ -190,6 +209,7 @@ def _cluster_node_response() -> Response:
 def register(app: Flask) -> None:
     """Install the JSON error handlers on `app`."""
     app.register_error_handler(ApiError, api_error_response)
+    app.register_error_handler(ActionError, action_error_response)
     app.register_error_handler(BodyError, lambda e: json_error(e.status, str(e)))
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(Exception, unexpected_response)

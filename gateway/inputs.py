@@ -124,10 +124,20 @@ def batch_requests(body: Any) -> list[EnqueueRequest]:
 CANCEL_BY_LIMIT = 64  # characters of a cancel's `by` (kept to 64 bytes: shared.scripts)
 
 
+def requester(client: str | None) -> str:
+    """Return who asks for an operator action through the API: "api" and the client's address."""
+    return f"api {client}" if client else "api"
+
+
+def asked_by() -> str:
+    """Return who asks for this request's operator action (gateway.actions)."""
+    return requester(request.remote_addr)
+
+
 def cancel_by(raw: bytes, client: str | None) -> str:
     """Return who asks for a cancel: the body's optional {"by": "..."} (the caller names
     itself), else "api" and the client's address. Refuse any other body with 400."""
-    default = f"api {client}" if client else "api"
+    default = requester(client)
     if not raw.strip():
         return default
     body = parse_json(raw)

@@ -10,17 +10,16 @@ from flask import Blueprint
 from werkzeug.datastructures import Headers
 
 from gateway import events, inputs, service, waiting
+from gateway.actions import jobs as actions
 from gateway.context import Gateway, gateway
 from gateway.errors import ApiError
 from gateway.routes import route
 from shared import metrics
-from shared.engine_types import CancelResult, IdempotencyConflict, JobNotFound, WrongState
+from shared.engine_types import IdempotencyConflict
 from shared.jobs import JobState
-from shared.lifecycle import Outcome, record
 
 bp = Blueprint("jobs", __name__)
 
-CANCELABLE = "pending, scheduled, retrying or processing"
 Reply = tuple[dict[str, Any], int, dict[str, str]]
 
 
@@ -46,14 +45,6 @@ def enqueue_reply(gw: Gateway, headers: Headers, raw: bytes) -> Reply:
     except IdempotencyConflict as exc:
         raise key_conflict(exc) from None
     return doc, 201 if created else 200, {"Location": f"/jobs/{doc['id']}"}
-
-
-def queue_of(gw: Gateway, job_id: str) -> str:
-    """Return the queue that holds a job; raise JobNotFound when none does."""
-    queue = gw.directory.locate(job_id)
-    if queue is None:
-        raise JobNotFound()
-    return queue
 
 
 def key_conflict(exc: IdempotencyConflict) -> ApiError:
@@ -103,30 +94,5 @@ def cancel(job_id: str) -> tuple[dict[str, Any], int]:
     changes nothing and is answered alike."""
     job_id = inputs.job_id(job_id)
     by = inputs.cancel_by(inputs.raw_body(), flask.request.remote_addr)
-    gw = gateway()
-    try:
-        outcome = gw.scripts.cancel(job_id, queue=queue_of(gw, job_id), by=by)
-    except JobNotFound:
-        raise ApiError(404, "job not found") from None
-    except WrongState as exc:
-        raise ApiError(
-            409,
-            f"job is {exc.status}: only {CANCELABLE} jobs can be canceled",
-            status=exc.status,
-        ) from None
-    record_cancel(outcome)
-    job = outcome.job
+    job = actions.cancel(gateway(), job_id, by=by).job
     return job.to_json(), 202 if job.status is JobState.PROCESSING else 200
-
-
-def record_cancel(outcome: CancelResult) -> None:
-    """Record what a cancel did (the API's and the dashboard's): a job canceled, or a running
-    job asked to stop. A repeat is answered the same but not recorded again."""
-    job = outcome.job
-    if not outcome.changed:
-        return
-    if job.status is JobState.PROCESSING:
-        by = job.cancel_requested_by or None
-        record(Outcome.CANCEL_REQUESTED, job.id, job.type, queue=job.queue, by=by)
-    else:
-        record(Outcome.CANCELED, job.id, job.type, queue=job.queue)

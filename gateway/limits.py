@@ -9,12 +9,12 @@ enqueued under lists it.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from flask import Blueprint
 
 from gateway import inputs
+from gateway.actions import queues as actions
 from gateway.context import gateway
 from gateway.errors import ApiError
 from gateway.queue_page import QUEUE_PAGE_QUERY, page_query
@@ -23,8 +23,6 @@ from gateway.routes import route
 from shared import limits
 from shared.limits import LimitError, LimitsState, QueueLimits, ScopeUse
 from shared.queue_view import scan_names
-
-log = logging.getLogger(__name__)
 
 bp = Blueprint("limits", __name__)
 
@@ -35,21 +33,6 @@ def _state(queue: str) -> dict[str, Any]:
     if found:
         return found[0].to_json()
     return LimitsState(queue, QueueLimits(), ScopeUse(0, 0), {}).to_json()
-
-
-def _change(queue: str, edit: Any, what: str) -> dict[str, Any]:
-    gw = gateway()
-    try:
-        after = limits.change(gw.scripts, queue, edit)
-    except LimitError as exc:
-        raise ApiError(409, str(exc)) from exc
-    # Listed after the write, whatever this process remembers: a delete racing it then
-    # either saw the limits (409) or left the name for this call to list (shared.queue_removal).
-    gw.directory.relist(queue)
-    log.info(
-        "limits_changed", extra={"queue": queue, "scope": what, "limits": after.compact_json()}
-    )
-    return _state(queue)
 
 
 def _parsed(parse: Any, body: Any) -> Any:
@@ -92,16 +75,17 @@ def put_limits(name: str) -> dict[str, Any]:
     queue = queue_name(name)
     body = inputs.json_body()
     wanted = _parsed(limits.parse_limits, body)
-    if "types" in body:
-        return _change(queue, lambda _: wanted, "queue")
-    return _change(queue, lambda current: current.with_scope(None, wanted.queue), "queue")
+    replace = "types" in body
+    actions.set_queue_limits(gateway(), queue, wanted, replace_types=replace, by=inputs.asked_by())
+    return _state(queue)
 
 
 @route(bp, "DELETE", "/queues/<name>/limits")
 def clear_limits(name: str) -> dict[str, Any]:
     """Remove every limit of a queue; jobs held by one become claimable at once."""
     queue = queue_name(name)
-    return _change(queue, lambda _: QueueLimits(), "queue")
+    actions.clear_queue_limits(gateway(), queue, by=inputs.asked_by())
+    return _state(queue)
 
 
 @route(bp, "PUT", "/queues/<name>/limits/types/<job_type>")
@@ -112,7 +96,8 @@ def put_type_limit(name: str, job_type: str) -> dict[str, Any]:
     limit = _parsed(lambda body: limits.parse_limit(body, ""), inputs.json_body())
     if limit.empty:
         raise ApiError(400, "give concurrency and/or rate (DELETE removes a type's limits)")
-    return _change(queue, lambda current: current.with_scope(job_type, limit), job_type)
+    actions.set_type_limit(gateway(), queue, job_type, limit, by=inputs.asked_by())
+    return _state(queue)
 
 
 @route(bp, "DELETE", "/queues/<name>/limits/types/<job_type>")
@@ -120,4 +105,5 @@ def clear_type_limit(name: str, job_type: str) -> dict[str, Any]:
     """Remove one job type's limits in a queue."""
     queue = queue_name(name)
     job_type = _parsed(limits.check_type_name, job_type)
-    return _change(queue, lambda current: current.with_scope(job_type, limits.Limit()), job_type)
+    actions.clear_type_limit(gateway(), queue, job_type, by=inputs.asked_by())
+    return _state(queue)

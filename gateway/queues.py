@@ -12,11 +12,12 @@ queue), or 404 for a name not listed.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from flask import Blueprint
 
+from gateway import inputs
+from gateway.actions import queues as actions
 from gateway.context import Gateway, gateway
 from gateway.errors import ApiError
 from gateway.queue_page import QUEUE_PAGE_QUERY, page_fields, page_query, read_page
@@ -24,10 +25,7 @@ from gateway.routes import route
 from shared.jobs import format_ms
 from shared.limits import LimitsState, read_state
 from shared.queries import QueueCounts
-from shared.queue_removal import QueueKept, QueueNotListed, delete_queue
 from shared.queues import QUEUE_RULE, is_queue_name
-
-log = logging.getLogger(__name__)
 
 bp = Blueprint("queues", __name__)
 
@@ -80,46 +78,21 @@ def list_queues() -> dict[str, Any]:
 @route(bp, "DELETE", "/queues/<name>")
 def delete(name: str) -> tuple[str, int]:
     """Delete an empty queue: 204; 409 with what keeps it; 404 for a name not listed."""
-    name = queue_name(name)
-    try:
-        kept = delete_queue(gateway().directory, name)
-    except QueueNotListed:
-        raise ApiError(404, "queue not found") from None
-    if kept is not None:
-        raise queue_kept(kept)
+    actions.delete_queue(gateway(), queue_name(name))
     return "", 204
-
-
-def queue_kept(kept: QueueKept) -> ApiError:
-    """Return the 409 of a delete refused: the reason, and the counts and flags behind it."""
-    return ApiError(
-        409,
-        f"queue kept: {kept.reason()}",
-        jobs=kept.jobs,
-        paused=kept.paused,
-        limited=kept.limited,
-        served_by=list(kept.served_by),
-    )
 
 
 @route(bp, "POST", "/queues/<name>/pause")
 def pause(name: str) -> dict[str, Any]:
     """Pause a queue (listing it if it is new): no worker claims from it until resumed."""
     name = queue_name(name)
-    gw = gateway()
-    result = gw.scripts.pause_queue(name)
-    # Listed after the write, whatever this process remembers: a delete racing the pause then
-    # either saw the flag (409) or left the name for this call to list (shared.queue_removal).
-    gw.directory.relist(name)
-    log.info("queue_paused", extra={"queue": name, "changed": result.changed})
-    return _one(gw, name)
+    actions.pause_queue(gateway(), name, by=inputs.asked_by())
+    return _one(gateway(), name)
 
 
 @route(bp, "POST", "/queues/<name>/resume")
 def resume(name: str) -> dict[str, Any]:
     """Resume a paused queue: idle workers are woken for its pending jobs."""
     name = queue_name(name)
-    gw = gateway()
-    changed = gw.scripts.resume_queue(name)
-    log.info("queue_resumed", extra={"queue": name, "changed": changed})
-    return _one(gw, name)
+    actions.resume_queue(gateway(), name, by=inputs.asked_by())
+    return _one(gateway(), name)

@@ -9,20 +9,18 @@ resume changes nothing and answers 200 again; a name no host published is 404.
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from flask import Blueprint
 
+from gateway import inputs
+from gateway.actions import fleet as actions
 from gateway.context import gateway
 from gateway.errors import ApiError
 from gateway.routes import route
-from shared.engine_types import ScheduleNotFound
 from shared.jobs import format_ms
 from shared.schedule_state import ScheduleView, view_schedules
 from shared.schedules import NAME_PATTERN, NAME_RULE
-
-log = logging.getLogger(__name__)
 
 bp = Blueprint("schedules", __name__)
 
@@ -87,11 +85,7 @@ def get_schedule(name: str) -> dict[str, Any]:
 def pause(name: str) -> dict[str, Any]:
     """Pause a schedule: its ticks pass without jobs until it is resumed."""
     name = schedule_name(name)
-    try:
-        result = gateway().scripts.pause_schedule(name)
-    except ScheduleNotFound:
-        raise ApiError(404, "schedule not found") from None
-    log.info("schedule_paused", extra={"schedule": name, "changed": result.changed})
+    actions.pause_schedule(gateway(), name, by=inputs.asked_by())
     return _one(name)
 
 
@@ -99,9 +93,5 @@ def pause(name: str) -> dict[str, Any]:
 def resume(name: str) -> dict[str, Any]:
     """Resume a paused schedule from its next tick (the ticks it was paused for never run)."""
     name = schedule_name(name)
-    try:
-        changed = gateway().scripts.resume_schedule(name)
-    except ScheduleNotFound:
-        raise ApiError(404, "schedule not found") from None
-    log.info("schedule_resumed", extra={"schedule": name, "changed": changed})
+    actions.resume_schedule(gateway(), name, by=inputs.asked_by())
     return _one(name)

@@ -7,19 +7,17 @@ not applied yet shows as `quiet_requested`. SIGTSTP and SIGCONT do the same on t
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from flask import Blueprint
 
+from gateway import inputs
+from gateway.actions import fleet as actions
 from gateway.context import gateway
 from gateway.errors import ApiError
 from gateway.routes import route
-from shared.engine_types import HostNotFound
 from shared.hosts import WorkerHost, WorkerProcess, is_host_name, list_hosts, read_hosts
 from shared.jobs import format_ms
-
-log = logging.getLogger(__name__)
 
 bp = Blueprint("workers", __name__)
 
@@ -64,11 +62,7 @@ def _ask(name: str, quiet: bool) -> tuple[dict[str, Any], int]:
     if not is_host_name(name):
         raise ApiError(400, f"bad workerd host name {name[:64]!r}: expected <hostname>-<pid>")
     gw = gateway()
-    try:
-        gw.scripts.quiet_host(name, quiet)
-    except HostNotFound:
-        raise ApiError(404, "workerd host not found") from None
-    log.info("quiet_requested" if quiet else "resume_requested", extra={"supervisor": name})
+    actions.quiet_host(gw, name, quiet, by=inputs.asked_by())
     (host,) = read_hosts(gw.redis, gw.keys, [name])
     if host is None:  # it left (or expired) just now
         raise ApiError(404, "workerd host not found")

@@ -114,12 +114,6 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Parse ``env`` (default ``os.environ``); raise ConfigError naming the bad variable."""
         env = os.environ if env is None else env
-        if env.get("TASKFORGE_KEY_PREFIX", "").strip():
-            raise ConfigError(
-                "TASKFORGE_KEY_PREFIX was replaced by TASKFORGE_NAMESPACE: keys are now "
-                "{<namespace>:<queue>}:v2:…; for the prefix {NAME}:v1: set "
-                "TASKFORGE_NAMESPACE=NAME (docs/QUEUES.md, upgrading from v1)"
-            )
         values: dict[str, Any] = {}
         warnings: list[str] = []
         for var in VARIABLES:

@@ -127,7 +127,7 @@ SECTIONS: tuple[Section, ...] = (
                  "Where the processes of one gateway or one workerd keep their metric files; each server empties a directory set here at start and leaves it at exit, so never share one between servers",
                  (*_BOTH, GUNICORN_CONF)),
         External("OTEL_TRACING_ENABLED", "(unset)",
-                 "`true` turns OpenTelemetry tracing on, with OTEL_EXPORTER_OTLP_ENDPOINT (needs `pip install .[tracing]`)",
+                 "`true` turns OpenTelemetry tracing on, with OTEL_EXPORTER_OTLP_ENDPOINT (needs `pip install -r requirements-tracing.txt`)",
                  _BOTH),
         External("OTEL_EXPORTER_OTLP_ENDPOINT", "(unset)",
                  "OTLP/gRPC collector the spans go to, e.g. `http://localhost:4317`; tracing stays off without it",
@@ -156,7 +156,7 @@ SECTIONS: tuple[Section, ...] = (
 # Read by the bin/ scripts but not TaskForge's to document: bash's own variables.
 NOT_OURS: dict[str, str] = {
     name: "set by bash itself" for name in ("BASH_SOURCE", "BASH_VERSION", "PATH", "PWD")
-} | {"TASKFORGE_KEY_PREFIX": "retired in issue 14: read only to say what replaced it"}
+}
 
 
 def table_rows() -> list[tuple[str, str, str, str, str]]:

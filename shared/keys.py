@@ -1,6 +1,6 @@
 """Redis key names: the only place they are formatted.
 
-Layout v2 (docs/QUEUES.md): every queue's keys share one Redis Cluster hash tag, its own, so
+The layout (docs/QUEUES.md): every queue's keys share one Redis Cluster hash tag, its own, so
 a Cluster can put queues on different shards while every script still touches one slot:
 
     {taskforge:<queue>}:v2:pending, …:job:<id>, …   one queue's jobs and indexes
@@ -8,7 +8,7 @@ a Cluster can put queues on different shards while every script still touches on
 
 No script reads keys of both kinds: the worker registry, the list of queues and the
 idempotency keys are written by calls of their own (shared.scripts says which, and why).
-``v2`` is the schema version; ``{taskforge}:v1:`` was the one-queue layout (shared.upgrade).
+Every name carries the segment ``v2``: renaming it would strand every key already written.
 """
 
 from __future__ import annotations
@@ -348,79 +348,3 @@ class Keys:
         instead of trying every queue. Usually one name; two when their tags collide.
         """
         return f"{self.global_prefix}queue_tag:{tag}"
-
-
-def glob_escaped(text: str) -> str:
-    """Return `text` with Redis's glob characters escaped, to match it literally in SCAN."""
-    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
-
-
-@dataclass(frozen=True)
-class V1Keys:
-    """Builds the key names of layout v1 (one queue, one prefix), which shared.upgrade reads.
-
-    v1 kept every key under one prefix, ``{taskforge}:v1:`` unless TASKFORGE_KEY_PREFIX said
-    otherwise, so all of them share one slot. The upgrade adds two keys of its own under the same
-    prefix (the same slot: a job leaves its v1 index for them in one script) for the moment a
-    job is between the layouts.
-    """
-
-    prefix: str = "{taskforge}:v1:"
-
-    @property
-    def hash_tag(self) -> str:
-        """Return what Redis Cluster hashes: the text between the first ``{`` and ``}``."""
-        opening = self.prefix.find("{")
-        closing = self.prefix.find("}", opening + 1)
-        return self.prefix[opening + 1 : closing] if 0 <= opening < closing - 1 else self.prefix
-
-    def job(self, job_id: str) -> str:
-        """Return a v1 job's hash."""
-        return f"{self.prefix}{JOB_KEY_INFIX}{job_id}"
-
-    @property
-    def job_prefix(self) -> str:
-        """Return the prefix scripts build v1 job keys from."""
-        return f"{self.prefix}{JOB_KEY_INFIX}"
-
-    def state_index(self, state: str) -> str:
-        """Return the v1 index of one state (``pending`` is scored -priority, ``<seq>:<id>``)."""
-        return f"{self.prefix}{state}"
-
-    @property
-    def pending_since(self) -> str:
-        """Return the v1 zset of claimable ids scored by when they became claimable (ms)."""
-        return f"{self.prefix}pending_since"
-
-    @property
-    def seq(self) -> str:
-        """Return v1's FIFO counter."""
-        return f"{self.prefix}seq"
-
-    def idempotency(self, key: str) -> str:
-        """Return a v1 idempotency key's hash ``{digest, job_id}``."""
-        return f"{self.prefix}idem:{key}"
-
-    @property
-    def idempotency_prefix(self) -> str:
-        """Return the prefix of every v1 idempotency key (the key follows it)."""
-        return f"{self.prefix}idem:"
-
-    @property
-    def pattern(self) -> str:
-        """Return the SCAN pattern of every v1 key."""
-        return f"{glob_escaped(self.prefix)}*"
-
-    @property
-    def moving(self) -> str:
-        """Return the upgrade's hash of jobs between the layouts: id -> where it was indexed."""
-        return f"{self.prefix}upgrade:moving"
-
-    def staged(self, job_id: str) -> str:
-        """Return the name a moving job's hash has until its v2 copy is written."""
-        return f"{self.prefix}upgrade:job:{job_id}"
-
-    @property
-    def staged_prefix(self) -> str:
-        """Return the prefix the upgrade's scripts build staged hash names from."""
-        return f"{self.prefix}upgrade:job:"

@@ -228,13 +228,6 @@ def test_a_namespace_that_would_break_the_hash_tag_is_refused(name: str) -> None
         Settings.from_env({"TASKFORGE_NAMESPACE": name})
 
 
-def test_the_retired_key_prefix_says_what_replaced_it() -> None:
-    with pytest.raises(
-        ConfigError, match=r"TASKFORGE_KEY_PREFIX was replaced by TASKFORGE_NAMESPACE"
-    ):
-        Settings.from_env({"TASKFORGE_KEY_PREFIX": "{taskforge}:v1:"})
-
-
 @pytest.mark.parametrize(
     ("text", "names", "weights"),
     [

@@ -247,7 +247,6 @@ SECTIONS_RUN = {
     "Five-minute demo": "test_five_minute_demo_runs_verbatim_against_bin_run",
     "Writing and running a handler": "test_handler_loop_runs_verbatim_against_bin_run",
     "Command line": "test_client_and_command_line_run_verbatim_against_bin_run",
-    "Upgrading from v1": "tests/upgrade/test_readme_block.py",
 }
 
 

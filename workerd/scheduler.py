@@ -16,9 +16,7 @@ under (docs/WORKERD.md, "The scheduler at scale of names"):
 
 The queues this host serves are also listed again in the list of queues should it have lost
 them: a producer lists a queue once per process, so a failover that dropped its SADD, or a
-flushed Redis, would otherwise leave that queue out of lookups. Jobs still under layout v1 (an
-old gateway's, in a rolling upgrade) move into v2 by workerd/v1_drain.py, at the recovery's
-pace and under its grace: a v1 lease looks expired after an outage too. Periodic schedules
+flushed Redis, would otherwise leave that queue out of lookups. Periodic schedules
 (TASKFORGE_SCHEDULES) are enqueued by workerd/periodic.py, once a second, outside the
 recovery's grace: a tick's job is new work.
 """
@@ -40,7 +38,6 @@ from shared.queues import DEFAULT_QUEUE
 from shared.redis_conn import pipe_time
 from shared.schedules import Schedule
 from shared.scripts import Scripts
-from shared.upgrade import Upgrade
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.periodic import PASS_INTERVAL, Periodic
@@ -54,7 +51,6 @@ from workerd.sweep import (
     WORKER_MADE,
     Sweep,
 )
-from workerd.v1_drain import V1Drain
 
 log = logging.getLogger(__name__)
 
@@ -111,9 +107,6 @@ class SchedulerProcess(StopOnSignal):
         self.sweep = Sweep(scripts)
         self.stopping = False
         self.backoff = Backoff("scheduler", redis_url=redis_url)
-        self.v1_drain = V1Drain(
-            Upgrade(scripts.redis, scripts.keys, wake_cap=scripts.policy.wake_cap)
-        )
 
     def run(self) -> int:
         """Loop until stopped or orphaned; return the exit code."""
@@ -164,11 +157,6 @@ class SchedulerProcess(StopOnSignal):
             for queue in finished:
                 self.scripts.trim(queue=queue, now_ms=now_ms, share=len(finished))
             self.sweep.step(self.queues, now_ms, share=max(1, len(finished)))
-            self.v1_drain.tick(now, now_ms)
-            if self.v1_drain.moving:
-                # v1's scheduled jobs land in the default queue by scripts of the upgrade's,
-                # which note nothing: index what they left (ZADD LT, safe at any time).
-                self.scripts.reindex_due([self.scripts.keys.queue])
 
     def _now_ms(self, now_ms: int | None) -> int:
         """Return `now_ms`, or Redis's clock as this host's plus the last measured offset."""

@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import redis.exceptions
-from flask import Blueprint, render_template
+from flask import Blueprint, render_template, request
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response as BaseResponse
 
@@ -42,6 +42,12 @@ def events_url(**filters: str | None) -> str:
     """Return the address of the live event stream (GET /events) with these filters."""
     query = urlencode({name: value for name, value in filters.items() if value})
     return f"/events?{query}" if query else "/events"
+
+
+def asked_by() -> str:
+    """Return who asks for this form's operator action (gateway.actions): the dashboard and
+    the client's address."""
+    return f"dashboard {request.remote_addr}" if request.remote_addr else "dashboard"
 
 
 class UiError(Exception):

@@ -1,9 +1,9 @@
 """The dead-letter page: dead jobs by queue and type; replay or purge the selected ones or all
 that match the filter, each after a confirmation page.
 
-The bulk work goes through shared.bulk.bulk_dead (as POST /dlq/retry and /dlq/purge do), a
-bounded batch per call, looped here up to PER_REQUEST jobs: a larger DLQ answers "N done, more
-remain" with a button that continues from the cursor, so no request runs for long.
+The bulk work goes through gateway.actions.jobs.bulk_dlq (as POST /dlq/retry and /dlq/purge
+do), a bounded batch per call, looped up to PER_REQUEST jobs: a larger DLQ answers "N done,
+more remain" with a button that continues from the cursor, so no request runs for long.
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from __future__ import annotations
 from flask import flash, redirect, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
+from gateway.actions.errors import InvalidInput
+from gateway.actions.jobs import DeadJobs, bulk_dlq
 from gateway.context import gateway
 from gateway.ui.base import UiError, bp, counted, events_url, render
 from gateway.ui.jobs import Filters, confirm_page, confirmed, read_filters, read_page
-from shared.bulk import Action, bulk_dead
+from shared.bulk import Action
 from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, JobState
-from shared.listing import BadCursor, queues_for
+from shared.listing import queues_for
 from shared.queues import is_queue_name
 
 BATCH = 100  # jobs per bulk_dead call
@@ -94,59 +96,43 @@ def act() -> BaseResponse | tuple[str, int]:
         flash("Select at least one job first.")
         return redirect(back, code=303)
     cursor = request.form.get("cursor") or None
-    # The queues acted on: the one named, else a bounded set (all of them while few), as
-    # the DLQ page lists them (shared.listing.queues_for).
-    across = queues_for(gateway().scripts, JobState.DEAD, queue)
     if not confirmed():
-        if ids is not None:
-            which = "this" if len(ids) == 1 else "these"
-            message = f"{verb} {which} {counted(len(ids), 'dead job')}?"
-        else:
-            message = f"{verb} every dead job {_describe(queue, job_type, across.every)}"
-            if job_type:  # a count by type would read every dead job: the DLQ page lists them
-                message += "? The list on the DLQ page shows which they are."
-            else:
-                message += f" ({_dead_count(across.queues)} dead there now)?"
-        return confirm_page(f"{verb} dead jobs", message, ids or [], back)
-    done, skipped, cursor = run_bulk(action, across.queues, job_type, ids, cursor)
-    if cursor is not None:
-        message = f"{len(done)} {done_word}, {len(skipped)} skipped; more remain. Continue?"
-        return confirm_page(f"{verb} dead jobs: continue", message, [], back, cursor=cursor)
-    flash(f"{len(done)} {done_word}, {len(skipped)} skipped (no longer dead, or gone).")
+        return _confirm(verb, ids, queue, job_type, back)
+    which = DeadJobs(ids, queue, job_type)
+    try:
+        # Selected ids in one call (at most PER_REQUEST); a filter in batches up to PER_REQUEST.
+        limit = len(ids) if ids else BATCH
+        result = bulk_dlq(gateway(), action, which, limit=limit, cursor=cursor, up_to=PER_REQUEST)
+    except InvalidInput:
+        raise UiError(400, "That continue button is not one this dashboard made.") from None
+    done, skipped = len(result.done), len(result.skipped)
+    if result.next_cursor is not None:
+        message = f"{done} {done_word}, {skipped} skipped; more remain. Continue?"
+        return confirm_page(
+            f"{verb} dead jobs: continue", message, [], back, cursor=result.next_cursor
+        )
+    flash(f"{done} {done_word}, {skipped} skipped (no longer dead, or gone).")
     return redirect(back, code=303)
+
+
+def _confirm(
+    verb: str, ids: list[str] | None, queue: str | None, job_type: str | None, back: str
+) -> tuple[str, int]:
+    """Ask before acting, saying on which dead jobs (the queues a filter acts on are those the
+    DLQ page lists: shared.listing.queues_for)."""
+    if ids is not None:
+        which = "this" if len(ids) == 1 else "these"
+        message = f"{verb} {which} {counted(len(ids), 'dead job')}?"
+    else:
+        across = queues_for(gateway().scripts, JobState.DEAD, queue)
+        message = f"{verb} every dead job {_describe(queue, job_type, across.every)}"
+        if job_type:  # a count by type would read every dead job: the DLQ page lists them
+            message += "? The list on the DLQ page shows which they are."
+        else:
+            message += f" ({_dead_count(across.queues)} dead there now)?"
+    return confirm_page(f"{verb} dead jobs", message, ids or [], back)
 
 
 def _dead_count(queues: list[str]) -> int:
     counts, _ = gateway().scripts.stats(queues)
     return counts.by_state[JobState.DEAD]
-
-
-def run_bulk(
-    action: Action,
-    queues: list[str],
-    job_type: str | None,
-    ids: list[str] | None,
-    cursor: str | None,
-) -> tuple[list[str], list[tuple[str, str]], str | None]:
-    """Run bulk_dead batch after batch, up to PER_REQUEST jobs; return done, skipped, cursor."""
-    gw = gateway()
-    done: list[str] = []
-    skipped: list[tuple[str, str]] = []
-    while True:
-        try:
-            result = bulk_dead(
-                gw.scripts,
-                action,
-                queues=queues,
-                ids=ids,
-                job_type=job_type,
-                limit=len(ids) if ids else BATCH,
-                cursor=cursor,
-            )
-        except BadCursor:
-            raise UiError(400, "That continue button is not one this dashboard made.") from None
-        done += result.done
-        skipped += result.skipped
-        cursor = result.next_cursor
-        if ids is not None or cursor is None or len(done) + len(skipped) >= PER_REQUEST:
-            return done, skipped, cursor

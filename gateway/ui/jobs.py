@@ -9,19 +9,20 @@ from typing import Any
 from flask import Response, flash, redirect, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
+from gateway.actions import jobs as actions
+from gateway.actions.errors import NotFound, WrongJobState
 from gateway.context import gateway
-from gateway.jobs import record_cancel
-from gateway.ui.base import UiError, bp, events_url, render
+from gateway.ui.base import UiError, asked_by, bp, events_url, render
 from shared import history, listing
 from shared.engine_types import JobNotFound, WrongState
 from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, Job, JobState
-from shared.lifecycle import Outcome, record
 from shared.queues import QUEUE_RULE, is_queue_name
 
 PAGE_SIZE = 50
 # A payload or result past this many characters shows its start alone: a browser lays out a
 # 1 MiB <pre> slowly, and every live refresh would send it again. The whole is a link away.
 SHOWN_CHARS = 64 * 1024
+PURGED_MEANWHILE = "No such job: it was purged meanwhile."
 CANCELABLE = frozenset(
     {JobState.PENDING, JobState.SCHEDULED, JobState.RETRYING, JobState.PROCESSING}
 )
@@ -232,15 +233,12 @@ def replay(job_id: str) -> BaseResponse | tuple[str, int]:
         message = f"Replay this dead {job.type} job in queue {job.queue}? It runs again."
         return confirm_page("Replay a dead job", message, [job.id], back)
     try:
-        replayed = gateway().scripts.replay(job.id, queue=job.queue)
-    except JobNotFound:
-        raise UiError(404, "No such job: it was purged meanwhile.") from None
-    except WrongState as exc:
+        actions.replay(gateway(), job.id, queue=job.queue)
+    except NotFound:
+        raise UiError(404, PURGED_MEANWHILE) from None
+    except WrongJobState as exc:
         flash(f"Not replayed: the job is {exc.status} now, not dead.")
         return redirect(back, code=303)
-    record(
-        Outcome.REPLAYED, job.id, job.type, queue=job.queue, trace=replayed.extra.get("traceparent")
-    )
     flash("Replayed: the job is pending again.")
     return redirect(back, code=303)
 
@@ -249,17 +247,17 @@ def replay(job_id: str) -> BaseResponse | tuple[str, int]:
 def purge(job_id: str) -> BaseResponse | tuple[str, int]:
     """Delete a dead job for good (after a confirmation)."""
     job = _located(job_id_of(job_id))
+    back = url_for("ui.job", job_id=job.id)
     if not confirmed():
         message = f"Delete this dead {job.type} job in queue {job.queue} for good?"
-        return confirm_page("Purge a dead job", message, [job.id], url_for("ui.job", job_id=job.id))
+        return confirm_page("Purge a dead job", message, [job.id], back)
     try:
-        job_type = gateway().scripts.purge(job.id, queue=job.queue)
-    except JobNotFound:
-        raise UiError(404, "No such job: it was purged meanwhile.") from None
-    except WrongState as exc:
+        actions.purge(gateway(), job.id, queue=job.queue)
+    except NotFound:
+        raise UiError(404, PURGED_MEANWHILE) from None
+    except WrongJobState as exc:
         flash(f"Not purged: the job is {exc.status} now, not dead.")
-        return redirect(url_for("ui.job", job_id=job.id), code=303)
-    record(Outcome.PURGED, job.id, job_type, queue=job.queue)
+        return redirect(back, code=303)
     flash(f"Purged job {job.id}.")
     return redirect(url_for("ui.dlq"), code=303)
 
@@ -282,15 +280,13 @@ def cancel(job_id: str) -> BaseResponse | tuple[str, int]:
                 f"Cancel this {job.status} {job.type} job in queue {job.queue}? It will not run."
             )
         return confirm_page("Cancel a job", message, [job.id], back)
-    by = f"dashboard {request.remote_addr}" if request.remote_addr else "dashboard"
     try:
-        outcome = gateway().scripts.cancel(job.id, queue=job.queue, by=by)
-    except JobNotFound:
-        raise UiError(404, "No such job: it was purged meanwhile.") from None
-    except WrongState as exc:
+        outcome = actions.cancel(gateway(), job.id, by=asked_by(), queue=job.queue)
+    except NotFound:
+        raise UiError(404, PURGED_MEANWHILE) from None
+    except WrongJobState as exc:
         flash(f"Not canceled: the job is {exc.status} now.")
         return redirect(back, code=303)
-    record_cancel(outcome)
     if outcome.job.status is JobState.PROCESSING:
         flash("Cancel requested: its worker stops it within seconds.")
     else:

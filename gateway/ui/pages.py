@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import logging
-
 from flask import flash, redirect, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
+from gateway.actions import fleet
+from gateway.actions import queues as queue_actions
+from gateway.actions.errors import NotFound, QueueInUse
 from gateway.context import gateway
 from gateway.queue_page import SEARCH_MAX
-from gateway.ui.base import UiError, bp, events_url, render
+from gateway.ui.base import UiError, asked_by, bp, events_url, render
 from gateway.ui.chart import throughput_chart
 from gateway.ui.jobs import confirm_page, confirmed
-from shared import queue_removal as removal
-from shared.engine_types import HostNotFound
 from shared.hosts import is_host_name, list_hosts
 from shared.jobs import JobState
 from shared.limits import read_state
@@ -22,8 +21,6 @@ from shared.queue_view import chosen, is_cursor, page
 from shared.queues import DEFAULT_QUEUE, QUEUE_RULE, is_queue_name
 from shared.summary import busy
 from shared.throughput import last_hour
-
-log = logging.getLogger(__name__)
 
 # The columns of the counts table, in a job's usual path through them.
 STATES = list(JobState)
@@ -196,11 +193,8 @@ def _queue(name: str) -> str:
 @bp.route("/queues/<name>/pause", methods=["POST"])
 def pause_queue(name: str) -> BaseResponse:
     """Pause a queue (as POST /queues/<name>/pause does) and go back to the queues."""
-    gw = gateway()
     name = _queue(name)
-    result = gw.scripts.pause_queue(name)
-    gw.directory.relist(name)  # after the flag, as the API does (shared.queue_removal)
-    log.info("queue_paused", extra={"queue": name, "changed": result.changed})
+    queue_actions.pause_queue(gateway(), name, by=asked_by())
     flash(f"Queue {name} paused: no worker claims from it until it is resumed.")
     return redirect(url_for("ui.queues"), code=303)
 
@@ -208,10 +202,8 @@ def pause_queue(name: str) -> BaseResponse:
 @bp.route("/queues/<name>/resume", methods=["POST"])
 def resume_queue(name: str) -> BaseResponse:
     """Resume a paused queue and go back to the queues."""
-    gw = gateway()
     name = _queue(name)
-    changed = gw.scripts.resume_queue(name)
-    log.info("queue_resumed", extra={"queue": name, "changed": changed})
+    changed = queue_actions.resume_queue(gateway(), name, by=asked_by())
     flash(f"Queue {name} resumed." if changed else f"Queue {name} was not paused.")
     return redirect(url_for("ui.queues"), code=303)
 
@@ -228,10 +220,13 @@ def delete_queue(name: str) -> BaseResponse | tuple[str, int]:
         )
         return confirm_page("Delete a queue", message, [], back)
     try:
-        kept = removal.delete_queue(gateway().directory, name)
-    except removal.QueueNotListed:
+        queue_actions.delete_queue(gateway(), name)
+    except NotFound:
         raise UiError(404, "No such queue: it was deleted meanwhile, or never listed.") from None
-    flash(f"Queue {name} deleted." if kept is None else f"Queue {name} kept: {kept.reason()}.")
+    except QueueInUse as exc:
+        flash(f"Queue {name} kept: {exc.kept.reason()}.")
+    else:
+        flash(f"Queue {name} deleted.")
     return redirect(back, code=303)
 
 
@@ -260,12 +255,11 @@ def _ask_host(name: str, quiet: bool) -> BaseResponse:
     if not is_host_name(name):
         raise UiError(400, f"bad workerd host name {name[:64]!r}: expected <hostname>-<pid>")
     try:
-        gateway().scripts.quiet_host(name, quiet)
-    except HostNotFound:
+        fleet.quiet_host(gateway(), name, quiet, by=asked_by())
+    except NotFound:
         raise UiError(
             404, "That workerd host is not in the registry (it left or expired)."
         ) from None
-    log.info("quiet_requested" if quiet else "resume_requested", extra={"supervisor": name})
     what = "finish its running jobs and claim nothing more" if quiet else "claim again"
     flash(f"Asked {name} to {what}; it applies this within a couple of seconds.")
     return redirect(url_for("ui.workers"), code=303)

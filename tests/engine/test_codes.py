@@ -16,7 +16,6 @@ from shared.jobs import JobState, format_ms
 from shared.listing import list_jobs
 from shared.scripts import SCRIPT_NAMES, Scripts, load_source
 from shared.throughput import last_hour
-from shared.upgrade import SCRIPT_NAMES as UPGRADE_SCRIPT_NAMES
 from tests.engine.conftest import J1, J2, J3, POLICY, T0, K, claim, enqueue, request, start
 
 LUA = resources.files("shared") / "lua"
@@ -78,8 +77,7 @@ def test_codes_lua_matches_the_code_enum_exactly() -> None:
 def test_the_script_files_are_exactly_the_registered_scripts() -> None:
     files = {p.name.removesuffix(".lua") for p in LUA.iterdir() if p.name.endswith(".lua")}
 
-    # The upgrade from layout v1 registers its own (tests/upgrade/test_scripts.py checks them).
-    assert files == set(SCRIPT_NAMES) | set(UPGRADE_SCRIPT_NAMES)
+    assert files == set(SCRIPT_NAMES)
 
 
 @pytest.mark.parametrize("name", SCRIPT_NAMES)

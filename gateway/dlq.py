@@ -17,7 +17,6 @@ from gateway.context import gateway
 from gateway.errors import ApiError
 from gateway.routes import route
 from shared import bulk, listing
-from shared.engine_types import JobNotFound, WrongState
 from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, JobState
 from shared.queries import BadCursor, dead_page
 from shared.queues import QUEUE_RULE, is_queue_name

@@ -14,7 +14,6 @@ from gateway.actions.errors import NotFound, WrongJobState
 from gateway.context import gateway
 from gateway.ui.base import UiError, asked_by, bp, events_url, render
 from shared import history, listing
-from shared.engine_types import JobNotFound, WrongState
 from shared.jobs import JOB_ID_PATTERN, TYPE_PATTERN, Job, JobState
 from shared.queues import QUEUE_RULE, is_queue_name
 

@@ -32,10 +32,10 @@ from typing import Any
 
 import redis
 
-from shared import limits
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine import limits
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
 from tests.support.redis_server import private_redis
 from tests.support.tools import free_port, wait_until
 from tests.support.workerd import Workerd, running_workerd

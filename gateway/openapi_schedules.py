@@ -1,4 +1,4 @@
-"""The periodic schedules' part of the OpenAPI document (gateway/schedules.py's routes).
+"""The periodic schedules' part of the OpenAPI document (gateway/schedules_api.py's routes).
 
 Kept apart from gateway/openapi.py, which merges it in: the schemas, the path parameter, the
 404 and the four operations of ``/schedules``.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.jobs import MAX_RETRIES_RANGE, PRIORITY_LIMIT, TYPE_PATTERN
-from shared.queues import QUEUE_PATTERN
-from shared.schedule_state import NEXT_RUNS
-from shared.schedules import MISSED_POLICIES, NAME_PATTERN
+from shared.model.jobs import MAX_RETRIES_RANGE, PRIORITY_LIMIT, TYPE_PATTERN
+from shared.model.queues import QUEUE_PATTERN
+from shared.model.schedules import MISSED_POLICIES, NAME_PATTERN
+from shared.read.schedule_state import NEXT_RUNS
 
 TIMESTAMP_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
 COUNT = {"type": "integer", "minimum": 0}

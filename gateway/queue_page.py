@@ -1,7 +1,7 @@
 """The page of queues GET /stats and GET /queues answer: limit, cursor and q, checked once.
 
 Every queue is listed while they fit in one page; past that a page holds about ``limit``
-queues, the reply's ``next_cursor`` the next (shared.queue_view says how, and what it costs).
+queues, the reply's ``next_cursor`` the next (shared.read.queue_view says how, and what it costs).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 from flask import request
 
-from gateway.errors import ApiError
-from shared.queue_view import QueueView, is_cursor, page
+from gateway.http_errors import ApiError
+from shared.read.queue_view import QueueView, is_cursor, page
 
 QUEUE_PAGE_QUERY = ("limit", "cursor", "q")
 DEFAULT_LIMIT = 50

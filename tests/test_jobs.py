@@ -1,4 +1,4 @@
-"""shared.jobs: validation of an enqueue request, and the job's JSON shape."""
+"""shared.model.jobs: validation of an enqueue request, and the job's JSON shape."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.config import Settings
-from shared.jobs import (
+from shared.model.jobs import (
     DELAY_PATTERN,
     LIFECYCLE_FIELDS,
     MAX_DELAY_SECONDS,
@@ -27,6 +26,7 @@ from shared.jobs import (
     format_ms,
     validate_enqueue,
 )
+from shared.settings.config import Settings
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 

@@ -6,8 +6,8 @@ import logging
 import random
 import time
 
-from shared.config import redact_url
-from shared.log import error_text
+from shared.obs.log import error_text
+from shared.settings.config import redact_url
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
 
 log = logging.getLogger(__name__)
 

@@ -42,18 +42,25 @@ from typing import Any
 
 import redis
 
-from shared import lifecycle, metrics, tracing
-from shared.config import Settings
-from shared.engine_types import AckResult, Code, Confirmation, NotRunnable, QueuePaused
-from shared.history import Actor
-from shared.jobs import Job, dump_json, format_ms
-from shared.log import error_line, error_text
-from shared.redis_conn import MASTER_DOWN, is_cluster, read_each
-from shared.scripts import Scripts, new_request_id
+from shared.connect.redis_conn import MASTER_DOWN, is_cluster, read_each
+from shared.engine import lifecycle
+from shared.engine.engine_types import AckResult, Code, Confirmation, NotRunnable, QueuePaused
+from shared.engine.history import Actor
+from shared.engine.scripts import Scripts, new_request_id
+from shared.model.jobs import Job, dump_json, format_ms
+from shared.obs import metrics, tracing
+from shared.obs.log import error_line, error_text
+from shared.settings.config import Settings
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
-from workerd.duties.registry import hosts_running
-from workerd.registry import JobCanceled, JobContext, PermanentError, lookup, registered_types
+from workerd.duties.fleet_heartbeat import hosts_running
+from workerd.handler_registry import (
+    JobCanceled,
+    JobContext,
+    PermanentError,
+    lookup,
+    registered_types,
+)
 from workerd.routing import Routing
 from workerd.slots import Control, Slot
 
@@ -645,7 +652,7 @@ def _record_end(
     """Record how this worker's acknowledgement of `job` ended (complete, cancel or fail).
 
     `confirmation`: what durable mode's WAIT answered after that write (None when off); one
-    that fell short leaves the outcome uncounted (shared.lifecycle.record).
+    that fell short leaves the outcome uncounted (shared.engine.lifecycle.record).
     """
     lifecycle.record(
         fate,

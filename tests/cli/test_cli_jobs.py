@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
 from taskforge.cli import Exit
 from tests.cli.conftest import Taskforge
 from tests.support.engine_jobs import (

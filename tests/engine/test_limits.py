@@ -13,11 +13,11 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from shared import limits as lim
-from shared.engine_types import Code
-from shared.history import read as read_history
-from shared.jobs import JobState
-from shared.scripts import Scripts
+from shared.engine import limits as lim
+from shared.engine.engine_types import Code
+from shared.engine.history import read as read_history
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState
 from tests.engine.conftest import (
     J1,
     J2,
@@ -406,7 +406,7 @@ def test_the_state_shows_limits_running_and_held_per_scope(
 
 
 def test_held_jobs_are_listed_as_pending_in_claim_order(r: redis.Redis, scripts: Scripts) -> None:
-    from shared.listing import list_jobs
+    from shared.read.listing import list_jobs
 
     put(scripts, {"types": {"pdf": {"concurrency": 1}}})
     add(scripts, J1, "pdf")
@@ -449,7 +449,7 @@ def test_a_change_computed_from_stale_limits_is_refused_and_change_retries(
     stale = lim.from_stored(before).with_scope("c", lim.Limit(3)).compact_json()
     assert scripts.set_limits("default", stale, expected=before) is None  # nothing changed
     assert set(lim.read_limits(r, K, "default").types) == {"a", "b"}
-    # shared.limits.change reads again and applies its edit to what is there now.
+    # shared.engine.limits.change reads again and applies its edit to what is there now.
     after = lim.change(scripts, "default", lambda c: c.with_scope("c", lim.Limit(3)))
     assert set(after.types) == {"a", "b", "c"}
     assert set(lim.read_limits(r, K, "default").types) == {"a", "b", "c"}

@@ -24,9 +24,9 @@ import redis
 
 from gateway.openapi import HOST_EXAMPLE
 from gateway.openapi_schedules import SCHEDULE_EXAMPLE
-from shared.keys import Keys
-from shared.schedules import parse_entry
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.schedules import parse_entry
 from tests.gateway import helpers
 from tests.gateway.conftest import TOKEN
 from tests.support.gunicorn import Gunicorn, run_gunicorn

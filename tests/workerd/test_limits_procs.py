@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import redis
 
-from shared import limits
-from shared.jobs import JobState
-from shared.keys import Keys
+from shared.engine import limits
+from shared.engine.keys import Keys
+from shared.model.jobs import JobState
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine, Journal

@@ -6,7 +6,7 @@
 -- (redis-py retries a command whose reply was lost) creates nothing new: the job id is the
 -- caller's, so a second run finds the job and answers as the first did. Idempotency keys span
 -- queues, so they live in the global slot: reserve.lua claims one for a job id first, then this
--- script creates that job (shared/scripts.py, Scripts.enqueue).
+-- script creates that job (shared/engine/scripts/, Scripts.enqueue).
 --
 -- KEYS[1] -> {ns:queue}:v2:job:<id>        the new job's hash
 -- KEYS[2] -> {ns:queue}:v2:pending         zset, score -priority, member <seq>:<id>
@@ -91,7 +91,7 @@ if scheduled_at then
   add('scheduled_at', due)
 end
 -- The FIFO counter also tells a queue's first job since its keys were made (or deleted,
--- delete_queue.lua): absent, and the caller lists the queue again (shared.directory). A
+-- delete_queue.lua): absent, and the caller lists the queue again (shared.read.directory). A
 -- scheduled job sets it to 0 only then, so the next INCR still gives 1, as without it.
 local first
 if status == 'scheduled' then

@@ -16,7 +16,7 @@
 -- one write, and why the script is not read-only.
 -- processing is different: its score, the lease deadline, moves on every renewal, so a page
 -- by it could show a job twice. Its jobs are bounded by live workers, not by jobs in Redis:
--- this returns each one's (started_at, id) and shared/listing.py orders and pages them.
+-- this returns each one's (started_at, id) and shared/read/listing.py orders and pages them.
 --
 -- KEYS[1] -> {ns:queue}:v2:<state>   the state's index zset (pending: score -priority,
 --            member <seq>:<id>; processing: id -> lease deadline; others: id -> time, ms)

@@ -2,7 +2,7 @@
 -- throughput: one queue's completions and failed executions per minute over the last
 -- `minutes` minutes, the current one included: trim.lua's minute buckets up to its watermark,
 -- plus what lies after the watermark read live (so the current minute is right without
--- waiting for the next trim). Read-only; shared/throughput.py pipelines one call per queue.
+-- waiting for the next trim). Read-only; shared/read/throughput.py pipelines one call per queue.
 --
 -- KEYS[1] -> {ns:queue}:v2:throughput  hash, c:<epoch minute>, f:<epoch minute>, mark (ms)
 -- KEYS[2] -> {ns:queue}:v2:completed   zset, id -> finished_at (ms)

@@ -14,7 +14,7 @@
 -- second, SETTLE_MS behind now so that a finish stamped a moment earlier is not missed) is
 -- counted once: completions by ZCOUNT per minute the range spans, failure seconds by HMGET;
 -- a completed entry forgotten before it was rolled (the count cap, past 50,000 jobs/s) is
--- counted as it goes. shared/throughput.py adds what lies after the mark, read live.
+-- counted as it goes. shared/read/throughput.py adds what lies after the mark, read live.
 --
 -- Invariant: an index entry and its job hash are deleted together; a job whose status no
 -- longer matches the index (it cannot, but an operator can edit Redis) keeps its hash. Each

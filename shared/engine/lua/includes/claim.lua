@@ -2,7 +2,7 @@
 -- also claims the worker's next job). Needs codes and common included first.
 --
 -- A claim reply is the job's fields in CLAIM_FIELDS order, with started_at in the place of the
--- last, status (shared/scripts.py parses it by position and fills in what the caller knows: the
+-- last, status (shared/engine/scripts/ parses it by position and fills in what the caller knows: the
 -- status, processing; updated_at, which equals started_at; its own worker id). What a worker
 -- needs, read in the one HMGET that also checks the job is still pending; the values a claim
 -- changes are filled in here rather than read back after the write. Every value crosses from
@@ -89,7 +89,7 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
     -- The history is read with the job, written with it, and left out of the reply.
     local job = redis.call('HMGET', job_key, 'history', unpack(CLAIM_FIELDS))
     local history = table.remove(job, 1)
-    -- Type names cannot hold '|' (shared/jobs.py): a plain find of '|type|' is exact. Inline,
+    -- Type names cannot hold '|' (shared/model/jobs.py): a plain find of '|type|' is exact. Inline,
     -- not a helper: every call of the script would create the helper's closure anew.
     if runnable ~= '' and job[F_STATUS] == 'pending'
         and not string.find(runnable, '|' .. job[F_TYPE] .. '|', 1, true) then

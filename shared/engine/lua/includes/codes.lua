@@ -1,4 +1,4 @@
--- Return codes shared by every script; shared/scripts.py maps them once to the Code enum.
+-- Return codes shared by every script; shared/engine/scripts/ maps them once to the Code enum.
 local EMPTY = 0          -- nothing to do (no claimable job)
 local DONE = 1           -- the transition happened (or had already happened for this request)
 local DUPLICATE = 2      -- enqueue: the idempotency key already names a job for this request

@@ -24,7 +24,7 @@ local function events_on(cap)
 end
 
 -- Every entry of a queue's event names the queue (`q`): on one Redis all queues write one
--- stream (shared.scripts, _events_key; on a Cluster the key is the queue's own). The name is
+-- stream (shared.engine.scripts, _events_key; on a Cluster the key is the queue's own). The name is
 -- read from the hash tag of the script's first key, {<ns>:<queue>} (neither name holds ':' or
 -- '}'); a script of the global slot ({<ns>}: heartbeat's host events) names none. A header's
 -- `{ns:queue}:v2:events` key is a Cluster's; on one Redis that key is `{ns}:v2:events`.
@@ -45,9 +45,9 @@ local function pending_member(seq, job_id)
 end
 
 -- A job's history: the `history` field of its hash, one line per transition, oldest first
--- (shared/history.py reads it; docs/QUEUES.md, "Job history"). An entry is
+-- (shared/engine/history.py reads it; docs/QUEUES.md, "Job history"). An entry is
 -- `<event><actor><ms since created_at>|<attempt>|<worker id>|<error type>`, trailing empty
--- fields left out; event and actor are one letter each (the tables in shared/history.py).
+-- fields left out; event and actor are one letter each (the tables in shared/engine/history.py).
 -- Appended by the transition itself, in the HSET it already makes, from the HMGET it already
 -- makes: no command of its own. An entry that ends an execution (ENDS_EXECUTION) leaves
 -- attempt and worker out: they are those of the claim just before it (nothing else can happen
@@ -202,7 +202,7 @@ end
 --   held     zset, score 0, member <type>|<10-digit 2^31 - priority>|<seq>:<id>: pending jobs
 --            a type's limit holds back, a type's best (priority, then FIFO) first in lex order
 --   order    zset, the same jobs as pending scores them (-priority, <seq>:<id>): where
---            GET /jobs?state=pending finds them (shared/listing.py)
+--            GET /jobs?state=pending finds them (shared/read/listing.py)
 --   buckets  hash, scope ('q' the queue, 't:<type>') -> '<tokens>|<refilled at ms>'
 --   gates    zset, scope -> when its next token is due (ms); the scheduler opens a due gate
 --
@@ -210,7 +210,7 @@ end
 -- token: an exit from processing gives the slot back only when that still matches (a claim
 -- made after the limits were cleared moves the token on, so a stale mark costs nothing).
 
--- 2^31: priority is within ±2^31 (shared/jobs.py), so 2^31 + score (-priority) is 0..2^32.
+-- 2^31: priority is within ±2^31 (shared/model/jobs.py), so 2^31 + score (-priority) is 0..2^32.
 local PRIORITY_BIAS = 2147483648
 
 -- The held member of a pending entry (score, member as pending holds them).
@@ -229,7 +229,7 @@ local function unhold(lk, entry)
   redis.call('ZADD', lk.pending, string.format('%d', score), member)
 end
 
--- A type's best held entry, or nil. Type names hold no '|' (shared/jobs.py) and '}' follows
+-- A type's best held entry, or nil. Type names hold no '|' (shared/model/jobs.py) and '}' follows
 -- '|' in byte order, so [type| .. (type} is exactly the type's entries.
 local function best_held(lk, job_type)
   return redis.call('ZRANGEBYLEX', lk.held, '[' .. job_type .. '|', '(' .. job_type .. '}',

@@ -26,7 +26,7 @@ RUN_TIMEOUT = 60.0
 LIST_QUEUES = """
 import sys
 import redis
-from shared import listing
+from shared.read import listing
 from shared.settings.config import Settings
 from shared.model.jobs import JobState
 from shared.connect.redis_conn import connect

@@ -98,7 +98,7 @@ SIMULATION = textwrap.dedent(
     import os, sys, time
     from shared.obs.multiproc import prepare_multiprocess_dir
     prepare_multiprocess_dir(sys.argv[1], wipe=True)
-    from shared import metrics
+    from shared.obs import metrics
     from shared.model.jobs import JobState
     from shared.engine.queries import QueueCounts
 

@@ -319,7 +319,7 @@ def test_tracing_is_off_by_default_with_nothing_imported_or_stored(
         """
         import sys
         import redis
-        from shared import tracing
+        from shared.obs import tracing
         from shared.engine.scripts import Scripts
         from shared.model.jobs import validate_enqueue
         import gateway.service, workerd.worker

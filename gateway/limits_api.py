@@ -21,7 +21,9 @@ from gateway.queue_page import QUEUE_PAGE_QUERY, page_query
 from gateway.queues_api import queue_name
 from gateway.routes import route
 from shared.engine import limits
-from shared.engine.limits import LimitError, LimitsState, QueueLimits, ScopeUse
+from shared.engine.limits import LimitsState, ScopeUse
+from shared.model import limit_rules
+from shared.model.limit_rules import LimitError, QueueLimits
 from shared.read.queue_view import scan_names
 
 bp = Blueprint("limits", __name__)
@@ -74,7 +76,7 @@ def put_limits(name: str) -> dict[str, Any]:
     """
     queue = queue_name(name)
     body = inputs.json_body()
-    wanted = _parsed(limits.parse_limits, body)
+    wanted = _parsed(limit_rules.parse_limits, body)
     replace = "types" in body
     actions.set_queue_limits(gateway(), queue, wanted, replace_types=replace, by=inputs.asked_by())
     return _state(queue)
@@ -92,8 +94,8 @@ def clear_limits(name: str) -> dict[str, Any]:
 def put_type_limit(name: str, job_type: str) -> dict[str, Any]:
     """Set one job type's limits in a queue (the others stay as they are)."""
     queue = queue_name(name)
-    job_type = _parsed(limits.check_type_name, job_type)
-    limit = _parsed(lambda body: limits.parse_limit(body, ""), inputs.json_body())
+    job_type = _parsed(limit_rules.check_type_name, job_type)
+    limit = _parsed(lambda body: limit_rules.parse_limit(body, ""), inputs.json_body())
     if limit.empty:
         raise ApiError(400, "give concurrency and/or rate (DELETE removes a type's limits)")
     actions.set_type_limit(gateway(), queue, job_type, limit, by=inputs.asked_by())
@@ -104,6 +106,6 @@ def put_type_limit(name: str, job_type: str) -> dict[str, Any]:
 def clear_type_limit(name: str, job_type: str) -> dict[str, Any]:
     """Remove one job type's limits in a queue."""
     queue = queue_name(name)
-    job_type = _parsed(limits.check_type_name, job_type)
+    job_type = _parsed(limit_rules.check_type_name, job_type)
     actions.clear_type_limit(gateway(), queue, job_type, by=inputs.asked_by())
     return _state(queue)

@@ -17,7 +17,6 @@ from gateway.inputs import CANCEL_BY_LIMIT, DLQ_LIMIT_RANGE, MAX_BATCH
 from gateway.waiting import MAX_WAIT_SECONDS, WAIT_PATTERN
 from shared.engine.events import EVENT_CURSOR_PATTERN
 from shared.engine.history import ACTOR_CODES, CAP, EVENTS
-from shared.engine.limits import MAX_COUNT, RATE_PATTERN
 from shared.engine.queries import CURSOR_PATTERN
 from shared.model.jobs import (
     DELAY_PATTERN,
@@ -30,6 +29,7 @@ from shared.model.jobs import (
     TYPE_PATTERN,
     JobState,
 )
+from shared.model.limit_rules import MAX_COUNT, RATE_PATTERN
 from shared.model.queues import DEFAULT_QUEUE, QUEUE_PATTERN
 from shared.read import bulk, listing, listing_states, throughput
 from shared.read.hosts import HOST_NAME_PATTERN

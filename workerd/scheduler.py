@@ -33,8 +33,8 @@ import redis
 from shared.connect.redis_conn import pipe_time
 from shared.engine.engine_types import PromoteResult
 from shared.engine.lifecycle import Outcome, record
-from shared.engine.limits import from_stored
 from shared.engine.scripts import Scripts
+from shared.model.limit_rules import from_stored
 from shared.model.queues import DEFAULT_QUEUE
 from shared.model.schedules import Schedule
 from shared.obs import metrics, tracing

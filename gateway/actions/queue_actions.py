@@ -13,7 +13,8 @@ from collections.abc import Callable
 from gateway.actions.action_errors import Conflict, NotFound, QueueInUse
 from gateway.context import Gateway
 from shared.engine import limits
-from shared.engine.limits import Limit, QueueLimits
+from shared.model import limit_rules
+from shared.model.limit_rules import Limit, QueueLimits
 from shared.read import queue_removal
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ def _change_limits(
 ) -> QueueLimits:
     try:
         after = limits.change(gw.scripts, queue, edit)
-    except limits.LimitError as exc:
+    except limit_rules.LimitError as exc:
         raise Conflict(str(exc)) from exc
     gw.directory.relist(queue)
     extra = {"queue": queue, "scope": scope, "limits": after.compact_json(), "by": by}

@@ -23,10 +23,11 @@ from gateway.context import Gateway
 from gateway.http_errors import action_status
 from shared.engine import history
 from shared.engine.lifecycle import Outcome, Transition
-from shared.engine.limits import Limit, QueueLimits, parse_limits, read_limits
+from shared.engine.limits import read_limits
 from shared.engine.queries import get_job
 from shared.engine.scripts import Scripts
 from shared.model.jobs import JobState
+from shared.model.limit_rules import Limit, QueueLimits, parse_limits
 from shared.model.schedules import parse_entry
 from shared.read.hosts import read_hosts
 from shared.read.queue_removal import QueueKept

@@ -411,7 +411,7 @@ def test_a_listing_lets_a_dotted_type_break_at_its_separators(
 def test_the_queues_page_shows_limits_and_a_held_jobs_page_says_what_it_waits_for(
     ui: FlaskClient, engine: Scripts
 ) -> None:
-    from shared.engine.limits import parse_limits
+    from shared.model.limit_rules import parse_limits
 
     doc = {"concurrency": 5, "types": {"seed": {"concurrency": 1, "rate": "10/1s"}}}
     engine.set_limits("default", parse_limits(doc).compact_json())

@@ -20,12 +20,11 @@ from shared.events import EVENT_CURSOR_PATTERN
 from shared.history import ACTOR_CODES, CAP, EVENTS
 from shared.hosts import HOST_NAME_PATTERN
 from shared.jobs import (
-    DELAY_PATTERN,
+    DURATION_PATTERN,
     MAX_DELAY_SECONDS,
     MAX_RETRIES_RANGE,
     MAX_TIMEOUT_SECONDS,
     PRIORITY_LIMIT,
-    TIMEOUT_PATTERN,
     TRACEBACK_LIMIT,
     TYPE_PATTERN,
     JobState,
@@ -121,7 +120,11 @@ def _enqueue_schema() -> dict[str, Any]:
                 "delay. Not with `scheduled_at`.",
                 "oneOf": [
                     {"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS},
-                    {"type": "string", "pattern": DELAY_PATTERN},
+                    {
+                        "type": "string",
+                        "pattern": DURATION_PATTERN,
+                        "x-maximum-seconds": MAX_DELAY_SECONDS,
+                    },
                     {"type": "null"},
                 ],
             },
@@ -131,7 +134,11 @@ def _enqueue_schema() -> dict[str, Any]:
                 "job shows it in seconds.",
                 "oneOf": [
                     {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_SECONDS},
-                    {"type": "string", "pattern": TIMEOUT_PATTERN},
+                    {
+                        "type": "string",
+                        "pattern": DURATION_PATTERN,
+                        "x-maximum-seconds": MAX_TIMEOUT_SECONDS,
+                    },
                     {"type": "null"},
                 ],
             },

@@ -12,53 +12,27 @@ from typing import Any
 
 from gateway import openapi_schedules, queue_page
 from gateway.body import MAX_BODY_BYTES
+from gateway.contract.schema import schemas as contract_schemas
 from gateway.events import KEEPALIVE_SECONDS
-from gateway.inputs import CANCEL_BY_LIMIT, DLQ_LIMIT_RANGE, MAX_BATCH
+from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
 from gateway.waiting import MAX_WAIT_SECONDS, WAIT_PATTERN
 from shared import bulk, listing, throughput
 from shared.events import EVENT_CURSOR_PATTERN
 from shared.history import ACTOR_CODES, CAP, EVENTS
 from shared.hosts import HOST_NAME_PATTERN
 from shared.jobs import (
-    DURATION_PATTERN,
-    MAX_DELAY_SECONDS,
-    MAX_RETRIES_RANGE,
-    MAX_TIMEOUT_SECONDS,
-    PRIORITY_LIMIT,
-    TRACEBACK_LIMIT,
     TYPE_PATTERN,
     JobState,
 )
 from shared.limits import MAX_COUNT, RATE_PATTERN
 from shared.queries import CURSOR_PATTERN
-from shared.queues import DEFAULT_QUEUE, QUEUE_PATTERN
+from shared.queues import QUEUE_PATTERN
 
 JOB_ID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"
 TIMESTAMP = {"type": "string", "format": "date-time"}
 STATES = [str(state) for state in JobState]
 QUEUE_NAME = {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$", "maxLength": 64}
 HOST_EXAMPLE = "worker-1-4242"  # a registry name as GET /workers shows one
-
-
-def _scheduled_at_pattern() -> str:
-    """Return the pattern of the date-times validate_enqueue accepts for scheduled_at.
-
-    On top of RFC 3339 it refuses a moment before 1970-01-01T00:00:00Z or after
-    9999-12-31T23:59:59.999Z, a leap second, and more than 9 fractional digits. On the first
-    and the last day an offset can cross those bounds; a regex cannot weigh the time against
-    the offset, so there only the offsets that cannot cross are documented.
-    """
-    time = r"[Tt]\d{2}:\d{2}:[0-5]\d(\.\d{1,9})?"
-    years = r"(19[89]\d|197[1-9]|[2-8]\d{3}|9[0-8]\d{2}|99[0-8]\d|999[0-8])-\d{2}-\d{2}"
-    in_1970 = r"1970-(0[2-9]|1[0-2])-\d{2}|1970-01-(0[2-9]|[12]\d|3[01])"
-    in_9999 = r"9999-(0\d|1[01])-\d{2}|9999-12-([0-2]\d|30)"
-    first_day = rf"1970-01-01{time}([Zz]|-\d{{2}}:\d{{2}}|\+00:00)"
-    last_day = rf"9999-12-31{time}([Zz]|\+\d{{2}}:\d{{2}}|-00:00)"
-    any_zone = r"([Zz]|[+-]\d{2}:\d{2})"
-    return rf"^(({years}|{in_1970}|{in_9999}){time}{any_zone}|{first_day}|{last_day})$"
-
-
-SCHEDULED_AT = _scheduled_at_pattern()
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -71,123 +45,6 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 def _error(description: str) -> dict[str, Any]:
     return _json(_ref("Error"), description)
-
-
-def _enqueue_schema() -> dict[str, Any]:
-    low, high = MAX_RETRIES_RANGE
-    return {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["type"],
-        # delay and scheduled_at exclude each other; either may be null, which is not giving it.
-        "not": {
-            "required": ["delay", "scheduled_at"],
-            "properties": {
-                "delay": {"not": {"type": "null"}},
-                "scheduled_at": {"not": {"type": "null"}},
-            },
-        },
-        "examples": [{"type": "send_email", "payload": {"to": "ada@example.com"}, "priority": 5}],
-        "properties": {
-            "type": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
-            "queue": {
-                **QUEUE_NAME,
-                "default": DEFAULT_QUEUE,
-                "description": "The queue it waits in; the workers that serve it run it.",
-            },
-            "payload": {
-                "type": "object",
-                "description": "A JSON object, handed to the handler; absent means {}.",
-            },
-            # An integer may be written 8 or 8.0 (JSON Schema's integer): both are accepted.
-            "priority": {"type": "integer", "minimum": -PRIORITY_LIMIT, "maximum": PRIORITY_LIMIT},
-            "max_retries": {"type": "integer", "minimum": low, "maximum": high},
-            "scheduled_at": {
-                "type": ["string", "null"],
-                "format": "date-time",
-                "pattern": SCHEDULED_AT,
-                "description": (
-                    "When to run it: RFC 3339 with a zone, from 1970-01-01T00:00:00Z to "
-                    "9999-12-31T23:59:59.999Z, on the client's clock. A moment already past, "
-                    "null or none: now. Or give `delay` instead (not both)."
-                ),
-            },
-            "delay": {
-                "description": "Run it this long after enqueue, counted on Redis's clock (a "
-                "producer's clock does not move it): seconds (a number) or a duration (500ms, "
-                "2s, 1m, 1h, 1d, bare seconds as text), from 0 (now) to 366 days, kept in whole "
-                "milliseconds. The job shows the resulting `scheduled_at`. Null or none: no "
-                "delay. Not with `scheduled_at`.",
-                "oneOf": [
-                    {"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS},
-                    {
-                        "type": "string",
-                        "pattern": DURATION_PATTERN,
-                        "x-maximum-seconds": MAX_DELAY_SECONDS,
-                    },
-                    {"type": "null"},
-                ],
-            },
-            "timeout": {
-                "description": "Seconds (a number), or a duration as the environment takes one "
-                "(500ms, 2s, 1m, 1h, 1d, bare seconds as text): above 0, at most 7 days. The "
-                "job shows it in seconds.",
-                "oneOf": [
-                    {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_SECONDS},
-                    {
-                        "type": "string",
-                        "pattern": DURATION_PATTERN,
-                        "x-maximum-seconds": MAX_TIMEOUT_SECONDS,
-                    },
-                    {"type": "null"},
-                ],
-            },
-        },
-    }
-
-
-def _job_schema() -> dict[str, Any]:
-    required = ["id", "type", "queue", "status", "priority", "max_retries", "attempts"]
-    required += ["recoveries", "payload", "created_at", "updated_at", "traceback"]
-    return {
-        "type": "object",
-        "required": required,
-        "properties": {
-            "id": {"type": "string", "pattern": JOB_ID},
-            "type": {"type": "string"},
-            "queue": QUEUE_NAME,
-            "status": {"type": "string", "enum": STATES},
-            "priority": {"type": "integer"},
-            "max_retries": {"type": "integer"},
-            "attempts": {"type": "integer", "minimum": 0},
-            "recoveries": {"type": "integer", "minimum": 0},
-            "payload": {},
-            "created_at": TIMESTAMP,
-            "updated_at": TIMESTAMP,
-            "scheduled_at": TIMESTAMP,
-            "started_at": TIMESTAMP,
-            "finished_at": TIMESTAMP,
-            "next_retry_at": TIMESTAMP,
-            "last_error": {"type": "string", "description": '"Type: message"'},
-            "traceback": {
-                "type": ["string", "null"],
-                "description": "The traceback of the handler's exception behind last_error "
-                f"(null when none), cut to its last {TRACEBACK_LIMIT} bytes.",
-            },
-            "result": {},
-            "timeout": {"type": "number"},
-            "cancel_requested_at": {
-                **TIMESTAMP,
-                "description": "When a stop of the job was requested while it ran (kept once "
-                "it ended, whichever way: a job that completed first shows it too).",
-            },
-            "cancel_requested_by": {
-                "type": "string",
-                "description": "Who asked: the request's by, else api and the client's "
-                "address, or dashboard and the browser's.",
-            },
-        },
-    }
 
 
 def _history_schema() -> dict[str, Any]:
@@ -236,50 +93,6 @@ def _history_schema() -> dict[str, Any]:
             },
         },
     )
-
-
-def _error_schema() -> dict[str, Any]:
-    field_error = {
-        "type": "object",
-        "required": ["field", "message"],
-        "properties": {
-            "index": {"type": "integer", "minimum": 0},
-            "field": {"type": "string"},
-            "message": {"type": "string"},
-        },
-    }
-    return {
-        "type": "object",
-        "required": ["error"],
-        "properties": {
-            "error": {"type": "string", "description": "What is wrong, for a person."},
-            "fields": {"type": "array", "items": field_error},
-            "errors": {"type": "array", "items": field_error},
-            "job_id": {"type": "string", "pattern": JOB_ID},
-            "status": {"type": "string"},
-            "redis": {"type": "string"},
-            "code": {
-                "type": "string",
-                "description": "A stable code for a program: not_replicated (durable mode).",
-            },
-            "job_ids": {"type": "array", "items": {"type": "string", "pattern": JOB_ID}},
-            "replicas": {"type": "integer", "minimum": 0},
-            "wanted": {"type": "integer", "minimum": 1},
-            "jobs": {
-                "type": "object",
-                "description": "DELETE /queues/{name}'s 409: the jobs that keep the queue, "
-                "per state (pending, held, scheduled, retrying, processing, dead).",
-                "additionalProperties": {"type": "integer", "minimum": 0},
-            },
-            "paused": {"type": "boolean"},
-            "limited": {"type": "boolean"},
-            "served_by": {
-                "type": "array",
-                "description": "The live workerd hosts whose WORKER_QUEUES name the queue.",
-                "items": {"type": "string"},
-            },
-        },
-    }
 
 
 def _object(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
@@ -436,41 +249,12 @@ def _throughput_schema() -> dict[str, Any]:
 
 
 def _schemas() -> dict[str, Any]:
-    jobs = {"type": "array", "items": _ref("Job")}
-    batch = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": _ref("EnqueueRequest")}
     return {
-        "EnqueueRequest": _enqueue_schema(),
-        "BatchRequest": {**_object(["jobs"], {"jobs": batch}), "additionalProperties": False},
-        "CancelRequest": {
-            **_object(
-                [],
-                {
-                    "by": {
-                        "type": "string",
-                        "minLength": 1,
-                        "maxLength": CANCEL_BY_LIMIT,
-                        "description": "Who asks, kept with a running job's request and in "
-                        "its history (its first 64 bytes; '|' and control characters become "
-                        "spaces). Without it: api and the client's address.",
-                    }
-                },
-            ),
-            "additionalProperties": False,
-        },
-        "Job": _job_schema(),
-        "Jobs": _object(["jobs"], {"jobs": jobs}),
+        **contract_schemas(),
         "History": _history_schema(),
-        "DeadPage": _object(
-            ["jobs", "next_cursor", "every_queue"],
-            {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}, "every_queue": EVERY},
-        ),
         "Stats": _stats_schema(),
         **_bulk_schemas(),
         "Throughput": _throughput_schema(),
-        "JobPage": _object(
-            ["jobs", "next_cursor", "every_queue"],
-            {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}, "every_queue": EVERY},
-        ),
         **_queue_schemas(
             {s: {"type": "integer", "minimum": 0} for s in STATES},
             {"type": ["number", "null"], "minimum": 0},
@@ -505,7 +289,6 @@ def _schemas() -> dict[str, Any]:
                 },
             },
         ),
-        "Error": _error_schema(),
     }
 
 

@@ -191,6 +191,33 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _duration_text(most: int) -> dict[str, Any]:
+    """Return the document's schema of a duration text: its shape, and its bound (parsed)."""
+    # The bound goes in an extension keyword: a regex that weighs numbers was 2,000 characters.
+    return {"pattern": DURATION_PATTERN, "x-maximum-seconds": most}
+
+
+def _scheduled_at_pattern() -> str:
+    """Return the pattern of the date-times parse_scheduled_at accepts (for the document).
+
+    On top of RFC 3339 it refuses a moment before 1970-01-01T00:00:00Z or after
+    9999-12-31T23:59:59.999Z, a leap second, and more than 9 fractional digits. On the first
+    and the last day an offset can cross those bounds; a regex cannot weigh the time against
+    the offset, so there only the offsets that cannot cross are documented.
+    """
+    time = r"[Tt]\d{2}:\d{2}:[0-5]\d(\.\d{1,9})?"
+    years = r"(19[89]\d|197[1-9]|[2-8]\d{3}|9[0-8]\d{2}|99[0-8]\d|999[0-8])-\d{2}-\d{2}"
+    in_1970 = r"1970-(0[2-9]|1[0-2])-\d{2}|1970-01-(0[2-9]|[12]\d|3[01])"
+    in_9999 = r"9999-(0\d|1[01])-\d{2}|9999-12-([0-2]\d|30)"
+    first_day = rf"1970-01-01{time}([Zz]|-\d{{2}}:\d{{2}}|\+00:00)"
+    last_day = rf"9999-12-31{time}([Zz]|\+\d{{2}}:\d{{2}}|-00:00)"
+    any_zone = r"([Zz]|[+-]\d{2}:\d{2})"
+    return rf"^(({years}|{in_1970}|{in_9999}){time}{any_zone}|{first_day}|{last_day})$"
+
+
+SCHEDULED_AT_PATTERN = _scheduled_at_pattern()
+
+
 def _whole(low: int, high: int) -> Any:
     """Return the type of a JSON Schema integer from `low` to `high`: 8.0 is one too (clients
     that hold numbers as doubles write it so). The document shows it as an integer."""
@@ -219,18 +246,38 @@ class EnqueueBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ] = {}
     priority: _whole(-PRIORITY_LIMIT, PRIORITY_LIMIT) = 0
     max_retries: _whole(*MAX_RETRIES_RANGE) = DEFAULT_MAX_RETRIES
-    # Checked by parse_scheduled_at; the document's pattern (gateway/contract) states it.
-    scheduled_at: str | None = None
-    delay: (
+    # Checked by parse_scheduled_at; the pattern only documents it.
+    scheduled_at: Annotated[
+        str | None,
+        Meta(
+            description="When to run it: RFC 3339 with a zone, from 1970-01-01T00:00:00Z to "
+            "9999-12-31T23:59:59.999Z, on the client's clock. A moment already past, null or "
+            "none: now. Or give `delay` instead (not both).",
+            extra_json_schema={"format": "date-time", "pattern": SCHEDULED_AT_PATTERN},
+        ),
+    ] = None
+    delay: Annotated[
         Annotated[float, Meta(ge=0, le=MAX_DELAY_SECONDS)]
-        | Annotated[str, Meta(extra_json_schema={"pattern": DURATION_PATTERN})]
-        | None
-    ) = None
-    timeout: (
+        | Annotated[str, Meta(extra_json_schema=_duration_text(MAX_DELAY_SECONDS))]
+        | None,
+        Meta(
+            description="Run it this long after enqueue, counted on Redis's clock (a "
+            "producer's clock does not move it): seconds (a number) or a duration (500ms, 2s, "
+            "1m, 1h, 1d, bare seconds as text), from 0 (now) to 366 days, kept in whole "
+            "milliseconds. The job shows the resulting `scheduled_at`. Null or none: no "
+            "delay. Not with `scheduled_at`."
+        ),
+    ] = None
+    timeout: Annotated[
         Annotated[float, Meta(gt=0, le=MAX_TIMEOUT_SECONDS)]
-        | Annotated[str, Meta(extra_json_schema={"pattern": DURATION_PATTERN})]
-        | None
-    ) = None
+        | Annotated[str, Meta(extra_json_schema=_duration_text(MAX_TIMEOUT_SECONDS))]
+        | None,
+        Meta(
+            description="Seconds (a number), or a duration as the environment takes one "
+            "(500ms, 2s, 1m, 1h, 1d, bare seconds as text): above 0, at most 7 days. The job "
+            "shows it in seconds."
+        ),
+    ] = None
 
 
 def _converted(body: dict[str, Any]) -> EnqueueRequest | None:

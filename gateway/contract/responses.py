@@ -27,7 +27,7 @@ class Job(Struct, kw_only=True):
     max_retries: int
     attempts: Count
     recoveries: Count
-    payload: Any
+    payload: dict[str, Any]  # an object, as every enqueue must give (absent: {})
     created_at: Timestamp
     updated_at: Timestamp
     traceback: _said(

@@ -55,6 +55,9 @@ def listed_count(scripts: Scripts) -> int:
     return int(card) + (0 if has_default else 1)
 
 
+SSCAN_POSITIONS = 2**64  # a cursor is an unsigned 64-bit position
+
+
 def scan_names(
     scripts: Scripts,
     cursor: str | None,
@@ -75,6 +78,8 @@ def scan_names(
     if first and key is None:
         found[DEFAULT_QUEUE] = None
     position = int(cursor or 0)
+    if position >= SSCAN_POSITIONS:  # none Redis handed out (it refuses one): past every name
+        return sorted(found), None
     pattern = None if match is None else f"*{_glob_escape(match)}*"
     for _ in range(SCAN_CALLS):
         position, names = scripts.redis.sscan(

@@ -54,7 +54,9 @@ def fill(client: redis.Redis, count: int) -> None:
     for start in range(0, count, BATCH):
         chunk = names[start : start + BATCH]
         client.sadd(Keys().queues, *chunk)
-        jobs = [(validate_enqueue({"type": "noop", "queue": q}), str(uuid.uuid4())) for q in chunk]
+        jobs = [
+            (validate_enqueue({"type": "demo.noop", "queue": q}), str(uuid.uuid4())) for q in chunk
+        ]
         scripts.enqueue_many(jobs)
 
 

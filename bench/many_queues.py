@@ -74,7 +74,7 @@ def list_queues(web: Gunicorn, n: int) -> str:
     names = ["default"] + [f"bench-{i:05d}" for i in range(1, n)]
     last = ""
     for at in range(0, n, BATCH):
-        jobs = [{"type": "noop", "payload": {}, "queue": q} for q in names[at : at + BATCH]]
+        jobs = [{"type": "demo.noop", "payload": {}, "queue": q} for q in names[at : at + BATCH]]
         status, _, doc = web.request("POST", "/enqueue/batch", {"jobs": jobs}, timeout=120)
         assert status == 201, (status, doc)
         last = doc["jobs"][-1]["id"]
@@ -193,7 +193,7 @@ class Stream:
 
 def enqueue_one(web: Gunicorn, queue: str = "default") -> str:
     status, _, doc = web.request(
-        "POST", "/enqueue", {"type": "noop", "payload": {}, "queue": queue, "delay": 3600}
+        "POST", "/enqueue", {"type": "demo.noop", "payload": {}, "queue": queue, "delay": 3600}
     )
     assert status == 201, (status, doc)
     return str(doc["id"])

@@ -114,6 +114,11 @@ EVENTS: frozenset[str] = frozenset(
 # error lands in the job hash, the DLQ listing and a log line.
 ERROR_TEXT_LIMIT = 500
 
+# The User-Agent of bin/run's own readiness polls. The gateway's access log leaves out a
+# GET /ready sent with it: a wait for Redis would otherwise bury bin/run's "still waiting for
+# Redis" line under a request line per poll. Any other client's /ready is logged.
+READY_PROBE_AGENT = "taskforge-bin-run-ready-probe"
+
 # A LogRecord's own attributes; everything else on a record came from ``extra=``.
 _RECORD_ATTRS = frozenset(RESERVED_ATTRS) | {"taskName"}
 _configured: tuple[str, str] | None = None

@@ -469,6 +469,8 @@ def wide_data(system: System) -> Iterator[str]:
     schedule = {"cron": "30 2 * * 1-5", "timezone": "America/Argentina/Buenos_Aires"}
     schedule["job"] = {"type": LONG_TYPE, "queue": WIDE_QUEUES[0]}
     Periodic(engine, [parse_entry("reports-monthly-enterprise-digest", schedule)]).publish()
+    # Its last tick (Tuesday 1 December 2026, 02:30 in Buenos Aires): a time in each column.
+    engine.advance_schedule("reports-monthly-enterprise-digest", 1_796_103_000_000, None)
     system.enqueue(LONG_TYPE, queue=other)
     with paused(system, other):
         yield job_id  # the last one failed: dead
@@ -514,6 +516,27 @@ def test_no_page_scrolls_sideways(
     if page in ("jobs:", "jobs:scheduled", "jobs:retrying", "jobs:dead", "dlq:"):
         assert browser.find_all("tr[data-job-id]"), f"{page} lists no job: a vacuous check"
     assert_fits(browser, page, size)
+
+
+def test_the_periodic_pages_times_name_their_zone_and_read_relative(
+    browser: Browser, system: System, wide_data: str
+) -> None:
+    browser.resize(WINDOW)
+    browser.open(system.open_gateway.url + "/ui/schedules", "schedules")
+    browser.wait(
+        lambda _: all(
+            re.fullmatch(r"\d+ (s|min|h|d) ago|in \d+ (s|min|h|d)", t)
+            for t in browser.texts("#schedules time.ago")
+        ),
+        "the schedule's times to read relative",
+    )
+    zoned = browser.texts("#schedules .zoned")
+    assert len(zoned) == 6, zoned  # the last tick and the next 5 runs
+    assert zoned[0] == "2026-12-01 02:30:00 America/Argentina/Buenos_Aires", zoned
+    assert all(text.endswith(" 02:30:00 America/Argentina/Buenos_Aires") for text in zoned)
+    # On hover, the same zoned time: times.js keeps the title the server gave.
+    assert browser.attributes("#schedules time.ago", "title") == zoned
+    assert browser.texts("#schedules time.ago")[0].endswith(" ago")
 
 
 @SIZES

@@ -139,7 +139,7 @@ def test_limits_hold_while_workers_are_sigkilled(
     began = time.monotonic()
     with RunningSampler(r, "journaled") as sampler:
         records = enqueue_journaled(scripts, 120, journal, sleep=0.05)
-        others = [enqueue_one(scripts, {"type": "noop"}) for _ in range(60)]
+        others = [enqueue_one(scripts, {"type": "demo.noop"}) for _ in range(60)]
         ids = [rec.job_id for rec in records + others]
         kills = kill_workers(
             workerd,
@@ -180,14 +180,14 @@ def test_poison_pill_goes_dead_others_flow(
     r: redis.Redis,
     tmp_path: Path,
 ) -> None:
-    """Scenario 5: a `crash` job among 300 normal jobs is dead after the recovery cap."""
+    """Scenario 5: a `demo.crash` job among 300 normal jobs is dead after the recovery cap."""
     journal = tmp_path / "journal.jsonl"
     cap = 3
     workerd = start_workerd(**FAULT_ENV, TASK_MAX_RECOVERIES=str(cap))
     scripts = Scripts(r, KEYS)
     began = time.monotonic()
     records = enqueue_journaled(scripts, 150, journal, sleep=0.005)
-    pill = enqueue_one(scripts, {"type": "crash"})
+    pill = enqueue_one(scripts, {"type": "demo.crash"})
     records += [pill, *enqueue_journaled(scripts, 150, journal, sleep=0.005)]
     ids = [rec.job_id for rec in records]
     finished = wait_settled(r, ids, timeout=25.0, workerd=workerd)

@@ -32,7 +32,9 @@ QUIET_WINDOW = 1.0  # seconds a quiet host is watched for a claim it must not ma
 WORKERS = 3  # each worker of a quiet host once could slip one claim through (issue 27, 6)
 
 
-def enqueue(scripts: Scripts, queue: str, job_type: str = "noop", payload: object = None) -> str:
+def enqueue(
+    scripts: Scripts, queue: str, job_type: str = "demo.noop", payload: object = None
+) -> str:
     scripts.register_queue(queue)
     job_id = str(uuid.uuid4())
     body: dict[str, object] = {"type": job_type, "queue": queue}
@@ -122,7 +124,7 @@ def test_sigtstp_lets_the_running_job_finish_claims_nothing_more_and_sigcont_res
     workerd.wait_for("supervisor_quiet", cause="SIGTSTP")
     wait_until(lambda: _health(workerd).get("quiet") is True, 5, "/health quiet")
     # One job per worker: each could have slipped one claim through (issue 27, item 6).
-    waiting = [engine.enqueue("noop") for _ in range(WORKERS)]
+    waiting = [engine.enqueue("demo.noop") for _ in range(WORKERS)]
     engine.wait_for(running, JobState.COMPLETED)  # the running job finished
     deadline = time.monotonic() + QUIET_WINDOW
     while time.monotonic() < deadline:  # zero claims once /health said quiet
@@ -165,7 +167,7 @@ def test_the_api_request_quiets_the_host_within_a_heartbeat_and_resumes_it(
     assert applied < 2.0 + 1.0  # the registry's interval, and a loop tick
     # Claims that read "not quiet" just before may still answer until /health says quiet.
     wait_until(lambda: _health(workerd).get("quiet") is True, 5, "/health quiet")
-    waiting = engine.enqueue("noop")
+    waiting = engine.enqueue("demo.noop")
     stays(scripts, waiting, JobState.PENDING, QUIET_WINDOW)
     wait_until(
         lambda: scripts.redis.hget(scripts.keys.worker(name), "quiet") == b"1", 5, "record quiet"
@@ -188,7 +190,7 @@ def test_a_reload_keeps_a_quiet_host_quiet(
     workerd.signal(signal.SIGHUP)
 
     workerd.wait_for("supervisor_ready", reloaded=True, timeout=20)
-    waiting = engine.enqueue("noop")
+    waiting = engine.enqueue("demo.noop")
     stays(engine.scripts, waiting, JobState.PENDING, QUIET_WINDOW)
     assert _health(workerd)["quiet"] is True
     workerd.signal(signal.SIGCONT)
@@ -226,7 +228,7 @@ def test_a_host_quieted_under_load_takes_no_job_from_pending_once_health_says_qu
     scripts = engine.scripts
     workerd = start_workerd(WORKER_COUNT=str(WORKERS))
     scripts.pause_queue("default")  # the jobs wait for all to be in: a backlog to work through
-    jobs = [engine.enqueue("noop") for _ in range(3000)]
+    jobs = [engine.enqueue("demo.noop") for _ in range(3000)]
     scripts.resume_queue("default")
     wait_until(lambda: scripts.redis.zcard(scripts.keys.pending) < len(jobs) - 100, 10, "flow")
 

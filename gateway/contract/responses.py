@@ -6,14 +6,11 @@ from typing import Annotated, Any, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from gateway.contract.types import Count, JobId, QueueName, Timestamp
+from gateway.contract.types import Count, JobId, QueueName, Timestamp, said
+from shared.history import ACTOR_CODES, CAP, EVENTS
 from shared.jobs import TRACEBACK_LIMIT, JobState
 
 State = Literal[tuple(str(state) for state in JobState)]  # type: ignore[valid-type]
-
-
-def _said(kind: Any, description: str) -> Any:
-    return Annotated[kind, Meta(description=description)]
 
 
 class Job(Struct, kw_only=True):
@@ -30,7 +27,7 @@ class Job(Struct, kw_only=True):
     payload: dict[str, Any]  # an object, as every enqueue must give (absent: {})
     created_at: Timestamp
     updated_at: Timestamp
-    traceback: _said(
+    traceback: said(
         str | None,
         "The traceback of the handler's exception behind last_error (null when none), cut to "
         f"its last {TRACEBACK_LIMIT} bytes.",
@@ -39,11 +36,11 @@ class Job(Struct, kw_only=True):
     started_at: Timestamp | UnsetType = UNSET
     finished_at: Timestamp | UnsetType = UNSET
     next_retry_at: Timestamp | UnsetType = UNSET
-    last_error: _said(str, '"Type: message"') | UnsetType = UNSET
+    last_error: said(str, '"Type: message"') | UnsetType = UNSET
     result: Any | UnsetType = UNSET
     timeout: float | UnsetType = UNSET
     cancel_requested_at: (
-        _said(
+        said(
             Timestamp,
             "When a stop of the job was requested while it ran (kept once it ended, whichever "
             "way: a job that completed first shows it too).",
@@ -51,7 +48,7 @@ class Job(Struct, kw_only=True):
         | UnsetType
     ) = UNSET
     cancel_requested_by: (
-        _said(
+        said(
             str,
             "Who asked: the request's by, else api and the client's address, or dashboard and "
             "the browser's.",
@@ -66,12 +63,11 @@ class Jobs(Struct):
     jobs: list[Job]
 
 
-EVERY_QUEUE = _said(
+EVERY_QUEUE = said(
     bool,
     "Whether every queue was read: true while at most 100 are listed; false past that, when "
     "the page read a bounded set of queues (GET /jobs without queue; docs/API.md).",
 )
-NEXT_CURSOR = _said(str | None, "Pass as cursor for the next page; null: this page is the last.")
 
 
 class JobPage(Struct):
@@ -88,3 +84,63 @@ class DeadPage(Struct):
     jobs: list[Job]
     next_cursor: str | None
     every_queue: EVERY_QUEUE
+
+
+Event = Literal[tuple(dict.fromkeys(EVENTS.values()))]  # type: ignore[valid-type]
+Actor = Literal[tuple(str(actor) for actor in ACTOR_CODES)]  # type: ignore[valid-type]
+
+
+class HistoryEntry(Struct, kw_only=True):
+    """One transition of a job; the optional fields appear when they apply."""
+
+    event: Event
+    at: said(Timestamp, "When, on Redis's clock.")
+    actor: Actor
+    attempt: said(Count, "The job's execution this entry is about.") | UnsetType = UNSET
+    worker: said(str, "The worker id, for an execution.") | UnsetType = UNSET
+    host: said(str, "The workerd host the worker ran on.") | UnsetType = UNSET
+    error: said(str, "The error's type (retrying, dead).") | UnsetType = UNSET
+    by: said(str, "Who asked (cancel_requested).") | UnsetType = UNSET
+    stopped: (
+        said(
+            str,
+            "How a running job stopped for its cancel (canceled): handler, sigterm, sigkill, "
+            "failed, timeout or lost.",
+        )
+        | UnsetType
+    ) = UNSET
+    reason: (
+        said(Literal["concurrency", "rate"], "held: which of its type's limits holds the job back.")
+        | UnsetType
+    ) = UNSET
+
+
+class History(Struct):
+    """A job's transitions, oldest first."""
+
+    id: JobId
+    queue: str
+    history: Annotated[
+        list[HistoryEntry],
+        Meta(max_length=CAP, description=f"Oldest first; the last {CAP} transitions."),
+    ]
+    dropped: said(Count, "Older transitions left out by the cap.")
+
+
+class Skipped(Struct):
+    """A job a bulk action left alone, and why."""
+
+    id: str
+    reason: str
+
+
+class BulkResult(Struct):
+    """What a bulk DLQ action did."""
+
+    done: list[JobId]
+    skipped: said(
+        list[Skipped],
+        "Jobs left alone, and why: not found, or not dead (any more: a repeated call skips "
+        "what the first did).",
+    )
+    next_cursor: said(str | None, "Where the filter goes on; null: nothing more (or ids).")

@@ -7,21 +7,39 @@ from typing import Any
 
 import msgspec
 
+from gateway.contract import ops, queues, requests, responses
 from gateway.contract.errors import Error
-from gateway.contract.requests import BatchRequest, CancelRequest, EnqueueRequest
-from gateway.contract.responses import DeadPage, Job, JobPage, Jobs
 
 REF = "#/components/schemas/{name}"
 MODELS: tuple[type[msgspec.Struct], ...] = (
-    EnqueueRequest,
-    BatchRequest,
-    CancelRequest,
-    Job,
-    Jobs,
-    JobPage,
-    DeadPage,
+    requests.EnqueueRequest,
+    requests.BatchRequest,
+    requests.CancelRequest,
+    requests.BulkByIds,
+    requests.BulkByFilter,
+    requests.LimitsInput,
+    requests.TypeLimitInput,
+    responses.Job,
+    responses.Jobs,
+    responses.JobPage,
+    responses.DeadPage,
+    responses.History,
+    responses.BulkResult,
+    queues.Stats,
+    queues.Throughput,
+    queues.Limits,
+    queues.LimitsList,
+    queues.Queue,
+    queues.Queues,
+    ops.Host,
+    ops.Hosts,
+    ops.Probe,
+    ops.Schedule,
+    ops.Schedules,
     Error,
 )
+# Components no single model generates: a oneOf of two models (requests.BULK_REQUEST).
+COMPOSED = {"BulkRequest": requests.BULK_REQUEST}
 
 
 @cache
@@ -30,7 +48,7 @@ def schemas() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(MODELS, ref_template=REF)
     for model in MODELS:
         components[model.__name__] |= getattr(model, "json_schema_extra", {})
-    return {name: _tidy(schema) for name, schema in components.items()}
+    return {name: _tidy(schema) for name, schema in {**components, **COMPOSED}.items()}
 
 
 def _tidy(node: Any) -> Any:

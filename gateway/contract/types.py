@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from msgspec import Meta
 
@@ -20,3 +20,10 @@ QueueName = Annotated[
 ]
 JobType = Annotated[str, Meta(extra_json_schema={"pattern": f"^{TYPE_PATTERN.pattern}$"})]
 Count = Annotated[int, Meta(ge=0)]
+Nullable = str | None
+TimestampOrNull = Annotated[str | None, Meta(extra_json_schema={"format": "date-time"})]
+
+
+def said(kind: Any, description: str) -> Any:
+    """Return `kind` with a description for the document."""
+    return Annotated[kind, Meta(description=description)]

@@ -1,7 +1,9 @@
 """The OpenAPI 3.1 document of the gateway: every route, its inputs and every answer.
 
-The document states what the server enforces, no more and no less: tests/gateway/
-test_schemathesis.py fuzzes real gunicorn from it and fails on any disagreement either way.
+Its schemas are generated from the contract's models (gateway/contract); this module adds
+the routes: their parameters, summaries and status codes. The document states what the server
+enforces, no more and no less: tests/gateway/test_schemathesis.py fuzzes real gunicorn from it
+and fails on any disagreement either way.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The periodic schedules' part of the OpenAPI document (gateway/schedules.py's routes).
 
-Kept apart from gateway/openapi.py, which merges it in: the schemas, the path parameter, the
+Kept apart from gateway/openapi.py, which merges it in: the path parameter, the
 404 and the four operations of ``/schedules``.
 """
 

@@ -77,6 +77,7 @@ JSON_TYPES = {
     bool: {"boolean"},
     datetime: {"string"},
     list: {"array"},
+    tuple: {"array"},
     dict: {"object"},
     type(None): {"null"},
 }

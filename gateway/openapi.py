@@ -18,7 +18,7 @@ from gateway.contract.schema import schemas as contract_schemas
 from gateway.events import KEEPALIVE_SECONDS
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
 from gateway.waiting import MAX_WAIT_SECONDS, WAIT_PATTERN
-from shared import bulk, listing, throughput
+from shared import bulk, listing, listing_states, throughput
 from shared.events import EVENT_CURSOR_PATTERN
 from shared.hosts import HOST_NAME_PATTERN
 from shared.jobs import (
@@ -140,8 +140,9 @@ def _listing_parameters() -> dict[str, Any]:
         "State": {
             "name": "state",
             "in": "query",
-            "required": True,
-            "description": "The state to list: each has its own order, so there is no default.",
+            "description": "The state to list, in its own order. Absent: every state, in "
+            "lifecycle order (processing, pending, scheduled, retrying, completed, dead, "
+            "canceled), each in its own order; each job's status says its state.",
             "schema": {"type": "string", "enum": STATES},
         },
         "Queue": {
@@ -185,8 +186,12 @@ def _listing_parameters() -> dict[str, Any]:
         "ListCursor": {
             "name": "cursor",
             "in": "query",
-            "description": "The next_cursor of the previous page of the same state, as returned.",
-            "schema": {"type": "string", "pattern": f"^{listing.CURSOR_PATTERN.pattern}$"},
+            "description": "The next_cursor of the previous page of the same listing, as "
+            "returned (opaque).",
+            "schema": {
+                "type": "string",
+                "pattern": f"^(?:{listing_states.PLACE_PATTERN.pattern})$",
+            },
         },
     }
 
@@ -381,14 +386,15 @@ def _history_paths() -> dict[str, Any]:
 
 
 def _listing_paths() -> dict[str, Any]:
-    page = _json(_ref("JobPage"), "A page of jobs in the state's order.")
+    page = _json(_ref("JobPage"), "A page of jobs in the listing's order.")
     names = ("State", "Queue", "JobType", "ListLimit", "ListCursor")
     return {
         "/jobs": {
             "get": _operation(
                 "listJobs",
                 "Page through one state's jobs: pending in claim order, scheduled and retrying "
-                "next due first, the others newest first.",
+                "next due first, the others newest first; without state, every state's, in "
+                "lifecycle order.",
                 {"200": page, **_use("BadRequest", "Unauthorized", "Unavailable")},
                 parameters=[_param(name) for name in names],
             )

@@ -70,6 +70,9 @@ EVENTS: frozenset[str] = frozenset(
         # the scheduler at scale of names (docs/WORKERD.md): the sweep's repairs
         "due_index_repaired",
         "served_queue_adopted",
+        # the gateway's cached fleet view (gateway/fleet_view.py), for enqueue warnings
+        "fleet_view_failed",
+        "fleet_view_recovered",
         "redis_unavailable",
         "redis_available",
         "write_not_replicated",  # durable mode: a completion or tick no replica confirmed
@@ -148,7 +151,7 @@ class _Formatter(logging.Formatter):
     """Render a record as one JSON object: ts, level, event, logger, service, pid, extras.
 
     Built here rather than by python-json-logger's JsonFormatter, which rebuilds a dict per
-    record (docs/MEASUREMENTS.md); its encoder still renders datetimes, enums and exceptions.
+    record (bench/MEASUREMENTS.md); its encoder still renders datetimes, enums and exceptions.
     """
 
     def __init__(self, service: str) -> None:

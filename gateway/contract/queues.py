@@ -79,6 +79,11 @@ class Queue(Struct):
 
     name: QueueName
     paused: bool
+    served: said(
+        bool,
+        "A live workerd host serves it now (its WORKER_QUEUES, by the registry); false: its "
+        "jobs wait until one does.",
+    )
     paused_since: TimestampOrNull
     jobs: Counts
     oldest_pending_age_seconds: Age

@@ -56,6 +56,22 @@ class Job(Struct, kw_only=True):
         | UnsetType
     ) = UNSET
 
+    warnings: (
+        Annotated[
+            list[str],
+            Meta(
+                min_length=1,
+                description="Enqueue replies only, and only when there is something to say: "
+                "what this gateway saw in the workerd registry (at most a few seconds old) that "
+                "the job will wait or fail for: no host registered, no host serving its queue, "
+                "or no host serving its queue running its type (it then fails as NoHandler and "
+                "ends dead-lettered). Absent when all is well or when the gateway could not "
+                "read the registry lately.",
+            ),
+        ]
+        | UnsetType
+    ) = UNSET
+
 
 class Jobs(Struct):
     """Jobs, in the order asked (a batch's)."""

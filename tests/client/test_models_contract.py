@@ -69,6 +69,7 @@ DEFAULTED = {
     (models.Queue, "paused"),
     (models.Host, "quiet"),
     (models.Host, "quiet_requested"),
+    (models.Job, "warnings"),
 }
 JSON_TYPES = {
     str: {"string"},

@@ -30,10 +30,11 @@ from gateway.context import Gateway
 from gateway.fastpath import FastEnqueue
 from shared import log as shared_log
 from shared.config import WAIT_REPLY_MARGIN, Settings, load_or_exit
+from shared.engine_types import Policy
 from shared.keys import Keys
 from shared.redis_checks import warn_about_redis
 from shared.redis_conn import connect, describe
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 
 log = logging.getLogger(__name__)
 

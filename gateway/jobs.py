@@ -15,8 +15,8 @@ from gateway.context import Gateway, gateway
 from gateway.errors import ApiError
 from gateway.routes import route
 from shared import metrics
+from shared.engine_types import IdempotencyConflict
 from shared.jobs import JobState
-from shared.scripts import IdempotencyConflict
 
 bp = Blueprint("jobs", __name__)
 

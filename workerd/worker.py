@@ -44,19 +44,12 @@ import redis
 
 from shared import lifecycle, metrics, tracing
 from shared.config import Settings
+from shared.engine_types import AckResult, Code, Confirmation, NotRunnable, QueuePaused
 from shared.history import Actor
 from shared.jobs import Job, dump_json, format_ms
 from shared.log import error_line, error_text
 from shared.redis_conn import MASTER_DOWN, is_cluster, read_each
-from shared.scripts import (
-    AckResult,
-    Code,
-    Confirmation,
-    NotRunnable,
-    QueuePaused,
-    Scripts,
-    new_request_id,
-)
+from shared.scripts import Scripts, new_request_id
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.duties.registry import hosts_running

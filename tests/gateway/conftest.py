@@ -13,8 +13,9 @@ from flask.testing import FlaskClient
 from gateway import create_app
 from gateway.context import Gateway
 from shared.config import Settings
+from shared.engine_types import Policy
 from shared.keys import Keys
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.fakes import fake_scripts
 
 TOKEN = "s3cret-token"

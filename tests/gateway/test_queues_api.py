@@ -13,12 +13,13 @@ import pytest
 import redis
 
 from shared.directory import QueueDirectory
+from shared.engine_types import Code
 from shared.job_ids import new_job_id
 from shared.jobs import JobState, validate_enqueue
 from shared.keys import Keys
 from shared.queue_removal import delete_queue
 from shared.queues import QUEUE_RULE
-from shared.scripts import Code, Scripts
+from shared.scripts import Scripts
 from tests.support.gunicorn import Gunicorn
 
 K = Keys()

@@ -35,6 +35,7 @@ from shared.jobs import format_ms
 from shared.keys import Keys
 from shared.queues import QUEUE_PATTERN
 from shared.redis_conn import is_cluster
+from shared.u64 import U64_PATTERN
 
 FLEET = "*"  # the global stream's name (never a queue name): all events on one Redis
 StreamId = tuple[int, int]  # (milliseconds, sequence), ordered as Redis orders entry ids
@@ -43,30 +44,10 @@ MAX_SEQ = 2**64 - 1
 MAX_SEEN = 32  # streams a Cluster cursor names (some 2.8 kB; gunicorn allows 8 kB a header)
 _ID = re.compile(r"(\d{1,20})-(\d{1,20})")
 _U64 = 2**64
-
-
-def _decimal_at_most(limit: int) -> str:
-    """Return a regex of the ASCII decimals of up to len(str(limit)) digits (leading zeros
-    included) whose value is at most `limit`: each alternative keeps a prefix of the limit's
-    digits, then one lower digit, then any digits."""
-    digits = str(limit)
-    shorter = f"[0-9]{{1,{len(digits) - 1}}}"
-    lower = [
-        digits[:i] + ("0" if digit == "1" else f"[0-{int(digit) - 1}]") + _any(len(digits) - i - 1)
-        for i, digit in enumerate(digits)
-        if digit != "0"
-    ]
-    return "|".join([shorter, *lower, digits])
-
-
-def _any(count: int) -> str:
-    return {0: "", 1: "[0-9]"}.get(count, f"[0-9]{{{count}}}")
-
-
 # The two forms of a cursor, every number one Redis stream ids can hold (below 2^64, as the
 # cursor is read back into ids); OpenAPI documents the same pattern, so a cursor the document
 # allows is one the gateway accepts.
-_NUMBER = f"(?:{_decimal_at_most(_U64 - 1)})"
+_NUMBER = U64_PATTERN
 _SEEN = rf"(\*|{QUEUE_PATTERN.pattern})={_NUMBER}"
 EVENT_CURSOR_PATTERN = rf"{_NUMBER}-{_NUMBER}|t{_NUMBER}(,{_SEEN}){{0,{MAX_SEEN}}}"
 _CURSOR = re.compile(EVENT_CURSOR_PATTERN, re.ASCII)

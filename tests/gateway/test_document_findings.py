@@ -1,6 +1,6 @@
 """What Schemathesis found where the gateway and its OpenAPI document disagreed, each pinned
-down without it: a resume cursor the document allows, the messages of GET /events, and the
-job ids GET /workers hands to whatever follows them (tests/gateway/test_schemathesis.py runs
+down without it: a resume cursor the document allows, the messages of GET /events, the job
+ids GET /workers hands to whatever follows them, and a page cursor of GET /queues (tests/gateway/test_schemathesis.py runs
 the tool itself)."""
 
 from __future__ import annotations
@@ -163,3 +163,17 @@ def test_an_idle_worker_process_lists_no_job_rather_than_a_null_one(
         assert "job_id" not in process or validator(path_id).is_valid(process["job_id"])
     hosts = operation("/workers")["responses"]["200"]["content"]["application/json"]["schema"]
     assert validator(hosts).is_valid(response.get_json())
+
+
+# --- GET /queues: a page cursor the document allows is one Redis takes -----------------------
+
+
+@pytest.mark.parametrize("cursor", ["0", "7", U64_MAX, PAST_U64, "9" * 20, "0" * 20, "１"])
+def test_the_gateway_accepts_exactly_the_queue_cursors_the_document_allows(
+    app: Flask, cursor: str
+) -> None:
+    param = document(auth=False)["components"]["parameters"]["QueueCursor"]
+    allowed = validator(param["schema"]).is_valid(cursor)
+    response = app.test_client().get("/queues", query_string={"cursor": cursor})
+    # Past 2^64 - 1 Redis refuses the SSCAN: that was a 500.
+    assert response.status_code == (200 if allowed else 400), response.get_json()

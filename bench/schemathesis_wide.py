@@ -25,7 +25,7 @@ from tests.support.redis_server import private_redis
 from tests.support.schemathesis_run import Run, live_fleet, run_schemathesis, seed_examples
 
 
-def run_seed(seed: int, examples: int, seconds: int, token: bool) -> Run:
+def run_seed(seed: int, examples: int, seconds: int | None, token: bool) -> Run:
     """Run every phase once with `seed` on a fresh Redis, gateway and workerd host."""
     env = {"TASKFORGE_API_TOKEN": TOKEN, "TASKFORGE_AUTH_MAX_FAILURES": "1000000"} if token else {}
     headers = [f"Authorization: Bearer {TOKEN}"] if token else []
@@ -42,7 +42,7 @@ def run_seed(seed: int, examples: int, seconds: int, token: bool) -> Run:
                 seed=seed,
                 examples=examples,
                 max_time=seconds,
-                timeout=seconds * 3 + 120,
+                timeout=(seconds or 300) * 3,
             )
 
 
@@ -50,7 +50,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--examples", type=int, default=50, help="per operation, for fuzzing")
-    parser.add_argument("--seconds", type=int, default=120, help="time budget of each run")
+    parser.add_argument(
+        "--seconds", type=int, help="a time budget: repeat fuzzing and stateful until spent"
+    )
     parser.add_argument("--token", action="store_true", help="a gateway with a token")
     parser.add_argument("--keep", type=Path, help="write each seed's output in this directory")
     args = parser.parse_args()

@@ -105,7 +105,7 @@ def fill(client: redis.Redis, queues: list[str], jobs: int) -> None:
     for n, queue in enumerate(queues):
         directory.ensure(queue)
         count = jobs // len(queues) + (1 if n < jobs % len(queues) else 0)
-        request = validate_enqueue({"type": "noop", "payload": {}, "queue": queue})
+        request = validate_enqueue({"type": "demo.noop", "payload": {}, "queue": queue})
         for start in range(0, count, BATCH):
             size = min(BATCH, count - start)
             scripts.enqueue_many([(request, str(uuid.uuid4())) for _ in range(size)])

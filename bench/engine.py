@@ -28,7 +28,7 @@ from tests.support.redis_server import private_redis
 def run_enqueue(url: str, count: int) -> None:
     """Enqueue `count` no-op jobs through the engine call."""
     scripts = Scripts(redis.Redis.from_url(url), Keys(), Policy())
-    request = validate_enqueue({"type": "noop", "payload": {}})
+    request = validate_enqueue({"type": "demo.noop", "payload": {}})
     for _ in range(count):
         scripts.enqueue(request, str(uuid.uuid4()))
 

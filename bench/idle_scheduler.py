@@ -1,4 +1,4 @@
-"""What an idle scheduler costs with 1 and with 10,000 named queues (issue 27, item 3).
+"""What an idle scheduler costs with 1 and with 10,000 named queues.
 
     .venv/bin/python -m bench.idle_scheduler                        # 1 and 10,000 names, 10 s
     .venv/bin/python -m bench.idle_scheduler --queues 1 650 10000 --seconds 20
@@ -54,7 +54,9 @@ def fill(client: redis.Redis, count: int) -> None:
     for start in range(0, count, BATCH):
         chunk = names[start : start + BATCH]
         client.sadd(Keys().queues, *chunk)
-        jobs = [(validate_enqueue({"type": "noop", "queue": q}), str(uuid.uuid4())) for q in chunk]
+        jobs = [
+            (validate_enqueue({"type": "demo.noop", "queue": q}), str(uuid.uuid4())) for q in chunk
+        ]
         scripts.enqueue_many(jobs)
 
 

@@ -1,16 +1,16 @@
 """Measure what a saturated limit costs: Redis commands per second and the throughput of the
-jobs that flow past it (issue 17, item 2).
+jobs that flow past it.
 
 Runs ``python -m workerd`` (WORKER_COUNT 4) against a private redis-server, three ways, each
 on a fresh Redis:
 
-- ``limited``: type ``sleep`` limited to 2 running, 500 of them enqueued (2 run, 498 held),
-  then the unlimited ``noop`` jobs behind them;
-- ``unlimited, 2 sleeping``: no limits, 2 ``sleep`` jobs running (so the same 2 workers are
-  busy), the same ``noop`` jobs;
-- ``unlimited, idle``: no limits, no ``sleep`` job, the same ``noop`` jobs.
+- ``limited``: type ``demo.sleep`` limited to 2 running, 500 of them enqueued (2 run, 498 held),
+  then the unlimited ``demo.noop`` jobs behind them;
+- ``unlimited, 2 sleeping``: no limits, 2 ``demo.sleep`` jobs running (so the same 2 workers are
+  busy), the same ``demo.noop`` jobs;
+- ``unlimited, idle``: no limits, no ``demo.sleep`` job, the same ``demo.noop`` jobs.
 
-For each: ``noop`` jobs per second, Redis commands per second and per ``noop`` job while
+For each: ``demo.noop`` jobs per second, Redis commands per second and per ``demo.noop`` job while
 they run (INFO commandstats deltas), and Redis commands per second once they are done (the
 limited type still saturated, its jobs held: what idle workers and the scheduler cost).
 
@@ -83,9 +83,9 @@ def run(mode: str, quick: int, idle_seconds: float) -> dict[str, Any]:
         client = redis.Redis.from_url(server.url)
         keys = Keys()
         scripts = Scripts(client, keys)
-        slow = {"type": "sleep", "payload": {"seconds": SLEEP_SECONDS}}
+        slow = {"type": "demo.sleep", "payload": {"seconds": SLEEP_SECONDS}}
         if mode == "limited":
-            doc = {"types": {"sleep": {"concurrency": 2}}}
+            doc = {"types": {"demo.sleep": {"concurrency": 2}}}
             scripts.set_limits("default", limits.parse_limits(doc).compact_json())
             enqueue(scripts, slow, SLOW)
         elif mode == "unlimited, 2 sleeping":
@@ -96,9 +96,9 @@ def run(mode: str, quick: int, idle_seconds: float) -> dict[str, Any]:
             time.sleep(1.0)  # past start-up: the idle workers block on their wake list
             client.config_resetstat()
             began = time.monotonic()
-            enqueue(scripts, {"type": "noop"}, quick)
+            enqueue(scripts, {"type": "demo.noop"}, quick)
             wait_until(
-                lambda: completed(client, keys) >= quick, 120, "the noop jobs", interval=0.01
+                lambda: completed(client, keys) >= quick, 120, "the demo.noop jobs", interval=0.01
             )
             took = time.monotonic() - began
             during = commands(client)
@@ -121,7 +121,7 @@ def main() -> None:
     """Run the three modes, interleaved, `--rounds` times; print (and optionally save) the
     median of each figure and every round's."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=3000, help="noop jobs per mode")
+    parser.add_argument("--jobs", type=int, default=3000, help="demo.noop jobs per mode")
     parser.add_argument("--idle", type=float, default=5.0, help="seconds measured after them")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the three modes")
     parser.add_argument("--json", type=Path, help="also write the results here")

@@ -1,4 +1,4 @@
-"""What many named queues cost when nothing runs: issue 27's figures at 1 and 10,000 queues.
+"""What many named queues cost when nothing runs: the figures at 1 and 10,000 queues.
 
 For each N it starts its own redis-server, a gateway under gunicorn (deploy/gunicorn.conf.py,
 two workers) and a workerd (one worker process, its scheduler, WORKER_QUEUES=default); lists
@@ -15,7 +15,7 @@ passes to settle, then measures:
   size of /metrics;
 - the Redis commands one request of each of those runs (INFO commandstats, scripts' own
   commands included, workerd stopped with SIGSTOP meanwhile): unlike times, not noisy;
-- the reads that listed every queue before issue 27's last part (``READS``: the queues page,
+- the reads that used to list every queue (``READS``: the queues page,
   listings and the DLQ without a queue, GET /limits, the throughput of all queues): p50, max
   and Redis commands of one request each, as above;
 - the event stream: the length of an event's ``id:``, and whether a reconnect with
@@ -74,7 +74,7 @@ def list_queues(web: Gunicorn, n: int) -> str:
     names = ["default"] + [f"bench-{i:05d}" for i in range(1, n)]
     last = ""
     for at in range(0, n, BATCH):
-        jobs = [{"type": "noop", "payload": {}, "queue": q} for q in names[at : at + BATCH]]
+        jobs = [{"type": "demo.noop", "payload": {}, "queue": q} for q in names[at : at + BATCH]]
         status, _, doc = web.request("POST", "/enqueue/batch", {"jobs": jobs}, timeout=120)
         assert status == 201, (status, doc)
         last = doc["jobs"][-1]["id"]
@@ -193,7 +193,7 @@ class Stream:
 
 def enqueue_one(web: Gunicorn, queue: str = "default") -> str:
     status, _, doc = web.request(
-        "POST", "/enqueue", {"type": "noop", "payload": {}, "queue": queue, "delay": 3600}
+        "POST", "/enqueue", {"type": "demo.noop", "payload": {}, "queue": queue, "delay": 3600}
     )
     assert status == 201, (status, doc)
     return str(doc["id"])

@@ -64,7 +64,7 @@ class Bench:
 
     def enqueue(self, queue: str) -> str:
         job_id = str(uuid.uuid4())
-        self.scripts.enqueue(validate_enqueue({"type": "noop", "queue": queue}), job_id)
+        self.scripts.enqueue(validate_enqueue({"type": "demo.noop", "queue": queue}), job_id)
         return job_id
 
     def done(self, job_ids: list[str], queue: str) -> bool:

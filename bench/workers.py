@@ -2,7 +2,7 @@
 
 Runs the real supervisor (``python -m workerd``) against a private redis-server:
 
-1. drain 10,000 pre-enqueued ``noop`` jobs with WORKER_COUNT 1, 2 and 4 (jobs/s, measured from
+1. drain 10,000 pre-enqueued ``demo.noop`` jobs with WORKER_COUNT 1, 2 and 4 (jobs/s, measured from
    the first job's start to the last job's finish, as Redis recorded them);
 2. enqueue-to-start latency with idle workers: 300 jobs, 10 ms apart, p50/p99;
 3. promotion lateness: 1,000 jobs due at one moment, how late each became claimable.
@@ -62,11 +62,11 @@ def workerd(url: str, workers: int, log_level: str) -> Iterator[Workerd]:
 
 
 def drain_rate(url: str, jobs: int, workers: int, log_level: str) -> float:
-    """Return jobs/s for `workers` processes draining `jobs` pre-enqueued noop jobs."""
+    """Return jobs/s for `workers` processes draining `jobs` pre-enqueued demo.noop jobs."""
     client = redis.Redis.from_url(url)
     client.flushall()
     scripts = Scripts(client)
-    request = validate_enqueue({"type": "noop"})
+    request = validate_enqueue({"type": "demo.noop"})
     ids = [str(uuid.uuid4()) for _ in range(jobs)]
     for start in range(0, jobs, 1000):
         scripts.enqueue_many([(request, job_id) for job_id in ids[start : start + 1000]])
@@ -111,7 +111,7 @@ def promotion_lateness(url: str, count: int, log_level: str) -> list[int]:
     with workerd(url, 2, log_level):
         seconds, micros = client.time()
         due_ms = seconds * 1000 + micros // 1000 + 2000
-        request = validate_enqueue({"type": "noop", "scheduled_at": format_ms(due_ms)})
+        request = validate_enqueue({"type": "demo.noop", "scheduled_at": format_ms(due_ms)})
         ids = [str(uuid.uuid4()) for _ in range(count)]
         scripts.enqueue_many([(request, job_id) for job_id in ids])
         wait_until(lambda: client.zcard(Keys().completed) == count, 30, "the scheduled jobs", POLL)
@@ -148,7 +148,7 @@ def main() -> None:
         }
     print(f"workerd at LOG_LEVEL={args.log_level}, {os.cpu_count()} cpus")
     for workers, rate in results["drain_jobs_per_s"].items():  # type: ignore[union-attr]
-        print(f"drain {args.jobs} noop jobs, {workers} worker(s): {rate:,.0f} jobs/s")
+        print(f"drain {args.jobs} demo.noop jobs, {workers} worker(s): {rate:,.0f} jobs/s")
     lat = results["start_latency_ms"]
     print(f"enqueue→start latency, idle workers: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms")  # type: ignore[index]
     late = results["promotion_lateness_ms"]

@@ -17,20 +17,28 @@ tf_python_ok() {
 }
 
 # Hash of the files that decide what a level of the venv holds ("run" or "test"); a change
-# means reinstall. Which of the project's packages exist counts too: the editable install maps
-# only those it saw (setup.cfg includes shared, gateway, workerd and taskforge; a user's myapp/ is none).
+# means reinstall.
 tf_requirements_hash() {
-  local files=(requirements.txt setup.cfg pyproject.toml)
-  [ "$1" = run ] || files+=(requirements-test.txt)
-  {
-    cat "${files[@]}"
-    ls -d -- shared/__init__.py gateway/__init__.py workerd/__init__.py taskforge/__init__.py 2>/dev/null || true
-  } | sha256sum | cut -d' ' -f1
+  local files=(requirements.txt pyproject.toml)
+  [ "$1" = run ] || files+=(requirements-test.txt requirements-tracing.txt)
+  cat "${files[@]}" | sha256sum | cut -d' ' -f1
+}
+
+# The server (shared, gateway, workerd) is no distribution: it runs from this checkout. A .pth
+# in the venv's site-packages puts the checkout on sys.path, so `python -m workerd`, gunicorn
+# and a handler module installed into the venv (`from workerd import handler`) find it from any
+# directory. The client is installed editable beside it, for the `taskforge` command.
+tf_link_checkout() {
+  local version
+  version=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])') ||
+    tf_die ".venv/bin/python does not run"
+  mkdir -p ".venv/lib/python$version/site-packages"
+  printf '%s\n' "$PWD" >".venv/lib/python$version/site-packages/taskforge-checkout.pth"
 }
 
 # Create .venv if needed and install a level into it: "run" (bin/run) is requirements.txt and
-# the project (editable), "test" (bin/test) adds requirements-test.txt. One venv, one stamp per
-# level: the test level holds the run level, so after bin/test, bin/run installs nothing; after
+# the client (editable), with the checkout on the venv's path (tf_link_checkout); "test"
+# (bin/test) adds requirements-test.txt. One venv, one stamp per level: the test level holds the run level, so after bin/test, bin/run installs nothing; after
 # bin/run, bin/test installs the test tools once.
 tf_ensure_venv() {
   local level=$1 py=${PYTHON:-python3} want requirements
@@ -43,6 +51,7 @@ tf_ensure_venv() {
       tf_die "'$py -m venv' failed (on Debian/Ubuntu: apt-get install python3-venv)"
   fi
   export PATH="$PWD/.venv/bin:$PATH"
+  tf_link_checkout
   want=$(tf_requirements_hash "$level")
   [ "$(cat ".venv/.$level-stamp" 2>/dev/null)" != "$want" ] || return 0
   if [ "$level" = run ] &&

@@ -120,6 +120,12 @@ def create_app(
     return app
 
 
+def start_fleet_view(app: Flask) -> None:
+    """Start the app's fleet view in this process (a gunicorn worker, just forked); without
+    this it starts with the first enqueue (gateway.fleet_view)."""
+    app.extensions[Gateway.EXTENSION].fleet.start()
+
+
 def _check_redis(scripts: Scripts) -> None:
     """Load the scripts (a broken one fails start-up) and warn about a Redis that can lose jobs."""
     try:

@@ -26,6 +26,18 @@ def log_level() -> str:
     return level if level in LOG_LEVELS else "INFO"
 
 
+def is_bin_run_probe(environ: dict[str, Any]) -> bool:
+    """Say whether a request is bin/run's own readiness poll, which the access log leaves out.
+
+    Only a GET /ready qualifies: a client claiming the agent can hide nothing but a probe.
+    """
+    return (
+        environ.get("REQUEST_METHOD") == "GET"
+        and environ.get("PATH_INFO") == "/ready"
+        and environ.get("HTTP_USER_AGENT") == shared_log.READY_PROBE_AGENT
+    )
+
+
 class JsonLogger(Logger):
     """gunicorn's logger, writing through the shared JSON-lines configuration."""
 
@@ -40,7 +52,7 @@ class JsonLogger(Logger):
 
     def access(self, resp: Any, req: Any, environ: dict[str, Any], request_time: timedelta) -> None:
         """Log one request as one JSON line (no headers but the user agent and request id)."""
-        if not self.cfg.accesslog:
+        if not self.cfg.accesslog or is_bin_run_probe(environ):
             return
         query = environ.get("QUERY_STRING")
         extra = {

@@ -12,8 +12,14 @@ outside a pipeline already routes this way.)
 
 from __future__ import annotations
 
-from redis._parsers.commands import CommandPolicies, RequestPolicy, ResponsePolicy
-from redis.commands.policies import BasePolicyResolver, PolicyResolver, StaticPolicyResolver
+from redis.commands.policies import (
+    BasePolicyResolver,
+    CommandPolicies,
+    PolicyResolver,
+    RequestPolicy,
+    ResponsePolicy,
+    StaticPolicyResolver,
+)
 
 _KEYED = CommandPolicies(
     request_policy=RequestPolicy.DEFAULT_KEYED, response_policy=ResponsePolicy.DEFAULT_KEYED

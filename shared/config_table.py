@@ -127,7 +127,7 @@ SECTIONS: tuple[Section, ...] = (
                  "Where the processes of one gateway or one workerd keep their metric files; each server empties a directory set here at start and leaves it at exit, so never share one between servers",
                  (*_BOTH, GUNICORN_CONF)),
         External("OTEL_TRACING_ENABLED", "(unset)",
-                 "`true` turns OpenTelemetry tracing on, with OTEL_EXPORTER_OTLP_ENDPOINT (needs `pip install .[tracing]`)",
+                 "`true` turns OpenTelemetry tracing on, with OTEL_EXPORTER_OTLP_ENDPOINT (needs `pip install -r requirements-tracing.txt`)",
                  _BOTH),
         External("OTEL_EXPORTER_OTLP_ENDPOINT", "(unset)",
                  "OTLP/gRPC collector the spans go to, e.g. `http://localhost:4317`; tracing stays off without it",

@@ -70,6 +70,9 @@ EVENTS: frozenset[str] = frozenset(
         # the scheduler at scale of names (docs/WORKERD.md): the sweep's repairs
         "due_index_repaired",
         "served_queue_adopted",
+        # the gateway's cached fleet view (gateway/fleet_view.py), for enqueue warnings
+        "fleet_view_failed",
+        "fleet_view_recovered",
         "redis_unavailable",
         "redis_available",
         "write_not_replicated",  # durable mode: a completion or tick no replica confirmed
@@ -114,6 +117,11 @@ EVENTS: frozenset[str] = frozenset(
 # error lands in the job hash, the DLQ listing and a log line.
 ERROR_TEXT_LIMIT = 500
 
+# The User-Agent of bin/run's own readiness polls. The gateway's access log leaves out a
+# GET /ready sent with it: a wait for Redis would otherwise bury bin/run's "still waiting for
+# Redis" line under a request line per poll. Any other client's /ready is logged.
+READY_PROBE_AGENT = "taskforge-bin-run-ready-probe"
+
 # A LogRecord's own attributes; everything else on a record came from ``extra=``.
 _RECORD_ATTRS = frozenset(RESERVED_ATTRS) | {"taskName"}
 _configured: tuple[str, str] | None = None
@@ -143,7 +151,7 @@ class _Formatter(logging.Formatter):
     """Render a record as one JSON object: ts, level, event, logger, service, pid, extras.
 
     Built here rather than by python-json-logger's JsonFormatter, which rebuilds a dict per
-    record (docs/MEASUREMENTS.md); its encoder still renders datetimes, enums and exceptions.
+    record (bench/MEASUREMENTS.md); its encoder still renders datetimes, enums and exceptions.
     """
 
     def __init__(self, service: str) -> None:

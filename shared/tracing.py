@@ -1,7 +1,7 @@
 """Optional OpenTelemetry tracing: off unless OTEL_TRACING_ENABLED=true and an OTLP endpoint.
 
 Off (the default), every helper here is a no-op: no SDK, no exporter, no thread, no import
-of the OpenTelemetry packages (an optional extra: ``pip install .[tracing]``). On, each
+of the OpenTelemetry packages (optional: ``pip install -r requirements-tracing.txt``). On, each
 process creates its SDK lazily at its first span, so it happens after the fork in gunicorn
 workers and workerd children (the SDK's export thread must not cross a fork); the pid is
 checked, so a child never reuses its parent's provider.
@@ -95,7 +95,7 @@ def _tracer() -> Any:
     try:
         provider = _new_provider()
     except ImportError as exc:
-        warning = f"tracing is on but OpenTelemetry is missing ({exc.name}): pip install .[tracing]"
+        warning = f"tracing is on but OpenTelemetry is missing ({exc.name}): pip install -r requirements-tracing.txt"
         log.warning("config_warning", extra={"warning": warning})
         _state = (os.getpid(), None, None)  # warn once per process
         return None

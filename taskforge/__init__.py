@@ -9,8 +9,6 @@ done = client.wait(job.id, timeout=60)            # the completed job, or JobFai
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from taskforge.client import Client, JobSpec
 from taskforge.errors import (
     ApiError,
@@ -38,6 +36,7 @@ from taskforge.models import (
     ScopeLimit,
     Stats,
 )
+from taskforge.version import __version__
 
 __all__ = [
     "ApiError",

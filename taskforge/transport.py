@@ -24,8 +24,8 @@ from urllib.parse import urlencode, urlsplit
 import urllib3
 import urllib3.exceptions
 
-from taskforge import __version__
 from taskforge.errors import Unavailable, api_error
+from taskforge.version import __version__
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 RETRY_AFTER_CAP = 5.0  # seconds: the longest Retry-After honoured between two tries

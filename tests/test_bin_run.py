@@ -270,7 +270,7 @@ if [ "$1" = -m ] && [ "$2" = pip ]; then shift 2; echo "$*" >>"$SANDBOX_LOG"; ex
 exec {python} "$@"
 """
 RECORDER = '#!/bin/sh\necho "$(basename "$0") $*" >>"$SANDBOX_LOG"\n'
-COPIED = ["bin", "shared", "requirements.txt", "requirements-test.txt", "setup.cfg"]
+COPIED = ["bin", "shared", "requirements.txt", "requirements-test.txt", "requirements-tracing.txt"]
 COPIED += ["pyproject.toml", "ruff.toml"]
 
 
@@ -351,6 +351,9 @@ def test_bin_run_installs_the_runtime_requirements_and_bin_test_the_test_ones_on
         return sandbox.installs()
 
     assert after(RUN) == ["requirements.txt"]
+    # The server runs from the checkout: the venv finds it by a .pth (bin/_common.sh).
+    [pth] = (sandbox.root / ".venv" / "lib").glob("python3.*/site-packages/taskforge-checkout.pth")
+    assert pth.read_text() == f"{sandbox.root}\n"
     assert after(RUN) == ["requirements.txt"]
     assert after("bin/test") == ["requirements.txt", "requirements-test.txt"]
     # Switching back and forth installs nothing more.
@@ -565,6 +568,39 @@ def test_bin_run_says_what_it_waits_for_and_why_when_redis_never_answers(
             " (connection refused))\n"
         ), run.said
         assert not [text for text in run.said if text.startswith("bin/run: ready")]
+        os.killpg(run.proc.pid, signal.SIGTERM)
+        rest = run.proc.communicate(timeout=25)[1]
+        assert rest.endswith("bin/run: stopped.\n"), rest
+
+
+@pytest.mark.slow
+def test_bin_run_waiting_for_redis_logs_no_request_line_of_its_own_polls(tmp_path: Path) -> None:
+    with unreachable_bin_run(tmp_path) as run:
+        run.read_until("bin/run: still waiting for Redis", START_TIMEOUT + 10)
+        # A load balancer's probe meanwhile is logged as ever: the access log works.
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{run.env['PORT_PRODUCER']}/ready",
+            headers={"User-Agent": "lb-probe/1"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        assert refused.value.code == 503
+        parts_log = tmp_path / "parts.log"
+
+        def ready_lines() -> list[dict[str, Any]]:
+            lines = []
+            for text in parts_log.read_text(errors="replace").splitlines():
+                with contextlib.suppress(ValueError):
+                    line = json.loads(text)
+                    if line.get("event") == "http_request" and line.get("path") == "/ready":
+                        lines.append(line)
+            return lines
+
+        wait_until(ready_lines, 10, "the load balancer's /ready line")
+        # bin/run polled the gateway's /ready for 5 s before it said it waits: none of it shows.
+        assert [(line["status"], line["user_agent"]) for line in ready_lines()] == [
+            (503, "lb-probe/1")
+        ]
         os.killpg(run.proc.pid, signal.SIGTERM)
         rest = run.proc.communicate(timeout=25)[1]
         assert rest.endswith("bin/run: stopped.\n"), rest

@@ -67,7 +67,7 @@ timeout = "1m"
 
 [schedules.heartbeat]
 every = "15m"
-job = { type = "noop" }
+job = { type = "demo.noop" }
 """
     )
     nightly, beat = load_file(str(path))

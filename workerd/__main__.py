@@ -1,24 +1,22 @@
-"""Start the workerd supervisor: ``python -m workerd`` (or ``taskforge-workerd``)."""
+"""Start the workerd supervisor: ``python -m workerd``."""
 
 from __future__ import annotations
 
 import argparse
-import configparser
 import importlib
-import importlib.metadata
 import logging
 import os
 import shutil
 import sys
 import tempfile
 import textwrap
-from pathlib import Path
 
 from shared import log as logsetup
 from shared.config import VARIABLES, Settings, load_or_exit, redact_url
 from shared.multiproc import MULTIPROC_ENV, prepare_multiprocess_dir
 from shared.redis_checks import refuse_cluster_node_behind_plain_url
 from shared.schedules import Schedule, ScheduleError, load_file
+from taskforge.version import __version__
 from workerd import reload
 
 log = logging.getLogger("workerd")
@@ -59,22 +57,15 @@ signals:
 exit codes:
   0  stopped cleanly; or --help, --version, or --check-config found nothing wrong
   2  configuration error: a bad variable, TASKFORGE_HANDLERS unset, a handler module that
-     does not import, a bad schedule in TASKFORGE_SCHEDULES, the port in use, or a bad
-     command line
+     does not import, a job type registered by two handlers, a bad schedule in
+     TASKFORGE_SCHEDULES, the port in use, or a bad command line
   3  halted: child processes kept dying before they were up"""
 
 
 def version() -> str:
-    """Return TaskForge's version: the installed distribution's, else setup.cfg's beside us."""
-    try:
-        return importlib.metadata.version("taskforge")
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    setup_cfg = Path(__file__).resolve().parents[1] / "setup.cfg"
-    config = configparser.ConfigParser()
-    if config.read(setup_cfg) and config.has_option("metadata", "version"):
-        return config.get("metadata", "version")
-    return "unknown"
+    """Return TaskForge's version: the one the checkout's client carries (taskforge/version.py),
+    as the server runs from that checkout."""
+    return __version__
 
 
 def _variables_help() -> str:
@@ -115,9 +106,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def import_handlers(modules: tuple[str, ...]) -> None:
     """Import the handler modules before forking, so every worker inherits the registry."""
+    from workerd.registry import DuplicateJobType
+
     for module in modules:
         try:
             importlib.import_module(module)
+        except DuplicateJobType as exc:
+            # Not this module's fault alone: the message names both registrations.
+            print(f"workerd: TASKFORGE_HANDLERS={','.join(modules)}: {exc}", file=sys.stderr)
+            sys.exit(2)
         except Exception as exc:  # any import failure is a configuration error: say which
             print(
                 f"workerd: cannot import handler module {module!r}: {describe(exc)}",

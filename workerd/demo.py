@@ -1,6 +1,8 @@
 """The README demo's job types (generate_pdf, send_email, resize_image), plus misbehaving ones.
 
-Loaded when TASKFORGE_HANDLERS is unset; importable by name (``workerd.demo``) when it is set.
+Loaded with TASKFORGE_HANDLERS=workerd.demo (bin/run's default). The misbehaving types, for
+tests and benchmarks, are named ``demo.*``: generic names such as ``sleep`` or ``flaky`` belong
+to the user's own modules, which may be loaded beside this one.
 """
 
 from __future__ import annotations
@@ -38,12 +40,12 @@ def resize_image(payload: Any, job: JobContext) -> dict[str, Any]:
     return {"width": 640, "height": 480}
 
 
-@handler("noop")
+@handler("demo.noop")
 def noop(payload: Any, job: JobContext) -> None:
     """Do nothing (benchmarks)."""
 
 
-@handler("sleep")
+@handler("demo.sleep")
 def sleep(payload: Any, job: JobContext) -> dict[str, float]:
     """Sleep for payload["seconds"] (default 1)."""
     seconds = float(payload.get("seconds", 1)) if isinstance(payload, dict) else 1.0
@@ -51,14 +53,14 @@ def sleep(payload: Any, job: JobContext) -> dict[str, float]:
     return {"slept": seconds}
 
 
-@handler("fail")
+@handler("demo.fail")
 def fail(payload: Any, job: JobContext) -> None:
     """Always fail, with payload["error"] as the message."""
     message = payload.get("error", "failed on purpose") if isinstance(payload, dict) else None
     raise RuntimeError(message or "failed on purpose")
 
 
-@handler("flaky")
+@handler("demo.flaky")
 def flaky(payload: Any, job: JobContext) -> dict[str, int]:
     """Fail while the attempt is at most payload["fail_times"], then succeed."""
     fail_times = int(payload.get("fail_times", 1)) if isinstance(payload, dict) else 1
@@ -67,7 +69,7 @@ def flaky(payload: Any, job: JobContext) -> dict[str, int]:
     return {"succeeded_on_attempt": job.attempt}
 
 
-@handler("crash")
+@handler("demo.crash")
 def crash(payload: Any, job: JobContext) -> None:
     """Kill the worker process running it, as a segfault or the OOM killer would."""
     os.kill(os.getpid(), signal.SIGKILL)

@@ -52,13 +52,41 @@ Handler = Callable[[Any, JobContext], Any]
 _handlers: dict[str, Handler] = {}
 
 
+class DuplicateJobType(ValueError):
+    """Two handlers registered for one job type: a configuration error, found at import.
+
+    Which one would run depends on import order, so neither is picked. The message names
+    both registrations (module and function), so the reader knows which module to change.
+    """
+
+    def __init__(self, job_type: str, first: Handler, second: Handler) -> None:
+        self.job_type = job_type
+        self.first = describe(first)
+        self.second = describe(second)
+        super().__init__(
+            f"job type {job_type!r} is registered twice: by {self.first} and by "
+            f"{self.second}; give one of them another type"
+        )
+
+
+def describe(fn: Handler) -> str:
+    """Return where a handler is defined, as ``module.function``."""
+    module = getattr(fn, "__module__", None) or "?"
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return f"{module}.{name}"
+
+
 def handler(job_type: str) -> Callable[[Handler], Handler]:
-    """Register the decorated function ``fn(payload, job)`` for `job_type`."""
+    """Register the decorated function ``fn(payload, job)`` for `job_type`.
+
+    Raises DuplicateJobType if another function already has `job_type` (decorating the same
+    function twice is harmless and allowed).
+    """
 
     def register(fn: Handler) -> Handler:
         existing = _handlers.get(job_type)
         if existing is not None and existing is not fn:
-            raise ValueError(f"job type {job_type!r} already has a handler: {existing!r}")
+            raise DuplicateJobType(job_type, existing, fn)
         _handlers[job_type] = fn
         return fn
 

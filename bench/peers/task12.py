@@ -90,7 +90,7 @@ def fresh(url: str) -> tuple[redis.Redis, Scripts]:
 
 def concurrent_enqueue(url: str, jobs: int) -> dict[str, float]:
     client, _ = fresh(url)
-    request = validate_enqueue({"type": "noop", "payload": {}})
+    request = validate_enqueue({"type": "demo.noop", "payload": {}})
 
     def work(index: int) -> None:
         scripts = Scripts(redis.Redis.from_url(url))
@@ -109,7 +109,7 @@ def concurrent_claims(url: str, jobs: int) -> dict[str, float]:
     for start in range(0, jobs, 1000):
         batch = []
         for i in range(start, min(jobs, start + 1000)):
-            request = validate_enqueue({"type": "noop", "priority": i % 10, "payload": {}})
+            request = validate_enqueue({"type": "demo.noop", "priority": i % 10, "payload": {}})
             batch.append((request, str(uuid.uuid4())))
         scripts.enqueue_many(batch)
 
@@ -129,7 +129,7 @@ def concurrent_claims(url: str, jobs: int) -> dict[str, float]:
 
 def retry_then_dlq(url: str, jobs: int) -> dict[str, float]:
     client, scripts = fresh(url)
-    request = validate_enqueue({"type": "noop", "max_retries": 3, "payload": {}})
+    request = validate_enqueue({"type": "demo.noop", "max_retries": 3, "payload": {}})
     for start in range(0, jobs, 1000):
         scripts.enqueue_many([(request, str(uuid.uuid4())) for _ in range(min(1000, jobs - start))])
     started = time.perf_counter()
@@ -148,7 +148,9 @@ def scheduled_promotion(url: str, jobs: int) -> dict[str, object]:
     client, scripts = fresh(url)
     seconds, micros = client.time()
     due_ms = seconds * 1000 + micros // 1000 + 1000
-    request = validate_enqueue({"type": "noop", "scheduled_at": format_ms(due_ms), "payload": {}})
+    request = validate_enqueue(
+        {"type": "demo.noop", "scheduled_at": format_ms(due_ms), "payload": {}}
+    )
     for start in range(0, jobs, 1000):
         scripts.enqueue_many([(request, str(uuid.uuid4())) for _ in range(min(1000, jobs - start))])
     while True:

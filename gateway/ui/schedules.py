@@ -2,19 +2,55 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
 from flask import flash, redirect, url_for
+from markupsafe import Markup
 from werkzeug.wrappers import Response as BaseResponse
 
 from gateway.actions import fleet
 from gateway.actions.errors import NotFound
 from gateway.context import gateway
-from gateway.ui.base import UiError, asked_by, bp, events_url, render
+from gateway.ui.base import UiError, asked_by, bp, breakable, events_url, render
 from shared.schedule_state import view_schedules
 from shared.schedules import NAME_PATTERN, NAME_RULE
 
 # A tick's job is an `enqueued` event in its queue's stream: the page refreshes on those (a
 # pause or a resume is a page of its own, redirected back to).
 SCHEDULE_EVENTS = "enqueued gap"
+
+
+def zoned_text(moment: datetime, zone: str) -> str:
+    """Return a time in `zone` to the second, named after it: ``2026-12-06 09:00:00 Europe/Paris``.
+
+    In the hour a fall-back repeats, the offset follows (``... Europe/Berlin UTC+02:00``): the
+    wall-clock time alone would name two instants. taskforge.cli.schedules writes the same.
+    """
+    local = moment.astimezone(ZoneInfo(zone))
+    text = f"{local.replace(tzinfo=None, microsecond=0).isoformat(sep=' ')} {zone}"
+    if local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset():
+        text += f" UTC{local.isoformat()[-6:]}"
+    return text
+
+
+@bp.app_template_filter("zoned")
+def zoned(moment: datetime | int | None, zone: str) -> Markup:
+    """Show a schedule's time (a datetime, or Redis-clock epoch ms) in its zone, then how far.
+
+    The zoned text is the time itself; the <time> after it is empty until times.js fills it
+    with "in 3 min" or "5 s ago" (its datetime keeps the zone's offset, its title the text).
+    """
+    if moment is None:
+        return Markup("—")
+    if isinstance(moment, int):
+        moment = datetime.fromtimestamp(moment / 1000, tz=UTC)
+    text = zoned_text(moment, zone)
+    local = moment.astimezone(ZoneInfo(zone)).isoformat(timespec="seconds")
+    clock, _, rest = text.partition(f" {zone}")
+    return Markup(
+        '<span class="zoned">{0} {1}{2}</span> <time class="ago" datetime="{3}" title="{4}"></time>'
+    ).format(clock, breakable(zone), rest, local, text)
 
 
 @bp.route("/schedules")

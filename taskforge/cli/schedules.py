@@ -25,21 +25,30 @@ SCHEDULE_HEADERS = (
 )
 
 
-def local(moment: datetime | None) -> str:
-    """Return a time in its own zone to the second, with its offset (a schedule's next run)."""
-    return render.NONE if moment is None else moment.isoformat(timespec="seconds")
+def zoned_text(moment: datetime, zone: str) -> str:
+    """Return a time in `zone` to the second, named after it: ``2026-12-06 09:00:00 Europe/Paris``.
+
+    In the hour a fall-back repeats, the offset follows (``... Europe/Berlin UTC+02:00``): the
+    wall-clock time alone would name two instants. The dashboard's Periodic page writes the
+    same (gateway.ui.schedules); this package does not import the server's.
+    """
+    local = moment.astimezone(ZoneInfo(zone))
+    text = f"{local.replace(tzinfo=None, microsecond=0).isoformat(sep=' ')} {zone}"
+    if local.replace(fold=1 - local.fold).utcoffset() != local.utcoffset():
+        text += f" UTC{local.isoformat()[-6:]}"
+    return text
 
 
 def in_its_zone(schedule: Schedule, moment: datetime | None) -> str:
-    """Return a time in the schedule's zone, as its next runs are shown (one zone per row)."""
-    return local(moment and moment.astimezone(ZoneInfo(schedule.timezone)))
+    """Return one of a schedule's times (last tick, a next run) in its zone, or a dash."""
+    return render.NONE if moment is None else zoned_text(moment, schedule.timezone)
 
 
 def next_run(schedule: Schedule) -> str:
     """Return the next run, or that a paused schedule has none until it is resumed."""
     if schedule.paused:
         return "(paused)"
-    return local(schedule.next_runs[0] if schedule.next_runs else None)
+    return in_its_zone(schedule, schedule.next_runs[0] if schedule.next_runs else None)
 
 
 def schedule_row(schedule: Schedule) -> list[render.Cell]:
@@ -63,7 +72,7 @@ def schedule_detail(schedule: Schedule) -> str:
     """Return one schedule's state after a pause or a resume: its next runs when it runs."""
     if schedule.paused:
         return f"{schedule.name} paused: its ticks pass without jobs until it is resumed"
-    runs = "\n".join(f"  {local(run)}" for run in schedule.next_runs)
+    runs = "\n".join(f"  {in_its_zone(schedule, run)}" for run in schedule.next_runs)
     return f"{schedule.name} running; next runs:\n{runs}"
 
 

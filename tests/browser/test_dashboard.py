@@ -174,6 +174,20 @@ def test_job_page_shows_payload_result_and_history(browser: Browser, system: Sys
     assert events[0] == "enqueued" and events[-1] == "completed", events
 
 
+def test_the_search_box_finds_a_job_by_id(browser: Browser, system: System) -> None:
+    """An id typed in the top bar's search opens its job; an unknown one says so (404)."""
+    job_id = system.enqueue("browser_ok", {}, queue=WORK_QUEUE)
+    browser.open(f"{system.open_gateway.url}/ui/queues", "queues")
+    browser.find("form.find input[name=id]").send_keys(f" {job_id.upper()} ")
+    browser.submit("form.find button[type=submit]", "job")
+    assert urlsplit(browser.driver.current_url).path == f"/ui/jobs/{job_id}"
+
+    browser.find("form.find input[name=id]").send_keys("<b>nope</b>")
+    browser.submit("form.find button[type=submit]", "error")
+    assert browser.text("#error-message") == "No job with id “<b>nope</b>”."
+    assert not browser.find_all("#error-message b")  # shown as text, not markup
+
+
 def test_replay_dead_job_completes_live_without_reload(browser: Browser, system: System) -> None:
     """Replay a dead job from its page through the confirmation; the status turns completed
     by the live events, in the same document (no reload)."""
@@ -469,6 +483,8 @@ def wide_data(system: System) -> Iterator[str]:
     schedule = {"cron": "30 2 * * 1-5", "timezone": "America/Argentina/Buenos_Aires"}
     schedule["job"] = {"type": LONG_TYPE, "queue": WIDE_QUEUES[0]}
     Periodic(engine, [parse_entry("reports-monthly-enterprise-digest", schedule)]).publish()
+    # Its last tick (Tuesday 1 December 2026, 02:30 in Buenos Aires): a time in each column.
+    engine.advance_schedule("reports-monthly-enterprise-digest", 1_796_103_000_000, None)
     system.enqueue(LONG_TYPE, queue=other)
     with paused(system, other):
         yield job_id  # the last one failed: dead
@@ -516,6 +532,27 @@ def test_no_page_scrolls_sideways(
     assert_fits(browser, page, size)
 
 
+def test_the_periodic_pages_times_name_their_zone_and_read_relative(
+    browser: Browser, system: System, wide_data: str
+) -> None:
+    browser.resize(WINDOW)
+    browser.open(system.open_gateway.url + "/ui/schedules", "schedules")
+    browser.wait(
+        lambda _: all(
+            re.fullmatch(r"\d+ (s|min|h|d) ago|in \d+ (s|min|h|d)", t)
+            for t in browser.texts("#schedules time.ago")
+        ),
+        "the schedule's times to read relative",
+    )
+    zoned = browser.texts("#schedules .zoned")
+    assert len(zoned) == 6, zoned  # the last tick and the next 5 runs
+    assert zoned[0] == "2026-12-01 02:30:00 America/Argentina/Buenos_Aires", zoned
+    assert all(text.endswith(" 02:30:00 America/Argentina/Buenos_Aires") for text in zoned)
+    # On hover, the same zoned time: times.js keeps the title the server gave.
+    assert browser.attributes("#schedules time.ago", "title") == zoned
+    assert browser.texts("#schedules time.ago")[0].endswith(" ago")
+
+
 @SIZES
 def test_a_job_page_and_its_confirmation_fit(
     browser: Browser, system: System, wide_data: str, size: tuple[int, int]
@@ -554,7 +591,7 @@ def test_the_page_checks_see_a_foreign_request_and_a_csp_violation(
 
 
 def test_a_live_listing_resumes_after_its_stream_ended(browser: Browser, system: System) -> None:
-    """Issue 27: after any stream end (here a worker restart: SIGHUP makes gunicorn replace its
+    """After any stream end (here a worker restart: SIGHUP makes gunicorn replace its
     workers, which ends their streams) the page reconnects with its last id and gets what was
     written meanwhile. A listing does not re-read on reconnect, so the hint for a job enqueued
     while it was away can only come from the resumed stream."""

@@ -8,8 +8,10 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import redis
 
+from gateway.ui.schedules import zoned_text as dashboard_zoned_text
 from shared.keys import Keys
 from shared.schedules import parse_entry
 from shared.scripts import Scripts
@@ -19,7 +21,7 @@ from tests.cli.conftest import Taskforge
 from workerd.periodic import Periodic
 
 NIGHTLY = {"cron": "0 3 * * *", "timezone": "Europe/Berlin", "job": {"type": "pdf"}}
-BEAT = {"every": "15m", "missed": "catch_up", "job": {"type": "noop", "queue": "low"}}
+BEAT = {"every": "15m", "missed": "catch_up", "job": {"type": "demo.noop", "queue": "low"}}
 
 
 def publish(r: redis.Redis, **schedules: dict[str, Any]) -> None:
@@ -39,9 +41,10 @@ def test_schedules_ls_shows_each_with_its_next_run(taskforge: Taskforge, r: redi
     # ON MISS is the policy, MISSED the count of ticks that got no job (none yet).
     assert re.search(r"\bcatch_up +0 +running\b", beat), beat
     nightly = next(row for row in rows if row.startswith("nightly"))
-    assert "every 900s" in beat and "catch_up" in beat and "noop on low" in beat
+    assert "every 900s" in beat and "catch_up" in beat and "demo.noop on low" in beat
     assert "cron 0 3 * * *" in nightly and "Europe/Berlin" in nightly and "running" in nightly
-    assert "T03:00:00+0" in nightly  # the next run, in Berlin's time with its offset
+    # The next run, in Berlin's time and named so (never the UTC 02:00 or 01:00).
+    assert re.search(r" \d{4}-\d\d-\d\d 03:00:00 Europe/Berlin *$", nightly), nightly
     doc = json.loads(taskforge("--json", "schedules", "ls").out)
     assert [s["name"] for s in doc["schedules"]] == ["beat", "nightly"]
 
@@ -65,9 +68,42 @@ def test_schedules_pause_and_resume_print_the_state_and_next_runs(
     assert missing.error_line() == "taskforge: error: schedule not found (HTTP 404)"
 
 
-def test_last_tick_is_shown_in_the_schedules_zone_as_its_next_runs_are() -> None:
-    berlin = SimpleNamespace(timezone="Europe/Berlin")
+def test_last_tick_and_next_run_are_in_the_schedules_zone_and_name_it(
+    taskforge: Taskforge, r: redis.Redis
+) -> None:
+    publish(r, nightly=NIGHTLY)
+    tick = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)  # 03:00 in Berlin (winter: UTC+1)
+    assert Scripts(r, Keys()).advance_schedule("nightly", int(tick.timestamp() * 1000), None)
+    row = next(row for row in taskforge("schedules", "ls").out.splitlines() if "nightly" in row)
+    shown = re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+", row)
+    assert shown[0] == "2026-12-02 03:00:00 Europe/Berlin", row  # the last tick
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d 03:00:00 Europe/Berlin", shown[1]), row  # next run
+    resumed = taskforge("schedules", "resume", "nightly").out.splitlines()[1:]
+    assert len(resumed) == 5
+    assert all(re.fullmatch(r"  \d{4}-\d\d-\d\d 03:00:00 Europe/Berlin", run) for run in resumed)
+
+
+BERLIN = SimpleNamespace(timezone="Europe/Berlin")
+# Moments and how a schedule in Berlin shows them; in the hour the fall-back repeats
+# (25 October 2026, 02:00-03:00), the wall-clock time is followed by its offset.
+SHOWN_IN_BERLIN = [
+    (datetime(2026, 12, 2, 2, 0, tzinfo=UTC), "2026-12-02 03:00:00 Europe/Berlin"),
+    (datetime(2026, 7, 1, 22, 30, 15, 999_000, tzinfo=UTC), "2026-07-02 00:30:15 Europe/Berlin"),
+    (datetime(2026, 10, 25, 0, 30, tzinfo=UTC), "2026-10-25 02:30:00 Europe/Berlin UTC+02:00"),
+    (datetime(2026, 10, 25, 1, 30, tzinfo=UTC), "2026-10-25 02:30:00 Europe/Berlin UTC+01:00"),
+    (datetime(2026, 10, 25, 2, 30, tzinfo=UTC), "2026-10-25 03:30:00 Europe/Berlin"),
+]
+
+
+@pytest.mark.parametrize(("moment", "shown"), SHOWN_IN_BERLIN)
+def test_a_time_is_shown_in_the_schedules_zone_as_the_dashboard_shows_it(
+    moment: datetime, shown: str
+) -> None:
+    assert in_its_zone(BERLIN, moment) == shown
+    assert dashboard_zoned_text(moment, "Europe/Berlin") == shown  # one rule, both surfaces
+
+
+def test_an_interval_schedules_times_are_named_utc_and_a_missing_one_is_a_dash() -> None:
     tick = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
-    assert in_its_zone(berlin, tick) == "2026-12-02T03:00:00+01:00"
-    assert in_its_zone(SimpleNamespace(timezone="UTC"), tick) == "2026-12-02T02:00:00+00:00"
-    assert in_its_zone(berlin, None) == render.NONE  # no tick yet
+    assert in_its_zone(SimpleNamespace(timezone="UTC"), tick) == "2026-12-02 02:00:00 UTC"
+    assert in_its_zone(BERLIN, None) == render.NONE  # no tick yet

@@ -249,10 +249,10 @@ def test_a_completion_is_counted_only_once_its_masters_replica_has_it(
 ) -> None:
     settings = Settings.from_env(durable_env(cluster))
     worker = WorkerProcess(settings, scripts, IdleSlot(), "w1", os.getppid())
-    body = {"type": "noop", "payload": {"secret": SECRET}}
+    body = {"type": "demo.noop", "payload": {"secret": SECRET}}
     scripts.enqueue(validate_enqueue(body), "j-1")
     scripts.enqueue(validate_enqueue(body), "j-2")
-    labels = {"type": "noop", "queue": "default"}
+    labels = {"type": "demo.noop", "queue": "default"}
     before = counter("taskforge_jobs_completed_total", **labels)
     timeouts = counter("taskforge_wait_replicas_timeouts_total", op="complete")
 

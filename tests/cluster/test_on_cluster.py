@@ -76,7 +76,7 @@ def stack(redis_cluster: RedisCluster, tmp_path_factory: pytest.TempPathFactory)
     tmp = tmp_path_factory.mktemp("on-cluster")
     schedules = tmp / "schedules.toml"
     schedules.write_text(
-        f'[schedules.tick]\nevery = "1s"\njob = {{ type = "noop", queue = "{queues[0]}" }}\n'
+        f'[schedules.tick]\nevery = "1s"\njob = {{ type = "demo.noop", queue = "{queues[0]}" }}\n'
     )
     settings = {
         "REDIS_URL": url,
@@ -103,7 +103,7 @@ def stack(redis_cluster: RedisCluster, tmp_path_factory: pytest.TempPathFactory)
 def test_queues_land_on_three_masters(stack: Stack) -> None:
     owners = set()
     for queue in stack.queues:
-        job_id = stack.enqueue(type="noop", queue=queue)
+        job_id = stack.enqueue(type="demo.noop", queue=queue)
         key = Keys().for_queue(queue).job(job_id)
         master = stack.cluster.master_of(key)
         direct = master.client()
@@ -128,7 +128,7 @@ def test_enqueue_claim_complete_and_history(stack: Stack) -> None:
 
 def test_fail_retry_dead_dlq_replay_and_purge(stack: Stack) -> None:
     queue = stack.queues[1]
-    job_id = stack.enqueue(type="fail", queue=queue, max_retries=2)
+    job_id = stack.enqueue(type="demo.fail", queue=queue, max_retries=2)
     dead = stack.wait_status(job_id, "dead")
     assert dead["attempts"] == 2
     assert "retrying" in stack.history(job_id)
@@ -144,16 +144,16 @@ def test_fail_retry_dead_dlq_replay_and_purge(stack: Stack) -> None:
 
 
 def test_flaky_job_retries_then_completes(stack: Stack) -> None:
-    job_id = stack.enqueue(type="flaky", queue=stack.queues[2], payload={"fail_times": 1})
+    job_id = stack.enqueue(type="demo.flaky", queue=stack.queues[2], payload={"fail_times": 1})
     assert stack.wait_status(job_id, "completed")["attempts"] == 2
 
 
 def test_cancel_a_scheduled_and_a_running_job(stack: Stack) -> None:
-    later = stack.enqueue(type="noop", queue=stack.queues[0], delay="1h")
+    later = stack.enqueue(type="demo.noop", queue=stack.queues[0], delay="1h")
     assert stack.job(later)["status"] == "scheduled"
     status, doc = stack.call("POST", f"/jobs/{later}/cancel")
     assert status == 200 and doc["status"] == "canceled", doc
-    running = stack.enqueue(type="sleep", queue=stack.queues[1], payload={"seconds": 30})
+    running = stack.enqueue(type="demo.sleep", queue=stack.queues[1], payload={"seconds": 30})
     stack.wait_status(running, "processing")
     status, doc = stack.call("POST", f"/jobs/{running}/cancel")
     assert status == 202, doc
@@ -161,14 +161,14 @@ def test_cancel_a_scheduled_and_a_running_job(stack: Stack) -> None:
 
 
 def test_a_delayed_job_is_promoted_then_runs(stack: Stack) -> None:
-    job_id = stack.enqueue(type="noop", queue=stack.queues[2], delay="300ms")
+    job_id = stack.enqueue(type="demo.noop", queue=stack.queues[2], delay="300ms")
     assert stack.job(job_id)["status"] == "scheduled"
     stack.wait_status(job_id, "completed")
     assert "promoted" in stack.history(job_id)
 
 
 def test_a_sigkilled_worker_s_job_is_recovered(stack: Stack) -> None:
-    job_id = stack.enqueue(type="sleep", queue=stack.queues[0], payload={"seconds": 3})
+    job_id = stack.enqueue(type="demo.sleep", queue=stack.queues[0], payload={"seconds": 3})
     stack.wait_status(job_id, "processing")
     worker_pid = _pid_of_worker(stack, _claimed_by(stack, job_id))
     os.kill(worker_pid, signal.SIGKILL)
@@ -201,8 +201,8 @@ def test_pause_holds_a_queue_and_resume_releases_it(stack: Stack) -> None:
     queue = stack.queues[1]
     assert stack.call("POST", f"/queues/{queue}/pause")[0] == 200
     try:
-        job_id = stack.enqueue(type="noop", queue=queue)
-        other = stack.enqueue(type="noop", queue=stack.queues[2])
+        job_id = stack.enqueue(type="demo.noop", queue=queue)
+        other = stack.enqueue(type="demo.noop", queue=stack.queues[2])
         stack.wait_status(other, "completed")  # the other queues keep flowing meanwhile
         assert stack.job(job_id)["status"] == "pending"
     finally:
@@ -218,14 +218,14 @@ def test_delete_an_empty_queue_then_enqueue_there_again(stack: Stack) -> None:
         for name in (f"spare{n}" for n in itertools.count())
         if stack.cluster.master_of(Keys().for_queue(name).pending).port != global_master
     )
-    first = stack.enqueue(type="noop", queue=spare)  # served by no host: it stays pending
+    first = stack.enqueue(type="demo.noop", queue=spare)  # served by no host: it stays pending
     assert stack.call("DELETE", f"/queues/{spare}")[1]["jobs"]["pending"] == 1
     assert stack.call("POST", f"/jobs/{first}/cancel")[0] == 200
 
     assert stack.call("DELETE", f"/queues/{spare}")[0] == 204
 
     assert stack.call("GET", f"/jobs/{first}")[0] == 404
-    again = stack.enqueue(type="noop", queue=spare)
+    again = stack.enqueue(type="demo.noop", queue=spare)
     assert stack.job(again)["queue"] == spare
     assert spare in [q["name"] for q in stack.call("GET", "/queues")[1]["queues"]]
     served = stack.call("DELETE", f"/queues/{stack.queues[0]}")
@@ -234,11 +234,14 @@ def test_delete_an_empty_queue_then_enqueue_there_again(stack: Stack) -> None:
 
 def test_a_concurrency_limit_holds_jobs_back(stack: Stack) -> None:
     queue = stack.queues[2]
-    path = f"/queues/{queue}/limits/types/sleep"
+    path = f"/queues/{queue}/limits/types/demo.sleep"
     status, doc = stack.call("PUT", path, {"concurrency": 1})
     assert status == 200, doc
     try:
-        ids = [stack.enqueue(type="sleep", queue=queue, payload={"seconds": 0.5}) for _ in range(3)]
+        ids = [
+            stack.enqueue(type="demo.sleep", queue=queue, payload={"seconds": 0.5})
+            for _ in range(3)
+        ]
         for job_id in ids:
             stack.wait_status(job_id, "completed")
         # One at a time, on Redis's clock: each run starts once the one before finished.
@@ -252,7 +255,7 @@ def test_a_concurrency_limit_holds_jobs_back(stack: Stack) -> None:
 
 
 def test_a_batch_across_three_masters(stack: Stack) -> None:
-    jobs = [{"type": "noop", "queue": q} for q in stack.queues for _ in range(3)]
+    jobs = [{"type": "demo.noop", "queue": q} for q in stack.queues for _ in range(3)]
     status, _, doc = stack.gateway.request(
         "POST", "/enqueue/batch", {"jobs": jobs}, headers={"Idempotency-Key": "batch-1"}
     )
@@ -268,7 +271,7 @@ def test_a_batch_across_three_masters(stack: Stack) -> None:
 
 
 def test_listing_stats_queues_workers_health_and_metrics(stack: Stack) -> None:
-    ids = {stack.enqueue(type="noop", queue=q) for q in stack.queues}
+    ids = {stack.enqueue(type="demo.noop", queue=q) for q in stack.queues}
     for job_id in ids:
         stack.wait_status(job_id, "completed")
     status, page = stack.call("GET", "/jobs?state=completed&limit=100")
@@ -298,7 +301,7 @@ def test_events_stream_every_queue(stack: Stack) -> None:
         conn.request("GET", "/events")
         response = conn.getresponse()
         assert response.status == 200
-        wanted = {stack.enqueue(type="noop", queue=q) for q in stack.queues}
+        wanted = {stack.enqueue(type="demo.noop", queue=q) for q in stack.queues}
         completed: set[str] = set()
         deadline = time.monotonic() + SETTLE
         while not wanted <= completed and time.monotonic() < deadline:
@@ -335,7 +338,7 @@ def test_a_cluster_cursor_stays_small_and_resumes_every_queue(stack: Stack) -> N
 
 
 def _resume_on_cluster(stack: Stack) -> None:
-    before = stack.enqueue(type="noop", queue=stack.queues[0])
+    before = stack.enqueue(type="demo.noop", queue=stack.queues[0])
     stack.wait_status(before, "completed")
     first = _sse(stack.gateway.port)
     cursor = None
@@ -346,7 +349,7 @@ def _resume_on_cluster(stack: Stack) -> None:
             cursor = line[4:].strip()
     first.close()
     assert cursor.startswith("t") and len(cursor) < 400, cursor
-    wanted = {stack.enqueue(type="noop", queue=q) for q in stack.queues}
+    wanted = {stack.enqueue(type="demo.noop", queue=q) for q in stack.queues}
     for job_id in wanted:
         stack.wait_status(job_id, "completed")
     resumed = _sse(stack.gateway.port, {"Last-Event-ID": cursor})
@@ -370,7 +373,7 @@ def _resume_on_cluster(stack: Stack) -> None:
 
 def test_a_wait_rides_the_queue_s_own_stream_on_a_cluster(stack: Stack) -> None:
     for queue in stack.queues:
-        job_id = stack.enqueue(type="noop", queue=queue)
+        job_id = stack.enqueue(type="demo.noop", queue=queue)
         started = time.monotonic()
         status, doc = stack.call("GET", f"/jobs/{job_id}?wait=15s")
         assert status == 200 and doc["status"] == "completed", doc

@@ -95,7 +95,7 @@ class Stack:
                 "TMPDIR": str(self.temp),
                 "REDIS_URL": redis_url,
                 "WORKER_COUNT": "2",
-                "TASKFORGE_HANDLERS": "workerd.demo",  # the tests enqueue noop and sleep
+                "TASKFORGE_HANDLERS": "workerd.demo",  # the tests enqueue demo.noop and demo.sleep
                 "WEB_CONCURRENCY": "1",
                 "WORKER_DRAIN_GRACE": drain_grace,
                 "TASK_VISIBILITY_TIMEOUT": "2s",
@@ -190,11 +190,11 @@ def _status(stack: Stack, job_id: str) -> str:
 def test_honcho_serves_jobs_and_stops_on_sigterm_without_losing_one(
     stack: Stack, r: redis.Redis
 ) -> None:
-    ids = [_enqueue(stack, {"type": "noop", "payload": {"n": n}}) for n in range(3)]
+    ids = [_enqueue(stack, {"type": "demo.noop", "payload": {"n": n}}) for n in range(3)]
     for job_id in ids:
         wait_until(lambda j=job_id: _status(stack, j) == "completed", JOB_TIMEOUT, f"{job_id} done")
 
-    sleeper = _enqueue(stack, {"type": "sleep", "payload": {"seconds": 2}})
+    sleeper = _enqueue(stack, {"type": "demo.sleep", "payload": {"seconds": 2}})
     wait_until(lambda: _status(stack, sleeper) == "processing", JOB_TIMEOUT, "the sleep job to run")
     stack.stop()
     log = stack.log()
@@ -208,7 +208,7 @@ def test_honcho_serves_jobs_and_stops_on_sigterm_without_losing_one(
 def test_honcho_sigterm_during_a_job_longer_than_the_grace_puts_it_back_to_pending(
     stack: Stack, r: redis.Redis
 ) -> None:
-    job_id = _enqueue(stack, {"type": "sleep", "payload": {"seconds": 30}})
+    job_id = _enqueue(stack, {"type": "demo.sleep", "payload": {"seconds": 30}})
     wait_until(lambda: _status(stack, job_id) == "processing", JOB_TIMEOUT, "the sleep job to run")
     stack.stop()
     log = stack.log()
@@ -256,7 +256,7 @@ def test_the_readme_line_serves_8080_and_8081_warns_once_and_cleans_up(
         # The README's first curl, as its later ones do: localhost:8080.
         status, health = _request("http://localhost:8080/health")
         assert (status, health["status"]) == (200, "ok")
-        job_id = _enqueue(stack, {"type": "noop"})
+        job_id = _enqueue(stack, {"type": "demo.noop"})
         wait_until(lambda: _status(stack, job_id) == "completed", JOB_TIMEOUT, "the job to finish")
         # The Procfile keeps 0.0.0.0 (a platform routes to it) and no token is set: said once.
         warnings = [

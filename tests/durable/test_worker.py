@@ -52,8 +52,8 @@ def run_one(worker: WorkerProcess) -> None:
 @pytest.mark.parametrize(
     ("job_type", "counted", "op"),
     [
-        ("noop", "taskforge_jobs_completed_total", "complete"),
-        ("fail", "taskforge_jobs_dead_total", "fail"),
+        ("demo.noop", "taskforge_jobs_completed_total", "complete"),
+        ("demo.fail", "taskforge_jobs_dead_total", "fail"),
     ],
 )
 def test_an_outcome_is_counted_only_once_a_replica_has_it(

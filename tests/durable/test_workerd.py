@@ -18,7 +18,7 @@ from tests.support.tools import free_port, wait_until
 from tests.support.workerd import Workerd, start_workerd, stop_all
 
 K = Keys()
-COMPLETED = ("taskforge_jobs_completed_total", (("queue", "default"), ("type", "noop")))
+COMPLETED = ("taskforge_jobs_completed_total", (("queue", "default"), ("type", "demo.noop")))
 UNCONFIRMED = ("taskforge_wait_replicas_timeouts_total", (("op", "complete"),))
 
 
@@ -58,12 +58,12 @@ def test_workerd_counts_a_completion_once_a_replica_has_it(
     workerd: Workerd, pair: Replicated, primary: redis.Redis
 ) -> None:
     producer = Scripts(primary, K)  # durable mode is workerd's here, not the producer's
-    producer.enqueue(validate_enqueue({"type": "noop"}), "j-1")
+    producer.enqueue(validate_enqueue({"type": "demo.noop"}), "j-1")
     wait_until(lambda: scrape(workerd).get(COMPLETED) == 1.0, 10, "the first completion counted")
     assert status_of(primary, "j-1") == b"completed"
 
     pair.replica.freeze()
-    producer.enqueue(validate_enqueue({"type": "noop"}), "j-2")
+    producer.enqueue(validate_enqueue({"type": "demo.noop"}), "j-2")
     wait_until(lambda: scrape(workerd).get(UNCONFIRMED) == 1.0, 10, "an unconfirmed completion")
     assert status_of(primary, "j-2") == b"completed"  # done on the primary
     assert scrape(workerd).get(COMPLETED) == 1.0  # not counted: a failover may undo it

@@ -1,4 +1,4 @@
-"""Concurrency and rate limits (issue 17, items 2 and 3) on a real Redis: claim, hold, release.
+"""Concurrency and rate limits on a real Redis: claim, hold, release.
 
 Seed through the scripts, act with an explicit now, assert the keys: `running` (the slots),
 `held` (pending jobs a type's limit holds back), `pending`, and the job's own fields.
@@ -91,6 +91,22 @@ def test_a_type_at_its_limit_is_held_and_other_types_flow_past(
     assert claimed_id(scripts, worker="w3") is None
     counts, _ = scripts.stats(now_ms=T0)
     assert counts.by_state[JobState.PENDING] == 1 and counts.by_state[JobState.PROCESSING] == 2
+
+
+def test_a_dotted_type_is_limited_by_its_exact_name(r: redis.Redis, scripts: Scripts) -> None:
+    # demo.sleep is a real type name (workerd.demo); "demoxsleep" would match it as a Lua
+    # pattern, "demo" is its prefix: neither may be counted or held by its limit.
+    put(scripts, {"types": {"demo.sleep": {"concurrency": 1}}})
+    add(scripts, J1, "demo.sleep")
+    add(scripts, J2, "demo.sleep")
+    add(scripts, J3, "demoxsleep")
+    add(scripts, J4, "demo")
+
+    assert [claimed_id(scripts, worker=w) for w in ("w1", "w2", "w3")] == [J1, J3, J4]
+    assert running(r) == {f"demo.sleep|{J1}"}
+    assert held_ids(r) == [J2]
+    [state] = lim.read_state(r, K, ["default"])
+    assert state.type_use == {"demo.sleep": lim.ScopeUse(running=1, held=1)}
 
 
 def test_the_history_says_held_once_per_wait(r: redis.Redis, scripts: Scripts) -> None:

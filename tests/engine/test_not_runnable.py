@@ -203,3 +203,29 @@ def test_the_runnable_argument_lists_whole_names_and_leaves_out_impossible_ones(
     assert runnable_arg(frozenset({"pdf", "a.b:c-d_e"})) == "|a.b:c-d_e|pdf|"
     # "x|pdf" could only make the script match other types: no job can be of it.
     assert runnable_arg(frozenset({"x|pdf", "email", ""})) == "|email|"
+
+
+def test_a_dotted_type_is_runnable_by_its_exact_name_only(r: redis.Redis, scripts: Scripts) -> None:
+    # workerd.demo's types are dotted (demo.noop): as a Lua pattern "demo.noop" would match
+    # "demoxnoop", and "demo" is its prefix; a host running either must not take it.
+    put(scripts, J1, "demo.noop", priority=2)
+    put(scripts, J2, "demoxnoop", priority=1)
+    put(scripts, J3, "demo")
+    lookalike, prefix, dotted = (
+        frozenset({"demoxnoop"}),
+        frozenset({"demo"}),
+        frozenset({"demo.noop"}),
+    )
+
+    assert scripts.claim("w1", runnable=lookalike, now_ms=T0 + 1) == NotRunnable(
+        "default", "demo.noop"
+    )
+    assert scripts.claim("w1", runnable=prefix, now_ms=T0 + 2) == NotRunnable(
+        "default", "demo.noop"
+    )
+    assert scripts.claim("w1", runnable=dotted, now_ms=T0 + 3).id == J1
+    assert scripts.claim("w2", runnable=dotted, now_ms=T0 + 4) == NotRunnable(
+        "default", "demoxnoop"
+    )
+    assert scripts.claim("w2", runnable=lookalike, now_ms=T0 + 5).id == J2
+    assert scripts.claim("w3", runnable=prefix, now_ms=T0 + 6).id == J3

@@ -1,7 +1,7 @@
-"""Fault scenarios of issue 7 against a real workerd on the private Redis.
+"""Fault scenarios (docs/RELIABILITY.md) against a real workerd on the private Redis.
 
 Each prints its figures on a ``FAULT-FIGURES`` line (run with ``-s`` to see them) for
-docs/RELIABILITY.md. Processes are started by tests/workerd/conftest.py's ``start_workerd``,
+bench/FAULTS.md. Processes are started by tests/workerd/conftest.py's ``start_workerd``,
 which fails the test if any process of the run is left behind.
 """
 
@@ -128,7 +128,7 @@ def test_limits_hold_while_workers_are_sigkilled(
     r: redis.Redis,
     tmp_path: Path,
 ) -> None:
-    """Scenario 15 (issue 17): a limited type (2) in a limited queue (3), 4 workers, a busy
+    """Scenario 15: a limited type (2) in a limited queue (3), 4 workers, a busy
     worker SIGKILLed every 0.4 s: never more running than a limit at any sample, no slot
     leaked at the end, nothing lost, the unlimited type flowing past the held ones."""
     journal = tmp_path / "journal.jsonl"
@@ -139,7 +139,7 @@ def test_limits_hold_while_workers_are_sigkilled(
     began = time.monotonic()
     with RunningSampler(r, "journaled") as sampler:
         records = enqueue_journaled(scripts, 120, journal, sleep=0.05)
-        others = [enqueue_one(scripts, {"type": "noop"}) for _ in range(60)]
+        others = [enqueue_one(scripts, {"type": "demo.noop"}) for _ in range(60)]
         ids = [rec.job_id for rec in records + others]
         kills = kill_workers(
             workerd,
@@ -180,14 +180,14 @@ def test_poison_pill_goes_dead_others_flow(
     r: redis.Redis,
     tmp_path: Path,
 ) -> None:
-    """Scenario 5: a `crash` job among 300 normal jobs is dead after the recovery cap."""
+    """Scenario 5: a `demo.crash` job among 300 normal jobs is dead after the recovery cap."""
     journal = tmp_path / "journal.jsonl"
     cap = 3
     workerd = start_workerd(**FAULT_ENV, TASK_MAX_RECOVERIES=str(cap))
     scripts = Scripts(r, KEYS)
     began = time.monotonic()
     records = enqueue_journaled(scripts, 150, journal, sleep=0.005)
-    pill = enqueue_one(scripts, {"type": "crash"})
+    pill = enqueue_one(scripts, {"type": "demo.crash"})
     records += [pill, *enqueue_journaled(scripts, 150, journal, sleep=0.005)]
     ids = [rec.job_id for rec in records]
     finished = wait_settled(r, ids, timeout=25.0, workerd=workerd)
@@ -519,7 +519,7 @@ def test_cancels_while_workers_are_sigkilled(
     r: redis.Redis,
     tmp_path: Path,
 ) -> None:
-    """Issue 17: 60 jobs of 0.3 s, 24 cancels at random moments (every other one of a running
+    """Scenario 14: 60 jobs of 0.3 s, 24 cancels at random moments (every other one of a running
     job), while a random busy worker is SIGKILLed every 0.5 s. Every job asked to stop ends canceled or (it
     finished first) completed; no other job is canceled; none is lost, retried or dead; each
     job's events match its history."""

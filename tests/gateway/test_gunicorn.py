@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -15,6 +16,7 @@ import redis
 from gateway.app import AUTH_DISABLED
 from shared.jobs import JobState
 from shared.keys import Keys
+from shared.log import READY_PROBE_AGENT
 from shared.scripts import Scripts
 from tests.gateway import helpers
 from tests.gateway.conftest import TOKEN
@@ -45,6 +47,7 @@ def test_enqueue_is_201_with_location_and_the_job_is_in_redis(gw: Gunicorn, r: r
     assert hdrs["location"] == f"/jobs/{doc['id']}"
     assert (doc["status"], doc["priority"]) == ("pending", 5)
     assert r.hget(Keys().job(doc["id"]), "type") == b"pdf"
+    doc.pop("warnings", None)  # the enqueue's own: no workerd host runs here
     assert gw.request("GET", hdrs["location"])[2] == doc
 
 
@@ -161,6 +164,36 @@ def test_every_request_is_one_json_access_line(gw: Gunicorn) -> None:
         200,
     )
     assert line["user_agent"] == "probe/1" and line["duration_ms"] >= 0
+
+
+def test_a_ready_probe_is_logged_unless_bin_run_sent_it(gw: Gunicorn) -> None:
+    # One keep-alive connection: the worker logs a request before it reads the next one on
+    # it, so once the last request's line is there, the earlier ones' would be too.
+    asked = [
+        ("GET", "/ready", READY_PROBE_AGENT, "bin-run-poll"),
+        ("GET", "/ready", "lb-probe/1", "lb-poll"),
+        ("GET", "/stats", READY_PROBE_AGENT, "not-a-probe"),  # the agent hides only /ready
+        ("GET", "/health", "lb-probe/1", "last"),
+    ]
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=5)
+    try:
+        for method, path, agent, request_id in asked:
+            conn.request(method, path, headers={"User-Agent": agent, "X-Request-Id": request_id})
+            reply = conn.getresponse()
+            reply.read()
+            assert reply.status == 200, (path, reply.status)
+    finally:
+        conn.close()
+
+    def logged() -> list[str]:
+        return [line.get("request_id") for line in gw.log_lines() if line.get("request_id")]
+
+    wait_until(lambda: "last" in logged(), 5, "the last request's access line")
+    assert [rid for rid in logged() if rid in {r[3] for r in asked}] == [
+        "lb-poll",
+        "not-a-probe",
+        "last",
+    ]
 
 
 def test_idempotency_conflict_is_409(gw: Gunicorn) -> None:

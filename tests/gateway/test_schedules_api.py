@@ -31,7 +31,7 @@ NIGHTLY = parse_entry(
         "job": {"type": "generate_pdf", "payload": {"report": "daily"}, "queue": "reports"},
     },
 )
-BEAT = parse_entry("beat", {"every": "15m", "job": {"type": "noop", "timeout": "30s"}})
+BEAT = parse_entry("beat", {"every": "15m", "job": {"type": "demo.noop", "timeout": "30s"}})
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_the_last_tick_and_its_job_show_once_a_scheduler_passed(
     assert doc["last_job_id"] == ticks.job_id("beat", tick)
     assert (doc["jobs"], doc["missed_ticks"]) == (1, 0)
     status, _, job = gw.request("GET", f"/jobs/{doc['last_job_id']}")
-    assert status == 200 and job["type"] == "noop" and job["timeout"] == 30.0
+    assert status == 200 and job["type"] == "demo.noop" and job["timeout"] == 30.0
     status, _, history = gw.request("GET", f"/jobs/{doc['last_job_id']}/history")
     assert status == 200
     assert {k: history["history"][0][k] for k in ("event", "actor")} == {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 
 import pytest
 import redis
@@ -297,8 +298,7 @@ def test_the_schedules_page_lists_next_runs_and_pauses_then_resumes_one(
     row = re.search(r'<tr data-schedule="nightly">.*?</tr>', page, re.S)
     assert row is not None
     assert '<td class="state">active</td>' in row[0] and "Europe/Berlin" in row[0]
-    runs = re.findall(r"<li>(\d{4}-\d\d-\d\dT03:00:00\+0[12]:00)</li>", row[0])
-    assert len(runs) == 5
+    assert len(re.findall(r'<li><span class="zoned">', row[0])) == 5
     assert 'action="/ui/schedules/nightly/pause"' in row[0]
 
     paused = post(ui, "/ui/schedules/nightly/pause", "/ui/schedules")
@@ -315,6 +315,42 @@ def test_the_schedules_page_lists_next_runs_and_pauses_then_resumes_one(
     # A form without its CSRF token changes nothing.
     assert ui.post("/ui/schedules/nightly/pause").status_code == 400
     assert not engine.redis.hexists(K.schedule("nightly"), "paused")
+
+
+def test_the_schedules_page_shows_last_tick_and_next_runs_in_the_schedules_named_zone(
+    ui: FlaskClient,  # noqa: F811
+    engine: Scripts,  # noqa: F811
+) -> None:
+    tokyo = parse_entry(
+        "tokyo-open", {"cron": "0 9 * * 1-5", "timezone": "Asia/Tokyo", "job": {"type": "pdf"}}
+    )
+    Periodic(engine, [tokyo]).publish()
+    tick = datetime(2026, 12, 4, 0, 0, tzinfo=UTC)  # a Friday 09:00 in Tokyo (UTC+9)
+    assert engine.advance_schedule("tokyo-open", int(tick.timestamp() * 1000), None)
+    page = text(ui.get("/ui/schedules"))
+    assert "Every time here is in its schedule's own zone and names it" in page
+    row = re.search(r'<tr data-schedule="tokyo-open">.*?</tr>', page, re.S)
+    assert row is not None
+    # Each time: the zoned text, then a <time> times.js fills ("in 3 min"), with the same
+    # instant in the zone's offset and the zoned text as its title (never a UTC time).
+    shown = re.findall(
+        r'<span class="zoned">([^<]*) Asia/<wbr>Tokyo</span> '
+        r'<time class="ago" datetime="([^"]+)" title="([^"]+)"></time>',
+        row[0],
+    )
+    assert len(shown) == 6, row[0]  # the last tick and the next 5 runs
+    last, *runs = shown
+    assert last == (
+        "2026-12-04 09:00:00",
+        "2026-12-04T09:00:00+09:00",
+        "2026-12-04 09:00:00 Asia/Tokyo",
+    )
+    for clock, moment, title in runs:
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d 09:00:00", clock), runs
+        assert moment == clock.replace(" ", "T") + "+09:00"
+        assert title == f"{clock} Asia/Tokyo"
+        assert datetime.fromisoformat(moment).weekday() < 5  # 1-5: weekdays in Tokyo
+    assert "Z" not in "".join(moment for _, moment, _ in shown)  # no UTC time on the row
 
 
 def test_counted_says_one_thing_or_many() -> None:

@@ -67,19 +67,21 @@ def test_stats_both_metrics_endpoints_and_raw_redis_agree_after_a_mixed_workload
     # One worker, and retries far enough out that a retrying job stays retrying.
     workerd = start_workerd(WORKER_COUNT="1", TASK_RETRY_BASE_DELAY="60s")
     with start_gateway() as gw:
-        completed = [_enqueue(gw, {"type": "noop"}) for _ in range(3)]
+        completed = [_enqueue(gw, {"type": "demo.noop"}) for _ in range(3)]
         dead = [_enqueue(gw, {"type": "permanent"}) for _ in range(2)]
-        retrying = [_enqueue(gw, {"type": "fail", "max_retries": 3})]
+        retrying = [_enqueue(gw, {"type": "demo.fail", "max_retries": 3})]
         _wait_status(gw, completed, "completed")
         _wait_status(gw, dead, "dead")
         _wait_status(gw, retrying, "retrying")
-        scheduled = [_enqueue(gw, {"type": "noop", "scheduled_at": FAR_FUTURE}) for _ in range(3)]
+        scheduled = [
+            _enqueue(gw, {"type": "demo.noop", "scheduled_at": FAR_FUTURE}) for _ in range(3)
+        ]
         status, _, _ = gw.request("POST", f"/jobs/{scheduled[0]}/cancel")
         assert status == 200
-        running = _enqueue(gw, {"type": "sleep", "payload": {"seconds": 30}, "timeout": 120})
+        running = _enqueue(gw, {"type": "demo.sleep", "payload": {"seconds": 30}, "timeout": 120})
         _wait_status(gw, [running], "processing")
         # The only worker is busy: these stay pending.
-        pending = [_enqueue(gw, {"type": "noop"}) for _ in range(2)]
+        pending = [_enqueue(gw, {"type": "demo.noop"}) for _ in range(2)]
 
         expected = {
             "pending": 2,

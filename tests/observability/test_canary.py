@@ -5,7 +5,7 @@ shared.log.ERROR_TEXT_LIMIT (500) characters, stored only in the job's Redis has
 (``last_error``, the job owner's own data, readable through GET /jobs/<id> and /dlq), and so is
 its traceback (``traceback``, capped at shared.jobs.TRACEBACK_LIMIT, 8 KiB), whose last line
 repeats the message. Log lines carry only the exception's type (``"error": "RuntimeError"``),
-because a message can echo the payload — as the ``fail`` handler here does on purpose.
+because a message can echo the payload — as the ``demo.fail`` handler here does on purpose.
 """
 
 from __future__ import annotations
@@ -48,19 +48,22 @@ def test_a_canary_in_payloads_and_error_messages_appears_in_no_log_line(
     canary = f"sk_live_CANARY{uuid.uuid4().hex}"
     workerd = start_workerd(WORKER_COUNT="2", LOG_LEVEL="DEBUG")
     with start_gateway(LOG_LEVEL="DEBUG") as gw:
-        ok = _enqueue(gw, {"type": "noop", "payload": {"api_key": canary}})
+        ok = _enqueue(gw, {"type": "demo.noop", "payload": {"api_key": canary}})
         batch_status, _, batch = gw.request(
-            "POST", "/enqueue/batch", {"jobs": [{"type": "noop", "payload": {"keys": [canary]}}]}
+            "POST",
+            "/enqueue/batch",
+            {"jobs": [{"type": "demo.noop", "payload": {"keys": [canary]}}]},
         )
         assert batch_status == 201, batch
         # Fails with the canary in its message: retried, then dead.
-        echoed = _enqueue(gw, {"type": "fail", "payload": {"error": canary}, "max_retries": 2})
+        echoed = _enqueue(gw, {"type": "demo.fail", "payload": {"error": canary}, "max_retries": 2})
         permanent = _enqueue(gw, {"type": "permanent", "payload": {"error": f"bad {canary}"}})
         scheduled = _enqueue(
-            gw, {"type": "noop", "payload": {"k": canary}, "scheduled_at": "2099-01-01T00:00:00Z"}
+            gw,
+            {"type": "demo.noop", "payload": {"k": canary}, "scheduled_at": "2099-01-01T00:00:00Z"},
         )
         # A refused body that holds the canary: the 400 may echo it to the client, not to logs.
-        status, _, _ = gw.request("POST", "/enqueue", {"type": "noop", "bogus": canary})
+        status, _, _ = gw.request("POST", "/enqueue", {"type": "demo.noop", "bogus": canary})
         assert status == 400
 
         _wait_status(gw, ok, "completed")

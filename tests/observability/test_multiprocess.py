@@ -44,7 +44,7 @@ def test_counters_survive_recycled_and_killed_workers(
     start_workerd: Callable[..., Workerd], engine: Engine
 ) -> None:
     workerd = start_workerd(WORKER_COUNT="2", WORKER_MAX_JOBS="1")
-    jobs = [engine.enqueue("noop") for _ in range(10)]
+    jobs = [engine.enqueue("demo.noop") for _ in range(10)]
     engine.wait_all(jobs, {JobState.COMPLETED}, timeout=30)
     # A worker counts a completion right after Redis records it: the last one can be a moment
     # behind the job's status.
@@ -77,7 +77,7 @@ def test_a_scrape_after_300_worker_restarts_answers_well_under_a_second(
     workerd = start_workerd(
         WORKER_COUNT="2", WORKER_MAX_JOBS="1", PROMETHEUS_MULTIPROC_DIR=str(metrics_dir)
     )
-    jobs = [engine.enqueue("noop") for _ in range(RESTARTS)]
+    jobs = [engine.enqueue("demo.noop") for _ in range(RESTARTS)]
     engine.wait_all(jobs, {JobState.COMPLETED}, timeout=240)
     assert len(workerd.events("child_spawned", kind="worker")) >= RESTARTS
     timings = []

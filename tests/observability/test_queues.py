@@ -135,45 +135,45 @@ def test_a_job_in_q1_writes_q1_on_every_line_counter_and_histogram_of_its_life(
     before_default = {name: counted(name, "default") for name in names}
     with caplog.at_level(logging.DEBUG):
         soon = format_ms(int(time.time() * 1000) + 60_000)
-        done = stack.enqueue({"type": "noop", "scheduled_at": soon}, key="once")
-        assert stack.enqueue({"type": "noop", "scheduled_at": soon}, "once", 200) == done
+        done = stack.enqueue({"type": "demo.noop", "scheduled_at": soon}, key="once")
+        assert stack.enqueue({"type": "demo.noop", "scheduled_at": soon}, "once", 200) == done
         stack.scheduler.step(-1.0, now_ms=int(time.time() * 1000) + HOUR_MS)  # promoted
         stack.run_one()  # claimed, started, completed
 
-        failing = stack.enqueue({"type": "fail", "max_retries": 2})
+        failing = stack.enqueue({"type": "demo.fail", "max_retries": 2})
         stack.run_one()  # retry scheduled
         stack.scheduler.step(-1.0, now_ms=int(time.time() * 1000) + HOUR_MS)  # promoted
         stack.run_one()  # dead
         assert stack.app.post(f"/dlq/{failing}/retry").status_code == 200  # replayed
         assert stack.app.post(f"/jobs/{failing}/cancel").status_code == 200  # canceled
 
-        purged = stack.enqueue({"type": "fail", "max_retries": 1})
+        purged = stack.enqueue({"type": "demo.fail", "max_retries": 1})
         stack.run_one()  # dead at once
         assert stack.app.delete(f"/dlq/{purged}").status_code == 204  # purged
 
-        lost = stack.enqueue({"type": "noop"})
+        lost = stack.enqueue({"type": "demo.noop"})
         stack.claim_for("a-worker-that-dies", lost)
         lease_over = int(time.time() * 1000) + stack.scripts.policy.lease_ms + 1000
         stack.scheduler.step(time.monotonic(), now_ms=lease_over)  # recovered: lease expired
         stack.claim_for("lost-again", lost)  # (done with it: claimed and left alone)
 
-        drained = stack.enqueue({"type": "noop"})
+        drained = stack.enqueue({"type": "demo.noop"})
         stack.claim_for("w-drained", drained)
         stack.orphan(OrphanedJob("", 0, "drain", claimed_by="w-drained"))  # released
         stack.claim_for("w-drained-again", drained)
 
-        died = stack.enqueue({"type": "noop"})
+        died = stack.enqueue({"type": "demo.noop"})
         stack.claim_for("w-died", died)
         stack.orphan(OrphanedJob("", 0, "worker died", claimed_by="w-died"))  # recovered
         stack.claim_for("w-died-again", died)
 
-        timed_out = stack.enqueue({"type": "noop"})
+        timed_out = stack.enqueue({"type": "demo.noop"})
         token = stack.claim_for("w-timed-out", timed_out)
         stack.orphan(OrphanedJob(timed_out, token, "timeout", 1.0, QUEUE))  # timed out: retrying
         stack.scheduler.step(-1.0, now_ms=int(time.time() * 1000) + HOUR_MS)  # promoted
         stack.claim_for("w-timed-out-again", timed_out)
 
-        handed = stack.enqueue({"type": "noop"})
+        handed = stack.enqueue({"type": "demo.noop"})
         stack.worker.next_job = stack.scripts.claim("w1", queue=QUEUE)
         assert stack.worker.next_job is not None and stack.worker.next_job.id == handed
         stack.worker.stopping = True
@@ -238,7 +238,7 @@ def test_a_job_in_q1_writes_q1_on_every_line_counter_and_histogram_of_its_life(
 def test_a_batch_across_queues_logs_and_counts_one_line_per_queue(
     stack: Stack, caplog: pytest.LogCaptureFixture
 ) -> None:
-    jobs = [{"type": "noop", "queue": q} for q in (QUEUE, "default", QUEUE)]
+    jobs = [{"type": "demo.noop", "queue": q} for q in (QUEUE, "default", QUEUE)]
     before = [counted("taskforge_jobs_enqueued_total", q) for q in (QUEUE, "default")]
     with caplog.at_level(logging.INFO):
         reply = stack.app.post("/enqueue/batch", json={"jobs": jobs})
@@ -410,7 +410,7 @@ def test_workerd_says_which_queues_it_serves_and_labels_its_lines_and_metrics(
     for queue in (QUEUE, "default"):
         ids[queue] = str(uuid.uuid4())
         scripts.register_queue(queue)
-        scripts.enqueue(validate_enqueue({"type": "noop", "queue": queue}), ids[queue])
+        scripts.enqueue(validate_enqueue({"type": "demo.noop", "queue": queue}), ids[queue])
 
     for queue, job_id in ids.items():
         (line,) = workerd.wait_for("job_completed", job_id=job_id)
@@ -429,7 +429,7 @@ def test_workerd_says_which_queues_it_serves_and_labels_its_lines_and_metrics(
 
     parsed = wait_until(scraped, 10, "workerd's /metrics to show both jobs completed")
     for queue in (QUEUE, "default"):
-        labels = (("queue", queue), ("type", "noop"))
+        labels = (("queue", queue), ("type", "demo.noop"))
         assert parsed[("taskforge_jobs_completed_total", labels)] == 1
         assert parsed[("taskforge_handler_duration_seconds_count", labels)] == 1
         assert parsed[("taskforge_jobs", (("queue", queue), ("state", "completed")))] == 1

@@ -107,7 +107,7 @@ def test_a_normal_job_continues_the_clients_trace(
     r: redis.Redis, spans: InMemorySpanExporter, stack: dict[str, Any]
 ) -> None:
     header = {"traceparent": f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"}
-    job_id = _enqueue(stack["app"], {"type": "noop", "payload": {"x": 1}}, header)
+    job_id = _enqueue(stack["app"], {"type": "demo.noop", "payload": {"x": 1}}, header)
     trace_id, enqueue_span = _trace_of(r, job_id)
     assert trace_id == int(CLIENT_TRACE, 16)  # the stored traceparent is ours, in their trace
     assert enqueue_span != CLIENT_SPAN
@@ -133,7 +133,7 @@ def test_a_normal_job_continues_the_clients_trace(
 def test_the_queue_spans_follow_the_messaging_conventions(
     spans: InMemorySpanExporter, stack: dict[str, Any]
 ) -> None:
-    job_id = _enqueue(stack["app"], {"type": "noop"})
+    job_id = _enqueue(stack["app"], {"type": "demo.noop"})
     _run_one(stack["worker"])
 
     expected = {
@@ -160,7 +160,7 @@ def test_the_queue_spans_follow_the_messaging_conventions(
 def test_a_batch_enqueue_is_one_producer_span_counting_its_jobs(
     r: redis.Redis, spans: InMemorySpanExporter, stack: dict[str, Any]
 ) -> None:
-    reply = stack["app"].post("/enqueue/batch", json={"jobs": [{"type": "noop"}] * 3})
+    reply = stack["app"].post("/enqueue/batch", json={"jobs": [{"type": "demo.noop"}] * 3})
     assert reply.status_code == 201
     (batch,) = spans.get_finished_spans()
     assert (batch.name, batch.kind) == ("task.enqueue", SpanKind.PRODUCER)
@@ -176,7 +176,7 @@ def test_every_span_of_a_job_in_another_queue_names_that_queue(
     r: redis.Redis, spans: InMemorySpanExporter
 ) -> None:
     stack = make_stack(r, WORKER_QUEUES="q1")
-    job_id = _enqueue(stack["app"], {"type": "fail", "max_retries": 2, "queue": "q1"})
+    job_id = _enqueue(stack["app"], {"type": "demo.fail", "max_retries": 2, "queue": "q1"})
     _run_one(stack["worker"])  # retrying
     _promote_all(stack["sched"])
     _run_one(stack["worker"])  # dead
@@ -193,8 +193,8 @@ def test_every_span_of_a_job_in_another_queue_names_that_queue(
 def test_a_batch_names_its_queue_only_when_all_its_jobs_share_it(
     spans: InMemorySpanExporter, stack: dict[str, Any]
 ) -> None:
-    one_queue = {"jobs": [{"type": "noop", "queue": "q1"}] * 2}
-    two_queues = {"jobs": [{"type": "noop", "queue": "q1"}, {"type": "noop"}]}
+    one_queue = {"jobs": [{"type": "demo.noop", "queue": "q1"}] * 2}
+    two_queues = {"jobs": [{"type": "demo.noop", "queue": "q1"}, {"type": "demo.noop"}]}
     assert stack["app"].post("/enqueue/batch", json=one_queue).status_code == 201
     assert stack["app"].post("/enqueue/batch", json=two_queues).status_code == 201
 
@@ -210,8 +210,8 @@ def test_an_idempotent_repeat_is_a_duplicate_enqueue(
     spans: InMemorySpanExporter, stack: dict[str, Any]
 ) -> None:
     headers = {"Idempotency-Key": "once"}
-    first = _enqueue(stack["app"], {"type": "noop"}, headers)
-    again = stack["app"].post("/enqueue", json={"type": "noop"}, headers=headers)
+    first = _enqueue(stack["app"], {"type": "demo.noop"}, headers)
+    again = stack["app"].post("/enqueue", json={"type": "demo.noop"}, headers=headers)
     assert again.status_code == 200
     outcomes = [s.attributes["taskforge.outcome"] for s in spans.get_finished_spans()]
     assert outcomes == ["enqueued", "duplicate"]
@@ -221,7 +221,7 @@ def test_an_idempotent_repeat_is_a_duplicate_enqueue(
 def test_the_other_spans_are_internal_without_messaging_attributes(
     spans: InMemorySpanExporter, stack: dict[str, Any]
 ) -> None:
-    job_id = _enqueue(stack["app"], {"type": "fail", "max_retries": 2})
+    job_id = _enqueue(stack["app"], {"type": "demo.fail", "max_retries": 2})
     _run_one(stack["worker"])  # retrying
     _promote_all(stack["sched"])
     _run_one(stack["worker"])  # dead
@@ -242,7 +242,7 @@ def test_a_retried_then_dead_then_replayed_job_is_one_trace(
     r: redis.Redis, spans: InMemorySpanExporter, stack: dict[str, Any]
 ) -> None:
     canary = f"sk_live_CANARY{uuid.uuid4().hex}"
-    body = {"type": "fail", "payload": {"error": canary}, "max_retries": 2}
+    body = {"type": "demo.fail", "payload": {"error": canary}, "max_retries": 2}
     job_id = _enqueue(stack["app"], body)
     trace_id, _ = _trace_of(r, job_id)
     _run_one(stack["worker"])  # fails: retrying
@@ -286,7 +286,9 @@ def test_a_retried_then_dead_then_replayed_job_is_one_trace(
 def test_a_scheduled_job_and_a_recovered_job_continue_their_traces(
     r: redis.Redis, spans: InMemorySpanExporter, stack: dict[str, Any]
 ) -> None:
-    scheduled = _enqueue(stack["app"], {"type": "noop", "scheduled_at": "2099-01-01T00:00:00Z"})
+    scheduled = _enqueue(
+        stack["app"], {"type": "demo.noop", "scheduled_at": "2099-01-01T00:00:00Z"}
+    )
     sched_trace, _ = _trace_of(r, scheduled)
     stack["sched"].step(-1.0, now_ms=4_102_444_800_000 + 1)  # 2100-01-01: due, promote only
     _run_one(stack["worker"])
@@ -298,7 +300,7 @@ def test_a_scheduled_job_and_a_recovered_job_continue_their_traces(
         ("task.acknowledge", "completed"),
     ]
 
-    lost = _enqueue(stack["app"], {"type": "noop"})
+    lost = _enqueue(stack["app"], {"type": "demo.noop"})
     lost_trace, _ = _trace_of(r, lost)
     scripts: Scripts = stack["worker"].scripts
     assert scripts.claim("a-worker-that-dies").id == lost
@@ -324,7 +326,7 @@ def test_tracing_is_off_by_default_with_nothing_imported_or_stored(
         with tracing.span("task.enqueue") as span:
             assert span is None and tracing.current_traceparent() is None
         scripts = Scripts(redis.Redis.from_url(sys.argv[1]))
-        request = validate_enqueue({"type": "noop"})
+        request = validate_enqueue({"type": "demo.noop"})
         scripts.enqueue(request, "off-job", traceparent=tracing.current_traceparent())
         # (redis-py imports the OpenTelemetry API itself when it is installed.)
         assert tracing._state is None, "an SDK was created"
@@ -375,8 +377,8 @@ def test_the_job_enqueued_lines_carry_the_enqueue_spans_ids(
 
     shared_log.configure("tracing-test", "INFO")
     capsys.readouterr()
-    job_id = _enqueue(stack["app"], {"type": "noop"})
-    batch = stack["app"].post("/enqueue/batch", json={"jobs": [{"type": "noop"}] * 2})
+    job_id = _enqueue(stack["app"], {"type": "demo.noop"})
+    batch = stack["app"].post("/enqueue/batch", json={"jobs": [{"type": "demo.noop"}] * 2})
     assert batch.status_code == 201
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     one, many = [line for line in lines if line["event"] == "job_enqueued"]

@@ -15,7 +15,9 @@ import redis
 from tests.support.tools import in_ci
 
 if not in_ci():
-    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc", reason="needs .[tracing]")
+    pytest.importorskip(
+        "opentelemetry.exporter.otlp.proto.grpc", reason="needs requirements-tracing.txt"
+    )
 
 from shared import tracing
 from tests.observability.otlp_collector import OtlpCollector
@@ -52,7 +54,7 @@ def test_an_otlp_grpc_collector_receives_the_kinds_outcomes_and_messaging_attrib
     monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
     tracing.shutdown()  # a fresh provider, built from the variables
     try:
-        job_id = _enqueue(stack["app"], {"type": "noop"})
+        job_id = _enqueue(stack["app"], {"type": "demo.noop"})
         _run_one(stack["worker"])
     finally:
         tracing.shutdown()  # flushes the batch to the collector
@@ -92,7 +94,7 @@ def test_a_gateway_and_workerd_export_one_trace_per_job_to_the_collector(
     }
     start_workerd(WORKER_COUNT="1", **env)
     with start_gateway(**env) as gw:
-        status, _, job = gw.request("POST", "/enqueue", {"type": "noop"})
+        status, _, job = gw.request("POST", "/enqueue", {"type": "demo.noop"})
         assert status == 201, job
         trace_id, enqueue_span = _trace_of(r, job["id"])
 

@@ -57,9 +57,9 @@ def test_poison_pill_is_dead_at_the_recovery_cap_while_other_jobs_complete(
     start_workerd: Callable[..., Workerd], engine: Engine
 ) -> None:
     start_workerd(WORKER_COUNT="2", TASK_MAX_RECOVERIES="2")
-    normal = [engine.enqueue("noop") for _ in range(25)]
-    pill = engine.enqueue("crash")
-    normal += [engine.enqueue("noop") for _ in range(25)]
+    normal = [engine.enqueue("demo.noop") for _ in range(25)]
+    pill = engine.enqueue("demo.crash")
+    normal += [engine.enqueue("demo.noop") for _ in range(25)]
 
     jobs = engine.wait_all([*normal, pill], FINISHED, timeout=30)
 
@@ -77,10 +77,10 @@ def test_handler_failures_follow_the_retry_policy_and_never_kill_the_worker(
 ) -> None:
     workerd = start_workerd(WORKER_COUNT="1")
     workers = workerd.children("worker")
-    failing = engine.enqueue("fail", {"error": "disk full"}, max_retries=3)
+    failing = engine.enqueue("demo.fail", {"error": "disk full"}, max_retries=3)
     permanent = engine.enqueue("permanent", {"error": "card declined"}, max_retries=3)
     unknown = engine.enqueue("no_such_type", max_retries=2)
-    flaky = engine.enqueue("flaky", {"fail_times": 1}, max_retries=3)
+    flaky = engine.enqueue("demo.flaky", {"fail_times": 1}, max_retries=3)
 
     jobs = engine.wait_all([failing, permanent, unknown, flaky], FINISHED, timeout=15)
 
@@ -263,7 +263,7 @@ def test_a_worker_killed_holding_a_job_its_slot_never_showed_gives_it_back_at_on
     [worker] = workerd.children("worker")
     [started] = workerd.wait_for("worker_started", pid=worker)
     os.kill(worker, signal.SIGSTOP)
-    job_id = engine.enqueue("noop")
+    job_id = engine.enqueue("demo.noop")
     claimed = engine.scripts.claim(started["worker_id"])
     assert claimed is not None and claimed.id == job_id
 

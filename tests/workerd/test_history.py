@@ -34,10 +34,10 @@ def test_each_process_signs_the_transitions_it_makes(
 ) -> None:
     start_workerd(WORKER_COUNT="2", TASK_MAX_RECOVERIES="1")
     jobs = {
-        "ok": engine.enqueue("noop"),
-        "fails": engine.enqueue("fail", {"error": "disk full"}, max_retries=2),
-        "times out": engine.enqueue("sleep", {"seconds": 30}, timeout=0.5, max_retries=1),
-        "crashes": engine.enqueue("crash", max_retries=1),
+        "ok": engine.enqueue("demo.noop"),
+        "fails": engine.enqueue("demo.fail", {"error": "disk full"}, max_retries=2),
+        "times out": engine.enqueue("demo.sleep", {"seconds": 30}, timeout=0.5, max_retries=1),
+        "crashes": engine.enqueue("demo.crash", max_retries=1),
     }
     done = engine.wait_all(list(jobs.values()), [JobState.COMPLETED, JobState.DEAD], timeout=30)
 
@@ -80,7 +80,7 @@ def test_a_delayed_job_waits_its_delay_on_redis_clock_then_is_promoted_and_run(
     start_workerd: Callable[..., Workerd], engine: Engine
 ) -> None:
     start_workerd(WORKER_COUNT="1")
-    job_id = engine.enqueue("noop", delay="700ms")
+    job_id = engine.enqueue("demo.noop", delay="700ms")
 
     waiting = engine.job(job_id)
     assert waiting.status is JobState.SCHEDULED
@@ -102,7 +102,7 @@ def test_a_delayed_job_waits_its_delay_on_redis_clock_then_is_promoted_and_run(
 
 def test_a_stopping_worker_hands_back_the_job_it_claimed_and_says_so(engine: Engine) -> None:
     """Stepped by hand: completing the first job claims the second, which it will not run."""
-    first, second = engine.enqueue("noop"), engine.enqueue("noop")
+    first, second = engine.enqueue("demo.noop"), engine.enqueue("demo.noop")
     engine.scripts.load()
     worker = WorkerProcess(Settings.from_env({}), engine.scripts, IdleSlot(), "w1", os.getppid())
     worker.step()  # claims the first, runs it, and its completion claims the second

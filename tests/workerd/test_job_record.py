@@ -1,4 +1,4 @@
-"""What a job's record and the worker's log lines say about a run (issue 12 items 3, 4, 7, 16).
+"""What a job's record and the worker's log lines say about a run.
 
 - a failing handler's traceback is stored with the job (Redis only, never a log line);
 - every last_error reads ``"Type: message"``, whichever path wrote it;
@@ -105,13 +105,13 @@ def test_every_last_error_reads_type_colon_message_whichever_path_wrote_it(
     # path → (enqueued job, the last_error it must end with, whether a traceback is kept)
     once = {"max_retries": 1}
     jobs = {
-        "handler exception": engine.enqueue("fail", {"error": "disk full"}, **once),
+        "handler exception": engine.enqueue("demo.fail", {"error": "disk full"}, **once),
         "permanent error": engine.enqueue("permanent", {"error": "card declined"}, max_retries=3),
         "no handler": engine.enqueue("no_such_type", **once),
         "result not JSON": engine.enqueue("record.unserialisable", **once),
         "result too large": engine.enqueue("record.big", {"size": 200}, **once),
-        "timeout (supervisor)": engine.enqueue("sleep", {"seconds": 30}, timeout=0.5, **once),
-        "recovery cap (Lua)": engine.enqueue("crash", **once),
+        "timeout (supervisor)": engine.enqueue("demo.sleep", {"seconds": 30}, timeout=0.5, **once),
+        "recovery cap (Lua)": engine.enqueue("demo.crash", **once),
     }
     expected = {
         "handler exception": ("RuntimeError: disk full", True),
@@ -148,7 +148,7 @@ def test_job_claimed_shows_priorities_highest_first_as_the_readme_demo_says(
     # README demo step 6 with one worker, so the claim order is the log order: keep it busy,
     # enqueue priorities 1, 10, 5, and read job_claimed.
     workerd = start_workerd(WORKER_COUNT="1")
-    busy = engine.enqueue("sleep", {"seconds": 1})
+    busy = engine.enqueue("demo.sleep", {"seconds": 1})
     workerd.wait_for("job_started", job_id=busy)
     waiting = [engine.enqueue("send_email", priority=p) for p in (1, 10, 5)]
 

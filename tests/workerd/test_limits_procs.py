@@ -31,7 +31,7 @@ def test_a_limited_type_never_runs_past_its_limit_and_a_killed_workers_slot_come
     engine.scripts.set_limits("default", limits.parse_limits(doc).compact_json())
     workerd = start_workerd(WORKER_COUNT="3")
     slow = [engine.enqueue("journal", {"file": journal.file, "sleep": 0.5}) for _ in range(3)]
-    quick = [engine.enqueue("noop") for _ in range(6)]
+    quick = [engine.enqueue("demo.noop") for _ in range(6)]
     [first] = journal.wait_for("start")
     # The quick jobs run past the held journal jobs while the first one runs.
     engine.wait_all(quick, {JobState.COMPLETED}, timeout=10)

@@ -29,10 +29,12 @@ from tests.workerd.conftest import Engine, Journal
 
 WATCH = 3.0  # seconds of MONITOR for an idle rate
 QUIET_WINDOW = 1.0  # seconds a quiet host is watched for a claim it must not make
-WORKERS = 3  # each worker of a quiet host once could slip one claim through (issue 27, 6)
+WORKERS = 3  # each worker of a quiet host once could slip one claim through
 
 
-def enqueue(scripts: Scripts, queue: str, job_type: str = "noop", payload: object = None) -> str:
+def enqueue(
+    scripts: Scripts, queue: str, job_type: str = "demo.noop", payload: object = None
+) -> str:
     scripts.register_queue(queue)
     job_id = str(uuid.uuid4())
     body: dict[str, object] = {"type": job_type, "queue": queue}
@@ -121,8 +123,8 @@ def test_sigtstp_lets_the_running_job_finish_claims_nothing_more_and_sigcont_res
 
     workerd.wait_for("supervisor_quiet", cause="SIGTSTP")
     wait_until(lambda: _health(workerd).get("quiet") is True, 5, "/health quiet")
-    # One job per worker: each could have slipped one claim through (issue 27, item 6).
-    waiting = [engine.enqueue("noop") for _ in range(WORKERS)]
+    # One job per worker: each could have slipped one claim through.
+    waiting = [engine.enqueue("demo.noop") for _ in range(WORKERS)]
     engine.wait_for(running, JobState.COMPLETED)  # the running job finished
     deadline = time.monotonic() + QUIET_WINDOW
     while time.monotonic() < deadline:  # zero claims once /health said quiet
@@ -165,7 +167,7 @@ def test_the_api_request_quiets_the_host_within_a_heartbeat_and_resumes_it(
     assert applied < 2.0 + 1.0  # the registry's interval, and a loop tick
     # Claims that read "not quiet" just before may still answer until /health says quiet.
     wait_until(lambda: _health(workerd).get("quiet") is True, 5, "/health quiet")
-    waiting = engine.enqueue("noop")
+    waiting = engine.enqueue("demo.noop")
     stays(scripts, waiting, JobState.PENDING, QUIET_WINDOW)
     wait_until(
         lambda: scripts.redis.hget(scripts.keys.worker(name), "quiet") == b"1", 5, "record quiet"
@@ -188,7 +190,7 @@ def test_a_reload_keeps_a_quiet_host_quiet(
     workerd.signal(signal.SIGHUP)
 
     workerd.wait_for("supervisor_ready", reloaded=True, timeout=20)
-    waiting = engine.enqueue("noop")
+    waiting = engine.enqueue("demo.noop")
     stays(engine.scripts, waiting, JobState.PENDING, QUIET_WINDOW)
     assert _health(workerd)["quiet"] is True
     workerd.signal(signal.SIGCONT)
@@ -219,14 +221,14 @@ def test_a_host_quieted_under_load_takes_no_job_from_pending_once_health_says_qu
     start_workerd: Callable[..., Workerd], engine: Engine
 ) -> None:
     # Workers busy completing and claiming the next job in the same call: the claims a quiet
-    # can meet mid-flight (issue 27, item 6). Once /health says quiet, pending only grows (a
+    # can meet mid-flight. Once /health says quiet, pending only grows (a
     # next job claimed before it is handed back), never shrinks. End to end only: the race it
     # guards against is too rare to show here in a few runs (5 of 5 passed on the code before
     # the fix); tests/workerd/test_quiet_fence.py forces it.
     scripts = engine.scripts
     workerd = start_workerd(WORKER_COUNT=str(WORKERS))
     scripts.pause_queue("default")  # the jobs wait for all to be in: a backlog to work through
-    jobs = [engine.enqueue("noop") for _ in range(3000)]
+    jobs = [engine.enqueue("demo.noop") for _ in range(3000)]
     scripts.resume_queue("default")
     wait_until(lambda: scripts.redis.zcard(scripts.keys.pending) < len(jobs) - 100, 10, "flow")
 

@@ -23,12 +23,12 @@ SCHEDULES = """
 [schedules.each-second]
 every = "1s"
 missed = "catch_up"
-job = { type = "noop", queue = "periodic" }
+job = { type = "demo.noop", queue = "periodic" }
 
 [schedules.cron-second]
 cron = "* * * * * *"
 timezone = "Europe/Berlin"
-job = { type = "noop", queue = "periodic" }
+job = { type = "demo.noop", queue = "periodic" }
 """
 
 
@@ -50,7 +50,7 @@ def test_a_bad_expression_stops_the_start_with_one_line_naming_the_schedule(
 ) -> None:
     path = tmp_path / "schedules.toml"
     path.write_text(
-        '[schedules.fine]\nevery = "1m"\njob = { type = "noop" }\n\n'
+        '[schedules.fine]\nevery = "1m"\njob = { type = "demo.noop" }\n\n'
         '[schedules.nightly-report]\ncron = "0 3 * *"\njob = { type = "generate_pdf" }\n'
     )
     env = {"TASKFORGE_HANDLERS": "workerd.demo", "TASKFORGE_SCHEDULES": str(path)}
@@ -73,8 +73,8 @@ def test_check_config_lists_the_schedules(tmp_path: Path) -> None:
     result = _workerd("--check-config", **env)
     assert result.returncode == 0, result.stderr
     assert (
-        "workerd: 2 periodic schedules: each-second (every 1s, noop on periodic, "
-        "missed=catch_up); cron-second (cron '* * * * * *' Europe/Berlin, noop on periodic, "
+        "workerd: 2 periodic schedules: each-second (every 1s, demo.noop on periodic, "
+        "missed=catch_up); cron-second (cron '* * * * * *' Europe/Berlin, demo.noop on periodic, "
         "missed=skip)"
     ) in result.stdout
 

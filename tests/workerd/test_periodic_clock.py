@@ -30,16 +30,16 @@ HOUR = 3_600_000
 SCHEDULES = """
 [schedules.second]
 every = "1s"
-job = { type = "noop", queue = "periodic" }
+job = { type = "demo.noop", queue = "periodic" }
 
 [schedules.hourly-skip]
 every = "1h"
-job = { type = "noop", queue = "periodic" }
+job = { type = "demo.noop", queue = "periodic" }
 
 [schedules.hourly-catch-up]
 every = "1h"
 missed = "catch_up"
-job = { type = "noop", queue = "periodic" }
+job = { type = "demo.noop", queue = "periodic" }
 """
 NAMES = ["second", "hourly-skip", "hourly-catch-up"]
 

@@ -1,4 +1,4 @@
-"""Once /health says quiet, no claim by the host succeeds (issue 27, item 6).
+"""Once /health says quiet, no claim by the host succeeds.
 
 Two ways a claim used to slip through, each forced here deterministically, on the real Redis
 with a worker stepped by hand on a real SlotTable (the shared memory the supervisor makes):
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import redis
 
-import workerd.demo  # noqa: F401  (registers the noop handler the jobs use)
+import workerd.demo  # noqa: F401  (registers the demo.noop handler the jobs use)
 from shared.config import Settings
 from shared.jobs import JobState, validate_enqueue
 from shared.keys import Keys
@@ -50,7 +50,7 @@ class Host:
 
     def enqueue(self) -> str:
         job_id = str(uuid.uuid4())
-        self.scripts.enqueue(validate_enqueue({"type": "noop", "queue": QUEUE}), job_id)
+        self.scripts.enqueue(validate_enqueue({"type": "demo.noop", "queue": QUEUE}), job_id)
         return job_id
 
     def status(self, job_id: str) -> JobState:

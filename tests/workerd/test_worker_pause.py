@@ -1,6 +1,6 @@
 """A worker process's loop stepped by hand on the real Redis: paused queues and a quiet host.
 
-The worker's step() claims, runs and records jobs as in production (the demo `noop` handler);
+The worker's step() claims, runs and records jobs as in production (the `demo.noop` handler);
 only its shared-memory slot and the supervisor's quiet flag are stand-ins. Redis's own command
 statistics say what an idle worker costs. The real-process tests (test_pause_quiet.py) prove
 the same end to end.
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-import workerd.demo  # noqa: F401  (registers the noop handler the jobs use)
+import workerd.demo  # noqa: F401  (registers the demo.noop handler the jobs use)
 from shared.config import Settings
 from shared.jobs import JobState, validate_enqueue
 from shared.keys import Keys
@@ -47,7 +47,7 @@ class Harness:
 
     def enqueue(self, queue: str) -> str:
         job_id = str(uuid.uuid4())
-        request = validate_enqueue({"type": "noop", "queue": queue})
+        request = validate_enqueue({"type": "demo.noop", "queue": queue})
         self.scripts.enqueue(request, job_id)
         return job_id
 

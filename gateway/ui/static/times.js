@@ -1,7 +1,8 @@
 // Relative times for the dashboard: each <time datetime="..."> the server rendered (the exact
 // RFC 3339 time, which stays its title and the whole page's text without JavaScript) reads
 // "3 s ago" or "in 2 min", as Sidekiq's do. Updated every few seconds, and at once when
-// live.js swaps in a refreshed part ("taskforge:swapped").
+// live.js swaps in a refreshed part ("taskforge:swapped"). A title the server gave is kept:
+// the Periodic page's times are titled in their schedule's zone, not in UTC.
 (function () {
   "use strict";
   var TICK_MS = 5000;
@@ -26,7 +27,7 @@
       var exact = times[i].getAttribute("datetime");
       var at = Date.parse(exact);
       if (isNaN(at)) { continue; }
-      times[i].title = exact;  // the exact time, on hover
+      if (!times[i].title) { times[i].title = exact; }  // the exact time, on hover
       times[i].textContent = relative((now - at) / 1000);
     }
   }

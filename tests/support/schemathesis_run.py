@@ -132,9 +132,11 @@ def live_fleet(redis_url: str, gw: Gunicorn, tmp: Path, *headers: str) -> Iterat
     host = start_workerd(settings, tmp / "workerd.log", tmp / "workerd.err")
     try:
         auth = dict(header.split(": ", 1) for header in headers)
-        running = enqueue(gw, auth, {"type": "sleep", "payload": {"seconds": LONG_JOB_SECONDS}})
-        done = enqueue(gw, auth, {"type": "noop"})
-        dead = enqueue(gw, auth, {"type": "fail", "max_retries": 1})
+        running = enqueue(
+            gw, auth, {"type": "demo.sleep", "payload": {"seconds": LONG_JOB_SECONDS}}
+        )
+        done = enqueue(gw, auth, {"type": "demo.noop"})
+        dead = enqueue(gw, auth, {"type": "demo.fail", "max_retries": 1})
         for job_id, state in ((running, "processing"), (done, "completed"), (dead, "dead")):
             wait_until(
                 lambda job_id=job_id, state=state: job_state(gw, auth, job_id) == state,

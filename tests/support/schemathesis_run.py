@@ -38,9 +38,7 @@ SETTLE_TIMEOUT = 15.0  # seconds for the seeded jobs to complete, fail and start
 # that timeout. Both are kept short for this one operation (the config file below).
 STREAM_EVENTS = 3
 STREAM_TIMEOUT = 1.0  # seconds
-
-
-DEAD_JOBS = 20
+DEAD_JOBS = 20  # GET /dlq lists them, so replay and purge reach real dead jobs
 
 
 def seed_examples(scripts: Scripts) -> list[str]:

@@ -644,7 +644,8 @@ def _queue_paths() -> dict[str, Any]:
 
 def _event_paths() -> dict[str, Any]:
     queues = f"{QUEUE_PATTERN.pattern}(,{QUEUE_PATTERN.pattern})*"
-    cursor = rf"^({EVENT_CURSOR_PATTERN})$"
+    # Empty: as if absent (the gateway reads an empty Last-Event-ID as none), from now.
+    cursor = rf"^({EVENT_CURSOR_PATTERN})?$"
     cursor_doc = (
         "The id of the last message received: resume right after it. Its size does not grow "
         "with the number of queues: on one Redis the id of the one events stream, <ms>-<seq> "
@@ -659,7 +660,7 @@ def _event_paths() -> dict[str, Any]:
         "had not read (data: queue on a Cluster, from, first), and a `: keepalive` comment every "
         f"TASKFORGE_EVENTS_KEEPALIVE ({KEEPALIVE_SECONDS:g} s by default) while idle. A client "
         "that reads nothing for twice that long is dropped. docs/EVENTS.md.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {"text/event-stream": {"schema": _event_message(cursor)}},
     }
     busy = {
         **_error(
@@ -712,6 +713,53 @@ def _event_paths() -> dict[str, Any]:
                     },
                 ],
             )
+        },
+    }
+
+
+def _event_message(cursor: str) -> dict[str, Any]:
+    """Return the schema of one message with data, as an EventSource reads it: OpenAPI 3.1
+    has no `itemSchema` (3.2), and tools read a stream's `schema` as one message's."""
+    text = {"type": "string"}
+    event = {
+        "type": "object",
+        "required": ["event", "at"],
+        "additionalProperties": False,
+        "properties": {
+            "event": text,
+            "job_id": text,
+            "type": text,
+            "queue": text,
+            "attempt": {"type": "integer"},
+            "worker": text,
+            "host": text,
+            "reason": {"type": "string", "enum": ["concurrency", "rate"]},
+            "at": TIMESTAMP,
+        },
+    }
+    gap = {
+        "type": "object",
+        "required": ["event", "from", "first"],
+        "additionalProperties": False,
+        "properties": {
+            "event": {"const": "gap"},
+            "queue": text,
+            "from": text,
+            "first": {"type": ["string", "null"]},
+        },
+    }
+    return {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "id": {"type": "string", "pattern": cursor},
+            "event": text,
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"oneOf": [event, gap]},
+            },
+            "retry": {"type": "integer"},
         },
     }
 

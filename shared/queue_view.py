@@ -27,6 +27,7 @@ from shared.queries import QueueCounts, WorkerCounts
 from shared.queues import DEFAULT_QUEUE
 from shared.replies import text
 from shared.scripts import Scripts
+from shared.u64 import is_u64
 
 # SSCAN calls one page may take while a name filter matches little (each looks at ~COUNT
 # names): a search answers what it found and a cursor to go on from, never a sweep.
@@ -55,9 +56,6 @@ def listed_count(scripts: Scripts) -> int:
     return int(card) + (0 if has_default else 1)
 
 
-SSCAN_POSITIONS = 2**64  # a cursor is an unsigned 64-bit position
-
-
 def scan_names(
     scripts: Scripts,
     cursor: str | None,
@@ -78,8 +76,6 @@ def scan_names(
     if first and key is None:
         found[DEFAULT_QUEUE] = None
     position = int(cursor or 0)
-    if position >= SSCAN_POSITIONS:  # none Redis handed out (it refuses one): past every name
-        return sorted(found), None
     pattern = None if match is None else f"*{_glob_escape(match)}*"
     for _ in range(SCAN_CALLS):
         position, names = scripts.redis.sscan(
@@ -97,8 +93,9 @@ def _glob_escape(value: str) -> str:
 
 
 def is_cursor(value: str) -> bool:
-    """Tell whether `value` could be a page cursor (an SSCAN position)."""
-    return value.isascii() and value.isdigit() and len(value) <= 20
+    """Tell whether `value` could be a page cursor (an SSCAN position: Redis refuses one
+    past 2^64 - 1 with an error)."""
+    return is_u64(value)
 
 
 def page(

@@ -14,15 +14,17 @@ from shared.schedules import MISSED_POLICIES, NAME_PATTERN
 Missed = Literal[MISSED_POLICIES]  # type: ignore[valid-type]
 
 
-class Process(Struct):
-    """A worker process and the job it runs (nulls when idle; the host's clock)."""
+class Process(Struct, kw_only=True):
+    """A worker process and, while busy, the job it runs (the host's clock)."""
 
+    # An idle process has no job: its job's four fields are absent, never null (a client or a
+    # tool following job_id to /jobs/{id} must never be handed a null id).
     pid: int
-    job_id: said(str | None, "The job it runs; null: idle.")
-    type: str | None
-    queue: str | None
-    busy_since: said(TimestampOrNull, "When it started the job (the host's clock).")
     last_heartbeat: TimestampOrNull
+    job_id: said(str, "The job it runs; absent: idle.") | UnsetType = UNSET
+    type: str | UnsetType = UNSET
+    queue: str | UnsetType = UNSET
+    busy_since: said(Timestamp, "When it started the job (the host's clock).") | UnsetType = UNSET
 
 
 class Host(Struct, kw_only=True):

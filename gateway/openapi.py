@@ -14,6 +14,7 @@ from typing import Any
 
 from gateway import openapi_schedules, queue_page
 from gateway.body import MAX_BODY_BYTES
+from gateway.contract.schema import event_data
 from gateway.contract.schema import schemas as contract_schemas
 from gateway.events import KEEPALIVE_SECONDS
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
@@ -720,44 +721,16 @@ def _event_paths() -> dict[str, Any]:
 def _event_message(cursor: str) -> dict[str, Any]:
     """Return the schema of one message with data, as an EventSource reads it: OpenAPI 3.1
     has no `itemSchema` (3.2), and tools read a stream's `schema` as one message's."""
-    text = {"type": "string"}
-    event = {
-        "type": "object",
-        "required": ["event", "at"],
-        "additionalProperties": False,
-        "properties": {
-            "event": text,
-            "job_id": text,
-            "type": text,
-            "queue": text,
-            "attempt": {"type": "integer"},
-            "worker": text,
-            "host": text,
-            "reason": {"type": "string", "enum": ["concurrency", "rate"]},
-            "at": TIMESTAMP,
-        },
-    }
-    gap = {
-        "type": "object",
-        "required": ["event", "from", "first"],
-        "additionalProperties": False,
-        "properties": {
-            "event": {"const": "gap"},
-            "queue": text,
-            "from": text,
-            "first": {"type": ["string", "null"]},
-        },
-    }
     return {
         "type": "object",
         "required": ["event", "data"],
         "properties": {
             "id": {"type": "string", "pattern": cursor},
-            "event": text,
+            "event": {"type": "string"},
             "data": {
                 "type": "string",
                 "contentMediaType": "application/json",
-                "contentSchema": {"oneOf": [event, gap]},
+                "contentSchema": event_data(),
             },
             "retry": {"type": "integer"},
         },

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.contract import ops, queues, requests, responses
+from gateway.contract import events, ops, queues, requests, responses
 from gateway.contract.errors import Error
 
 REF = "#/components/schemas/{name}"
@@ -49,6 +49,17 @@ def schemas() -> dict[str, Any]:
     for model in MODELS:
         components[model.__name__] |= getattr(model, "json_schema_extra", {})
     return {name: _tidy(schema) for name, schema in {**components, **COMPOSED}.items()}
+
+
+@cache
+def event_data() -> dict[str, Any]:
+    """Return the schema of a GET /events message's data: an event or a gap, inline.
+
+    Inline rather than as components: the stream's schema is read one message at a time, by
+    tools that take the data's contentSchema on its own.
+    """
+    _, components = msgspec.json.schema_components((events.Event, events.Gap))
+    return {"oneOf": [_tidy(components[model.__name__]) for model in (events.Event, events.Gap)]}
 
 
 def _tidy(node: Any) -> Any:

@@ -17,6 +17,7 @@ shared by the process.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -75,8 +76,10 @@ class ClaimPlanner:
         clock: Callable[[], float] = time.monotonic,
         timings: ClaimTimings | None = None,
         first_turn: int = 0,
+        rng: random.Random | None = None,
     ) -> None:
         self.plan = plan
+        self.rng = rng  # draws weighted orders; None: the module's
         self.routing = routing
         self.clock = clock
         self.timings = timings or ClaimTimings()
@@ -102,7 +105,7 @@ class ClaimPlanner:
             now = self.clock()
             self.order = tuple(
                 q
-                for q in self.plan.order()
+                for q in self.plan.order(self.rng)
                 if self.empty_until.get(q, 0.0) <= now
                 and self.unreachable_until.get(q, 0.0) <= now
                 and q not in self.paused

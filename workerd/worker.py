@@ -31,80 +31,34 @@ import logging
 import os
 import signal
 import time
-import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from types import FrameType
-from typing import Any
 
 import redis
 
 from shared import lifecycle, metrics, tracing
 from shared.config import Settings
 from shared.history import Actor
-from shared.jobs import Job, dump_json, format_ms
-from shared.log import error_line, error_text
+from shared.jobs import Job
 from shared.redis_conn import MASTER_DOWN, is_cluster
-from shared.scripts import (
-    AckResult,
-    Code,
-    Confirmation,
-    NotRunnable,
-    QueuePaused,
-    Scripts,
-    new_request_id,
-)
+from shared.scripts import Code, NotRunnable, QueuePaused, Scripts, new_request_id
+from workerd.acks import Acknowledger
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.claim_plan import ClaimPlanner, ClaimTimings
 from workerd.duties.registry import hosts_running
+from workerd.execution import Execution, Outcome, run_handler
 from workerd.idle_wait import pop_hint
-from workerd.registry import JobCanceled, JobContext, PermanentError, lookup, registered_types
+from workerd.registry import JobCanceled, registered_types
 from workerd.routing import Routing
-from workerd.slots import Control, Slot
+from workerd.slots import Slot
 
 log = logging.getLogger(__name__)
 tracing.configure(tracing.WORKER)
 
 # Claims on one queue at most per claim, each refusal adding a type no live host runs (routing).
 TAKE_TRIES = 3
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How one execution ended, before it is recorded in Redis."""
-
-    ok: bool
-    result_json: str = "null"
-    # The message and traceback go to Redis (last_error and traceback, the job owner's own
-    # data); logs get only the kind, because a handler's message can echo its payload.
-    error: str = ""  # "Kind: message", the one format of last_error
-    error_kind: str = ""
-    permanent: bool = False
-    traceback: str = ""
-    # Stopped for its cancel: how ("sigterm": interrupted; "handler": it returned or raised
-    # after the request), and the job ends canceled. "" when no cancel stopped it.
-    canceled: str = ""
-
-
-@dataclass
-class Execution:
-    """One run of a handler, as its cancel sees it: named by its start (Slot.start_job)."""
-
-    started: float
-    control: Control | None = None
-    armed: bool = False  # inside the handler: a cancel's SIGTERM may raise JobCanceled there
-    asked: bool = False  # the handler asked cancel_requested(): it stops by itself
-
-    def requested(self) -> bool:
-        """Tell whether the supervisor asked this execution to stop (shared memory)."""
-        return self.control is not None and self.control.cancel_requested(self.started)
-
-    def ask(self) -> bool:
-        """The handler's job.cancel_requested(): from now on it is trusted to stop by itself."""
-        self.asked = True
-        return self.requested()
 
 
 class WorkerProcess(StopOnSignal):
@@ -155,6 +109,9 @@ class WorkerProcess(StopOnSignal):
         self._read_quiet = quiet or (fence.quiet if fence else (lambda previous: previous))
         self.quiet = False
         self.backoff = Backoff("worker", redis_url=settings.redis_url, sleep=sleep)
+        self.acks = Acknowledger(
+            scripts, self.routing, self.backoff, parent_alive=self._parent_alive
+        )
         self.execution: Execution | None = None  # the handler running now, if any
         self.cancels_seen = slot.control.cancels_sent() if slot.control is not None else 0
 
@@ -203,9 +160,12 @@ class WorkerProcess(StopOnSignal):
         tracing.shutdown()
         return 0
 
+    def _parent_alive(self) -> bool:
+        return os.getppid() == self.parent_pid
+
     def keep_going(self) -> bool:
         """Tell whether to run another step: not stopping, parent alive, not due for recycling."""
-        if os.getppid() != self.parent_pid:
+        if not self._parent_alive():
             self.stopping, self.exit_reason = True, "supervisor gone"
         elif self._due_for_recycling():
             self.stopping = True
@@ -409,7 +369,10 @@ class WorkerProcess(StopOnSignal):
                 fenced.close()  # this write claims nothing: the fence need not wait for it
             self.planner.claim_now = True
             with tracing.span("task.acknowledge", job.extra.get("traceparent"), attributes):
-                next_job = self._write_outcome(job, outcome, fields, claim_next)
+                ack = self.acks.write(job, outcome, fields, claim_next)
+        if ack is not None and ack.paused:
+            self.planner.found_paused(job.queue)
+        next_job = ack.next_job if ack is not None else None
         if isinstance(next_job, NotRunnable):
             # The queue's next job is not this host's type: the next claim asks the queue again
             # and decides (workerd.routing), so that decision is made in one place.
@@ -417,87 +380,6 @@ class WorkerProcess(StopOnSignal):
         if claim_next is not None and outcome.ok:
             self.planner.completed(job.queue, claimed_next=next_job is not None)
         return next_job
-
-    def _write_outcome(
-        self, job: Job, outcome: Outcome, fields: dict[str, object], claim_next: str | None
-    ) -> Job | NotRunnable | None:
-        # A try whose reply was lost completed the job and may have claimed the next: the retry
-        # is answered as that try was (complete.lua knows it by the token), so no request id.
-        while True:
-            try:
-                if outcome.ok:
-                    ack = self.scripts.complete(
-                        job.id,
-                        job.token,
-                        outcome.result_json,
-                        claim_next_for=claim_next,
-                        queue=job.queue,
-                        runnable=self.routing.runnable(job.queue),
-                    )
-                    self._log_completion(job, ack, fields)
-                    if ack.paused:
-                        self.planner.found_paused(job.queue)
-                    return ack.next_job
-                if outcome.canceled:
-                    self._cancel(job, outcome, fields)
-                else:
-                    self._fail(job, outcome, fields)
-                return None
-            except redis.RedisError as exc:
-                # The job ran; its outcome must reach Redis. The supervisor keeps its lease.
-                self.backoff.wait(exc)
-                if os.getppid() != self.parent_pid:
-                    return None
-
-    def _log_completion(self, job: Job, ack: AckResult, fields: dict[str, object]) -> None:
-        # Inside the acknowledge span, which gets the outcome.
-        confirmation = ack.confirmation  # durable mode: counted only once replicas have it
-        if ack.code is Code.DONE:
-            fate, more = lifecycle.Outcome.COMPLETED, {}
-            confirmed = confirmation is None or confirmation.confirmed
-            if fields.get("cancel_requested") and confirmed:
-                metrics.count_running_cancel("completed", job.queue)
-        else:
-            fate, more = lifecycle.Outcome.STALE_ACK, {"result": ack.code.name.lower()}
-        _record_end(fate, job, confirmation, **fields, **more)
-
-    def _cancel(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
-        """End the job canceled: its handler stopped for the request (cancel_running.lua)."""
-        result = self.scripts.cancel_running(
-            job.id, job.token, outcome.canceled, queue=job.queue, actor=Actor.WORKER
-        )
-        if result.code is Code.DONE:
-            fate, more = lifecycle.Outcome.CANCELED_RUNNING, {"stopped": outcome.canceled}
-        else:
-            # Completed, recovered or claimed anew first: not this worker's any more.
-            fate, more = lifecycle.Outcome.STALE_ACK, {"result": result.code.name.lower()}
-        _record_end(fate, job, result.confirmation, **fields, **more)
-
-    def _fail(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
-        result = self.scripts.fail(
-            job.id,
-            job.token,
-            outcome.error,
-            permanent=outcome.permanent,
-            traceback=outcome.traceback,
-            queue=job.queue,
-        )
-        extra = {**fields, "error": outcome.error_kind}
-        spans = {"taskforge.recoveries": job.recoveries}
-        # Inside the acknowledge span: it gets the outcome, and the point spans are its children.
-        if result.code is Code.RETRYING:
-            # RFC 3339 UTC, as in the job's JSON: one time format on every surface.
-            retry_at = format_ms(result.next_retry_at)
-            spans["taskforge.next_retry_at"] = retry_at
-            fate, extra["next_retry_at"] = lifecycle.Outcome.RETRYING, retry_at
-        elif result.code is Code.DEAD:
-            fate = lifecycle.Outcome.DEAD
-        elif result.code is Code.CANCELED:
-            # Asked to stop before this worker learned of it: canceled, not retried.
-            fate, extra["stopped"] = lifecycle.Outcome.CANCELED_RUNNING, "failed"
-        else:
-            fate, extra["result"] = lifecycle.Outcome.STALE_FAILURE, result.code.name.lower()
-        _record_end(fate, job, result.confirmation, attributes=spans, **extra)
 
     def _due_for_recycling(self) -> bool:
         limit = self.settings.worker_max_jobs
@@ -511,101 +393,9 @@ class WorkerProcess(StopOnSignal):
         return False
 
 
-def _record_end(
-    fate: lifecycle.Outcome, job: Job, confirmation: Confirmation | None, **fields: Any
-) -> None:
-    """Record how this worker's acknowledgement of `job` ended (complete, cancel or fail).
-
-    `confirmation`: what durable mode's WAIT answered after that write (None when off); one
-    that fell short leaves the outcome uncounted (shared.lifecycle.record).
-    """
-    lifecycle.record(
-        fate,
-        job.id,
-        job.type,
-        queue=job.queue,
-        attempt=job.attempts,
-        confirmation=confirmation,
-        **fields,
-    )
-
-
 def _span_attributes(job: Job) -> dict[str, object]:
     more = {"taskforge.attempt": job.attempts, "taskforge.recoveries": job.recoveries}
     return tracing.job_attributes(job.id, job.type, queue=job.queue, **more)
-
-
-def run_handler(job: Job, result_max_bytes: int, execution: Execution | None = None) -> Outcome:
-    """Call the job's handler; turn every exception into a recorded failure, never a crash.
-
-    With an `execution`, a cancel requested while it runs ends it canceled: interrupted
-    (JobCanceled, raised by the worker's SIGTERM handler while armed), or the handler raised
-    after the request, or it returned after asking job.cancel_requested() and seeing it. A
-    handler that returns without having asked completes: its work is done (and the
-    completion wins if it reaches Redis before any cancel does).
-    """
-    handler = lookup(job.type)
-    if handler is None:
-        return _refused("NoHandler", f"no handler for job type {job.type!r}")
-    context = JobContext(
-        id=job.id,
-        type=job.type,
-        attempt=job.attempts,
-        max_retries=job.max_retries,
-        priority=job.priority,
-        recoveries=job.recoveries,
-        _cancel_check=execution.ask if execution is not None else _not_asked,
-    )
-    try:
-        try:
-            if execution is not None:
-                execution.armed = True
-            result = handler(job.payload, context)
-        finally:
-            if execution is not None:
-                execution.armed = False
-    except JobCanceled:
-        return Outcome(False, canceled="sigterm")
-    except Exception as exc:  # the handler boundary: any failure is the job's, not ours
-        if execution is not None and execution.requested():
-            return Outcome(False, canceled="handler")
-        return Outcome(
-            False,
-            error=error_text(exc),
-            error_kind=type(exc).__name__,
-            permanent=isinstance(exc, PermanentError),
-            traceback=handler_traceback(exc),
-        )
-    if execution is not None and execution.asked and execution.requested():
-        return Outcome(False, canceled="handler")
-    try:
-        result_json = dump_json(result)
-    except (TypeError, ValueError) as exc:
-        return _refused(
-            "ResultNotSerialisable", f"result is not JSON-serialisable ({error_text(exc)})"
-        )
-    size = len(result_json.encode())
-    if size > result_max_bytes:
-        return _refused(
-            "ResultTooLarge", f"result is {size} bytes, over the {result_max_bytes} cap"
-        )
-    return Outcome(ok=True, result_json=result_json)
-
-
-def _not_asked() -> bool:
-    return False
-
-
-def _refused(kind: str, message: str) -> Outcome:
-    """Return a failure the worker itself decided, worded as error_text words an exception."""
-    return Outcome(False, error=error_line(kind, message), error_kind=kind)
-
-
-def handler_traceback(exc: BaseException) -> str:
-    """Return the traceback of an exception a handler raised, from the handler's frame down."""
-    # The first frame is run_handler's own call of the handler: not the job owner's code.
-    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
-    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def resident_mb() -> float:

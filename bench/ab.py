@@ -1,4 +1,4 @@
-"""Issue 13's before → after table in one command: two checkouts measured in interleaved rounds.
+"""The hot-path work's before → after table in one command: two checkouts measured in interleaved rounds.
 
     .venv/bin/python -m bench.ab                         # dd7970e (before) → this checkout
     .venv/bin/python -m bench.ab --before 43c9d7a --after HEAD --rounds 5

@@ -1,5 +1,5 @@
 """Connection abuse against the gateway: idle floods and slowloris while enqueues run at a
-fixed rate (issue 27). Prints enqueue latency unloaded and under attack, /health probes, and
+fixed rate. Prints enqueue latency unloaded and under attack, /health probes, and
 how the workers recover.
 
     .venv/bin/python -m bench.abuse_connections                 # 5,000 idle + 1,000 slow, 60 s
@@ -50,7 +50,7 @@ PROBE_INTERVAL = 0.5  # seconds between two GET /health
 OPEN_PER_TICK = 500  # connections the attacker opens per tick while ramping up
 TICK = 0.1  # seconds of the attacker's loop
 LINGER = 2.0  # seconds the attacker holds on after the measured run
-NEEDED_FILES = 8192  # RLIMIT_NOFILE the test and benchmark need (issue 27)
+NEEDED_FILES = 8192  # RLIMIT_NOFILE the test and benchmark need
 
 
 # --- the attacker (one process, one selector) -------------------------------------------------
@@ -398,7 +398,7 @@ def main() -> None:
     parser.add_argument(
         "--gthread",
         action="store_true",
-        help="run gunicorn's own gthread worker, as before issue 27",
+        help="run gunicorn's own gthread worker, as the gateway did before gateway.http_worker",
     )
     args = parser.parse_args()
     raise_files_limit()

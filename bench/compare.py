@@ -15,7 +15,7 @@ every system alike.
     .venv/bin/python -m bench.compare --quick    # a smoke run: small, one repetition
     .venv/bin/python -m bench.compare --only taskforge huey
 
-The full run writes bench/results/compare.json, docs/BENCHMARKS.md and docs/benchmarks.png;
+The full run writes bench/results/compare.json, bench/BENCHMARKS.md and bench/benchmarks.png;
 --quick and --only write bench/results/compare-quick.json unless --json/--doc say otherwise.
 """
 
@@ -40,8 +40,8 @@ from tests.support.redis_server import private_redis
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "compare.json"
 QUICK_RESULTS = ROOT / "bench" / "results" / "compare-quick.json"
-DOC = ROOT / "docs" / "BENCHMARKS.md"
-CHART = ROOT / "docs" / "benchmarks.png"
+DOC = ROOT / "bench" / "BENCHMARKS.md"
+CHART = ROOT / "bench" / "benchmarks.png"
 BENCH_TIMEOUT = 900.0
 
 
@@ -160,7 +160,9 @@ def main() -> None:
     parser.add_argument("--http-seconds", type=float, help="bench.gateway --seconds (5)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--json", type=Path, help="results file")
-    parser.add_argument("--doc", type=Path, help="markdown file to write (full run: docs/)")
+    parser.add_argument(
+        "--doc", type=Path, help="markdown file to write (full run: bench/BENCHMARKS.md)"
+    )
     parser.add_argument("--no-doc", action="store_true", help="write only the JSON")
     parser.add_argument(
         "--from-json", type=Path, help="only render the doc and chart from a results file"

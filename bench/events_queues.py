@@ -1,4 +1,4 @@
-"""GET /events with many queues listed (issue 27): the id's size, opening a stream, a resume.
+"""GET /events with many queues listed: the id's size, opening a stream, a resume.
 
 With 650 queues the id used to be 14,408 bytes (a position per queue), which gunicorn refuses
 as a header (431). On one Redis the id is now one stream id. For each queue count, against a

@@ -1,4 +1,4 @@
-"""Token guessing against a real gunicorn gateway (issue 27, item 5): how many wrong tokens one
+"""Token guessing against a real gunicorn gateway: how many wrong tokens one
 client gets compared, and how fast the gateway answers the rest.
 
 One client on one keep-alive connection sends wrong bearer tokens for `--seconds`, then the

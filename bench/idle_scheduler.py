@@ -1,4 +1,4 @@
-"""What an idle scheduler costs with 1 and with 10,000 named queues (issue 27, item 3).
+"""What an idle scheduler costs with 1 and with 10,000 named queues.
 
     .venv/bin/python -m bench.idle_scheduler                        # 1 and 10,000 names, 10 s
     .venv/bin/python -m bench.idle_scheduler --queues 1 650 10000 --seconds 20

@@ -1,5 +1,5 @@
 """Measure what a saturated limit costs: Redis commands per second and the throughput of the
-jobs that flow past it (issue 17, item 2).
+jobs that flow past it.
 
 Runs ``python -m workerd`` (WORKER_COUNT 4) against a private redis-server, three ways, each
 on a fresh Redis:

@@ -1,4 +1,4 @@
-"""What many named queues cost when nothing runs: issue 27's figures at 1 and 10,000 queues.
+"""What many named queues cost when nothing runs: the figures at 1 and 10,000 queues.
 
 For each N it starts its own redis-server, a gateway under gunicorn (deploy/gunicorn.conf.py,
 two workers) and a workerd (one worker process, its scheduler, WORKER_QUEUES=default); lists
@@ -15,7 +15,7 @@ passes to settle, then measures:
   size of /metrics;
 - the Redis commands one request of each of those runs (INFO commandstats, scripts' own
   commands included, workerd stopped with SIGSTOP meanwhile): unlike times, not noisy;
-- the reads that listed every queue before issue 27's last part (``READS``: the queues page,
+- the reads that used to list every queue (``READS``: the queues page,
   listings and the DLQ without a queue, GET /limits, the throughput of all queues): p50, max
   and Redis commands of one request each, as above;
 - the event stream: the length of an event's ``id:``, and whether a reconnect with

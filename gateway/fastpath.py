@@ -1,7 +1,7 @@
 """A lean WSGI path for the gateway's busiest request, ``POST /enqueue``.
 
 Flask's request and response machinery (request context, routing, header objects, response
-building) costs more CPU than the enqueue itself (docs/MEASUREMENTS.md). This middleware runs
+building) costs more CPU than the enqueue itself (bench/MEASUREMENTS.md). This middleware runs
 Flask's own enqueue code (``gateway.jobs.enqueue_reply``, after ``auth.TokenCheck`` and
 ``inputs.check_body``) without that machinery, and renders its errors with the handlers the
 app registered, so both paths answer alike by construction (tests/gateway/test_fastpath.py

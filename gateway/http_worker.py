@@ -1,5 +1,5 @@
 """A gunicorn worker whose poller reads request heads, so an idle or slow client costs a
-socket, never a thread, and never stops the worker from accepting (issue 27).
+socket, never a thread, and never stops the worker from accepting.
 
 gunicorn 23's gthread worker hands each new connection to a thread that reads the request
 head blocking, with no deadline (a slowloris client holds a thread for as long as it likes),

@@ -15,7 +15,7 @@ from werkzeug.datastructures import Headers
 
 from gateway.body import MAX_BODY_BYTES, parse_json, read_limited, too_large
 from gateway.errors import ApiError
-from shared import listing
+from shared import listing, listing_states
 from shared.jobs import (
     JOB_ID_PATTERN,
     TYPE_PATTERN,
@@ -188,9 +188,10 @@ def dlq_query() -> tuple[int, str | None]:
 
 @dataclass(frozen=True)
 class ListQuery:
-    """What ``GET /jobs`` asks for: one state, optionally one queue and one type, a page."""
+    """What ``GET /jobs`` asks for: one state (None: every state), optionally one queue and one
+    type, a page."""
 
-    state: JobState
+    state: JobState | None
     queue: str | None
     job_type: str | None
     limit: int
@@ -214,10 +215,7 @@ def list_query() -> ListQuery:
     """Return what a ``GET /jobs`` asks for; raise its 400 naming the parameter otherwise."""
     given = _once()
     state = given.get("state")
-    if state is None:
-        # A page across states would have no single order: each state has its own.
-        raise bad_field("state", f"is required: one of {', '.join(STATES)}")
-    if state not in STATES:
+    if state is not None and state not in STATES:
         raise bad_field("state", f"must be one of {', '.join(STATES)}, got {state[:20]!r}")
     queue = given.get("queue")
     if queue is not None and not is_queue_name(queue):
@@ -236,10 +234,10 @@ def list_query() -> ListQuery:
     cursor = given.get("cursor")
     if cursor is not None:
         try:
-            listing.parse_cursor(cursor)
+            listing_states.parse_place(cursor)
         except listing.BadCursor as exc:
-            message = f"bad cursor: {exc}; use a next_cursor of the same state's listing"
+            message = f"bad cursor: {exc}; use a next_cursor of the same listing"
             raise ApiError(
                 400, message, fields=[{"field": "cursor", "message": str(exc)}]
             ) from None
-    return ListQuery(STATES[state], queue, job_type, limit, cursor)
+    return ListQuery(None if state is None else STATES[state], queue, job_type, limit, cursor)

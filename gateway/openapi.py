@@ -15,7 +15,7 @@ from gateway.body import MAX_BODY_BYTES
 from gateway.events import KEEPALIVE_SECONDS
 from gateway.inputs import CANCEL_BY_LIMIT, DLQ_LIMIT_RANGE, MAX_BATCH
 from gateway.waiting import MAX_WAIT_SECONDS, WAIT_PATTERN
-from shared import bulk, listing, throughput
+from shared import bulk, listing, listing_states, throughput
 from shared.events import EVENT_CURSOR_PATTERN
 from shared.history import ACTOR_CODES, CAP, EVENTS
 from shared.hosts import HOST_NAME_PATTERN
@@ -761,8 +761,9 @@ def _listing_parameters() -> dict[str, Any]:
         "State": {
             "name": "state",
             "in": "query",
-            "required": True,
-            "description": "The state to list: each has its own order, so there is no default.",
+            "description": "The state to list, in its own order. Absent: every state, in "
+            "lifecycle order (processing, pending, scheduled, retrying, completed, dead, "
+            "canceled), each in its own order; each job's status says its state.",
             "schema": {"type": "string", "enum": STATES},
         },
         "Queue": {
@@ -806,8 +807,12 @@ def _listing_parameters() -> dict[str, Any]:
         "ListCursor": {
             "name": "cursor",
             "in": "query",
-            "description": "The next_cursor of the previous page of the same state, as returned.",
-            "schema": {"type": "string", "pattern": f"^{listing.CURSOR_PATTERN.pattern}$"},
+            "description": "The next_cursor of the previous page of the same listing, as "
+            "returned (opaque).",
+            "schema": {
+                "type": "string",
+                "pattern": f"^(?:{listing_states.PLACE_PATTERN.pattern})$",
+            },
         },
     }
 
@@ -1002,14 +1007,15 @@ def _history_paths() -> dict[str, Any]:
 
 
 def _listing_paths() -> dict[str, Any]:
-    page = _json(_ref("JobPage"), "A page of jobs in the state's order.")
+    page = _json(_ref("JobPage"), "A page of jobs in the listing's order.")
     names = ("State", "Queue", "JobType", "ListLimit", "ListCursor")
     return {
         "/jobs": {
             "get": _operation(
                 "listJobs",
                 "Page through one state's jobs: pending in claim order, scheduled and retrying "
-                "next due first, the others newest first.",
+                "next due first, the others newest first; without state, every state's, in "
+                "lifecycle order.",
                 {"200": page, **_use("BadRequest", "Unauthorized", "Unavailable")},
                 parameters=[_param(name) for name in names],
             )

@@ -461,7 +461,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("TASKFORGE_API_TOKEN", "api_token", "",
              "Bearer token required by every endpoint but /health and /ready; unset = no auth",
              _token, secret=True),
-    # --- GET /events (issue 15, the reader) ---
+    # --- GET /events and ?wait= (the readers of the event streams) ---
     Variable("TASKFORGE_EVENTS_STREAMS", "events_streams", str(EVENTS_STREAMS_DEFAULT),
              "Open GET /events streams and GET /jobs/<id>?wait= waits each gateway process "
              "serves at once; one more gets 503. Each holds a thread: gunicorn gets this many "
@@ -471,7 +471,7 @@ VARIABLES: tuple[Variable, ...] = (
              "An idle GET /events stream sends a comment this often (below every proxy's idle "
              "timeout); a client that reads nothing for twice this long is dropped",
              duration_parser(positive=True)),
-    # --- durable mode (issue 18) ---
+    # --- durable mode ---
     Variable("TASKFORGE_WAIT_REPLICAS", "wait_replicas", "0",
              f"Durable mode: an enqueue is acknowledged, and a completion or failure counted, only once Redis's WAIT says this many replicas have it (docs/RELIABILITY.md, \"Durable mode\"); 0 = off, at most {WAIT_REPLICAS_MAX}",
              _integer(0, WAIT_REPLICAS_MAX)),
@@ -480,7 +480,7 @@ VARIABLES: tuple[Variable, ...] = (
              duration_parser(positive=True)),
     Variable("LOG_LEVEL", "log_level", "INFO",
              "DEBUG, INFO, WARNING or ERROR", _choice(LOG_LEVELS, upper=True)),
-    # --- abuse (issue 27) ---
+    # --- abusive clients: who is behind a proxy, how many wrong tokens they may send ---
     Variable("TASKFORGE_TRUSTED_PROXIES", "trusted_proxies", "",
              "Reverse proxies (IP addresses or CIDR networks, comma-separated) whose "
              "X-Forwarded-For header names the client: the right-most address in it that is not "

@@ -11,11 +11,11 @@ outcome is set on it here. A point span (``task.claim``, ``task.retry.schedule``
 The supervisor forks, so it never creates a tracing SDK (:func:`shared.tracing.forbid_here`):
 its outcomes are logged and counted, not traced.
 
-Where the next features attach. Per-job history (every transition appended to the job) belongs
-in the Lua scripts, atomic with the transition itself: a Python hook could miss a transition
-whose reply was lost. Live events (publish every transition to subscribers) attach here, as a
-sink: :func:`add_sink` registers a function that receives a :class:`Transition` after the log
-line, the counters and the span, in every process that records one.
+A job's history and its live events are not written here: the Lua script that makes a
+transition appends both, atomically with it, since a Python hook would miss a transition whose
+reply was lost. :func:`add_sink` registers a function that receives a :class:`Transition` after
+the log line, the counters and the span, in the process that recorded it; the tests use it
+(tests/conftest.py's ``transitions``) to see which outcomes a call recorded.
 
 Every outcome names the job's queue (a required argument, so no caller can forget it): the
 line's ``queue`` field, the counters' ``queue`` label, the spans' ``taskforge.queue`` (and

@@ -118,18 +118,26 @@ def queues_for(scripts: Scripts, state: JobState, queue: str | None = None) -> A
     listed queues, the served queues (one ZRANGE), the summary (one GET; a due sweep runs in
     a thread, shared.summary); scheduled adds one ZRANGE of the due index.
     """
+    return for_state(scripts, state, base_queues(scripts, queue))
+
+
+def base_queues(scripts: Scripts, queue: str | None = None) -> Across:
+    """Return the queues a listing of any state reads: `queue` alone if given; else every
+    listed queue while they fit EVERY_QUEUE_CAP, else the served and the busiest ones."""
     if queue is not None:
         return Across([queue], True)
-
-    def first() -> list[str]:
-        names = served(scripts)
-        if state is JobState.SCHEDULED:
-            due = scripts.redis.zrange(scripts.keys.due, 0, SOONEST_DUE - 1)
-            names += [text(name) or "" for name in due]
-        return names
-
-    names, every = names_within(scripts, limit=EVERY_QUEUE_CAP, first=first)
+    names, every = names_within(scripts, limit=EVERY_QUEUE_CAP, first=lambda: served(scripts))
     return Across(names, every)
+
+
+def for_state(scripts: Scripts, state: JobState, base: Across) -> Across:
+    """Return `base` as a listing of `state` reads it: past the cap, scheduled adds the
+    queues whose next job is due soonest (one ZRANGE), so its first page is the next due."""
+    if base.every or state is not JobState.SCHEDULED:
+        return base
+    due = scripts.redis.zrange(scripts.keys.due, 0, SOONEST_DUE - 1)
+    names = [*base.queues, *(text(name) or "" for name in due)]
+    return Across(list(dict.fromkeys(names)), False)
 
 
 @dataclass(frozen=True)

@@ -148,7 +148,7 @@ class _Formatter(logging.Formatter):
     """Render a record as one JSON object: ts, level, event, logger, service, pid, extras.
 
     Built here rather than by python-json-logger's JsonFormatter, which rebuilds a dict per
-    record (docs/MEASUREMENTS.md); its encoder still renders datetimes, enums and exceptions.
+    record (bench/MEASUREMENTS.md); its encoder still renders datetimes, enums and exceptions.
     """
 
     def __init__(self, service: str) -> None:

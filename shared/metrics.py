@@ -109,7 +109,7 @@ SCHEDULE_LATENESS_SECONDS = Histogram(
     ["kind", "queue"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
-# Issue 17: how each cancel of a running job ended. stopped: handler (it stopped by itself, or
+# How each cancel of a running job ended. stopped: handler (it stopped by itself, or
 # raised, after the request), sigterm (interrupted), sigkill (killed after WORKER_CANCEL_GRACE),
 # failed (it failed before its worker learned of the request), timeout, lost (its worker died,
 # or its host: recovered), completed (it completed first).
@@ -236,7 +236,7 @@ def multiprocess_enabled() -> bool:
 def mark_dead(pid: int) -> None:
     """Forget a dead child's live gauges (its counters stay, summed into the totals)."""
     # Its counter and histogram files stay, so scrape time grows with every process that lived
-    # since the server started (the directory is wiped then; docs/MEASUREMENTS.md).
+    # since the server started (the directory is wiped then; bench/MEASUREMENTS.md).
     if multiprocess_enabled():
         mark_process_dead(pid)
 

@@ -235,13 +235,14 @@ class Client:
 
     def iter_jobs(
         self,
-        state: str,
+        state: str | None = None,
         *,
         queue: str | None = None,
         type: str | None = None,
         page_size: int = 100,
     ) -> Iterator[Job]:
-        """Yield every job in one state, page by page (each listed once; see ``list``)."""
+        """Yield every job in one state (every state without one), page by page (each
+        listed once; see ``list``)."""
         cursor: str | None = None
         while True:
             page = self.list(state, queue=queue, type=type, limit=page_size, cursor=cursor)
@@ -429,7 +430,7 @@ class Client:
     # Last: inside the class body, the name ``list`` is this method from here on.
     def list(
         self,
-        state: str,
+        state: str | None = None,
         *,
         queue: str | None = None,
         type: str | None = None,
@@ -438,7 +439,9 @@ class Client:
     ) -> JobPage:
         """Return one page of the jobs in ``state`` (optionally of one queue and one type).
 
-        Pass ``next_cursor`` back as ``cursor`` for the next page (``iter_jobs`` does it).
+        Without ``state``, jobs of every state, in lifecycle order (processing, pending,
+        scheduled, retrying, completed, dead, canceled), each state in its own order. Pass
+        ``next_cursor`` back as ``cursor`` for the next page (``iter_jobs`` does it).
         """
         query = {"state": state, "queue": queue, "type": type, "limit": limit, "cursor": cursor}
         return JobPage.from_json(self._http.request("GET", "/jobs", query=query))

@@ -1,4 +1,4 @@
-"""tests.support.stats: the one percentile definition of docs/BENCHMARKS.md and RELIABILITY.md."""
+"""tests.support.stats: the one percentile definition of bench/BENCHMARKS.md and RELIABILITY.md."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Draw docs/benchmarks.png from bench.compare's results (runs in var/bench-venvs/plot).
+"""Draw bench/benchmarks.png from bench.compare's results (runs in var/bench-venvs/plot).
 
 ``python -m bench.peers.chart results.json out.png``: drain rate at 1/2/4 workers and
 enqueue→start p50/p99 for every configuration, medians with min–max error bars.

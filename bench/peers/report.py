@@ -20,7 +20,7 @@ COLUMNS = (
     "rq-simple",
     "rq-fork",
 )
-# Issue 8's targets for TaskForge: (what, figure key, comparison, bound, unit).
+# TaskForge's performance targets: (what, figure key, comparison, bound, unit).
 TARGETS = (
     ("engine enqueue, one process", "tf.engine_enqueue", ">=", 3400, "jobs/s"),
     ("HTTP POST /enqueue", "tf.http_single", ">=", 2000, "req/s"),
@@ -279,7 +279,7 @@ def results_table(results: dict) -> str:
 
 
 def target_status(results: dict) -> list[dict[str, Any]]:
-    """Each of issue 8's targets with the measured median and whether it was met."""
+    """Each performance target with the measured median and whether it was met."""
     s = results.get("summary") or summarize(results)
     out = []
     for what, ref, op, bound, unit in TARGETS:
@@ -510,7 +510,7 @@ def notes_section(results: dict) -> str:
 
 
 def document(results: dict, chart_name: str = "benchmarks.png") -> str:
-    """docs/BENCHMARKS.md."""
+    """bench/BENCHMARKS.md."""
     st = results.get("settings", {})
     m = results.get("meta", {})
     jobs = st.get("jobs", 10_000)
@@ -549,7 +549,7 @@ of {st.get("repeat", 3)} repetition(s) with the (min–max) range; repetitions w
 
 It builds the peers' virtualenvs itself (`var/bench-venvs/<peer>`, pinned in
 `bench/peers/venvs.py`: {pin_text}), writes `bench/results/compare.json` (every figure and
-setting), this file and `docs/{chart_name}`. `--quick` is a small smoke run; `--only huey
+setting), this file and `bench/{chart_name}`. `--quick` is a small smoke run; `--only huey
 taskforge` selects systems.
 
 ## Machine
@@ -558,10 +558,8 @@ taskforge` selects systems.
 
 **These figures are noisy.** The machine has two cores and other engineers ran test suites
 on it during the run; the ranges show how much. A figure whose range is wide was disturbed.
-For scale: the README's TaskForge figures, measured on the same kind of VM with no other load
-(commit 86ac026), are 2,400 / 4,100 / 5,300 jobs/s for the 1 / 2 / 4-worker drain and
-p50 1.2 ms / p99 1.9 ms enqueue→start. Every system here ran under the same disturbance, in
-interleaved repetitions, so the side-by-side comparison holds better than any one figure.
+Every system here ran under the same disturbance, in interleaved repetitions, so the
+side-by-side comparison holds better than any one figure.
 
 ## Configurations
 
@@ -586,7 +584,7 @@ drain by that method too). "Redis commands per job" counts the commands run insi
 scripts: TaskForge's run inside about one script call per job (see round trips), so that row
 and Redis CPU measure the work Redis does for a job, not network traffic.
 
-### Targets of issue 8 (TaskForge)
+### TaskForge's performance targets
 
 {targets_markdown(results)}
 
@@ -609,7 +607,7 @@ and Redis CPU measure the work Redis does for a job, not network traffic.
 ## What one job costs: Redis commands, CPU and memory
 
 The hot path's Redis commands per call, Redis CPU and instructions per job before and after
-issue 13's work, bytes of Redis per job and a 10-minute soak are in
+the hot-path work, bytes of Redis per job and a 10-minute soak are in
 [PER_JOB_COST.md](PER_JOB_COST.md) (written by hand; `bench.compare` rewrites this file).
 
 ## The Go original's Task 12 table, for TaskForge

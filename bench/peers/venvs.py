@@ -26,7 +26,7 @@ PINS: dict[str, list[str]] = {
     "celery": ["celery[redis]==5.6.3", *CLIENT],
     "dramatiq": ["dramatiq[redis]==2.2.1", *CLIENT],
     "huey": ["huey==3.5.4", *CLIENT],
-    # The chart (docs/benchmarks.png) is drawn here, not in TaskForge's own environment.
+    # The chart (bench/benchmarks.png) is drawn here, not in TaskForge's own environment.
     "plot": ["matplotlib==3.10.8"],
 }
 

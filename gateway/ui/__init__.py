@@ -1,7 +1,7 @@
 """The dashboard at /ui: server-rendered pages over the same engine calls as the API.
 
 Pages (docs/DASHBOARD.md): overview, queues, workers, periodic schedules, jobs and one job,
-the DLQ, login.
+the DLQ, login; a job found by id (the search box on every page).
 Every asset ships in this package (templates/, static/): nothing is fetched from elsewhere.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 from flask import Flask
 
 from gateway.context import Gateway
-from gateway.ui import access, dlq, jobs, pages, schedules, security
+from gateway.ui import access, dlq, find, jobs, pages, schedules, security
 from gateway.ui.base import bp
 
-__all__ = ["access", "bp", "dlq", "install", "jobs", "pages", "schedules"]
+__all__ = ["access", "bp", "dlq", "find", "install", "jobs", "pages", "schedules"]
 
 
 def install(app: Flask) -> None:

@@ -112,7 +112,7 @@ end
 emit(KEYS[14], events_cap, 'e', 'completed', 'j', state[3], 't', state[6] or '', 'w',
   state[8] or '')
 if worker_id ~= '' then
-  -- The one command issue 14 adds to the hot path: complete reads no key of the queue's that
+  -- The pause check costs the hot path one command: complete reads no key of the queue's that
   -- could carry the flag for free (claim.lua reads it in the MGET it already made). The same
   -- MGET reads the limits.
   local paused, limits = unpack(redis.call('MGET', KEYS[7], KEYS[8]))

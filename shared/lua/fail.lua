@@ -52,7 +52,7 @@
 -- Event: retrying or dead, with the attempt that failed and its worker; a repeat writes none.
 -- Redis commands: 8 to retry (HMGET, TIME, ZREM, HINCRBY, HSET, [HDEL], ZADD, XADD), 9 to
 -- declare it dead (HMGET, TIME, ZREM, HINCRBY, HSET, HDEL, ZADD, PEXPIRE, XADD); one less each
--- with events off. The HINCRBY is issue 14's one extra command on fail (no key fail.lua
+-- with events off. The HINCRBY counts the queue's failures per second (no key fail.lua
 -- touches can count failures for free). A job holding a limit slot gives it back
 -- (release_slot: ZREM, ZRANGEBYLEX, LPUSH; ZREM x2 + ZADD more when a held job returns).
 

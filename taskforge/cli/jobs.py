@@ -272,7 +272,11 @@ def jobs() -> None:
 
 
 @jobs.command("ls")
-@click.option("--state", type=click.Choice(STATES), required=True, help="The state to list.")
+@click.option(
+    "--state",
+    type=click.Choice(STATES),
+    help="The state to list (default: every state, in lifecycle order).",
+)
 @click.option("--queue", help="Only this queue.")
 @click.option("--type", "job_type", metavar="TYPE", help="Only jobs of this type.")
 @click.option(
@@ -287,14 +291,16 @@ def jobs() -> None:
 @pass_session
 def jobs_ls(
     session: Session,
-    state: str,
+    state: str | None,
     queue: str | None,
     job_type: str | None,
     limit: int,
     cursor: str | None,
     every: bool,
 ) -> None:
-    """List one state's jobs in its order (pending: claim order; finished: newest first)."""
+    """List one state's jobs in its order (pending: claim order; finished: newest first), or
+    without --state every state's: processing, pending, scheduled, retrying, completed, dead,
+    canceled (STATUS says each job's)."""
 
     def page(after: str | None) -> JobPage:
         return session.client.list(state, queue=queue, type=job_type, limit=limit, cursor=after)

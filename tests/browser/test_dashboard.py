@@ -174,6 +174,20 @@ def test_job_page_shows_payload_result_and_history(browser: Browser, system: Sys
     assert events[0] == "enqueued" and events[-1] == "completed", events
 
 
+def test_the_search_box_finds_a_job_by_id(browser: Browser, system: System) -> None:
+    """An id typed in the top bar's search opens its job; an unknown one says so (404)."""
+    job_id = system.enqueue("browser_ok", {}, queue=WORK_QUEUE)
+    browser.open(f"{system.open_gateway.url}/ui/queues", "queues")
+    browser.find("form.find input[name=id]").send_keys(f" {job_id.upper()} ")
+    browser.submit("form.find button[type=submit]", "job")
+    assert urlsplit(browser.driver.current_url).path == f"/ui/jobs/{job_id}"
+
+    browser.find("form.find input[name=id]").send_keys("<b>nope</b>")
+    browser.submit("form.find button[type=submit]", "error")
+    assert browser.text("#error-message") == "No job with id “<b>nope</b>”."
+    assert not browser.find_all("#error-message b")  # shown as text, not markup
+
+
 def test_replay_dead_job_completes_live_without_reload(browser: Browser, system: System) -> None:
     """Replay a dead job from its page through the confirmation; the status turns completed
     by the live events, in the same document (no reload)."""
@@ -577,7 +591,7 @@ def test_the_page_checks_see_a_foreign_request_and_a_csp_violation(
 
 
 def test_a_live_listing_resumes_after_its_stream_ended(browser: Browser, system: System) -> None:
-    """Issue 27: after any stream end (here a worker restart: SIGHUP makes gunicorn replace its
+    """After any stream end (here a worker restart: SIGHUP makes gunicorn replace its
     workers, which ends their streams) the page reconnects with its last id and gets what was
     written meanwhile. A listing does not re-read on reconnect, so the hint for a job enqueued
     while it was away can only come from the resumed stream."""

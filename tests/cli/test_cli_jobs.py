@@ -161,6 +161,34 @@ def test_jobs_ls_pages_with_a_cursor_or_follows_them_all(taskforge: Taskforge) -
     assert empty.code == Exit.OK and empty.out.strip() == "no jobs"
 
 
+def test_jobs_ls_without_a_state_lists_every_state_in_lifecycle_order(
+    taskforge: Taskforge, engine: Scripts
+) -> None:
+    queue = fresh_queue()
+    # Each run to its end before the next is enqueued: a claim takes the queue's best job.
+    dead = enqueue_json(taskforge, "t", "--queue", queue)["id"]
+    kill(engine, queue, dead)
+    done = enqueue_json(taskforge, "t", "--queue", queue)["id"]
+    complete(engine, queue, done)
+    later = enqueue_json(taskforge, "t", "--queue", queue, "--delay", "1h")["id"]
+    waiting = enqueue_json(taskforge, "t", "--queue", queue)["id"]
+    wanted = [(waiting, "pending"), (later, "scheduled"), (done, "completed"), (dead, "dead")]
+
+    shown = taskforge("jobs", "ls", "--queue", queue, "--limit", "3")
+    assert shown.code == Exit.OK, shown.err
+    header, *rows = shown.out.splitlines()
+    assert "STATUS" in header.split()
+    column = header.split().index("STATUS")
+    assert [(row.split()[0], row.split()[column]) for row in rows] == wanted[:3]
+    assert shown.err.startswith("more: --cursor ")
+    rest = taskforge("--json", "jobs", "ls", "--queue", queue, "--cursor", shown.err.split()[-1])
+    assert [(job["id"], job["status"]) for job in json.loads(rest.out)["jobs"]] == wanted[3:]
+    every = taskforge("--json", "jobs", "ls", "--queue", queue, "--limit", "1", "--all")
+    doc = json.loads(every.out)
+    assert [(job["id"], job["status"]) for job in doc["jobs"]] == wanted
+    assert doc["next_cursor"] is None
+
+
 # --- wait (GET /jobs/<id>?wait=) ----------------------------------------
 
 

@@ -158,6 +158,21 @@ def test_list_pages_with_cursors_and_iter_jobs_walks_them_all(tf: Client) -> Non
     assert list(tf.iter_jobs("pending", queue=queue, type="other")) == []
 
 
+def test_list_without_a_state_walks_every_state_in_lifecycle_order(
+    tf: Client, engine: Scripts
+) -> None:
+    queue = fresh_queue()
+    dead = tf.enqueue("t", queue=queue).id
+    kill(engine, queue, dead)
+    later = tf.enqueue("t", queue=queue, delay=3600).id
+    waiting = tf.enqueue("t", queue=queue).id
+    wanted = [(waiting, "pending"), (later, "scheduled"), (dead, "dead")]
+    first = tf.list(queue=queue, limit=2)
+    assert [(job.id, job.status) for job in first.jobs] == wanted[:2] and first.next_cursor
+    walked = [(job.id, job.status) for job in tf.iter_jobs(queue=queue, page_size=1)]
+    assert walked == wanted
+
+
 def test_dlq_replay_and_purge_one_by_one(tf: Client, engine: Scripts) -> None:
     queue = fresh_queue()
     a, b = tf.enqueue("t", queue=queue).id, tf.enqueue("t", queue=queue).id

@@ -1,4 +1,4 @@
-"""The gateway's lockout and server-side logout on a real Redis Cluster (issue 27, item 5):
+"""The gateway's lockout and server-side logout on a real Redis Cluster:
 their keys live in the global slot, read and written by pipelines of one key each."""
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ already saturate on two cores. Every budget is checked on the production path: n
 override, so Redis TIME is counted where it runs in production. A test that fails prints the
 per-command breakdown, so the command that crept in is named.
 
-Issue 15 (live events): every test runs twice, with events on and off. The constants below are
-the budgets with events off, as before; with events on each budget grows by exactly the events
+Live events: every test runs twice, with events on and off. The constants below are the
+budgets with events off; with events on each budget grows by exactly the events
 the call writes (one XADD each: `budget()`), and the XADDs are counted apart, so an event that
 costs more than its XADD fails here.
 """
@@ -23,31 +23,31 @@ import redis
 from shared.scripts import Code, NotRunnable, QueuePaused, Scripts
 from tests.engine.conftest import J1, J2, J3, J4, request
 
-# Budgets from issue 13 (item 4).
+# The hot path: a claim, an enqueue.
 CLAIM = 8
 ENQUEUE = 7
-# Issue 14: +1, the pause check (item 3). A claim must not take a job from a paused queue, not
+# Complete-and-claim-next includes the pause check. A claim must not take a job from a paused queue, not
 # even the claim a complete makes for the worker's next job, and only a read inside the script
 # is exact. claim.lua reads the flag in the MGET that already read its repeat pointer (free);
 # complete.lua reads no key of the queue's that could carry it, so it spends one EXISTS,
-# and only when it claims (issue 17: an MGET, which reads the queue's limits with the flag).
+# and only when it claims (an MGET, which reads the queue's limits with the flag).
 COMPLETE_AND_CLAIM = 12
-# Issue 14: +1, and a second script call. The key spans queues and lives in the global slot,
+# An Idempotency-Key costs a second script call. The key spans queues and lives in the global slot,
 # so reserve.lua (HMGET, HSET, PEXPIRE) runs apart from the enqueue in the queue's slot, which
 # now reads the job's own hash (HMGET) where it used to read the key's.
 ENQUEUE_IDEMPOTENT = 10
-# Issue 14 spends one HINCRBY of it (the retry path 6 → 7, the dead path 7 → 8): the queue's
+# Fail includes one HINCRBY (the retry path 7, the dead path 8): the queue's
 # count of failures per second, for "failed in the last minute" (GET /queues). No key fail.lua
 # already writes can count failures, and a count derived afterwards (the dead index by time)
 # would miss every retried failure.
 FAIL = 8
-# Issue 14, routing: a claim that leaves the best job to a worker that runs its type puts it
+# Routing: a claim that leaves the best job to a worker that runs its type puts it
 # back (ZADD) and gives its wake-up hint back (LPUSH): MGET, ZPOPMIN, HMGET, ZADD, LPUSH. The
 # claims that do take a job carry the worker's types at no extra command. A complete whose
 # next job is refused pays the pause check too (EXISTS, as COMPLETE_AND_CLAIM).
 CLAIM_REFUSED = 5
 COMPLETE_AND_REFUSE = 11
-# Issue 17, cancelling a running job: the request is HMGET, TIME, HSET and the reply's HGETALL;
+# Cancelling a running job: the request is HMGET, TIME, HSET and the reply's HGETALL;
 # the end is HMGET, TIME, ZREM, HSET, HDEL, ZADD, PEXPIRE. Renewals learn of a request in the
 # HMGET they already make, and fail reads the flag there too: neither costs a command more.
 CANCEL_REQUEST = 4
@@ -113,7 +113,7 @@ def test_enqueue_with_an_idempotency_key_is_within_its_budget(
 def test_a_batch_with_an_idempotency_key_costs_one_reserve_call_more(
     r: redis.Redis, engine: Scripts
 ) -> None:
-    # Issue 16: a batch takes a key. reserve_batch.lua ties it to the batch's ids in the global
+    # A batch takes a key: reserve_batch.lua ties it to the batch's ids in the global
     # slot (HMGET, HSET, PEXPIRE), one EVALSHA more beside the MULTI/EXEC, which is unchanged.
     # Each batch in a fresh queue: the same state before each (the wake list's trim included).
     plain = commands_of(r, lambda: engine.enqueue_many([(request(), J1), (request(), J2)]))
@@ -259,7 +259,7 @@ def test_complete_without_a_claim_pays_nothing_for_the_pause(
     assert "exists" not in counts
 
 
-# Issue 15: the registry heartbeat. The hosts it forgets are read before they are removed, to
+# The registry heartbeat. The hosts it forgets are read before they are removed, to
 # name them in worker_left events: with events on, the read (ZRANGEBYSCORE) takes the removal's
 # place, which runs only when there is a host to forget, so a usual beat costs what it did.
 HEARTBEAT = 9
@@ -329,7 +329,7 @@ def test_a_failure_of_a_job_asked_to_stop_costs_no_more_than_a_failure(
     assert_within(counts, budget(engine, counts, FAIL, 1))
 
 
-# Issue 17: concurrency and rate limits. An unlimited queue pays nothing (every budget above
+# Concurrency and rate limits. An unlimited queue pays nothing (every budget above
 # is unchanged: the limits string is read in the MGETs claim.lua and complete.lua already make).
 # A limited queue pays, per claim: TIME once up front (was: once a job starts; same count),
 # ZLEXCOUNT for its type's concurrency limit, ZADD to `running`: 8 + 2 = 10. A queue-wide
@@ -398,7 +398,7 @@ def test_fail_in_a_limited_queue_is_within_its_budget(r: redis.Redis, engine: Sc
     assert_within(counts, budget(engine, counts, FAIL_LIMITED, 1))
 
 
-# Issue 17, periodic schedules: a tick's job costs an enqueue (above) and this advance: HGET,
+# Periodic schedules: a tick's job costs an enqueue (above) and this advance: HGET,
 # HSET, HINCRBY of the jobs; a pass that lost the race, or a clock behind, only the HGET.
 ADVANCE_SCHEDULE = 3
 ADVANCE_SCHEDULE_LOST = 1

@@ -18,13 +18,17 @@ import redis
 from shared.directory import QueueDirectory
 from shared.job_ids import new_job_id, queue_tag, tag_of
 from shared.jobs import JobState
-from shared.keys import glob_escaped
 from shared.queue_removal import QueueKept, QueueNotListed, delete_queue
 from shared.scripts import Code, Scripts
 from tests.engine.conftest import T0, K, request
 
 Q = "mail"
 EMPTY_JOBS = dict.fromkeys(("pending", "held", "scheduled", "retrying", "processing", "dead"), 0)
+
+
+def glob_escaped(text: str) -> str:
+    """Return `text` with Redis's glob characters escaped, to match it literally in SCAN."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
 def put(scripts: Scripts, queue: str = Q, **fields: Any) -> str:

@@ -1,4 +1,4 @@
-"""Events (issue 15, docs/EVENTS.md): each transition script appends its own event to the
+"""Events (docs/EVENTS.md): each transition script appends its own event to the
 queue's stream (heartbeat to the hosts' stream), with the fields of the contract and nothing
 else; none with events off; the stream stays within its cap. The engine fixtures lay events out
 as a Redis Cluster does (one stream per queue: tests.support.slots); the last tests run the
@@ -409,7 +409,7 @@ def test_the_stream_stays_within_its_cap(
 def test_an_older_caller_that_passes_no_events_key_writes_none(
     r: redis.Redis, scripts: Scripts
 ) -> None:
-    """A script called with the keys and arguments it took before issue 15 still works, and
+    """A script called with the keys and arguments it took before events existed still works, and
     writes no event (the cap argument is absent)."""
     raw: Any = r.register_script(scripts._scripts["pause_queue"].script)
     assert raw(keys=[K.paused], args=[T0])[2] == 1

@@ -433,7 +433,7 @@ BEFORE_HISTORY = {
 def test_the_other_transitions_cost_the_commands_they_did_before_history(
     r: redis.Redis, make_scripts: Callable[..., Scripts], events: bool
 ) -> None:
-    """With events off, the counts before history; with events on (issue 15), one XADD more
+    """With events off, the counts before history; with events on, one XADD more
     each: every call below moves one job, so it writes one event."""
     scripts = make_scripts(events_cap=1_000 if events else 0)
     counted: dict[str, int] = {}

@@ -1,4 +1,4 @@
-"""Concurrency and rate limits (issue 17, items 2 and 3) on a real Redis: claim, hold, release.
+"""Concurrency and rate limits on a real Redis: claim, hold, release.
 
 Seed through the scripts, act with an explicit now, assert the keys: `running` (the slots),
 `held` (pending jobs a type's limit holds back), `pending`, and the job's own fields.

@@ -147,7 +147,7 @@ def test_minutes_outside_one_to_sixty_are_refused(scripts: Scripts, minutes: int
 def test_the_roll_up_costs_trim_a_few_commands_a_second_whatever_the_job_rate(
     r: redis.Redis, scripts: Scripts
 ) -> None:
-    # Issue 15: before the roll-up a trim with nothing to forget ran 8 commands (GET of its
+    # Before the roll-up a trim with nothing to forget ran 8 commands (GET of its
     # reply key, 3 ZRANGEBYSCORE, 3 ZCARD, HLEN) plus TIME in production. The roll-up adds HGET of the mark;
     # once a second ZCOUNT, HMGET of the failure seconds, HSET of the mark and an HINCRBY per
     # bucket that grew. Jobs finishing faster add nothing: one ZCOUNT counts any number.

@@ -91,7 +91,7 @@ RUNS: dict[str, frozenset[str] | None] = {
     "w2": frozenset({"email"}),
     "w3": frozenset({"pdf"}),
 }
-# How the recovery cap's error starts (issue 2 §5.5: "says why"; "Type: message" like every
+# How the recovery cap's error starts (it says why; "Type: message" like every
 # last_error).
 LOST_WORKER = "WorkerLost: worker lost"
 # History (docs/QUEUES.md, "Job history"): the last 50 transitions; an entry ending an execution
@@ -895,7 +895,7 @@ def read_raw_state(r: redis.Redis, idem_keys: list[str]) -> RawState:
     prefix = KEYS.job_prefix.encode()
     every_key = set(r.scan_iter(count=1000))
     ids = sorted(k[len(prefix) :].decode() for k in every_key if k.startswith(prefix))
-    # Issue 2 §5.11: every key has a TTL or a cap. Jobs are checked one by one below; these
+    # Every key has a TTL or a cap. Jobs are checked one by one below; these
     # are the capped or self-trimming structures; anything else must expire.
     bounded = {KEYS.state_index(state).encode() for state in STATES}
     bounded |= {KEYS.pending_since.encode(), KEYS.seq.encode(), KEYS.wake.encode()}

@@ -1,1 +1,1 @@
-"""Fault-injection suite (issue 7): a harness, a loss/duplicate checker, and scenarios."""
+"""Fault-injection suite (docs/RELIABILITY.md): a harness, a loss/duplicate checker, and scenarios."""

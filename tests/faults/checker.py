@@ -82,7 +82,7 @@ class Report:
         return len(self.sequential)
 
     def summary(self) -> dict[str, Any]:
-        """Return the figures as a flat dict (for printing and docs/RELIABILITY.md)."""
+        """Return the figures as a flat dict (for printing and bench/FAULTS.md)."""
         return {
             "acknowledged": self.acknowledged,
             "executions": self.executions,

@@ -1,6 +1,6 @@
 """``journaled_kill``: a journaled job whose first execution SIGKILLs its own worker at a point.
 
-The points of issue 7's scenario 1 that a handler can reach exactly:
+The points of scenario 1 (docs/RELIABILITY.md) that a handler can reach exactly:
 
 - ``start``: right after the claim, before any side effect (no journal line);
 - ``after_effect``: after the side effect (the journal line), before the acknowledgement.

@@ -1,4 +1,4 @@
-"""Helpers for the process-fault scenarios (issue 7, scenarios 2, 3, 4 and 6).
+"""Helpers for the process-fault scenarios (docs/RELIABILITY.md, scenarios 2, 3, 4 and 6).
 
 A steady producer thread, a chaos killer with a seeded random cadence, "a host that claimed
 jobs and vanished" (orphaned leases), an incremental log reader fast enough to land a kill

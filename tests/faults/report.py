@@ -1,4 +1,4 @@
-"""Run the fault suite and print its figures as the markdown table of docs/RELIABILITY.md.
+"""Run the fault suite and print its figures as the markdown table of bench/FAULTS.md.
 
     .venv/bin/python -m tests.faults.report            # every scenario (about 8 minutes)
     .venv/bin/python -m tests.faults.report -k chaos   # extra arguments go to pytest

@@ -1,7 +1,7 @@
 """How long the scenarios that are long by design run: full length for the report, shorter in
 the suite.
 
-``python -m tests.faults.report`` (the figures of docs/RELIABILITY.md) runs them at their full
+``python -m tests.faults.report`` (the figures of bench/FAULTS.md) runs them at their full
 length; bin/test runs them at SUITE_SCALE of it, to stay within the suite's time budget.
 TASKFORGE_FAULT_SCALE overrides the factor (``1`` is the full length). Each scenario passes a
 floor: the shortest run that still shows what it claims (a floor's reason is beside its use).

@@ -1,9 +1,9 @@
-"""Process faults of issue 7 against real workerd supervisors on the private Redis.
+"""Process faults (docs/RELIABILITY.md) against real workerd supervisors on the private Redis.
 
 Scenario 2 (chaos: random worker kills under steady load), 3 (SIGKILL the supervisor; SIGKILL
 the scheduler mid-batch; two schedulers at once), 4 (SIGSTOP a worker past its lease) and 6
 (SIGTERM drain with jobs longer than the grace). Each prints a ``FAULT-FIGURES`` line (run with
-``-s``) for docs/RELIABILITY.md. Processes come from tests/workerd/conftest.py's
+``-s``) for bench/FAULTS.md. Processes come from tests/workerd/conftest.py's
 ``start_workerd``, which fails the test if any process of the run is left behind.
 """
 

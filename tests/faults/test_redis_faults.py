@@ -1,9 +1,9 @@
-"""Redis fault scenarios of issue 7 (7, 8, 10, 11) against real processes.
+"""Redis fault scenarios 7, 8, 10 and 11 (docs/RELIABILITY.md) against real processes.
 
 Each test runs a private redis-server of its own (tests/faults/redis_tools.py), which it may
 kill, freeze, fill or restart, with a real workerd (tests/workerd/conftest.py) and, where the
 scenario is about producers, a real gunicorn gateway (tests/gateway/conftest.py). Each prints
-its figures on a ``FAULT-FIGURES`` line (``pytest -s``) for docs/RELIABILITY.md. Waits poll a
+its figures on a ``FAULT-FIGURES`` line (``pytest -s``) for bench/FAULTS.md. Waits poll a
 condition against a deadline; the only sleeps are fault durations and the load's pace.
 """
 

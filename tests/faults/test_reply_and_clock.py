@@ -1,7 +1,7 @@
-"""Fault scenarios of issue 7: lost replies on enqueue (through gunicorn) and on fail (9), and a
+"""Fault scenarios (docs/RELIABILITY.md): lost replies on enqueue (through gunicorn) and on fail (9), and a
 worker host whose wall clock is 30 s ahead or behind (12).
 
-Every test prints a ``FAULT-FIGURES`` line (run with ``-s``) for docs/RELIABILITY.md. Processes
+Every test prints a ``FAULT-FIGURES`` line (run with ``-s``) for bench/FAULTS.md. Processes
 come from tests/workerd/conftest.py's ``start_workerd`` (leftovers fail the test) and
 tests/gateway/conftest.py's ``run_gunicorn`` (always stopped, SIGTERM then SIGKILL).
 """

@@ -1,4 +1,4 @@
-"""The figures table of docs/RELIABILITY.md is built from the suite's own output."""
+"""The figures table of bench/FAULTS.md is built from the suite's own output."""
 
 from __future__ import annotations
 

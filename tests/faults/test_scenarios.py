@@ -1,7 +1,7 @@
-"""Fault scenarios of issue 7 against a real workerd on the private Redis.
+"""Fault scenarios (docs/RELIABILITY.md) against a real workerd on the private Redis.
 
 Each prints its figures on a ``FAULT-FIGURES`` line (run with ``-s`` to see them) for
-docs/RELIABILITY.md. Processes are started by tests/workerd/conftest.py's ``start_workerd``,
+bench/FAULTS.md. Processes are started by tests/workerd/conftest.py's ``start_workerd``,
 which fails the test if any process of the run is left behind.
 """
 
@@ -128,7 +128,7 @@ def test_limits_hold_while_workers_are_sigkilled(
     r: redis.Redis,
     tmp_path: Path,
 ) -> None:
-    """Scenario 15 (issue 17): a limited type (2) in a limited queue (3), 4 workers, a busy
+    """Scenario 15: a limited type (2) in a limited queue (3), 4 workers, a busy
     worker SIGKILLed every 0.4 s: never more running than a limit at any sample, no slot
     leaked at the end, nothing lost, the unlimited type flowing past the held ones."""
     journal = tmp_path / "journal.jsonl"
@@ -519,7 +519,7 @@ def test_cancels_while_workers_are_sigkilled(
     r: redis.Redis,
     tmp_path: Path,
 ) -> None:
-    """Issue 17: 60 jobs of 0.3 s, 24 cancels at random moments (every other one of a running
+    """Scenario 14: 60 jobs of 0.3 s, 24 cancels at random moments (every other one of a running
     job), while a random busy worker is SIGKILLed every 0.5 s. Every job asked to stop ends canceled or (it
     finished first) completed; no other job is canceled; none is lost, retried or dead; each
     job's events match its history."""

@@ -10,7 +10,7 @@ Measured: seconds from the kill until enqueues resume (the first 2xx of a reques
 the kill) and until completions resume (the first job_completed workerd logs after it);
 acknowledged jobs lost (no job on the new primary, or never finished); duplicates (jobs whose
 handler ran more than once). Replication is asynchronous, so without the durable mode
-(``wait_replicas``, TASKFORGE_WAIT_REPLICAS=1, issue 18's other half) the writes of the last
+(``wait_replicas``, TASKFORGE_WAIT_REPLICAS=1) the writes of the last
 moment before the kill may be lost: the figures say how many, and the test asserts only what
 is guaranteed whatever was lost (see the asserts). With the durable mode (the ``durable`` runs)
 no acknowledged job may be lost; the killed server then returns as the new primary's replica,

@@ -1,6 +1,6 @@
 """The gateway's own CPU per POST /enqueue, in process, with the engine stubbed out.
 
-Not a test: a measurement for A/B comparisons of the request path (docs/MEASUREMENTS.md).
+Not a test: a measurement for A/B comparisons of the request path (bench/MEASUREMENTS.md).
 Without Redis and gunicorn in the loop, what remains is the WSGI app's own work (parsing,
 validation, rendering, the log line and the counters), steady enough on a busy machine to
 compare two checkouts. Run it from the root of the checkout to measure (its ``gateway`` is

@@ -1,4 +1,4 @@
-"""Issue 27: the queues page, the DLQ, listings without a queue, GET /limits and the throughput
+"""The queues page, the DLQ, listings without a queue, GET /limits and the throughput
 of all queues cost what they show, not what is listed (real redis-server: commands counted
 with INFO commandstats, scripts' own included)."""
 

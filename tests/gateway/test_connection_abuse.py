@@ -1,4 +1,4 @@
-"""Issue 27: 5,000 idle connections and 1,000 slowloris clients against the real gateway under
+"""5,000 idle connections and 1,000 slowloris clients against the real gateway under
 gunicorn, while enqueues run at a fixed 200 a second (bench/abuse_connections.py does the work).
 
 `.venv/bin/python -m pytest -s tests/gateway/test_connection_abuse.py` prints the figures.
@@ -40,7 +40,7 @@ def test_idle_and_slowloris_floods_leave_enqueues_and_health_unharmed(
     try:
         raise_files_limit(NEEDED_FILES)  # gunicorn and the attacker inherit it
     except RuntimeError as exc:
-        pytest.fail(str(exc))  # never a skip: the figures of issue 27 need these descriptors
+        pytest.fail(str(exc))  # never a skip: the figures need these descriptors
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= NEEDED_FILES
     # No recycling (max_requests): the run sends ~24,000 requests, and the kernel may hand most
     # of them to one worker, which gunicorn would then replace mid-run, as it did in a CI run;

@@ -494,7 +494,7 @@ def test_many_queues_keep_the_id_small_and_a_resume_exact(
     app: Flask, opened: Callable[..., Stream], r: redis.Redis
 ) -> None:
     """2,000 queues, each with a job: the id stays one stream id, and a Last-Event-ID resume
-    delivers exactly the events after it (the 650-queue id was 14,408 bytes: issue 27)."""
+    delivers exactly the events after it (the 650-queue id used to be 14,408 bytes)."""
     queues = [f"q{i}" for i in range(2000)]
     scripts = Scripts(r, K)
     r.sadd(K.queues, *queues)  # listed, as producers list them

@@ -139,7 +139,7 @@ def test_50_streams_get_every_event_while_enqueues_are_answered(
     )
     delivered = time.monotonic() - sent
     reads = stream_reads(r) - reads_before
-    print(  # the figures docs/EVENTS.md quotes (run with -s to see them)
+    print(  # the figures bench/MEASUREMENTS.md quotes (run with -s to see them)
         f"\nPOST /enqueue latency, no stream open: {ms(before)}"
         f"\nPOST /enqueue latency, {STREAMS} streams open: {ms(during)}"
         f"\n{JOBS} events to all {STREAMS} streams: {delivered:.2f} s from the first enqueue"
@@ -226,7 +226,7 @@ def open_stream(port: int, headers: str = "") -> socket.socket:
 def test_128_streams_opened_and_closed_free_their_slots_at_once(
     start_gateway: Callable[..., AbstractContextManager[Gunicorn]],
 ) -> None:
-    """Issue 27, item 4: a slot used to free at the next keep-alive (15 s), so 128 clients
+    """A slot used to free at the next keep-alive (15 s), so 128 clients
     that opened and closed a stream gave everyone 503. Now a stream notices its client hung up
     within gateway.hangup.POLL_SECONDS, and a newcomer waits that moment rather than a 503."""
     with start_gateway(WEB_CONCURRENCY="1", TASKFORGE_EVENTS_STREAMS="128") as gw:
@@ -244,7 +244,7 @@ def test_128_streams_opened_and_closed_free_their_slots_at_once(
 def test_a_resume_with_many_queues_sends_a_small_id_gunicorn_accepts(
     gw: Gunicorn, r: redis.Redis
 ) -> None:
-    """Issue 27: with 650 queues the id was 14,408 bytes and a reconnect got 431."""
+    """With 650 queues the id used to be 14,408 bytes and a reconnect got 431."""
     r.sadd(K.queues, *(f"q{i}" for i in range(2000)))
     sock = open_stream(gw.port)
     reader = sock.makefile("rb")

@@ -1,4 +1,4 @@
-"""Guessing the token (issue 27, item 5): the lockout after MAX_FAILURES, shared through Redis by
+"""Guessing the token: the lockout after MAX_FAILURES, shared through Redis by
 every gateway process, the trusted-proxy rule, server-side logout and Cache-Control.
 
 Against the private redis-server: two app instances on it stand for two gateway processes.

@@ -1,4 +1,4 @@
-"""Issue 27: the overview, /stats, GET /queues and /metrics cost what they show, not what is
+"""The overview, /stats, GET /queues and /metrics cost what they show, not what is
 listed (real redis-server: commands counted with INFO commandstats, scripts' own included)."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ with links it also learns from Location headers). A check fails when the server 
 answers a status, header, content type or body the document does not list, refuses a request
 the document allows, or accepts one it forbids (a missing or wrong token included).
 
-Why the CLI and not the pytest plugin: it is the command issue 12's findings came from, and
+Why the CLI and not the pytest plugin: it is the command the API's first fuzzing findings came from, and
 it runs all four phases and every check under one seed in one process; the plugin would need
 a test per operation plus a separate state machine, configured apart, to do the same.
 """
@@ -36,7 +36,7 @@ from workerd.periodic import Periodic
 
 ST = Path(sys.executable).with_name("st")
 HOOKS = Path(__file__).with_name("schemathesis_hooks.py")
-# Issue 17: +4, the periodic schedules; +6, the limits. Issue 27: +1, DELETE /queues/{name}.
+# Every operation in the OpenAPI document: a new route must be fuzzed too.
 OPERATIONS = 33
 # A fixed seed, one worker and no example database: every run draws the same inputs, so the
 # test cannot flake on a rare draw and a failure reproduces with the command it prints.

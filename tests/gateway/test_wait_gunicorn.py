@@ -139,7 +139,7 @@ def test_50_waits_hold_no_redis_connection_each_and_end_with_their_jobs(
 def test_waits_whose_clients_hung_up_free_their_slots_at_once(
     start_gateway: Callable[..., AbstractContextManager[Gunicorn]], r: redis.Redis
 ) -> None:
-    """Issue 27, item 4: a ?wait= slot used to free when the wait ended (up to 60 s)."""
+    """A ?wait= slot used to free when the wait ended (up to 60 s)."""
     with start_gateway(WEB_CONCURRENCY="1", TASKFORGE_EVENTS_STREAMS="4") as gw:
         status, _, job = gw.request("POST", "/enqueue", {"type": "wait.load"})
         assert status == 201, job

@@ -1,4 +1,4 @@
-"""The one percentile definition of every figure we publish (docs/BENCHMARKS.md and
+"""The one percentile definition of every figure we publish (bench/BENCHMARKS.md and
 docs/RELIABILITY.md alike): nearest rank.
 
 Nearest rank always answers a value that was measured (no interpolated latency nobody saw),

@@ -3,7 +3,7 @@
 The request (cancel.lua) reaches the supervisor in its next lease renewal (TASK_VISIBILITY_TIMEOUT
 1s: a renewal every 0.25 s), which writes it in the worker's slot and sends SIGTERM; SIGKILL
 follows after WORKER_CANCEL_GRACE. Each test prints the time from the request to `canceled`
-(docs/MEASUREMENTS.md quotes them).
+(bench/MEASUREMENTS.md quotes them).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a job's record and the worker's log lines say about a run (issue 12 items 3, 4, 7, 16).
+"""What a job's record and the worker's log lines say about a run.
 
 - a failing handler's traceback is stored with the job (Redis only, never a log line);
 - every last_error reads ``"Type: message"``, whichever path wrote it;

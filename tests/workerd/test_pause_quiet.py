@@ -29,7 +29,7 @@ from tests.workerd.conftest import Engine, Journal
 
 WATCH = 3.0  # seconds of MONITOR for an idle rate
 QUIET_WINDOW = 1.0  # seconds a quiet host is watched for a claim it must not make
-WORKERS = 3  # each worker of a quiet host once could slip one claim through (issue 27, 6)
+WORKERS = 3  # each worker of a quiet host once could slip one claim through
 
 
 def enqueue(
@@ -123,7 +123,7 @@ def test_sigtstp_lets_the_running_job_finish_claims_nothing_more_and_sigcont_res
 
     workerd.wait_for("supervisor_quiet", cause="SIGTSTP")
     wait_until(lambda: _health(workerd).get("quiet") is True, 5, "/health quiet")
-    # One job per worker: each could have slipped one claim through (issue 27, item 6).
+    # One job per worker: each could have slipped one claim through.
     waiting = [engine.enqueue("demo.noop") for _ in range(WORKERS)]
     engine.wait_for(running, JobState.COMPLETED)  # the running job finished
     deadline = time.monotonic() + QUIET_WINDOW
@@ -221,7 +221,7 @@ def test_a_host_quieted_under_load_takes_no_job_from_pending_once_health_says_qu
     start_workerd: Callable[..., Workerd], engine: Engine
 ) -> None:
     # Workers busy completing and claiming the next job in the same call: the claims a quiet
-    # can meet mid-flight (issue 27, item 6). Once /health says quiet, pending only grows (a
+    # can meet mid-flight. Once /health says quiet, pending only grows (a
     # next job claimed before it is handed back), never shrinks. End to end only: the race it
     # guards against is too rare to show here in a few runs (5 of 5 passed on the code before
     # the fix); tests/workerd/test_quiet_fence.py forces it.

@@ -1,4 +1,4 @@
-"""Once /health says quiet, no claim by the host succeeds (issue 27, item 6).
+"""Once /health says quiet, no claim by the host succeeds.
 
 Two ways a claim used to slip through, each forced here deterministically, on the real Redis
 with a worker stepped by hand on a real SlotTable (the shared memory the supervisor makes):

@@ -9,8 +9,10 @@ set aside on a cluster, left to other hosts) and how the worker waits idle is th
 ClaimPlanner's to say (workerd.claim_plan, on the clock this process is given); this process
 does the Redis calls and the sleeping it decides. A complete claims the next job in the same
 call only when the job's queue comes first in the next order. A claim takes only the job types
-this host runs (workerd.routing). The supervisor, not this process, renews the lease of the
-running job: a handler that holds the GIL for minutes cannot starve its own lease.
+this host runs (workerd.routing). Running the handler is workerd.execution's; writing its
+outcome, retried through an outage, workerd.acks's. The supervisor, not this process, renews
+the lease of the running job: a handler that holds the GIL for minutes cannot starve its own
+lease.
 
 Quiet (the supervisor's flag in shared memory, read before every claim): the worker finishes
 its job, claims nothing more, not even with the complete, gives back a next job already

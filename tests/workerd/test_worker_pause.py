@@ -176,6 +176,7 @@ def test_a_quiet_worker_claims_nothing_and_touches_no_redis(harness: Harness) ->
     counts = harness.commands(harness.worker.step)
 
     assert sum(counts.values()) == 0, counts  # no claim, and no BLPOP taking others' hints
+    assert harness.clock.slept == [TIMINGS.quiet_wait]  # reads its flag again after this
     assert harness.status(waiting, "a") is JobState.PENDING
     assert harness.redis.llen(harness.scripts.q("a").wake) == 1
 

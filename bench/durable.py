@@ -30,9 +30,10 @@ from typing import Any
 
 import redis
 
+from shared.engine_types import Policy
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.redis_server import redis_binary
 from tests.support.replicated import replicated_redis

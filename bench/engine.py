@@ -19,9 +19,10 @@ from pathlib import Path
 
 import redis
 
+from shared.engine_types import Policy
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.support.redis_server import private_redis
 
 

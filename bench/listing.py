@@ -43,10 +43,11 @@ from pathlib import Path
 
 import redis
 
+from shared.engine_types import Code
 from shared.jobs import JobState, format_ms, validate_enqueue
 from shared.keys import Keys
 from shared.listing import Position, list_jobs
-from shared.scripts import Code, Scripts
+from shared.scripts import Scripts
 from tests.support.redis_server import private_redis
 
 T_BASE = 1_800_000_000_000  # ms: 2027-01-15, after any now the template jobs were made at

@@ -21,9 +21,10 @@ from collections.abc import Callable
 import redis
 
 from shared.bulk import bulk_dead
+from shared.engine_types import Code
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
-from shared.scripts import Code, Scripts
+from shared.scripts import Scripts
 from shared.throughput import MINUTE_MS, last_hour
 from tests.support.redis_server import private_redis
 

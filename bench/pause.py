@@ -75,7 +75,7 @@ class Bench:
     def rate(self, seconds: float) -> dict[str, float]:
         """Return the commands per second of the busiest idle worker, by command."""
         per_worker = commands_by_connection(self.url, "taskforge-worker-", seconds)
-        claim = self.scripts._scripts["claim"].sha
+        claim = self.scripts.transport.shas["claim"]
         busiest = max(per_worker.values(), key=lambda counts: sum(counts.values()))
         named = {k.replace(f"evalsha {claim}", "claim"): v for k, v in busiest.items()}
         return {"total": sum(named.values()) / seconds} | {k: v / seconds for k, v in named.items()}

@@ -213,8 +213,10 @@ def child_exit(server: Any, worker: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
-    """Let open event streams end as soon as the worker stops (SIGTERM, or recycling)."""
+    """Let open event streams end as soon as the worker stops (SIGTERM, or recycling); start
+    the fleet view now, so the first enqueue already has warnings to give."""
     watch_worker(lambda: worker.alive)
+    gateway_app.start_fleet_view(worker.wsgi)
 
 
 def pre_request(worker: Any, req: Any) -> None:

@@ -30,10 +30,11 @@ from gateway.context import Gateway
 from gateway.fastpath import FastEnqueue
 from shared import log as shared_log
 from shared.config import WAIT_REPLY_MARGIN, Settings, load_or_exit
+from shared.engine_types import Policy
 from shared.keys import Keys
 from shared.redis_checks import warn_about_redis
 from shared.redis_conn import connect, describe
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,12 @@ def create_app(
         extra={"redis": describe(settings.redis_url), "auth": settings.api_token is not None},
     )
     return app
+
+
+def start_fleet_view(app: Flask) -> None:
+    """Start the app's fleet view in this process (a gunicorn worker, just forked); without
+    this it starts with the first enqueue (gateway.fleet_view)."""
+    app.extensions[Gateway.EXTENSION].fleet.start()
 
 
 def _check_redis(scripts: Scripts) -> None:

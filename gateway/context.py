@@ -8,8 +8,10 @@ from typing import ClassVar
 import redis
 from flask import current_app
 
+from gateway.fleet_view import FleetView
 from shared.config import Settings
 from shared.directory import QueueDirectory
+from shared.fleet import read_fleet
 from shared.keys import Keys
 from shared.scripts import Scripts
 
@@ -23,9 +25,11 @@ class Gateway:
     settings: Settings
     scripts: Scripts
     directory: QueueDirectory = field(init=False)
+    fleet: FleetView = field(init=False)  # for enqueue warnings: no Redis command per job
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "directory", QueueDirectory(self.scripts))
+        object.__setattr__(self, "fleet", FleetView(lambda: read_fleet(self.redis, self.keys)))
 
     @property
     def redis(self) -> redis.Redis:

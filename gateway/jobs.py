@@ -15,8 +15,8 @@ from gateway.context import Gateway, gateway
 from gateway.errors import ApiError
 from gateway.routes import route
 from shared import metrics
+from shared.engine_types import IdempotencyConflict
 from shared.jobs import JobState
-from shared.scripts import IdempotencyConflict
 
 bp = Blueprint("jobs", __name__)
 
@@ -44,7 +44,20 @@ def enqueue_reply(gw: Gateway, headers: Headers, raw: bytes) -> Reply:
         doc, created = service.enqueue_one(gw, request, key, _client_trace(headers))
     except IdempotencyConflict as exc:
         raise key_conflict(exc) from None
+    add_warnings(gw, [doc])
     return doc, 201 if created else 200, {"Location": f"/jobs/{doc['id']}"}
+
+
+def add_warnings(gw: Gateway, docs: list[dict[str, Any]]) -> None:
+    """Give each enqueued job's reply the `warnings` the cached fleet view has for it (a queue
+    no live host serves, a type none serving it runs), if any; no Redis command."""
+    said: dict[tuple[str, str], list[str]] = {}  # a batch's jobs share a few queues and types
+    for doc in docs:
+        pair = (doc["queue"], doc["type"])
+        if pair not in said:
+            said[pair] = gw.fleet.warnings(*pair)
+        if said[pair]:
+            doc["warnings"] = list(said[pair])
 
 
 def key_conflict(exc: IdempotencyConflict) -> ApiError:
@@ -66,9 +79,12 @@ def enqueue_batch() -> tuple[dict[str, Any], int]:
     key = inputs.idempotency_key(headers)  # checked where POST /enqueue checks it
     requests = inputs.batch_requests(body)
     try:
-        docs, created = service.enqueue_batch(gateway(), requests, key, _client_trace(headers))
+        docs, created = service.enqueue_batch(
+            gw := gateway(), requests, key, _client_trace(headers)
+        )
     except IdempotencyConflict as exc:
         raise key_conflict(exc) from None
+    add_warnings(gw, docs)
     metrics.ENQUEUE_SECONDS.observe(time.perf_counter() - started)
     return {"jobs": docs}, 201 if created else 200
 

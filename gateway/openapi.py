@@ -179,6 +179,17 @@ def _job_schema() -> dict[str, Any]:
                 "description": "Who asked: the request's by, else api and the client's "
                 "address, or dashboard and the browser's.",
             },
+            "warnings": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"type": "string"},
+                "description": "Enqueue replies only, and only when there is something to "
+                "say: what this gateway saw in the workerd registry (at most a few seconds "
+                "old) that the job will wait or fail for: no host registered, no host "
+                "serving its queue, or no host serving its queue running its type (it then "
+                "fails as NoHandler and ends dead-lettered). Absent when all is well or when "
+                "the gateway could not read the registry lately.",
+            },
         },
     }
 
@@ -587,6 +598,7 @@ def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any
         [
             "name",
             "paused",
+            "served",
             "paused_since",
             "jobs",
             "oldest_pending_age_seconds",
@@ -597,6 +609,11 @@ def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any
         {
             "name": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
             "paused": {"type": "boolean"},
+            "served": {
+                "type": "boolean",
+                "description": "A live workerd host serves it now (its WORKER_QUEUES, by the "
+                "registry); false: its jobs wait until one does.",
+            },
             "paused_since": {**TIMESTAMP, "type": ["string", "null"]},
             "jobs": _object(STATES, counts),
             "oldest_pending_age_seconds": age,
@@ -615,17 +632,17 @@ def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any
             },
         },
     )
-    nullable = {"type": ["string", "null"]}
+    # An idle process has no job: its job's four fields are absent, never null (a client or
+    # a tool following job_id to /jobs/{id} must never be handed a null id).
     process = _object(
-        ["pid", "job_id", "type", "queue", "busy_since", "last_heartbeat"],
+        ["pid", "last_heartbeat"],
         {
             "pid": {"type": "integer"},
-            "job_id": {**nullable, "description": "The job it runs; null: idle."},
-            "type": nullable,
-            "queue": nullable,
+            "job_id": {"type": "string", "description": "The job it runs; absent: idle."},
+            "type": {"type": "string"},
+            "queue": {"type": "string"},
             "busy_since": {
                 **TIMESTAMP,
-                "type": ["string", "null"],
                 "description": "When it started the job (the host's clock).",
             },
             "last_heartbeat": {**TIMESTAMP, "type": ["string", "null"]},
@@ -1265,7 +1282,8 @@ def _queue_paths() -> dict[str, Any]:
 
 def _event_paths() -> dict[str, Any]:
     queues = f"{QUEUE_PATTERN.pattern}(,{QUEUE_PATTERN.pattern})*"
-    cursor = rf"^({EVENT_CURSOR_PATTERN})$"
+    # Empty: as if absent (the gateway reads an empty Last-Event-ID as none), from now.
+    cursor = rf"^({EVENT_CURSOR_PATTERN})?$"
     cursor_doc = (
         "The id of the last message received: resume right after it. Its size does not grow "
         "with the number of queues: on one Redis the id of the one events stream, <ms>-<seq> "
@@ -1280,7 +1298,7 @@ def _event_paths() -> dict[str, Any]:
         "had not read (data: queue on a Cluster, from, first), and a `: keepalive` comment every "
         f"TASKFORGE_EVENTS_KEEPALIVE ({KEEPALIVE_SECONDS:g} s by default) while idle. A client "
         "that reads nothing for twice that long is dropped. docs/EVENTS.md.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {"text/event-stream": {"schema": _event_message(cursor)}},
     }
     busy = {
         **_error(
@@ -1333,6 +1351,53 @@ def _event_paths() -> dict[str, Any]:
                     },
                 ],
             )
+        },
+    }
+
+
+def _event_message(cursor: str) -> dict[str, Any]:
+    """Return the schema of one message with data, as an EventSource reads it: OpenAPI 3.1
+    has no `itemSchema` (3.2), and tools read a stream's `schema` as one message's."""
+    text = {"type": "string"}
+    event = {
+        "type": "object",
+        "required": ["event", "at"],
+        "additionalProperties": False,
+        "properties": {
+            "event": text,
+            "job_id": text,
+            "type": text,
+            "queue": text,
+            "attempt": {"type": "integer"},
+            "worker": text,
+            "host": text,
+            "reason": {"type": "string", "enum": ["concurrency", "rate"]},
+            "at": TIMESTAMP,
+        },
+    }
+    gap = {
+        "type": "object",
+        "required": ["event", "from", "first"],
+        "additionalProperties": False,
+        "properties": {
+            "event": {"const": "gap"},
+            "queue": text,
+            "from": text,
+            "first": {"type": ["string", "null"]},
+        },
+    }
+    return {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "id": {"type": "string", "pattern": cursor},
+            "event": text,
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": {"oneOf": [event, gap]},
+            },
+            "retry": {"type": "integer"},
         },
     }
 

@@ -13,11 +13,12 @@ from flask import request
 
 from gateway.errors import ApiError
 from shared.queue_view import QueueView, is_cursor, page
+from shared.u64 import U64_PATTERN
 
 QUEUE_PAGE_QUERY = ("limit", "cursor", "q")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
-CURSOR_PATTERN = "^[0-9]{1,20}$"
+CURSOR_PATTERN = f"^{U64_PATTERN}$"
 SEARCH_MAX = 64
 
 

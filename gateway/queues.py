@@ -22,6 +22,7 @@ from gateway.context import Gateway, gateway
 from gateway.errors import ApiError
 from gateway.queue_page import QUEUE_PAGE_QUERY, page_fields, page_query, read_page
 from gateway.routes import route
+from shared.fleet import Fleet, read_fleet
 from shared.jobs import format_ms
 from shared.limits import LimitsState, read_state
 from shared.queries import QueueCounts
@@ -37,12 +38,16 @@ def queue_name(raw: str) -> str:
     return raw
 
 
-def queue_json(name: str, counts: QueueCounts, limits: LimitsState | None = None) -> dict[str, Any]:
-    """Return one queue as GET /queues lists it (`limits`: null for a queue without any)."""
+def queue_json(
+    name: str, counts: QueueCounts, fleet: Fleet, limits: LimitsState | None = None
+) -> dict[str, Any]:
+    """Return one queue as GET /queues lists it (`limits`: null for a queue without any;
+    `served`: a live workerd host serves it now, by the registry)."""
     age = counts.oldest_pending_age_ms
     return {
         "name": name,
         "paused": counts.paused,
+        "served": fleet.serves(name),
         "paused_since": format_ms(counts.paused_since_ms),
         "jobs": {str(state): n for state, n in counts.by_state.items()},
         "oldest_pending_age_seconds": None if age is None else age / 1000,
@@ -55,21 +60,25 @@ def queue_json(name: str, counts: QueueCounts, limits: LimitsState | None = None
 def _one(gw: Gateway, name: str) -> dict[str, Any]:
     counts, _ = gw.scripts.stats([name])
     found = read_state(gw.scripts.redis, gw.scripts.keys, [name])
-    return queue_json(name, counts.by_queue[name], found[0] if found else None)
+    fleet = read_fleet(gw.redis, gw.keys)
+    return queue_json(name, counts.by_queue[name], fleet, found[0] if found else None)
 
 
 @route(bp, "GET", "/queues", query=QUEUE_PAGE_QUERY)
 def list_queues() -> dict[str, Any]:
     """Return every queue, or a page of them (gateway.queue_page), by name: counts per state,
-    paused, the last minute's throughput, limits."""
+    paused, served, the last minute's throughput, limits."""
     gw = gateway()
     view = read_page(gw.scripts, page_query())
     names = sorted(view.shown.by_queue)
     # Two more round trips: which of these queues have limits, then their running and held.
     limited = {s.queue: s for s in read_state(gw.scripts.redis, gw.scripts.keys, names)}
+    # Two more: the hosts' records, read now (not the cached view: a listing may say "served"
+    # only while it is true; shared.fleet reads the host records, not per-queue keys).
+    fleet = read_fleet(gw.redis, gw.keys)
     return {
         "queues": [
-            queue_json(name, view.shown.by_queue[name], limited.get(name)) for name in names
+            queue_json(name, view.shown.by_queue[name], fleet, limited.get(name)) for name in names
         ],
         **page_fields(view),
     }

@@ -8,11 +8,11 @@ from typing import Any
 from gateway.context import Gateway
 from gateway.errors import not_replicated
 from shared import tracing
+from shared.engine_types import EnqueueResult
 from shared.job_ids import new_job_id, new_job_ids
 from shared.jobs import EnqueueRequest, Job
 from shared.lifecycle import Outcome, record, record_batch
 from shared.queries import get_job, get_jobs
-from shared.scripts import EnqueueResult
 
 tracing.configure(tracing.PRODUCER)
 

@@ -70,6 +70,9 @@ EVENTS: frozenset[str] = frozenset(
         # the scheduler at scale of names (docs/WORKERD.md): the sweep's repairs
         "due_index_repaired",
         "served_queue_adopted",
+        # the gateway's cached fleet view (gateway/fleet_view.py), for enqueue warnings
+        "fleet_view_failed",
+        "fleet_view_recovered",
         "redis_unavailable",
         "redis_available",
         "write_not_replicated",  # durable mode: a completion or tick no replica confirmed

@@ -44,6 +44,9 @@ class Job:
     # A stop asked while it ran (POST /jobs/<id>/cancel answered 202): when, and who asked.
     cancel_requested_at: datetime | None = None
     cancel_requested_by: str | None = None
+    # An enqueue's reply only: what the gateway saw in the fleet registry that the job will
+    # wait or fail for (a queue no workerd host serves, a type none serving it runs).
+    warnings: tuple[str, ...] = field(default=(), compare=False)  # the same job all the same
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -76,6 +79,7 @@ class Job:
             recoveries=doc.get("recoveries", 0),
             cancel_requested_at=parse_time(doc.get("cancel_requested_at")),
             cancel_requested_by=doc.get("cancel_requested_by"),
+            warnings=tuple(str(w) for w in doc.get("warnings") or ()),
             raw=doc,
         )
 
@@ -206,6 +210,8 @@ class Queue:
     failed_last_minute: int
     paused_since: datetime | None = None
     limits: Limits | None = None  # None: the queue has none
+    # A live workerd host serves it now (the fleet registry); None: a gateway too old to say.
+    served: bool | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -220,6 +226,7 @@ class Queue:
             failed_last_minute=doc.get("failed_last_minute", 0),
             paused_since=parse_time(doc.get("paused_since")),
             limits=Limits.from_json(doc["limits"]) if doc.get("limits") else None,
+            served=doc.get("served"),
             raw=doc,
         )
 

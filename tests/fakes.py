@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import fakeredis
 
+from shared.engine_types import Policy
 from shared.keys import Keys
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 
 
 class FakeScripts(Scripts):

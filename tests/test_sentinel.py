@@ -168,7 +168,7 @@ USED = ("enqueue", "claim", "complete")  # the scripts a round trip runs
 
 def _scripts_on(server_client: redis.Redis, scripts: Scripts) -> list[bool]:
     """Return whether `server_client`'s server holds each of the USED scripts."""
-    return server_client.script_exists(*(scripts._scripts[name].sha for name in USED))
+    return server_client.script_exists(*(scripts.transport.shas[name] for name in USED))
 
 
 @pytest.mark.slow

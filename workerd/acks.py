@@ -13,9 +13,10 @@ from typing import Any
 import redis
 
 from shared import lifecycle, metrics
+from shared.engine_types import AckResult, Code, Confirmation
 from shared.history import Actor
 from shared.jobs import Job, format_ms
-from shared.scripts import AckResult, Code, Confirmation, Scripts
+from shared.scripts import Scripts
 from workerd.backoff import Backoff
 from workerd.execution import Outcome
 from workerd.routing import Routing

@@ -31,12 +31,13 @@ from collections.abc import Callable, Sequence
 import redis
 
 from shared import metrics, tracing
+from shared.engine_types import PromoteResult
 from shared.lifecycle import Outcome, record
 from shared.limits import from_stored
 from shared.queues import DEFAULT_QUEUE
 from shared.redis_conn import pipe_time
 from shared.schedules import Schedule
-from shared.scripts import PromoteResult, Scripts
+from shared.scripts import Scripts
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.periodic import PASS_INTERVAL, Periodic

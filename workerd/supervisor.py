@@ -27,10 +27,11 @@ import redis
 
 from shared import metrics, tracing
 from shared.config import Settings, redact_url
+from shared.engine_types import Policy
 from shared.keys import Keys
 from shared.redis_conn import connect
 from shared.schedules import Schedule
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from workerd import notify
 from workerd.backoff import Backoff
 from workerd.children import (

@@ -41,10 +41,11 @@ import redis
 
 from shared import lifecycle, metrics, tracing
 from shared.config import Settings
+from shared.engine_types import Code, NotRunnable, QueuePaused
 from shared.history import Actor
 from shared.jobs import Job
 from shared.redis_conn import MASTER_DOWN, is_cluster
-from shared.scripts import Code, NotRunnable, QueuePaused, Scripts, new_request_id
+from shared.scripts import Scripts, new_request_id
 from workerd.acks import Acknowledger
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal

@@ -13,6 +13,7 @@ from gateway.queue_page import SEARCH_MAX
 from gateway.ui.base import UiError, asked_by, bp, events_url, render
 from gateway.ui.chart import throughput_chart
 from gateway.ui.jobs import confirm_page, confirmed
+from shared.fleet import Fleet, read_fleet
 from shared.hosts import is_host_name, list_hosts
 from shared.jobs import JobState
 from shared.limits import read_state
@@ -42,10 +43,11 @@ def _overview_query() -> tuple[str | None, str | None]:
     return search, cursor
 
 
-def _served_queues() -> list[str]:
-    """Return the queues live hosts serve (their WORKER_QUEUES: bounded by configuration)."""
+def _served() -> Fleet:
+    """Return the queues live hosts serve now (their WORKER_QUEUES: bounded by configuration),
+    from the registry: two round trips, whatever the number of queues."""
     gw = gateway()
-    return list(dict.fromkeys(q for host in list_hosts(gw.redis, gw.keys) for q in host.queues))
+    return read_fleet(gw.redis, gw.keys)
 
 
 def overview_context() -> dict[str, object]:
@@ -53,12 +55,10 @@ def overview_context() -> dict[str, object]:
     live, the totals of all (live while every queue is shown, else from the last sweep)."""
     gw = gateway()
     search, cursor = _overview_query()
-    served: dict[str, list[str]] = {}  # read once, and only past a page of queues
+    hosts = _served()
 
     def serving() -> list[str]:
-        if "queues" not in served:  # setdefault would read the hosts on every call
-            served["queues"] = _served_queues()
-        return served["queues"]
+        return sorted(hosts.types_by_queue)
 
     if search is None and cursor is None:
         view = chosen(gw.scripts, limit=OVERVIEW_QUEUES, first=serving)
@@ -82,6 +82,7 @@ def overview_context() -> dict[str, object]:
         "search": search,
         "live_query": {"q": search, "cursor": cursor},
         "chart": throughput_chart(last_hour(gw.scripts, charted[:OVERVIEW_QUEUES])),
+        "served": hosts,
     }
 
 
@@ -131,8 +132,9 @@ def queues_context() -> dict[str, object]:
     limited queue). The cost grows with the queues shown, not with those listed."""
     gw = gateway()
     search, cursor = _overview_query()
+    hosts = _served()
     if search is None and cursor is None:
-        view = chosen(gw.scripts, limit=QUEUES_PAGE, first=_served_queues)
+        view = chosen(gw.scripts, limit=QUEUES_PAGE, first=lambda: sorted(hosts.types_by_queue))
     else:
         view = page(gw.scripts, limit=QUEUES_PAGE, cursor=cursor, match=search)
     rows = sorted(view.shown.by_queue.items())
@@ -152,6 +154,7 @@ def queues_context() -> dict[str, object]:
         "view": view,
         "search": search,
         "live_query": {"q": search, "cursor": cursor},
+        "served": hosts,
     }
 
 

@@ -12,10 +12,10 @@
 -- KEYS[1] -> {ns}:v2:schedule:<name>   hash: last (ms), job, job_tick (ms), jobs, missed,
 --                                      paused (ms), resumed (ms)
 --
--- ARGV[1] -> the tick (epoch ms)
--- ARGV[2] -> the job id enqueued for that tick, or '' (first sight, paused, or skipped)
--- ARGV[3] -> due ticks that got no job (count, 0 or more)
--- ARGV[4] -> jobs enqueued for the ticks up to it since `last` (count, 0 or more: a pass a
+-- ARGV[1] -> tick_ms: the tick (epoch ms)
+-- ARGV[2] -> job_id: the job id enqueued for that tick, or '' (first sight, paused, or skipped)
+-- ARGV[3] -> missed: due ticks that got no job (count, 0 or more)
+-- ARGV[4] -> jobs: jobs enqueued for the ticks up to it since `last` (count, 0 or more: a pass a
 --            little late enqueues each tick still on time)
 --
 -- Returns {DONE, 1 when `last` moved to the tick or 0 when it was there or beyond, last (ms)}.

@@ -20,12 +20,12 @@
 -- KEYS[8] -> {prefix}held_order      zset, the held jobs in claim order (for listings)
 -- KEYS[9] -> {prefix}events          capped stream of the queue's events
 --
--- ARGV[1] -> TTL of the job hash (ms): retention plus a margin, a backstop behind trim.lua
--- ARGV[2] -> now (ms) override, or '' for Redis TIME
--- ARGV[3] -> request id: a repeat of the call that canceled the job answers DONE again
--- ARGV[4] -> who asks (a running job's request keeps it): at most 64 bytes, no '|' nor line
+-- ARGV[1] -> hash_ttl_ms: TTL of the job hash (ms): retention plus a margin, a backstop behind trim.lua
+-- ARGV[2] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[3] -> request_id: request id: a repeat of the call that canceled the job answers DONE again
+-- ARGV[4] -> requester: who asks (a running job's request keeps it): at most 64 bytes, no '|' nor line
 --            break (the caller cleans it), or '' for nobody named
--- ARGV[5] -> events stream cap; '0' or absent: no event
+-- ARGV[5] -> events_cap: events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, HGETALL of the job} (canceled, or for a processing job the request recorded),
 -- {DUPLICATE, HGETALL} when it was already canceled or its stop already requested,

@@ -18,14 +18,14 @@
 -- KEYS[8] -> {prefix}wake         capped list of wake-up hints
 -- KEYS[9] -> {prefix}events       capped stream of the queue's events
 --
--- ARGV[1] -> fencing token
--- ARGV[2] -> how it stopped, for its history: 'handler' (it returned or raised after the
+-- ARGV[1] -> token: fencing token
+-- ARGV[2] -> stopped: how it stopped, for its history: 'handler' (it returned or raised after the
 --            request), 'sigterm' (interrupted)
--- ARGV[3] -> who reports it, history's actor letter: 'w' the worker
--- ARGV[4] -> TTL of the job hash (ms): retention plus a margin, as cancel.lua's
--- ARGV[5] -> now (ms) override, or '' for Redis TIME
--- ARGV[6] -> wake-up hint cap (a held job the freed limit slot lets go is hinted)
--- ARGV[7] -> events stream cap; '0' or absent: no event
+-- ARGV[3] -> actor: who reports it, history's actor letter: 'w' the worker
+-- ARGV[4] -> hash_ttl_ms: TTL of the job hash (ms): retention plus a margin, as cancel.lua's
+-- ARGV[5] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[6] -> wake_cap: wake-up hint cap (a held job the freed limit slot lets go is hinted)
+-- ARGV[7] -> events_cap: events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, type, attempts}, {NOT_FOUND}, {STALE_TOKEN, current status} (completed
 -- first, recovered, or claimed anew), or {WRONG_STATE, 'processing'} when no cancel was

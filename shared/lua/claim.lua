@@ -28,15 +28,15 @@
 -- KEYS[12] -> {prefix}held_order      zset, the held jobs in claim order (for listings)
 -- KEYS[13] -> {prefix}events          capped stream of the queue's events
 --
--- ARGV[1] -> job key prefix ({prefix}job:); the popped id's hash is built from it, inside the
+-- ARGV[1] -> job_prefix: job key prefix ({prefix}job:); the popped id's hash is built from it, inside the
 --            same hash tag (the one exception to "every key in KEYS": only Redis knows the id)
--- ARGV[2] -> worker id
--- ARGV[3] -> lease length (ms)
--- ARGV[4] -> request id (unique per claim call)
--- ARGV[5] -> now (ms) override, or '' for Redis TIME
--- ARGV[6] -> the job types this worker runs, as '|a|b|'; '' takes any type
--- ARGV[7] -> wake-up hint cap (a refused job gives its hint back, capped as enqueue does)
--- ARGV[8] -> events stream cap; '0' or absent: no event
+-- ARGV[2] -> worker_id: worker id
+-- ARGV[3] -> lease_ms: lease length (ms)
+-- ARGV[4] -> request_id: request id (unique per claim call)
+-- ARGV[5] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[6] -> runnable: the job types this worker runs, as '|a|b|'; '' takes any type
+-- ARGV[7] -> wake_cap: wake-up hint cap (a refused job gives its hint back, capped as enqueue does)
+-- ARGV[8] -> events_cap: events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, v1, ..., v14}: the code, then the claim reply's values (the job's fields in a
 --         fixed order: see includes/claim.lua), in one flat list; {EMPTY}; {PAUSED}, when

@@ -25,15 +25,15 @@
 -- KEYS[13] -> {prefix}held_order      zset, the held jobs in claim order (for listings)
 -- KEYS[14] -> {prefix}events          capped stream of the queue's events (absent: events off)
 --
--- ARGV[1] -> fencing token
--- ARGV[2] -> result (JSON text)
--- ARGV[3] -> now (ms) override, or '' for Redis TIME
--- ARGV[4] -> job key prefix ({prefix}job:) for the claimed job, as in claim.lua  (claim only)
--- ARGV[5] -> worker id claiming its next job, or '' to claim nothing
--- ARGV[6] -> lease length (ms)                                                    (claim only)
--- ARGV[7] -> the job types the worker runs, '|a|b|'; '' takes any type            (claim only)
--- ARGV[8] -> wake-up hint cap (a refused job gives a hint back)                   (claim only)
--- ARGV[9] -> events stream cap; '0' or absent: events off, no event and no read for one
+-- ARGV[1] -> token: fencing token
+-- ARGV[2] -> result: result (JSON text)
+-- ARGV[3] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[4] -> job_prefix: job key prefix ({prefix}job:) for the claimed job, as in claim.lua  (claim only)
+-- ARGV[5] -> worker_id: worker id claiming its next job, or '' to claim nothing
+-- ARGV[6] -> lease_ms: lease length (ms)                                                    (claim only)
+-- ARGV[7] -> runnable: the job types the worker runs, '|a|b|'; '' takes any type            (claim only)
+-- ARGV[8] -> wake_cap: wake-up hint cap (a refused job gives a hint back)                   (claim only)
+-- ARGV[9] -> events_cap: events stream cap; '0' or absent: events off, no event and no read for one
 --
 -- A completed job keeps what its JSON shows, its token (a repeated or stale call is told apart
 -- by it) and eligible_at; it drops its id (the key holds it), seq and worker_id, and has no

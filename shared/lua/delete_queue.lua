@@ -20,10 +20,10 @@
 -- KEYS[8] -> {ns:queue}:v2:limits         the queue's limits (JSON)
 -- KEYS[9] -> {ns:queue}:v2:completed      zset of completed job ids (their hashes deleted too)
 -- KEYS[10] -> {ns:queue}:v2:canceled      zset of canceled job ids (their hashes deleted too)
--- KEYS[11..n] -> the queue's other keys, deleted (seq, pending_since, wake, events, …)
+-- KEYS[11..n] -> others: the queue's other keys, deleted (seq, pending_since, wake, events, …)
 --
--- ARGV[1] -> the queue's job key prefix, {ns:queue}:v2:job:
--- ARGV[2] -> '1': delete when empty; '0': only check
+-- ARGV[1] -> job_prefix: the queue's job key prefix, {ns:queue}:v2:job:
+-- ARGV[2] -> delete: '1': delete when empty; '0': only check
 --
 -- Returns {DONE, deleted}: the queue is empty (deleted: 1 when this call deleted its keys, 0
 --         for a check); or {WRONG_STATE, pending, held, scheduled, retrying, processing, dead,

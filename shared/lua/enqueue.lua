@@ -16,21 +16,21 @@
 -- KEYS[6] -> {ns:queue}:v2:scheduled       zset, id -> scheduled_at (ms)
 -- KEYS[7] -> {ns:queue}:v2:events          capped stream of the queue's events
 --
--- ARGV[1] -> job id (UUIDv4, chosen by the caller)
--- ARGV[2] -> type
--- ARGV[3] -> payload (JSON text)
--- ARGV[4] -> priority (integer)
--- ARGV[5] -> max_retries (maximum number of executions)
--- ARGV[6] -> scheduled_at (ms, the client's clock) or ''
--- ARGV[7] -> delay (ms, 0 or more) or '': scheduled_at is now + delay, on this script's clock
+-- ARGV[1] -> job_id: job id (UUIDv4, chosen by the caller)
+-- ARGV[2] -> type: type
+-- ARGV[3] -> payload: payload (JSON text)
+-- ARGV[4] -> priority: priority (integer)
+-- ARGV[5] -> max_retries: max_retries (maximum number of executions)
+-- ARGV[6] -> scheduled_at_ms: scheduled_at (ms, the client's clock) or ''
+-- ARGV[7] -> delay_ms: delay (ms, 0 or more) or '': scheduled_at is now + delay, on this script's clock
 --            (never given with ARGV[6])
--- ARGV[8] -> timeout (seconds) or ''
--- ARGV[9] -> wake list cap
--- ARGV[10] -> now (ms) override, or '' for Redis TIME
--- ARGV[11] -> optional: W3C traceparent of the enqueue span, stored as field `traceparent`
+-- ARGV[8] -> timeout: timeout (seconds) or ''
+-- ARGV[9] -> wake_cap: wake list cap
+-- ARGV[10] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[11] -> traceparent: optional: W3C traceparent of the enqueue span, stored as field `traceparent`
 --             (absent or '' when tracing is off: nothing is stored)
--- ARGV[12] -> events stream cap; '0' or absent: no event
--- ARGV[13] -> optional: who enqueues, as a history actor code ('s': a periodic schedule's tick,
+-- ARGV[12] -> events_cap: events stream cap; '0' or absent: no event
+-- ARGV[13] -> actor: optional: who enqueues, as a history actor code ('s': a periodic schedule's tick,
 --             workerd/periodic.py); absent: the api. Given only with ARGV[12] ('0' when off)
 --
 -- Returns {DONE, id, status, created_at, existed[, first]}: existed is 1 when the job was already

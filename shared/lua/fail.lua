@@ -23,21 +23,21 @@
 -- KEYS[11] -> {prefix}held_order  zset, the held jobs in claim order (for listings)
 -- KEYS[12] -> {prefix}events      capped stream of the queue's events
 --
--- ARGV[1] -> fencing token
--- ARGV[2] -> error text, "Type: message" (already length-capped by the caller)
--- ARGV[3] -> base delay (ms)
--- ARGV[4] -> maximum delay (ms)
--- ARGV[5] -> jitter fraction (0..1): the delay moves by up to ± this share of itself
--- ARGV[6] -> a uniform random number in [0, 1) drawn by the caller (scripts must not draw)
--- ARGV[7] -> '1' for a permanent failure (dead now, whatever attempts remain), else '0'
--- ARGV[8] -> TTL of a dead job's hash (ms): the DLQ's maximum age
--- ARGV[9] -> now (ms) override, or '' for Redis TIME
--- ARGV[10] -> the handler's traceback (already capped by the caller), or '' for none
--- ARGV[11] -> who reports the failure, history's actor letter: 'w' the worker, 'v' the
+-- ARGV[1] -> token: fencing token
+-- ARGV[2] -> error: error text, "Type: message" (already length-capped by the caller)
+-- ARGV[3] -> retry_base_ms: base delay (ms)
+-- ARGV[4] -> retry_max_ms: maximum delay (ms)
+-- ARGV[5] -> retry_jitter: jitter fraction (0..1): the delay moves by up to ± this share of itself
+-- ARGV[6] -> draw: a uniform random number in [0, 1) drawn by the caller (scripts must not draw)
+-- ARGV[7] -> permanent: '1' for a permanent failure (dead now, whatever attempts remain), else '0'
+-- ARGV[8] -> dead_ttl_ms: TTL of a dead job's hash (ms): the DLQ's maximum age
+-- ARGV[9] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[10] -> traceback: the handler's traceback (already capped by the caller), or '' for none
+-- ARGV[11] -> actor: who reports the failure, history's actor letter: 'w' the worker, 'v' the
 --             supervisor (a timeout: it killed the worker)
--- ARGV[12] -> TTL of a canceled job's hash (ms): retention plus a margin, as cancel.lua's
--- ARGV[13] -> wake-up hint cap (a held job the freed limit slot lets go is hinted)
--- ARGV[14] -> events stream cap; '0' or absent: no event
+-- ARGV[12] -> canceled_ttl_ms: TTL of a canceled job's hash (ms): retention plus a margin, as cancel.lua's
+-- ARGV[13] -> wake_cap: wake-up hint cap (a held job the freed limit slot lets go is hinted)
+-- ARGV[14] -> events_cap: events stream cap; '0' or absent: no event
 --
 -- A job whose cancel was requested (cancel.lua) is not retried nor dead: its failure (the
 -- handler raised before its worker learned of the request, or it timed out) ends it canceled,

@@ -4,7 +4,7 @@
 --
 -- KEYS[1] -> {ns}:v2:workers   zset of workerd supervisors heard from recently
 --
--- ARGV[1] -> worker record prefix ({ns}:v2:worker:); records of ids read from KEYS[1] are
+-- ARGV[1] -> worker_prefix: worker record prefix ({ns}:v2:worker:); records of ids read from KEYS[1] are
 --            built from it, inside the same hash tag
 --
 -- Returns {hosts, live workers, busy workers, quiet hosts}.

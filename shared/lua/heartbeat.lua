@@ -14,14 +14,14 @@
 -- KEYS[2] -> {prefix}worker:<id>        hash describing the worker
 -- KEYS[3] -> {prefix}events             capped stream of host events (global slot)
 --
--- ARGV[1] -> worker id (the host's registry name)
--- ARGV[2] -> TTL of the record (ms)
--- ARGV[3] -> '1' when the worker is leaving (delete its record now), else '0'
--- ARGV[4] -> now (ms) override, or '' for Redis TIME
--- ARGV[5] -> the supervisor's quiet state: '1' quiet, '0' not
--- ARGV[6] -> '1' when a signal set that state since the previous heartbeat, else '0'
--- ARGV[7] -> events stream cap; '0': no event
--- ARGV[8..n] -> field, value pairs to store (host, pid, busy job id, …)
+-- ARGV[1] -> worker_id: worker id (the host's registry name)
+-- ARGV[2] -> ttl_ms: TTL of the record (ms)
+-- ARGV[3] -> leaving: '1' when the worker is leaving (delete its record now), else '0'
+-- ARGV[4] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[5] -> quiet: the supervisor's quiet state: '1' quiet, '0' not
+-- ARGV[6] -> quiet_by_signal: '1' when a signal set that state since the previous heartbeat, else '0'
+-- ARGV[7] -> events_cap: events stream cap; '0': no event
+-- ARGV[8..n] -> fields: field, value pairs to store (host, pid, busy job id, …)
 --
 -- Returns {the number of workers heard from within the TTL, the quiet state now ('1'/'0')}.
 -- Events (docs/EVENTS.md), each with h = the host's registry name: worker_joined when the

@@ -21,16 +21,16 @@
 -- KEYS[1] -> {ns:queue}:v2:<state>   the state's index zset (pending: score -priority,
 --            member <seq>:<id>; processing: id -> lease deadline; others: id -> time, ms)
 --
--- ARGV[1] -> job key prefix ({ns:queue}:v2:job:); a listed entry's hash is built from it,
+-- ARGV[1] -> job_prefix: job key prefix ({ns:queue}:v2:job:); a listed entry's hash is built from it,
 --            inside the same hash tag, to read its type or start time (the one exception to
 --            "every key in KEYS": only Redis knows which ids lie after the cursor)
--- ARGV[2] -> order: 'asc' (pending, scheduled, retrying: next to run first), 'desc' (newest
+-- ARGV[2] -> order: order: 'asc' (pending, scheduled, retrying: next to run first), 'desc' (newest
 --            first), or 'started' (processing: every running job's start time, unordered)
--- ARGV[3] -> cursor score (an integer), or '' for the first page
--- ARGV[4] -> cursor member, or '' for the first page
--- ARGV[5] -> page size: the most entries returned
--- ARGV[6] -> the most entries examined with a type filter (at least the page size)
--- ARGV[7] -> type to match, or '' for every type
+-- ARGV[3] -> after_score: cursor score (an integer), or '' for the first page
+-- ARGV[4] -> after_member: cursor member, or '' for the first page
+-- ARGV[5] -> limit: page size: the most entries returned
+-- ARGV[6] -> budget: the most entries examined with a type filter (at least the page size)
+-- ARGV[7] -> job_type: type to match, or '' for every type
 --
 -- Returns asc/desc: {more, last member, last score, member 1, score 1, member 2, ...}: the
 --         entries after the cursor in order (those of the type, with a filter); last: the last

@@ -18,9 +18,9 @@
 -- KEYS[6] -> {prefix}wake          capped list of wake-up hints
 -- KEYS[7] -> {prefix}held_order    zset, the held jobs in claim order (for listings)
 --
--- ARGV[1] -> now (ms) override, or '' for Redis TIME
--- ARGV[2] -> wake-up hint cap
--- ARGV[3] -> most gates to open in this call
+-- ARGV[1] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[2] -> wake_cap: wake-up hint cap
+-- ARGV[3] -> limit: most gates to open in this call
 --
 -- Returns the number of held jobs returned to pending.
 

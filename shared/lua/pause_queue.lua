@@ -10,8 +10,8 @@
 -- KEYS[1] -> {ns:queue}:v2:paused   string, paused since (ms)
 -- KEYS[2] -> {ns:queue}:v2:events   capped stream of the queue's events
 --
--- ARGV[1] -> now (ms) override, or '' for Redis TIME
--- ARGV[2] -> events stream cap; '0' or absent: no event
+-- ARGV[1] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[2] -> events_cap: events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, paused since (ms), 1 when this call paused it or 0 when it already was}.
 -- Event: queue_paused, when this call paused it.

@@ -9,8 +9,8 @@
 -- KEYS[1] -> {ns}:v2:schedules           hash, name -> definition (JSON)
 -- KEYS[2] -> {ns}:v2:schedule:<name>     hash, the schedule's state
 --
--- ARGV[1] -> the schedule's name
--- ARGV[2] -> now (ms) override, or '' for Redis TIME
+-- ARGV[1] -> name: the schedule's name
+-- ARGV[2] -> now_ms: now (ms) override, or '' for Redis TIME
 --
 -- Returns {DONE, paused since (ms), 1 when this call paused it or 0 when it already was}, or
 -- {NOT_FOUND} when no schedule has that name.

@@ -15,12 +15,12 @@
 -- KEYS[7] -> {prefix}reply:<request>  this call's answer, kept 15 s for a repeated call
 -- KEYS[8] -> {prefix}events          capped stream of the queue's events
 --
--- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1..2] are built from
+-- ARGV[1] -> job_prefix: job key prefix ({prefix}job:); hashes of ids read from KEYS[1..2] are built from
 --            it, inside the same hash tag
--- ARGV[2] -> most jobs to promote from each set in this call
--- ARGV[3] -> wake list cap
--- ARGV[4] -> now (ms) override, or '' for Redis TIME
--- ARGV[5] -> events stream cap; '0' or absent: no event
+-- ARGV[2] -> limit: most jobs to promote from each set in this call
+-- ARGV[3] -> wake_cap: wake list cap
+-- ARGV[4] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[5] -> events_cap: events stream cap; '0' or absent: no event
 --
 -- Returns {scheduled ids, retrying ids, scheduled lateness (ms), retrying lateness (ms),
 -- scheduled types, retrying types}: lateness = now - due time, and type = the job's type, one

@@ -9,7 +9,7 @@
 --
 -- KEYS[1] -> {ns}:v2:schedules   hash, name -> definition (JSON)
 --
--- ARGV[1..n] -> pairs: a schedule's name, then its definition (JSON); none: no schedule
+-- ARGV[1..n] -> definitions: pairs: a schedule's name, then its definition (JSON); none: no schedule
 --
 -- Returns {DONE, number of schedules published}.
 -- Redis commands: DEL, and one HSET when there is any schedule: 1 or 2.

@@ -10,9 +10,9 @@
 --                                   the type a repeated call answers with
 -- KEYS[4] -> {prefix}events         capped stream of the queue's events
 --
--- ARGV[1] -> request id
--- ARGV[2] -> tombstone TTL (ms)
--- ARGV[3] -> events stream cap; '0' or absent: no event
+-- ARGV[1] -> request_id: request id
+-- ARGV[2] -> tombstone_ttl_ms: tombstone TTL (ms)
+-- ARGV[3] -> events_cap: events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, type}, {NOT_FOUND}, or {WRONG_STATE, current status}. A repeated call answers
 -- as the first did (the tombstone, not the job, holds the type then: the hash is gone).

@@ -21,7 +21,7 @@
 -- KEYS[11] -> {ns:queue}:v2:held           zset, pending jobs a type's limit holds back: they
 --                                           are pending, counted with KEYS[1]
 --
--- ARGV[1] -> now (ms) override, or '' for Redis TIME
+-- ARGV[1] -> now_ms: now (ms) override, or '' for Redis TIME
 --
 -- Returns {{count per state, in KEYS order}, oldest claimable since (ms, or -1 when none),
 --          now (ms, Redis TIME), paused since (ms, or -1 when not paused), completed in the

@@ -8,7 +8,7 @@
 --
 -- KEYS[1] -> {ns}:v2:worker:<name>   hash, the host's registry record (global slot)
 --
--- ARGV[1] -> '1' to quiet the host, '0' to resume it
+-- ARGV[1] -> quiet: '1' to quiet the host, '0' to resume it
 --
 -- Returns {DONE, the quiet state the host last applied ('1', '0', or false before any)}, or
 --         {NOT_FOUND} when no live host has that name.

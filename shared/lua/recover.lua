@@ -21,14 +21,14 @@
 -- KEYS[11] -> {prefix}held_order     zset, the held jobs in claim order (for listings)
 -- KEYS[12] -> {prefix}events         capped stream of the queue's events
 --
--- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1] are built from it
--- ARGV[2] -> most jobs to recover in this call
--- ARGV[3] -> recovery cap (losses allowed before the job is dead)
--- ARGV[4] -> TTL of a dead job's hash (ms)
--- ARGV[5] -> wake list cap
--- ARGV[6] -> now (ms) override, or '' for Redis TIME
--- ARGV[7] -> TTL of a canceled job's hash (ms), as cancel.lua's
--- ARGV[8] -> events stream cap; '0' or absent: no event
+-- ARGV[1] -> job_prefix: job key prefix ({prefix}job:); hashes of ids read from KEYS[1] are built from it
+-- ARGV[2] -> limit: most jobs to recover in this call
+-- ARGV[3] -> max_recoveries: recovery cap (losses allowed before the job is dead)
+-- ARGV[4] -> dead_ttl_ms: TTL of a dead job's hash (ms)
+-- ARGV[5] -> wake_cap: wake list cap
+-- ARGV[6] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[7] -> canceled_ttl_ms: TTL of a canceled job's hash (ms), as cancel.lua's
+-- ARGV[8] -> events_cap: events stream cap; '0' or absent: no event
 --
 -- Returns {requeued ids, dead ids, requeued types, dead types, canceled ids, canceled types}:
 -- each types list holds the job type of the id at the same position (for per-type counters,

@@ -20,19 +20,19 @@
 -- KEYS[11] -> {prefix}held_order     zset, the held jobs in claim order (for listings)
 -- KEYS[12] -> {prefix}events         capped stream of the queue's events
 --
--- ARGV[1] -> fencing token the lost worker held
--- ARGV[2] -> 'crash' (counts a recovery), 'drain' (counts nothing) or 'cancel' (the supervisor
+-- ARGV[1] -> token: fencing token the lost worker held
+-- ARGV[2] -> mode: 'crash' (counts a recovery), 'drain' (counts nothing) or 'cancel' (the supervisor
 --            killed its worker to stop the job: as a crash; the canceled job's history says
 --            sigkill)
--- ARGV[3] -> recovery cap
--- ARGV[4] -> TTL of a dead job's hash (ms)
--- ARGV[5] -> wake list cap
--- ARGV[6] -> request id
--- ARGV[7] -> now (ms) override, or '' for Redis TIME
--- ARGV[8] -> who releases it, history's actor letter: 'w' the worker itself (a job it claimed
+-- ARGV[3] -> max_recoveries: recovery cap
+-- ARGV[4] -> dead_ttl_ms: TTL of a dead job's hash (ms)
+-- ARGV[5] -> wake_cap: wake list cap
+-- ARGV[6] -> request_id: request id
+-- ARGV[7] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[8] -> actor: who releases it, history's actor letter: 'w' the worker itself (a job it claimed
 --            and will not run: it is stopping), 'v' the supervisor
--- ARGV[9] -> TTL of a canceled job's hash (ms), as cancel.lua's
--- ARGV[10] -> events stream cap; '0' or absent: no event
+-- ARGV[9] -> canceled_ttl_ms: TTL of a canceled job's hash (ms), as cancel.lua's
+-- ARGV[10] -> events_cap: events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, type} (requeued), {DEAD, type}, {CANCELED, type}, {NOT_FOUND}, or
 -- {STALE_TOKEN, current status}.

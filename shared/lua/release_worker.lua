@@ -23,16 +23,16 @@
 -- KEYS[11] -> {prefix}held_order      zset, the held jobs in claim order (for listings)
 -- KEYS[12] -> {prefix}events          capped stream of the queue's events
 --
--- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[1] are built from it
--- ARGV[2] -> the dead worker's id
--- ARGV[3] -> 'crash' (counts a recovery), 'drain' (counts nothing) or 'cancel' (the supervisor
+-- ARGV[1] -> job_prefix: job key prefix ({prefix}job:); hashes of ids read from KEYS[1] are built from it
+-- ARGV[2] -> worker_id: the dead worker's id
+-- ARGV[3] -> mode: 'crash' (counts a recovery), 'drain' (counts nothing) or 'cancel' (the supervisor
 --            killed the worker for its job's cancel: as a crash, the job's history says sigkill)
--- ARGV[4] -> recovery cap
--- ARGV[5] -> TTL of a dead job's hash (ms)
--- ARGV[6] -> wake list cap
--- ARGV[7] -> now (ms) override, or '' for Redis TIME
--- ARGV[8] -> TTL of a canceled job's hash (ms), as cancel.lua's
--- ARGV[9] -> events stream cap; '0' or absent: no event
+-- ARGV[4] -> max_recoveries: recovery cap
+-- ARGV[5] -> dead_ttl_ms: TTL of a dead job's hash (ms)
+-- ARGV[6] -> wake_cap: wake list cap
+-- ARGV[7] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[8] -> canceled_ttl_ms: TTL of a canceled job's hash (ms), as cancel.lua's
+-- ARGV[9] -> events_cap: events stream cap; '0' or absent: no event
 --
 -- Returns {{code, job id, type}, ...}: one entry per job released, code DONE (requeued),
 -- DEAD (past the recovery cap) or CANCELED (its cancel was requested); empty when the worker

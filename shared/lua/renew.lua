@@ -6,11 +6,11 @@
 -- only a hand edit can cause, is written back rather than left unrecoverable).
 --
 -- KEYS[1]    -> {prefix}processing   zset, id -> lease deadline (ms)
--- KEYS[2..n] -> {prefix}job:<id>     the jobs whose leases to extend
+-- KEYS[2..n] -> jobs: {prefix}job:<id>     the jobs whose leases to extend
 --
--- ARGV[1]    -> lease length (ms), counted from now
--- ARGV[2]    -> now (ms) override, or '' for Redis TIME
--- ARGV[3..n] -> fencing token for KEYS[2..n], in the same order
+-- ARGV[1]    -> lease_ms: lease length (ms), counted from now
+-- ARGV[2]    -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[3..n] -> tokens: fencing token for KEYS[2..n], in the same order
 --
 -- Returns one entry per job, in order: DONE (extended); CANCEL_ASKED (extended, and a cancel of
 -- the job was requested: the supervisor stops its worker, so it learns of a request within one

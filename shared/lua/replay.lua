@@ -14,10 +14,10 @@
 -- KEYS[6] -> {prefix}wake            capped list of wake-up hints
 -- KEYS[7] -> {prefix}events          capped stream of the queue's events
 --
--- ARGV[1] -> request id
--- ARGV[2] -> wake list cap
--- ARGV[3] -> now (ms) override, or '' for Redis TIME
--- ARGV[4] -> events stream cap; '0' or absent: no event
+-- ARGV[1] -> request_id: request id
+-- ARGV[2] -> wake_cap: wake list cap
+-- ARGV[3] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[4] -> events_cap: events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, HGETALL of the job}, {NOT_FOUND}, or {WRONG_STATE, current status}.
 -- History: replayed (api), attempt 0; the history before it is kept.

@@ -11,10 +11,10 @@
 --
 -- KEYS[1] -> {ns}:v2:idem:<key>   hash {digest, job_id, queue}; expires after the key's TTL
 --
--- ARGV[1] -> digest of the canonical request (its queue included)
--- ARGV[2] -> job id to reserve (UUIDv4, chosen by the caller)
--- ARGV[3] -> queue the job goes to
--- ARGV[4] -> key TTL (ms)
+-- ARGV[1] -> digest: digest of the canonical request (its queue included)
+-- ARGV[2] -> job_id: job id to reserve (UUIDv4, chosen by the caller)
+-- ARGV[3] -> queue: queue the job goes to
+-- ARGV[4] -> ttl_ms: key TTL (ms)
 --
 -- Returns {DONE, job id, queue}: this call reserved the key for ARGV[2] (also when repeated),
 --         {DUPLICATE, job id, queue}: the key already names a job for this same request,

@@ -17,9 +17,9 @@
 --            batch's order, at most 1,000 x 102 bytes (36-byte id, space, queue of up to 64,
 --            comma): about 100 KB for the largest batch.
 --
--- ARGV[1] -> digest of the canonical batch (every job's queue included, in order)
--- ARGV[2] -> jobs to reserve: "<id> <queue>,..." (UUIDv4 ids chosen by the caller)
--- ARGV[3] -> key TTL (ms)
+-- ARGV[1] -> digest: digest of the canonical batch (every job's queue included, in order)
+-- ARGV[2] -> jobs: jobs to reserve: "<id> <queue>,..." (UUIDv4 ids chosen by the caller)
+-- ARGV[3] -> ttl_ms: key TTL (ms)
 --
 -- Returns {DONE, jobs}: this call reserved the key for ARGV[2] (also when repeated),
 --         {DUPLICATE, jobs}: the key already names the jobs of this same batch,

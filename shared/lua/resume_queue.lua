@@ -11,8 +11,8 @@
 -- KEYS[3] -> {ns:queue}:v2:wake      capped list of wake-up hints
 -- KEYS[4] -> {ns:queue}:v2:events    capped stream of the queue's events
 --
--- ARGV[1] -> wake list cap
--- ARGV[2] -> events stream cap; '0' or absent: no event
+-- ARGV[1] -> wake_cap: wake list cap
+-- ARGV[2] -> events_cap: events stream cap; '0' or absent: no event
 --
 -- Returns {DONE, 1 when this call resumed it or 0 when it was not paused, hints pushed}.
 -- Event: queue_resumed, when this call resumed it.

@@ -21,10 +21,10 @@
 -- KEYS[8] -> {prefix}buckets       hash, rate-limit scope -> tokens
 -- KEYS[9] -> {prefix}held_order    zset, the held jobs in claim order (for listings)
 --
--- ARGV[1] -> the limits as JSON ({"c": n, "r": [n, period ms], "t": {...}}), '' to clear
--- ARGV[2] -> job key prefix ({prefix}job:); hashes of ids read from KEYS[4] are built from it
--- ARGV[3] -> wake-up hint cap
--- ARGV[4] -> the limits the caller read before changing one scope ('' for none), or '*' to
+-- ARGV[1] -> limits_json: the limits as JSON ({"c": n, "r": [n, period ms], "t": {...}}), '' to clear
+-- ARGV[2] -> job_prefix: job key prefix ({prefix}job:); hashes of ids read from KEYS[4] are built from it
+-- ARGV[3] -> wake_cap: wake-up hint cap
+-- ARGV[4] -> expected: the limits the caller read before changing one scope ('' for none), or '*' to
 --            replace whatever is there: a change of one type's limit is a read, then this
 --            call, and two at once must not lose one (compare and set)
 --

@@ -8,8 +8,8 @@
 -- KEYS[2] -> {ns:queue}:v2:completed   zset, id -> finished_at (ms)
 -- KEYS[3] -> {ns:queue}:v2:failures    hash, second (epoch s) -> failed executions
 --
--- ARGV[1] -> now (ms) override, or '' for Redis TIME
--- ARGV[2] -> minutes to answer (1 to 60)
+-- ARGV[1] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[2] -> minutes: minutes to answer (1 to 60)
 --
 -- Returns {now (ms), first minute (epoch minute), {completed per minute}, {failed per
 -- minute}}, oldest minute first.

@@ -30,14 +30,14 @@
 -- KEYS[6] -> {prefix}throughput  hash, c:<epoch minute> -> completions, f:<epoch minute> ->
 --                                failed executions, mark -> rolled up to here (ms, inclusive)
 --
--- ARGV[1] -> job key prefix ({prefix}job:); hashes of ids read from the indexes are built from
+-- ARGV[1] -> job_prefix: job key prefix ({prefix}job:); hashes of ids read from the indexes are built from
 --            it, inside the same hash tag
--- ARGV[2] -> retention of completed and canceled jobs (ms)
--- ARGV[3] -> maximum age of a dead job (ms)
--- ARGV[4] -> maximum number of dead jobs
--- ARGV[5] -> most jobs to delete from each index in this call
--- ARGV[6] -> now (ms) override, or '' for Redis TIME
--- ARGV[7] -> maximum number of completed jobs, and of canceled jobs (each index apart)
+-- ARGV[2] -> retention_ms: retention of completed and canceled jobs (ms)
+-- ARGV[3] -> dead_max_age_ms: maximum age of a dead job (ms)
+-- ARGV[4] -> dead_max_jobs: maximum number of dead jobs
+-- ARGV[5] -> limit: most jobs to delete from each index in this call
+-- ARGV[6] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[7] -> finished_max_jobs: maximum number of completed jobs, and of canceled jobs (each index apart)
 --
 -- Returns {completed deleted, canceled deleted, dead deleted}.
 --

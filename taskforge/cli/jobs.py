@@ -144,6 +144,8 @@ def enqueue(
             body=exc.body,
         ) from None
     output(session, job.raw, job.id)
+    for warning in job.warnings:  # stderr: stdout stays the id (or the JSON) alone
+        click.echo(f"{PROG}: warning: {warning}", err=True)
 
 
 @cli.command()

@@ -146,7 +146,7 @@ def queue_row(queue: Queue) -> list[render.Cell]:
     """Return a queue as one row under QUEUE_HEADERS."""
     return [
         queue.name,
-        "paused" if queue.paused else "running",
+        queue_state(queue),
         *(queue.jobs.get(s, 0) for s in STATES),
         render.age(queue.oldest_pending_age_seconds),
         queue.completed_last_minute,
@@ -154,6 +154,15 @@ def queue_row(queue: Queue) -> list[render.Cell]:
         # Pending jobs its limits hold back (counted in PENDING too); "-": it has no limits.
         "-" if queue.limits is None else queue.limits.own.held,
     ]
+
+
+def queue_state(queue: Queue) -> str:
+    """Return a queue's STATE, one word: paused (whether served or not: nothing runs either
+    way until a resume; --json has `served`), unserved (no live workerd host serves it: its
+    jobs wait until one does), or running."""
+    if queue.paused:
+        return "paused"
+    return "unserved" if queue.served is False else "running"
 
 
 @cli.group()
@@ -176,7 +185,8 @@ def queues() -> None:
 def queues_ls(
     session: Session, search: str | None, limit: int, cursor: str | None, every: bool
 ) -> None:
-    """List queues: paused or not, jobs per state, the last minute's throughput."""
+    """List queues: paused, unserved (no live workerd host serves it) or running; jobs per
+    state, the last minute's throughput."""
     if every:
         found, next_cursor = session.client.queues(search=search), None
     else:
@@ -217,7 +227,7 @@ def queues_resume(session: Session, name: str) -> None:
     """Resume a paused queue."""
     known = is_known(session, name)
     queue = session.client.resume_queue(name)
-    output(session, queue.raw, f"{queue.name} {'paused' if queue.paused else 'running'}")
+    output(session, queue.raw, f"{queue.name} {queue_state(queue)}")
     if not known:
         note(f"no queue {name!r} is known: nothing was paused there")
 

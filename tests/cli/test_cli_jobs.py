@@ -22,13 +22,19 @@ from tests.support.gunicorn import Gunicorn
 def enqueue_json(taskforge: Taskforge, *args: str, input: str | None = None) -> dict:
     """Enqueue through the CLI with --json; return the job's JSON."""
     done = taskforge("--json", "enqueue", *args, input=input)
-    assert done.code == Exit.OK and done.err == "", done.err
+    assert done.code == Exit.OK and only_warnings(done.err), done.err
     return json.loads(done.out)
+
+
+def only_warnings(err: str) -> bool:
+    """Tell whether stderr holds enqueue warnings alone (no workerd host runs in these tests:
+    the gateway says so), or nothing."""
+    return all(line.startswith("taskforge: warning: ") for line in err.splitlines())
 
 
 def test_enqueue_prints_the_id_and_get_shows_the_job(taskforge: Taskforge) -> None:
     done = taskforge("enqueue", "send_email", '{"to": "a@example.com"}')
-    assert done.code == Exit.OK and done.err == ""
+    assert done.code == Exit.OK and only_warnings(done.err)
     job_id = done.out.strip()
     shown = taskforge("get", job_id)
     assert shown.code == Exit.OK

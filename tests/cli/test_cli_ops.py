@@ -230,7 +230,8 @@ def test_pausing_a_queue_nobody_knows_says_so_on_stderr_and_still_pauses_it(
     assert taskforge("queues", "resume", typo).err == ""
     other = fresh_queue()
     resumed = taskforge("queues", "resume", other)
-    assert resumed.out.strip() == f"{other} running" and "no queue" in resumed.err
+    # No workerd host runs here: resumed, and said to be served by none.
+    assert resumed.out.strip() == f"{other} unserved" and "no queue" in resumed.err
 
 
 def test_queues_rm_deletes_an_empty_queue_after_asking_and_refuses_a_busy_one(

@@ -20,10 +20,11 @@ from redis.cluster import key_slot
 import workerd.demo  # noqa: F401 (registers the demo handlers)
 from shared import durable
 from shared.config import Settings
+from shared.engine_types import Policy
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
 from shared.redis_conn import connect
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.fakes import IdleSlot
 from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
 from tests.support.gunicorn import Gunicorn, run_gunicorn

@@ -7,10 +7,11 @@ import uuid
 import pytest
 
 from shared.config import Settings
+from shared.engine_types import Code
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
 from shared.redis_conn import connect
-from shared.scripts import Code, Scripts
+from shared.scripts import Scripts
 from tests.support.cluster import queue_names_on_distinct_masters, running_cluster
 from tests.support.tools import require_tool
 from workerd.duties.leases import Leases

@@ -12,59 +12,59 @@ from __future__ import annotations
 import ast
 import json
 import uuid
-from pathlib import Path
 
 import pytest
 
 from shared import listing, throughput
 from shared.config import Settings
+from shared.engine_types import Policy
 from shared.jobs import JobState, validate_enqueue
 from shared.keys import Keys
 from shared.redis_conn import connect
-from shared.scripts import SCRIPT_NAMES, Policy, Scripts
+from shared.scripts import SCRIPT_NAMES, Scripts
 from tests.support import slots
 from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
 from tests.support.tools import ROOT
 
-FUNNELS = {"_call", "_piped", "_piped_bare"}
-# Methods that take a script's name and pass it on to a funnel (the durable mode's, the batch's).
-NAMED_CALLERS = {"_each", "_call_durable"}
-# Methods that use the registered scripts without calling one with keys.
-SCRIPT_HOLDERS = FUNNELS | {"__init__", "load", "ensure_loaded", "ensure_loaded_on"}
+# The transport's two funnels: every EVALSHA goes out through one of them.
+FUNNELS = {"call", "send"}
+# The calls by name (each binds a script's KEYS and ARGV, then goes through a funnel), and the
+# methods that take a script's name and pass it on to one of those.
+NAMED_CALLERS = {"run", "queue", "run_durable", "_each", "_toggle"}
+SCRIPTS_DIR = ROOT / "shared" / "scripts"
 
 
-def _scripts_tree() -> ast.Module:
-    return ast.parse(Path(ROOT / "shared" / "scripts.py").read_text())
+def _trees() -> dict[str, ast.Module]:
+    return {path.name: ast.parse(path.read_text()) for path in SCRIPTS_DIR.glob("*.py")}
 
 
-def test_only_the_guarded_funnels_touch_the_registered_scripts() -> None:
-    """No method reaches self._scripts[...] but the funnels, so the guard sees every call."""
-    scripts_class = next(
-        node
-        for node in _scripts_tree().body
-        if isinstance(node, ast.ClassDef) and node.name == "Scripts"
-    )
-    users = set()
-    for method in scripts_class.body:
-        if not isinstance(method, ast.FunctionDef):
-            continue
-        for node in ast.walk(method):
-            if isinstance(node, ast.Attribute) and node.attr == "_scripts":
-                users.add(method.name)
-    assert users <= SCRIPT_HOLDERS, users - SCRIPT_HOLDERS
+def test_only_the_transport_funnels_send_evalsha() -> None:
+    """EVALSHA appears only in the transport's funnels, so the guard sees every call."""
+    senders = set()
+    for name, tree in _trees().items():
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef):
+                continue
+            for node in ast.walk(func):
+                if isinstance(node, ast.Constant) and node.value == "EVALSHA":
+                    senders.add((name, func.name))
+    assert senders == {("transport.py", funnel) for funnel in FUNNELS}, senders
 
 
 def test_every_script_name_at_a_call_site_is_a_known_script() -> None:
     named = set()
-    for node in ast.walk(_scripts_tree()):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in (*FUNNELS, *NAMED_CALLERS)
-        ):
-            for arg in node.args:
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                    named.add(arg.value)
+    for name, tree in _trees().items():
+        if name == "transport.py":
+            continue
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in NAMED_CALLERS
+            ):
+                for arg in node.args:
+                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                        named.add(arg.value)
     assert named == set(SCRIPT_NAMES), set(SCRIPT_NAMES) ^ named
 
 

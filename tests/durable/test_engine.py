@@ -15,9 +15,10 @@ import pytest
 import redis
 
 from shared import durable
+from shared.engine_types import Code, Policy
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
-from shared.scripts import Code, Policy, Scripts
+from shared.scripts import Scripts
 from tests.support.replicated import Replicated
 
 TIMEOUT_MS = 300

@@ -13,9 +13,10 @@ from prometheus_client import REGISTRY
 
 import workerd.demo  # noqa: F401 (registers the demo handlers)
 from shared.config import Settings
+from shared.engine_types import Policy
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.fakes import IdleSlot
 from tests.support.replicated import Replicated
 from workerd.worker import WorkerProcess

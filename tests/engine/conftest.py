@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 import redis
 
+from shared.engine_types import Code, Policy
 from shared.jobs import EnqueueRequest, Job, JobState, validate_enqueue
 from shared.keys import Keys
 from shared.queries import get_job
-from shared.scripts import Code, Policy, Scripts, load_source
+from shared.scripts import Scripts, load_source
 from tests.support.slots import one_slot
 
 # 2026-01-01T00:00:00Z. Every script call passes an explicit now, counted from here.
@@ -93,7 +94,7 @@ def pin_request_id(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
     redis-py's retry of a call whose reply was lost does."""
 
     def pin(request_id: str) -> None:
-        monkeypatch.setattr("shared.scripts.new_request_id", lambda: request_id)
+        monkeypatch.setattr("shared.scripts.base.new_request_id", lambda: request_id)
 
     return pin
 

@@ -7,9 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from shared import listing
+from shared.engine_types import Code
 from shared.jobs import JobState, format_ms
 from shared.listing import list_jobs
-from shared.scripts import Code, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import POLICY, T0, request
 
 DEFAULT = "default"

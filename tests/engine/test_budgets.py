@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import redis
 
-from shared.scripts import Code, NotRunnable, QueuePaused, Scripts
+from shared.engine_types import Code, NotRunnable, QueuePaused
+from shared.scripts import Scripts
 from tests.engine.conftest import J1, J2, J3, J4, request
 
 # The hot path: a claim, an enqueue.

@@ -9,10 +9,11 @@ import redis
 
 from shared import history
 from shared.bulk import MAX_LIMIT, bulk_dead
+from shared.engine_types import Code, WrongState
 from shared.job_ids import tag_of
 from shared.jobs import JobState
 from shared.listing import BadCursor
-from shared.scripts import Code, Scripts, WrongState
+from shared.scripts import Scripts
 from tests.engine.conftest import T0, K, job_id, request
 
 
@@ -259,8 +260,8 @@ def test_a_pipeline_run_again_with_the_same_request_ids_answers_as_the_first_tim
     replayed, purged = job_id(1), job_id(2)
     dead(scripts, replayed)
     dead(scripts, purged)
-    replay = [scripts._replay_call(replayed, "default", "req-1", None)]
-    purge = [scripts._purge_call(purged, "default", "req-2")]
+    replay = [{**scripts._replay_names(replayed, "default", None), "request_id": "req-1"}]
+    purge = [{**scripts._purge_names(purged, "default"), "request_id": "req-2"}]
 
     first = scripts._each("replay", replay), scripts._each("purge", purge)
     again = scripts._each("replay", replay), scripts._each("purge", purge)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import redis
 
+from shared.engine_types import JobNotFound, WrongState
 from shared.jobs import JobState, format_ms
-from shared.scripts import JobNotFound, Scripts, WrongState
+from shared.scripts import Scripts
 from tests.engine.conftest import (
     FINISHED_TTL_MS,
     J1,

@@ -11,10 +11,11 @@ import pytest
 import redis
 
 from shared import history
+from shared.engine_types import Code
 from shared.history import Actor
 from shared.jobs import JobState, format_ms
 from shared.keys import Keys
-from shared.scripts import Code, Scripts, requester
+from shared.scripts import Scripts, requester
 from tests.engine.conftest import (
     FINISHED_TTL_MS,
     J1,

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import redis
 
+from shared.engine_types import Code, EngineError
 from shared.history import Actor
 from shared.jobs import JobState, format_ms
 from shared.listing import list_jobs
-from shared.scripts import SCRIPT_NAMES, Code, EngineError, Scripts, load_source
+from shared.scripts import SCRIPT_NAMES, Scripts, load_source
 from shared.throughput import last_hour
 from tests.engine.conftest import J1, J2, J3, POLICY, T0, K, claim, enqueue, request, start
 
@@ -121,7 +122,7 @@ def test_every_include_is_expanded() -> None:
 def test_load_puts_every_script_in_redis(r: redis.Redis) -> None:
     r.script_flush()
     engine = Scripts(r, K, POLICY)
-    shas = [script.sha for script in engine._scripts.values()]
+    shas = list(engine.transport.shas.values())
     assert not any(r.script_exists(*shas))
 
     engine.load()
@@ -134,24 +135,18 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
     scripts: Scripts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: dict[str, tuple[int, int]] = {}
-    call = scripts._call
+    call, send = scripts.transport.call, scripts.transport.send
 
     def record(name: str, keys: list[str], args: list[Any]) -> Any:
         sent[name] = (len(keys), len(args))
         return call(name, keys, args)
 
-    def record_piped(pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
+    def record_send(pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
         sent[name] = (len(keys), len(args))
-        piped(pipe, name, keys, args)
+        send(pipe, name, keys, args)
 
-    def record_bare(pipe: Any, name: str, keys: list[str], args: list[Any]) -> None:
-        sent[name] = (len(keys), len(args))
-        bare(pipe, name, keys, args)
-
-    piped, bare = scripts._piped, scripts._piped_bare
-    monkeypatch.setattr(scripts, "_call", record)
-    monkeypatch.setattr(scripts, "_piped", record_piped)
-    monkeypatch.setattr(scripts, "_piped_bare", record_bare)
+    monkeypatch.setattr(scripts.transport, "call", record)
+    monkeypatch.setattr(scripts.transport, "send", record_send)
     token = start(scripts, J1).token
     scripts.renew([(J1, token), (J1, token)], now_ms=T0)
     scripts.complete(J1, token, now_ms=T0)

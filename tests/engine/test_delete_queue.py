@@ -16,10 +16,11 @@ import pytest
 import redis
 
 from shared.directory import QueueDirectory
+from shared.engine_types import Code
 from shared.job_ids import new_job_id, queue_tag, tag_of
 from shared.jobs import JobState
 from shared.queue_removal import QueueKept, QueueNotListed, delete_queue
-from shared.scripts import Code, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import T0, K, request
 
 Q = "mail"

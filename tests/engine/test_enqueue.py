@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import redis
 
+from shared.engine_types import EnqueueResult, IdempotencyConflict
 from shared.jobs import JobState, format_ms
 from shared.queries import get_job
-from shared.scripts import EnqueueResult, IdempotencyConflict, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import (
     J1,
     J2,

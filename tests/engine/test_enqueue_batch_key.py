@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import redis
 
+from shared.engine_types import Code, EnqueueResult, IdempotencyConflict
 from shared.jobs import EnqueueRequest, JobState
-from shared.scripts import Code, EnqueueResult, IdempotencyConflict, Scripts, batch_digest
+from shared.scripts import Scripts, batch_digest
 from tests.engine.conftest import (
     J1,
     J2,

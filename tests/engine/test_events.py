@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import redis
 
-from shared.engine_types import Policy
+from shared.engine_types import Code, Policy, QueuePaused
 from shared.history import Actor
 from shared.keys import Keys
-from shared.scripts import Code, QueuePaused, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import (
     J1,
     J2,
@@ -411,7 +411,7 @@ def test_an_older_caller_that_passes_no_events_key_writes_none(
 ) -> None:
     """A script called with the keys and arguments it took before events existed still works, and
     writes no event (the cap argument is absent)."""
-    raw: Any = r.register_script(scripts._scripts["pause_queue"].script)
+    raw: Any = r.register_script(scripts.transport.sources["pause_queue"])
     assert raw(keys=[K.paused], args=[T0])[2] == 1
     assert not r.exists(K.events)
 

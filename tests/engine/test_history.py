@@ -15,9 +15,10 @@ import pytest
 import redis
 
 from shared import history
+from shared.engine_types import Code
 from shared.history import Actor
 from shared.jobs import format_ms
-from shared.scripts import Code, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import (
     J1,
     J2,

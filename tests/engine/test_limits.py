@@ -14,9 +14,10 @@ import pytest
 import redis
 
 from shared import limits as lim
+from shared.engine_types import Code
 from shared.history import read as read_history
 from shared.jobs import JobState
-from shared.scripts import Code, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import (
     J1,
     J2,

@@ -14,9 +14,10 @@ import pytest
 import redis
 
 from shared import listing
+from shared.engine_types import Code
 from shared.jobs import JobState
 from shared.listing import BadCursor, Position, list_jobs, parse_cursor
-from shared.scripts import Code, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import T0, K, job_id, request, snapshot
 from tests.engine.listing_support import DEFAULT, Seed, expected, flat, pages, seed
 from tests.engine.test_budgets import commands_of
@@ -428,7 +429,7 @@ def _page_call(
     scripts: Scripts, state: JobState, limit: int, job_type: str = "", cursor: str | None = None
 ) -> tuple[object, ...]:
     """Return EVALSHA arguments of one list_page call (the script itself, no pipeline)."""
-    sha = scripts._scripts["list_page"].sha
+    sha = scripts.transport.shas["list_page"]
     after = parse_cursor(cursor) if cursor else None
     score, member = (str(after.score), after.member) if after else ("", "")
     budget = listing.scan_budget(limit, job_type or None)

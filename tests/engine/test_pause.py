@@ -12,8 +12,9 @@ from collections.abc import Callable
 import pytest
 import redis
 
+from shared.engine_types import Code, QueuePause, QueuePaused
 from shared.jobs import JobState, format_ms
-from shared.scripts import Code, QueuePause, QueuePaused, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import (
     J1,
     J2,

@@ -10,10 +10,11 @@ import pytest
 import redis
 
 from shared import ticks
+from shared.engine_types import ScheduleNotFound
 from shared.keys import Keys
 from shared.schedule_state import published, read_states
 from shared.schedules import Schedule, parse_entry
-from shared.scripts import ScheduleNotFound, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import K
 from workerd.periodic import Periodic
 

@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import redis
 
+from shared.engine_types import PromoteResult
 from shared.jobs import JobState, format_ms
-from shared.scripts import PromoteResult, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import (
     J1,
     J2,

@@ -7,7 +7,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from shared.scripts import TOMBSTONE_TTL_MS, JobNotFound, Scripts, WrongState
+from shared.engine_types import JobNotFound, WrongState
+from shared.scripts import TOMBSTONE_TTL_MS, Scripts
 from tests.engine.conftest import (
     J1,
     J2,

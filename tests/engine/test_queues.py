@@ -13,11 +13,12 @@ import pytest
 import redis
 
 from shared.directory import QueueDirectory
+from shared.engine_types import Code, IdempotencyConflict, JobNotFound
 from shared.job_ids import new_job_id
 from shared.jobs import JobState, format_ms
 from shared.keys import Keys
 from shared.queries import get_job
-from shared.scripts import Code, IdempotencyConflict, JobNotFound, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import (
     J1,
     J2,

@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 import redis
 
+from shared.engine_types import AckResult, Code, RecoverResult
 from shared.jobs import JobState
-from shared.scripts import AckResult, Code, RecoverResult, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import (
     J1,
     J2,

@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 import redis
 
+from shared.engine_types import Code, Released
 from shared.jobs import JobState
-from shared.scripts import Code, Released, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import (
     J1,
     J2,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import redis
 
-from shared.scripts import Code, Scripts
+from shared.engine_types import Code
+from shared.scripts import Scripts
 from tests.engine.conftest import (
     J1,
     J2,

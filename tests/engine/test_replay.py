@@ -7,8 +7,9 @@ from collections.abc import Callable
 import pytest
 import redis
 
+from shared.engine_types import Code, JobNotFound, WrongState
 from shared.jobs import JobState
-from shared.scripts import Code, JobNotFound, Scripts, WrongState
+from shared.scripts import Scripts
 from tests.engine.conftest import (
     J1,
     J2,

@@ -23,9 +23,10 @@ from typing import IO
 
 import redis
 
+from shared.engine_types import Policy
 from shared.jobs import EnqueueRequest
 from shared.keys import Keys
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.support.redis_server import RedisServer
 
 JOBS = 5_000
@@ -42,7 +43,8 @@ WORKER_CODE = """
 import json, sys, time
 import redis
 from shared.keys import Keys
-from shared.scripts import Code, Policy, Scripts
+from shared.engine_types import Code, Policy
+from shared.scripts import Scripts
 
 url, worker, mode, out, limit, timeout = sys.argv[1:7]
 client = redis.Redis.from_url(url, socket_timeout=10)  # built in this process, after start

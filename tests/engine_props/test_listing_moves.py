@@ -24,9 +24,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shared.engine_types import Code
 from shared.jobs import JobState, format_ms
 from shared.listing import parse_cursor
-from shared.scripts import Code, Scripts
+from shared.scripts import Scripts
 from tests.engine.conftest import POLICY, T0, K, request
 from tests.engine.listing_support import Seed, expected, flat, pages, seed
 from tests.support.redis_server import RedisServer

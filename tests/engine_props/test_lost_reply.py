@@ -27,10 +27,7 @@ from redis.retry import Retry
 
 from shared import history
 from shared.config import Settings
-from shared.jobs import EnqueueRequest, JobState
-from shared.keys import Keys
-from shared.redis_conn import connect
-from shared.scripts import (
+from shared.engine_types import (
     AckResult,
     Code,
     EnqueueResult,
@@ -39,9 +36,12 @@ from shared.scripts import (
     PromoteResult,
     RecoverResult,
     Released,
-    Scripts,
     TrimResult,
 )
+from shared.jobs import EnqueueRequest, JobState
+from shared.keys import Keys
+from shared.redis_conn import connect
+from shared.scripts import Scripts
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import TcpProxy
 
@@ -73,9 +73,9 @@ class LossyEngine:
         `other_calls`: the calls of other scripts the block makes besides.
         """
         # Loaded beforehand, the scripts travel as EVALSHA <sha>: the bytes the proxy matches.
-        for loaded in self.scripts._scripts.values():
-            self.direct.script_load(loaded.script)
-        with self._lost(self.scripts._scripts[script].sha.encode(), "evalsha", 2 + other_calls):
+        for source in self.scripts.transport.sources.values():
+            self.direct.script_load(source)
+        with self._lost(self.scripts.transport.shas[script].encode(), "evalsha", 2 + other_calls):
             yield
 
     @contextmanager

@@ -38,10 +38,7 @@ from hypothesis.stateful import (
 )
 
 from shared import history
-from shared.jobs import EnqueueRequest, Job
-from shared.keys import Keys
-from shared.scripts import (
-    TRIM_ROUNDS,
+from shared.engine_types import (
     AckResult,
     Code,
     FailResult,
@@ -49,9 +46,11 @@ from shared.scripts import (
     JobNotFound,
     NotRunnable,
     Policy,
-    Scripts,
     WrongState,
 )
+from shared.jobs import EnqueueRequest, Job
+from shared.keys import Keys
+from shared.scripts import TRIM_ROUNDS, Scripts
 from tests.support.redis_server import RedisServer
 
 START = 1_700_000_000_000  # the simulated clock's first reading (ms)

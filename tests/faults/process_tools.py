@@ -24,9 +24,10 @@ from typing import Any
 
 import redis
 
+from shared.engine_types import Policy
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.faults.checker import EnqueueRecord, Execution
 from tests.faults.harness import (
     FINISH_EVENTS,

@@ -22,10 +22,11 @@ from typing import Any
 import pytest
 import redis
 
+from shared.engine_types import Policy
 from shared.jobs import format_ms, validate_enqueue
 from shared.keys import Keys
 from shared.redis_checks import EVICTION, METRIC
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.fakes import IdleSlot
 from tests.faults.checker import (
     OK,
@@ -620,26 +621,28 @@ def test_script_flush_and_redis_restart_are_invisible(
     workerd.stop()
 
 
-def test_enqueue_many_survives_a_flush_between_script_check_and_exec(
+def test_enqueue_many_survives_a_flush_just_before_its_transaction(
     r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Scenario 11, made deterministic: the cache empties after the pipeline's SCRIPT EXISTS.
+    """Scenario 11, made deterministic: the cache empties just before a batch's MULTI/EXEC.
 
-    redis-py checks a transaction's scripts once, then sends MULTI, the EVALSHAs and EXEC; a
-    flush (or restart, or failover) in between failed every EVALSHA with NOSCRIPT, and the
-    batch endpoint answered 500. Found by the scenario above, about one run in two.
+    Every EVALSHA in the transaction answers NOSCRIPT, so none wrote anything: the transport
+    loads the scripts and runs the transaction once more. (Once redis-py checked a
+    transaction's scripts first, and a flush after that check answered the batch with a 500;
+    found by the scenario above, about one run in two.)
     """
     scripts = Scripts(r, KEYS)
-    check_scripts = redis.client.Pipeline.load_scripts
+    scripts.load()
+    execute = redis.client.Pipeline.execute
     flushes: list[int] = []
 
-    def check_then_flush(pipe: redis.client.Pipeline) -> None:
-        check_scripts(pipe)
+    def flush_then_execute(pipe: redis.client.Pipeline, *args: Any, **kwargs: Any) -> Any:
         if not flushes:  # once: the retry must find the script loaded again
             flushes.append(1)
             r.script_flush()
+        return execute(pipe, *args, **kwargs)
 
-    monkeypatch.setattr(redis.client.Pipeline, "load_scripts", check_then_flush)
+    monkeypatch.setattr(redis.client.Pipeline, "execute", flush_then_execute)
     requests = [(validate_enqueue({"type": "journaled"}), str(uuid.uuid4())) for _ in range(3)]
 
     results = scripts.enqueue_many(requests)
@@ -655,8 +658,8 @@ def test_a_script_call_survives_the_cache_emptying_again_during_its_reload(
 ) -> None:
     """Scenario 11, made deterministic: the cache empties again right after redis-py reloads.
 
-    redis-py answers NOSCRIPT by loading the script and trying once more; a flush in between
-    raised NoScriptError to the caller (a worker logged redis_unavailable and backed off; the
+    The transport answers NOSCRIPT by loading the scripts and trying once more; a flush during
+    that reload once raised NoScriptError to the caller (a worker logged redis_unavailable and backed off; the
     gateway would answer 500). Seen once in about twenty runs of the scenario above.
     """
     scripts = Scripts(r, KEYS)

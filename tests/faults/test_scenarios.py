@@ -20,10 +20,11 @@ import pytest
 import redis
 
 from shared import history, limits, ticks
+from shared.engine_types import WrongState
 from shared.keys import Keys
 from shared.schedule_state import read_states
 from shared.schedules import load_file
-from shared.scripts import Scripts, WrongState
+from shared.scripts import Scripts
 from tests.faults.checker import OK, EnqueueRecord, check, read_journal
 from tests.faults.harness import (
     FAULT_ENV,

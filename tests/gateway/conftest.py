@@ -11,9 +11,11 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from gateway import create_app
+from gateway.context import Gateway
 from shared.config import Settings
+from shared.engine_types import Policy
 from shared.keys import Keys
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.fakes import fake_scripts
 
 TOKEN = "s3cret-token"
@@ -26,8 +28,11 @@ def scripts() -> Scripts:
 
 
 def make_app(scripts: Scripts, **env: str) -> Flask:
-    """Return a gateway app on `scripts` with settings from `env`."""
+    """Return a gateway app on `scripts` with settings from `env`, its fleet view stopped:
+    no enqueue warnings and no registry reads in a thread unless a test reads the view itself
+    (tests/gateway/test_enqueue_warnings.py), so replies and command counts are deterministic."""
     app = create_app(Settings.from_env(env), scripts=scripts)
+    app.extensions[Gateway.EXTENSION].fleet.stop()
     app.testing = True
     return app
 

@@ -11,9 +11,10 @@ import pytest
 import redis
 from flask import Flask
 
+from shared.engine_types import Policy
 from shared.keys import Keys
 from shared.lifecycle import Outcome, Transition
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.gateway.conftest import make_app
 from tests.support.engine_jobs import claim, fresh_queue
 from tests.support.gunicorn import Gunicorn

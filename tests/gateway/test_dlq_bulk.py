@@ -13,10 +13,11 @@ import redis
 
 from shared import history
 from shared.directory import QueueDirectory
+from shared.engine_types import Code
 from shared.job_ids import new_job_id
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
-from shared.scripts import Code, Scripts
+from shared.scripts import Scripts
 from tests.support.gunicorn import Gunicorn
 
 K = Keys()

@@ -12,7 +12,8 @@ import json
 import pytest
 from flask.testing import FlaskClient
 
-from shared.scripts import QueuePaused, Scripts
+from shared.engine_types import QueuePaused
+from shared.scripts import Scripts
 from tests.gateway import helpers
 from tests.gateway.conftest import TOKEN, make_app
 

@@ -23,10 +23,11 @@ from gateway.ui.jobs import SHOWN_CHARS
 from gateway.ui.security import CONTENT_SECURITY_POLICY
 from shared.config import Settings
 from shared.directory import QueueDirectory
+from shared.engine_types import Code
 from shared.job_ids import new_job_id
 from shared.jobs import validate_enqueue
 from shared.keys import Keys
-from shared.scripts import Code, Scripts
+from shared.scripts import Scripts
 from tests.gateway.conftest import TOKEN, make_app
 from tests.support.tools import free_port
 

@@ -21,8 +21,9 @@ from flask import Flask
 from gateway import create_app, waiting
 from gateway import events as gateway_events
 from shared.config import Settings
+from shared.engine_types import Policy
 from shared.keys import Keys
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.gateway import helpers
 from tests.support.tools import wait_until
 

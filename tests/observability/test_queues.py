@@ -29,12 +29,13 @@ import workerd.demo  # noqa: F401 (registers the demo handlers)
 from gateway.openapi import document
 from shared import metrics
 from shared.config import Settings
+from shared.engine_types import Policy
 from shared.jobs import JobState, format_ms, validate_enqueue
 from shared.lifecycle import Outcome, Transition
 from shared.metrics import QueueStateCollector
 from shared.queries import QueueCounts
 from shared.queues import QUEUE_PATTERN
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.fakes import IdleSlot
 from tests.gateway.conftest import make_app
 from tests.observability.conftest import samples

@@ -28,7 +28,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 import workerd.demo  # noqa: F401 (registers the demo handlers)
 from shared import tracing
 from shared.config import Settings
-from shared.scripts import Policy, Scripts
+from shared.engine_types import Policy
+from shared.scripts import Scripts
 from tests.fakes import IdleSlot
 from tests.gateway.conftest import make_app
 from tests.observability.conftest import PREFIX

@@ -1,8 +1,8 @@
 """A guard that fails any script call whose KEYS hash to more than one Redis Cluster slot.
 
-`one_slot(scripts)` wraps the three funnels every script call of shared.scripts.Scripts goes
-through (``_call``, ``_piped`` and ``_piped_bare``; tests/cluster/test_script_slots.py checks
-that no call bypasses them) so each call checks its keys before it is sent, on one Redis or a
+`one_slot(scripts)` wraps the two funnels every script call of shared.scripts.Scripts goes
+through (its transport's ``call`` and ``send``; tests/cluster/test_script_slots.py checks that
+no call bypasses them) so each call checks its keys before it is sent, on one Redis or a
 cluster alike: the engine tests run with it, so every call site they reach is held to the rule
 a cluster enforces. It also lays the events out as on a cluster, one stream per queue
 (``Keys.events``): one Redis's one stream for all queues is the single exception to the rule,
@@ -37,25 +37,21 @@ def check_keys(name: str, keys: Sequence[Any]) -> None:
 
 def one_slot(scripts: Scripts) -> Scripts:
     """Make `scripts` check every call's keys (returns it, for fixtures)."""
-    call, piped, bare = scripts._call, scripts._piped, scripts._piped_bare
+    transport = scripts.transport
+    call, send = transport.call, transport.send
 
-    def checked_call(name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    def checked_call(name: str, keys: list[Any], args: list[Any]) -> Any:
         check_keys(name, keys)
         return call(name, keys, args)
 
-    def checked_piped(pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
+    def checked_send(pipe: Any, name: str, keys: list[Any], args: list[Any]) -> None:
         check_keys(name, keys)
-        piped(pipe, name, keys, args)
+        send(pipe, name, keys, args)
 
-    def checked_bare(pipe: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> None:
-        check_keys(name, keys)
-        bare(pipe, name, keys, args)
-
-    def per_queue_events(k: Any) -> list[str]:
-        return [k.events] if scripts.policy.events_cap else []
+    def per_queue_events(k: Any) -> str | None:
+        return k.events if scripts.policy.events_cap else None
 
     scripts._events_key = per_queue_events  # type: ignore[method-assign]
-    scripts._call = checked_call  # type: ignore[method-assign]
-    scripts._piped = checked_piped  # type: ignore[method-assign]
-    scripts._piped_bare = checked_bare  # type: ignore[method-assign]
+    transport.call = checked_call  # type: ignore[method-assign]
+    transport.send = checked_send  # type: ignore[method-assign]
     return scripts

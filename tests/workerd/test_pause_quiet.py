@@ -90,7 +90,7 @@ def test_a_paused_queue_is_left_alone_without_spinning_and_served_again_on_resum
     per_worker = commands_by_connection(redis_server.url, "taskforge-worker-", WATCH)
 
     assert len(per_worker) == 2, per_worker
-    claim_sha = scripts._scripts["claim"].sha
+    claim_sha = scripts.transport.shas["claim"]
     for name, counts in per_worker.items():
         total = sum(counts.values())
         # BLPOP on a's wake list (1 s) and one EXISTS of b's flag, each about once a second;

@@ -20,8 +20,9 @@ import redis
 import tests.workerd.handlers_routing  # noqa: F401 (registers "routed" in this process)
 import workerd.demo  # noqa: F401 (registers the demo handlers in this process)
 from shared.config import Settings
+from shared.engine_types import NotRunnable, Policy
 from shared.jobs import Job, JobState, validate_enqueue
-from shared.scripts import NotRunnable, Policy, Scripts
+from shared.scripts import Scripts
 from tests.fakes import FakeClock, IdleSlot
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd

@@ -19,10 +19,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from shared.config import Settings
+from shared.engine_types import Policy
 from shared.jobs import Job, JobState, validate_enqueue
 from shared.keys import Keys
 from shared.queries import get_job
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.support.redis_server import RedisServer
 from workerd.children import SCHEDULER, WORKER, Child
 from workerd.supervisor import Halt, Supervisor

@@ -19,11 +19,12 @@ import redis
 
 import workerd.demo  # noqa: F401  (registers the demo.noop handler the jobs use)
 from shared.config import Settings
+from shared.engine_types import Policy
 from shared.jobs import JobState, validate_enqueue
 from shared.keys import Keys
 from shared.queries import get_job
 from shared.redis_conn import connect
-from shared.scripts import Policy, Scripts
+from shared.scripts import Scripts
 from tests.fakes import FakeClock, IdleSlot
 from tests.support.redis_server import RedisServer
 from workerd.claim_plan import ClaimTimings

@@ -12,10 +12,11 @@ import logging
 
 import redis
 
+from shared.engine_types import Code
 from shared.log import error_text
 from shared.queues import DEFAULT_QUEUE
 from shared.redis_conn import is_cluster
-from shared.scripts import Code, Scripts
+from shared.scripts import Scripts
 from workerd.children import WORKER, Child, Roster
 from workerd.duties.cancels import Cancels
 

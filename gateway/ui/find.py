@@ -20,7 +20,10 @@ def find_job() -> BaseResponse | tuple[str, int]:
     typed = request.args.get("id", "").strip()
     job_id = typed.lower()  # UUIDs are case-insensitive on input, as on the job's page
     # A malformed id cannot name a job: no Redis read for it.
-    if JOB_ID_PATTERN.fullmatch(job_id) and gateway().directory.find_job(job_id) is not None:
+    if (
+        JOB_ID_PATTERN.fullmatch(job_id)
+        and gateway().directory.locator.find_job(job_id) is not None
+    ):
         return redirect(url_for("ui.job", job_id=job_id), code=303)
     shown = typed if len(typed) <= SHOWN else typed[: SHOWN - 1] + "…"
     return render("not_found.html", "error", status=404, sought=shown)

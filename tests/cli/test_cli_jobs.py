@@ -216,4 +216,5 @@ def test_wait_exits_by_outcome(taskforge: Taskforge, engine: Scripts) -> None:
     assert gone.code == Exit.CANCELED and "canceled" in gone.error_line()
     late = taskforge("--json", "wait", pending, "--timeout", "0.3")
     assert late.code == Exit.WAIT_TIMEOUT and "still pending" in late.error_line()
+    assert f"queue '{queue}'" in late.error_line() and "taskforge queues ls" in late.error_line()
     assert json.loads(late.out)["status"] == "pending"

@@ -308,6 +308,10 @@ def test_the_schedules_page_lists_next_runs_and_pauses_then_resumes_one(
     page = text(ui.get("/ui/schedules"))
     assert "Schedule nightly paused" in page
     assert 'action="/ui/schedules/nightly/resume"' in page
+    row = re.search(r'<tr data-schedule="nightly">.*?</tr>', page, re.S)
+    assert row is not None and '<td class="state">paused</td>' in row[0]
+    # No next runs while paused (as the CLI's "(paused)"): none will happen until a resume.
+    assert '<ul class="runs">' not in row[0] and "(paused: none until resumed)" in row[0]
     post(ui, "/ui/schedules/nightly/resume", "/ui/schedules")
     assert not engine.redis.hexists(K.schedule("nightly"), "paused")
     assert post(ui, "/ui/schedules/other/pause", "/ui/schedules").status_code == 404

@@ -57,7 +57,7 @@ def schedule_row(schedule: Schedule) -> list[render.Cell]:
     return [
         schedule.name,
         f"cron {schedule.cron}" if schedule.cron else f"every {schedule.every}",
-        schedule.timezone if schedule.cron else None,
+        schedule.timezone,  # an interval's ticks are UTC's, as its times say
         schedule.missed,
         schedule.missed_ticks,
         "paused" if schedule.paused else "active",  # the dashboard's words

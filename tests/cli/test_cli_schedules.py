@@ -41,7 +41,8 @@ def test_schedules_ls_shows_each_with_its_next_run(taskforge: Taskforge, r: redi
     # ON MISS is the policy, MISSED the count of ticks that got no job (none yet).
     assert re.search(r"\bcatch_up +0 +active\b", beat), beat
     nightly = next(row for row in rows if row.startswith("nightly"))
-    assert "every 900s" in beat and "catch_up" in beat and "demo.noop on low" in beat
+    assert "every 15m" in beat and "catch_up" in beat and "demo.noop on low" in beat
+    assert re.match(r"beat +every 15m +UTC +catch_up\b", beat), beat  # ZONE: its ticks' zone
     assert "cron 0 3 * * *" in nightly and "Europe/Berlin" in nightly and "active" in nightly
     # The next run, in Berlin's time and named so (never the UTC 02:00 or 01:00).
     assert re.search(r" \d{4}-\d\d-\d\d 03:00:00 Europe/Berlin *$", nightly), nightly

@@ -317,7 +317,10 @@ def jobs_ls(
         return session.client.list(state, queue=queue, type=job_type, limit=limit, cursor=after)
 
     listed, next_cursor = collect(page, cursor, every)
-    print_page(session, listed, next_cursor, render.JOB_HEADERS, render.job_row)
+    if state in ("scheduled", "retrying"):
+        print_page(session, listed, next_cursor, render.WAITING_HEADERS, render.waiting_row)
+    else:
+        print_page(session, listed, next_cursor, render.JOB_HEADERS, render.job_row)
 
 
 def collect(

@@ -26,7 +26,7 @@ from shared.keys import Keys
 if TYPE_CHECKING:
     from shared.scripts import Scripts
 
-# N from 1 to MAX_COUNT, then an optional count of units (none: 1) from 1; gateway/openapi.py
+# N from 1 to MAX_COUNT, then an optional count of units (none: 1) from 1; gateway/contract
 # documents the same pattern, so the document and the server refuse the same rates.
 RATE_PATTERN = r"([1-9][0-9]{0,5}|1000000)/([1-9][0-9]{0,7})?(ms|s|m|h)"
 RATE = re.compile(RATE_PATTERN)

@@ -20,7 +20,7 @@ Scenarios, each with 1 and 2 worker processes:
 - 3 busy strict: ``a,b,c``, a third of the jobs in each;
 - 3 busy weighted: ``a:6,b:3,c:1``, the jobs split 6:3:1 so all three stay busy to the end;
 - first empty: strict ``a,b,c`` with a and b empty, every job in c (the worker asks a and b
-  again every EMPTY_RECHECK while it works through c).
+  again every ``empty_recheck`` (workerd.claim_plan) while it works through c).
 
 Every queue of a scenario is listed (as the gateway lists it), so the scheduler promotes,
 recovers and trims each: its calls are in the figures. Rounds are interleaved; each figure is

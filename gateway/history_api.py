@@ -20,8 +20,8 @@ def job_history(job_id: str) -> dict[str, Any]:
     """Return a job's transitions, oldest first, and how many older ones were dropped."""
     job_id = inputs.job_id(job_id)
     gw = gateway()
-    # The id does not name the queue: find it (one pipelined EXISTS per queue), then read.
-    queue = gw.directory.locate(job_id)
+    # The id names its queue only by a tag: find the queue (shared.engine.job_locator), then read.
+    queue = gw.directory.locator.locate(job_id)
     kept = history.read(gw.redis, gw.keys, job_id, queue) if queue is not None else None
     if kept is None:  # unknown, purged (only its tombstone is left), or trimmed just now
         raise ApiError(404, "job not found")

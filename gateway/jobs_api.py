@@ -96,7 +96,7 @@ def get(job_id: str) -> dict[str, Any]:
     job_id = inputs.job_id(job_id)
     seconds = waiting.wait_seconds()
     gw = gateway()
-    job = gw.directory.find_job(job_id)
+    job = gw.directory.locator.find_job(job_id)
     if job is None:
         raise ApiError(404, "job not found")
     if flask.request.method == "HEAD":  # headers only: nothing worth holding a thread for

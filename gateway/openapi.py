@@ -1,7 +1,9 @@
 """The OpenAPI 3.1 document of the gateway: every route, its inputs and every answer.
 
-The document states what the server enforces, no more and no less: tests/gateway/
-test_schemathesis.py fuzzes real gunicorn from it and fails on any disagreement either way.
+Its schemas are generated from the contract's models (gateway/contract); this module adds
+the routes: their parameters, summaries and status codes. The document states what the server
+enforces, no more and no less: tests/gateway/test_schemathesis.py fuzzes real gunicorn from it
+and fails on any disagreement either way.
 """
 
 from __future__ import annotations
@@ -12,25 +14,18 @@ from typing import Any
 
 from gateway import openapi_schedules, queue_page
 from gateway.body import MAX_BODY_BYTES
+from gateway.contract.schema import event_data
+from gateway.contract.schema import schemas as contract_schemas
 from gateway.events_api import KEEPALIVE_SECONDS
-from gateway.inputs import CANCEL_BY_LIMIT, DLQ_LIMIT_RANGE, MAX_BATCH
+from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
 from gateway.waiting import MAX_WAIT_SECONDS, WAIT_PATTERN
 from shared.engine.events import EVENT_CURSOR_PATTERN
-from shared.engine.history import ACTOR_CODES, CAP, EVENTS
 from shared.engine.queries import CURSOR_PATTERN
 from shared.model.jobs import (
-    DELAY_PATTERN,
-    MAX_DELAY_SECONDS,
-    MAX_RETRIES_RANGE,
-    MAX_TIMEOUT_SECONDS,
-    PRIORITY_LIMIT,
-    TIMEOUT_PATTERN,
-    TRACEBACK_LIMIT,
     TYPE_PATTERN,
     JobState,
 )
-from shared.model.limit_rules import MAX_COUNT, RATE_PATTERN
-from shared.model.queues import DEFAULT_QUEUE, QUEUE_PATTERN
+from shared.model.queues import QUEUE_PATTERN
 from shared.read import bulk, listing, listing_states, throughput
 from shared.read.hosts import HOST_NAME_PATTERN
 
@@ -39,27 +34,6 @@ TIMESTAMP = {"type": "string", "format": "date-time"}
 STATES = [str(state) for state in JobState]
 QUEUE_NAME = {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$", "maxLength": 64}
 HOST_EXAMPLE = "worker-1-4242"  # a registry name as GET /workers shows one
-
-
-def _scheduled_at_pattern() -> str:
-    """Return the pattern of the date-times validate_enqueue accepts for scheduled_at.
-
-    On top of RFC 3339 it refuses a moment before 1970-01-01T00:00:00Z or after
-    9999-12-31T23:59:59.999Z, a leap second, and more than 9 fractional digits. On the first
-    and the last day an offset can cross those bounds; a regex cannot weigh the time against
-    the offset, so there only the offsets that cannot cross are documented.
-    """
-    time = r"[Tt]\d{2}:\d{2}:[0-5]\d(\.\d{1,9})?"
-    years = r"(19[89]\d|197[1-9]|[2-8]\d{3}|9[0-8]\d{2}|99[0-8]\d|999[0-8])-\d{2}-\d{2}"
-    in_1970 = r"1970-(0[2-9]|1[0-2])-\d{2}|1970-01-(0[2-9]|[12]\d|3[01])"
-    in_9999 = r"9999-(0\d|1[01])-\d{2}|9999-12-([0-2]\d|30)"
-    first_day = rf"1970-01-01{time}([Zz]|-\d{{2}}:\d{{2}}|\+00:00)"
-    last_day = rf"9999-12-31{time}([Zz]|\+\d{{2}}:\d{{2}}|-00:00)"
-    any_zone = r"([Zz]|[+-]\d{2}:\d{2})"
-    return rf"^(({years}|{in_1970}|{in_9999}){time}{any_zone}|{first_day}|{last_day})$"
-
-
-SCHEDULED_AT = _scheduled_at_pattern()
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -72,617 +46,6 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 def _error(description: str) -> dict[str, Any]:
     return _json(_ref("Error"), description)
-
-
-def _enqueue_schema() -> dict[str, Any]:
-    low, high = MAX_RETRIES_RANGE
-    return {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["type"],
-        # delay and scheduled_at exclude each other; either may be null, which is not giving it.
-        "not": {
-            "required": ["delay", "scheduled_at"],
-            "properties": {
-                "delay": {"not": {"type": "null"}},
-                "scheduled_at": {"not": {"type": "null"}},
-            },
-        },
-        "examples": [{"type": "send_email", "payload": {"to": "ada@example.com"}, "priority": 5}],
-        "properties": {
-            "type": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
-            "queue": {
-                **QUEUE_NAME,
-                "default": DEFAULT_QUEUE,
-                "description": "The queue it waits in; the workers that serve it run it.",
-            },
-            "payload": {
-                "type": "object",
-                "description": "A JSON object, handed to the handler; absent means {}.",
-            },
-            # An integer may be written 8 or 8.0 (JSON Schema's integer): both are accepted.
-            "priority": {"type": "integer", "minimum": -PRIORITY_LIMIT, "maximum": PRIORITY_LIMIT},
-            "max_retries": {"type": "integer", "minimum": low, "maximum": high},
-            "scheduled_at": {
-                "type": ["string", "null"],
-                "format": "date-time",
-                "pattern": SCHEDULED_AT,
-                "description": (
-                    "When to run it: RFC 3339 with a zone, from 1970-01-01T00:00:00Z to "
-                    "9999-12-31T23:59:59.999Z, on the client's clock. A moment already past, "
-                    "null or none: now. Or give `delay` instead (not both)."
-                ),
-            },
-            "delay": {
-                "description": "Run it this long after enqueue, counted on Redis's clock (a "
-                "producer's clock does not move it): seconds (a number) or a duration (500ms, "
-                "2s, 1m, 1h, 1d, bare seconds as text), from 0 (now) to 366 days, kept in whole "
-                "milliseconds. The job shows the resulting `scheduled_at`. Null or none: no "
-                "delay. Not with `scheduled_at`.",
-                "oneOf": [
-                    {"type": "number", "minimum": 0, "maximum": MAX_DELAY_SECONDS},
-                    {"type": "string", "pattern": DELAY_PATTERN},
-                    {"type": "null"},
-                ],
-            },
-            "timeout": {
-                "description": "Seconds (a number), or a duration as the environment takes one "
-                "(500ms, 2s, 1m, 1h, 1d, bare seconds as text): above 0, at most 7 days. The "
-                "job shows it in seconds.",
-                "oneOf": [
-                    {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TIMEOUT_SECONDS},
-                    {"type": "string", "pattern": TIMEOUT_PATTERN},
-                    {"type": "null"},
-                ],
-            },
-        },
-    }
-
-
-def _job_schema() -> dict[str, Any]:
-    required = ["id", "type", "queue", "status", "priority", "max_retries", "attempts"]
-    required += ["recoveries", "payload", "created_at", "updated_at", "traceback"]
-    return {
-        "type": "object",
-        "required": required,
-        "properties": {
-            "id": {"type": "string", "pattern": JOB_ID},
-            "type": {"type": "string"},
-            "queue": QUEUE_NAME,
-            "status": {"type": "string", "enum": STATES},
-            "priority": {"type": "integer"},
-            "max_retries": {"type": "integer"},
-            "attempts": {"type": "integer", "minimum": 0},
-            "recoveries": {"type": "integer", "minimum": 0},
-            "payload": {},
-            "created_at": TIMESTAMP,
-            "updated_at": TIMESTAMP,
-            "scheduled_at": TIMESTAMP,
-            "started_at": TIMESTAMP,
-            "finished_at": TIMESTAMP,
-            "next_retry_at": TIMESTAMP,
-            "last_error": {"type": "string", "description": '"Type: message"'},
-            "traceback": {
-                "type": ["string", "null"],
-                "description": "The traceback of the handler's exception behind last_error "
-                f"(null when none), cut to its last {TRACEBACK_LIMIT} bytes.",
-            },
-            "result": {},
-            "timeout": {"type": "number"},
-            "cancel_requested_at": {
-                **TIMESTAMP,
-                "description": "When a stop of the job was requested while it ran (kept once "
-                "it ended, whichever way: a job that completed first shows it too).",
-            },
-            "cancel_requested_by": {
-                "type": "string",
-                "description": "Who asked: the request's by, else api and the client's "
-                "address, or dashboard and the browser's.",
-            },
-            "warnings": {
-                "type": "array",
-                "minItems": 1,
-                "items": {"type": "string"},
-                "description": "Enqueue replies only, and only when there is something to "
-                "say: what this gateway saw in the workerd registry (at most a few seconds "
-                "old) that the job will wait or fail for: no host registered, no host "
-                "serving its queue, or no host serving its queue running its type (it then "
-                "fails as NoHandler and ends dead-lettered). Absent when all is well or when "
-                "the gateway could not read the registry lately.",
-            },
-        },
-    }
-
-
-def _history_schema() -> dict[str, Any]:
-    entry = _object(
-        ["event", "at", "actor"],
-        {
-            "event": {"type": "string", "enum": list(dict.fromkeys(EVENTS.values()))},
-            "at": {**TIMESTAMP, "description": "When, on Redis's clock."},
-            "attempt": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "The job's execution this entry is about.",
-            },
-            "worker": {"type": "string", "description": "The worker id, for an execution."},
-            "host": {"type": "string", "description": "The workerd host the worker ran on."},
-            "error": {"type": "string", "description": "The error's type (retrying, dead)."},
-            "by": {"type": "string", "description": "Who asked (cancel_requested)."},
-            "stopped": {
-                "type": "string",
-                "description": "How a running job stopped for its cancel (canceled): handler, "
-                "sigterm, sigkill, failed, timeout or lost.",
-            },
-            "reason": {
-                "type": "string",
-                "enum": ["concurrency", "rate"],
-                "description": "held: which of its type's limits holds the job back.",
-            },
-            "actor": {"type": "string", "enum": [str(actor) for actor in ACTOR_CODES]},
-        },
-    )
-    return _object(
-        ["id", "queue", "history", "dropped"],
-        {
-            "id": {"type": "string", "pattern": JOB_ID},
-            "queue": {"type": "string"},
-            "history": {
-                "type": "array",
-                "maxItems": CAP,
-                "items": entry,
-                "description": f"Oldest first; the last {CAP} transitions.",
-            },
-            "dropped": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "Older transitions left out by the cap.",
-            },
-        },
-    )
-
-
-def _error_schema() -> dict[str, Any]:
-    field_error = {
-        "type": "object",
-        "required": ["field", "message"],
-        "properties": {
-            "index": {"type": "integer", "minimum": 0},
-            "field": {"type": "string"},
-            "message": {"type": "string"},
-        },
-    }
-    return {
-        "type": "object",
-        "required": ["error"],
-        "properties": {
-            "error": {"type": "string", "description": "What is wrong, for a person."},
-            "fields": {"type": "array", "items": field_error},
-            "errors": {"type": "array", "items": field_error},
-            "job_id": {"type": "string", "pattern": JOB_ID},
-            "status": {"type": "string"},
-            "redis": {"type": "string"},
-            "code": {
-                "type": "string",
-                "description": "A stable code for a program: not_replicated (durable mode).",
-            },
-            "job_ids": {"type": "array", "items": {"type": "string", "pattern": JOB_ID}},
-            "replicas": {"type": "integer", "minimum": 0},
-            "wanted": {"type": "integer", "minimum": 1},
-            "jobs": {
-                "type": "object",
-                "description": "DELETE /queues/{name}'s 409: the jobs that keep the queue, "
-                "per state (pending, held, scheduled, retrying, processing, dead).",
-                "additionalProperties": {"type": "integer", "minimum": 0},
-            },
-            "paused": {"type": "boolean"},
-            "limited": {"type": "boolean"},
-            "served_by": {
-                "type": "array",
-                "description": "The live workerd hosts whose WORKER_QUEUES name the queue.",
-                "items": {"type": "string"},
-            },
-        },
-    }
-
-
-def _object(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "required": required, "properties": properties}
-
-
-def _counts_schema() -> dict[str, Any]:
-    counts = {s: {"type": "integer", "minimum": 0} for s in STATES}
-    return {
-        "jobs": _object(STATES, counts),
-        "total": {"type": "integer", "minimum": 0},
-        "oldest_pending_age_seconds": {"type": ["number", "null"], "minimum": 0},
-    }
-
-
-def _stats_schema() -> dict[str, Any]:
-    names = ("hosts", "live", "busy", "quiet")
-    workers = {k: {"type": "integer", "minimum": 0} for k in names}
-    counts = _counts_schema()
-    totals = {
-        "jobs": {**counts["jobs"], "type": ["object", "null"]},
-        "total": {"type": ["integer", "null"], "minimum": 0},
-        "oldest_pending_age_seconds": counts["oldest_pending_age_seconds"],
-    }
-    queues = {
-        "type": "object",
-        "description": "The same counts for each queue of this page, by name: every queue "
-        "while they fit in limit, else about limit of them (next_cursor: the next page).",
-        "propertyNames": QUEUE_NAME,
-        "additionalProperties": _object(list(counts), counts),
-    }
-    return _object(
-        [*totals, "totals_age_seconds", *_page_fields(), "queues", "workers"],
-        {
-            **totals,
-            "totals_age_seconds": {
-                "type": ["number", "null"],
-                "minimum": 0,
-                "description": "null: the totals were read now (every queue is on this page); "
-                "else how old the last sweep's totals are. jobs and total are null only "
-                "before the first sweep of many queues has ended.",
-            },
-            **_page_fields(),
-            "queues": queues,
-            "workers": _object(list(names), workers),
-        },
-    )
-
-
-def _page_fields() -> dict[str, Any]:
-    return {
-        "queue_count": {"type": "integer", "minimum": 1, "description": "Queues listed."},
-        "next_cursor": {
-            "type": ["string", "null"],
-            "pattern": queue_page.CURSOR_PATTERN,
-            "description": "Pass as cursor for the next page; null: this page is the last.",
-        },
-    }
-
-
-def _bulk_schemas() -> dict[str, Any]:
-    high = bulk.MAX_LIMIT
-    ids = {
-        "type": "array",
-        "minItems": 1,
-        "maxItems": high,
-        "items": {"type": "string", "pattern": JOB_ID},
-        "description": "These dead jobs (a repeated id counts once), in any queue.",
-    }
-    by_filter = {
-        "queue": {**QUEUE_NAME, "description": "One queue's dead jobs; absent: every queue's."},
-        "type": {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"},
-        "all": {
-            "const": True,
-            "description": "Every dead job (with queue or type: all of those). A body must "
-            "name ids, queue, type or all: an empty one, or a cursor alone, is refused.",
-        },
-        "limit": {"type": "integer", "minimum": 1, "maximum": high, "default": bulk.DEFAULT_LIMIT},
-        "cursor": {
-            "type": "string",
-            "pattern": f"^{listing.CURSOR_PATTERN.pattern}$",
-            "description": "The next_cursor of the previous call with the same filter.",
-        },
-    }
-    skipped = _object(["id", "reason"], {"id": {"type": "string"}, "reason": {"type": "string"}})
-    return {
-        "BulkRequest": {
-            "description": "Either ids, or a filter as GET /jobs?state=dead takes one: a call "
-            "acts on one page of it (newest death first); next_cursor goes on.",
-            "oneOf": [
-                {**_object(["ids"], {"ids": ids}), "additionalProperties": False},
-                {
-                    "type": "object",
-                    "properties": by_filter,
-                    "additionalProperties": False,
-                    "anyOf": [{"required": [name]} for name in ("queue", "type", "all")],
-                },
-            ],
-            "examples": [
-                {"ids": ["0b8a4c4e-9d6f-4a57-9d0e-3c1f1d2b7a10"]},
-                {"type": "pdf"},
-                {"all": True, "limit": 1000},
-            ],
-        },
-        "BulkResult": _object(
-            ["done", "skipped", "next_cursor"],
-            {
-                "done": {"type": "array", "items": {"type": "string", "pattern": JOB_ID}},
-                "skipped": {
-                    "type": "array",
-                    "items": skipped,
-                    "description": "Jobs left alone, and why: not found, or not dead (any "
-                    "more: a repeated call skips what the first did).",
-                },
-                "next_cursor": {
-                    "type": ["string", "null"],
-                    "description": "Where the filter goes on; null: nothing more (or ids).",
-                },
-            },
-        ),
-    }
-
-
-def _throughput_schema() -> dict[str, Any]:
-    count = {"type": "integer", "minimum": 0}
-    minute = _object(
-        ["start", "completed", "failed"],
-        {
-            "start": {**TIMESTAMP, "description": "The minute's start (UTC, Redis's clock)."},
-            "completed": {**count, "description": "Jobs completed in the minute."},
-            "failed": {**count, "description": "Failed executions in it, retried or dead."},
-        },
-    )
-    return _object(
-        ["queue", "every_queue", "minutes", "completed", "failed"],
-        {
-            "queue": {"type": ["string", "null"], "description": "null: all queues, summed."},
-            "every_queue": {
-                **EVERY,
-                "description": "false: past a page of queues, the sum of the queues hosts "
-                "serve (only workers complete and fail jobs).",
-            },
-            "minutes": {
-                "type": "array",
-                "items": minute,
-                "minItems": 1,
-                "maxItems": throughput.MAX_MINUTES,
-                "description": "Oldest first; the last is the minute in progress.",
-            },
-            "completed": count,
-            "failed": count,
-        },
-    )
-
-
-def _schemas() -> dict[str, Any]:
-    jobs = {"type": "array", "items": _ref("Job")}
-    batch = {"type": "array", "minItems": 1, "maxItems": MAX_BATCH, "items": _ref("EnqueueRequest")}
-    return {
-        "EnqueueRequest": _enqueue_schema(),
-        "BatchRequest": {**_object(["jobs"], {"jobs": batch}), "additionalProperties": False},
-        "CancelRequest": {
-            **_object(
-                [],
-                {
-                    "by": {
-                        "type": "string",
-                        "minLength": 1,
-                        "maxLength": CANCEL_BY_LIMIT,
-                        "description": "Who asks, kept with a running job's request and in "
-                        "its history (its first 64 bytes; '|' and control characters become "
-                        "spaces). Without it: api and the client's address.",
-                    }
-                },
-            ),
-            "additionalProperties": False,
-        },
-        "Job": _job_schema(),
-        "Jobs": _object(["jobs"], {"jobs": jobs}),
-        "History": _history_schema(),
-        "DeadPage": _object(
-            ["jobs", "next_cursor", "every_queue"],
-            {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}, "every_queue": EVERY},
-        ),
-        "Stats": _stats_schema(),
-        **_bulk_schemas(),
-        "Throughput": _throughput_schema(),
-        "JobPage": _object(
-            ["jobs", "next_cursor", "every_queue"],
-            {"jobs": jobs, "next_cursor": {"type": ["string", "null"]}, "every_queue": EVERY},
-        ),
-        **_queue_schemas(
-            {s: {"type": "integer", "minimum": 0} for s in STATES},
-            {"type": ["number", "null"], "minimum": 0},
-        ),
-        "Probe": _object(
-            ["status", "redis"],
-            {
-                "status": {"type": "string"},
-                "redis": {"type": "string"},
-                "primary": {"type": "string", "description": "Sentinel: host:port reached."},
-                "replicas": {
-                    **_object(
-                        ["connected", "wanted"],
-                        {
-                            "connected": {"type": "integer", "minimum": 0},
-                            "wanted": {"type": "integer", "minimum": 1},
-                        },
-                    ),
-                    "description": "Durable mode: replicas the primary has now, and "
-                    "TASKFORGE_WAIT_REPLICAS. Fewer: still 200, every enqueue 503 not_replicated.",
-                },
-                "masters_down": {
-                    "type": "object",
-                    "additionalProperties": {"type": "string"},
-                    "description": "Cluster (redis degraded): each master that did not answer "
-                    "(host:port) and why; still 200 while another answers.",
-                },
-                "masters_answering": {
-                    "type": "array",
-                    "items": {"type": "string"},
-                    "description": "Cluster, with masters_down: the masters that answered.",
-                },
-            },
-        ),
-        "Error": _error_schema(),
-    }
-
-
-def _limits_schemas() -> dict[str, Any]:
-    use = {
-        "running": {
-            "type": "integer",
-            "minimum": 0,
-            "description": "Jobs running in its slots now.",
-        },
-        "held": {
-            "type": "integer",
-            "minimum": 0,
-            "description": "Pending jobs its limits hold back (counted as pending).",
-        },
-    }
-    concurrency = {"type": "integer", "minimum": 1, "maximum": MAX_COUNT}
-    rate = {
-        "type": "string",
-        "pattern": f"^{RATE_PATTERN}$",
-        "description": "N/PERIOD: N claims a period, a token bucket of N on Redis's clock; "
-        "PERIOD like 1s, 500ms, 1m, 1h (a bare unit is 1 of it).",
-        "examples": ["100/1m", "10/1s"],
-    }
-    nullable = {
-        "concurrency": {
-            "oneOf": [{"type": "null"}, concurrency],
-            "description": "At most this many running at once across the fleet; null: none.",
-        },
-        "rate": {"oneOf": [{"type": "null"}, rate], "description": "null: no rate limit."},
-    }
-    scope = {"type": "object", "additionalProperties": False, "properties": nullable}
-    type_name = {"type": "string", "pattern": f"^{TYPE_PATTERN.pattern}$"}
-    return {
-        "LimitsInput": {
-            **scope,
-            "properties": {
-                **nullable,
-                "types": {
-                    "type": "object",
-                    "propertyNames": type_name,
-                    "additionalProperties": _ref("TypeLimitInput"),
-                    "description": "Per job type, in this queue; a type with no limit is left out.",
-                },
-            },
-            "examples": [
-                {"concurrency": 10, "rate": "100/1m", "types": {"generate_pdf": {"concurrency": 5}}}
-            ],
-        },
-        "TypeLimitInput": {
-            **scope,
-            "anyOf": [
-                {"required": ["concurrency"], "properties": {"concurrency": concurrency}},
-                {"required": ["rate"], "properties": {"rate": rate}},
-            ],
-            "examples": [{"concurrency": 5, "rate": "10/1s"}],
-        },
-        "Limits": _object(
-            ["queue", "concurrency", "rate", "running", "held", "types"],
-            {
-                "queue": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
-                **nullable,
-                **use,
-                "types": {
-                    "type": "object",
-                    "propertyNames": type_name,
-                    "additionalProperties": _object(
-                        ["concurrency", "rate", "running", "held"], {**nullable, **use}
-                    ),
-                },
-            },
-        ),
-        "LimitsList": _object(
-            ["queues", "next_cursor"],
-            {
-                "queues": {"type": "array", "items": _ref("Limits")},
-                "next_cursor": _page_fields()["next_cursor"],
-            },
-        ),
-    }
-
-
-def _queue_schemas(counts: dict[str, Any], age: dict[str, Any]) -> dict[str, Any]:
-    count = {"type": "integer", "minimum": 0}
-    queue = _object(
-        [
-            "name",
-            "paused",
-            "served",
-            "paused_since",
-            "jobs",
-            "oldest_pending_age_seconds",
-            "completed_last_minute",
-            "failed_last_minute",
-            "limits",
-        ],
-        {
-            "name": {"type": "string", "pattern": f"^{QUEUE_PATTERN.pattern}$"},
-            "paused": {"type": "boolean"},
-            "served": {
-                "type": "boolean",
-                "description": "A live workerd host serves it now (its WORKER_QUEUES, by the "
-                "registry); false: its jobs wait until one does.",
-            },
-            "paused_since": {**TIMESTAMP, "type": ["string", "null"]},
-            "jobs": _object(STATES, counts),
-            "oldest_pending_age_seconds": age,
-            "completed_last_minute": {
-                **count,
-                "description": "Jobs completed in the last 60 s (by finish time).",
-            },
-            "failed_last_minute": {
-                **count,
-                "description": "Failed executions in the last 60 s, retried or dead "
-                "(a job lost with its worker is not a failure).",
-            },
-            "limits": {
-                "oneOf": [{"type": "null"}, _ref("Limits")],
-                "description": "Its concurrency and rate limits and their use; null: none.",
-            },
-        },
-    )
-    nullable = {"type": ["string", "null"]}
-    process = _object(
-        ["pid", "job_id", "type", "queue", "busy_since", "last_heartbeat"],
-        {
-            "pid": {"type": "integer"},
-            "job_id": {**nullable, "description": "The job it runs; null: idle."},
-            "type": nullable,
-            "queue": nullable,
-            "busy_since": {
-                **TIMESTAMP,
-                "type": ["string", "null"],
-                "description": "When it started the job (the host's clock).",
-            },
-            "last_heartbeat": {**TIMESTAMP, "type": ["string", "null"]},
-        },
-    )
-    required = ["name", "host", "pid", "workers", "busy", "quiet", "quiet_requested", "queues"]
-    host = _object(
-        [*required, "processes"],
-        {
-            "name": {"type": "string", "description": "The registry name, <hostname>-<pid>."},
-            "host": {"type": "string"},
-            "pid": {"type": ["integer", "null"]},
-            "workers": count,
-            "busy": count,
-            "quiet": {"type": "boolean", "description": "Claims nothing more until resumed."},
-            "quiet_requested": {
-                "type": ["boolean", "null"],
-                "description": "An API request the host has not applied yet (null: none).",
-            },
-            "queues": {"type": "array", "items": {"type": "string"}},
-            "worker_queues": {"type": "string", "description": "WORKER_QUEUES as it serves it."},
-            "last_seen": TIMESTAMP,
-            "processes": {
-                "type": "array",
-                "items": process,
-                "description": "Each worker process and its current job, as the host's last "
-                "registry heartbeat (every 2 s) reported them.",
-            },
-        },
-    )
-    return {
-        **_limits_schemas(),
-        "Queue": queue,
-        "Queues": _object(
-            ["queues", *_page_fields()],
-            {"queues": {"type": "array", "items": _ref("Queue")}, **_page_fields()},
-        ),
-        "Host": host,
-        "Hosts": _object(["hosts"], {"hosts": {"type": "array", "items": _ref("Host")}}),
-    }
 
 
 def _parameters() -> dict[str, Any]:
@@ -1282,7 +645,8 @@ def _queue_paths() -> dict[str, Any]:
 
 def _event_paths() -> dict[str, Any]:
     queues = f"{QUEUE_PATTERN.pattern}(,{QUEUE_PATTERN.pattern})*"
-    cursor = rf"^({EVENT_CURSOR_PATTERN})$"
+    # Empty: as if absent (the gateway reads an empty Last-Event-ID as none), from now.
+    cursor = rf"^({EVENT_CURSOR_PATTERN})?$"
     cursor_doc = (
         "The id of the last message received: resume right after it. Its size does not grow "
         "with the number of queues: on one Redis the id of the one events stream, <ms>-<seq> "
@@ -1297,7 +661,7 @@ def _event_paths() -> dict[str, Any]:
         "had not read (data: queue on a Cluster, from, first), and a `: keepalive` comment every "
         f"TASKFORGE_EVENTS_KEEPALIVE ({KEEPALIVE_SECONDS:g} s by default) while idle. A client "
         "that reads nothing for twice that long is dropped. docs/EVENTS.md.",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        "content": {"text/event-stream": {"schema": _event_message(cursor)}},
     }
     busy = {
         **_error(
@@ -1350,6 +714,25 @@ def _event_paths() -> dict[str, Any]:
                     },
                 ],
             )
+        },
+    }
+
+
+def _event_message(cursor: str) -> dict[str, Any]:
+    """Return the schema of one message with data, as an EventSource reads it: OpenAPI 3.1
+    has no `itemSchema` (3.2), and tools read a stream's `schema` as one message's."""
+    return {
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {
+            "id": {"type": "string", "pattern": cursor},
+            "event": {"type": "string"},
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": event_data(),
+            },
+            "retry": {"type": "integer"},
         },
     }
 
@@ -1414,7 +797,7 @@ def _document() -> dict[str, Any]:
             **_event_paths(),
         },
         "components": {
-            "schemas": {**_schemas(), **openapi_schedules.schemas()},
+            "schemas": contract_schemas(),
             "parameters": {
                 **_parameters(),
                 **_listing_parameters(),

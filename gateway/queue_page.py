@@ -12,12 +12,13 @@ from typing import Any
 from flask import request
 
 from gateway.http_errors import ApiError
+from shared.model.u64 import U64_PATTERN
 from shared.read.queue_view import QueueView, is_cursor, page
 
 QUEUE_PAGE_QUERY = ("limit", "cursor", "q")
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
-CURSOR_PATTERN = "^[0-9]{1,20}$"
+CURSOR_PATTERN = f"^{U64_PATTERN}$"
 SEARCH_MAX = 64
 
 

@@ -40,15 +40,21 @@ def host_json(host: WorkerHost) -> dict[str, Any]:
 
 
 def process_json(process: WorkerProcess) -> dict[str, Any]:
-    """Return one worker process as GET /workers lists it: its current job, or nulls."""
-    return {
-        "pid": process.pid,
+    """Return one worker process as GET /workers lists it: its current job, if it runs one.
+
+    An idle process lists no job field at all rather than nulls, so whatever follows a
+    process's job_id (a client, the document's inferred links) never meets a null id.
+    """
+    job = {
         "job_id": process.job_id,
         "type": process.job_type,
         "queue": process.queue,
         "busy_since": format_ms(process.busy_since_ms),
-        "last_heartbeat": format_ms(process.beat_ms),
     }
+    doc: dict[str, Any] = {"pid": process.pid, "last_heartbeat": format_ms(process.beat_ms)}
+    if process.job_id is not None:
+        doc.update((name, value) for name, value in job.items() if value is not None)
+    return doc
 
 
 @route(bp, "GET", "/workers")

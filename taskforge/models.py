@@ -237,7 +237,7 @@ class Host:
 
     name: str
     host: str
-    pid: int
+    pid: int | None  # null when the host did not report one
     workers: int
     busy: int
     quiet: bool

@@ -37,3 +37,21 @@ class IdleSlot:
         self, job_id: str, token: int, timeout: float, queue: str = "", job_type: str = ""
     ) -> float:
         return 0.0
+
+
+class FakeClock:
+    """A monotonic clock a test moves; its `sleep` moves it too, and records each sleep.
+
+    Give both to a process under test (clock=, sleep=) and its waits take no time.
+    """
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds

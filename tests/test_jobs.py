@@ -12,11 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shared.model.jobs import (
-    DELAY_PATTERN,
+    DURATION_PATTERN,
     LIFECYCLE_FIELDS,
     MAX_DELAY_SECONDS,
     MAX_TIMEOUT_SECONDS,
-    TIMEOUT_PATTERN,
     TRACEBACK_LIMIT,
     EnqueueRequest,
     Job,
@@ -572,15 +571,16 @@ UNIT_SECONDS |= {"h": Decimal(3600), "d": Decimal(86400)}
     decimals=st.none() | st.from_regex(r"[0-9]{1,11}", fullmatch=True),
     unit=st.sampled_from(sorted(UNIT_SECONDS)),
 )
-def test_the_timeout_pattern_accepts_exactly_the_durations_within_the_bounds(
+def test_the_timeout_parser_accepts_exactly_the_durations_within_the_bounds(
     whole: str, decimals: str | None, unit: str
 ) -> None:
-    # The OpenAPI document publishes TIMEOUT_PATTERN: it must say exactly what is accepted.
+    # Parsed, then weighed: the document publishes only the shape (DURATION_PATTERN) and the
+    # bounds in words, so the parser alone must take exactly the durations within them.
     text = whole + ("" if decimals is None else "." + decimals) + unit
     seconds = Decimal(text.removesuffix(unit)) * UNIT_SECONDS[unit]
     inside = 0 < seconds <= MAX_TIMEOUT_SECONDS and len(decimals or "") <= 9
 
-    assert bool(re.fullmatch(TIMEOUT_PATTERN, text)) == inside, text
+    assert bool(re.fullmatch(DURATION_PATTERN, text)) == (len(decimals or "") <= 9), text
     if inside:
         # The same seconds as the same text in the environment: one parser.
         from_env = Settings.from_env({"TASK_DEFAULT_TIMEOUT": text}).default_job_timeout
@@ -594,7 +594,7 @@ def test_the_timeout_pattern_accepts_exactly_the_durations_within_the_bounds(
     ["7d", "168h", "10080m", "604800", "604800s", "604800000ms", "7.000000000d", "0.000000001ms"],
 )
 def test_the_timeout_pattern_takes_its_edges(text: str) -> None:
-    assert re.fullmatch(TIMEOUT_PATTERN, text)
+    assert re.fullmatch(DURATION_PATTERN, text)
     assert 0 < (validate_enqueue({"type": "t", "timeout": text}).timeout or 0) <= 604800
 
 
@@ -694,7 +694,7 @@ def test_the_idempotency_digest_covers_the_delay_and_not_its_spelling() -> None:
     assert "delay" not in canonical()
 
 
-# 500, not the timeout pattern's 2,000: the same generator over the same parser, and the edges
+# 500, not the timeout test's 2,000: the same generator over the same parser, and the edges
 # are pinned one by one below.
 @settings(max_examples=500, deadline=None)
 @given(
@@ -702,15 +702,15 @@ def test_the_idempotency_digest_covers_the_delay_and_not_its_spelling() -> None:
     decimals=st.none() | st.from_regex(r"[0-9]{1,11}", fullmatch=True),
     unit=st.sampled_from(sorted(UNIT_SECONDS)),
 )
-def test_the_delay_pattern_accepts_exactly_the_durations_within_the_bounds(
+def test_the_delay_parser_accepts_exactly_the_durations_within_the_bounds(
     whole: str, decimals: str | None, unit: str
 ) -> None:
-    # The OpenAPI document publishes DELAY_PATTERN: it must say exactly what is accepted.
+    # As for timeout, with 0 allowed and a year's bound.
     text = whole + ("" if decimals is None else "." + decimals) + unit
     seconds = Decimal(text.removesuffix(unit)) * UNIT_SECONDS[unit]
     inside = 0 <= seconds <= MAX_DELAY_SECONDS and len(decimals or "") <= 9
 
-    assert bool(re.fullmatch(DELAY_PATTERN, text)) == inside, text
+    assert bool(re.fullmatch(DURATION_PATTERN, text)) == (len(decimals or "") <= 9), text
     if inside:
         delay_ms = validate_enqueue({"type": "t", "delay": text}).delay_ms
         # The nearest millisecond (a float's error, far below 1 µs here, may tip a half).
@@ -724,5 +724,38 @@ def test_the_delay_pattern_accepts_exactly_the_durations_within_the_bounds(
     ["0", "0ms", "00.000000000d", "366d", "8784h", "527040m", "31622400", "31622400000ms"],
 )
 def test_the_delay_pattern_takes_its_edges(text: str) -> None:
-    assert re.fullmatch(DELAY_PATTERN, text)
+    assert re.fullmatch(DURATION_PATTERN, text)
     assert 0 <= (validate_enqueue({"type": "t", "delay": text}).delay_ms or 0) <= 31_622_400_000
+
+
+# --- the model and the field checks agree -------------------------------------------------------
+
+FIELD_VALUES: dict[str, Any] = {
+    "type": st.sampled_from(["t", "a\n", "", "x" * 129, 5, None, "send.email:v2"]),
+    "queue": st.sampled_from(["default", "q-1", "bad name", "", "q" * 65, 3]),
+    "payload": st.sampled_from([{}, {"a": [1]}, [], "x", None]),
+    "priority": st.sampled_from([0, 8.0, 8.5, 2**31, 2**31 + 1, -(2**31), True, "5"]),
+    "max_retries": st.sampled_from([1, 100, 0, 101, 3.0, "3"]),
+    "scheduled_at": st.sampled_from([None, "2099-01-01T00:00:00Z", "2099-01-01", 5]),
+    "delay": st.sampled_from([None, 0, "5m", "366d", "367d", "5m\n", -1, True, "1e3"]),
+    "timeout": st.sampled_from([None, 1, "0s", "7d", "7.000000001d", 0, "2.5", False]),
+    "id": st.just("x"),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(sorted(FIELD_VALUES)), st.none(), max_size=6).flatmap(
+        lambda keys: st.fixed_dictionaries({name: FIELD_VALUES[name] for name in keys})
+    )
+)
+def test_the_model_accepts_exactly_what_the_field_checks_accept(body: dict[str, Any]) -> None:
+    # validate_enqueue converts through EnqueueBody first and falls back to the field checks
+    # (which name every problem): the two must agree on every body, and on its meaning.
+    from shared.model.jobs import _checked, _converted
+
+    try:
+        checked: EnqueueRequest | None = _checked(body)
+    except ValidationError:
+        checked = None
+    assert _converted(body) == checked

@@ -313,3 +313,23 @@ def test_the_documented_files_are_valid(doc: str) -> None:
     for block in blocks:
         assert parse_document(tomllib.loads(block))
     assert len(load_file(str(ROOT / "deploy/schedules.example.toml"))) == 2
+
+
+@pytest.mark.parametrize(
+    ("every", "shown"),
+    [
+        ("15m", "15m"),
+        ("900s", "15m"),
+        ("90s", "90s"),
+        ("7200s", "2h"),
+        ("36h", "36h"),
+        ("1d", "1d"),
+        ("1500ms", "1500ms"),
+    ],
+)
+def test_an_interval_is_shown_in_the_largest_exact_unit_and_reads_back(
+    every: str, shown: str
+) -> None:
+    schedule = parse_entry("n", {"every": every, "job": JOB})
+    assert schedule.every_text == shown
+    assert from_json_round_trip(schedule) == schedule

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 
 from shared.obs.log import error_text
 from shared.settings.config import redact_url
@@ -16,9 +17,16 @@ class Backoff:
     """Waits longer after each consecutive failure: 0.1 s doubling to a cap, with jitter."""
 
     def __init__(
-        self, what: str, *, redis_url: str = "", first: float = 0.1, cap: float = 3.0
+        self,
+        what: str,
+        *,
+        redis_url: str = "",
+        first: float = 0.1,
+        cap: float = 3.0,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.what = what
+        self.sleep = sleep
         self.redis_url = redact_url(redis_url)  # names host and port in the outage line
         self.first = first
         self.cap = cap
@@ -41,7 +49,7 @@ class Backoff:
 
     def wait(self, exc: BaseException) -> None:
         """Record a failure and sleep through the backoff."""
-        time.sleep(self.failed(exc))
+        self.sleep(self.failed(exc))
 
     def succeeded(self) -> None:
         """Record a success; log the end of an outage."""

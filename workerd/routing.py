@@ -22,8 +22,8 @@ from shared.engine.engine_types import NotRunnable
 
 log = logging.getLogger(__name__)
 
-# A worker leaves a queue whose first job another host runs this long, like EMPTY_RECHECK in
-# workerd.worker but longer: the other host needs a claim of its own to take the job.
+# A worker leaves a queue whose first job another host runs this long, like `empty_recheck` in
+# workerd.claim_plan but longer: the other host needs a claim of its own to take the job.
 LEAVE_FOR = 2.0
 # A type no live host runs is taken (to fail) this long before the registry is asked again:
 # its heartbeat interval, within which a host that starts running the type is listed.

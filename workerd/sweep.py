@@ -4,16 +4,19 @@ The scheduler's passes never walk the list of queues (it grows with every name a
 enqueues under): scheduled jobs are found through the due index, the rest through the served
 queues (workerd/scheduler.py). Each can miss a queue only after a crash or a lost write:
 
-- a producer that died between its enqueue script and its note (Scripts.note_due), a
-  scheduler that died between removing a due entry and putting it back (Scripts.settle_due),
-  or a failover that lost either write: the queue's scheduled jobs have no due entry;
+- a producer that died between a script and its cross-slot write (shared.engine.scripts.cross_slot:
+  the due index's note, Scripts.note_due), a scheduler that died between removing a due entry
+  and putting it back (Scripts.settle_due), or a failover that lost either write: the
+  queue's scheduled jobs have no due entry;
 - a host that died serving a queue the served set never had, or lost (a failover, a flush):
   its leases, retries and gates are in no served queue;
 - a job canceled while it waited in a queue no host serves: finished jobs there are in no
   served queue either (the only finished jobs such a queue can get).
 
 Each pass (once a second) reads SWEEP_BATCH names with SSCAN and asks each one EXISTS of the
-keys above; the rare queue that holds any gets its due entry back (ZADD LT), joins the served
+keys above (each registered cross-slot write names its own: the due index, the queue's
+scheduled jobs); the rare queue that holds any gets its global entries back (the due
+index: ZADD LT), joins the served
 set (until it holds nothing more for the per-queue duties), or is trimmed. A full walk of N
 listed names takes N / SWEEP_BATCH passes: that bounds how late such a queue is served
 (10,000 names: about 5 minutes), at a cost per second that does not grow with N.
@@ -24,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from shared.engine.scripts import Scripts
+from shared.engine.scripts import Scripts, cross_slot
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ RECOVER_FROM = ("processing",)
 TRIM_FROM = ("completed", "canceled", "dead", "failures")
 WORKER_MADE = (*PROMOTE_FROM, *OPEN_GATES_FROM, *RECOVER_FROM)
 FINISHED = TRIM_FROM
+INDEXES = (*WORKER_MADE, *FINISHED)
 
 
 class Sweep:
@@ -59,7 +63,7 @@ class Sweep:
         pipe = client.pipeline(transaction=False)
         for name in names:
             keys = self.scripts.q(name)
-            pipe.exists(keys.scheduled, *(getattr(keys, i) for i in (*WORKER_MADE, *FINISHED)))
+            pipe.exists(*cross_slot.evidence_of(keys), *(getattr(keys, i) for i in INDEXES))
         holding = [name for name, n in zip(names, pipe.execute(), strict=True) if n]
         if holding:
             self._repair(holding, set(served), now_ms, share)
@@ -67,27 +71,24 @@ class Sweep:
     def _repair(self, queues: list[str], served: set[str], now_ms: int | None, share: int) -> None:
         client, keys = self.scripts.redis, self.scripts.keys
         pipe = client.pipeline(transaction=False)
+        written = 0
         for queue in queues:
             q = self.scripts.q(queue)
-            pipe.zrange(q.scheduled, 0, 0, withscores=True)
+            written = cross_slot.read_each(pipe, q)  # what its global entries should be
             pipe.exists(*(getattr(q, i) for i in WORKER_MADE))
             pipe.exists(*(getattr(q, i) for i in FINISHED))
         replies = pipe.execute()
-        first = {q: int(r[0][1]) for q, r in zip(queues, replies[0::3], strict=True) if r}
-        if first:
-            indexed = client.zmscore(keys.due, list(first))
-            lost = [q for q, at in zip(first, indexed, strict=True) if at is None or at > first[q]]
-            if lost:
-                client.zadd(keys.due, {q: first[q] for q in lost}, lt=True)
-                log.warning("due_index_repaired", extra={"queues": lost})
+        step = written + 2
+        writes = [r for n in range(0, len(replies), step) for r in replies[n : n + written]]
+        cross_slot.restore_all(client, keys, queues, writes)
         unserved = [q for q in queues if q not in served]
-        worker_made = dict(zip(queues, replies[1::3], strict=True))
+        worker_made = dict(zip(queues, replies[written::step], strict=True))
         adopted = [q for q in unserved if worker_made[q]]
         if adopted:
             # Score 0: as if last listed long ago, so it leaves the set once it holds nothing.
             client.zadd(keys.served, dict.fromkeys(adopted, 0), nx=True)
             log.warning("served_queue_adopted", extra={"queues": adopted})
-        finished = dict(zip(queues, replies[2::3], strict=True))
+        finished = dict(zip(queues, replies[written + 1 :: step], strict=True))
         for queue in unserved:
             if finished[queue] and queue not in adopted:
                 self.scripts.trim(queue=queue, now_ms=now_ms, share=share)

@@ -4,20 +4,20 @@ While there is work, completing a job and claiming the next is one Redis call. W
 the process blocks on its queues' wake-up lists (BLPOP, 1 s) instead of polling, so an idle
 worker costs about one Redis command a second.
 
-Several queues (WORKER_QUEUES): each claim walks the queues in the plan's order (strict, or
-drawn by weight), one claim call per queue tried, since one script touches one queue's slot.
-A complete claims the next job in the same call only when the job's queue comes first in the
-next order; a queue found empty is skipped for EMPTY_RECHECK seconds, so a worker busy on a
-lower queue does not ask an empty higher one before every job (docs/QUEUES.md). A claim takes
-only the job types this host runs; a queue whose first job another host runs is left to it for
-a while (workerd.routing). The supervisor, not this process, renews the lease of the
-running job: a handler that holds the GIL for minutes cannot starve its own lease.
+Several queues (WORKER_QUEUES): which queue each claim asks, which are skipped (empty, paused,
+set aside on a cluster, left to other hosts) and how the worker waits idle is the
+ClaimPlanner's to say (workerd.claim_plan, on the clock this process is given); this process
+does the Redis calls and the sleeping it decides. A complete claims the next job in the same
+call only when the job's queue comes first in the next order. A claim takes only the job types
+this host runs (workerd.routing). Running the handler is workerd.execution's; writing its
+outcome, retried through an outage, workerd.acks's. The supervisor, not this process, renews
+the lease of the running job: a handler that holds the GIL for minutes cannot starve its own
+lease.
 
-Pausing: a queue whose claim answered PAUSED leaves the claim order and the wake lists; one
-pipelined EXISTS a second (PAUSED_RECHECK) tells when it is resumed. Quiet (the supervisor's
-flag in shared memory, read before every claim): the worker finishes its job, claims nothing
-more, not even with the complete, gives back a next job already claimed, and waits without
-touching Redis, so it takes no wake-up hint another host's idle worker should have.
+Quiet (the supervisor's flag in shared memory, read before every claim): the worker finishes
+its job, claims nothing more, not even with the complete, gives back a next job already
+claimed, and waits without touching Redis, so it takes no wake-up hint another host's idle
+worker should have.
 
 Cancelling the running job (docs/JOBS.md): the supervisor writes the request in this
 process's slot (workerd.slots.Control), then sends SIGTERM. The handler's
@@ -33,98 +33,36 @@ import logging
 import os
 import signal
 import time
-import traceback
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from types import FrameType
-from typing import Any
 
 import redis
 
-from shared.connect.redis_conn import MASTER_DOWN, is_cluster, read_each
+from shared.connect.redis_conn import MASTER_DOWN, is_cluster
 from shared.engine import lifecycle
-from shared.engine.engine_types import AckResult, Code, Confirmation, NotRunnable, QueuePaused
+from shared.engine.engine_types import Code, NotRunnable, QueuePaused
 from shared.engine.history import Actor
 from shared.engine.scripts import Scripts, new_request_id
-from shared.model.jobs import Job, dump_json, format_ms
+from shared.model.jobs import Job
 from shared.obs import metrics, tracing
-from shared.obs.log import error_line, error_text
 from shared.settings.config import Settings
+from workerd.acks import Acknowledger
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
+from workerd.claim_plan import ClaimPlanner, ClaimTimings
 from workerd.duties.fleet_heartbeat import hosts_running
-from workerd.handler_registry import (
-    JobCanceled,
-    JobContext,
-    PermanentError,
-    lookup,
-    registered_types,
-)
+from workerd.execution import Execution, Outcome, run_handler
+from workerd.handler_registry import JobCanceled, registered_types
+from workerd.idle_wait import pop_hint
 from workerd.routing import Routing
-from workerd.slots import Control, Slot
+from workerd.slots import Slot
 
 log = logging.getLogger(__name__)
 tracing.configure(tracing.WORKER)
 
-WAKE_TIMEOUT_SECONDS = 1
-# On a Redis Cluster, a queue whose master does not answer is set aside this long (seconds)
-# while the worker serves its other queues: a failover takes cluster-node-timeout and more.
-CLUSTER_SET_ASIDE = 0.5
-# On a Redis Cluster an idle worker blocks on one queue's wake list at a time, this long
-# (Worker._pop_hint): a job in another of its queues waits at most this for it.
-CLUSTER_WAKE_SLICE = 0.25
-# An idle worker claims without a hint every this many empty waits: a safety net should a hint
-# ever be lost (popped by a worker that died before claiming), at ~0.1 extra commands a second.
-CLAIM_ANYWAY_EVERY = 10
-# A busy worker skips a queue that answered "empty" this long: at most this much later does a
-# job newly enqueued to a higher queue overtake the lower queue it is working through (idle
-# workers are woken for it at once).
-EMPTY_RECHECK = 0.2
 # Claims on one queue at most per claim, each refusal adding a type no live host runs (routing).
 TAKE_TRIES = 3
-# A queue found paused is asked again (one EXISTS, pipelined over every paused queue) this
-# often: how long after a resume a worker that dropped it takes from it again.
-PAUSED_RECHECK = 1.0
-# A quiet worker reads its flag (shared memory, no Redis) this often: how long after a resume
-# (SIGCONT, or the API's request applied) it claims again.
-QUIET_WAIT = 0.2
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How one execution ended, before it is recorded in Redis."""
-
-    ok: bool
-    result_json: str = "null"
-    # The message and traceback go to Redis (last_error and traceback, the job owner's own
-    # data); logs get only the kind, because a handler's message can echo its payload.
-    error: str = ""  # "Kind: message", the one format of last_error
-    error_kind: str = ""
-    permanent: bool = False
-    traceback: str = ""
-    # Stopped for its cancel: how ("sigterm": interrupted; "handler": it returned or raised
-    # after the request), and the job ends canceled. "" when no cancel stopped it.
-    canceled: str = ""
-
-
-@dataclass
-class Execution:
-    """One run of a handler, as its cancel sees it: named by its start (Slot.start_job)."""
-
-    started: float
-    control: Control | None = None
-    armed: bool = False  # inside the handler: a cancel's SIGTERM may raise JobCanceled there
-    asked: bool = False  # the handler asked cancel_requested(): it stops by itself
-
-    def requested(self) -> bool:
-        """Tell whether the supervisor asked this execution to stop (shared memory)."""
-        return self.control is not None and self.control.cancel_requested(self.started)
-
-    def ask(self) -> bool:
-        """The handler's job.cancel_requested(): from now on it is trusted to stop by itself."""
-        self.asked = True
-        return self.requested()
 
 
 class WorkerProcess(StopOnSignal):
@@ -139,6 +77,9 @@ class WorkerProcess(StopOnSignal):
         parent_pid: int,
         *,
         quiet: Callable[[bool], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        timings: ClaimTimings | None = None,
     ) -> None:
         self.settings = settings
         self.scripts = scripts
@@ -148,26 +89,22 @@ class WorkerProcess(StopOnSignal):
         self.stopping = False
         self.exit_reason = ""
         self.jobs_done = 0
-        self.idle_waits = 0
-        # Which wake list a cluster's idle worker blocks on next: workers start apart (pid).
-        self.wake_turn = os.getpid()
-        self.claim_now = True
         self.next_job: Job | None = None
-        # Claims that raised, queue -> request id: each may have reached Redis (only its reply
-        # was lost), so the next claim on that queue repeats it and gets that job back.
-        self.claim_retry: dict[str, str] = {}
-        # On a cluster, queues whose master did not answer: skipped until then (monotonic).
-        self.unreachable_until: dict[str, float] = {}
-        self.plan = settings.worker_queues
-        self.empty_until: dict[str, float] = {}  # queue -> monotonic time to ask again
-        self.order: tuple[str, ...] = ()  # the queue order drawn for the next claim
+        self.sleep = sleep
         self.routing = Routing(
             registered_types(),
             lambda queue, job_type: hosts_running(scripts, queue, job_type),
             worker_id=worker_id,
+            clock=clock,
         )
-        self.paused: set[str] = set()  # queues that answered PAUSED, asked again once a second
-        self.paused_checked = 0.0  # monotonic time of the last ask
+        # Workers start apart on a cluster's wake lists (pid).
+        self.planner = ClaimPlanner(
+            settings.worker_queues,
+            self.routing,
+            clock=clock,
+            timings=timings,
+            first_turn=os.getpid(),
+        )
         # The host's quiet request and the lock held from reading it to the claim's reply
         # (workerd.slots.ClaimFence: once /health says quiet, no claim of this host answers).
         # A test's stand-in slot has none: `quiet` is then its flag, and nothing is locked.
@@ -175,7 +112,10 @@ class WorkerProcess(StopOnSignal):
         self.fence: AbstractContextManager[object] = fence or contextlib.nullcontext()
         self._read_quiet = quiet or (fence.quiet if fence else (lambda previous: previous))
         self.quiet = False
-        self.backoff = Backoff("worker", redis_url=settings.redis_url)
+        self.backoff = Backoff("worker", redis_url=settings.redis_url, sleep=sleep)
+        self.acks = Acknowledger(
+            scripts, self.routing, self.backoff, parent_alive=self._parent_alive
+        )
         self.execution: Execution | None = None  # the handler running now, if any
         self.cancels_seen = slot.control.cancels_sent() if slot.control is not None else 0
 
@@ -224,9 +164,12 @@ class WorkerProcess(StopOnSignal):
         tracing.shutdown()
         return 0
 
+    def _parent_alive(self) -> bool:
+        return os.getppid() == self.parent_pid
+
     def keep_going(self) -> bool:
         """Tell whether to run another step: not stopping, parent alive, not due for recycling."""
-        if os.getppid() != self.parent_pid:
+        if not self._parent_alive():
             self.stopping, self.exit_reason = True, "supervisor gone"
         elif self._due_for_recycling():
             self.stopping = True
@@ -235,41 +178,42 @@ class WorkerProcess(StopOnSignal):
     def step(self) -> None:
         """Run one job if one is claimable, else wait (bounded) for a wake-up hint."""
         self.slot.beat()
+        planner = self.planner
         try:
             with self.fence:  # the quiet check and the claim it lets through, as one
                 quiet = self._is_quiet()
                 job = None if quiet else self._claim_if_due()
             if quiet:
                 self._hand_back_unstarted_job()
-                self.claim_now = True  # resumed: claim at once, not at the next hint
-                time.sleep(QUIET_WAIT)  # no BLPOP: a hint taken here would be lost to others
+                planner.claim_now = True  # resumed: claim at once, not at the next hint
+                # No BLPOP: a hint taken here would be lost to others.
+                self.sleep(planner.timings.quiet_wait)
                 return
             if job is None:
                 # Idle: one BLPOP a second, and a claim only when a hint says there is work.
-                self.claim_now = self._wait_for_work()
+                planner.claim_now = self._wait_for_work()
             else:
                 self.next_job = self._execute(job)
             self.backoff.succeeded()
         except redis.RedisError as exc:
-            self.claim_now = True
+            planner.claim_now = True
             self.backoff.wait(exc)
 
     def _claim_if_due(self) -> Job | None:
         """Return the job claimed with the last completion, else claim one if it is time."""
         self._recheck_paused()
         job, self.next_job = self.next_job, None
-        if job is None and self.claim_now:
+        if job is None and self.planner.claim_now:
             job = self._claim()
         return job
 
     def _claim(self) -> Job | None:
         """Claim from the first queue of the next order that has a job; None when none has."""
-        for queue, request_id in list(self.claim_retry.items()):  # repeat what raised
-            if self._reachable(queue):
-                job = self._claim_from(queue, request_id)
-                if job is not None:
-                    return job
-        for queue in self._next_order():
+        for queue, request_id in self.planner.retries():  # repeat what raised
+            job = self._claim_from(queue, request_id)
+            if job is not None:
+                return job
+        for queue in self.planner.next_order():
             job = self._claim_from(queue, new_request_id())
             if job is not None:
                 return job
@@ -278,169 +222,65 @@ class WorkerProcess(StopOnSignal):
     def _claim_from(self, queue: str, request_id: str) -> Job | None:
         """Claim from one queue: its first job, if this host runs its type (or no host does).
 
-        None when the queue is empty (skipped for EMPTY_RECHECK), paused (dropped until a
-        re-check finds it resumed) or starts with a job another live host runs (left to it).
+        None when the queue is empty (skipped a while), paused (dropped until a re-check finds
+        it resumed) or starts with a job another live host runs (left to it).
         """
+        retry = self.planner.claim_retry
         for _ in range(TAKE_TRIES):
             # Kept until the call answers: one that raised may have reached Redis (reply lost).
-            self.claim_retry[queue] = request_id
+            retry[queue] = request_id
             runnable = self.routing.runnable(queue)
             try:
                 job = self.scripts.claim(
                     self.worker_id, queue=queue, runnable=runnable, request_id=request_id
                 )
             except QueuePaused:
-                self.claim_retry.pop(queue, None)
-                self._found_paused(queue)
+                retry.pop(queue, None)
+                self.planner.found_paused(queue)
                 return None
             except MASTER_DOWN as exc:
                 if not is_cluster(self.scripts.redis):
                     raise  # one Redis: nothing else to claim from; the step backs off
-                self._unreachable(queue, exc)
+                self.planner.set_aside(queue, exc)  # its claim kept for a repeat
                 return None
-            self.claim_retry.pop(queue, None)
+            retry.pop(queue, None)
             if not isinstance(job, NotRunnable):
                 if job is None:
-                    self.empty_until[queue] = time.monotonic() + EMPTY_RECHECK
+                    self.planner.found_empty(queue)
                 return job
             if not self.routing.take(job):
                 return None  # left to a host that runs it
             request_id = new_request_id()
         return None
 
-    def _reachable(self, queue: str) -> bool:
-        """Tell whether `queue` is not set aside for its master's failure (a cluster's)."""
-        return self.unreachable_until.get(queue, 0.0) <= time.monotonic()
-
-    def _unreachable(self, queue: str, exc: Exception) -> None:
-        """Set a queue aside whose master failed (a cluster's): the others keep flowing.
-
-        On one Redis an error stops every queue and the step backs off. On a cluster one
-        master's death (until its replica is promoted) must not stall the queues of the
-        others: this queue is skipped for CLUSTER_SET_ASIDE, its claim kept for a repeat.
-        """
-        if self._reachable(queue):
-            log.warning(
-                "queue_unreachable",
-                extra={"queue": queue, "error": error_text(exc), "retry_s": CLUSTER_SET_ASIDE},
-            )
-        self.unreachable_until[queue] = time.monotonic() + CLUSTER_SET_ASIDE
-        if all(not self._reachable(q) for q in self.plan.names):
-            raise exc  # nothing left to serve: the step backs off as on one Redis
-
-    def _found_paused(self, queue: str) -> None:
-        """Stop asking a paused queue (claims and wake lists) until a re-check finds it resumed."""
-        if not self.paused:
-            self.paused_checked = time.monotonic()
-        self.paused.add(queue)
-
     def _recheck_paused(self) -> None:
-        """Once a second, ask whether the paused queues still are (one pipelined round trip)."""
-        now = time.monotonic()
-        if not self.paused or now < self.paused_checked + PAUSED_RECHECK:
+        """Once in a while, ask whether the paused queues still are (one pipelined round trip)."""
+        queues = self.planner.paused_to_recheck()
+        if not queues:
             return
-        self.paused_checked = now
-        queues = sorted(self.paused)
         pipe = self.scripts.redis.pipeline(transaction=False)
         for queue in queues:
             pipe.exists(self.scripts.q(queue).paused)
         for queue, still in zip(queues, pipe.execute(), strict=True):
             if not still:
-                self.paused.discard(queue)
-                self.empty_until.pop(queue, None)
-                self.claim_now = True
+                self.planner.resumed(queue)
 
     def _is_quiet(self) -> bool:
         """Read the supervisor's quiet flag (shared memory: no system call)."""
         self.quiet = self._read_quiet(self.quiet)
         return self.quiet
 
-    def _next_order(self) -> tuple[str, ...]:
-        """Return the queues to try next, in order, without those found empty just now."""
-        if not self.order:
-            now = time.monotonic()
-            drawn = self.plan.order()
-            self.order = tuple(
-                q
-                for q in drawn
-                if self.empty_until.get(q, 0.0) <= now
-                and self._reachable(q)
-                and q not in self.paused
-                and not self.routing.leaves(q, now)
-            )
-        order, self.order = self.order, ()
-        return order
-
     def _wait_for_work(self) -> bool:
-        """Block on the wake lists; return whether to claim (a hint came, or it is time anyway).
-
-        Not on a paused queue's (enqueues there would wake the worker for nothing), nor on a
-        queue left to other hosts (its hints are for them). With every queue paused there is
-        nothing to block on: it waits as long without Redis.
-        """
-        now = time.monotonic()
-        wakes = {
-            self.scripts.q(queue).wake: queue
-            for queue in self.plan.names
-            if queue not in self.paused
-            and not self.routing.leaves(queue, now)
-            and self._reachable(queue)
-        }
-        if not wakes:
-            if all(queue in self.paused for queue in self.plan.names):
-                time.sleep(WAKE_TIMEOUT_SECONDS)
-                return False
-            # Every queue not paused starts with another host's job: no hint is ours until the
-            # first of them is due for another claim.
-            time.sleep(min(WAKE_TIMEOUT_SECONDS, max(0.0, self.routing.back_at() - now)))
-            return True
-        hint = self._pop_hint(wakes)
-        self.idle_waits += 1
+        """Wait as the planner says; return whether to claim (a hint came, or it is time)."""
+        wait = self.planner.idle_wait()
+        if not wait.queues:
+            self.sleep(wait.sleep)
+            return wait.claim_after
+        hint = pop_hint(self.scripts, self.planner, wait.queues)
         if hint is not None and self._is_quiet():
             # Quieted while blocked: the hint is for a worker that will claim (another host's).
-            self.scripts.redis.lpush(hint[0], hint[1])
-            return True
-        if hint is not None:
-            self.empty_until.pop(wakes[hint[0].decode()], None)
-            return True
-        if self.idle_waits % CLAIM_ANYWAY_EVERY == 0:
-            self.empty_until.clear()
-            return True
-        return False
-
-    def _pop_hint(self, wakes: dict[str, str]) -> tuple[bytes, bytes] | None:
-        """Wait for a hint on any of `wakes` (wake list -> its queue), at most
-        WAKE_TIMEOUT_SECONDS; return it or None.
-
-        One Redis: one BLPOP on every list. A Redis Cluster refuses a BLPOP whose lists sit in
-        different slots (every queue has its own), so there each round pops every list at once
-        without blocking (a pipeline: one round trip per master; a master that fails sets its
-        queues aside), then blocks on one of them for CLUSTER_WAKE_SLICE, the next one next
-        time. The cost, per idle worker: pickup within a slice for a queue it is not blocked
-        on, and (queues + 1) commands a slice.
-        """
-        client = self.scripts.redis
-        if not is_cluster(client):
-            return client.blpop(list(wakes), timeout=WAKE_TIMEOUT_SECONDS)
-        popped: list[tuple[bytes, bytes]] = []
-        replies = read_each(client, [_lpop(wake) for wake in wakes])
-        for (wake, queue), value in zip(wakes.items(), replies, strict=True):
-            if isinstance(value, Exception):
-                self._unreachable(queue, value)
-            elif value is not None:
-                popped.append((wake.encode(), value))
-        for wake, _ in popped[1:]:
-            self.empty_until.pop(wakes[wake.decode()], None)  # claim from these too
-        if popped:
-            return popped[0]
-        lists = list(wakes)
-        self.wake_turn = (self.wake_turn + 1) % len(lists)
-        wake = lists[self.wake_turn]
-        try:
-            return client.blpop([wake], timeout=CLUSTER_WAKE_SLICE)
-        except MASTER_DOWN as exc:
-            self._unreachable(wakes[wake], exc)
-            return None
+            self.scripts.redis.lpush(hint.wake, hint.value)
+        return self.planner.waited(hint.queue if hint is not None else None)
 
     def _hand_back_unstarted_job(self) -> None:
         """Requeue a job claimed for this worker that it will not run (it is stopping)."""
@@ -522,113 +362,28 @@ class WorkerProcess(StopOnSignal):
             fenced.enter_context(self.fence)  # the quiet check and the claim with the complete
             stop_claiming = self.stopping or self._due_for_recycling() or self._is_quiet()
             claim_next = None if stop_claiming else self.worker_id
-            if claim_next is not None and outcome.ok:
-                # Claim in the same call only from the queue the next claim would try first.
-                self.order = self._next_order()
-                if not self.order or self.order[0] != job.queue:
-                    claim_next = None
+            # Claim in the same call only from the queue the next claim would try first.
+            if (
+                claim_next is not None
+                and outcome.ok
+                and not self.planner.complete_claims_from(job.queue)
+            ):
+                claim_next = None
             if claim_next is None or not outcome.ok:
                 fenced.close()  # this write claims nothing: the fence need not wait for it
-            self.claim_now = True
+            self.planner.claim_now = True
             with tracing.span("task.acknowledge", job.extra.get("traceparent"), attributes):
-                next_job = self._write_outcome(job, outcome, fields, claim_next)
+                ack = self.acks.write(job, outcome, fields, claim_next)
+        if ack is not None and ack.paused:
+            self.planner.found_paused(job.queue)
+        next_job = ack.next_job if ack is not None else None
         if isinstance(next_job, NotRunnable):
             # The queue's next job is not this host's type: the next claim asks the queue again
             # and decides (workerd.routing), so that decision is made in one place.
             return None
         if claim_next is not None and outcome.ok:
-            if next_job is None:
-                # Asked its queue for the next job and got none: the rest of the order, if any.
-                self.empty_until[job.queue] = time.monotonic() + EMPTY_RECHECK
-                self.order = self.order[1:]
-                self.claim_now = bool(self.order)
-            else:
-                # The order drawn for this claim is spent. Kept, it would be the next one too:
-                # the worker would stay on this queue until it ran dry (no weights, and a
-                # higher queue's new job waiting behind the whole lower queue).
-                self.order = ()
+            self.planner.completed(job.queue, claimed_next=next_job is not None)
         return next_job
-
-    def _write_outcome(
-        self, job: Job, outcome: Outcome, fields: dict[str, object], claim_next: str | None
-    ) -> Job | NotRunnable | None:
-        # A try whose reply was lost completed the job and may have claimed the next: the retry
-        # is answered as that try was (complete.lua knows it by the token), so no request id.
-        while True:
-            try:
-                if outcome.ok:
-                    ack = self.scripts.complete(
-                        job.id,
-                        job.token,
-                        outcome.result_json,
-                        claim_next_for=claim_next,
-                        queue=job.queue,
-                        runnable=self.routing.runnable(job.queue),
-                    )
-                    self._log_completion(job, ack, fields)
-                    if ack.paused:
-                        self._found_paused(job.queue)
-                    return ack.next_job
-                if outcome.canceled:
-                    self._cancel(job, outcome, fields)
-                else:
-                    self._fail(job, outcome, fields)
-                return None
-            except redis.RedisError as exc:
-                # The job ran; its outcome must reach Redis. The supervisor keeps its lease.
-                self.backoff.wait(exc)
-                if os.getppid() != self.parent_pid:
-                    return None
-
-    def _log_completion(self, job: Job, ack: AckResult, fields: dict[str, object]) -> None:
-        # Inside the acknowledge span, which gets the outcome.
-        confirmation = ack.confirmation  # durable mode: counted only once replicas have it
-        if ack.code is Code.DONE:
-            fate, more = lifecycle.Outcome.COMPLETED, {}
-            confirmed = confirmation is None or confirmation.confirmed
-            if fields.get("cancel_requested") and confirmed:
-                metrics.count_running_cancel("completed", job.queue)
-        else:
-            fate, more = lifecycle.Outcome.STALE_ACK, {"result": ack.code.name.lower()}
-        _record_end(fate, job, confirmation, **fields, **more)
-
-    def _cancel(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
-        """End the job canceled: its handler stopped for the request (cancel_running.lua)."""
-        result = self.scripts.cancel_running(
-            job.id, job.token, outcome.canceled, queue=job.queue, actor=Actor.WORKER
-        )
-        if result.code is Code.DONE:
-            fate, more = lifecycle.Outcome.CANCELED_RUNNING, {"stopped": outcome.canceled}
-        else:
-            # Completed, recovered or claimed anew first: not this worker's any more.
-            fate, more = lifecycle.Outcome.STALE_ACK, {"result": result.code.name.lower()}
-        _record_end(fate, job, result.confirmation, **fields, **more)
-
-    def _fail(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
-        result = self.scripts.fail(
-            job.id,
-            job.token,
-            outcome.error,
-            permanent=outcome.permanent,
-            traceback=outcome.traceback,
-            queue=job.queue,
-        )
-        extra = {**fields, "error": outcome.error_kind}
-        spans = {"taskforge.recoveries": job.recoveries}
-        # Inside the acknowledge span: it gets the outcome, and the point spans are its children.
-        if result.code is Code.RETRYING:
-            # RFC 3339 UTC, as in the job's JSON: one time format on every surface.
-            retry_at = format_ms(result.next_retry_at)
-            spans["taskforge.next_retry_at"] = retry_at
-            fate, extra["next_retry_at"] = lifecycle.Outcome.RETRYING, retry_at
-        elif result.code is Code.DEAD:
-            fate = lifecycle.Outcome.DEAD
-        elif result.code is Code.CANCELED:
-            # Asked to stop before this worker learned of it: canceled, not retried.
-            fate, extra["stopped"] = lifecycle.Outcome.CANCELED_RUNNING, "failed"
-        else:
-            fate, extra["result"] = lifecycle.Outcome.STALE_FAILURE, result.code.name.lower()
-        _record_end(fate, job, result.confirmation, attributes=spans, **extra)
 
     def _due_for_recycling(self) -> bool:
         limit = self.settings.worker_max_jobs
@@ -642,105 +397,9 @@ class WorkerProcess(StopOnSignal):
         return False
 
 
-def _lpop(key: str) -> Callable[[Any], Any]:
-    return lambda pipe: pipe.lpop(key)
-
-
-def _record_end(
-    fate: lifecycle.Outcome, job: Job, confirmation: Confirmation | None, **fields: Any
-) -> None:
-    """Record how this worker's acknowledgement of `job` ended (complete, cancel or fail).
-
-    `confirmation`: what durable mode's WAIT answered after that write (None when off); one
-    that fell short leaves the outcome uncounted (shared.engine.lifecycle.record).
-    """
-    lifecycle.record(
-        fate,
-        job.id,
-        job.type,
-        queue=job.queue,
-        attempt=job.attempts,
-        confirmation=confirmation,
-        **fields,
-    )
-
-
 def _span_attributes(job: Job) -> dict[str, object]:
     more = {"taskforge.attempt": job.attempts, "taskforge.recoveries": job.recoveries}
     return tracing.job_attributes(job.id, job.type, queue=job.queue, **more)
-
-
-def run_handler(job: Job, result_max_bytes: int, execution: Execution | None = None) -> Outcome:
-    """Call the job's handler; turn every exception into a recorded failure, never a crash.
-
-    With an `execution`, a cancel requested while it runs ends it canceled: interrupted
-    (JobCanceled, raised by the worker's SIGTERM handler while armed), or the handler raised
-    after the request, or it returned after asking job.cancel_requested() and seeing it. A
-    handler that returns without having asked completes: its work is done (and the
-    completion wins if it reaches Redis before any cancel does).
-    """
-    handler = lookup(job.type)
-    if handler is None:
-        return _refused("NoHandler", f"no handler for job type {job.type!r}")
-    context = JobContext(
-        id=job.id,
-        type=job.type,
-        attempt=job.attempts,
-        max_retries=job.max_retries,
-        priority=job.priority,
-        recoveries=job.recoveries,
-        _cancel_check=execution.ask if execution is not None else _not_asked,
-    )
-    try:
-        try:
-            if execution is not None:
-                execution.armed = True
-            result = handler(job.payload, context)
-        finally:
-            if execution is not None:
-                execution.armed = False
-    except JobCanceled:
-        return Outcome(False, canceled="sigterm")
-    except Exception as exc:  # the handler boundary: any failure is the job's, not ours
-        if execution is not None and execution.requested():
-            return Outcome(False, canceled="handler")
-        return Outcome(
-            False,
-            error=error_text(exc),
-            error_kind=type(exc).__name__,
-            permanent=isinstance(exc, PermanentError),
-            traceback=handler_traceback(exc),
-        )
-    if execution is not None and execution.asked and execution.requested():
-        return Outcome(False, canceled="handler")
-    try:
-        result_json = dump_json(result)
-    except (TypeError, ValueError) as exc:
-        return _refused(
-            "ResultNotSerialisable", f"result is not JSON-serialisable ({error_text(exc)})"
-        )
-    size = len(result_json.encode())
-    if size > result_max_bytes:
-        return _refused(
-            "ResultTooLarge", f"result is {size} bytes, over the {result_max_bytes} cap"
-        )
-    return Outcome(ok=True, result_json=result_json)
-
-
-def _not_asked() -> bool:
-    return False
-
-
-def _refused(kind: str, message: str) -> Outcome:
-    """Return a failure the worker itself decided, worded as error_text words an exception."""
-    return Outcome(False, error=error_line(kind, message), error_kind=kind)
-
-
-def handler_traceback(exc: BaseException) -> str:
-    """Return the traceback of an exception a handler raised, from the handler's frame down."""
-    # The first frame is run_handler's own call of the handler: not the job owner's code.
-    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
-    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def resident_mb() -> float:

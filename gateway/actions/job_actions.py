@@ -23,7 +23,7 @@ def _not_dead(exc: WrongState) -> WrongJobState:
 
 def _queue_of(gw: Gateway, job_id: str, queue: str | None) -> str:
     """Return the queue given (the caller read the job already), else the one holding it."""
-    found = queue if queue is not None else gw.directory.locate(job_id)
+    found = queue if queue is not None else gw.directory.locator.locate(job_id)
     if found is None:
         raise NotFound(JOB_NOT_FOUND)
     return found
@@ -110,13 +110,12 @@ def bulk_dlq(
     cursor: str | None = None,
     up_to: int | None = None,
 ) -> bulk.BulkResult:
-    """Replay or purge dead jobs: the ids (each looked for in every listed queue), or a page
+    """Replay or purge dead jobs: the ids (each found through its tag, in any queue), or a page
     of `limit` matching the filter (in the queue named, else the bounded set the listing
     reads: shared.read.listing.queues_for). With `up_to`, a filter's pages are walked until that
     many jobs were handled or the walk is over; without, one page."""
-    if which.ids is not None:
-        queues = gw.directory.names(refresh=True)
-    else:
+    queues: list[str] | None = None  # ids: found through their tags, no list of queues read
+    if which.ids is None:
         queues = listing.queues_for(gw.scripts, JobState.DEAD, which.queue).queues
     done: list[str] = []
     skipped: list[tuple[str, str]] = []
@@ -130,6 +129,7 @@ def bulk_dlq(
                 job_type=which.job_type,
                 limit=limit,
                 cursor=cursor,
+                locator=gw.directory.locator,
             )
         except listing.BadCursor as exc:
             raise InvalidInput(

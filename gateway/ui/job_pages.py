@@ -137,7 +137,7 @@ def capped(text: str | None) -> tuple[str | None, int | None]:
 def job_context(job_id: str) -> dict[str, Any]:
     """Return a job and its history for its page; UiError 404 when there is no such job."""
     gw = gateway()
-    job = gw.directory.find_job(job_id)
+    job = gw.directory.locator.find_job(job_id)
     if job is None:
         raise UiError(404, "No such job: it never existed, or it was purged or trimmed.")
     kept = history.read(gw.redis, gw.keys, job_id, job.queue)
@@ -179,7 +179,7 @@ def _shown(name: str, text: str | None) -> dict[str, Any]:
 @bp.route("/jobs/<job_id>/<any(payload, result):part>.json")
 def job_json(job_id: str, part: str) -> Response:
     """Return a job's payload or result as stored (JSON): whole, where its page shows a start."""
-    job = gateway().directory.find_job(job_id_of(job_id))
+    job = gateway().directory.locator.find_job(job_id_of(job_id))
     text = None if job is None else job.payload_json if part == "payload" else job.result_json
     if text is None:
         raise UiError(404, f"No such job, or it has no {part}.")
@@ -218,7 +218,7 @@ def confirm_page(
 
 
 def _located(job_id: str) -> Job:
-    job = gateway().directory.find_job(job_id)
+    job = gateway().directory.locator.find_job(job_id)
     if job is None:
         raise UiError(404, "No such job: it never existed, or it was purged or trimmed.")
     return job

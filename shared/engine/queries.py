@@ -84,8 +84,9 @@ def get_job(
 ) -> Job | None:
     """Return one job, or None if it does not exist.
 
-    A job's key names its queue and its id does not, so the lookup tries each of `queues`
-    (default: only `keys`'s queue) in one pipelined round trip: one HGETALL per queue.
+    A read where the queue is known: it tries each of `queues` (default: only `keys`'s
+    queue) in one pipelined round trip, one HGETALL per queue. To find a job by its id
+    alone, use shared.engine.job_locator (the only place an id is resolved to its queue).
     """
     names = list(queues) if queues is not None else [keys.queue]
     found = first_found(client, names, lambda name: _hgetall(keys.for_queue(name).job(job_id)))

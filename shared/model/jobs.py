@@ -11,12 +11,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from fractions import Fraction
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
 
 # The enqueue body's timeout takes every form an environment duration takes (500ms, 2s, 1m,
 # 1h, 1d, bare seconds): one parser, so the two cannot drift apart.
 from shared.model.durations import duration_parser
-from shared.model.queues import DEFAULT_QUEUE, QUEUE_RULE, is_queue_name
+from shared.model.queues import DEFAULT_QUEUE, QUEUE_PATTERN, QUEUE_RULE, is_queue_name
 
 
 class JobState(StrEnum):
@@ -41,7 +45,14 @@ DEFAULT_MAX_RETRIES = 3
 MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
 # A leap year: "the same day next year" fits; more is likelier a unit mistake than a plan.
 MAX_DELAY_SECONDS = 366 * 24 * 3600
-# The bounds are checked by the patterns below (and the number bounds): the parser only reads.
+# The text of a duration: a decimal with at most 9 decimals, then a unit (none: seconds). The
+# forms of shared.settings.config's parser; the bounds are weighed in exact fractions, so 7.000000001d
+# is refused however a float would round it.
+DURATION_PATTERN = r"^[0-9]+(\.[0-9]{1,9})?(ms|s|m|h|d)?$"
+_DURATION_TEXT = re.compile(r"([0-9]+(?:\.[0-9]{1,9})?)(ms|s|m|h|d)?", re.ASCII)
+_UNIT_SECONDS = {"ms": Fraction(1, 1000), "s": Fraction(1), "m": Fraction(60)}
+_UNIT_SECONDS |= {"h": Fraction(3600), "d": Fraction(86400), None: Fraction(1)}
+# The bounds are checked in _seconds (and the number bounds): the parser only reads.
 _parse_duration = duration_parser(positive=False)
 TIMEOUT_RULE = (
     "must be seconds (a number) or a duration such as 500ms, 2s, 1m, 1h or 1d, "
@@ -180,8 +191,130 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _duration_text(most: int) -> dict[str, Any]:
+    """Return the document's schema of a duration text: its shape, and its bound (parsed)."""
+    # The bound goes in an extension keyword: a regex that weighs numbers was 2,000 characters.
+    return {"pattern": DURATION_PATTERN, "x-maximum-seconds": most}
+
+
+def _scheduled_at_pattern() -> str:
+    """Return the pattern of the date-times parse_scheduled_at accepts (for the document).
+
+    On top of RFC 3339 it refuses a moment before 1970-01-01T00:00:00Z or after
+    9999-12-31T23:59:59.999Z, a leap second, and more than 9 fractional digits. On the first
+    and the last day an offset can cross those bounds; a regex cannot weigh the time against
+    the offset, so there only the offsets that cannot cross are documented.
+    """
+    time = r"[Tt]\d{2}:\d{2}:[0-5]\d(\.\d{1,9})?"
+    years = r"(19[89]\d|197[1-9]|[2-8]\d{3}|9[0-8]\d{2}|99[0-8]\d|999[0-8])-\d{2}-\d{2}"
+    in_1970 = r"1970-(0[2-9]|1[0-2])-\d{2}|1970-01-(0[2-9]|[12]\d|3[01])"
+    in_9999 = r"9999-(0\d|1[01])-\d{2}|9999-12-([0-2]\d|30)"
+    first_day = rf"1970-01-01{time}([Zz]|-\d{{2}}:\d{{2}}|\+00:00)"
+    last_day = rf"9999-12-31{time}([Zz]|\+\d{{2}}:\d{{2}}|-00:00)"
+    any_zone = r"([Zz]|[+-]\d{2}:\d{2})"
+    return rf"^(({years}|{in_1970}|{in_9999}){time}{any_zone}|{first_day}|{last_day})$"
+
+
+SCHEDULED_AT_PATTERN = _scheduled_at_pattern()
+
+
+def _whole(low: int, high: int) -> Any:
+    """Return the type of a JSON Schema integer from `low` to `high`: 8.0 is one too (clients
+    that hold numbers as doubles write it so). The document shows it as an integer."""
+    return Annotated[float, Meta(ge=low, le=high, multiple_of=1)]
+
+
+class EnqueueBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A job to enqueue: the body of ``POST /enqueue``, one of a batch's, a schedule's job.
+
+    The one declaration of the request: validate_enqueue converts a body through it, and the
+    OpenAPI document's EnqueueRequest is generated from it (gateway/contract).
+    """
+
+    # Patterns are only documented here (Meta's pattern searches, so its `$` would let a
+    # trailing newline through): _converted matches them whole.
+    type: Annotated[str, Meta(extra_json_schema={"pattern": f"^{TYPE_PATTERN.pattern}$"})]
+    queue: Annotated[
+        str,
+        Meta(
+            extra_json_schema={"pattern": f"^{QUEUE_PATTERN.pattern}$", "maxLength": 64},
+            description="The queue it waits in; the workers that serve it run it.",
+        ),
+    ] = DEFAULT_QUEUE
+    payload: Annotated[
+        dict[str, Any], Meta(description="A JSON object, handed to the handler; absent means {}.")
+    ] = {}
+    priority: _whole(-PRIORITY_LIMIT, PRIORITY_LIMIT) = 0
+    max_retries: _whole(*MAX_RETRIES_RANGE) = DEFAULT_MAX_RETRIES
+    # Checked by parse_scheduled_at; the pattern only documents it.
+    scheduled_at: Annotated[
+        str | None,
+        Meta(
+            description="When to run it: RFC 3339 with a zone, from 1970-01-01T00:00:00Z to "
+            "9999-12-31T23:59:59.999Z, on the client's clock. A moment already past, null or "
+            "none: now. Or give `delay` instead (not both).",
+            extra_json_schema={"format": "date-time", "pattern": SCHEDULED_AT_PATTERN},
+        ),
+    ] = None
+    delay: Annotated[
+        Annotated[float, Meta(ge=0, le=MAX_DELAY_SECONDS)]
+        | Annotated[str, Meta(extra_json_schema=_duration_text(MAX_DELAY_SECONDS))]
+        | None,
+        Meta(
+            description="Run it this long after enqueue, counted on Redis's clock (a "
+            "producer's clock does not move it): seconds (a number) or a duration (500ms, 2s, "
+            "1m, 1h, 1d, bare seconds as text), from 0 (now) to 366 days, kept in whole "
+            "milliseconds. The job shows the resulting `scheduled_at`. Null or none: no "
+            "delay. Not with `scheduled_at`."
+        ),
+    ] = None
+    timeout: Annotated[
+        Annotated[float, Meta(gt=0, le=MAX_TIMEOUT_SECONDS)]
+        | Annotated[str, Meta(extra_json_schema=_duration_text(MAX_TIMEOUT_SECONDS))]
+        | None,
+        Meta(
+            description="Seconds (a number), or a duration as the environment takes one "
+            "(500ms, 2s, 1m, 1h, 1d, bare seconds as text): above 0, at most 7 days. The job "
+            "shows it in seconds."
+        ),
+    ] = None
+
+
+def _converted(body: dict[str, Any]) -> EnqueueRequest | None:
+    """Return the request of a body the model and the parsers accept, else None."""
+    try:
+        given = msgspec.convert(body, EnqueueBody)
+        if given.delay is not None and given.scheduled_at is not None:
+            return None
+        if not (TYPE_PATTERN.fullmatch(given.type) and is_queue_name(given.queue)):
+            return None
+        return EnqueueRequest(
+            type=given.type,
+            payload_json=dump_json(given.payload),
+            priority=int(given.priority),
+            max_retries=int(given.max_retries),
+            scheduled_at_ms=None
+            if given.scheduled_at is None
+            else parse_scheduled_at(given.scheduled_at),
+            timeout=None if given.timeout is None else parse_timeout(given.timeout),
+            queue=given.queue,
+            delay_ms=None if given.delay is None else parse_delay(given.delay),
+        )
+    except (msgspec.ValidationError, TypeError, ValueError):
+        return None
+
+
 def validate_enqueue(body: Any) -> EnqueueRequest:
     """Validate the body of ``POST /enqueue``; raise ValidationError naming every bad field."""
+    # Through the model: one C-level pass for the common, valid body. A refused one goes
+    # through the field checks below, which name every problem (the model stops at the first).
+    if type(body) is dict and (request := _converted(body)) is not None:
+        return request
+    return _checked(body)
+
+
+def _checked(body: Any) -> EnqueueRequest:
+    """Check a body field by field; raise ValidationError naming every bad one."""
     if not isinstance(body, Mapping):
         raise ValidationError([FieldError("body", "must be a JSON object")])
     errors: list[FieldError] = []
@@ -285,52 +418,17 @@ def parse_scheduled_at(value: Any) -> int:
     return scheduled_at_ms
 
 
-def _below(limit: int) -> str:
-    """Return a regex of the whole numbers 1 to limit - 1 written without leading zeros."""
-    top = str(limit - 1)
-    options = [f"[1-9][0-9]{{0,{len(top) - 2}}}"] if len(top) > 1 else []
-    for i, digit in enumerate(top):  # same length: a prefix of top, then a smaller digit
-        low, rest = (1 if i == 0 else 0), len(top) - i - 1
-        if int(digit) > low:
-            tail = f"[0-9]{{{rest}}}" if rest else ""
-            options.append(f"{top[:i]}[{low}-{int(digit) - 1}]{tail}")
-    options.append(top)
-    return "|".join(options)
-
-
-def _duration_pattern(bound: int, unit: str, *, zero: bool) -> str:
-    """Return a regex of the decimals above 0 (or from 0, when `zero`) and at most `bound`
-    (whole), then `unit`."""
-    fraction = r"(\.[0-9]{1,9})?"
-    under_one = "|".join(f"{'0' * k}[1-9][0-9]{{0,{8 - k}}}" for k in range(9))
-    number = f"0*({_below(bound)}){fraction}|0*{bound}(\\.0{{1,9}})?|0+\\.({under_one})"
-    if zero:
-        number += r"|0+(\.0{1,9})?"
-    return f"({number}){unit}"
-
-
-def _durations_pattern(bound_seconds: int, *, zero: bool) -> str:
-    """Return a regex of the duration texts up to `bound_seconds` (whole days) in every unit."""
-    bounds = {"ms": bound_seconds * 1000, "s": bound_seconds, "": bound_seconds}
-    bounds |= {"m": bound_seconds // 60, "h": bound_seconds // 3600, "d": bound_seconds // 86400}
-    units = "|".join(_duration_pattern(b, u, zero=zero) for u, b in bounds.items())
-    return f"^({units})$"
-
-
-# The duration texts a timeout (above 0, at most a week) and a delay (0 to 366 days) may be,
-# exactly: the forms of shared.settings.config's parser, with at most 9 decimals. Regexes, so the
-# OpenAPI document states the bounds precisely (a client or fuzzer generating from it never
-# meets a surprise refusal).
-TIMEOUT_PATTERN = _durations_pattern(MAX_TIMEOUT_SECONDS, zero=False)
-DELAY_PATTERN = _durations_pattern(MAX_DELAY_SECONDS, zero=True)
-_TIMEOUT_TEXT = re.compile(TIMEOUT_PATTERN)
-_DELAY_TEXT = re.compile(DELAY_PATTERN)
-
-
-def _seconds(value: Any, texts: re.Pattern[str]) -> float:
-    """Return the seconds of a number, or of a text `texts` matches; NaN for anything else."""
-    if isinstance(value, str) and texts.fullmatch(value):
-        return _parse_duration(value)  # within the bounds, as the pattern guarantees
+def _seconds(value: Any, *, above_zero: bool, most: int) -> float:
+    """Return the seconds of a number or a duration text within (0 or above 0) to `most`;
+    NaN for anything else."""
+    if isinstance(value, str):
+        match = _DURATION_TEXT.fullmatch(value)
+        if not match:
+            return math.nan
+        exact = Fraction(match[1]) * _UNIT_SECONDS[match[2]]
+        if exact > most or (above_zero and exact == 0):
+            return math.nan
+        return _parse_duration(value)  # the very float the environment's parser gives
     if isinstance(value, int | float) and not isinstance(value, bool):
         with contextlib.suppress(OverflowError):  # an integer past any float
             return float(value)
@@ -339,7 +437,7 @@ def _seconds(value: Any, texts: re.Pattern[str]) -> float:
 
 def parse_timeout(value: Any) -> float:
     """Return a job timeout in seconds: a number of seconds or a duration text such as "5s"."""
-    seconds = _seconds(value, _TIMEOUT_TEXT)
+    seconds = _seconds(value, above_zero=True, most=MAX_TIMEOUT_SECONDS)
     if not (math.isfinite(seconds) and 0 < seconds <= MAX_TIMEOUT_SECONDS):
         raise ValueError(TIMEOUT_RULE)
     return seconds
@@ -348,7 +446,7 @@ def parse_timeout(value: Any) -> float:
 def parse_delay(value: Any) -> int:
     """Return a delay in whole milliseconds (Redis's clock's unit, rounded to the nearest): a
     number of seconds or a duration text such as "5m"."""
-    seconds = _seconds(value, _DELAY_TEXT)
+    seconds = _seconds(value, above_zero=False, most=MAX_DELAY_SECONDS)
     if not (math.isfinite(seconds) and 0 <= seconds <= MAX_DELAY_SECONDS):
         raise ValueError(DELAY_RULE)
     return round(seconds * 1000)

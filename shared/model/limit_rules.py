@@ -21,7 +21,7 @@ from typing import Any
 
 from shared.model.jobs import TYPE_PATTERN
 
-# N from 1 to MAX_COUNT, then an optional count of units (none: 1) from 1; gateway/openapi.py
+# N from 1 to MAX_COUNT, then an optional count of units (none: 1) from 1; gateway/contract
 # documents the same pattern, so the document and the server refuse the same rates.
 RATE_PATTERN = r"([1-9][0-9]{0,5}|1000000)/([1-9][0-9]{0,7})?(ms|s|m|h)"
 RATE = re.compile(RATE_PATTERN)

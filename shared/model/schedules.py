@@ -33,6 +33,8 @@ SCHEDULE_FIELDS = frozenset({"cron", "every", "timezone", "missed", "job"})
 MIN_EVERY_MS = 1000
 MAX_EVERY_MS = 366 * 24 * 3600 * 1000
 _parse_every = duration_parser(positive=True)
+# Largest first: the interval is shown in the first that divides it.
+_EVERY_UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
 
 
 class ScheduleError(ValueError):
@@ -58,11 +60,14 @@ class Schedule:
 
     @property
     def every_text(self) -> str | None:
-        """Return the interval as the API shows it (seconds, or ms below a whole second)."""
+        """Return the interval as the API, the CLI and the dashboard show it: in the largest
+        unit that divides it exactly, as a file would give it (15m, 2h, 90s, 1d)."""
         if self.every_ms is None:
             return None
-        seconds, ms = divmod(self.every_ms, 1000)
-        return f"{seconds}s" if not ms else f"{self.every_ms}ms"
+        for unit, ms in _EVERY_UNITS:
+            if self.every_ms % ms == 0:
+                return f"{self.every_ms // ms}{unit}"
+        return f"{self.every_ms}ms"
 
     def to_json(self) -> dict[str, Any]:
         """Return the definition as published to Redis and shown by the API."""

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from shared.engine.engine_types import EngineError, JobNotFound, WrongState
+from shared.engine.job_locator import JobLocator
 from shared.engine.lifecycle import Outcome, record
 from shared.engine.scripts import Scripts
-from shared.model.job_ids import tag_of
 from shared.model.jobs import Job, JobState
 from shared.read.listing import list_jobs
 
@@ -46,17 +46,20 @@ def bulk_dead(
     scripts: Scripts,
     action: Action,
     *,
-    queues: Sequence[str],
+    queues: Sequence[str] | None,
     ids: Sequence[str] | None = None,
     job_type: str | None = None,
     limit: int = DEFAULT_LIMIT,
     cursor: str | None = None,
+    locator: JobLocator | None = None,
 ) -> BulkResult:
     """Replay or purge dead jobs in `queues`: the given `ids`, or a page of the filter.
 
-    With `ids` (at most MAX_LIMIT) each is looked for in `queues`; `job_type`, `limit` and
-    `cursor` are for the filter only. Raises ValueError for a bound or an unknown action,
-    shared.read.listing.BadCursor for a cursor the listing did not make.
+    With `ids` (at most MAX_LIMIT) each is found through its tag (shared.engine.job_locator: two
+    round trips for the lot, whatever the number of queues), in `queues` only unless None;
+    `locator`: the process's, to reuse its memory (default: a new one). `job_type`, `limit`
+    and `cursor` are for the filter only, which needs `queues`. Raises ValueError for a bound
+    or an unknown action, shared.read.listing.BadCursor for a cursor the listing did not make.
     """
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {', '.join(ACTIONS)}, not {action!r}")
@@ -64,11 +67,13 @@ def bulk_dead(
         if len(ids) > MAX_LIMIT:
             raise ValueError(f"at most {MAX_LIMIT} ids per call, got {len(ids)}")
         wanted = list(dict.fromkeys(ids))  # a repeated id is acted on once
-        located = locate(scripts, wanted, queues)
+        located = (locator or JobLocator(scripts)).locate_many(wanted, among=queues)
         targets = [(jid, located[jid]) for jid in wanted if jid in located]
         skipped = [(jid, "not found") for jid in wanted if jid not in located]
         next_cursor = None
     else:
+        if queues is None:
+            raise ValueError("a filter needs the queues it walks")
         if not 1 <= limit <= MAX_LIMIT:
             raise ValueError(f"limit must be from 1 to {MAX_LIMIT}, got {limit}")
         page = list_jobs(
@@ -78,33 +83,6 @@ def bulk_dead(
         skipped, next_cursor = [], page.next_cursor
     done, refused = _act(scripts, action, targets)
     return BulkResult(done, skipped + refused, next_cursor)
-
-
-def locate(scripts: Scripts, ids: Sequence[str], queues: Sequence[str]) -> dict[str, str]:
-    """Return the queue holding each of `ids` that one of `queues` holds.
-
-    Each id is looked for only in the queues its tag names (shared.model.job_ids): one round trip
-    for the tags (global slot), one for the jobs, whatever the number of queues.
-    """
-    allowed = set(queues)
-    tags = list(dict.fromkeys(tag_of(jid) for jid in ids))
-    pipe = scripts.redis.pipeline(transaction=False)
-    for tag in tags:
-        pipe.smembers(scripts.keys.queue_tag(tag))
-    named = pipe.execute() if tags else []
-    by_tag = {
-        tag: sorted(q for q in (n.decode() for n in names) if q in allowed)
-        for tag, names in zip(tags, named, strict=True)
-    }
-    pipe = scripts.redis.pipeline(transaction=False)
-    pairs = [(jid, queue) for jid in ids for queue in by_tag[tag_of(jid)]]
-    for jid, queue in pairs:
-        pipe.exists(scripts.keys.for_queue(queue).job(jid))
-    found: dict[str, str] = {}
-    for (jid, queue), exists in zip(pairs, pipe.execute() if pairs else [], strict=True):
-        if exists:
-            found.setdefault(jid, queue)
-    return found
 
 
 def _act(

@@ -11,7 +11,10 @@ A page reads the states one after another, from the cursor's state on, each with
 one-state listing, and stops as soon as the page is full: a state is read only when the page
 still has room, so a page costs what the one-state listings of the states it reaches cost,
 never a read of every state of every queue. The queues are chosen once per page
-(shared.read.listing.base_queues), so their number is bounded as for one state.
+(shared.read.listing.base_queues), so their number is bounded as for one state. A page that fills
+exactly at the end of a state peeks at the states after it (one entry per queue, index reads
+only, one round trip a state, stopping at the first that has one), so the last page returns no
+cursor rather than one that leads to an empty page.
 
 A cursor is a place in that order: ``<state>`` (the start of a state) or
 ``<state>:<position>`` (after a position within it, the one-state cursor). A one-state
@@ -33,11 +36,13 @@ from shared.model.jobs import Job, JobState
 from shared.read.listing import (
     CURSOR_PATTERN,
     DEFAULT_LIMIT,
+    Across,
     Position,
     base_queues,
     for_state,
     list_jobs,
     parse_cursor,
+    read_queues,
 )
 
 LIFECYCLE: tuple[JobState, ...] = (
@@ -137,9 +142,22 @@ def list_every_state(
             return StatesPage(jobs, following, base.every)
         after = None
         if len(jobs) >= limit:
-            return StatesPage(jobs, _next_state(states[at + 1 :]), base.every)
+            following = _next_listed_state(scripts, states[at + 1 :], base, job_type)
+            return StatesPage(jobs, following, base.every)
     return StatesPage(jobs, None, base.every)
 
 
-def _next_state(rest: Sequence[JobState]) -> str | None:
-    return Place(rest[0], None).cursor() if rest else None
+def _next_listed_state(
+    scripts: Scripts, rest: Sequence[JobState], base: Across, job_type: str | None
+) -> str | None:
+    """Return the cursor of the first of `rest` with an entry to list (None: nothing left).
+
+    A type filter's read may stop before finding one (`more`): then the state is named, and
+    its page may be empty, as a filtered page may be."""
+    for state in rest:
+        reads = read_queues(
+            scripts, state, for_state(scripts, state, base).queues, 1, None, job_type
+        )
+        if any(read.entries or read.more for read in reads):
+            return Place(state, None).cursor()
+    return None

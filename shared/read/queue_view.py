@@ -26,6 +26,7 @@ from shared.engine.queries import QueueCounts, WorkerCounts
 from shared.engine.replies import text
 from shared.engine.scripts import Scripts
 from shared.model.queues import DEFAULT_QUEUE
+from shared.model.u64 import is_u64
 from shared.read import summary
 
 # SSCAN calls one page may take while a name filter matches little (each looks at ~COUNT
@@ -92,8 +93,9 @@ def _glob_escape(value: str) -> str:
 
 
 def is_cursor(value: str) -> bool:
-    """Tell whether `value` could be a page cursor (an SSCAN position)."""
-    return value.isascii() and value.isdigit() and len(value) <= 20
+    """Tell whether `value` could be a page cursor (an SSCAN position: Redis refuses one
+    past 2^64 - 1 with an error)."""
+    return is_u64(value)
 
 
 def page(

@@ -13,7 +13,7 @@ import click
 
 from taskforge.cli import render
 from taskforge.cli.command_group import PROG, Exit, Session, cli, fail, output, pass_session
-from taskforge.errors import JobCanceled, JobError, JobFailed, Unavailable
+from taskforge.errors import JobCanceled, JobError, JobFailed, Unavailable, WaitTimeout
 from taskforge.models import HistoryEntry, Job, JobPage
 
 STATES = ("pending", "scheduled", "processing", "retrying", "completed", "dead", "canceled")
@@ -176,9 +176,18 @@ def wait(session: Session, job_id: str, timeout: float | None) -> int:
         job = session.client.wait(job_id, timeout=timeout)
     except JobError as exc:
         show_job(session, exc.job)
-        return fail(str(exc), wait_code(exc))
+        return fail(str(exc) + _pending_hint(exc), wait_code(exc))
     show_job(session, job)
     return Exit.OK
+
+
+def _pending_hint(exc: JobError) -> str:
+    """Return where to look when a wait timed out on a job nothing has claimed: most often
+    no workerd host serves its queue, or the queue is paused (no request more to find out)."""
+    if not isinstance(exc, WaitTimeout) or exc.job.status != "pending":
+        return ""
+    queue = exc.job.queue
+    return f" (is its queue {queue!r} paused, or served by no workerd host? see `{PROG} queues ls`)"
 
 
 def wait_code(exc: JobError) -> int:
@@ -308,7 +317,10 @@ def jobs_ls(
         return session.client.list(state, queue=queue, type=job_type, limit=limit, cursor=after)
 
     listed, next_cursor = collect(page, cursor, every)
-    print_page(session, listed, next_cursor, render.JOB_HEADERS, render.job_row)
+    if state in ("scheduled", "retrying"):
+        print_page(session, listed, next_cursor, render.WAITING_HEADERS, render.waiting_row)
+    else:
+        print_page(session, listed, next_cursor, render.JOB_HEADERS, render.job_row)
 
 
 def collect(

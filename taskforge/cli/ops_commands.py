@@ -159,10 +159,10 @@ def queue_row(queue: Queue) -> list[render.Cell]:
 def queue_state(queue: Queue) -> str:
     """Return a queue's STATE, one word: paused (whether served or not: nothing runs either
     way until a resume; --json has `served`), unserved (no live workerd host serves it: its
-    jobs wait until one does), or running."""
+    jobs wait until one does), or active (the dashboard's word too)."""
     if queue.paused:
         return "paused"
-    return "unserved" if queue.served is False else "running"
+    return "unserved" if queue.served is False else "active"
 
 
 @cli.group()
@@ -185,7 +185,7 @@ def queues() -> None:
 def queues_ls(
     session: Session, search: str | None, limit: int, cursor: str | None, every: bool
 ) -> None:
-    """List queues: paused, unserved (no live workerd host serves it) or running; jobs per
+    """List queues: paused, unserved (no live workerd host serves it) or active; jobs per
     state, the last minute's throughput."""
     if every:
         found, next_cursor = session.client.queues(search=search), None

@@ -97,6 +97,16 @@ def job_row(job: Job) -> list[Cell]:
     ]
 
 
+# A listing of jobs waiting for a time (scheduled, retrying) adds when each runs.
+WAITING_HEADERS = (*JOB_HEADERS, "RUNS AT")
+
+
+def waiting_row(job: Job) -> list[Cell]:
+    """Return a scheduled or retrying job as one row under WAITING_HEADERS."""
+    runs_at = job.next_retry_at if job.status == "retrying" else job.scheduled_at
+    return [*job_row(job), when(runs_at)]
+
+
 def _asked(job: Job) -> str:
     """Return when a stop of the running job was asked, and by whom."""
     by = f" by {job.cancel_requested_by}" if job.cancel_requested_by else ""

@@ -57,10 +57,10 @@ def schedule_row(schedule: Schedule) -> list[render.Cell]:
     return [
         schedule.name,
         f"cron {schedule.cron}" if schedule.cron else f"every {schedule.every}",
-        schedule.timezone if schedule.cron else None,
+        schedule.timezone,  # an interval's ticks are UTC's, as its times say
         schedule.missed,
         schedule.missed_ticks,
-        "paused" if schedule.paused else "running",
+        "paused" if schedule.paused else "active",  # the dashboard's words
         f"{job.get('type')} on {job.get('queue')}",
         in_its_zone(schedule, schedule.last_tick),
         schedule.last_job_id,
@@ -69,11 +69,11 @@ def schedule_row(schedule: Schedule) -> list[render.Cell]:
 
 
 def schedule_detail(schedule: Schedule) -> str:
-    """Return one schedule's state after a pause or a resume: its next runs when it runs."""
+    """Return one schedule's state after a pause or a resume: its next runs when active."""
     if schedule.paused:
         return f"{schedule.name} paused: its ticks pass without jobs until it is resumed"
     runs = "\n".join(f"  {in_its_zone(schedule, run)}" for run in schedule.next_runs)
-    return f"{schedule.name} running; next runs:\n{runs}"
+    return f"{schedule.name} active; next runs:\n{runs}"
 
 
 @cli.group()

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from shared.engine.engine_types import Code
 from shared.engine.scripts import Scripts
 from taskforge.cli import Exit
 from tests.cli.conftest import Taskforge
 from tests.support.engine_jobs import (
+    claim,
     complete,
     fresh_queue,
     kill,
@@ -193,6 +196,36 @@ def test_jobs_ls_without_a_state_lists_every_state_in_lifecycle_order(
     doc = json.loads(every.out)
     assert [(job["id"], job["status"]) for job in doc["jobs"]] == wanted
     assert doc["next_cursor"] is None
+    # Exactly a page of jobs: one page, and no "more" leading to an empty one.
+    exact = taskforge("jobs", "ls", "--queue", queue, "--limit", str(len(wanted)))
+    assert exact.code == Exit.OK and len(exact.out.splitlines()) == 1 + len(wanted)
+    assert "more:" not in exact.err, exact.err
+
+
+def test_jobs_ls_of_scheduled_or_retrying_jobs_shows_when_each_runs(
+    taskforge: Taskforge, engine: Scripts
+) -> None:
+    queue = fresh_queue()
+    failing = enqueue_json(taskforge, "t", "--queue", queue)["id"]
+    result = engine.fail(failing, claim(engine, queue, failing), "E: again", queue=queue)
+    assert result.code is Code.RETRYING, result
+    later = enqueue_json(taskforge, "t", "--queue", queue, "--delay", "1h")
+
+    for state, job_id, field in (
+        ("scheduled", later["id"], "scheduled_at"),
+        ("retrying", failing, "next_retry_at"),
+    ):
+        shown = taskforge("jobs", "ls", "--state", state, "--queue", queue)
+        assert shown.code == Exit.OK, shown.err
+        header, row = shown.out.splitlines()
+        assert header.split()[-3:] == ["CREATED", "RUNS", "AT"], header
+        doc = json.loads(taskforge("--json", "get", job_id).out)
+        runs_at = datetime.fromisoformat(doc[field].replace("Z", "+00:00"))
+        assert row.split()[0] == job_id
+        assert row.split()[-1] == runs_at.strftime("%Y-%m-%dT%H:%M:%SZ"), (row, doc[field])
+    enqueue_json(taskforge, "t", "--queue", queue)
+    pending = taskforge("jobs", "ls", "--state", "pending", "--queue", queue)
+    assert pending.out.splitlines()[0].split()[-1] == "CREATED"  # runs as soon as claimed
 
 
 # --- wait (GET /jobs/<id>?wait=) ----------------------------------------
@@ -216,4 +249,5 @@ def test_wait_exits_by_outcome(taskforge: Taskforge, engine: Scripts) -> None:
     assert gone.code == Exit.CANCELED and "canceled" in gone.error_line()
     late = taskforge("--json", "wait", pending, "--timeout", "0.3")
     assert late.code == Exit.WAIT_TIMEOUT and "still pending" in late.error_line()
+    assert f"queue '{queue}'" in late.error_line() and "taskforge queues ls" in late.error_line()
     assert json.loads(late.out)["status"] == "pending"

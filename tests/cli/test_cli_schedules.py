@@ -39,10 +39,11 @@ def test_schedules_ls_shows_each_with_its_next_run(taskforge: Taskforge, r: redi
     assert header.split()[:6] == ["NAME", "WHEN", "ZONE", "ON", "MISS", "MISSED"]
     beat = next(row for row in rows if row.startswith("beat"))
     # ON MISS is the policy, MISSED the count of ticks that got no job (none yet).
-    assert re.search(r"\bcatch_up +0 +running\b", beat), beat
+    assert re.search(r"\bcatch_up +0 +active\b", beat), beat
     nightly = next(row for row in rows if row.startswith("nightly"))
-    assert "every 900s" in beat and "catch_up" in beat and "demo.noop on low" in beat
-    assert "cron 0 3 * * *" in nightly and "Europe/Berlin" in nightly and "running" in nightly
+    assert "every 15m" in beat and "catch_up" in beat and "demo.noop on low" in beat
+    assert re.match(r"beat +every 15m +UTC +catch_up\b", beat), beat  # ZONE: its ticks' zone
+    assert "cron 0 3 * * *" in nightly and "Europe/Berlin" in nightly and "active" in nightly
     # The next run, in Berlin's time and named so (never the UTC 02:00 or 01:00).
     assert re.search(r" \d{4}-\d\d-\d\d 03:00:00 Europe/Berlin *$", nightly), nightly
     doc = json.loads(taskforge("--json", "schedules", "ls").out)
@@ -59,7 +60,7 @@ def test_schedules_pause_and_resume_print_the_state_and_next_runs(
     row = taskforge("schedules", "ls").out.splitlines()[1]
     assert "paused" in row and row.rstrip().endswith("(paused)")  # no next run while paused
     resumed = taskforge("schedules", "resume", "nightly")
-    assert resumed.out.startswith("nightly running; next runs:")
+    assert resumed.out.startswith("nightly active; next runs:")
     assert len(resumed.out.splitlines()) == 6
     doc = json.loads(taskforge("--json", "schedules", "resume", "nightly").out)
     assert doc["paused"] is False and len(doc["next_runs"]) == 5

@@ -66,7 +66,7 @@ def test_queues_ls_marks_a_queue_no_host_serves(taskforge: Taskforge, engine: Sc
     taskforge("enqueue", "generate_pdf", "--queue", queue)
     taskforge("enqueue", "generate_pdf")
     rows = {row.split()[0]: row.split() for row in taskforge("queues", "ls").out.splitlines()}
-    assert rows[queue][1] == "unserved" and rows["default"][1] == "running"
+    assert rows[queue][1] == "unserved" and rows["default"][1] == "active"
     taskforge("queues", "pause", queue)
     rows = {row.split()[0]: row.split() for row in taskforge("queues", "ls").out.splitlines()}
     assert rows[queue][1] == "paused"

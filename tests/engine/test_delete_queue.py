@@ -89,8 +89,8 @@ def test_an_empty_queue_is_deleted_with_its_history_and_events_and_nothing_else(
     assert listed(r, Q) == (False, False)
     assert queue_keys(r, "other") == others_before
     finder = QueueDirectory(scripts)
-    assert [finder.find_job(job_id) for job_id in finished] == [None, None]
-    assert finder.find_job(other) is not None
+    assert [finder.locator.find_job(job_id) for job_id in finished] == [None, None]
+    assert finder.locator.find_job(other) is not None
 
 
 @pytest.mark.parametrize(
@@ -234,7 +234,7 @@ def test_an_enqueue_landing_after_the_unlisting_keeps_the_queue_listed(
 
     assert kept == QueueKept(jobs={**EMPTY_JOBS, "pending": 1})
     assert listed(r, Q) == (True, True)
-    assert QueueDirectory(scripts).find_job(landed[0]) is not None
+    assert QueueDirectory(scripts).locator.find_job(landed[0]) is not None
 
 
 def test_an_enqueue_landing_after_the_delete_lists_the_queue_again(
@@ -256,7 +256,7 @@ def test_an_enqueue_landing_after_the_delete_lists_the_queue_again(
     assert delete_queue(QueueDirectory(scripts), Q) is None
 
     assert listed(r, Q) == (True, True)
-    assert QueueDirectory(scripts).find_job(landed[0]) is not None
+    assert QueueDirectory(scripts).locator.find_job(landed[0]) is not None
     assert Q in QueueDirectory(scripts).names()
 
 
@@ -298,9 +298,9 @@ def test_a_lookup_by_id_reads_one_tag_and_one_job_whatever_the_number_of_queues(
     job_id = put(scripts, "q150")
     finder = QueueDirectory(scripts)
 
-    first = commands_of(r, lambda: finder.find_job(job_id))
-    again = commands_of(r, lambda: finder.find_job(job_id))
-    located = commands_of(r, lambda: finder.locate(job_id))
+    first = commands_of(r, lambda: finder.locator.find_job(job_id))
+    again = commands_of(r, lambda: finder.locator.find_job(job_id))
+    located = commands_of(r, lambda: finder.locator.locate(job_id))
 
     assert first == Counter({"smembers": 1, "hgetall": 1})
     assert again == Counter({"hgetall": 1})  # the tag's queues remembered
@@ -312,8 +312,8 @@ def test_an_id_no_queue_has_is_not_found_after_one_read(r: redis.Redis, scripts:
         QueueDirectory(scripts).relist(f"q{n}")
     finder = QueueDirectory(scripts)
     stranger = "0badc0de-1234-4567-89ab-0123456789ab"
-    assert commands_of(r, lambda: finder.find_job(stranger)) == Counter({"smembers": 1})
-    assert finder.find_job(stranger) is None and finder.locate(stranger) is None
+    assert commands_of(r, lambda: finder.locator.find_job(stranger)) == Counter({"smembers": 1})
+    assert finder.locator.find_job(stranger) is None and finder.locator.locate(stranger) is None
 
 
 def colliding_names() -> tuple[str, str]:
@@ -333,9 +333,9 @@ def test_queues_whose_tags_collide_are_both_searched(r: redis.Redis, scripts: Sc
     first, second = put(scripts, a), put(scripts, b)
     assert tag_of(first) == tag_of(second)
     finder = QueueDirectory(scripts)
-    found = [finder.find_job(first), finder.find_job(second)]
+    found = [finder.locator.find_job(first), finder.locator.find_job(second)]
     assert [(j.id, j.queue) for j in found if j] == [(first, a), (second, b)]
-    assert (finder.locate(first), finder.locate(second)) == (a, b)
+    assert (finder.locator.locate(first), finder.locator.locate(second)) == (a, b)
     assert delete_queue(finder, a) == QueueKept(jobs={**EMPTY_JOBS, "pending": 1})
 
 
@@ -344,11 +344,11 @@ def test_a_lookup_remembering_a_deleted_queue_finds_it_again_when_it_comes_back(
 ) -> None:
     old = run_to(scripts, Q, "completed")
     finder = QueueDirectory(scripts)
-    assert finder.find_job(old) is not None
+    assert finder.locator.find_job(old) is not None
     assert delete_queue(QueueDirectory(scripts), Q) is None
-    assert finder.find_job(old) is None
+    assert finder.locator.find_job(old) is None
     new = put(scripts)
-    assert finder.find_job(new) is not None
+    assert finder.locator.find_job(new) is not None
 
 
 def test_while_the_tag_map_cannot_be_read_on_a_cluster_the_known_queues_with_the_tag_answer(
@@ -363,12 +363,12 @@ def test_while_the_tag_map_cannot_be_read_on_a_cluster_the_known_queues_with_the
         raise redis.exceptions.ConnectionError("the global slot's master is failing over")
 
     monkeypatch.setattr(scripts.redis, "smembers", down)
-    monkeypatch.setattr("shared.read.directory.is_cluster", lambda client: True)
+    monkeypatch.setattr("shared.engine.job_locator.is_cluster", lambda client: True)
 
-    found = finder.find_job(job_id)
+    found = finder.locator.find_job(job_id)
     assert found is not None and found.queue == Q
     with pytest.raises(redis.exceptions.ConnectionError):
-        finder.find_job(other)  # no known queue has its tag: the error, not a false 404
-    monkeypatch.setattr("shared.read.directory.is_cluster", lambda client: False)
+        finder.locator.find_job(other)  # no known queue has its tag: the error, not a false 404
+    monkeypatch.setattr("shared.engine.job_locator.is_cluster", lambda client: False)
     with pytest.raises(redis.exceptions.ConnectionError):
-        finder.find_job(job_id)  # one Redis: nothing else would answer, so the error
+        finder.locator.find_job(job_id)  # one Redis: nothing else would answer, so the error

@@ -212,16 +212,16 @@ def test_a_lookup_by_id_finds_the_job_in_its_queue(r: redis.Redis, scripts: Scri
     put(scripts, in_a, A)
     put(scripts, in_b, B)
 
-    found = directory.find_job(in_b)
+    found = directory.locator.find_job(in_b)
 
     assert found is not None and (found.id, found.queue, found.status) == (
         in_b,
         B,
         JobState.PENDING,
     )
-    assert directory.locate(in_a) == A
+    assert directory.locator.locate(in_a) == A
     assert get_job(r, K, in_b) is None  # the default queue alone does not hold it
-    assert directory.find_job(J3) is None and directory.locate(J3) is None
+    assert directory.locator.find_job(J3) is None and directory.locator.locate(J3) is None
 
 
 def test_a_lookup_finds_a_job_of_a_queue_listed_after_the_list_was_read(
@@ -234,10 +234,10 @@ def test_a_lookup_finds_a_job_of_a_queue_listed_after_the_list_was_read(
     job_id = new_job_id("late")
     put(scripts, job_id, "late")
 
-    found = reader.find_job(job_id)
+    found = reader.locator.find_job(job_id)
 
     assert found is not None and found.queue == "late"
-    assert reader.locate(job_id) == "late"
+    assert reader.locator.locate(job_id) == "late"
     assert reader.names() == ["default"]  # a lookup reads the id's tag, not the list
 
 
@@ -305,8 +305,8 @@ def test_purge_deletes_in_its_own_queue_and_a_repeat_finds_the_tombstone_there(
     assert after[KA.dead] == before[KA.dead]  # a's DLQ untouched
     # The job is gone, but its tombstone says where a repeat of the call must run, and there
     # the repeat (its reply lost, the same request id) is answered as the first call was.
-    assert directory.locate(j1) == B
-    assert directory.find_job(j1) is None
+    assert directory.locator.locate(j1) == B
+    assert directory.locator.find_job(j1) is None
     assert scripts.purge(j1, queue=B) == "t"
     with pytest.raises(JobNotFound):
         scripts.purge(j1, queue=A)

@@ -447,7 +447,6 @@ def test_a_trimmed_stream_the_client_kept_up_with_has_no_gap(
         "1-2-3",
         "12",
         "default=1-1",
-        "t5,default=1,default=2",
         "t5,bad queue=1",
         "t5,*=1,",
         "99999999999999999999999-0",

@@ -99,6 +99,23 @@ def test_an_empty_listing_is_one_empty_page(api: FlaskClient) -> None:
     assert body == {"jobs": [], "next_cursor": None, "every_queue": True}
 
 
+@pytest.mark.parametrize("query", ["", "&type=t", "&queue=a"])
+def test_a_page_that_ends_the_listing_exactly_gives_no_cursor(
+    api: FlaskClient, engine: Scripts, query: str
+) -> None:
+    put(engine, JobState.DEAD, job_id(3), T0, queue="a")  # claimed to die: before the pending
+    put(engine, JobState.PENDING, job_id(1), T0, queue="a")
+    put(engine, JobState.PENDING, job_id(2), T0, queue="a")
+    whole = api.get(f"/jobs?limit=3{query}").get_json()
+    assert [job["id"] for job in whole["jobs"]] == [job_id(1), job_id(2), job_id(3)]
+    assert whole["next_cursor"] is None
+    # Full at the end of pending: the cursor skips the empty states to the next with a job.
+    first = api.get(f"/jobs?limit=2{query}").get_json()
+    assert first["next_cursor"] == "dead"
+    last = api.get(f"/jobs?limit=1&cursor=dead{query}").get_json()
+    assert [job["id"] for job in last["jobs"]] == [job_id(3)] and last["next_cursor"] is None
+
+
 def test_a_job_that_changes_state_between_pages_shows_in_its_new_state(
     api: FlaskClient, engine: Scripts
 ) -> None:

@@ -179,7 +179,7 @@ def test_replay_and_purge_find_a_dead_job_in_its_queue(gw: Gunicorn, engine: Scr
 
 def doc_queue(engine: Scripts, job_id: str) -> str | None:
     """Return the queue that holds a job, found as the gateway finds it."""
-    return QueueDirectory(engine).locate(job_id)
+    return QueueDirectory(engine).locator.locate(job_id)
 
 
 def test_the_openapi_document_lists_queue_on_enqueue_and_on_the_job(gw: Gunicorn) -> None:

@@ -63,7 +63,7 @@ def test_the_list_shows_each_schedule_with_its_next_five_runs(
         "max_retries": 3,
         "timeout": None,
     }
-    assert (beat["every"], beat["cron"], beat["job"]["timeout"]) == ("900s", None, 30.0)
+    assert (beat["every"], beat["cron"], beat["job"]["timeout"]) == ("15m", None, 30.0)
     assert (nightly["paused"], nightly["last_tick"], nightly["last_job_id"]) == (False, None, None)
     runs = [datetime.fromisoformat(run) for run in nightly["next_runs"]]
     assert len(runs) == 5 and runs == sorted(runs)

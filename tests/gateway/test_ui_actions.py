@@ -14,6 +14,7 @@ from flask.testing import FlaskClient
 from gateway.ui import dlq_pages as dlq
 from gateway.ui.ui_base import counted
 from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_job_id
 from shared.model.schedules import parse_entry
 from shared.read.directory import QueueDirectory
 from tests.gateway.test_ui import (  # noqa: F401
@@ -308,6 +309,10 @@ def test_the_schedules_page_lists_next_runs_and_pauses_then_resumes_one(
     page = text(ui.get("/ui/schedules"))
     assert "Schedule nightly paused" in page
     assert 'action="/ui/schedules/nightly/resume"' in page
+    row = re.search(r'<tr data-schedule="nightly">.*?</tr>', page, re.S)
+    assert row is not None and '<td class="state">paused</td>' in row[0]
+    # No next runs while paused (as the CLI's "(paused)"): none will happen until a resume.
+    assert '<ul class="runs">' not in row[0] and "(paused: none until resumed)" in row[0]
     post(ui, "/ui/schedules/nightly/resume", "/ui/schedules")
     assert not engine.redis.hexists(K.schedule("nightly"), "paused")
     assert post(ui, "/ui/schedules/other/pause", "/ui/schedules").status_code == 404
@@ -351,6 +356,24 @@ def test_the_schedules_page_shows_last_tick_and_next_runs_in_the_schedules_named
         assert title == f"{clock} Asia/Tokyo"
         assert datetime.fromisoformat(moment).weekday() < 5  # 1-5: weekdays in Tokyo
     assert "Z" not in "".join(moment for _, moment, _ in shown)  # no UTC time on the row
+
+
+def test_the_last_job_shows_its_whole_id_linked_to_its_page(
+    ui: FlaskClient,  # noqa: F811
+    engine: Scripts,  # noqa: F811
+) -> None:
+    # Every job id of a queue starts with the same 8 hex digits (a hash of the queue's name):
+    # only the whole id tells one tick's job from another's.
+    beat = parse_entry("beat", {"every": "1m", "job": {"type": "pdf"}})
+    Periodic(engine, [beat]).publish()
+    earlier, later = new_job_id("default"), new_job_id("default")
+    assert earlier[:8] == later[:8]
+    assert engine.advance_schedule("beat", 60_000, earlier)
+    assert engine.advance_schedule("beat", 120_000, later)
+    row = re.search(r'<tr data-schedule="beat">.*?</tr>', text(ui.get("/ui/schedules")), re.S)
+    assert row is not None
+    link = f'<td class="id"><a href="/ui/jobs/{later}"><code>{later}</code></a></td>'
+    assert link in row[0], row[0]
 
 
 def test_counted_says_one_thing_or_many() -> None:

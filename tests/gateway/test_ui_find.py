@@ -37,6 +37,39 @@ def test_a_known_id_goes_to_its_page(ui: FlaskClient, engine: Scripts) -> None: 
 
 
 @pytest.mark.parametrize(
+    "pasted",
+    [
+        "/jobs/{id}",
+        "/ui/jobs/{id}",
+        "https://tf.example.com:8080/ui/jobs/{id}?tab=history#top",
+        '"id": "{id}",',
+        '{{"id": "{id}", "queue": "mail", "status": "pending"}}',
+        "job {id} is dead after 3 attempts",
+    ],
+)
+def test_the_one_id_in_pasted_text_goes_to_its_page(
+    ui: FlaskClient,  # noqa: F811
+    engine: Scripts,  # noqa: F811
+    pasted: str,
+) -> None:
+    job_id = put(engine, "mail")
+    response = ui.get("/ui/find", query_string={"id": pasted.format(id=job_id.upper())})
+    assert (response.status_code, response.location) == (303, f"/ui/jobs/{job_id}")
+
+
+def test_text_holding_two_ids_or_an_id_inside_a_longer_one_names_no_job(
+    ui: FlaskClient,  # noqa: F811
+    engine: Scripts,  # noqa: F811
+) -> None:
+    first, second = put(engine, "mail"), put(engine, "mail")
+    for typed in (f"{first} {second}", f"a{first}", f"{first}-0", f"{first}{first}"):
+        assert ui.get("/ui/find", query_string={"id": typed}).status_code == 404, typed
+    # The same id twice is still one id.
+    twice = ui.get("/ui/find", query_string={"id": f"/ui/jobs/{first} ({first})"})
+    assert (twice.status_code, twice.location) == (303, f"/ui/jobs/{first}")
+
+
+@pytest.mark.parametrize(
     "typed",
     [
         "3f2b6c1e-8d4a-4f0b-9c2e-1a5d7e9b0c4f",  # well formed, never enqueued

@@ -17,7 +17,7 @@ import tests.workerd.handlers_job_record  # noqa: F401  (registers the record.* 
 from shared.model.jobs import Job, JobState, format_ms, parse_rfc3339_ms
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import HANDLERS, Engine
-from workerd.worker import run_handler
+from workerd.execution import run_handler
 
 RECORD_HANDLERS = f"{HANDLERS},tests.workerd.handlers_job_record"
 # "Type: message": a Python-identifier-like type, a colon and a space, then the message.

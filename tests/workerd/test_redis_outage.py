@@ -150,3 +150,30 @@ def test_ready_waits_for_redis_and_every_redis_error_names_the_server_not_the_pa
             late.stop()
     output = workerd.log_path.read_text() + workerd.stderr()
     assert PASSWORD not in output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("busy", [False, True], ids=["idle_workers", "a_worker_holds_a_job"])
+def test_stopped_while_redis_is_down_only_a_held_job_is_named_as_abandoned(
+    start_workerd: Callable[..., Workerd],
+    engine: Engine,
+    journal: Journal,
+    redis_server: RedisServer,
+    busy: bool,
+) -> None:
+    workerd = start_workerd(WORKER_COUNT="2")
+    job_id = None
+    if busy:  # runs past the drain grace: its worker is killed holding it
+        job_id = engine.enqueue("journal", {"file": journal.file, "sleep": 30})
+        journal.wait_for("start", job_id)
+
+    redis_server.stop()
+    try:
+        workerd.wait_for("redis_unavailable", component="worker", timeout=10)
+        workerd.signal(signal.SIGTERM)
+        assert workerd.wait_exit(timeout=30) == 0
+    finally:
+        redis_server.start()  # empty: the server keeps nothing on disk
+
+    abandoned = [line.get("job_id") for line in workerd.events("requeue_abandoned")]
+    assert abandoned == ([job_id] if busy else []), workerd.tail()

@@ -23,28 +23,18 @@ from shared.engine.engine_types import NotRunnable, Policy
 from shared.engine.scripts import Scripts
 from shared.model.jobs import Job, JobState, validate_enqueue
 from shared.settings.config import Settings
-from tests.fakes import IdleSlot
+from tests.fakes import FakeClock, IdleSlot
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine
 from tests.workerd.handlers_routing import ROUTED
 from workerd.duties.fleet_heartbeat import hosts_running
 from workerd.routing import LEAVE_FOR, LOG_EVERY, TAKE_FOR, Routing
-from workerd.worker import WAKE_TIMEOUT_SECONDS, WorkerProcess
+from workerd.worker import WorkerProcess
 
 # A type no process of these tests has a handler for.
 NOBODY = "nobody_runs_this"
 TTL_MS = 10_000
-
-
-class Clock:
-    """A monotonic clock the test moves."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # --- the decision alone --------------------------------------------------------------------
@@ -53,7 +43,7 @@ class Clock:
 def test_a_type_a_live_host_runs_leaves_the_queue_to_it_for_a_while(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock, asked = Clock(), []
+    clock, asked = FakeClock(), []
 
     def hosts(queue: str, job_type: str) -> list[str]:
         asked.append((queue, job_type))
@@ -80,7 +70,7 @@ def test_a_type_a_live_host_runs_leaves_the_queue_to_it_for_a_while(
 
 
 def test_a_type_no_live_host_runs_is_taken_until_the_registry_is_asked_again() -> None:
-    clock = Clock()
+    clock = FakeClock()
     routing = Routing({"pdf"}, lambda queue, job_type: [], worker_id="w1", clock=clock)
 
     assert routing.take(NotRunnable("default", "typo")) is True
@@ -95,7 +85,7 @@ def test_a_type_no_live_host_runs_is_taken_until_the_registry_is_asked_again() -
 def test_each_decision_is_logged_once_a_minute_per_queue_and_type(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock = Clock()
+    clock = FakeClock()
     routing = Routing({"pdf"}, lambda queue, job_type: ["b"], worker_id="w1", clock=clock)
     caplog.set_level(logging.INFO, logger="workerd.routing")
 
@@ -121,9 +111,18 @@ def scripts(r: redis.Redis) -> Scripts:
 
 
 @pytest.fixture
-def worker(scripts: Scripts) -> WorkerProcess:
-    """A worker of a host running the demo and `routed` types, serving `default`."""
-    return WorkerProcess(Settings.from_env({}), scripts, IdleSlot(), "w1", os.getppid())
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def worker(scripts: Scripts, clock: FakeClock) -> WorkerProcess:
+    """A worker of a host running the demo and `routed` types, serving `default`, whose
+    clock the test moves (its sleeps move it: no wait takes time)."""
+    settings = Settings.from_env({})
+    return WorkerProcess(
+        settings, scripts, IdleSlot(), "w1", os.getppid(), clock=clock, sleep=clock.sleep
+    )
 
 
 def put(scripts: Scripts, job_type: str, job_id: str, **fields: Any) -> str:
@@ -158,7 +157,7 @@ def test_hosts_running_names_live_hosts_that_serve_the_queue_and_run_the_type(
 
 
 def test_a_worker_leaves_another_hosts_job_in_place_and_the_queue_alone_meanwhile(
-    r: redis.Redis, scripts: Scripts, worker: WorkerProcess
+    r: redis.Redis, scripts: Scripts, worker: WorkerProcess, clock: FakeClock
 ) -> None:
     host(scripts, "video-host", "default", "video")
     put(scripts, "video", "00000000-0000-4000-8000-000000000001", priority=1)
@@ -168,18 +167,20 @@ def test_a_worker_leaves_another_hosts_job_in_place_and_the_queue_alone_meanwhil
     assert worker._claim() is None
 
     assert pending(r, scripts) == before  # the video job first, the email job behind it
-    assert worker.routing.leaves("default", worker.routing.clock())
+    assert worker.routing.leaves("default", clock.now)
     # Left alone: no claim call (the queue is out of the order) and no wait on its hints,
     # which are the video host's.
-    assert worker._next_order() == ()
+    assert worker.planner.next_order() == ()
     r.delete(scripts.keys.wake)
     r.lpush(scripts.keys.wake, "1")
-    # Idle: it sleeps (a second at most each time) until the queue is due for a claim again.
-    for _ in range(round(LEAVE_FOR / WAKE_TIMEOUT_SECONDS) + 1):
-        if not worker.routing.leaves("default", worker.routing.clock()):
-            break
+    # Idle: it sleeps (a wake timeout at most each time, then claims) until the queue is due
+    # for a claim again.
+    left_at, timeout = clock.now, worker.planner.timings.wake_timeout
+    while worker.routing.leaves("default", clock.now):
         assert worker._wait_for_work() is True
-    assert not worker.routing.leaves("default", worker.routing.clock())
+        assert len(clock.slept) <= LEAVE_FOR / timeout + 1, clock.slept
+    assert all(0 < slept <= timeout for slept in clock.slept), clock.slept
+    assert clock.now == pytest.approx(left_at + LEAVE_FOR)  # not a moment longer
     assert r.llen(scripts.keys.wake) == 1  # the hint is still there, for the video host
 
 
@@ -208,7 +209,7 @@ def test_after_a_complete_refused_its_next_job_the_worker_leaves_the_queue(
     claimed = worker._claim()
     assert isinstance(claimed, Job) and claimed.id == mine
     assert worker._execute(claimed) is None  # completed; the next job is not its type
-    assert worker.claim_now  # the next step asks the queue again and decides there
+    assert worker.planner.claim_now  # the next step asks the queue again and decides there
 
     assert worker._claim() is None
     assert worker.routing.leaves("default", worker.routing.clock())

@@ -580,6 +580,28 @@ def test_at_exit_a_release_redis_never_takes_is_abandoned_with_a_line(
     assert rig.job(job_id).status is JobState.PROCESSING  # left to its lease and a scheduler
 
 
+def test_at_exit_only_a_worker_known_to_hold_a_job_gets_the_line(
+    make_rig: Callable[..., Rig],
+    outage: tuple[redis.Redis, Outage],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Worker 0 died holding a job during the outage; worker 1, idle, exits cleanly.
+    rig, job_id = _kill_a_busy_worker_during_an_outage(make_rig, outage)
+    idle = [c for c in rig.workers() if c.index == 1]
+    assert len(idle) == 1
+    rig.spawner.exit(idle[0].pid)
+    rig.step()
+    owed = rig.supervisor.release.owed
+    assert [orphan.job_id or None for orphan in owed] == [job_id, None]
+
+    with caplog.at_level(logging.ERROR):
+        rig.supervisor.release.settle(deadline=rig.now)
+
+    lines = events(caplog, "requeue_abandoned")
+    assert [rec.job_id for rec in lines] == [job_id]  # type: ignore[attr-defined]
+    assert rig.supervisor.release.owed == []
+
+
 # --- quiet: SIGTSTP / SIGCONT and the API's request ------------------------------------------
 
 

@@ -1,15 +1,15 @@
 """A worker process's loop stepped by hand on the real Redis: paused queues and a quiet host.
 
 The worker's step() claims, runs and records jobs as in production (the `demo.noop` handler);
-only its shared-memory slot and the supervisor's quiet flag are stand-ins. Redis's own command
-statistics say what an idle worker costs. The real-process tests (test_pause_quiet.py) prove
+only its shared-memory slot, the supervisor's quiet flag and its clock are stand-ins (a fake
+clock whose sleeps move it: no wait takes time). Redis's own command statistics say what an
+idle worker costs. The real-process tests (test_pause_quiet.py) prove
 the same end to end.
 """
 
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -25,10 +25,14 @@ from shared.engine.queries import get_job
 from shared.engine.scripts import Scripts
 from shared.model.jobs import JobState, validate_enqueue
 from shared.settings.config import Settings
-from tests.fakes import IdleSlot
+from tests.fakes import FakeClock, IdleSlot
 from tests.support.redis_server import RedisServer
-from workerd import worker as worker_module
+from workerd.claim_plan import ClaimTimings
 from workerd.worker import WorkerProcess
+
+# A short BLPOP: an idle step on the real Redis returns soon (the fake clock does not move it).
+# Fractions exact in binary, so the fake clock's sums land on the recheck to the bit.
+TIMINGS = ClaimTimings(wake_timeout=1 / 16, paused_recheck=1 / 4)
 
 
 class Quiet:
@@ -42,8 +46,11 @@ class Quiet:
 
 
 class Harness:
-    def __init__(self, scripts: Scripts, worker: WorkerProcess, quiet: Quiet) -> None:
-        self.scripts, self.worker, self.quiet = scripts, worker, quiet
+    def __init__(
+        self, scripts: Scripts, worker: WorkerProcess, quiet: Quiet, clock: FakeClock
+    ) -> None:
+        self.scripts, self.worker, self.quiet, self.clock = scripts, worker, quiet, clock
+        self.planner = worker.planner
         self.redis = scripts.redis
 
     def enqueue(self, queue: str) -> str:
@@ -76,9 +83,19 @@ def harness(r: redis.Redis, redis_server: RedisServer) -> Iterator[Harness]:
     keys, policy = Keys(settings.namespace), Policy.from_settings(settings)
     scripts = Scripts(connect(settings, role="worker"), keys, policy)
     scripts.load()
-    quiet = Quiet()
-    worker = WorkerProcess(settings, scripts, IdleSlot(), "w1", os.getppid(), quiet=quiet)
-    yield Harness(scripts, worker, quiet)
+    quiet, clock = Quiet(), FakeClock()
+    worker = WorkerProcess(
+        settings,
+        scripts,
+        IdleSlot(),
+        "w1",
+        os.getppid(),
+        quiet=quiet,
+        clock=clock,
+        sleep=clock.sleep,
+        timings=TIMINGS,
+    )
+    yield Harness(scripts, worker, quiet, clock)
     scripts.redis.close()
 
 
@@ -91,7 +108,7 @@ def test_a_worker_drains_the_queue_that_is_not_paused(harness: Harness) -> None:
 
     assert harness.status(other, "b") is JobState.COMPLETED
     assert harness.status(held, "a") is JobState.PENDING
-    assert harness.worker.paused == {"a"}
+    assert harness.planner.paused == {"a"}
 
 
 def test_a_paused_queue_leaves_the_claim_order_and_the_wake_lists(harness: Harness) -> None:
@@ -103,24 +120,23 @@ def test_a_paused_queue_leaves_the_claim_order_and_the_wake_lists(harness: Harne
     counts = harness.commands(harness.worker.step)  # idle: blocks on b's wake list alone
 
     assert harness.redis.llen(harness.scripts.q("a").wake) == 1  # not taken
-    assert harness.worker._next_order() == ("b",)
+    harness.clock.now += TIMINGS.empty_recheck  # b, found empty, is asked again; a is not
+    assert harness.planner.next_order() == ("b",)
     assert counts["blpop"] == 1 and counts["evalsha"] == 0
     assert harness.status(held, "a") is JobState.PENDING
 
 
-def test_a_resumed_queue_is_served_again_after_the_recheck(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(worker_module, "PAUSED_RECHECK", 0.0)  # ask at every step
+def test_a_resumed_queue_is_served_again_after_the_recheck(harness: Harness) -> None:
     held = harness.enqueue("a")
     harness.scripts.pause_queue("a")
     harness.worker.step()
-    assert harness.worker.paused == {"a"}
+    assert harness.planner.paused == {"a"}
 
     harness.scripts.resume_queue("a")
+    harness.clock.now += TIMINGS.paused_recheck  # the recheck is due
     harness.worker.step()
 
-    assert harness.worker.paused == set()
+    assert harness.planner.paused == set()
     assert harness.status(held, "a") is JobState.COMPLETED
 
 
@@ -128,17 +144,15 @@ def test_the_recheck_asks_at_most_once_a_second(harness: Harness) -> None:
     harness.scripts.pause_queue("a")
     harness.scripts.pause_queue("b")
     harness.worker.step()  # both answer PAUSED
-    assert harness.worker.paused == {"a", "b"}
-    harness.worker.paused_checked = time.monotonic()
+    assert harness.planner.paused == {"a", "b"}
 
-    started = time.monotonic()
-    counts = harness.commands(lambda: [harness.worker.step() for _ in range(3)])
-    elapsed = time.monotonic() - started
+    counts = harness.commands(lambda: [harness.worker.step() for _ in range(8)])
 
-    # Nothing to block on: each step waits a second without Redis, then one EXISTS per
-    # paused queue (pipelined) when the second is up; no claim, no BLPOP.
-    assert set(counts) <= {"exists"}, counts
-    assert counts["exists"] <= 2 * (elapsed + 1), (counts, elapsed)
+    # Nothing to block on: each step waits a wake timeout without Redis (no claim, no BLPOP).
+    # Nine waits of 1/16 s from the first PAUSED span two recheck periods of 1/4 s: two
+    # rechecks, each one EXISTS per paused queue (pipelined).
+    assert harness.clock.slept == [TIMINGS.wake_timeout] * 9
+    assert counts == {"exists": 2 * 2}, counts
 
 
 def test_complete_on_a_queue_paused_meanwhile_claims_nothing_next(harness: Harness) -> None:
@@ -153,7 +167,7 @@ def test_complete_on_a_queue_paused_meanwhile_claims_nothing_next(harness: Harne
     assert next_job is None
     assert harness.status(first, "a") is JobState.COMPLETED
     assert harness.status(second, "a") is JobState.PENDING
-    assert harness.worker.paused == {"a"}
+    assert harness.planner.paused == {"a"}
 
 
 def test_a_quiet_worker_claims_nothing_and_touches_no_redis(harness: Harness) -> None:
@@ -163,6 +177,7 @@ def test_a_quiet_worker_claims_nothing_and_touches_no_redis(harness: Harness) ->
     counts = harness.commands(harness.worker.step)
 
     assert sum(counts.values()) == 0, counts  # no claim, and no BLPOP taking others' hints
+    assert harness.clock.slept == [TIMINGS.quiet_wait]  # reads its flag again after this
     assert harness.status(waiting, "a") is JobState.PENDING
     assert harness.redis.llen(harness.scripts.q("a").wake) == 1
 

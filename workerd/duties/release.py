@@ -93,12 +93,24 @@ class Release:
             self.owed.pop(0)
 
     def settle(self, deadline: float) -> None:
-        """At exit: keep trying until `deadline`, then give up on each job with a log line."""
+        """At exit: keep trying until `deadline`, then give up on each job with a log line.
+
+        A worker whose slot showed no job most likely held none: it gets one try inside the
+        window (a claim whose reply its slot never showed goes back at once if Redis answers)
+        and is then let go without a line, as its lease would recover such a claim anyway;
+        an error naming no job would only alarm. Only a job known to be held is retried and,
+        if Redis never answers, named in the line."""
         while self.owed:
             orphan = self.owed[0]
+            if not orphan.job_id and self.clock() >= deadline:
+                self.owed.pop(0)  # the window is spent (Redis refused the others): no try
+                continue
             try:
                 self._apply(orphan)
             except redis.RedisError as exc:
+                if not orphan.job_id:
+                    self.owed.pop(0)  # no job known held: nothing to name, nothing to retry
+                    continue
                 if self.clock() < deadline:
                     self.sleep(RETRY_PAUSE)
                     continue

@@ -3,28 +3,25 @@
 An enqueue with an idempotency key is two calls: reserve.lua (or reserve_batch.lua) ties the key
 to the job ids in the global slot, then enqueue.lua creates each job in its queue's slot (no
 script spans two). A delayed job is also noted in the due index (``Keys.due``, global slot), so
-the scheduler promotes only queues with something due.
+the scheduler promotes only queues with something due: a cross-slot write (shared.engine.scripts.
+cross_slot), declared in shared.engine.scripts.due_index.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import logging
 from collections.abc import Sequence
 from typing import Any
-
-import redis
 
 from shared.connect.redis_conn import is_cluster
 from shared.engine.engine_types import Code, Confirmation, EnqueueResult, IdempotencyConflict
 from shared.engine.history import ACTOR_CODES, Actor
 from shared.engine.replies import enqueue_result, text
+from shared.engine.scripts.cross_slot import follow
+from shared.engine.scripts.due_index import DUE_INDEX
 from shared.engine.scripts.script_base import ScriptsBase, now_arg
 from shared.model.jobs import EnqueueRequest, JobState
-from shared.obs.log import error_text
-
-log = logging.getLogger(__name__)
 
 
 def batch_digest(requests: Sequence[EnqueueRequest]) -> str:
@@ -261,25 +258,19 @@ class EnqueueCalls(ScriptsBase):
         """Index the queues of jobs just scheduled by when they are due: one ZADD LT in the
         global slot, after the scripts that scheduled them (none when there are none).
 
-        The second call of a delayed enqueue (a script writes one slot only; docs/WORKERD.md,
-        "The scheduler at scale of names"): LT lowers an entry or adds a missing one, never
-        delays one. The jobs exist once their script ran, so a note that fails (the global
-        slot's master unreachable) is logged, not raised: an error would tell the producer to
-        send them again. workerd/sweep.py indexes them, as those of a producer that died here.
+        The second call of a delayed enqueue (shared.engine.scripts.cross_slot, the due index's
+        declaration in shared.engine.scripts.due_index): LT lowers an entry or adds a missing one,
+        never delays one. The jobs exist once their script ran, so a note that fails (the
+        global slot's master unreachable) is logged, not raised: an error would tell the
+        producer to send them again. workerd/sweep.py restores them, as those of a producer
+        that died here.
         """
         earliest: dict[str, int] = {}
         for request, result in scheduled:
             at = request.scheduled_at_for(result.created_at_ms)
             if at is not None:
                 earliest[request.queue] = min(at, earliest.get(request.queue, at))
-        if not earliest:
-            return
-        try:
-            self.redis.zadd(self.keys.due, earliest, lt=True)
-        except redis.RedisError as exc:
-            log.warning(
-                "due_note_failed", extra={"queues": sorted(earliest), "error": error_text(exc)}
-            )
+        follow(self.redis, self.keys, DUE_INDEX, earliest)
 
     def due_queues(self, pipe: Any, now_ms: int, limit: int) -> None:
         """Queue on `pipe` the read of up to `limit` queues whose earliest scheduled job is due."""
@@ -305,5 +296,5 @@ class EnqueueCalls(ScriptsBase):
             pipe.zrange(self.q(queue).scheduled, 0, 0, withscores=True)
         found = {q: int(f[0][1]) for q, f in zip(queues, pipe.execute(), strict=True) if f}
         if found:
-            self.redis.zadd(self.keys.due, found, lt=True)
+            DUE_INDEX.send(self.redis, self.keys.due, found)
         return found

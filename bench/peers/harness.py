@@ -20,8 +20,10 @@ Methods (the same for every system, TaskForge included):
   0.2 s from the workers' start to the drain's end; the maximum is reported.
 - **I/O body** (``io_wait_ms`` > 0): each job does one Redis round trip and then waits that
   long (bench.peers.stamp.body), identically in every system.
-- **latency**: two idle workers; after warm-up jobs, the producer sends jobs 10 ms apart,
-  each carrying time.time() at sending; latency = the task's time.time() at start − that.
+- **latency**: two idle workers; after warm-up jobs, the producer sends jobs 10 ms apart (plus
+  the I/O body's wait, so the workers stay idle), each carrying time.time() at sending;
+  latency = the task's time.time() at start − that. Redis CPU µs/job over this run covers
+  enqueue and run together (through the gateway for TaskForge (HTTP)).
 - **enqueue**: one producer process, the library's call in a loop (and its bulk API), timed
   by the producer around the calls, after one warm-up call.
 """

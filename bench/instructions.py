@@ -5,7 +5,7 @@ executes for a job do not. This runs a private redis-server under valgrind's cal
 counting off, turns counting on around one workload (callgrind_control) and divides by the jobs:
 
 - enqueue: the tree's producer calling ``Scripts.enqueue`` once per job;
-- complete + claim next: one process draining those jobs through the tree's shared.scripts.
+- complete + claim next: one process draining those jobs through the tree's shared.engine.scripts.
 
 User-space instructions only: the kernel's share (socket reads and writes, epoll) and cache
 misses are not in them, so they rank changes to the work Redis does per job, not its time.

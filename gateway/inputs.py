@@ -14,9 +14,8 @@ from flask import request
 from werkzeug.datastructures import Headers
 
 from gateway.body import MAX_BODY_BYTES, parse_json, read_limited, too_large
-from gateway.errors import ApiError
-from shared import listing, listing_states
-from shared.jobs import (
+from gateway.http_errors import ApiError
+from shared.model.jobs import (
     JOB_ID_PATTERN,
     TYPE_PATTERN,
     EnqueueRequest,
@@ -24,7 +23,8 @@ from shared.jobs import (
     ValidationError,
     validate_enqueue,
 )
-from shared.queues import QUEUE_RULE, is_queue_name
+from shared.model.queues import QUEUE_RULE, is_queue_name
+from shared.read import listing, listing_states
 
 MAX_BATCH = 1000
 DLQ_LIMIT_RANGE = (1, 100)
@@ -121,7 +121,7 @@ def batch_requests(body: Any) -> list[EnqueueRequest]:
     return requests
 
 
-CANCEL_BY_LIMIT = 64  # characters of a cancel's `by` (kept to 64 bytes: shared.scripts)
+CANCEL_BY_LIMIT = 64  # characters of a cancel's `by` (kept to 64 bytes: shared.engine.scripts)
 
 
 def requester(client: str | None) -> str:

@@ -16,18 +16,18 @@ from gateway import openapi_schedules, queue_page
 from gateway.body import MAX_BODY_BYTES
 from gateway.contract.schema import event_data
 from gateway.contract.schema import schemas as contract_schemas
-from gateway.events import KEEPALIVE_SECONDS
+from gateway.events_api import KEEPALIVE_SECONDS
 from gateway.inputs import DLQ_LIMIT_RANGE, MAX_BATCH
 from gateway.waiting import MAX_WAIT_SECONDS, WAIT_PATTERN
-from shared import bulk, listing, listing_states, throughput
-from shared.events import EVENT_CURSOR_PATTERN
-from shared.hosts import HOST_NAME_PATTERN
-from shared.jobs import (
+from shared.engine.events import EVENT_CURSOR_PATTERN
+from shared.engine.queries import CURSOR_PATTERN
+from shared.model.jobs import (
     TYPE_PATTERN,
     JobState,
 )
-from shared.queries import CURSOR_PATTERN
-from shared.queues import QUEUE_PATTERN
+from shared.model.queues import QUEUE_PATTERN
+from shared.read import bulk, listing, listing_states, throughput
+from shared.read.hosts import HOST_NAME_PATTERN
 
 JOB_ID = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"
 TIMESTAMP = {"type": "string", "format": "date-time"}

@@ -1,4 +1,4 @@
-"""The periodic schedules' part of the OpenAPI document (gateway/schedules.py's routes).
+"""The periodic schedules' part of the OpenAPI document (gateway/schedules_api.py's routes).
 
 Kept apart from gateway/openapi.py, which merges it in: the path parameter, the
 404 and the four operations of ``/schedules``.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.schedule_state import NEXT_RUNS
-from shared.schedules import NAME_PATTERN
+from shared.model.schedules import NAME_PATTERN
+from shared.read.schedule_state import NEXT_RUNS
 
 TIMESTAMP_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
 COUNT = {"type": "integer", "minimum": 0}

@@ -19,8 +19,8 @@ from typing import Any
 
 from gateway.openapi import HOST_EXAMPLE
 from gateway.openapi_schedules import SCHEDULE_EXAMPLE
-from shared.schedules import parse_entry
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
+from shared.model.schedules import parse_entry
 from tests.gateway import helpers
 from tests.support.gunicorn import Gunicorn
 from tests.support.tools import ROOT, free_port, wait_until

@@ -52,7 +52,11 @@ def test_enqueue_prints_warnings_on_stderr_and_the_id_alone_on_stdout(
     fine = until(lambda: taskforge("enqueue", "generate_pdf"), lambda d: d.err == "")
     assert fine.code == Exit.OK and fine.err == ""
     queue = fresh_queue("reports")
-    unserved = taskforge("--json", "enqueue", "generate_pdf", "--queue", queue)
+    # Each gateway process reads the registry on its own: wait until the one answering has.
+    unserved = until(
+        lambda: taskforge("--json", "enqueue", "generate_pdf", "--queue", queue),
+        lambda d: "serves queue" in d.err,
+    )
     assert json.loads(unserved.out)["warnings"] == [
         f"no workerd host serves queue {queue!r}; the job waits until one does "
         "(queues served: default)"

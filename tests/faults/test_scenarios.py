@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from shared.engine import history, limits
+from shared.engine import history
 from shared.engine.engine_types import WrongState
 from shared.engine.keys import Keys
 from shared.engine.scripts import Scripts
 from shared.model import ticks
+from shared.model.limit_rules import parse_limits
 from shared.model.schedules import load_file
 from shared.read.schedule_state import read_states
 from tests.faults.checker import OK, EnqueueRecord, check, read_journal
@@ -136,7 +137,7 @@ def test_limits_hold_while_workers_are_sigkilled(
     journal = tmp_path / "journal.jsonl"
     doc = {"concurrency": 3, "types": {"journaled": {"concurrency": 2}}}
     scripts = Scripts(r, KEYS)
-    scripts.set_limits("default", limits.parse_limits(doc).compact_json())
+    scripts.set_limits("default", parse_limits(doc).compact_json())
     workerd = start_workerd(**{**FAULT_ENV, "WORKER_COUNT": "4"})
     began = time.monotonic()
     with RunningSampler(r, "journaled") as sampler:

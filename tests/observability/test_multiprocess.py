@@ -101,6 +101,7 @@ SIMULATION = textwrap.dedent(
     from shared.obs import metrics
     from shared.model.jobs import JobState
     from shared.engine.queries import QueueCounts
+    from shared.read import state_gauges
 
     for _ in range(int(sys.argv[2])):
         pid = os.fork()

@@ -8,6 +8,7 @@ command came from, and CLIENT LIST maps connections to the names TaskForge gives
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 
@@ -17,7 +18,18 @@ import redis
 def commands_by_connection(url: str, name_prefix: str, seconds: float) -> dict[str, Counter[str]]:
     """Watch Redis at `url` for `seconds`; return the commands of every connection whose name
     starts with `name_prefix`, by connection name (those silent all along included)."""
-    client = redis.Redis.from_url(url, socket_timeout=0.2)
+    # No short read timeout: redis-py drops the connection on a read timeout, and MONITOR's
+    # next read then fails. A PING every 0.1 s once the window has closed wakes the read instead.
+    client = redis.Redis.from_url(url, socket_timeout=seconds + 10)
+    nudger = redis.Redis.from_url(url, socket_timeout=5)
+    deadline = float("inf")  # set when the watch starts
+    stop = threading.Event()
+
+    def nudge() -> None:
+        while not stop.wait(0.1):
+            if time.monotonic() >= deadline:
+                nudger.ping()
+
     try:
         names = {
             client_info["addr"]: client_info["name"]
@@ -25,13 +37,12 @@ def commands_by_connection(url: str, name_prefix: str, seconds: float) -> dict[s
             if client_info["name"].startswith(name_prefix)
         }
         counts: dict[str, Counter[str]] = {name: Counter() for name in names.values()}
-        deadline = time.monotonic() + seconds
+        thread = threading.Thread(target=nudge, daemon=True)
         with client.monitor() as monitor:
+            deadline = time.monotonic() + seconds
+            thread.start()
             while time.monotonic() < deadline:
-                try:
-                    entry = monitor.next_command()
-                except redis.TimeoutError:
-                    continue
+                entry = monitor.next_command()
                 address = f"{entry['client_address']}:{entry['client_port']}"
                 if address not in names:
                     continue
@@ -42,4 +53,6 @@ def commands_by_connection(url: str, name_prefix: str, seconds: float) -> dict[s
                 counts[names[address]][command] += 1
         return counts
     finally:
+        stop.set()
         client.close()
+        nudger.close()

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.openapi import HOST_EXAMPLE
-from gateway.openapi_schedules import SCHEDULE_EXAMPLE
+from gateway.contract.route_params import HOST_EXAMPLE, SCHEDULE_EXAMPLE
 from shared.schedules import parse_entry
 from shared.scripts import Scripts
 from tests.gateway import helpers

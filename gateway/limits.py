@@ -16,7 +16,9 @@ from flask import Blueprint
 from gateway import inputs
 from gateway.actions import queues as actions
 from gateway.context import gateway
+from gateway.contract.requests import LimitsInput, TypeLimitInput
 from gateway.errors import ApiError
+from gateway.model_gate import through
 from gateway.queue_page import QUEUE_PAGE_QUERY, page_query
 from gateway.queues import queue_name
 from gateway.routes import route
@@ -33,6 +35,10 @@ def _state(queue: str) -> dict[str, Any]:
     if found:
         return found[0].to_json()
     return LimitsState(queue, QueueLimits(), ScopeUse(0, 0), {}).to_json()
+
+
+def _type_limit(body: Any) -> limits.Limit:
+    return limits.parse_limit(body, "")
 
 
 def _parsed(parse: Any, body: Any) -> Any:
@@ -74,7 +80,8 @@ def put_limits(name: str) -> dict[str, Any]:
     """
     queue = queue_name(name)
     body = inputs.json_body()
-    wanted = _parsed(limits.parse_limits, body)
+    through(LimitsInput, body, lambda refused: _parsed(limits.parse_limits, refused))
+    wanted = _parsed(limits.parse_limits, body)  # the form the engine stores
     replace = "types" in body
     actions.set_queue_limits(gateway(), queue, wanted, replace_types=replace, by=inputs.asked_by())
     return _state(queue)
@@ -93,7 +100,9 @@ def put_type_limit(name: str, job_type: str) -> dict[str, Any]:
     """Set one job type's limits in a queue (the others stay as they are)."""
     queue = queue_name(name)
     job_type = _parsed(limits.check_type_name, job_type)
-    limit = _parsed(lambda body: limits.parse_limit(body, ""), inputs.json_body())
+    body = inputs.json_body()
+    through(TypeLimitInput, body, lambda refused: _parsed(_type_limit, refused))
+    limit = _parsed(_type_limit, body)  # the form the engine stores
     if limit.empty:
         raise ApiError(400, "give concurrency and/or rate (DELETE removes a type's limits)")
     actions.set_type_limit(gateway(), queue, job_type, limit, by=inputs.asked_by())

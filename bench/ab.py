@@ -9,7 +9,7 @@ side's own code (bench.redis_cost runs its producer, workerd and scripts):
 
 - Redis CPU µs, commands, round trips per job and drain jobs/s while 1 / 2 / 4 workers drain
   (the peers' method, bench/peers/harness.py), with the CPU breakdown of bench.redis_cost;
-- the same cost for one process draining through shared.scripts (no workerd);
+- the same cost for one process draining through shared.engine.scripts (no workerd);
 - enqueue→start latency with 2 idle workers (the peers' method: 300 jobs 10 ms apart), beside
   the floor: a bare round trip (PING p50 from Python) times two, for the wake-up and the claim;
 - ``bench.engine --repeat 1`` run from the side's checkout (engine enqueue, 1 process);
@@ -128,7 +128,7 @@ def figures(workers: list[int], counted: bool) -> list[tuple[str, Getter]]:
         ("Redis commands per job, 1 worker", lambda r: r["drain"]["1"]["commands_per_job"]),
         ("round trips per job, 1 worker", lambda r: r["drain"]["1"]["round_trips_per_job"]),
         (
-            "Redis CPU µs per job, one process through shared.scripts",
+            "Redis CPU µs per job, one process through shared.engine.scripts",
             lambda r: r["in_process"]["redis_cpu_us_per_job"],
         ),
     ]
@@ -231,7 +231,11 @@ def main() -> None:
         print(redis_cost.report(drains, f"Redis cost per job, workerd with {n} worker"))
     print()
     in_process = {label: [r["in_process"] for r in runs] for label, runs in results.items()}
-    print(redis_cost.report(in_process, "Redis cost per job, one process through shared.scripts"))
+    print(
+        redis_cost.report(
+            in_process, "Redis cost per job, one process through shared.engine.scripts"
+        )
+    )
     args.json.write_text(json.dumps({"minutes": minutes, "results": results}, indent=1) + "\n")
 
 

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import redis
 
-from shared.jobs import JobState, validate_enqueue
-from shared.keys import Keys
-from shared.queries import get_job
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, validate_enqueue
 from tests.support.redis_server import private_redis
 from tests.support.tools import free_port, wait_until
 from tests.support.workerd import start_workerd, stop_all

@@ -44,12 +44,12 @@ from pathlib import Path
 import redis
 
 from bench.cpu_cap import CpuCap, can_cap
-from shared.config import Settings
-from shared.directory import QueueDirectory
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.redis_conn import connect
-from shared.scripts import Scripts
+from shared.connect.redis_conn import connect
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
+from shared.read.directory import QueueDirectory
+from shared.settings.config import Settings
 from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters, running_cluster
 from tests.support.redis_server import RedisServer, redis_binary
 from tests.support.tools import cpu_seconds, free_port, require_tool

@@ -14,6 +14,12 @@ every system alike.
     .venv/bin/python -m bench.compare --full-size  # 10,000-job drains everywhere (~40 min)
     .venv/bin/python -m bench.compare --quick    # a smoke run: small, one repetition
     .venv/bin/python -m bench.compare --only taskforge huey
+    .venv/bin/python -m bench.compare --only taskforge dramatiq-8 huey --io-wait-ms 20 \
+        --jobs 1000 --workers 1 2 --repeat 1 --no-own    # I/O-bound jobs, no own benchmarks
+
+Beside the results table it prints one table per worker count k: jobs/s, Redis CPU µs per
+job (run side, and the enqueue side with the path the jobs took), the system's PSS in MB at
+its peak during the drain, and enqueue→start p50 with idle workers.
 
 The full run writes bench/results/compare.json, bench/BENCHMARKS.md and bench/benchmarks.png;
 --quick and --only write bench/results/compare-quick.json unless --json/--doc say otherwise.
@@ -120,9 +126,13 @@ def run_config(
             out["drain"] = {}
             for workers in args.workers:
                 log(f"  {config.key}: drain {jobs:,} jobs, {workers} worker(s)")
-                out["drain"][str(workers)] = harness.drain(config, url, jobs, workers, ws)  # type: ignore[index]
+                out["drain"][str(workers)] = harness.drain(  # type: ignore[index]
+                    config, url, jobs, workers, ws, io_wait_ms=args.io_wait_ms
+                )
         log(f"  {config.key}: enqueue→start latency, {args.latency_jobs} jobs")
-        out["latency"] = harness.latency(config, url, args.latency_jobs, 0.01, ws)
+        out["latency"] = harness.latency(
+            config, url, args.latency_jobs, latency_interval(args), ws, io_wait_ms=args.io_wait_ms
+        )
         if first_of_system and not config.gateway:
             out["enqueue"] = {}
             for mode in ("single", "bulk"):
@@ -135,11 +145,29 @@ def run_config(
     return out
 
 
+def latency_interval(args: argparse.Namespace) -> float:
+    """Seconds between latency jobs: 10 ms plus the I/O body's wait, so the workers stay idle
+    (jobs 10 ms apart with a 20 ms body would queue up behind two workers and measure the
+    backlog, not the start latency)."""
+    return 0.01 + args.io_wait_ms / 1000
+
+
 def drain_jobs(config: configs.Config, args: argparse.Namespace) -> int:
     """Return the drain size of a configuration: the slowest drain fewer (see configs.py)."""
     if config.jobs and not args.full_size:
         return min(args.jobs, config.jobs)
     return args.jobs
+
+
+def non_negative(text: str) -> float:
+    """argparse type: a number of milliseconds ≥ 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be ≥ 0: {text!r}")
+    return value
 
 
 def main() -> None:
@@ -159,6 +187,17 @@ def main() -> None:
     parser.add_argument("--latency-jobs", type=int, help="jobs 10 ms apart (300)")
     parser.add_argument("--http-seconds", type=float, help="bench.gateway --seconds (5)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument(
+        "--io-wait-ms",
+        type=non_negative,
+        default=0.0,
+        help="I/O-bound job body: one Redis round trip, then wait this long (0: no-op body)",
+    )
+    parser.add_argument(
+        "--no-own",
+        action="store_true",
+        help="skip TaskForge's own benchmarks (bench.engine/workers/gateway) and the Task 12 table",
+    )
     parser.add_argument("--json", type=Path, help="results file")
     parser.add_argument(
         "--doc", type=Path, help="markdown file to write (full run: bench/BENCHMARKS.md)"
@@ -183,6 +222,9 @@ def main() -> None:
             if key in configs.BY_KEY:
                 c = configs.BY_KEY[key]
                 described.update(label=c.label, config=c.config, guarantee=c.guarantee)
+                workers = results.get("settings", {}).get("workers", [1, 2, 4])
+                described.setdefault("concurrency", {str(w): c.concurrency(w) for w in workers})
+                described.setdefault("enqueue_path", c.enqueue_path())
         results["summary"] = report.summarize(results)
         write_doc(results, args.doc or DOC)
         return
@@ -216,13 +258,13 @@ def main() -> None:
         urls = {c.key: stack.enter_context(private_redis()).url for c in selected}
         for rep in range(args.repeat):
             log(f"repetition {rep + 1} of {args.repeat}")
-            if any(c.system == "taskforge" for c in selected):
+            if any(c.system == "taskforge" for c in selected) and not args.no_own:
                 own.append(taskforge_own(args))
             for config in selected:
                 runs[config.key].append(
                     run_config(config, urls[config.key], args, config.key in firsts)
                 )
-    if any(c.system == "taskforge" for c in selected):
+    if any(c.system == "taskforge" for c in selected) and not args.no_own:
         log("Task 12 table (engine)")
         with tempfile.NamedTemporaryFile(suffix=".json") as out:
             subprocess.run(
@@ -251,10 +293,11 @@ def main() -> None:
             "repeat": args.repeat,
             "full_size": args.full_size,
             "latency_jobs": args.latency_jobs,
-            "latency_interval_ms": 10,
+            "latency_interval_ms": round(latency_interval(args) * 1000, 3),
             "latency_workers": 2,
             "http_seconds": args.http_seconds,
             "workers": args.workers,
+            "io_wait_ms": args.io_wait_ms,
             "log_level": "INFO",
             "quick": args.quick,
         },
@@ -265,6 +308,8 @@ def main() -> None:
                 "config": c.config,
                 "guarantee": c.guarantee,
                 "drain_jobs": drain_jobs(c, args),
+                "concurrency": {str(w): c.concurrency(w) for w in args.workers},
+                "enqueue_path": c.enqueue_path(),
             }
             for c in selected
         },
@@ -281,6 +326,8 @@ def main() -> None:
     print(report.results_table(results))
     print()
     print(report.targets_markdown(results))
+    print()
+    print(report.per_k_tables(results))
     if doc_path and not args.no_doc:
         write_doc(results, doc_path)
     log(f"done in {meta['minutes']} minutes")

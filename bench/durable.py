@@ -30,10 +30,10 @@ from typing import Any
 
 import redis
 
-from shared.engine_types import Policy
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.redis_server import redis_binary
 from tests.support.replicated import replicated_redis

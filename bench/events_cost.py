@@ -33,11 +33,11 @@ import redis
 
 from bench import instructions
 from bench.peers import harness
-from shared.config import Settings
-from shared.engine_types import Policy
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
+from shared.settings.config import Settings
 from tests.support.redis_server import NO_PERSISTENCE, private_redis, redis_binary
 
 MODES = ("on", "off")

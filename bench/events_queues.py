@@ -22,11 +22,11 @@ from pathlib import Path
 import redis
 
 from gateway import create_app
-from gateway import events as gateway_events
-from shared.config import Settings
-from shared.jobs import EnqueueRequest
-from shared.keys import Keys
-from shared.scripts import Scripts
+from gateway import events_api as gateway_events
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import EnqueueRequest
+from shared.settings.config import Settings
 from tests.support.redis_server import RedisServer
 from tests.support.tools import require_tool
 

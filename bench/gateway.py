@@ -28,7 +28,7 @@ from pathlib import Path
 
 import redis
 
-from shared.keys import Keys
+from shared.engine.keys import Keys
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.redis_server import private_redis
 

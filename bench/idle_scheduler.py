@@ -29,9 +29,9 @@ from pathlib import Path
 
 import redis
 
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
 from tests.fakes import IdleSlot
 from tests.support.redis_server import private_redis
 from workerd.scheduler import SchedulerProcess

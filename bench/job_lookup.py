@@ -33,9 +33,9 @@ import uuid
 from typing import Any
 
 from gateway import create_app
-from shared.config import Settings
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.settings.config import Settings
 from tests.support.redis_server import private_redis
 from tests.support.stats import percentile
 

@@ -32,10 +32,10 @@ from typing import Any
 
 import redis
 
-from shared import limits
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model import limit_rules
+from shared.model.jobs import validate_enqueue
 from tests.support.redis_server import private_redis
 from tests.support.tools import free_port, wait_until
 from tests.support.workerd import Workerd, running_workerd
@@ -86,7 +86,7 @@ def run(mode: str, quick: int, idle_seconds: float) -> dict[str, Any]:
         slow = {"type": "demo.sleep", "payload": {"seconds": SLEEP_SECONDS}}
         if mode == "limited":
             doc = {"types": {"demo.sleep": {"concurrency": 2}}}
-            scripts.set_limits("default", limits.parse_limits(doc).compact_json())
+            scripts.set_limits("default", limit_rules.parse_limits(doc).compact_json())
             enqueue(scripts, slow, SLOW)
         elif mode == "unlimited, 2 sleeping":
             enqueue(scripts, slow, 2)

@@ -1,7 +1,7 @@
 """What a page of ``GET /jobs`` costs with 1,000,000 jobs in Redis, against 1,000.
 
 For each state, N jobs sit in that state's index on a private redis-server; then pages are
-read through shared.listing.list_jobs (the call the gateway's view makes) and each case is
+read through shared.read.listing.list_jobs (the call the gateway's view makes) and each case is
 measured over R reads: the wall time of a page (median, this process to Redis and back, two
 round trips), the Redis commands a page runs (INFO commandstats: the script's own commands
 counted, its EVALSHA not), and the Redis CPU of a page (commandstats usec of the top-level
@@ -12,7 +12,7 @@ three queues of N/3 each; a type filter (1 job in 10 of that type; and a type no
 where a page of 50 examines its bound, 500 entries, and returns none); a page of 1,000.
 
 processing holds at most as many jobs as there are live workers, whatever N, and is paged from
-its jobs' hashes (shared/listing.py): it is measured with 1,000 running jobs at both sizes.
+its jobs' hashes (shared/read/listing.py): it is measured with 1,000 running jobs at both sizes.
 
 How the jobs are loaded (one to two minutes per million on a busy 2-core machine, instead of
 several through three scripts a job): for each state one job is made by the engine's own
@@ -43,11 +43,11 @@ from pathlib import Path
 
 import redis
 
-from shared.engine_types import Code
-from shared.jobs import JobState, format_ms, validate_enqueue
-from shared.keys import Keys
-from shared.listing import Position, list_jobs
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, format_ms, validate_enqueue
+from shared.read.listing import Position, list_jobs
 from tests.support.redis_server import private_redis
 
 T_BASE = 1_800_000_000_000  # ms: 2027-01-15, after any now the template jobs were made at
@@ -76,7 +76,7 @@ class Case:
 
 def script_commands() -> set[str]:
     """Return the commands list_page.lua runs (counted inside the EVALSHA's usec)."""
-    text = (resources.files("shared") / "lua" / "list_page.lua").read_text()
+    text = (resources.files("shared.engine") / "lua" / "list_page.lua").read_text()
     return {name.lower() for name in REDIS_CALL.findall(text)}
 
 

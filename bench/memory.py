@@ -19,9 +19,9 @@ from pathlib import Path
 
 import redis
 
-from shared.jobs import dump_json, validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import dump_json, validate_enqueue
 from tests.support.redis_server import private_redis
 
 PAYLOAD = {"to": "ada@example.org", "template": "hi"}  # 40 bytes of JSON, the size

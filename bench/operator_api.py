@@ -1,9 +1,9 @@
 """Measure the operator API's reads and bulk actions on a private redis-server.
 
-1. Bulk DLQ replay (shared/bulk.py): seed dead jobs, then replay them all by filter, a page of
+1. Bulk DLQ replay (shared/read/bulk.py): seed dead jobs, then replay them all by filter, a page of
    `--limit` per call, following the cursor; and purge a batch of ids. Milliseconds per call
    and jobs per second.
-2. Throughput over the last hour (shared/throughput.py): `--queues` queues, each with
+2. Throughput over the last hour (shared/read/throughput.py): `--queues` queues, each with
    `--completed` entries in its completed index and an hour of rolled-up buckets; the time of
    one `last_hour` read over one queue and over all, and the Redis commands it costs.
 
@@ -20,12 +20,12 @@ from collections.abc import Callable
 
 import redis
 
-from shared.bulk import bulk_dead
-from shared.engine_types import Code
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
-from shared.throughput import MINUTE_MS, last_hour
+from shared.engine.engine_types import Code
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
+from shared.read.bulk import bulk_dead
+from shared.read.throughput import MINUTE_MS, last_hour
 from tests.support.redis_server import private_redis
 
 K = Keys()

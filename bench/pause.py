@@ -27,10 +27,10 @@ from pathlib import Path
 
 import redis
 
-from shared.jobs import JobState, validate_enqueue
-from shared.keys import Keys
-from shared.queries import get_job
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, validate_enqueue
 from tests.support.monitor import commands_by_connection
 from tests.support.redis_server import private_redis
 from tests.support.tools import free_port, wait_until

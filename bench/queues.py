@@ -45,10 +45,10 @@ import redis
 
 from bench import ab, redis_cost
 from bench.peers import harness
-from shared.directory import QueueDirectory
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
+from shared.read.directory import QueueDirectory
 from tests.support.redis_server import private_redis
 
 BATCH = 1_000  # jobs per enqueue_many call while filling

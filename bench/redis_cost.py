@@ -2,7 +2,7 @@
 
 Measured by the peers' method (bench/peers/harness.py: ``INFO`` before the workers start and
 once the last job ran, so worker start-up and idle polling are in the window) on the real
-workerd, and with ``--in-process`` on one process draining through shared.scripts
+workerd, and with ``--in-process`` on one process draining through shared.engine.scripts
 (complete + claim next, as a worker does, and nothing else). ``--tree PATH`` measures another
 checkout's code (its producer, workerd and scripts; for an older commit, a ``git archive``
 export): this checkout only measures. Several trees are measured in interleaved rounds.
@@ -11,7 +11,7 @@ The breakdown comes from ``INFO commandstats``: Redis 7 counts the commands a sc
 a script call's own usec includes theirs. Per job:
 
 - scripts: usec of EVALSHA (EVAL, FCALL) calls, of which
-  - commands: usec of the commands the scripts ran (named in the tree's shared/lua), and
+  - commands: usec of the commands the scripts ran (named in the tree's shared/engine/lua), and
   - Lua: the rest, running the chunk and converting arguments and replies;
 - other commands: usec of top-level commands besides scripts (BLPOP, INFO, SCRIPT, ...);
 - outside commands: CPU minus both, i.e. reading, parsing and answering requests, the event
@@ -36,7 +36,7 @@ from pathlib import Path
 import redis
 
 from bench.peers import configs, harness
-from shared.keys import Keys
+from shared.engine.keys import Keys
 from tests.support.redis_server import private_redis
 
 SCRIPT_CALLS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro")
@@ -52,7 +52,7 @@ def tree_config(tree: Path) -> configs.Config:
 def script_commands(tree: Path) -> set[str]:
     """Return the Redis commands `tree`'s Lua scripts call (commandstats names, lower case)."""
     names = set()
-    for path in (tree / "shared" / "lua").rglob("*.lua"):
+    for path in (tree / "shared" / "engine" / "lua").rglob("*.lua"):
         names.update(name.lower() for name in REDIS_CALL.findall(path.read_text()))
     return names
 
@@ -86,7 +86,7 @@ def measure_workerd(
 
 
 def measure_in_process(tree: Path, url: str, jobs: int, ws: harness.Workspace) -> dict[str, object]:
-    """Drain `jobs` jobs in one process through `tree`'s shared.scripts; return the cost."""
+    """Drain `jobs` jobs in one process through `tree`'s shared.engine.scripts; return the cost."""
     config = tree_config(tree)
     client = redis.Redis.from_url(url)
     client.flushall()
@@ -194,7 +194,9 @@ def main() -> None:
         "--rounds", type=int, default=3, help="interleaved rounds; median (min–max) shown"
     )
     parser.add_argument(
-        "--in-process", action="store_true", help="also drain in one process through shared.scripts"
+        "--in-process",
+        action="store_true",
+        help="also drain in one process through shared.engine.scripts",
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -228,7 +230,10 @@ def main() -> None:
     if args.in_process:
         print()
         print(
-            report(results["in_process"], f"one process through shared.scripts, {args.jobs:,} jobs")
+            report(
+                results["in_process"],
+                f"one process through shared.engine.scripts, {args.jobs:,} jobs",
+            )
         )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

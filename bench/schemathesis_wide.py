@@ -17,8 +17,8 @@ from pathlib import Path
 
 import redis
 
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
 from tests.gateway.conftest import TOKEN
 from tests.support.gunicorn import run_gunicorn
 from tests.support.redis_server import private_redis

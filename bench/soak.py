@@ -30,10 +30,10 @@ from pathlib import Path
 import redis
 
 from bench.memory import PAYLOAD
-from shared.engine_types import Policy
-from shared.jobs import JobState, validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, validate_enqueue
 from tests.support.redis_server import private_redis
 from tests.support.tools import free_port, wait_until
 from tests.support.workerd import Workerd, start_workerd, stop_all

@@ -22,10 +22,10 @@ from typing import Any
 
 from bench.listing import load, template
 from gateway import create_app
-from shared.config import Settings
-from shared.jobs import JobState
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState
+from shared.settings.config import Settings
 from tests.support.redis_server import private_redis
 from tests.support.stats import percentile
 

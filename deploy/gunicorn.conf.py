@@ -17,7 +17,7 @@ import socket
 from typing import Any
 
 # Standard library only (no prometheus_client, see below): safe to import this early.
-from shared.config import VARIABLES, ConfigError
+from shared.settings.config import VARIABLES, ConfigError
 
 _BIND_HOST = next(v for v in VARIABLES if v.env == "TASKFORGE_BIND_HOST")
 _EVENTS_STREAMS = next(v for v in VARIABLES if v.env == "TASKFORGE_EVENTS_STREAMS")
@@ -79,12 +79,12 @@ if __name__ == "__main__":
 # the environment before anything imports it: here, in the config body, before gunicorn loads
 # the logger class or the app. This body runs again on every reload (SIGHUP), and a reload
 # must not forget the counters of running workers: a reload finds the directory in the
-# environment, and shared.multiproc remembers (across reloads) whether this process made it.
+# environment, and shared.obs.multiproc remembers (across reloads) whether this process made it.
 #
 # A PROMETHEUS_MULTIPROC_DIR set by the user is theirs: wiped at start, kept at exit. Without
 # one, each start gets a fresh directory of its own (so two gateways on one port never empty
 # each other's), removed on exit.
-from shared.multiproc import (  # noqa: E402
+from shared.obs.multiproc import (  # noqa: E402
     MULTIPROC_ENV,
     is_private_multiprocess_dir,
     prepare_multiprocess_dir,
@@ -97,17 +97,17 @@ METRICS_DIR = os.environ.get(MULTIPROC_ENV, "").strip() or str(
 )
 prepare_multiprocess_dir(METRICS_DIR, wipe=False)
 
-# Only now may prometheus_client be imported (shared.metrics does). Importing here, not in
+# Only now may prometheus_client be imported (shared.obs.metrics does). Importing here, not in
 # child_exit, matters too: gunicorn runs child_exit from its SIGCHLD handler, which can
 # interrupt another import halfway. gateway.app (Flask) is imported here for the same reason,
 # and so that its workers leave the open-gateway warning to when_ready below.
 from gateway import app as gateway_app  # noqa: E402
 from gateway.body import MAX_BODY_BYTES  # noqa: E402
-from gateway.events import watch_worker  # noqa: E402
+from gateway.events_api import watch_worker  # noqa: E402
 from gateway.server import install_json_errors  # noqa: E402
-from shared.config import Settings  # noqa: E402
-from shared.metrics import mark_dead  # noqa: E402
-from shared.redis_checks import refuse_cluster_node_behind_plain_url  # noqa: E402
+from shared.engine.redis_checks import refuse_cluster_node_behind_plain_url  # noqa: E402
+from shared.obs.metrics import mark_dead  # noqa: E402
+from shared.settings.config import Settings  # noqa: E402
 
 gateway_app.leave_open_warning_to_server()
 

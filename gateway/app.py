@@ -10,31 +10,28 @@ from flask import Flask
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from gateway import (
-    auth,
-    dlq,
-    errors,
-    events,
-    history,
-    jobs,
-    limits,
-    listing,
-    ops,
-    queues,
-    schedules,
-    ui,
-    workers,
-)
+from gateway import auth, ui
+from gateway import dlq_api as dlq
+from gateway import events_api as events
+from gateway import history_api as history
+from gateway import http_errors as errors
+from gateway import jobs_api as jobs
+from gateway import limits_api as limits
+from gateway import listing_api as listing
+from gateway import ops_api as ops
+from gateway import queues_api as queues
+from gateway import schedules_api as schedules
+from gateway import workers_api as workers
 from gateway.body import MAX_BODY_BYTES
 from gateway.context import Gateway
 from gateway.fastpath import FastEnqueue
-from shared import log as shared_log
-from shared.config import WAIT_REPLY_MARGIN, Settings, load_or_exit
-from shared.engine_types import Policy
-from shared.keys import Keys
-from shared.redis_checks import warn_about_redis
-from shared.redis_conn import connect, describe
-from shared.scripts import Scripts
+from shared.connect.redis_conn import connect, describe
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.redis_checks import warn_about_redis
+from shared.engine.scripts import Scripts
+from shared.obs import log as shared_log
+from shared.settings.config import WAIT_REPLY_MARGIN, Settings, load_or_exit
 
 log = logging.getLogger(__name__)
 

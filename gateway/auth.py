@@ -20,7 +20,7 @@ from werkzeug.datastructures import Headers
 
 from gateway.client_address import Network, client_address
 from gateway.context import Gateway
-from gateway.errors import ApiError
+from gateway.http_errors import ApiError
 from gateway.lockout import Lockout
 from gateway.ui.security import logged_in
 

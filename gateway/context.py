@@ -9,11 +9,11 @@ import redis
 from flask import current_app
 
 from gateway.fleet_view import FleetView
-from shared.config import Settings
-from shared.directory import QueueDirectory
-from shared.fleet import read_fleet
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.read.directory import QueueDirectory
+from shared.read.fleet import read_fleet
+from shared.settings.config import Settings
 
 
 @dataclass(frozen=True)

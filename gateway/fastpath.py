@@ -2,7 +2,7 @@
 
 Flask's request and response machinery (request context, routing, header objects, response
 building) costs more CPU than the enqueue itself (bench/MEASUREMENTS.md). This middleware runs
-Flask's own enqueue code (``gateway.jobs.enqueue_reply``, after ``auth.TokenCheck`` and
+Flask's own enqueue code (``gateway.jobs_api.enqueue_reply``, after ``auth.TokenCheck`` and
 ``inputs.check_body``) without that machinery, and renders its errors with the handlers the
 app registered, so both paths answer alike by construction (tests/gateway/test_fastpath.py
 checks it on a table of requests).
@@ -23,9 +23,9 @@ from werkzeug.datastructures import EnvironHeaders
 from gateway import auth, inputs
 from gateway.body import read_limited
 from gateway.context import Gateway
-from gateway.jobs import enqueue_reply
+from gateway.jobs_api import enqueue_reply
 from gateway.ui.security import NO_STORE
-from shared import metrics
+from shared.obs import metrics
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]

@@ -1,4 +1,4 @@
-"""The gateway process's cached view of the fleet (shared.fleet), for the warnings of an
+"""The gateway process's cached view of the fleet (shared.read.fleet), for the warnings of an
 enqueue, which must not spend a Redis command on it.
 
 A daemon thread per gateway process reads the registry every REFRESH_SECONDS (two round trips,
@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import redis
 
-from shared.fleet import Fleet
+from shared.read.fleet import Fleet
 
 log = logging.getLogger(__name__)
 

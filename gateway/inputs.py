@@ -17,10 +17,9 @@ from werkzeug.datastructures import Headers
 
 from gateway.body import MAX_BODY_BYTES, parse_json, read_limited, too_large
 from gateway.contract.requests import CANCEL_BY_LIMIT, MAX_BATCH, BatchRequest, CancelRequest
-from gateway.errors import ApiError
+from gateway.http_errors import ApiError
 from gateway.model_gate import through
-from shared import listing, listing_states
-from shared.jobs import (
+from shared.model.jobs import (
     JOB_ID_PATTERN,
     TYPE_PATTERN,
     EnqueueRequest,
@@ -29,7 +28,8 @@ from shared.jobs import (
     request_from,
     validate_enqueue,
 )
-from shared.queues import QUEUE_RULE, is_queue_name
+from shared.model.queues import QUEUE_RULE, is_queue_name
+from shared.read import listing, listing_states
 
 DLQ_LIMIT_RANGE = (1, 100)
 DLQ_QUERY = ("limit", "cursor")

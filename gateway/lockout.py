@@ -29,9 +29,9 @@ from dataclasses import dataclass
 import redis
 
 from gateway.client_address import counted_as
-from gateway.errors import ApiError
-from shared.config import AUTH_MAX_FAILURES_DEFAULT
-from shared.keys import Keys
+from gateway.http_errors import ApiError
+from shared.engine.keys import Keys
+from shared.settings.config import AUTH_MAX_FAILURES_DEFAULT
 
 log = logging.getLogger(__name__)
 

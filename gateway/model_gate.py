@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from gateway.errors import ApiError
+from gateway.http_errors import ApiError
 
 Model = TypeVar("Model")
 

@@ -1,7 +1,7 @@
 """The page of queues GET /stats and GET /queues answer: limit, cursor and q, checked once.
 
 Every queue is listed while they fit in one page; past that a page holds about ``limit``
-queues, the reply's ``next_cursor`` the next (shared.queue_view says how, and what it costs).
+queues, the reply's ``next_cursor`` the next (shared.read.queue_view says how, and what it costs).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import Any
 
 from flask import request
 
-from gateway.errors import ApiError
-from shared.queue_view import QueueView, is_cursor, page
-from shared.u64 import U64_PATTERN
+from gateway.http_errors import ApiError
+from shared.model.u64 import U64_PATTERN
+from shared.read.queue_view import QueueView, is_cursor, page
 
 QUEUE_PAGE_QUERY = ("limit", "cursor", "q")
 DEFAULT_LIMIT = 50

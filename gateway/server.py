@@ -14,8 +14,8 @@ from typing import Any
 import gunicorn.util
 from gunicorn.glogging import Logger
 
-from shared import log as shared_log
-from shared.config import LOG_LEVELS
+from shared.obs import log as shared_log
+from shared.settings.config import LOG_LEVELS
 
 ACCESS_EVENT = "http_request"
 

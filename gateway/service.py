@@ -6,13 +6,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.context import Gateway
-from gateway.errors import not_replicated
-from shared import tracing
-from shared.engine_types import EnqueueResult
-from shared.job_ids import new_job_id, new_job_ids
-from shared.jobs import EnqueueRequest, Job
-from shared.lifecycle import Outcome, record, record_batch
-from shared.queries import get_job, get_jobs
+from gateway.http_errors import not_replicated
+from shared.engine.engine_types import EnqueueResult
+from shared.engine.lifecycle import Outcome, record, record_batch
+from shared.engine.queries import get_job, get_jobs
+from shared.model.job_ids import new_job_id, new_job_ids
+from shared.model.jobs import EnqueueRequest, Job
+from shared.obs import tracing
 
 tracing.configure(tracing.PRODUCER)
 
@@ -44,7 +44,7 @@ def enqueue_one(
     gw: Gateway, request: EnqueueRequest, idempotency_key: str | None, client_trace: str | None
 ) -> tuple[dict[str, Any], bool]:
     """Create one job (or find the one its idempotency key names); return its JSON, created."""
-    job_id = new_job_id(request.queue)  # names its queue (shared.job_ids)
+    job_id = new_job_id(request.queue)  # names its queue (shared.model.job_ids)
     gw.directory.ensure(request.queue)
     # The client's traceparent is only a parent: the job stores our enqueue span's own.
     attributes = tracing.job_attributes(job_id, request.type, queue=request.queue)

@@ -1,7 +1,7 @@
 """``GET /jobs/<id>?wait=``: answer when the job finishes, or when the wait ends, without polling.
 
 A waiting request holds a gunicorn thread like an open event stream, so it takes a slot of
-the same bound (TASKFORGE_EVENTS_STREAMS, gateway/events.py) and never one of the threads
+the same bound (TASKFORGE_EVENTS_STREAMS, gateway/events_api.py) and never one of the threads
 that answer the rest. It holds no Redis connection while it waits: the process's EventTail
 wakes it when the event stream holding the job's queue grows, and a pooled connection serves
 only the short reads of the job. A wait whose client hangs up ends (and frees its slot) within
@@ -24,16 +24,16 @@ import time
 from flask import request
 
 from gateway.context import Gateway
-from gateway.errors import ApiError
-from gateway.events import EventHub, sleep_on_tail, worker_alive
+from gateway.events_api import EventHub, sleep_on_tail, worker_alive
 from gateway.hangup import client_gone
+from gateway.http_errors import ApiError
 from gateway.inputs import bad_field
-from shared import metrics
-from shared.config import duration_parser
-from shared.event_tail import EventTail
-from shared.events import StreamId
-from shared.jobs import Job, JobState
-from shared.queries import get_job
+from shared.engine.events import StreamId
+from shared.engine.queries import get_job
+from shared.model.durations import duration_parser
+from shared.model.jobs import Job, JobState
+from shared.obs import metrics
+from shared.read.event_tail import EventTail
 
 # A proxy commonly closes a connection idle for 60 s (nginx's proxy_read_timeout, AWS ALB's
 # idle timeout): a longer wait would be cut there. A client wanting longer asks again.

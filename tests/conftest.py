@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import redis
 
-from shared import lifecycle
-from shared.config import Settings
-from shared.lifecycle import Transition
+from shared.engine import lifecycle
+from shared.engine.lifecycle import Transition
+from shared.settings.config import Settings
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.redis_server import RedisServer
 from tests.support.tools import require_tool

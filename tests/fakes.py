@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import fakeredis
 
-from shared.engine_types import Policy
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
 
 
 class FakeScripts(Scripts):

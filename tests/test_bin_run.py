@@ -380,7 +380,7 @@ def test_bin_test_lints_what_git_tracks_and_the_whole_tree_of_an_export(
     mine = sandbox.root / "myapp" / "tasks.py"
     mine.parent.mkdir()
     mine.write_text("import os\nx=1\n")
-    (sandbox.root / "shared" / "keys.py").unlink()  # tracked, deleted, not yet committed
+    (sandbox.root / "shared" / "engine" / "keys.py").unlink()  # tracked, deleted, not yet committed
     done = sandbox.run("bin/test -q")
     assert done.returncode == 0, done.stdout + done.stderr
     # It got as far as the tests: both phases, each with the arguments given.

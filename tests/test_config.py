@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from shared import config
-from shared import config_table as table
-from shared.config import VARIABLES, ConfigError, Settings, load_or_exit
-from shared.config_table import markdown_table
-from shared.engine_types import Policy
+from shared.engine.engine_types import Policy
+from shared.settings import config
+from shared.settings import config_table as table
+from shared.settings.config import VARIABLES, ConfigError, Settings, load_or_exit
+from shared.settings.config_table import markdown_table
 
 CONFIG_DOC = Path(__file__).resolve().parent.parent / "docs" / "CONFIGURATION.md"
 
@@ -318,7 +318,7 @@ def test_table_lists_each_settings_variable_once_and_externals_outside_settings(
 
 
 def test_configuration_doc_holds_the_generated_table() -> None:
-    # Regenerate with: python -m shared.config --markdown
+    # Regenerate with: python -m shared.settings.config --markdown
     assert markdown_table() in CONFIG_DOC.read_text()
 
 
@@ -353,7 +353,7 @@ SHELL_OWN = re.compile(r"^\s*(?:readonly|local|declare(?:\s+-\w+)?)\s+([A-Z_][A-
 # A comment starts at a '#' that begins a word ("${#array[@]}" and "$#" are not comments).
 SHELL_COMMENT = re.compile(r"(?:^|(?<=\s))#.*$", re.M)
 # The one read the scanner cannot name by itself: Settings.from_env's loop over VARIABLES.
-SETTINGS_LOOP = ("shared/config.py", "var.env")
+SETTINGS_LOOP = ("shared/settings/config.py", "var.env")
 
 
 @dataclass(frozen=True)
@@ -577,7 +577,7 @@ def test_every_variable_read_is_in_the_configuration_table(reads: list[Read]) ->
         {f"{r.name} ({r.path}:{r.line})" for r in reads if r.resolved and r.name not in documented}
     )
     assert not missing, (
-        f"read but not in shared/config_table.py's SECTIONS (or NOT_OURS): {missing}"
+        f"read but not in shared/settings/config_table.py's SECTIONS (or NOT_OURS): {missing}"
     )
 
 
@@ -652,7 +652,7 @@ sleep "$STOP_TIMEOUT"
 
 
 def test_is_reader_source_takes_programs_not_deployment_files() -> None:
-    takes = ["gateway/app.py", "shared/tracing.py", "deploy/gunicorn.conf.py", "bin/run"]
+    takes = ["gateway/app.py", "shared/obs/tracing.py", "deploy/gunicorn.conf.py", "bin/run"]
     leaves = [
         "deploy/compose.yaml",
         "deploy/systemd/taskforge.env.example",
@@ -662,12 +662,12 @@ def test_is_reader_source_takes_programs_not_deployment_files() -> None:
 
 
 def test_markdown_piped_into_head_ends_quietly() -> None:
-    # `python -m shared.config --markdown | head` closes the pipe early: no traceback.
+    # `python -m shared.settings.config --markdown | head` closes the pipe early: no traceback.
     import subprocess
     import sys
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shared.config", "--markdown"],
+        [sys.executable, "-m", "shared.settings.config", "--markdown"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=Path(__file__).resolve().parent.parent,

@@ -1,11 +1,11 @@
-"""shared.history: the stored form of a job's history, parsed for the API (no Redis)."""
+"""shared.engine.history: the stored form of a job's history, parsed for the API (no Redis)."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.history import History, host_of, parse
-from shared.jobs import format_ms
+from shared.engine.history import History, host_of, parse
+from shared.model.jobs import format_ms
 
 CREATED = 1_767_225_600_000
 WORKER = "3f2a9c1b7d8e-4242-worker1-7"  # a container's host name, as workerd names a worker

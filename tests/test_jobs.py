@@ -1,4 +1,4 @@
-"""shared.jobs: validation of an enqueue request, and the job's JSON shape."""
+"""shared.model.jobs: validation of an enqueue request, and the job's JSON shape."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.config import Settings
-from shared.jobs import (
+from shared.model.jobs import (
     DURATION_PATTERN,
     LIFECYCLE_FIELDS,
     MAX_DELAY_SECONDS,
@@ -26,6 +25,7 @@ from shared.jobs import (
     format_ms,
     validate_enqueue,
 )
+from shared.settings.config import Settings
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -752,7 +752,7 @@ FIELD_VALUES: dict[str, Any] = {
 def test_the_model_accepts_exactly_what_the_field_checks_accept(body: dict[str, Any]) -> None:
     # validate_enqueue converts through EnqueueBody first and falls back to the field checks
     # (which name every problem): the two must agree on every body, and on its meaning.
-    from shared.jobs import _checked, _converted
+    from shared.model.jobs import _checked, _converted
 
     try:
         checked: EnqueueRequest | None = _checked(body)

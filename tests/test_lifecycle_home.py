@@ -1,7 +1,7 @@
-"""One lifecycle home: no module but shared/lifecycle.py counts a job outcome or logs a job_* line.
+"""One lifecycle home: no module but shared/engine/lifecycle.py counts a job outcome or logs a job_* line.
 
 The scanner reads the source (ast), so a new caller that maps an outcome itself fails here
-instead of drifting from the table in shared/lifecycle.py; and every call of the home names
+instead of drifting from the table in shared/engine/lifecycle.py; and every call of the home names
 the job's queue (``queue=``), which Python would only refuse when the line runs.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.support.tools import ROOT
 
-HOME = Path("shared/lifecycle.py")
+HOME = Path("shared/engine/lifecycle.py")
 LOG_METHODS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
 RECORDERS = {"record", "record_batch"}
 
@@ -21,7 +21,7 @@ def outcome_calls(source: str) -> list[str]:
     """Return each line that counts a lifecycle metric or logs a job_* event, as "line: what"."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ImportFrom) and node.module == "shared.metrics":
+        if isinstance(node, ast.ImportFrom) and node.module == "shared.obs.metrics":
             found += [
                 f"{node.lineno}: imports metrics.count" for a in node.names if a.name == "count"
             ]
@@ -40,7 +40,7 @@ def outcome_calls(source: str) -> list[str]:
 
 def test_the_scanner_finds_each_way_around_the_lifecycle() -> None:
     source = (
-        "from shared.metrics import count\n"
+        "from shared.obs.metrics import count\n"
         "metrics.count('dead', t)\n"
         "log.warning('job_dead', extra={})\n"
         "log.log(logging.INFO, 'job_claimed')\n"
@@ -64,7 +64,7 @@ def test_only_shared_lifecycle_counts_outcomes_or_logs_job_events() -> None:
                 calls = outcome_calls(path.read_text())
                 if calls:
                     found[str(relative)] = calls
-    assert found == {}, "record job outcomes through shared.lifecycle.record instead"
+    assert found == {}, "record job outcomes through shared.engine.lifecycle.record instead"
     assert outcome_calls((ROOT / HOME).read_text()) != []  # the scanner sees the home itself
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shared import log
+from shared.obs import log
 
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -125,7 +125,7 @@ def test_every_event_the_code_logs_is_in_the_vocabulary() -> None:
     }
     assert used, "the pattern found no log call: it is out of date"
     assert used <= log.EVENTS, (
-        f"log events missing from shared.log.EVENTS: {sorted(used - log.EVENTS)}"
+        f"log events missing from shared.obs.log.EVENTS: {sorted(used - log.EVENTS)}"
     )
 
 

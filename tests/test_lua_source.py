@@ -1,4 +1,4 @@
-"""shared.lua_source: a script gets the include definitions it uses, and only those."""
+"""shared.engine.lua_source: a script gets the include definitions it uses, and only those."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from importlib import resources
 
 import pytest
 
-from shared.lua_source import WORD, assemble, code_of, definitions
-from shared.scripts import SCRIPT_NAMES
+from shared.engine.lua_source import WORD, assemble, code_of, definitions
+from shared.engine.scripts import SCRIPT_NAMES
 
-INCLUDES = resources.files("shared") / "lua" / "includes"
+INCLUDES = resources.files("shared.engine") / "lua" / "includes"
 
 
 def defined(name: str) -> set[str]:

@@ -13,7 +13,7 @@ from itertools import permutations
 
 import pytest
 
-from shared.queues import QueuePlan, parse_worker_queues
+from shared.model.queues import QueuePlan, parse_worker_queues
 
 DRAWS = 100_000
 

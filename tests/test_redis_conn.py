@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
-from shared.config import Settings
-from shared.redis_conn import connect, describe, like
+from shared.connect.redis_conn import connect, describe, like
+from shared.settings.config import Settings
 from tests.support.redis_server import RedisServer
 
 

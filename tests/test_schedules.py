@@ -1,4 +1,4 @@
-"""Periodic schedules without Redis: the file's validation and the tick arithmetic (shared.ticks).
+"""Periodic schedules without Redis: the file's validation and the tick arithmetic (shared.model.ticks).
 
 Clocks are injected (epoch ms); the DST cases use Europe/Berlin's 2026 changes (29 March,
 02:00 -> 03:00; 25 October, 03:00 -> 02:00) and America/New_York's.
@@ -14,9 +14,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from shared import ticks
-from shared.jobs import JOB_ID_PATTERN
-from shared.schedules import Schedule, ScheduleError, from_json, load_file, parse_entry
+from shared.model import ticks
+from shared.model.jobs import JOB_ID_PATTERN
+from shared.model.schedules import Schedule, ScheduleError, from_json, load_file, parse_entry
 
 BERLIN = ZoneInfo("Europe/Berlin")
 JOB = {"type": "generate_pdf"}
@@ -306,7 +306,7 @@ def test_the_documented_files_are_valid(doc: str) -> None:
     import re
     import tomllib
 
-    from shared.schedules import parse_document
+    from shared.model.schedules import parse_document
 
     blocks = re.findall(r"```toml\n(.*?)```", (ROOT / doc).read_text(), re.S)
     assert blocks, doc

@@ -1,4 +1,4 @@
-"""shared.scripts.signature: each script's KEYS and ARGV named once, from its Lua header."""
+"""shared.engine.scripts.script_signature: each script's KEYS and ARGV named once, from its Lua header."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from shared.scripts import SCRIPT_NAMES, load_source
-from shared.scripts.signature import Signature, parse
+from shared.engine.scripts import SCRIPT_NAMES, load_source
+from shared.engine.scripts.script_signature import Signature, parse
 
 HEADER = """-- demo: what it does.
 --

@@ -11,13 +11,13 @@ import pytest
 import redis
 from redis.sentinel import SentinelConnectionPool
 
-from shared.config import ConfigError, Settings, sentinel_target, summary
-from shared.engine_types import Code, NotRunnable
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.queries import get_job
-from shared.redis_conn import BlockingSentinelConnectionPool, connect, like, primary
-from shared.scripts import Scripts
+from shared.connect.redis_conn import BlockingSentinelConnectionPool, connect, like, primary
+from shared.engine.engine_types import Code, NotRunnable
+from shared.engine.keys import Keys
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
+from shared.settings.config import ConfigError, Settings, sentinel_target, summary
 from tests.support.sentinel import SERVICE, SentinelDeployment, sentinel_deployment
 from tests.support.tools import alive, wait_until
 

@@ -1,4 +1,4 @@
-"""Sentinel trouble in one line (shared/sentinels.py), on real servers and sentinels: nobody
+"""Sentinel trouble in one line (shared/connect/sentinels.py), on real servers and sentinels: nobody
 answers, the sentinels do not monitor the service, a data node named as a sentinel (in the
 engine, the gateway under gunicorn and workerd alike), and sentinels with a password of
 their own (REDIS_SENTINEL_PASSWORD), different from the data nodes'."""
@@ -13,10 +13,10 @@ import pytest
 import redis
 from redis.sentinel import MasterNotFoundError
 
-from shared.config import Settings
-from shared.keys import Keys
-from shared.redis_conn import connect, primary
-from shared.scripts import Scripts
+from shared.connect.redis_conn import connect, primary
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.settings.config import Settings
 from tests.support.gunicorn import run_gunicorn
 from tests.support.redis_server import RedisServer, private_redis
 from tests.support.sentinel import SERVICE, SentinelDeployment, sentinel_deployment

@@ -4,6 +4,6 @@ Handler modules use ``from workerd import handler, PermanentError`` (and ``JobCa
 a cancel raises inside a running handler: docs/JOBS.md).
 """
 
-from workerd.registry import JobCanceled, JobContext, PermanentError, handler
+from workerd.handler_registry import JobCanceled, JobContext, PermanentError, handler
 
 __all__ = ["JobCanceled", "JobContext", "PermanentError", "handler"]

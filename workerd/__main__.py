@@ -11,11 +11,11 @@ import sys
 import tempfile
 import textwrap
 
-from shared import log as logsetup
-from shared.config import VARIABLES, Settings, load_or_exit, redact_url
-from shared.multiproc import MULTIPROC_ENV, prepare_multiprocess_dir
-from shared.redis_checks import refuse_cluster_node_behind_plain_url
-from shared.schedules import Schedule, ScheduleError, load_file
+from shared.engine.redis_checks import refuse_cluster_node_behind_plain_url
+from shared.model.schedules import Schedule, ScheduleError, load_file
+from shared.obs import log as logsetup
+from shared.obs.multiproc import MULTIPROC_ENV, prepare_multiprocess_dir
+from shared.settings.config import VARIABLES, Settings, load_or_exit, redact_url
 from taskforge.version import __version__
 from workerd import reload
 
@@ -25,7 +25,7 @@ NO_HANDLERS = (
     "(comma-separated, e.g. TASKFORGE_HANDLERS=myapp.tasks); "
     "TASKFORGE_HANDLERS=workerd.demo runs the demo handlers"
 )
-# The variables --help shows; every other one is in `python -m shared.config --markdown`.
+# The variables --help shows; every other one is in `python -m shared.settings.config --markdown`.
 HELP_VARIABLES = (
     "TASKFORGE_HANDLERS",
     "REDIS_URL",
@@ -70,7 +70,9 @@ def version() -> str:
 
 def _variables_help() -> str:
     by_name = {var.env: var for var in VARIABLES}
-    lines = ["main environment variables (all of them: python -m shared.config --markdown):"]
+    lines = [
+        "main environment variables (all of them: python -m shared.settings.config --markdown):"
+    ]
     for name in HELP_VARIABLES:
         var = by_name[name]
         text = f"{var.meaning} (default {var.default})" if var.default else var.meaning
@@ -106,7 +108,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def import_handlers(modules: tuple[str, ...]) -> None:
     """Import the handler modules before forking, so every worker inherits the registry."""
-    from workerd.registry import DuplicateJobType
+    from workerd.handler_registry import DuplicateJobType
 
     for module in modules:
         try:
@@ -164,7 +166,7 @@ def check_config(settings: Settings) -> int:
     with tempfile.TemporaryDirectory(prefix="taskforge-workerd-check-") as scratch:
         os.environ[MULTIPROC_ENV] = scratch
         import_handlers(settings.handlers)
-    from workerd.registry import registered_types
+    from workerd.handler_registry import registered_types
 
     print(
         f"workerd: configuration ok; handler modules {', '.join(settings.handlers)} import "
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     prepare_multiprocess_dir(metrics_dir, wipe=True)
     import_handlers(settings.handlers)
 
-    from workerd.obs import bind, listens_beyond_loopback  # imports prometheus_client: after
+    from workerd.obs_server import bind, listens_beyond_loopback  # imports prometheus_client: after
     from workerd.supervisor import Supervisor  # the metrics directory is set
 
     for warning in settings.warnings:

@@ -1,5 +1,5 @@
 """Acknowledging a job the worker ran: its outcome written to Redis (complete, fail or
-cancel_running), retried through an outage, and how it ended recorded (shared.lifecycle).
+cancel_running), retried through an outage, and how it ended recorded (shared.engine.lifecycle).
 
 The job ran; its outcome must reach Redis, so a write that raised is tried again after the
 backoff, for as long as the supervisor (which keeps the job's lease meanwhile) lives.
@@ -12,11 +12,12 @@ from typing import Any
 
 import redis
 
-from shared import lifecycle, metrics
-from shared.engine_types import AckResult, Code, Confirmation
-from shared.history import Actor
-from shared.jobs import Job, format_ms
-from shared.scripts import Scripts
+from shared.engine import lifecycle
+from shared.engine.engine_types import AckResult, Code, Confirmation
+from shared.engine.history import Actor
+from shared.engine.scripts import Scripts
+from shared.model.jobs import Job, format_ms
+from shared.obs import metrics
 from workerd.backoff import Backoff
 from workerd.execution import Outcome
 from workerd.routing import Routing
@@ -127,7 +128,7 @@ def _record_end(
     """Record how this worker's acknowledgement of `job` ended (complete, cancel or fail).
 
     `confirmation`: what durable mode's WAIT answered after that write (None when off); one
-    that fell short leaves the outcome uncounted (shared.lifecycle.record).
+    that fell short leaves the outcome uncounted (shared.engine.lifecycle.record).
     """
     lifecycle.record(
         fate,

@@ -7,8 +7,8 @@ import random
 import time
 from collections.abc import Callable
 
-from shared.config import redact_url
-from shared.log import error_text
+from shared.obs.log import error_text
+from shared.settings.config import redact_url
 
 log = logging.getLogger(__name__)
 

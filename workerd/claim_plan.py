@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from shared.log import error_text
-from shared.queues import QueuePlan
+from shared.model.queues import QueuePlan
+from shared.obs.log import error_text
 from workerd.routing import Routing
 
 log = logging.getLogger(__name__)

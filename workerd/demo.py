@@ -12,7 +12,7 @@ import signal
 import time
 from typing import Any
 
-from workerd.registry import JobContext, handler
+from workerd.handler_registry import JobContext, handler
 
 
 def _simulate(seconds: float) -> None:

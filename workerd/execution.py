@@ -10,9 +10,9 @@ from __future__ import annotations
 import traceback
 from dataclasses import dataclass
 
-from shared.jobs import Job, dump_json
-from shared.log import error_line, error_text
-from workerd.registry import JobCanceled, JobContext, PermanentError, lookup
+from shared.model.jobs import Job, dump_json
+from shared.obs.log import error_line, error_text
+from workerd.handler_registry import JobCanceled, JobContext, PermanentError, lookup
 from workerd.slots import Control
 
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shared.redis_conn import MASTER_DOWN, is_cluster, read_each
-from shared.scripts import Scripts
+from shared.connect.redis_conn import MASTER_DOWN, is_cluster, read_each
+from shared.engine.scripts import Scripts
 from workerd.claim_plan import ClaimPlanner
 
 

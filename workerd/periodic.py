@@ -18,14 +18,15 @@ from datetime import UTC, datetime
 
 import redis
 
-from shared import metrics, ticks
-from shared.history import Actor
-from shared.lifecycle import Outcome, record
-from shared.log import error_text
-from shared.redis_conn import pipe_time
-from shared.schedule_state import FIELDS, ScheduleState
-from shared.schedules import Schedule
-from shared.scripts import Scripts
+from shared.connect.redis_conn import pipe_time
+from shared.engine.history import Actor
+from shared.engine.lifecycle import Outcome, record
+from shared.engine.scripts import Scripts
+from shared.model import ticks
+from shared.model.schedules import Schedule
+from shared.obs import metrics
+from shared.obs.log import error_text
+from shared.read.schedule_state import FIELDS, ScheduleState
 
 log = logging.getLogger(__name__)
 

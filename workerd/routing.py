@@ -1,7 +1,7 @@
 """Routing: a worker takes only the job types its host runs (docs/QUEUES.md, "Routing").
 
 Every claim names the types this host has handlers for; the claim scripts leave a job of
-another type first in its queue and answer its type (shared.engine_types.NotRunnable). The
+another type first in its queue and answer its type (shared.engine.engine_types.NotRunnable). The
 worker then asks the fleet registry whether a live host that serves the queue runs that type:
 
 - one does: the worker leaves the queue alone for LEAVE_FOR seconds, so that host takes the
@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from shared.engine_types import NotRunnable
+from shared.engine.engine_types import NotRunnable
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ once a second. No pass walks the list of queues, which grows with every name any
 under (docs/WORKERD.md, "The scheduler at scale of names"):
 
 - scheduled jobs, which any producer can create in any queue, are found through the due
-  index (shared.keys.Keys.due): a tick reads what is due, one ZRANGEBYSCORE, and promotes
+  index (shared.engine.keys.Keys.due): a tick reads what is due, one ZRANGEBYSCORE, and promotes
   those queues only (Scripts.settle_due keeps the index right, workerd/sweep.py repairs it);
 - retries, rate-limit gates, leases and finished jobs arise only where a worker claims, so
   those duties walk the served queues (Keys.served): every host's WORKER_QUEUES, listed by
@@ -30,14 +30,14 @@ from collections.abc import Callable, Sequence
 
 import redis
 
-from shared import metrics, tracing
-from shared.engine_types import PromoteResult
-from shared.lifecycle import Outcome, record
-from shared.limits import from_stored
-from shared.queues import DEFAULT_QUEUE
-from shared.redis_conn import pipe_time
-from shared.schedules import Schedule
-from shared.scripts import Scripts
+from shared.connect.redis_conn import pipe_time
+from shared.engine.engine_types import PromoteResult
+from shared.engine.lifecycle import Outcome, record
+from shared.engine.scripts import Scripts
+from shared.model.limit_rules import from_stored
+from shared.model.queues import DEFAULT_QUEUE
+from shared.model.schedules import Schedule
+from shared.obs import metrics, tracing
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.periodic import PASS_INTERVAL, Periodic
@@ -62,7 +62,7 @@ RECOVER_INTERVAL = 1.0
 HUNG_CALL_SECONDS = 1.0
 # Most queues a tick promotes from the due index; more due wait for the next tick (50 ms).
 DUE_BATCH = 100
-# The keys (shared.keys.Keys attributes) each duty acts on in a served queue (defined once, in
+# The keys (shared.engine.keys.Keys attributes) each duty acts on in a served queue (defined once, in
 # workerd/sweep.py): it runs for a queue only when one of them exists (an empty zset or hash
 # does not). What keeps a queue no host lists any more among the served ones: work only a
 # scheduler ends.
@@ -206,7 +206,7 @@ class SchedulerProcess(StopOnSignal):
 
     def _listed_queues(self, now_ms: int | None) -> list[str]:
         """Return the served queues, after listing again any this host serves that the list
-        of queues lacks, and listing this host's in the served set (shared.keys.Keys.served)."""
+        of queues lacks, and listing this host's in the served set (shared.engine.keys.Keys.served)."""
         client, keys = self.scripts.redis, self.scripts.keys
         redis_now = self._measure_clock(now_ms)
         if self.served:

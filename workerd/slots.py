@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from types import TracebackType
 
-from shared.queues import DEFAULT_QUEUE
+from shared.model.queues import DEFAULT_QUEUE
 
 RECORD_SIZE = 320  # room to grow a record without moving the others
 _WORD = 8  # the sequence counter: one aligned 64-bit word at the start of each record

@@ -25,14 +25,14 @@ from wsgiref.simple_server import WSGIServer
 
 import redis
 
-from shared import metrics, tracing
-from shared.config import Settings, redact_url
-from shared.engine_types import Policy
-from shared.keys import Keys
-from shared.redis_conn import connect
-from shared.schedules import Schedule
-from shared.scripts import Scripts
-from workerd import notify
+from shared.connect.redis_conn import connect
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.schedules import Schedule
+from shared.obs import metrics, tracing
+from shared.settings.config import Settings, redact_url
+from workerd import sd_notify as notify
 from workerd.backoff import Backoff
 from workerd.children import (
     OBSERVER,
@@ -46,14 +46,14 @@ from workerd.children import (
     die_with_parent,
 )
 from workerd.duties.cancels import Cancels
+from workerd.duties.fleet_heartbeat import RegistryHeartbeat
 from workerd.duties.leases import Leases
-from workerd.duties.notify import Readiness
-from workerd.duties.registry import RegistryHeartbeat
+from workerd.duties.readiness import Readiness
 from workerd.duties.release import Release
-from workerd.duties.scripts import ScriptLoader
+from workerd.duties.script_loading import ScriptLoader
 from workerd.duties.watchdog import Watchdog
-from workerd.obs import ObservabilityApp, ObservabilityServer
-from workerd.registry import registered_types
+from workerd.handler_registry import registered_types
+from workerd.obs_server import ObservabilityApp, ObservabilityServer
 from workerd.reload import ImportCheck
 from workerd.respawn import Halt, Respawns
 from workerd.scheduler import SchedulerProcess

@@ -4,7 +4,7 @@ The scheduler's passes never walk the list of queues (it grows with every name a
 enqueues under): scheduled jobs are found through the due index, the rest through the served
 queues (workerd/scheduler.py). Each can miss a queue only after a crash or a lost write:
 
-- a producer that died between a script and its cross-slot write (shared.scripts.cross_slot:
+- a producer that died between a script and its cross-slot write (shared.engine.scripts.cross_slot:
   the due index's note, Scripts.note_due), a scheduler that died between removing a due entry
   and putting it back (Scripts.settle_due), or a failover that lost either write: the
   queue's scheduled jobs have no due entry;
@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from shared.scripts import Scripts, cross_slot
+from shared.engine.scripts import Scripts, cross_slot
 
 log = logging.getLogger(__name__)
 

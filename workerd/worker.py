@@ -39,21 +39,22 @@ from types import FrameType
 
 import redis
 
-from shared import lifecycle, metrics, tracing
-from shared.config import Settings
-from shared.engine_types import Code, NotRunnable, QueuePaused
-from shared.history import Actor
-from shared.jobs import Job
-from shared.redis_conn import MASTER_DOWN, is_cluster
-from shared.scripts import Scripts, new_request_id
+from shared.connect.redis_conn import MASTER_DOWN, is_cluster
+from shared.engine import lifecycle
+from shared.engine.engine_types import Code, NotRunnable, QueuePaused
+from shared.engine.history import Actor
+from shared.engine.scripts import Scripts, new_request_id
+from shared.model.jobs import Job
+from shared.obs import metrics, tracing
+from shared.settings.config import Settings
 from workerd.acks import Acknowledger
 from workerd.backoff import Backoff
 from workerd.children import StopOnSignal
 from workerd.claim_plan import ClaimPlanner, ClaimTimings
-from workerd.duties.registry import hosts_running
+from workerd.duties.fleet_heartbeat import hosts_running
 from workerd.execution import Execution, Outcome, run_handler
+from workerd.handler_registry import JobCanceled, registered_types
 from workerd.idle_wait import pop_hint
-from workerd.registry import JobCanceled, registered_types
 from workerd.routing import Routing
 from workerd.slots import Slot
 

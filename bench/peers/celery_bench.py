@@ -8,11 +8,10 @@ Workers: ``celery -A bench.peers.celery_bench worker -P prefork -c N``.
 from __future__ import annotations
 
 import os
-import time
 
 from celery import Celery, group
 
-from bench.peers.stamp import record, redis_url
+from bench.peers.stamp import body, redis_url
 
 app = Celery("bench", broker=redis_url())
 app.conf.update(
@@ -25,8 +24,8 @@ app.conf.update(
 
 @app.task(name="noop")
 def noop(sent: float = 0.0) -> None:
-    """The benchmark job: record when it ran."""
-    record(sent, time.time())
+    """The benchmark job: bench.peers.stamp.body (no-op, or I/O with BENCH_IO_WAIT_MS)."""
+    body(sent)
 
 
 def producer():

@@ -34,6 +34,19 @@ class Config:
     # TaskForge only: the checkout whose code the producer and workers run (bench.redis_cost
     # measures an older commit this way); None: this one.
     tree: Path | None = None
+    threads: int = 1  # jobs one worker process runs at once (Dramatiq's -t)
+
+    def concurrency(self, processes: int) -> str:
+        """Describe N workers' concurrency in the results: processes × jobs at once each."""
+        procs = "process" if processes == 1 else "processes"
+        threads = "thread" if self.threads == 1 else "threads"
+        return f"{processes} {procs} × {self.threads} {threads}"
+
+    def enqueue_path(self) -> str:
+        """Say how drain jobs are enqueued (the untimed fill whose Redis cost is reported)."""
+        if self.system == "taskforge":
+            return "engine direct (Scripts.enqueue_many, 1,000 a call; not the gateway)"
+        return "library API (its bulk call where it has one)"
 
     def bin(self, name: str) -> str:
         """Return the path of an executable in this configuration's environment."""
@@ -174,6 +187,7 @@ CONFIGS: tuple[Config, ...] = (
         "at least once (as Dramatiq, 1 thread)",
         "`dramatiq … -p N -t 8` (Dramatiq's default thread count): up to 8 jobs at once per "
         "process — not one at a time",
+        threads=8,
     ),
     Config(
         "huey",

@@ -5,12 +5,10 @@ Redis broker, default middleware. Workers: ``dramatiq bench.peers.dramatiq_bench
 
 from __future__ import annotations
 
-import time
-
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
-from bench.peers.stamp import record, redis_url
+from bench.peers.stamp import body, redis_url
 
 broker = RedisBroker(url=redis_url())
 dramatiq.set_broker(broker)
@@ -18,8 +16,8 @@ dramatiq.set_broker(broker)
 
 @dramatiq.actor(queue_name="bench")
 def noop(sent: float = 0.0) -> None:
-    """The benchmark job: record when it ran."""
-    record(sent, time.time())
+    """The benchmark job: bench.peers.stamp.body (no-op, or I/O with BENCH_IO_WAIT_MS)."""
+    body(sent)
 
 
 def producer():

@@ -14,9 +14,16 @@ Methods (the same for every system, TaskForge included):
   commands/job = Δ(sum of commandstats calls) / N, counting commands run inside Lua scripts
   and MULTI/EXEC; round trips/job ≈ Δ total_reads_processed / N (the client requests Redis
   read: a pipeline or a script call is one); CPU µs/job = Δ(used_cpu_sys + used_cpu_user) / N.
-  The window includes the workers' start-up and idle polling, which N jobs amortise.
-- **latency**: two idle workers; after warm-up jobs, the producer sends jobs 10 ms apart,
-  each carrying time.time() at sending; latency = the task's time.time() at start − that.
+  The window includes the workers' start-up and idle polling, which N jobs amortise. The
+  enqueue side is the same delta around the (untimed) fill: ``enqueue_redis_cpu_us_per_job``.
+- **memory**: PSS summed over every process of the system (bench.peers.pss), sampled every
+  0.2 s from the workers' start to the drain's end; the maximum is reported.
+- **I/O body** (``io_wait_ms`` > 0): each job does one Redis round trip and then waits that
+  long (bench.peers.stamp.body), identically in every system.
+- **latency**: two idle workers; after warm-up jobs, the producer sends jobs 10 ms apart (plus
+  the I/O body's wait, so the workers stay idle), each carrying time.time() at sending;
+  latency = the task's time.time() at start − that. Redis CPU µs/job over this run covers
+  enqueue and run together (through the gateway for TaskForge (HTTP)).
 - **enqueue**: one producer process, the library's call in a loop (and its bulk API), timed
   by the producer around the calls, after one warm-up call.
 """
@@ -37,6 +44,7 @@ from pathlib import Path
 
 import redis
 
+from bench.peers import pss
 from bench.peers.configs import Config
 from bench.peers.stamp import LINE
 from tests.support.gunicorn import run_gunicorn
@@ -54,7 +62,7 @@ def root(config: Config) -> Path:
     return config.tree or ROOT
 
 
-def base_env(config: Config, url: str, stamps: Path) -> dict[str, str]:
+def base_env(config: Config, url: str, stamps: Path, io_wait_ms: float = 0) -> dict[str, str]:
     """Return the environment of a configuration's processes."""
     env = {
         key: value
@@ -69,6 +77,7 @@ def base_env(config: Config, url: str, stamps: Path) -> dict[str, str]:
         PYTHONPATH=str(root(config)),
         PYTHONUNBUFFERED="1",
         OTEL_TRACING_ENABLED="false",
+        BENCH_IO_WAIT_MS=str(io_wait_ms),
     )
     if config.system == "taskforge":
         env.update(
@@ -248,49 +257,85 @@ class Workspace:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def drain(config: Config, url: str, jobs: int, workers: int, ws: Workspace) -> dict[str, object]:
-    """Drain `jobs` pre-filled jobs with `workers` processes; return rate and Redis cost."""
+def drain(
+    config: Config,
+    url: str,
+    jobs: int,
+    workers: int,
+    ws: Workspace,
+    io_wait_ms: float = 0,
+) -> dict[str, object]:
+    """Drain `jobs` pre-filled jobs with `workers` processes; return rate, Redis cost, PSS."""
     client = redis.Redis.from_url(url)
     client.flushall()
     stamps = ws.stamps()
-    env = base_env(config, url, stamps)
+    env = base_env(config, url, stamps, io_wait_ms)
+    before_fill = redis_info(client)
     produce(config, env, "enqueue", "fill", str(jobs))
     before = redis_info(client)
-    timeout = max(120.0, jobs / 20)
     with running(config, url, env, workers, ws.log) as group:
-        wait_stamps(stamps, jobs, timeout, group, f"{config.key} drain ×{workers}")
-        after = redis_info(client)
+        sampler = pss.Sampler(lambda: [proc.pid for proc in group.procs]).start()
+        try:
+            wait_stamps(
+                stamps,
+                jobs,
+                drain_timeout(jobs, workers, io_wait_ms),
+                group,
+                f"{config.key} drain ×{workers}",
+            )
+            after = redis_info(client)
+        finally:
+            memory = sampler.stop()
     ran = stamp_count(stamps)
     if ran != jobs:
         raise RuntimeError(f"{config.key}: {ran} task runs for {jobs} jobs")
     rows = read_stamps(stamps)
     first = min(row[1] for row in rows)
     last = max(row[2] for row in rows)
+    enqueue_cost = redis_cost(before_fill, before, jobs)
     return {
         "jobs": jobs,
         "seconds": last - first,
         "jobs_per_s": jobs / (last - first),
+        "concurrency": config.concurrency(workers),
+        "io_wait_ms": io_wait_ms,
         **redis_cost(before, after, jobs),
+        "enqueue_path": config.enqueue_path(),
+        "enqueue_redis_cpu_us_per_job": enqueue_cost["redis_cpu_us_per_job"],
+        **memory,
     }
 
 
+def drain_timeout(jobs: int, workers: int, io_wait_ms: float) -> float:
+    """Seconds a drain may take: generous for no-op jobs, plus twice the I/O waits' share."""
+    return max(120.0, jobs / 20) + 2 * jobs * io_wait_ms / 1000 / workers
+
+
 def latency(
-    config: Config, url: str, count: int, interval: float, ws: Workspace, workers: int = 2
+    config: Config,
+    url: str,
+    count: int,
+    interval: float,
+    ws: Workspace,
+    workers: int = 2,
+    io_wait_ms: float = 0,
 ) -> dict[str, object]:
     """Enqueue-to-start latency (ms) of `count` jobs `interval` s apart, idle workers."""
     client = redis.Redis.from_url(url)
     client.flushall()
     stamps = ws.stamps()
-    env = base_env(config, url, stamps)
+    env = base_env(config, url, stamps, io_wait_ms)
     warm = 2 * workers
     with running(config, url, env, workers, ws.log) as group:
         produce(config, group.env, "warm", str(warm), timeout=START_TIMEOUT)  # type: ignore[attr-defined]
         wait_stamps(stamps, warm, START_TIMEOUT, group, f"{config.key} start-up")
         time.sleep(1.0)  # every worker idle and waiting
+        before = redis_info(client)
         produce(
             config, group.env, "latency", str(count), str(interval), timeout=count * interval + 120
         )  # type: ignore[attr-defined]
         wait_stamps(stamps, warm + count, 60.0, group, f"{config.key} latency jobs")
+        after = redis_info(client)
     values = [(started - sent) * 1000 for sent, started, _ in read_stamps(stamps) if sent > 0]
     if len(values) != count:
         raise RuntimeError(f"{config.key}: {len(values)} latency records for {count} jobs")
@@ -300,6 +345,12 @@ def latency(
         "p95_ms": percentile(values, 0.95),
         "p99_ms": percentile(values, 0.99),
         "max_ms": max(values),
+        "workers": config.concurrency(workers),
+        "enqueue_path": "HTTP POST /enqueue through the gateway"
+        if config.gateway
+        else ("engine direct (Scripts.enqueue)" if config.system == "taskforge" else "library API"),
+        # Enqueue and run together, idle polling included (count jobs over count × interval s).
+        "redis_cpu_us_per_job": redis_cost(before, after, count)["redis_cpu_us_per_job"],
     }
 
 

@@ -6,19 +6,17 @@ enqueue API.
 
 from __future__ import annotations
 
-import time
-
 from huey import RedisHuey
 
-from bench.peers.stamp import record, redis_url
+from bench.peers.stamp import body, redis_url
 
 huey = RedisHuey("bench", url=redis_url())
 
 
 @huey.task()
 def noop(sent: float = 0.0) -> None:
-    """The benchmark job: record when it ran."""
-    record(sent, time.time())
+    """The benchmark job: bench.peers.stamp.body (no-op, or I/O with BENCH_IO_WAIT_MS)."""
+    body(sent)
 
 
 def producer():

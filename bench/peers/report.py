@@ -88,10 +88,17 @@ def summarize(results: dict) -> dict[str, dict[str, dict[str, float] | None]]:
 
         for w in workers:
             figures[f"drain_{w}"] = over("drain", w, "jobs_per_s")
-            for name in ("round_trips_per_job", "commands_per_job", "redis_cpu_us_per_job"):
+            for name in (
+                "round_trips_per_job",
+                "commands_per_job",
+                "redis_cpu_us_per_job",
+                "enqueue_redis_cpu_us_per_job",
+                "pss_mb",
+            ):
                 figures[f"{name}_{w}"] = over("drain", w, name)
         for p in ("p50", "p95", "p99", "max"):
             figures[f"latency_{p}"] = over("latency", f"{p}_ms")
+        figures["latency_redis_cpu_us_per_job"] = over("latency", "redis_cpu_us_per_job")
         for mode in ("single", "bulk"):
             figures[f"enqueue_{mode}"] = over("enqueue", mode, "jobs_per_s")
         summary[key] = figures
@@ -451,6 +458,67 @@ def cost_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def per_k_tables(results: dict) -> str:
+    """One table per worker count: jobs/s, Redis CPU per job, PSS and start latency."""
+    s = results.get("summary") or summarize(results)
+    labels = _labels(results)
+    configs = results.get("configs", {})
+    st = results.get("settings", {})
+    io_wait = st.get("io_wait_ms") or 0
+    body = f"I/O body: one Redis round trip + {fmt(io_wait)} ms wait" if io_wait else "no-op body"
+    out = []
+    for w in st.get("workers", [1, 2, 4]):
+        lines = [
+            f"k = {w} worker process(es), {body}; p50 = enqueue→start with "
+            f"{st.get('latency_workers', 2)} idle workers",
+            "",
+            "| configuration | concurrency | jobs/s | Redis CPU µs/job (run) | "
+            "Redis CPU µs/job (enqueue) | enqueue path | PSS MB (peak) | p50 ms |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for key in results.get("runs", {}):
+            f = s.get(key, {})
+            if not f.get(f"drain_{w}"):
+                continue
+            c = configs.get(key, {})
+            lines.append(
+                f"| {labels.get(key, key)} | {c.get('concurrency', {}).get(str(w), '?')} | "
+                f"{cell(f.get(f'drain_{w}'))} | {cell(f.get(f'redis_cpu_us_per_job_{w}'))} | "
+                f"{cell(f.get(f'enqueue_redis_cpu_us_per_job_{w}'))} | "
+                f"{c.get('enqueue_path', '?')} | {cell(f.get(f'pss_mb_{w}'))} | "
+                f"{cell(f.get('latency_p50'))} |"
+            )
+        out.append("\n".join(lines))
+    out.append(latency_cost_table(results))
+    return "\n\n".join(out)
+
+
+def latency_cost_table(results: dict) -> str:
+    """The start-latency runs by enqueue path, with Redis CPU per job for enqueue and run
+    together (the only TaskForge figure whose jobs go through the gateway)."""
+    s = results.get("summary") or summarize(results)
+    labels = _labels(results)
+    interval = results.get("settings", {}).get("latency_interval_ms", 10)
+    lines = [
+        f"enqueue→start, idle workers, jobs {fmt(interval)} ms apart; Redis CPU covers enqueue "
+        "and run (idle polling included)",
+        "",
+        "| configuration | workers | enqueue path | p50 ms | p99 ms | Redis CPU µs/job |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, reps in results.get("runs", {}).items():
+        f = s.get(key, {})
+        if not f.get("latency_p50"):
+            continue
+        first = _get(reps, 0, "latency") or {}
+        lines.append(
+            f"| {labels.get(key, key)} | {first.get('workers', '?')} | "
+            f"{first.get('enqueue_path', '?')} | {cell(f.get('latency_p50'))} | "
+            f"{cell(f.get('latency_p99'))} | {cell(f.get('latency_redis_cpu_us_per_job'))} |"
+        )
+    return "\n".join(lines)
+
+
 def config_table(results: dict) -> str:
     """Every configuration: its settings, delivery guarantee and versions."""
     versions = results.get("versions", {})
@@ -603,6 +671,10 @@ and Redis CPU measure the work Redis does for a job, not network traffic.
 ### Redis cost per job and drain rate by the peers' method (TaskForge included)
 
 {cost_table(results)}
+
+### Per worker count: rate, Redis CPU, memory (PSS) and start latency
+
+{per_k_tables(results)}
 
 ## What one job costs: Redis commands, CPU and memory
 

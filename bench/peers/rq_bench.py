@@ -6,16 +6,14 @@ Workers: ``rq worker`` (fork a work horse per job) or ``rq worker -w rq.worker.S
 
 from __future__ import annotations
 
-import time
-
-from bench.peers.stamp import record, redis_url
+from bench.peers.stamp import body, redis_url
 
 QUEUE = "bench"
 
 
 def noop(sent: float = 0.0) -> None:
-    """The benchmark job: record when it ran."""
-    record(sent, time.time())
+    """The benchmark job: bench.peers.stamp.body (no-op, or I/O with BENCH_IO_WAIT_MS)."""
+    body(sent)
 
 
 def _queue():

@@ -2,7 +2,7 @@
 
 The Go version of TaskForge measured 48 jobs (16 for retry-then-DLQ, 32 for scheduled promotion).
 Here every workload runs at that size and at 10,000 jobs, against a private redis-server,
-through the engine calls workers and the gateway make (shared.scripts), no-op jobs:
+through the engine calls workers and the gateway make (shared.engine.scripts), no-op jobs:
 
 - concurrent enqueue: PROCESSES producer processes share the jobs, one engine call per job;
 - concurrent priority claims: jobs of priorities 0..9 pre-filled, PROCESSES processes claim
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import redis
 
-from shared.jobs import format_ms, validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import format_ms, validate_enqueue
 from tests.support.redis_server import private_redis
 
 PROCESSES = 4

@@ -50,8 +50,8 @@ def producer():
     import redis
 
     from bench.peers.stamp import redis_url
-    from shared.jobs import validate_enqueue
-    from shared.scripts import Scripts
+    from shared.engine.scripts import Scripts
+    from shared.model.jobs import validate_enqueue
 
     scripts = Scripts(redis.Redis.from_url(redis_url()))
     plain = validate_enqueue({"type": "bench_stamp", "payload": {}})

@@ -7,9 +7,9 @@ from typing import Annotated, Literal
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from gateway.contract.types import Count, JobType, QueueName, Timestamp, TimestampOrNull, said
-from shared.jobs import MAX_RETRIES_RANGE, PRIORITY_LIMIT
-from shared.schedule_state import NEXT_RUNS
-from shared.schedules import MISSED_POLICIES, NAME_PATTERN
+from shared.model.jobs import MAX_RETRIES_RANGE, PRIORITY_LIMIT
+from shared.model.schedules import MISSED_POLICIES, NAME_PATTERN
+from shared.read.schedule_state import NEXT_RUNS
 
 Missed = Literal[MISSED_POLICIES]  # type: ignore[valid-type]
 

@@ -7,10 +7,10 @@ so both halves say "a read's errors" and "a body's errors" alike.
 from __future__ import annotations
 
 from gateway.contract.ops import Host, Hosts, Probe, Schedule, Schedules
-from gateway.contract.queues import Limits, LimitsList, Queue, Queues, Stats, Throughput
+from gateway.contract.queue_models import Limits, LimitsList, Queue, Queues, Stats, Throughput
 from gateway.contract.requests import LimitsInput, TypeLimitInput
 from gateway.contract.route_params import Answer, Operation, use
-from shared.schedule_state import NEXT_RUNS
+from shared.read.schedule_state import NEXT_RUNS
 
 QUEUE_PAGE = ("QueueLimit", "QueueCursor", "QueueSearch")
 CONFLICT = "409: the limits kept changing under this request (another change won); retry."

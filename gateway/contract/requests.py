@@ -6,17 +6,17 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from gateway.contract.queues import Concurrency, NullableRate
+from gateway.contract.queue_models import Concurrency, NullableRate
 from gateway.contract.types import JobId, JobType, QueueName, said, whole_number
-from shared import bulk, listing
-from shared.jobs import EnqueueBody
+from shared.model.jobs import EnqueueBody
+from shared.read import bulk, listing
 
 MAX_BATCH = 1000  # jobs in one POST /enqueue/batch
-CANCEL_BY_LIMIT = 64  # characters of a cancel's `by` (kept to 64 bytes: shared.scripts)
+CANCEL_BY_LIMIT = 64  # characters of a cancel's `by` (kept to 64 bytes: shared.engine.scripts)
 
 
 class EnqueueRequest(EnqueueBody, forbid_unknown_fields=True, kw_only=True):
-    """A job to enqueue (the fields of shared.jobs.EnqueueBody, which validates it)."""
+    """A job to enqueue (the fields of shared.model.jobs.EnqueueBody, which validates it)."""
 
     # What a JSON Schema cannot say through the fields' types, added to the generated schema.
     json_schema_extra: ClassVar[dict[str, Any]] = {

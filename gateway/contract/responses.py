@@ -1,4 +1,4 @@
-"""Answers: what the gateway sends back (shared.jobs.Job.to_json and the views build them)."""
+"""Answers: what the gateway sends back (shared.model.jobs.Job.to_json and the views build them)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Annotated, Any, Literal
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from gateway.contract.types import Count, JobId, QueueName, Timestamp, said
-from shared.history import ACTOR_CODES, CAP, EVENTS
-from shared.jobs import TRACEBACK_LIMIT, JobState
+from shared.engine.history import ACTOR_CODES, CAP, EVENTS
+from shared.model.jobs import TRACEBACK_LIMIT, JobState
 
 State = Literal[tuple(str(state) for state in JobState)]  # type: ignore[valid-type]
 

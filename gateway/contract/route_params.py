@@ -14,16 +14,16 @@ from msgspec import Meta
 
 from gateway import queue_page
 from gateway.body import MAX_BODY_BYTES
-from gateway.contract.errors import Error
+from gateway.contract.error_models import Error
 from gateway.contract.types import JobId
 from gateway.inputs import DLQ_LIMIT_RANGE
 from gateway.waiting import MAX_WAIT_SECONDS, WAIT_PATTERN
-from shared import listing, listing_states, throughput
-from shared.hosts import HOST_NAME_PATTERN
-from shared.jobs import TYPE_PATTERN, JobState
-from shared.queries import CURSOR_PATTERN
-from shared.queues import QUEUE_PATTERN
-from shared.schedules import NAME_PATTERN
+from shared.engine.queries import CURSOR_PATTERN
+from shared.model.jobs import TYPE_PATTERN, JobState
+from shared.model.queues import QUEUE_PATTERN
+from shared.model.schedules import NAME_PATTERN
+from shared.read import listing, listing_states, throughput
+from shared.read.hosts import HOST_NAME_PATTERN
 
 HOST_EXAMPLE = "worker-1-4242"  # a registry name as GET /workers shows one
 SCHEDULE_EXAMPLE = "nightly-report"  # the schedule path parameter's example

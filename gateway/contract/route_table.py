@@ -23,12 +23,12 @@ from gateway.contract.route_params import (
 )
 from gateway.contract.schema import event_data
 from gateway.contract.types import JobId
-from gateway.events import KEEPALIVE_SECONDS
+from gateway.events_api import KEEPALIVE_SECONDS
 from gateway.inputs import MAX_BATCH
-from shared import bulk, listing
-from shared.events import EVENT_CURSOR_PATTERN
-from shared.jobs import TYPE_PATTERN
-from shared.queues import QUEUE_PATTERN
+from shared.engine.events import EVENT_CURSOR_PATTERN
+from shared.model.jobs import TYPE_PATTERN
+from shared.model.queues import QUEUE_PATTERN
+from shared.read import bulk, listing
 
 BODY_ERRORS = ("BadRequest", "Unauthorized", "TooLarge", "Unsupported", "Unavailable")
 BY_ID = ("BadRequest", "Unauthorized", "NotFound", "Unavailable")

@@ -7,8 +7,10 @@ from typing import Any
 
 import msgspec
 
-from gateway.contract import events, ops, queues, requests, responses
-from gateway.contract.errors import Error
+from gateway.contract import event_models as events
+from gateway.contract import ops, requests, responses
+from gateway.contract import queue_models as queues
+from gateway.contract.error_models import Error
 
 REF = "#/components/schemas/{name}"
 MODELS: tuple[type[msgspec.Struct], ...] = (

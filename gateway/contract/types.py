@@ -6,8 +6,8 @@ from typing import Annotated, Any
 
 from msgspec import Meta
 
-from shared.jobs import TYPE_PATTERN
-from shared.queues import QUEUE_PATTERN
+from shared.model.jobs import TYPE_PATTERN
+from shared.model.queues import QUEUE_PATTERN
 
 # Case-insensitive on input (UUIDs are); the server answers in lower case.
 JOB_ID_PATTERN = (

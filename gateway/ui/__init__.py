@@ -10,8 +10,11 @@ from __future__ import annotations
 from flask import Flask
 
 from gateway.context import Gateway
-from gateway.ui import access, dlq, find, jobs, pages, schedules, security
-from gateway.ui.base import bp
+from gateway.ui import access, find, pages, security
+from gateway.ui import dlq_pages as dlq
+from gateway.ui import job_pages as jobs
+from gateway.ui import schedule_pages as schedules
+from gateway.ui.ui_base import bp
 
 __all__ = ["access", "bp", "dlq", "find", "install", "jobs", "pages", "schedules"]
 

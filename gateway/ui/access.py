@@ -11,7 +11,7 @@ from gateway import auth
 from gateway.context import gateway
 from gateway.lockout import Locked
 from gateway.ui import security
-from gateway.ui.base import bp, render
+from gateway.ui.ui_base import bp, render
 
 log = logging.getLogger(__name__)
 

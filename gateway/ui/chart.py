@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from shared.jobs import format_ms
+from shared.model.jobs import format_ms
 
 WIDTH, HEIGHT = 720, 220
 LEFT, RIGHT, TOP, BOTTOM = 48, 8, 12, 30
@@ -19,7 +19,7 @@ MINUTES = 60
 
 
 class MinutePoint(Protocol):
-    """One minute of throughput (shared.throughput's Minute has this shape)."""
+    """One minute of throughput (shared.read.throughput's Minute has this shape)."""
 
     @property
     def start_ms(self) -> int: ...

@@ -14,8 +14,8 @@ from flask import redirect, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
 from gateway.context import gateway
-from gateway.ui.base import bp, render
-from shared.jobs import JOB_ID_PATTERN
+from gateway.ui.ui_base import bp, render
+from shared.model.jobs import JOB_ID_PATTERN
 
 # The most of what was typed that the "no job" page repeats: an id is 36 characters.
 SHOWN = 100

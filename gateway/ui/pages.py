@@ -5,23 +5,23 @@ from __future__ import annotations
 from flask import flash, redirect, request, url_for
 from werkzeug.wrappers import Response as BaseResponse
 
-from gateway.actions import fleet
-from gateway.actions import queues as queue_actions
-from gateway.actions.errors import NotFound, QueueInUse
+from gateway.actions import fleet_actions as fleet
+from gateway.actions import queue_actions
+from gateway.actions.action_errors import NotFound, QueueInUse
 from gateway.context import gateway
 from gateway.queue_page import SEARCH_MAX
-from gateway.ui.base import UiError, asked_by, bp, events_url, render
 from gateway.ui.chart import throughput_chart
-from gateway.ui.jobs import confirm_page, confirmed
-from shared.fleet import Fleet, read_fleet
-from shared.hosts import is_host_name, list_hosts
-from shared.jobs import JobState
-from shared.limits import read_state
-from shared.queries import QueueCounts
-from shared.queue_view import chosen, is_cursor, page
-from shared.queues import DEFAULT_QUEUE, QUEUE_RULE, is_queue_name
-from shared.summary import busy
-from shared.throughput import last_hour
+from gateway.ui.job_pages import confirm_page, confirmed
+from gateway.ui.ui_base import UiError, asked_by, bp, events_url, render
+from shared.engine.limits import read_state
+from shared.engine.queries import QueueCounts
+from shared.model.jobs import JobState
+from shared.model.queues import DEFAULT_QUEUE, QUEUE_RULE, is_queue_name
+from shared.read.fleet import Fleet, read_fleet
+from shared.read.hosts import is_host_name, list_hosts
+from shared.read.queue_view import chosen, is_cursor, page
+from shared.read.summary import busy
+from shared.read.throughput import last_hour
 
 # The columns of the counts table, in a job's usual path through them.
 STATES = list(JobState)

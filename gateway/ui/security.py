@@ -26,8 +26,8 @@ import redis
 from flask import Flask, Request, Response, current_app, g, request, session
 from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 
-from gateway.errors import redis_unavailable
-from shared.keys import Keys
+from gateway.http_errors import redis_unavailable
+from shared.engine.keys import Keys
 
 SECRET_BYTES = 32
 CSRF_FIELD = "csrf"

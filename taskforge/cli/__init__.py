@@ -1,7 +1,8 @@
 """The ``taskforge`` command line, built on ``taskforge.Client`` alone (docs/CLI.md).
 
-app.py holds the group, the global options and the exit codes; jobs.py, dlq.py, ops.py and
-schedules.py the commands; render.py the human tables.
+command_group.py holds the group, the global options and the exit codes; job_commands.py,
+dlq_commands.py, ops_commands.py, limit_commands.py and schedule_commands.py the commands;
+render.py the human tables.
 """
 
 from __future__ import annotations
@@ -10,8 +11,14 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from taskforge.cli import dlq, jobs, limits, ops, schedules  # noqa: F401  (each registers its commands)
-from taskforge.cli.app import Exit, cli, json_everywhere, run
+from taskforge.cli import (  # noqa: F401  (each registers its commands)
+    dlq_commands,
+    job_commands,
+    limit_commands,
+    ops_commands,
+    schedule_commands,
+)
+from taskforge.cli.command_group import Exit, cli, json_everywhere, run
 
 json_everywhere(cli)  # after every command is registered
 

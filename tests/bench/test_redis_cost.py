@@ -43,7 +43,7 @@ def test_the_commands_inside_scripts_are_read_from_the_trees_lua() -> None:
 def test_a_side_is_a_directory_or_an_exported_revision(tmp_path: Path) -> None:
     assert ab.side_tree(str(ROOT), tmp_path) == ROOT
     tree = ab.side_tree("HEAD", tmp_path / "head")
-    assert (tree / "shared" / "lua" / "claim.lua").exists()
+    assert (tree / "shared" / "engine" / "lua" / "claim.lua").exists()
     assert redis_cost.label_of(tree) == (tree / "COMMIT").read_text()[:7]
 
 

@@ -20,11 +20,11 @@ import pytest
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.select import Select
 
-from shared.engine_types import Policy
-from shared.jobs import EnqueueRequest
-from shared.keys import Keys
-from shared.schedules import parse_entry
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import EnqueueRequest
+from shared.model.schedules import parse_entry
 from tests.browser.conftest import (
     DLQ_QUEUE,
     JOB_WAIT,

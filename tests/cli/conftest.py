@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
 from taskforge.cli import run
 from tests.support.engine_jobs import engine_on
 from tests.support.gunicorn import Gunicorn

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.engine_types import Code
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code
+from shared.engine.scripts import Scripts
 from taskforge.cli import Exit
 from tests.cli.conftest import Taskforge
 from tests.support.engine_jobs import (

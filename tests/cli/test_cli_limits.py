@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from shared.scripts import Scripts
-from taskforge.cli.app import Exit
+from shared.engine.scripts import Scripts
+from taskforge.cli.command_group import Exit
 from tests.cli.conftest import Taskforge
 from tests.support.engine_jobs import fresh_queue
 

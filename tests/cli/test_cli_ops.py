@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
 from taskforge import Client
 from taskforge.cli import Exit
 from tests.cli.conftest import SUBPROCESS_TIMEOUT, Taskforge

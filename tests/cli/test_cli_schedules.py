@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import redis
 
-from gateway.ui.schedules import zoned_text as dashboard_zoned_text
-from shared.keys import Keys
-from shared.schedules import parse_entry
-from shared.scripts import Scripts
+from gateway.ui.schedule_pages import zoned_text as dashboard_zoned_text
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.schedules import parse_entry
 from taskforge.cli import Exit, render
-from taskforge.cli.schedules import in_its_zone
+from taskforge.cli.schedule_commands import in_its_zone
 from tests.cli.conftest import Taskforge
 from workerd.periodic import Periodic
 

@@ -9,7 +9,7 @@ import json
 import time
 from collections.abc import Callable
 
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
 from taskforge import Client
 from taskforge.cli import Exit
 from tests.cli.conftest import Outcome, Taskforge

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
 from taskforge import Client
 from tests.support.engine_jobs import engine_on
 from tests.support.gunicorn import Gunicorn

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from shared.schedules import parse_entry
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
+from shared.model.schedules import parse_entry
 from taskforge import (
     Client,
     Conflict,

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
 from taskforge import (
     BadRequest,
     Client,

@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.config import Settings
-from shared.keys import Keys
-from shared.redis_conn import connect
-from shared.scripts import Scripts
+from shared.connect.redis_conn import connect
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.settings.config import Settings
 from tests.support.cluster import RedisCluster, running_cluster
 from tests.support.tools import require_tool
 

@@ -8,7 +8,7 @@ from flask import Flask
 from gateway import create_app
 from gateway.lockout import MAX_FAILURES
 from gateway.ui.security import COOKIE_NAME
-from shared.config import Settings
+from shared.settings.config import Settings
 from tests.gateway.test_ui import csrf_of
 from tests.gateway.test_ui_security import log_in, session_cookie
 from tests.support.cluster import RedisCluster

@@ -1,6 +1,6 @@
 """Listings without a queue, the limited queues' pages and the served queues on a real cluster:
 queues on every master, the served set, the due index and the list of limited queues in the
-global slot (shared.listing.queues_for, shared.queue_view.scan_names)."""
+global slot (shared.read.listing.queues_for, shared.read.queue_view.scan_names)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import uuid
 
 import pytest
 
-from shared import listing, throughput
-from shared.jobs import JobState, validate_enqueue
-from shared.keys import Keys
-from shared.queue_view import scan_names
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, validate_enqueue
+from shared.read import listing, throughput
+from shared.read.queue_view import scan_names
 
 pytestmark = pytest.mark.slow  # a six-node cluster
 

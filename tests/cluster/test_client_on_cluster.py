@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from shared.config import Settings
-from shared.redis_checks import EVICTION, check_redis
-from shared.redis_conn import connect, is_cluster, like
+from shared.connect.redis_conn import connect, is_cluster, like
+from shared.engine.redis_checks import EVICTION, check_redis
+from shared.settings.config import Settings
 from tests.support.cluster import RedisCluster
 
 

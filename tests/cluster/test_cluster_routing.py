@@ -1,4 +1,4 @@
-"""Pipelined scripts go to their keys' master only, on a real cluster (shared.cluster_routing).
+"""Pipelined scripts go to their keys' master only, on a real cluster (shared.connect.cluster_routing).
 
 redis-py's cluster pipeline asks its default node for the keys of each EVALSHA (COMMAND
 GETKEYS) unless told how to route it: with that node's master down, a listing of a queue on a
@@ -7,11 +7,11 @@ live master failed (scenario 17 kills one; this checks the routing whichever nod
 
 from __future__ import annotations
 
-from shared import listing
-from shared.config import Settings
-from shared.jobs import JobState
-from shared.redis_conn import connect
-from shared.scripts import Scripts
+from shared.connect.redis_conn import connect
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState
+from shared.read import listing
+from shared.settings.config import Settings
 from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
 
 

@@ -16,9 +16,9 @@ import pytest
 import redis
 
 from gateway.app import create_app
-from shared.config import Settings
-from shared.redis_checks import CLUSTER_NODE_BEHIND_PLAIN_URL
-from shared.redis_conn import TaskForgeCluster, connect, disconnect, is_cluster
+from shared.connect.redis_conn import TaskForgeCluster, connect, disconnect, is_cluster
+from shared.engine.redis_checks import CLUSTER_NODE_BEHIND_PLAIN_URL
+from shared.settings.config import Settings
 from tests.support.cluster import RedisCluster
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.tools import free_port_to_listen_on_later, wait_until

@@ -1,5 +1,5 @@
 """Durable mode on a real Redis Cluster (3 masters, a replica each): every WAIT goes to the
-master owning the written slot, after a marker written in that slot (shared.durable).
+master owning the written slot, after a marker written in that slot (shared.engine.durable).
 
 Read back on the replica of the slot's master right after the answer; a frozen (SIGSTOPped)
 replica makes its master's writes unconfirmed, and only that master's.
@@ -18,13 +18,13 @@ from prometheus_client import REGISTRY
 from redis.cluster import key_slot
 
 import workerd.demo  # noqa: F401 (registers the demo handlers)
-from shared import durable
-from shared.config import Settings
-from shared.engine_types import Policy
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.redis_conn import connect
-from shared.scripts import Scripts
+from shared.connect.redis_conn import connect
+from shared.engine import durable
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
+from shared.settings.config import Settings
 from tests.fakes import IdleSlot
 from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
 from tests.support.gunicorn import Gunicorn, run_gunicorn

@@ -6,12 +6,12 @@ import uuid
 
 import pytest
 
-from shared.config import Settings
-from shared.engine_types import Code
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.redis_conn import connect
-from shared.scripts import Scripts
+from shared.connect.redis_conn import connect
+from shared.engine.engine_types import Code
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
+from shared.settings.config import Settings
 from tests.support.cluster import queue_names_on_distinct_masters, running_cluster
 from tests.support.tools import require_tool
 from workerd.duties.leases import Leases

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from shared.keys import Keys
+from shared.engine.keys import Keys
 from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.tools import free_port, wait_until

@@ -1,5 +1,5 @@
 """Pages of queues and the summary sweep on a real cluster: queues on every master, the list,
-the summary and its lock in the global slot (shared.queue_view, shared.summary)."""
+the summary and its lock in the global slot (shared.read.queue_view, shared.read.summary)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import uuid
 
 import pytest
 
-from shared import summary
-from shared.jobs import JobState, validate_enqueue
-from shared.keys import Keys
-from shared.queue_view import chosen, page
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, validate_enqueue
+from shared.read import summary
+from shared.read.queue_view import chosen, page
 
 pytestmark = pytest.mark.slow  # a six-node cluster
 

@@ -1,6 +1,6 @@
 """The oldest redis-py requirements.txt allows still routes pipelined scripts by their keys.
 
-shared/cluster_routing.py builds on redis-py's command policies (redis.commands.policies),
+shared/connect/cluster_routing.py builds on redis-py's command policies (redis.commands.policies),
 which only exist from 7.1: with an older client the server would not even import. This runs
 the routing check of test_cluster_routing.py under the floor version, installed (from the
 package index) into a directory that shadows the venv's newer redis-py.
@@ -26,11 +26,11 @@ RUN_TIMEOUT = 60.0
 LIST_QUEUES = """
 import sys
 import redis
-from shared import listing
-from shared.config import Settings
-from shared.jobs import JobState
-from shared.redis_conn import connect
-from shared.scripts import Scripts
+from shared.read import listing
+from shared.settings.config import Settings
+from shared.model.jobs import JobState
+from shared.connect.redis_conn import connect
+from shared.engine.scripts import Scripts
 
 print(redis.__version__)
 client = connect(Settings.from_env({"REDIS_URL": f"redis+cluster://{sys.argv[1]}"}), role="floor")

@@ -12,12 +12,12 @@ import uuid
 
 import pytest
 
-from shared.config import Settings
-from shared.jobs import JobState, validate_enqueue
-from shared.keys import Keys
-from shared.queries import get_job
-from shared.redis_conn import connect
-from shared.scripts import Scripts
+from shared.connect.redis_conn import connect
+from shared.engine.keys import Keys
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, validate_enqueue
+from shared.settings.config import Settings
 from tests.fakes import IdleSlot
 from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
 from workerd.scheduler import RECOVER_INTERVAL, SchedulerProcess

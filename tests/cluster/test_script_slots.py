@@ -1,7 +1,7 @@
 """No script call reads keys of two slots: checked at every call site, and on a real cluster.
 
 The design says each script touches one queue's slot or the global one, never both. Three
-checks hold it: (1) every script call of shared.scripts goes through the funnels that
+checks hold it: (1) every script call of shared.engine.scripts goes through the funnels that
 tests.support.slots guards (read from the source), (2) the engine tests run with that guard,
 and (3) here, every script in SCRIPT_NAMES is called through the guarded engine on a real
 cluster, where redis-py and Redis would refuse a cross-slot call anyway.
@@ -15,13 +15,13 @@ import uuid
 
 import pytest
 
-from shared import listing, throughput
-from shared.config import Settings
-from shared.engine_types import Policy
-from shared.jobs import JobState, validate_enqueue
-from shared.keys import Keys
-from shared.redis_conn import connect
-from shared.scripts import SCRIPT_NAMES, Scripts
+from shared.connect.redis_conn import connect
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import SCRIPT_NAMES, Scripts
+from shared.model.jobs import JobState, validate_enqueue
+from shared.read import listing, throughput
+from shared.settings.config import Settings
 from tests.support import slots
 from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
 from tests.support.tools import ROOT
@@ -31,7 +31,7 @@ FUNNELS = {"call", "send"}
 # The calls by name (each binds a script's KEYS and ARGV, then goes through a funnel), and the
 # methods that take a script's name and pass it on to one of those.
 NAMED_CALLERS = {"run", "queue", "run_durable", "_each", "_toggle"}
-SCRIPTS_DIR = ROOT / "shared" / "scripts"
+SCRIPTS_DIR = ROOT / "shared" / "engine" / "scripts"
 
 
 def _trees() -> dict[str, ast.Module]:
@@ -48,13 +48,13 @@ def test_only_the_transport_funnels_send_evalsha() -> None:
             for node in ast.walk(func):
                 if isinstance(node, ast.Constant) and node.value == "EVALSHA":
                     senders.add((name, func.name))
-    assert senders == {("transport.py", funnel) for funnel in FUNNELS}, senders
+    assert senders == {("script_transport.py", funnel) for funnel in FUNNELS}, senders
 
 
 def test_every_script_name_at_a_call_site_is_a_known_script() -> None:
     named = set()
     for name, tree in _trees().items():
-        if name == "transport.py":
+        if name == "script_transport.py":
             continue
         for node in ast.walk(tree):
             if (

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.config import VARIABLES, Settings
+from shared.settings.config import VARIABLES, Settings
 from tests.deploy.conftest import DEPLOY, ROOT, procfile
 
 COMPOSE = DEPLOY / "compose.yaml"
 DOCKERFILE = DEPLOY / "Dockerfile"
 DEFAULT_GRACE = next(v for v in VARIABLES if v.env == "WORKER_DRAIN_GRACE")
-TRACING_ENV = {"OTEL_TRACING_ENABLED", "OTEL_EXPORTER_OTLP_ENDPOINT"}  # shared/tracing.py
+TRACING_ENV = {"OTEL_TRACING_ENABLED", "OTEL_EXPORTER_OTLP_ENDPOINT"}  # shared/obs/tracing.py
 GUNICORN_GRACEFUL_TIMEOUT = 25.0  # deploy/gunicorn.conf.py; checked in test_systemd.py
 # ${NAME:-default}, ${NAME-default} or ${NAME}: compose's interpolation.
 INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")

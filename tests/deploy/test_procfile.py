@@ -29,9 +29,9 @@ import redis
 import yaml
 
 from gateway.app import AUTH_DISABLED
-from shared.config import VARIABLES
-from shared.jobs import JobState
-from shared.keys import Keys
+from shared.engine.keys import Keys
+from shared.model.jobs import JobState
+from shared.settings.config import VARIABLES
 from tests.deploy.conftest import DEPLOY, ROOT
 from tests.support.redis_server import RedisServer
 from tests.support.tools import free_port, in_ci, wait_until

@@ -1,4 +1,4 @@
-"""shared.redis_checks: the start-up warning about eviction and persistence, on a real Redis."""
+"""shared.engine.redis_checks: the start-up warning about eviction and persistence, on a real Redis."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
-from shared.redis_checks import (
+from shared.engine.redis_checks import (
     EVICTION,
     METRIC,
     PERSISTENCE,
@@ -107,5 +107,5 @@ def test_a_redis_that_refuses_config_gets_one_warning_naming_what_to_verify(
 
 def test_importing_the_module_does_not_import_prometheus_client() -> None:
     # Entry points may import it before they set PROMETHEUS_MULTIPROC_DIR.
-    code = "import sys, shared.redis_checks; sys.exit('prometheus_client' in sys.modules)"
+    code = "import sys, shared.engine.redis_checks; sys.exit('prometheus_client' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=30).returncode == 0

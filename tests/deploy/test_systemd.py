@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import VARIABLES
-from shared.jobs import JobState
+from shared.model.jobs import JobState
+from shared.settings.config import VARIABLES
 from tests.deploy.conftest import ROOT, SYSTEMD, procfile, unit_settings
 from tests.support.redis_server import RedisServer
 from tests.support.tools import free_port, require_tool, wait_until

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import redis
 
-from shared import durable
-from shared.engine_types import Code, Policy
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine import durable
+from shared.engine.engine_types import Code, Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
 from tests.support.replicated import Replicated
 
 TIMEOUT_MS = 300
@@ -196,7 +196,7 @@ def test_a_durable_write_reloads_scripts_redis_lost(
 def test_start_up_says_when_no_write_could_be_confirmed(
     primary: redis.Redis, replica: redis.Redis
 ) -> None:
-    """The gateway and workerd log this as a config_warning at start (shared.durable)."""
+    """The gateway and workerd log this as a config_warning at start (shared.engine.durable)."""
     assert durable.replica_shortfall(primary, 1) is None
     too_many = durable.replica_shortfall(primary, 2)
     assert (

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from shared.keys import Keys
+from shared.engine.keys import Keys
 from taskforge import Client, Unavailable
 from tests.cli.conftest import invoke
 from tests.support.gunicorn import Gunicorn, run_gunicorn

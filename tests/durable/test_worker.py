@@ -12,11 +12,11 @@ import redis
 from prometheus_client import REGISTRY
 
 import workerd.demo  # noqa: F401 (registers the demo handlers)
-from shared.config import Settings
-from shared.engine_types import Policy
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
+from shared.settings.config import Settings
 from tests.fakes import IdleSlot
 from tests.support.replicated import Replicated
 from workerd.worker import WorkerProcess

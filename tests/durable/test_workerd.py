@@ -10,9 +10,9 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
 from tests.support.replicated import Replicated
 from tests.support.tools import free_port, wait_until
 from tests.support.workerd import Workerd, start_workerd, stop_all

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import redis
 
-from shared.engine_types import Code, Policy
-from shared.jobs import EnqueueRequest, Job, JobState, validate_enqueue
-from shared.keys import Keys
-from shared.queries import get_job
-from shared.scripts import Scripts, load_source
+from shared.engine.engine_types import Code, Policy
+from shared.engine.keys import Keys
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts, load_source
+from shared.model.jobs import EnqueueRequest, Job, JobState, validate_enqueue
 from tests.support.slots import one_slot
 
 # 2026-01-01T00:00:00Z. Every script call passes an explicit now, counted from here.
@@ -42,7 +42,7 @@ POLICY = Policy(
     batch_limit=50,
 )
 K = Keys()
-# Finished hashes expire after retention plus this margin (shared.scripts.HASH_TTL_MARGIN_MS).
+# Finished hashes expire after retention plus this margin (shared.engine.scripts.HASH_TTL_MARGIN_MS).
 FINISHED_TTL_MS = POLICY.finished_retention_ms + 5 * 60 * 1000
 # PTTL is read a few ms after the script set it; TTLs are asserted within this slack.
 TTL_SLACK_MS = 2_000
@@ -94,7 +94,7 @@ def pin_request_id(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
     redis-py's retry of a call whose reply was lost does."""
 
     def pin(request_id: str) -> None:
-        monkeypatch.setattr("shared.scripts.base.new_request_id", lambda: request_id)
+        monkeypatch.setattr("shared.engine.scripts.script_base.new_request_id", lambda: request_id)
 
     return pin
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shared import listing
-from shared.engine_types import Code
-from shared.jobs import JobState, format_ms
-from shared.listing import list_jobs
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, format_ms
+from shared.read import listing
+from shared.read.listing import list_jobs
 from tests.engine.conftest import POLICY, T0, request
 
 DEFAULT = "default"

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 import redis
 
-from shared.engine_types import Code, NotRunnable, QueuePaused
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code, NotRunnable, QueuePaused
+from shared.engine.scripts import Scripts
 from tests.engine.conftest import J1, J2, J3, J4, request
 
 # The hot path: a claim, an enqueue.

@@ -1,4 +1,4 @@
-"""shared.bulk: replay or purge dead jobs by id or by filter, page by page, idempotently."""
+"""shared.read.bulk: replay or purge dead jobs by id or by filter, page by page, idempotently."""
 
 from __future__ import annotations
 
@@ -7,20 +7,20 @@ import threading
 import pytest
 import redis
 
-from shared import history
-from shared.bulk import MAX_LIMIT, bulk_dead
-from shared.engine_types import Code, WrongState
-from shared.job_ids import tag_of
-from shared.jobs import JobState
-from shared.listing import BadCursor
-from shared.scripts import Scripts
+from shared.engine import history
+from shared.engine.engine_types import Code, WrongState
+from shared.engine.scripts import Scripts
+from shared.model.job_ids import tag_of
+from shared.model.jobs import JobState
+from shared.read.bulk import MAX_LIMIT, bulk_dead
+from shared.read.listing import BadCursor
 from tests.engine.conftest import T0, K, job_id, request
 
 
 def dead(scripts: Scripts, jid: str, *, queue: str = "default", job_type: str = "t", at: int = T0):
     """Run a job in `queue` to dead at `at` (one execution, failed)."""
     scripts.register_queue(queue)
-    # The fixed ids here all carry the tag 00000000, not their queue's (shared.job_ids): map
+    # The fixed ids here all carry the tag 00000000, not their queue's (shared.model.job_ids): map
     # that tag to the queue too, as two queues whose tags collide are mapped.
     scripts.redis.sadd(K.queue_tag(tag_of(jid)), queue)
     req = request(job_type, queue=queue, max_retries=1)

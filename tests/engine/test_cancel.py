@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import redis
 
-from shared.engine_types import JobNotFound, WrongState
-from shared.jobs import JobState, format_ms
-from shared.scripts import Scripts
+from shared.engine.engine_types import JobNotFound, WrongState
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, format_ms
 from tests.engine.conftest import (
     FINISHED_TTL_MS,
     J1,

@@ -10,12 +10,12 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from shared import history
-from shared.engine_types import Code
-from shared.history import Actor
-from shared.jobs import JobState, format_ms
-from shared.keys import Keys
-from shared.scripts import Scripts, requester
+from shared.engine import history
+from shared.engine.engine_types import Code
+from shared.engine.history import Actor
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts, requester
+from shared.model.jobs import JobState, format_ms
 from tests.engine.conftest import (
     FINISHED_TTL_MS,
     J1,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import redis
 
-from shared.engine_types import Code
-from shared.jobs import JobState
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState
 from tests.engine.conftest import (
     J1,
     J2,

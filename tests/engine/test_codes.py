@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 import redis
 
-from shared.engine_types import Code, EngineError
-from shared.history import Actor
-from shared.jobs import JobState, format_ms
-from shared.listing import list_jobs
-from shared.scripts import SCRIPT_NAMES, Scripts, load_source
-from shared.throughput import last_hour
+from shared.engine.engine_types import Code, EngineError
+from shared.engine.history import Actor
+from shared.engine.scripts import SCRIPT_NAMES, Scripts, load_source
+from shared.model.jobs import JobState, format_ms
+from shared.read.listing import list_jobs
+from shared.read.throughput import last_hour
 from tests.engine.conftest import J1, J2, J3, POLICY, T0, K, claim, enqueue, request, start
 
-LUA = resources.files("shared") / "lua"
+LUA = resources.files("shared.engine") / "lua"
 CODE_LINE = re.compile(r"^local ([A-Z_]+) = (-?\d+)\b", re.MULTILINE)
 SLOT = re.compile(r"\b(KEYS|ARGV)\[(\d+)(\.\.n)?\]")
 RETURNED_CODE = re.compile(r"\b(" + "|".join(c.name for c in Code) + r")\b")

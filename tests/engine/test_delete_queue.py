@@ -1,5 +1,5 @@
-"""Deleting a queue (delete_queue.lua, shared.queue_removal) and finding a job by its id's tag
-(shared.job_ids, shared.directory), on a real Redis.
+"""Deleting a queue (delete_queue.lua, shared.read.queue_removal) and finding a job by its id's tag
+(shared.model.job_ids, shared.read.directory), on a real Redis.
 
 A delete racing an enqueue is driven step by step: the enqueue is made to land between the
 delete's calls (after the unlisting, or after the deleting script), never by timing.
@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 import redis
 
-from shared.directory import QueueDirectory
-from shared.engine_types import Code
-from shared.job_ids import new_job_id, queue_tag, tag_of
-from shared.jobs import JobState
-from shared.queue_removal import QueueKept, QueueNotListed, delete_queue
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code
+from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_job_id, queue_tag, tag_of
+from shared.model.jobs import JobState
+from shared.read.directory import QueueDirectory
+from shared.read.queue_removal import QueueKept, QueueNotListed, delete_queue
 from tests.engine.conftest import T0, K, request
 
 Q = "mail"
@@ -33,7 +33,7 @@ def glob_escaped(text: str) -> str:
 
 
 def put(scripts: Scripts, queue: str = Q, **fields: Any) -> str:
-    """Enqueue as a producer does (shared.directory): list, enqueue, list again if first."""
+    """Enqueue as a producer does (shared.read.directory): list, enqueue, list again if first."""
     directory = QueueDirectory(scripts)
     directory.ensure(queue)
     job_id = new_job_id(queue)
@@ -363,12 +363,12 @@ def test_while_the_tag_map_cannot_be_read_on_a_cluster_the_known_queues_with_the
         raise redis.exceptions.ConnectionError("the global slot's master is failing over")
 
     monkeypatch.setattr(scripts.redis, "smembers", down)
-    monkeypatch.setattr("shared.job_locator.is_cluster", lambda client: True)
+    monkeypatch.setattr("shared.engine.job_locator.is_cluster", lambda client: True)
 
     found = finder.locator.find_job(job_id)
     assert found is not None and found.queue == Q
     with pytest.raises(redis.exceptions.ConnectionError):
         finder.locator.find_job(other)  # no known queue has its tag: the error, not a false 404
-    monkeypatch.setattr("shared.job_locator.is_cluster", lambda client: False)
+    monkeypatch.setattr("shared.engine.job_locator.is_cluster", lambda client: False)
     with pytest.raises(redis.exceptions.ConnectionError):
         finder.locator.find_job(job_id)  # one Redis: nothing else would answer, so the error

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import redis
 
-from shared.engine_types import EnqueueResult, IdempotencyConflict
-from shared.jobs import JobState, format_ms
-from shared.queries import get_job
-from shared.scripts import Scripts
+from shared.engine.engine_types import EnqueueResult, IdempotencyConflict
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, format_ms
 from tests.engine.conftest import (
     J1,
     J2,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import redis
 
-from shared.engine_types import Code, EnqueueResult, IdempotencyConflict
-from shared.jobs import EnqueueRequest, JobState
-from shared.scripts import Scripts, batch_digest
+from shared.engine.engine_types import Code, EnqueueResult, IdempotencyConflict
+from shared.engine.scripts import Scripts, batch_digest
+from shared.model.jobs import EnqueueRequest, JobState
 from tests.engine.conftest import (
     J1,
     J2,

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import redis
 
-from shared.engine_types import Code, Policy, QueuePaused
-from shared.history import Actor
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code, Policy, QueuePaused
+from shared.engine.history import Actor
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
 from tests.engine.conftest import (
     J1,
     J2,

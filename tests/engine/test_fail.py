@@ -7,9 +7,9 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from shared.engine_types import Code, FailResult, Policy
-from shared.jobs import JobState, format_ms
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code, FailResult, Policy
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, format_ms
 from tests.engine.conftest import (
     J1,
     POLICY,
@@ -121,7 +121,7 @@ def test_retry_delay_doubles_and_is_capped_at_the_maximum(scripts: Scripts) -> N
 
 def test_retry_jitter_is_off_by_default(scripts: Scripts, monkeypatch: pytest.MonkeyPatch) -> None:
     assert Policy().retry_jitter == 0.0
-    monkeypatch.setattr("shared.scripts.jobs.random.random", lambda: 0.0)
+    monkeypatch.setattr("shared.engine.scripts.job_scripts.random.random", lambda: 0.0)
     token = start(scripts, J1).token
 
     assert scripts.fail(J1, token, "boom", now_ms=T0).next_retry_at == T0 + BASE
@@ -136,7 +136,7 @@ def test_retry_jitter_moves_the_delay_by_at_most_its_share(
     make_scripts: Callable[..., Scripts], monkeypatch: pytest.MonkeyPatch, draw: float, delay: int
 ) -> None:
     scripts = make_scripts(retry_jitter=0.25)
-    monkeypatch.setattr("shared.scripts.jobs.random.random", lambda: draw)
+    monkeypatch.setattr("shared.engine.scripts.job_scripts.random.random", lambda: draw)
     token = start(scripts, J1).token
 
     result = scripts.fail(J1, token, "boom", now_ms=T0)
@@ -149,7 +149,7 @@ def test_retry_jitter_never_takes_the_delay_past_the_maximum(
     make_scripts: Callable[..., Scripts], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scripts = make_scripts(retry_jitter=0.5, retry_base_ms=8_000)  # base already over the cap
-    monkeypatch.setattr("shared.scripts.jobs.random.random", lambda: 0.999999)
+    monkeypatch.setattr("shared.engine.scripts.job_scripts.random.random", lambda: 0.999999)
     token = start(scripts, J1).token
 
     result = scripts.fail(J1, token, "boom", now_ms=T0)

@@ -7,8 +7,8 @@ import time
 import pytest
 import redis
 
-from shared.engine_types import HostBeat, HostNotFound
-from shared.scripts import Scripts
+from shared.engine.engine_types import HostBeat, HostNotFound
+from shared.engine.scripts import Scripts
 from tests.engine.conftest import T0, K, assert_ttl, changed, snapshot
 
 TTL = 15_000

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import redis
 
-from shared import history
-from shared.engine_types import Code
-from shared.history import Actor
-from shared.jobs import format_ms
-from shared.scripts import Scripts
+from shared.engine import history
+from shared.engine.engine_types import Code
+from shared.engine.history import Actor
+from shared.engine.scripts import Scripts
+from shared.model.jobs import format_ms
 from tests.engine.conftest import (
     J1,
     J2,
@@ -361,7 +361,7 @@ def test_the_cap_holds_over_many_transitions(r: redis.Redis, scripts: Scripts) -
 
 
 def test_the_lua_cap_and_codes_are_the_ones_python_reads() -> None:
-    common = (resources.files("shared") / "lua" / "includes" / "common.lua").read_text()
+    common = (resources.files("shared.engine") / "lua" / "includes" / "common.lua").read_text()
 
     assert re.search(r"^local HISTORY_CAP = (\d+)$", common, re.M).group(1) == str(history.CAP)
     assert re.search(r"^local ENDS_EXECUTION = '(\w+)'$", common, re.M).group(1) == (

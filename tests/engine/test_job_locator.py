@@ -1,4 +1,4 @@
-"""shared.job_locator: an id finds its queue through its tag, whatever the number of queues.
+"""shared.engine.job_locator: an id finds its queue through its tag, whatever the number of queues.
 
 The single lookups' command counts (a known tag, a new one, a foreign id, a failover) are in
 test_delete_queue.py; here: many ids at once, the cache's bound, and that nothing else in the
@@ -14,10 +14,10 @@ from collections import Counter
 import pytest
 import redis
 
-from shared import job_locator
-from shared.directory import QueueDirectory
-from shared.job_locator import JobLocator
-from shared.scripts import Scripts
+from shared.engine import job_locator
+from shared.engine.job_locator import JobLocator
+from shared.engine.scripts import Scripts
+from shared.read.directory import QueueDirectory
 from tests.engine.test_delete_queue import colliding_names, commands_of, put
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -74,7 +74,7 @@ def test_the_tag_memory_is_bounded(scripts: Scripts, monkeypatch: pytest.MonkeyP
 
 
 def test_bulk_dlq_by_id_reads_no_list_of_queues(r: redis.Redis, scripts: Scripts) -> None:
-    from shared.bulk import bulk_dead
+    from shared.read.bulk import bulk_dead
 
     for n in range(50):
         QueueDirectory(scripts).relist(f"q{n}")
@@ -87,10 +87,13 @@ def test_bulk_dlq_by_id_reads_no_list_of_queues(r: redis.Redis, scripts: Scripts
 
 def test_only_the_locator_reads_the_tag_map() -> None:
     """An id is resolved in one place: no other module of the engine or the gateway reads
-    queue_tag keys (shared.scripts.queues writes them with the list of queues)."""
+    queue_tag keys (shared.engine.scripts.queue_scripts writes them with the list of queues)."""
     readers = []
     for path in [*ROOT.glob("shared/**/*.py"), *ROOT.glob("gateway/**/*.py")]:
         text = path.read_text()
         if re.search(r"\.queue_tag\(", text):
             readers.append(str(path.relative_to(ROOT)))
-    assert sorted(readers) == ["shared/job_locator.py", "shared/scripts/queues.py"]
+    assert sorted(readers) == [
+        "shared/engine/job_locator.py",
+        "shared/engine/scripts/queue_scripts.py",
+    ]

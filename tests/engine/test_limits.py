@@ -13,11 +13,12 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from shared import limits as lim
-from shared.engine_types import Code
-from shared.history import read as read_history
-from shared.jobs import JobState
-from shared.scripts import Scripts
+from shared.engine import limits as lim
+from shared.engine.engine_types import Code
+from shared.engine.history import read as read_history
+from shared.engine.scripts import Scripts
+from shared.model import limit_rules
+from shared.model.jobs import JobState
 from tests.engine.conftest import (
     J1,
     J2,
@@ -35,7 +36,7 @@ from tests.engine.conftest import (
 
 
 def put(scripts: Scripts, doc: dict, queue: str = "default") -> tuple[int, int]:
-    return scripts.set_limits(queue, lim.parse_limits(doc).compact_json())
+    return scripts.set_limits(queue, limit_rules.parse_limits(doc).compact_json())
 
 
 def add(scripts: Scripts, jid: str, job_type: str = "t", now: int = T0, **fields: object) -> str:
@@ -372,17 +373,17 @@ def test_cancel_takes_a_held_job_out_of_held(r: redis.Redis, scripts: Scripts) -
     ],
 )
 def test_bad_limits_are_refused_with_the_field_named(doc: object, message: str) -> None:
-    with pytest.raises(lim.LimitError, match=message):
-        lim.parse_limits(doc)
+    with pytest.raises(limit_rules.LimitError, match=message):
+        limit_rules.parse_limits(doc)
 
 
 def test_rates_read_as_written() -> None:
-    assert lim.parse_rate("100/1m") == lim.Rate(100, 60_000)
-    assert lim.parse_rate("5/500ms") == lim.Rate(5, 500)
-    assert lim.parse_rate("10/s") == lim.Rate(10, 1_000)
-    assert str(lim.Rate(100, 60_000)) == "100/m"
-    assert str(lim.Rate(5, 500)) == "5/500ms"
-    assert str(lim.Rate(3, 7_200_000)) == "3/2h"
+    assert limit_rules.parse_rate("100/1m") == limit_rules.Rate(100, 60_000)
+    assert limit_rules.parse_rate("5/500ms") == limit_rules.Rate(5, 500)
+    assert limit_rules.parse_rate("10/s") == limit_rules.Rate(10, 1_000)
+    assert str(limit_rules.Rate(100, 60_000)) == "100/m"
+    assert str(limit_rules.Rate(5, 500)) == "5/500ms"
+    assert str(limit_rules.Rate(3, 7_200_000)) == "3/2h"
 
 
 def test_the_state_shows_limits_running_and_held_per_scope(
@@ -406,7 +407,7 @@ def test_the_state_shows_limits_running_and_held_per_scope(
 
 
 def test_held_jobs_are_listed_as_pending_in_claim_order(r: redis.Redis, scripts: Scripts) -> None:
-    from shared.listing import list_jobs
+    from shared.read.listing import list_jobs
 
     put(scripts, {"types": {"pdf": {"concurrency": 1}}})
     add(scripts, J1, "pdf")
@@ -446,11 +447,11 @@ def test_a_change_computed_from_stale_limits_is_refused_and_change_retries(
     put(scripts, {"types": {"a": {"concurrency": 1}}})
     before = r.get(K.limits).decode()
     put(scripts, {"types": {"a": {"concurrency": 1}, "b": {"concurrency": 2}}})  # another change
-    stale = lim.from_stored(before).with_scope("c", lim.Limit(3)).compact_json()
+    stale = limit_rules.from_stored(before).with_scope("c", limit_rules.Limit(3)).compact_json()
     assert scripts.set_limits("default", stale, expected=before) is None  # nothing changed
     assert set(lim.read_limits(r, K, "default").types) == {"a", "b"}
-    # shared.limits.change reads again and applies its edit to what is there now.
-    after = lim.change(scripts, "default", lambda c: c.with_scope("c", lim.Limit(3)))
+    # shared.engine.limits.change reads again and applies its edit to what is there now.
+    after = lim.change(scripts, "default", lambda c: c.with_scope("c", limit_rules.Limit(3)))
     assert set(after.types) == {"a", "b", "c"}
     assert set(lim.read_limits(r, K, "default").types) == {"a", "b", "c"}
 
@@ -464,8 +465,8 @@ def test_a_change_computed_from_stale_limits_is_refused_and_change_retries(
     ],
 )
 def test_a_refused_limit_is_named_as_the_caller_wrote_it(doc: dict, message: str) -> None:
-    with pytest.raises(lim.LimitError, match=re.escape(message)):
-        lim.parse_limits(doc)
+    with pytest.raises(limit_rules.LimitError, match=re.escape(message)):
+        limit_rules.parse_limits(doc)
     if "types" not in doc:  # a type's own PUT body: the same words, named "body" when unknown
-        with pytest.raises(lim.LimitError, match="body: unknown field 'foo'"):
-            lim.parse_limit({"foo": 1}, "")
+        with pytest.raises(limit_rules.LimitError, match="body: unknown field 'foo'"):
+            limit_rules.parse_limit({"foo": 1}, "")

@@ -1,4 +1,4 @@
-"""shared.listing and list_page.lua on the private redis-server: every state's order, cursors
+"""shared.read.listing and list_page.lua on the private redis-server: every state's order, cursors
 that survive their job leaving, ties, several queues, the type filter, the cost of a page.
 
 Jobs are seeded through the transition scripts with an explicit clock, so each one's place in
@@ -13,11 +13,11 @@ from collections import Counter
 import pytest
 import redis
 
-from shared import listing
-from shared.engine_types import Code
-from shared.jobs import JobState
-from shared.listing import BadCursor, Position, list_jobs, parse_cursor
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState
+from shared.read import listing
+from shared.read.listing import BadCursor, Position, list_jobs, parse_cursor
 from tests.engine.conftest import T0, K, job_id, request, snapshot
 from tests.engine.listing_support import DEFAULT, Seed, expected, flat, pages, seed
 from tests.engine.test_budgets import commands_of

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import redis
 
-from shared.engine_types import Code, NotRunnable
-from shared.jobs import JobState
-from shared.scripts import Scripts, runnable_arg
+from shared.engine.engine_types import Code, NotRunnable
+from shared.engine.scripts import Scripts, runnable_arg
+from shared.model.jobs import JobState
 from tests.engine.conftest import (
     J1,
     J2,

@@ -12,9 +12,9 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from shared.engine_types import Code, QueuePause, QueuePaused
-from shared.jobs import JobState, format_ms
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code, QueuePause, QueuePaused
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, format_ms
 from tests.engine.conftest import (
     J1,
     J2,

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import redis
 
-from shared import ticks
-from shared.engine_types import ScheduleNotFound
-from shared.keys import Keys
-from shared.schedule_state import published, read_states
-from shared.schedules import Schedule, parse_entry
-from shared.scripts import Scripts
+from shared.engine.engine_types import ScheduleNotFound
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model import ticks
+from shared.model.schedules import Schedule, parse_entry
+from shared.read.schedule_state import published, read_states
 from tests.engine.conftest import K
 from workerd.periodic import Periodic
 

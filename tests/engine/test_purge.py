@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from shared.engine_types import JobNotFound, WrongState
-from shared.scripts import TOMBSTONE_TTL_MS, Scripts
+from shared.engine.engine_types import JobNotFound, WrongState
+from shared.engine.scripts import TOMBSTONE_TTL_MS, Scripts
 from tests.engine.conftest import (
     J1,
     J2,

@@ -1,4 +1,4 @@
-"""shared.queries and stats.lua: one job, counts per state without scans, and DLQ pages."""
+"""shared.engine.queries and stats.lua: one job, counts per state without scans, and DLQ pages."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections import Counter
 import pytest
 import redis
 
-from shared.jobs import JobState, format_ms
-from shared.queries import BadCursor, WorkerCounts, dead_page, get_job
-from shared.scripts import Scripts
+from shared.engine.queries import BadCursor, WorkerCounts, dead_page, get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, format_ms
 from tests.engine.conftest import (
     J1,
     J2,

@@ -12,13 +12,13 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from shared.directory import QueueDirectory
-from shared.engine_types import Code, IdempotencyConflict, JobNotFound
-from shared.job_ids import new_job_id
-from shared.jobs import JobState, format_ms
-from shared.keys import Keys
-from shared.queries import get_job
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code, IdempotencyConflict, JobNotFound
+from shared.engine.keys import Keys
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_job_id
+from shared.model.jobs import JobState, format_ms
+from shared.read.directory import QueueDirectory
 from tests.engine.conftest import (
     J1,
     J2,

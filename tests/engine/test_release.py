@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import redis
 
-from shared.engine_types import AckResult, Code
-from shared.jobs import JobState
-from shared.scripts import Scripts
+from shared.engine.engine_types import AckResult, Code
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState
 from tests.engine.conftest import (
     J1,
     J2,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import redis
 
-from shared.engine_types import Code
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code
+from shared.engine.scripts import Scripts
 from tests.engine.conftest import (
     J1,
     J2,

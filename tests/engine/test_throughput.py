@@ -1,13 +1,13 @@
 """Throughput per minute: trim.lua's roll-up into minute buckets, and throughput.lua's read of
-them plus the live tail (shared/throughput.py)."""
+them plus the live tail (shared/read/throughput.py)."""
 
 from __future__ import annotations
 
 import pytest
 import redis
 
-from shared.scripts import Scripts
-from shared.throughput import MINUTE_MS, Minute, last_hour
+from shared.engine.scripts import Scripts
+from shared.read.throughput import MINUTE_MS, Minute, last_hour
 from tests.engine.conftest import T0, K, fail_to_retrying, finish, job_id, request
 from tests.engine.test_budgets import commands_of
 

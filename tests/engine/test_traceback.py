@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import redis
 
-from shared.engine_types import Code, FailResult
-from shared.jobs import TRACEBACK_LIMIT
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code, FailResult
+from shared.engine.scripts import Scripts
+from shared.model.jobs import TRACEBACK_LIMIT
 from tests.engine.conftest import (
     J1,
     POLICY,

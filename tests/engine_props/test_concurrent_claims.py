@@ -23,10 +23,10 @@ from typing import IO
 
 import redis
 
-from shared.engine_types import Policy
-from shared.jobs import EnqueueRequest
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import EnqueueRequest
 from tests.support.redis_server import RedisServer
 
 JOBS = 5_000
@@ -42,9 +42,9 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER_CODE = """
 import json, sys, time
 import redis
-from shared.keys import Keys
-from shared.engine_types import Code, Policy
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.engine_types import Code, Policy
+from shared.engine.scripts import Scripts
 
 url, worker, mode, out, limit, timeout = sys.argv[1:7]
 client = redis.Redis.from_url(url, socket_timeout=10)  # built in this process, after start

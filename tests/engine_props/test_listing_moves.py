@@ -24,10 +24,10 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.engine_types import Code
-from shared.jobs import JobState, format_ms
-from shared.listing import parse_cursor
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, format_ms
+from shared.read.listing import parse_cursor
 from tests.engine.conftest import POLICY, T0, K, request
 from tests.engine.listing_support import Seed, expected, flat, pages, seed
 from tests.support.redis_server import RedisServer

@@ -11,7 +11,7 @@ cancel), a separate ``..._reports_...`` test checks that answer survives the los
 The redis-py in use (8.x) retries ConnectionError and TimeoutError by default (10 retries,
 jittered backoff from 10 ms); the proxied client below configures retries explicitly (3, no
 backoff), and two tests show that a default client and the production client
-(shared.redis_conn.connect) retry a lost reply too. enqueue_many's MULTI/EXEC is retried whole.
+(shared.connect.redis_conn.connect) retry a lost reply too. enqueue_many's MULTI/EXEC is retried whole.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from shared import history
-from shared.config import Settings
-from shared.engine_types import (
+from shared.connect.redis_conn import connect
+from shared.engine import history
+from shared.engine.engine_types import (
     AckResult,
     Code,
     EnqueueResult,
@@ -38,10 +38,10 @@ from shared.engine_types import (
     Released,
     TrimResult,
 )
-from shared.jobs import EnqueueRequest, JobState
-from shared.keys import Keys
-from shared.redis_conn import connect
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import EnqueueRequest, JobState
+from shared.settings.config import Settings
 from tests.support.redis_server import RedisServer
 from tests.support.tcp_proxy import TcpProxy
 

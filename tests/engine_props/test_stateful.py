@@ -37,8 +37,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from shared import history
-from shared.engine_types import (
+from shared.engine import history
+from shared.engine.engine_types import (
     AckResult,
     Code,
     FailResult,
@@ -48,9 +48,9 @@ from shared.engine_types import (
     Policy,
     WrongState,
 )
-from shared.jobs import EnqueueRequest, Job
-from shared.keys import Keys
-from shared.scripts import TRIM_ROUNDS, Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import TRIM_ROUNDS, Scripts
+from shared.model.jobs import EnqueueRequest, Job
 from tests.support.redis_server import RedisServer
 
 START = 1_700_000_000_000  # the simulated clock's first reading (ms)

@@ -2,7 +2,7 @@
 
 Inputs: the client's enqueue records (job id and ok / failed / unknown), the journal the
 ``journaled`` handler wrote (one line per execution that produced its side effect), and a
-Redis client. Nothing here goes through shared.queries: the invariants are read key by key,
+Redis client. Nothing here goes through shared.engine.queries: the invariants are read key by key,
 so a bug in the engine's own read path cannot hide one. The events check holds each job's
 events stream entries against the job's own history (both written by the same script).
 """
@@ -18,9 +18,9 @@ from typing import Any
 
 import redis
 
-from shared import history
-from shared.events import per_queue_streams, stream_key, stream_of
-from shared.keys import Keys
+from shared.engine import history
+from shared.engine.events import per_queue_streams, stream_key, stream_of
+from shared.engine.keys import Keys
 
 OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
 LIVE_STATES = ("pending", "scheduled", "processing", "retrying")
@@ -217,7 +217,7 @@ def _scan(client: redis.Redis) -> list[str]:
 def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[str]:
     """Return every broken invariant, read from raw Redis (an empty list when all hold).
 
-    - no key outside the queue's prefix and the global one (shared.keys);
+    - no key outside the queue's prefix and the global one (shared.engine.keys);
     - each job hash is in exactly one state index, the one its status names (pending also
       in pending_since), and a live job's index entry has a job hash;
     - every processing job has a lease (a score in processing) and a non-empty token;
@@ -251,7 +251,7 @@ def invariant_violations(client: redis.Redis, keys: Keys | None = None) -> list[
     fixed |= {keys.pending_since, keys.seq, keys.wake, keys.workers, keys.queues, keys.limited}
     # The scheduler's due index and served set: an entry per queue (workerd/scheduler.py).
     fixed |= {keys.due, keys.served}
-    # The tag map of job ids (shared/job_ids.py): one small set per listed queue's tag, kept
+    # The tag map of job ids (shared/model/job_ids.py): one small set per listed queue's tag, kept
     # with the list of queues, removed with a queue.
     fixed |= {k for k in all_keys if k.startswith(keys.queue_tag(""))}
     # A pause lasts until a resume; failures per second are capped by trim (64 seconds kept),
@@ -322,7 +322,7 @@ def leaked_slots(client: redis.Redis, keys: Keys, processing: set[str]) -> list[
     return problems
 
 
-# The status a job is in right after each history event (shared/history.py EVENTS): the job's
+# The status a job is in right after each history event (shared/engine/history.py EVENTS): the job's
 # status must be that of its last transition, or a transition changed it without a trace.
 STATUS_AFTER = {
     "enqueued": "pending",

@@ -23,9 +23,9 @@ from typing import Any
 
 import redis
 
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts, load_source
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts, load_source
+from shared.model.jobs import validate_enqueue
 from tests.faults.checker import OK, SETTLED, UNKNOWN, EnqueueRecord
 from tests.support.tools import alive, wait_until
 from tests.support.workerd import Workerd

@@ -24,10 +24,10 @@ from typing import Any
 
 import redis
 
-from shared.engine_types import Policy
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
 from tests.faults.checker import EnqueueRecord, Execution
 from tests.faults.harness import (
     FINISH_EVENTS,

@@ -21,8 +21,8 @@ from typing import Any
 
 import redis
 
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
 from tests.faults.checker import OK, EnqueueRecord
 from tests.faults.harness import enqueue_one, journaled_body, log_time
 from tests.support.redis_server import NO_RETRY

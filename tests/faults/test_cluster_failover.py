@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from shared.keys import Keys
+from shared.engine.keys import Keys
 from tests.faults.checker import (
     OK,
     EnqueueRecord,
@@ -170,7 +170,7 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
                         for _, _, job_id in loads[q].acked[-LOOKUPS:]
                     )
                     # ... and lists their jobs: a listing of one queue reads that queue's
-                    # master only (its scripts are routed by their keys, shared.cluster_routing).
+                    # master only (its scripts are routed by their keys, shared.connect.cluster_routing).
                     listings = Counter(
                         gateway.request(
                             "GET", f"/jobs?state={state}&queue={q}", timeout=HTTP_TIMEOUT
@@ -273,7 +273,7 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
     # ... refuses none of their enqueues, and finds their jobs by id while the master is down.
     assert figures["other_refused_enqueues"] == 0, figures
     # With the global slot's master down too: the queue list lives there, and each gateway
-    # process goes on with the queues it knows (shared.directory).
+    # process goes on with the queues it knows (shared.read.directory).
     assert set(lookups) == {200}, lookups
     assert set(listings) == {200}, listings
     dead = f":{master.port}"

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
 from tests.faults.checker import check, invariant_violations, read_journal
 from tests.faults.harness import (
     FAULT_ENV,

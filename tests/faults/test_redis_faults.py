@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import redis
 
-from shared.engine_types import Policy
-from shared.jobs import format_ms, validate_enqueue
-from shared.keys import Keys
-from shared.redis_checks import EVICTION, METRIC
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.redis_checks import EVICTION, METRIC
+from shared.engine.scripts import Scripts
+from shared.model.jobs import format_ms, validate_enqueue
 from tests.fakes import IdleSlot
 from tests.faults.checker import (
     OK,

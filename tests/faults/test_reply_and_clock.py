@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import redis
 
-from shared.jobs import format_ms, parse_rfc3339_ms
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import format_ms, parse_rfc3339_ms
 from tests.faults.checker import FAILED, OK, UNKNOWN, EnqueueRecord, check, read_journal
 from tests.faults.clock_tools import faketime_env, observed_offset, redis_now_ms
 from tests.faults.harness import (

@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from shared import history, limits, ticks
-from shared.engine_types import WrongState
-from shared.keys import Keys
-from shared.schedule_state import read_states
-from shared.schedules import load_file
-from shared.scripts import Scripts
+from shared.engine import history, limits
+from shared.engine.engine_types import WrongState
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model import ticks
+from shared.model.schedules import load_file
+from shared.read.schedule_state import read_states
 from tests.faults.checker import OK, EnqueueRecord, check, read_journal
 from tests.faults.harness import (
     FAULT_ENV,

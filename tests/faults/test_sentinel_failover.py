@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from shared.keys import Keys
+from shared.engine.keys import Keys
 from tests.faults.checker import OK, EnqueueRecord, check, finished_or_gone, read_journal
 from tests.faults.harness import FAULT_ENV, log_time, print_figures
 from tests.faults.http_load import QueueLoad

@@ -12,10 +12,10 @@ from flask.testing import FlaskClient
 
 from gateway import create_app
 from gateway.context import Gateway
-from shared.config import Settings
-from shared.engine_types import Policy
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.settings.config import Settings
 from tests.fakes import fake_scripts
 
 TOKEN = "s3cret-token"

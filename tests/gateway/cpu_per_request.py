@@ -23,10 +23,10 @@ from typing import Any
 sys.path.insert(0, os.getcwd())
 
 from gateway import create_app
-from shared.config import Settings
-from shared.engine_types import EnqueueResult
-from shared.jobs import EnqueueRequest, JobState
-from shared.keys import Keys
+from shared.engine.engine_types import EnqueueResult
+from shared.engine.keys import Keys
+from shared.model.jobs import EnqueueRequest, JobState
+from shared.settings.config import Settings
 
 JOB = {"type": "bench", "priority": 1, "payload": {"to": "user@example.com", "n": 1}}
 CREATED_MS = 1_764_612_345_678

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.job_ids import new_job_id
-from shared.jobs import JobState, validate_enqueue
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_job_id
+from shared.model.jobs import JobState, validate_enqueue
 
 VALID = {"type": "email.send", "payload": {"to": "a@example.com"}}
 

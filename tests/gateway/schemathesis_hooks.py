@@ -21,7 +21,7 @@ from typing import Any
 import schemathesis
 
 from gateway.waiting import parse_wait
-from shared.jobs import DURATION_PATTERN, parse_delay, parse_timeout
+from shared.model.jobs import DURATION_PATTERN, parse_delay, parse_timeout
 
 DURATION_PARSERS = {"delay": parse_delay, "timeout": parse_timeout}
 VALID_DURATION = "5m"  # within both bounds

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from gateway.actions import fleet, queues
-from gateway.actions import jobs as job_actions
-from gateway.actions.errors import (
+from gateway.actions import fleet_actions as fleet
+from gateway.actions import job_actions
+from gateway.actions import queue_actions as queues
+from gateway.actions.action_errors import (
     ActionError,
     Conflict,
     InvalidInput,
@@ -19,17 +20,18 @@ from gateway.actions.errors import (
     WrongJobState,
 )
 from gateway.context import Gateway
-from gateway.errors import action_status
-from shared import history
-from shared.config import Settings
-from shared.hosts import read_hosts
-from shared.jobs import JobState
-from shared.lifecycle import Outcome, Transition
-from shared.limits import Limit, QueueLimits, parse_limits, read_limits
-from shared.queries import get_job
-from shared.queue_removal import QueueKept
-from shared.schedules import parse_entry
-from shared.scripts import Scripts
+from gateway.http_errors import action_status
+from shared.engine import history
+from shared.engine.lifecycle import Outcome, Transition
+from shared.engine.limits import read_limits
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState
+from shared.model.limit_rules import Limit, QueueLimits, parse_limits
+from shared.model.schedules import parse_entry
+from shared.read.hosts import read_hosts
+from shared.read.queue_removal import QueueKept
+from shared.settings.config import Settings
 from tests.gateway.test_ui import K, put, put_dead
 from workerd.periodic import Periodic
 
@@ -203,7 +205,7 @@ def test_bulk_with_a_cursor_no_listing_made_is_invalid(gate: Gateway) -> None:
 def test_pause_lists_a_new_queue_and_a_repeat_changes_nothing(
     gate: Gateway, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="gateway.actions.queues")
+    caplog.set_level(logging.INFO, logger="gateway.actions.queue_actions")
 
     assert queues.pause_queue(gate, "fresh", by=BY) is True
     assert queues.pause_queue(gate, "fresh", by=BY) is False

@@ -15,11 +15,11 @@ from flask.testing import FlaskClient
 
 from gateway.app import AUTH_DISABLED, POOL_SIZE, gateway_client
 from gateway.openapi import document
-from shared.config import Settings
-from shared.jobs import SCHEDULED_AT_PATTERN, ValidationError, validate_enqueue
-from shared.keys import Keys
-from shared.queries import BadCursor, dead_page
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.queries import BadCursor, dead_page
+from shared.engine.scripts import Scripts
+from shared.model.jobs import SCHEDULED_AT_PATTERN, ValidationError, validate_enqueue
+from shared.settings.config import Settings
 from tests.gateway import helpers
 from tests.gateway.conftest import TOKEN, make_app
 from tests.support.tools import free_port

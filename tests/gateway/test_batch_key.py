@@ -11,10 +11,10 @@ import pytest
 import redis
 from flask import Flask
 
-from shared.engine_types import Policy
-from shared.keys import Keys
-from shared.lifecycle import Outcome, Transition
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.lifecycle import Outcome, Transition
+from shared.engine.scripts import Scripts
 from tests.gateway.conftest import make_app
 from tests.support.engine_jobs import claim, fresh_queue
 from tests.support.gunicorn import Gunicorn

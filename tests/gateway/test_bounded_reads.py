@@ -12,10 +12,10 @@ import pytest
 import redis
 from flask.testing import FlaskClient
 
-from shared import listing
-from shared.jobs import JobState
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState
+from shared.read import listing
 from tests.gateway.test_queue_pages import commands, list_queues
 from tests.gateway.test_throughput_api import run
 from tests.gateway.test_ui import post, put, put_dead, text

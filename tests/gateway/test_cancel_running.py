@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from shared import history
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine import history
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
 from tests.gateway import helpers
 from tests.gateway.test_ui import (  # noqa: F401
     K,

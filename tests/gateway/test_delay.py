@@ -12,11 +12,11 @@ import pytest
 import redis
 from flask import Flask
 
-from shared.engine_types import Policy
-from shared.jobs import format_ms, parse_rfc3339_ms
-from shared.keys import Keys
-from shared.queries import get_job
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import format_ms, parse_rfc3339_ms
 from tests.gateway.conftest import make_app
 from tests.support.tools import wait_until
 

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 import redis
 
-from shared import history
-from shared.directory import QueueDirectory
-from shared.engine_types import Code
-from shared.job_ids import new_job_id
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine import history
+from shared.engine.engine_types import Code
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_job_id
+from shared.model.jobs import validate_enqueue
+from shared.read.directory import QueueDirectory
 from tests.support.gunicorn import Gunicorn
 
 K = Keys()

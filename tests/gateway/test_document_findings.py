@@ -14,12 +14,12 @@ import pytest
 import redis
 from flask import Flask
 
-from gateway import events as gateway_events
+from gateway import events_api as gateway_events
 from gateway.contract.types import JOB_ID_PATTERN as JOB_ID
 from gateway.openapi import document
-from shared.events import decode_cursor
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.events import decode_cursor
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
 from tests.gateway.test_events import Stream, emit, emit_host, make_app, new_job
 from tests.support.redis_server import RedisServer
 

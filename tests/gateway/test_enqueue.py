@@ -12,10 +12,10 @@ from flask.testing import FlaskClient
 from gateway import service
 from gateway.body import MAX_BODY_BYTES
 from gateway.inputs import MAX_BATCH
-from shared.job_ids import new_job_ids, queue_tag, tag_of
-from shared.jobs import JOB_ID_PATTERN
-from shared.queries import get_job
-from shared.scripts import Scripts
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_job_ids, queue_tag, tag_of
+from shared.model.jobs import JOB_ID_PATTERN
 from tests.gateway.helpers import VALID, count_jobs
 
 

@@ -15,9 +15,9 @@ from flask.testing import FlaskClient
 
 from gateway.context import Gateway
 from gateway.fleet_view import FleetView
-from shared.fleet import Fleet, read_fleet
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.read.fleet import Fleet, read_fleet
 from tests.gateway.test_ui import text
 
 TYPES = "generate_pdf,send_email"

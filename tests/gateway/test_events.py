@@ -20,10 +20,8 @@ import redis
 from flask import Flask
 
 from gateway import create_app
-from gateway import events as gateway_events
-from shared import event_tail
-from shared.config import Settings
-from shared.events import (
+from gateway import events_api as gateway_events
+from shared.engine.events import (
     FLEET,
     MAX_SEEN,
     ZERO,
@@ -36,9 +34,11 @@ from shared.events import (
     parse_id,
     read_events,
 )
-from shared.jobs import EnqueueRequest, format_ms
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import EnqueueRequest, format_ms
+from shared.read import event_tail
+from shared.settings.config import Settings
 from tests.gateway.conftest import TOKEN
 from tests.support.redis_server import RedisServer
 from tests.support.tools import wait_until

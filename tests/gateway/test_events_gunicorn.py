@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 import redis
 
-from shared.keys import Keys
+from shared.engine.keys import Keys
 from tests.support.gunicorn import Gunicorn
 from tests.support.tools import wait_until
 

@@ -21,7 +21,7 @@ from flask import Flask
 
 from gateway.body import MAX_BODY_BYTES
 from gateway.fastpath import FastEnqueue
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
 from tests.gateway.conftest import TOKEN, make_app
 from tests.gateway.helpers import count_jobs
 

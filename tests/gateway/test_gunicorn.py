@@ -14,10 +14,10 @@ import pytest
 import redis
 
 from gateway.app import AUTH_DISABLED
-from shared.jobs import JobState
-from shared.keys import Keys
-from shared.log import READY_PROBE_AGENT
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState
+from shared.obs.log import READY_PROBE_AGENT
 from tests.gateway import helpers
 from tests.gateway.conftest import TOKEN
 from tests.support.gunicorn import Gunicorn, run_gunicorn

@@ -8,11 +8,11 @@ import redis
 from flask.testing import FlaskClient
 
 from gateway.openapi import document
-from shared.directory import QueueDirectory
-from shared.job_ids import new_job_id
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_job_id
+from shared.model.jobs import validate_enqueue
+from shared.read.directory import QueueDirectory
 from tests.gateway import helpers
 from tests.gateway.conftest import TOKEN, make_app
 from tests.support.gunicorn import Gunicorn

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
 from tests.gateway import helpers
 
 EMPTY = {"concurrency": None, "rate": None, "running": 0, "held": 0, "types": {}}

@@ -12,13 +12,13 @@ import redis
 from flask.testing import FlaskClient
 
 from gateway.openapi import document
-from shared import listing
-from shared.job_ids import tagged_uuid
-from shared.jobs import JobState
-from shared.keys import Keys
-from shared.listing import BadCursor, parse_cursor
-from shared.listing_states import parse_place
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.job_ids import tagged_uuid
+from shared.model.jobs import JobState
+from shared.read import listing
+from shared.read.listing import BadCursor, parse_cursor
+from shared.read.listing_states import parse_place
 from tests.engine.conftest import POLICY, T0, job_id
 from tests.engine.listing_support import DEFAULT, seed
 from tests.gateway.conftest import TOKEN, make_app

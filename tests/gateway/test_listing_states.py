@@ -10,12 +10,12 @@ import pytest
 import redis
 from flask.testing import FlaskClient
 
-from shared import listing
-from shared.jobs import JobState
-from shared.keys import Keys
-from shared.listing import BadCursor
-from shared.listing_states import LIFECYCLE, Within, within
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState
+from shared.read import listing
+from shared.read.listing import BadCursor
+from shared.read.listing_states import LIFECYCLE, Within, within
 from tests.engine.conftest import POLICY, T0, job_id
 from tests.engine.listing_support import Seed, expected
 from tests.gateway.conftest import make_app

@@ -21,8 +21,8 @@ from gateway import auth, lockout
 from gateway.client_address import client_address, counted_as
 from gateway.lockout import MAX_FAILURES, WINDOW_SECONDS
 from gateway.ui.security import COOKIE_NAME, SESSION_LIFETIME, RedisKeyedSessions
-from shared.config import ConfigError, Settings, summary
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
+from shared.settings.config import ConfigError, Settings, summary
 from tests.gateway.conftest import TOKEN, make_app
 from tests.gateway.test_ui import K, csrf_of, engine, text  # noqa: F401
 from tests.gateway.test_ui_security import log_in, session_cookie

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from gateway.contract.route_table import OPERATIONS
-from gateway.errors import ApiError
+from gateway.http_errors import ApiError
 from gateway.model_gate import through
 from gateway.openapi import document
 

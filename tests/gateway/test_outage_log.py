@@ -7,8 +7,8 @@ import logging
 import pytest
 import redis
 
-from gateway import errors
-from shared.scripts import Scripts
+from gateway import http_errors as errors
+from shared.engine.scripts import Scripts
 from tests.gateway.conftest import make_app
 
 
@@ -18,7 +18,7 @@ def test_an_outage_is_one_line_per_quiet_period_counting_what_it_left_out(
     clock = [1000.0]
     monkeypatch.setattr(errors.time, "monotonic", lambda: clock[0])
     outages = errors.OutageLog()
-    with caplog.at_level(logging.WARNING, logger="gateway.errors"):
+    with caplog.at_level(logging.WARNING, logger="gateway.http_errors"):
         for _ in range(50):
             outages.warn(redis.ConnectionError("Connection refused"))
             clock[0] += 0.01  # 50 refused requests in half a second

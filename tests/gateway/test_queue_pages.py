@@ -11,11 +11,11 @@ import pytest
 import redis
 from flask.testing import FlaskClient
 
-from shared import metrics, summary
-from shared.jobs import JobState
-from shared.keys import Keys
-from shared.queue_view import listed_count, scan_names
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState
+from shared.read import state_gauges, summary
+from shared.read.queue_view import listed_count, scan_names
 from tests.gateway.test_ui import put, text
 
 K = Keys()
@@ -212,7 +212,7 @@ def test_metrics_label_only_served_queues_past_the_cap(r: redis.Redis, engine: S
     r.hset(
         K.worker("h-1"), mapping={"host": "h", "pid": 1, "plan": "default,hot", "last_seen": now}
     )
-    body, _ = metrics.scrape(engine)
+    body, _ = state_gauges.scrape(engine)
     queues = {re.search(r'queue="([^"]+)"', s).group(1) for s in series(body, "taskforge_jobs")}
     assert queues == {"default", "hot"}
     assert "taskforge_queues_listed 502.0" in body.decode()
@@ -221,7 +221,7 @@ def test_metrics_label_only_served_queues_past_the_cap(r: redis.Redis, engine: S
 
 def test_metrics_label_every_queue_while_few(engine: Scripts) -> None:
     put(engine, "mail")
-    body, _ = metrics.scrape(engine)
+    body, _ = state_gauges.scrape(engine)
     queues = {re.search(r'queue="([^"]+)"', s).group(1) for s in series(body, "taskforge_jobs")}
     assert queues == {"default", "mail"}
     assert "taskforge_jobs_all_queues_age_seconds 0.0" in body.decode()

@@ -12,8 +12,8 @@ import json
 import pytest
 from flask.testing import FlaskClient
 
-from shared.engine_types import QueuePaused
-from shared.scripts import Scripts
+from shared.engine.engine_types import QueuePaused
+from shared.engine.scripts import Scripts
 from tests.gateway import helpers
 from tests.gateway.conftest import TOKEN, make_app
 
@@ -181,7 +181,7 @@ def test_quiet_is_202_with_the_request_shown_until_the_host_applies_it(
     assert any(
         line["event"] == "quiet_requested" and line["supervisor"] == "box-7" for line in logged
     )
-    # The host's next heartbeat applies it (workerd/duties/registry.py).
+    # The host's next heartbeat applies it (workerd/duties/fleet_heartbeat.py).
     assert scripts.heartbeat("box-7", {"workers": 3}, ttl_ms=10_000).quiet is True
     scripts.heartbeat("box-7", {"workers": 3}, ttl_ms=10_000, quiet=True)
     listed = client.get("/workers").get_json()["hosts"][0]

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 import redis
 
-from shared.directory import QueueDirectory
-from shared.engine_types import Code
-from shared.job_ids import new_job_id
-from shared.jobs import JobState, validate_enqueue
-from shared.keys import Keys
-from shared.queue_removal import delete_queue
-from shared.queues import QUEUE_RULE
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_job_id
+from shared.model.jobs import JobState, validate_enqueue
+from shared.model.queues import QUEUE_RULE
+from shared.read.directory import QueueDirectory
+from shared.read.queue_removal import delete_queue
 from tests.support.gunicorn import Gunicorn
 
 K = Keys()

@@ -13,11 +13,11 @@ import pytest
 import redis
 
 from gateway.openapi import document
-from shared import ticks
-from shared.jobs import format_ms
-from shared.keys import Keys
-from shared.schedules import parse_entry
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model import ticks
+from shared.model.jobs import format_ms
+from shared.model.schedules import parse_entry
 from tests.support.gunicorn import Gunicorn
 from workerd.periodic import Periodic
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
 from tests.gateway.conftest import TOKEN
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.redis_server import RedisServer

@@ -7,12 +7,12 @@ import uuid
 import pytest
 import redis
 
-from shared.directory import QueueDirectory
-from shared.engine_types import Code
-from shared.job_ids import new_job_id
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_job_id
+from shared.model.jobs import validate_enqueue
+from shared.read.directory import QueueDirectory
 from tests.support.gunicorn import Gunicorn
 
 K = Keys()

@@ -19,15 +19,15 @@ from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
 from gateway.app import gateway_client
-from gateway.ui.jobs import SHOWN_CHARS
+from gateway.ui.job_pages import SHOWN_CHARS
 from gateway.ui.security import CONTENT_SECURITY_POLICY
-from shared.config import Settings
-from shared.directory import QueueDirectory
-from shared.engine_types import Code
-from shared.job_ids import new_job_id
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_job_id
+from shared.model.jobs import validate_enqueue
+from shared.read.directory import QueueDirectory
+from shared.settings.config import Settings
 from tests.gateway.conftest import TOKEN, make_app
 from tests.support.tools import free_port
 
@@ -411,7 +411,7 @@ def test_a_listing_lets_a_dotted_type_break_at_its_separators(
 def test_the_queues_page_shows_limits_and_a_held_jobs_page_says_what_it_waits_for(
     ui: FlaskClient, engine: Scripts
 ) -> None:
-    from shared.limits import parse_limits
+    from shared.model.limit_rules import parse_limits
 
     doc = {"concurrency": 5, "types": {"seed": {"concurrency": 1, "rate": "10/1s"}}}
     engine.set_limits("default", parse_limits(doc).compact_json())

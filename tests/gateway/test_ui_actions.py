@@ -11,12 +11,12 @@ import pytest
 import redis
 from flask.testing import FlaskClient
 
-from gateway.ui import dlq
-from gateway.ui.base import counted
-from shared.directory import QueueDirectory
-from shared.job_ids import new_job_id
-from shared.schedules import parse_entry
-from shared.scripts import Scripts
+from gateway.ui import dlq_pages as dlq
+from gateway.ui.ui_base import counted
+from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_job_id
+from shared.model.schedules import parse_entry
+from shared.read.directory import QueueDirectory
 from tests.gateway.test_ui import (  # noqa: F401
     K,
     csrf_of,
@@ -229,7 +229,7 @@ def test_dlq_selected_with_nothing_selected_says_so(ui: FlaskClient) -> None:  #
     assert "Select at least one job" in text(ui.get(response.location))
 
 
-# --- bulk DLQ actions (shared.bulk.bulk_dead) ------------------------------------------------
+# --- bulk DLQ actions (shared.read.bulk.bulk_dead) ------------------------------------------------
 
 
 def test_dlq_replay_selected_replays_those_only(ui: FlaskClient, engine: Scripts) -> None:  # noqa: F811

@@ -11,7 +11,7 @@ T0 = 1_800_000_000_000 - 1_800_000_000_000 % 60_000  # a minute boundary
 
 @dataclass(frozen=True)
 class Minute:
-    """A point shaped as shared.throughput's."""
+    """A point shaped as shared.read.throughput's."""
 
     start_ms: int
     completed: int

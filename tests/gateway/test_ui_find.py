@@ -11,8 +11,8 @@ import pytest
 from flask.testing import FlaskClient
 from markupsafe import escape
 
-from shared.job_ids import new_job_id
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_job_id
 from tests.gateway.test_ui import PAGES, engine, locked, put, text, ui  # noqa: F401
 from tests.gateway.test_ui_security import log_in
 

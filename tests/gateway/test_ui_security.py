@@ -16,8 +16,8 @@ from werkzeug.test import TestResponse
 
 from gateway.app import gateway_client
 from gateway.ui.security import COOKIE_NAME, SECRET_BYTES, SESSION_LIFETIME
-from shared.config import Settings
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
+from shared.settings.config import Settings
 from tests.gateway.conftest import TOKEN, make_app
 from tests.gateway.test_ui import PAGES, K, csrf_of, engine, put, text, ui  # noqa: F401
 from tests.support.tools import free_port

@@ -19,11 +19,11 @@ import redis
 from flask import Flask
 
 from gateway import create_app, waiting
-from gateway import events as gateway_events
-from shared.config import Settings
-from shared.engine_types import Policy
-from shared.keys import Keys
-from shared.scripts import Scripts
+from gateway import events_api as gateway_events
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.settings.config import Settings
 from tests.gateway import helpers
 from tests.support.tools import wait_until
 

@@ -20,8 +20,8 @@ import pytest
 import redis
 
 from gateway.app import POOL_SIZE
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
 from tests.support.gunicorn import Gunicorn
 from tests.support.tools import wait_until
 

@@ -10,15 +10,15 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared import tracing
-from shared.keys import Keys
+from shared.engine.keys import Keys
+from shared.obs import tracing
 from tests.support.tools import wait_until
 from tests.workerd.conftest import engine, start_workerd  # noqa: F401 (fixtures)
 
 T = TypeVar("T")
 
 # The engine's index keys, spelled out here on purpose: the agreement test reads Redis
-# without going through shared.keys or shared.queries, the code it checks.
+# without going through shared.engine.keys or shared.engine.queries, the code it checks.
 PREFIX = Keys().prefix  # the default queue's keys
 STATES = ("pending", "processing", "scheduled", "retrying", "completed", "dead", "canceled")
 

@@ -2,7 +2,7 @@
 
 Real processes (gunicorn with 2 workers, ``python -m workerd`` with 1 worker) on the private
 Redis. The expected counts come from raw ZCARD/HGET on key names spelled out in the test, not
-from shared.queries, which both servers use.
+from shared.engine.queries, which both servers use.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from shared.keys import Keys
+from shared.engine.keys import Keys
 from tests.observability.conftest import PREFIX, STATES, poll, samples, total
 from tests.support.gunicorn import Gunicorn
 from tests.support.workerd import Workerd

@@ -1,9 +1,9 @@
 """No payload reaches a log line: a secret-looking canary through success, failure and the DLQ.
 
 How error text is recorded: a handler's exception becomes ``"TypeName: message"`` cut to
-shared.log.ERROR_TEXT_LIMIT (500) characters, stored only in the job's Redis hash
+shared.obs.log.ERROR_TEXT_LIMIT (500) characters, stored only in the job's Redis hash
 (``last_error``, the job owner's own data, readable through GET /jobs/<id> and /dlq), and so is
-its traceback (``traceback``, capped at shared.jobs.TRACEBACK_LIMIT, 8 KiB), whose last line
+its traceback (``traceback``, capped at shared.model.jobs.TRACEBACK_LIMIT, 8 KiB), whose last line
 repeats the message. Log lines carry only the exception's type (``"error": "RuntimeError"``),
 because a message can echo the payload — as the ``demo.fail`` handler here does on purpose.
 """

@@ -9,10 +9,10 @@ import pytest
 import redis
 from prometheus_client import REGISTRY
 
-from shared import metrics
-from shared.jobs import validate_enqueue
-from shared.queues import is_queue_name
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
+from shared.model.queues import is_queue_name
+from shared.obs import metrics
 from tests.fakes import IdleSlot
 from workerd.scheduler import SchedulerProcess
 

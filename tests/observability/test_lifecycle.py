@@ -1,4 +1,4 @@
-"""Every outcome through shared.lifecycle: one log line, its counters, its span — as before.
+"""Every outcome through shared.engine.lifecycle: one log line, its counters, its span — as before.
 
 EXPECTED spells out, independently of lifecycle.TABLE, what each outcome wrote before the
 lifecycle home existed (docs/OBSERVABILITY.md): a change to the table that changes a line,
@@ -15,8 +15,9 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client import REGISTRY
 
-from shared import lifecycle, log, metrics, tracing
-from shared.lifecycle import Outcome, Transition
+from shared.engine import lifecycle
+from shared.engine.lifecycle import Outcome, Transition
+from shared.obs import log, metrics, tracing
 from tests.support.tools import ROOT
 
 JOB_ID = "00000000-0000-4000-8000-00000000abcd"

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from shared import metrics
-from shared.jobs import JobState
-from shared.multiproc import MULTIPROC_ENV
-from shared.queries import QueueCounts
+from shared.engine.queries import QueueCounts
+from shared.model.jobs import JobState
+from shared.obs.multiproc import MULTIPROC_ENV
+from shared.read import state_gauges
 from tests.observability.conftest import poll, samples, total
 from tests.support.tools import ROOT
 from tests.support.workerd import Workerd
@@ -96,11 +96,11 @@ def test_a_scrape_after_300_worker_restarts_answers_well_under_a_second(
 SIMULATION = textwrap.dedent(
     """
     import os, sys, time
-    from shared.multiproc import prepare_multiprocess_dir
+    from shared.obs.multiproc import prepare_multiprocess_dir
     prepare_multiprocess_dir(sys.argv[1], wipe=True)
-    from shared import metrics
-    from shared.jobs import JobState
-    from shared.queries import QueueCounts
+    from shared.obs import metrics
+    from shared.model.jobs import JobState
+    from shared.engine.queries import QueueCounts
 
     for _ in range(int(sys.argv[2])):
         pid = os.fork()
@@ -120,7 +120,7 @@ SIMULATION = textwrap.dedent(
     for _ in range(5):
         # CPU time: the scrape's own cost, whatever else the machine's cores are doing.
         started = time.process_time()
-        body, _ = metrics.render(counts)
+        body, _ = state_gauges.render(counts)
         timings.append(time.process_time() - started)
     sys.stdout.write(f"{max(timings)}\\n{body.decode()}")
     """
@@ -161,6 +161,6 @@ def test_a_scrape_skips_a_file_a_process_is_still_creating(
     monkeypatch.setenv(MULTIPROC_ENV, str(tmp_path))
     counts = QueueCounts({state: 0 for state in JobState}, oldest_pending_age_ms=None)
 
-    body, _ = metrics.render(counts)
+    body, _ = state_gauges.render(counts)
 
     assert b"taskforge_jobs{" in body

@@ -27,15 +27,16 @@ from prometheus_client import REGISTRY
 
 import workerd.demo  # noqa: F401 (registers the demo handlers)
 from gateway.openapi import document
-from shared import metrics
-from shared.config import Settings
-from shared.engine_types import Policy
-from shared.jobs import JobState, format_ms, validate_enqueue
-from shared.lifecycle import Outcome, Transition
-from shared.metrics import QueueStateCollector
-from shared.queries import QueueCounts
-from shared.queues import QUEUE_PATTERN
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.lifecycle import Outcome, Transition
+from shared.engine.queries import QueueCounts
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, format_ms, validate_enqueue
+from shared.model.queues import QUEUE_PATTERN
+from shared.obs import metrics
+from shared.read import state_gauges
+from shared.read.state_gauges import QueueStateCollector
+from shared.settings.config import Settings
 from tests.fakes import IdleSlot
 from tests.gateway.conftest import make_app
 from tests.observability.conftest import samples
@@ -340,7 +341,7 @@ def test_past_the_label_cap_the_gauges_add_queues_up_under_other(
     combined = QueueCounts.combined(
         {"a": counts(1, 10), "b": counts(2, None), "c": counts(4, 30), "d": counts(8, 20)}
     )
-    parsed = samples(metrics.render(combined)[0].decode())
+    parsed = samples(state_gauges.render(combined)[0].decode())
 
     pending = {
         dict(labels)["queue"]: v
@@ -453,7 +454,9 @@ def test_the_docs_give_every_metric_its_labels() -> None:
     }
     exported["taskforge_jobs_all_queues"] = {
         label
-        for family in metrics.AllQueuesCollector(metrics.AllQueues(1, counts, 0)).collect()
+        for family in state_gauges.AllQueuesCollector(
+            state_gauges.AllQueues(1, counts, 0)
+        ).collect()
         for sample in family.samples
         if sample.name == "taskforge_jobs_all_queues"
         for label in sample.labels

@@ -1,7 +1,7 @@
 """Tracing: off by default; on, each job's life is one span tree, with no payload in it.
 
 The gateway app, a worker and a scheduler run in this process on the private Redis, their
-loops stepped by hand; spans go to an in-memory exporter (shared.tracing's test hook).
+loops stepped by hand; spans go to an in-memory exporter (shared.obs.tracing's test hook).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 from opentelemetry.trace import SpanKind, StatusCode
 
 import workerd.demo  # noqa: F401 (registers the demo handlers)
-from shared import tracing
-from shared.config import Settings
-from shared.engine_types import Policy
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.scripts import Scripts
+from shared.obs import tracing
+from shared.settings.config import Settings
 from tests.fakes import IdleSlot
 from tests.gateway.conftest import make_app
 from tests.observability.conftest import PREFIX
@@ -319,9 +319,9 @@ def test_tracing_is_off_by_default_with_nothing_imported_or_stored(
         """
         import sys
         import redis
-        from shared import tracing
-        from shared.scripts import Scripts
-        from shared.jobs import validate_enqueue
+        from shared.obs import tracing
+        from shared.engine.scripts import Scripts
+        from shared.model.jobs import validate_enqueue
         import gateway.service, workerd.worker
         assert not tracing.enabled()
         with tracing.span("task.enqueue") as span:
@@ -351,7 +351,7 @@ def test_log_lines_inside_a_span_carry_its_trace_and_span_ids(
     import json
     import logging
 
-    from shared import log as shared_log
+    from shared.obs import log as shared_log
 
     shared_log.configure("tracing-test", "INFO")
     logger = logging.getLogger("tests.tracing")
@@ -374,7 +374,7 @@ def test_the_job_enqueued_lines_carry_the_enqueue_spans_ids(
 ) -> None:
     import json
 
-    from shared import log as shared_log
+    from shared.obs import log as shared_log
 
     shared_log.configure("tracing-test", "INFO")
     capsys.readouterr()

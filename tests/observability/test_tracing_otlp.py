@@ -19,7 +19,7 @@ if not in_ci():
         "opentelemetry.exporter.otlp.proto.grpc", reason="needs requirements-tracing.txt"
     )
 
-from shared import tracing
+from shared.obs import tracing
 from tests.observability.otlp_collector import OtlpCollector
 from tests.observability.test_tracing import _enqueue, _run_one, _trace_of, make_stack
 from tests.support.gunicorn import Gunicorn

@@ -6,9 +6,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from shared.engine_types import Code, NotRunnable
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code, NotRunnable
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
 
 WORKER = "w-test"
 

@@ -2,7 +2,7 @@
 
 INFO commandstats counts by command for the whole server; MONITOR names the connection each
 command came from, and CLIENT LIST maps connections to the names TaskForge gives them
-(``taskforge-<role>-<pid>``, shared.redis_conn). A script call counts as one ``evalsha
+(``taskforge-<role>-<pid>``, shared.connect.redis_conn). A script call counts as one ``evalsha
 <sha>``; the commands the script runs inside are not attributed (Redis shows them as "lua").
 """
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from gateway.contract.route_params import HOST_EXAMPLE, SCHEDULE_EXAMPLE
-from shared.schedules import parse_entry
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
+from shared.model.schedules import parse_entry
 from tests.gateway import helpers
 from tests.support.gunicorn import Gunicorn
 from tests.support.tools import ROOT, free_port, wait_until

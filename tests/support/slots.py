@@ -1,6 +1,6 @@
 """A guard that fails any script call whose KEYS hash to more than one Redis Cluster slot.
 
-`one_slot(scripts)` wraps the two funnels every script call of shared.scripts.Scripts goes
+`one_slot(scripts)` wraps the two funnels every script call of shared.engine.scripts.Scripts goes
 through (its transport's ``call`` and ``send``; tests/cluster/test_script_slots.py checks that
 no call bypasses them) so each call checks its keys before it is sent, on one Redis or a
 cluster alike: the engine tests run with it, so every call site they reach is held to the rule
@@ -18,7 +18,7 @@ from typing import Any
 
 from redis.cluster import key_slot
 
-from shared.scripts import Scripts
+from shared.engine.scripts import Scripts
 
 CALLED: Counter[str] = Counter()
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shared.config import VARIABLES
+from shared.settings.config import VARIABLES
 from tests.support.tools import ROOT, wait_until
 
 # Every process of one workerd run inherits this variable: how leftovers are found.

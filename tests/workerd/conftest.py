@@ -4,7 +4,7 @@
 waits for ``/ready``. At teardown every supervisor started is stopped (SIGTERM, SIGKILL after
 a bound) and no process it forked may be left.
 
-`engine` enqueues through shared.scripts.Scripts and waits for jobs to reach a state by
+`engine` enqueues through shared.engine.scripts.Scripts and waits for jobs to reach a state by
 polling Redis against a deadline. `journal` reads the executions the test handlers record.
 """
 
@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
-from shared.jobs import Job, JobState, validate_enqueue
-from shared.keys import Keys
-from shared.queries import get_job
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import Job, JobState, validate_enqueue
 from tests.support.redis_server import RedisServer
 from tests.support.tools import free_port, wait_until
 from tests.support.workerd import Workerd, stop_all

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import redis
 
-from shared import history
-from shared.jobs import JobState
+from shared.engine import history
+from shared.model.jobs import JobState
 from tests.faults import checker
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd

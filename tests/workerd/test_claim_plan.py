@@ -13,8 +13,8 @@ from collections import Counter
 
 import pytest
 
-from shared.engine_types import NotRunnable
-from shared.queues import QueuePlan, parse_worker_queues
+from shared.engine.engine_types import NotRunnable
+from shared.model.queues import QueuePlan, parse_worker_queues
 from tests.fakes import FakeClock
 from workerd.claim_plan import ClaimPlanner, ClaimTimings, IdleWait
 from workerd.routing import LEAVE_FOR, Routing

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import ConfigError, Settings
+from shared.settings.config import ConfigError, Settings
 from tests.support.tools import ROOT
 from tests.support.workerd import Workerd, scrubbed_environment
 

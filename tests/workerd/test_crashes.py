@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from shared.jobs import JobState
+from shared.model.jobs import JobState
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine, Journal

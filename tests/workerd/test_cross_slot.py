@@ -1,4 +1,4 @@
-"""shared.scripts.cross_slot: a script's follow-up write to the global slot, and its repair.
+"""shared.engine.scripts.cross_slot: a script's follow-up write to the global slot, and its repair.
 
 The due index's own protocol (note, settle, the sweep's repair of it) is proven in
 test_scheduler_queues.py; here: what the mechanism costs a job that uses it and one that does
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import redis
 
-from shared.engine_types import Policy
-from shared.jobs import validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts, cross_slot
-from shared.scripts.due_index import DUE_INDEX
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts, cross_slot
+from shared.engine.scripts.due_index import DUE_INDEX
+from shared.model.jobs import validate_enqueue
 from tests.workerd.test_scheduler_queues import T0
 from workerd.sweep import Sweep
 
@@ -109,7 +109,7 @@ def test_a_failed_write_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -
         def zadd(self, *args: Any, **kwargs: Any) -> Any:
             raise redis.ConnectionError("the global slot's master is down")
 
-    caplog.set_level(logging.WARNING, logger="shared.scripts.cross_slot")
+    caplog.set_level(logging.WARNING, logger="shared.engine.scripts.cross_slot")
     cross_slot.follow(Down(), K, DUE_INDEX, {"q": T0})  # type: ignore[arg-type]
     assert [r.getMessage() for r in caplog.records] == ["due_note_failed"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.jobs import JobState
+from shared.model.jobs import JobState
 from tests.support.tools import ROOT
 from tests.support.workerd import Workerd, scrubbed_environment
 from tests.workerd.conftest import Engine

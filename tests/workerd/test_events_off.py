@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from gateway import create_app
-from shared.config import Settings
-from shared.jobs import JobState
-from shared.keys import Keys
+from shared.engine.keys import Keys
+from shared.model.jobs import JobState
+from shared.settings.config import Settings
 from tests.support.redis_server import RedisServer
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine

@@ -13,9 +13,9 @@ from collections.abc import Callable
 import pytest
 
 import workerd.demo  # noqa: F401 (registers the demo handlers)
-from shared import history
-from shared.config import Settings
-from shared.jobs import JobState
+from shared.engine import history
+from shared.model.jobs import JobState
+from shared.settings.config import Settings
 from tests.fakes import IdleSlot
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine

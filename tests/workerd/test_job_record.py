@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 
 import tests.workerd.handlers_job_record  # noqa: F401  (registers the record.* handlers)
-from shared.jobs import Job, JobState, format_ms, parse_rfc3339_ms
+from shared.model.jobs import Job, JobState, format_ms, parse_rfc3339_ms
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import HANDLERS, Engine
 from workerd.execution import run_handler

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import redis
 
-from shared import limits
-from shared.jobs import JobState
-from shared.keys import Keys
+from shared.engine.keys import Keys
+from shared.model import limit_rules
+from shared.model.jobs import JobState
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine, Journal
@@ -28,7 +28,7 @@ def test_a_limited_type_never_runs_past_its_limit_and_a_killed_workers_slot_come
     start_workerd: Callable[..., Workerd], engine: Engine, journal: Journal, r: redis.Redis
 ) -> None:
     doc = {"types": {"journal": {"concurrency": 1}}}
-    engine.scripts.set_limits("default", limits.parse_limits(doc).compact_json())
+    engine.scripts.set_limits("default", limit_rules.parse_limits(doc).compact_json())
     workerd = start_workerd(WORKER_COUNT="3")
     slow = [engine.enqueue("journal", {"file": journal.file, "sleep": 0.5}) for _ in range(3)]
     quick = [engine.enqueue("demo.noop") for _ in range(6)]
@@ -70,7 +70,7 @@ def test_idle_workers_do_not_spin_on_a_saturated_limit(
     start_workerd: Callable[..., Workerd], engine: Engine, journal: Journal, r: redis.Redis
 ) -> None:
     doc = {"concurrency": 1, "types": {"journal": {"concurrency": 1}}}
-    engine.scripts.set_limits("default", limits.parse_limits(doc).compact_json())
+    engine.scripts.set_limits("default", limit_rules.parse_limits(doc).compact_json())
     start_workerd(WORKER_COUNT="3")
     held = [engine.enqueue("journal", {"file": journal.file, "sleep": 3}) for _ in range(20)]
     journal.wait_for("start")

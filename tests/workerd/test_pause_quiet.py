@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from shared.jobs import Job, JobState, validate_enqueue
-from shared.queries import get_job
-from shared.scripts import Scripts
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import Job, JobState, validate_enqueue
 from tests.support.monitor import commands_by_connection
 from tests.support.redis_server import RedisServer
 from tests.support.tools import wait_until

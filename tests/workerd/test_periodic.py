@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.keys import Keys
+from shared.engine.keys import Keys
 from tests.support.tools import ROOT
 from tests.support.workerd import Workerd, scrubbed_environment
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from shared import ticks
-from shared.keys import Keys
-from shared.schedule_state import read_states
-from shared.schedules import load_file
+from shared.engine.keys import Keys
+from shared.model import ticks
+from shared.model.schedules import load_file
+from shared.read.schedule_state import read_states
 from tests.faults.clock_tools import MovableClock, redis_now_ms
 from tests.support.redis_server import RedisServer
 from tests.support.tools import require_tool, wait_until

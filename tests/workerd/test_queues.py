@@ -16,10 +16,10 @@ from typing import Any
 
 import redis
 
-from shared.directory import QueueDirectory
-from shared.jobs import JobState, format_ms, validate_enqueue
-from shared.keys import Keys
-from shared.scripts import Scripts
+from shared.engine.keys import Keys
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, format_ms, validate_enqueue
+from shared.read.directory import QueueDirectory
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Journal

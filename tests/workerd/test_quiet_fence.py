@@ -21,13 +21,13 @@ import pytest
 import redis
 
 import workerd.demo  # noqa: F401  (registers the demo.noop handler the jobs use)
-from shared.config import Settings
-from shared.engine_types import Policy
-from shared.jobs import JobState, validate_enqueue
-from shared.keys import Keys
-from shared.queries import get_job
-from shared.redis_conn import connect
-from shared.scripts import Scripts
+from shared.connect.redis_conn import connect
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, validate_enqueue
+from shared.settings.config import Settings
 from tests.support.redis_server import RedisServer
 from workerd.slots import RECORD_SIZE, SlotTable
 from workerd.worker import WorkerProcess
@@ -46,7 +46,7 @@ class Host:
         self.table.publish_status(1, True, True, quiet)
 
     def health_says_quiet(self) -> bool:
-        """What workerd's /health answers (workerd/obs.py)."""
+        """What workerd's /health answers (workerd/obs_server.py)."""
         return self.table.quiet()
 
     def enqueue(self) -> str:

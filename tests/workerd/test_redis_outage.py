@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from shared.jobs import JobState
+from shared.model.jobs import JobState
 from tests.support.redis_server import RedisServer
 from tests.support.tools import alive, free_port, wait_until
 from tests.support.workerd import Workerd

@@ -1,12 +1,12 @@
-"""The registry record's ``procs``: written from the slots (workerd/duties/registry.py), read
-back by shared/hosts.py for GET /workers, and what a malformed record gives."""
+"""The registry record's ``procs``: written from the slots (workerd/duties/fleet_heartbeat.py), read
+back by shared/read/hosts.py for GET /workers, and what a malformed record gives."""
 
 from __future__ import annotations
 
 import json
 
-from shared.hosts import WorkerProcess, parse_processes
-from workerd.duties.registry import processes_json
+from shared.read.hosts import WorkerProcess, parse_processes
+from workerd.duties.fleet_heartbeat import processes_json
 from workerd.slots import SlotState, SlotTable
 
 JOB = "0b8a4c4e-9d6f-4a57-9d0e-3c1f1d2b7a10"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.jobs import Job, JobState
+from shared.model.jobs import Job, JobState
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import HANDLERS, Engine, Journal
 

@@ -19,16 +19,16 @@ import redis
 
 import tests.workerd.handlers_routing  # noqa: F401 (registers "routed" in this process)
 import workerd.demo  # noqa: F401 (registers the demo handlers in this process)
-from shared.config import Settings
-from shared.engine_types import NotRunnable, Policy
-from shared.jobs import Job, JobState, validate_enqueue
-from shared.scripts import Scripts
+from shared.engine.engine_types import NotRunnable, Policy
+from shared.engine.scripts import Scripts
+from shared.model.jobs import Job, JobState, validate_enqueue
+from shared.settings.config import Settings
 from tests.fakes import FakeClock, IdleSlot
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine
 from tests.workerd.handlers_routing import ROUTED
-from workerd.duties.registry import hosts_running
+from workerd.duties.fleet_heartbeat import hosts_running
 from workerd.routing import LEAVE_FOR, LOG_EVERY, TAKE_FOR, Routing
 from workerd.worker import WorkerProcess
 

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import redis
 
-from shared.engine_types import Policy
-from shared.jobs import JobState, validate_enqueue
-from shared.keys import Keys
-from shared.limits import parse_limits
-from shared.queries import get_job
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, validate_enqueue
+from shared.model.limit_rules import parse_limits
 from tests.fakes import IdleSlot
 from tests.support.redis_server import RedisServer
 from workerd.scheduler import RECOVER_INTERVAL, SERVED_FOR_MS, SchedulerProcess

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from shared.jobs import JobState, format_ms
+from shared.model.jobs import JobState, format_ms
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine, Journal

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.jobs import JobState
+from shared.model.jobs import JobState
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine, Journal
 

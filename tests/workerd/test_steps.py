@@ -18,12 +18,12 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from shared.config import Settings
-from shared.engine_types import Policy
-from shared.jobs import Job, JobState, validate_enqueue
-from shared.keys import Keys
-from shared.queries import get_job
-from shared.scripts import Scripts
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import Job, JobState, validate_enqueue
+from shared.settings.config import Settings
 from tests.support.redis_server import RedisServer
 from workerd.children import SCHEDULER, WORKER, Child
 from workerd.supervisor import Halt, Supervisor

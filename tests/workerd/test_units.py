@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from shared.jobs import Job, JobState
+from shared.model.jobs import Job, JobState
 from workerd import JobContext, PermanentError, handler
 from workerd.backoff import Backoff
 from workerd.children import describe_exit, process_stopped
 from workerd.execution import run_handler
-from workerd.notify import notify
+from workerd.sd_notify import notify
 from workerd.slots import SlotTable
 
 # --- slots -------------------------------------------------------------------------------------
@@ -412,7 +412,7 @@ def test_control_names_the_execution_to_cancel_and_forgets_on_reset() -> None:
 
 
 def _sigterm_worker() -> tuple[Any, Any]:
-    from shared.config import Settings
+    from shared.settings.config import Settings
     from tests.fakes import fake_scripts
     from workerd.execution import Execution
     from workerd.worker import WorkerProcess
@@ -431,7 +431,7 @@ def test_a_plain_sigterm_asks_the_worker_to_stop_after_its_job() -> None:
 
 
 def test_a_cancel_sigterm_interrupts_the_handler_once_and_the_worker_goes_on() -> None:
-    from workerd.registry import JobCanceled
+    from workerd.handler_registry import JobCanceled
 
     worker, control = _sigterm_worker()
     worker.execution.armed = True
@@ -455,7 +455,7 @@ def test_a_cancel_sigterm_outside_its_handler_changes_nothing(case: str) -> None
 
 
 def test_a_drain_merged_with_a_cancel_does_both() -> None:
-    from workerd.registry import JobCanceled
+    from workerd.handler_registry import JobCanceled
 
     worker, control = _sigterm_worker()
     worker.execution.armed = True
@@ -468,7 +468,7 @@ def test_a_drain_merged_with_a_cancel_does_both() -> None:
 
 def test_run_handler_ends_a_job_canceled_by_how_it_stopped() -> None:
     from workerd.execution import Execution
-    from workerd.registry import JobCanceled
+    from workerd.handler_registry import JobCanceled
 
     table = SlotTable(1)
     slot = table.slot(0)

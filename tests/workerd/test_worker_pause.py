@@ -18,13 +18,13 @@ import pytest
 import redis
 
 import workerd.demo  # noqa: F401  (registers the demo.noop handler the jobs use)
-from shared.config import Settings
-from shared.engine_types import Policy
-from shared.jobs import JobState, validate_enqueue
-from shared.keys import Keys
-from shared.queries import get_job
-from shared.redis_conn import connect
-from shared.scripts import Scripts
+from shared.connect.redis_conn import connect
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
+from shared.engine.queries import get_job
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, validate_enqueue
+from shared.settings.config import Settings
 from tests.fakes import FakeClock, IdleSlot
 from tests.support.redis_server import RedisServer
 from workerd.claim_plan import ClaimTimings

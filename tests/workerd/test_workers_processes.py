@@ -12,9 +12,9 @@ import redis
 from flask.testing import FlaskClient
 
 from gateway import create_app
-from shared.config import Settings
-from shared.jobs import JobState
-from shared.queries import get_job
+from shared.engine.queries import get_job
+from shared.model.jobs import JobState
+from shared.settings.config import Settings
 from tests.support.redis_server import RedisServer
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd

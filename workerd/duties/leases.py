@@ -12,11 +12,11 @@ import logging
 
 import redis
 
-from shared.engine_types import Code
-from shared.log import error_text
-from shared.queues import DEFAULT_QUEUE
-from shared.redis_conn import is_cluster
-from shared.scripts import Scripts
+from shared.connect.redis_conn import is_cluster
+from shared.engine.engine_types import Code
+from shared.engine.scripts import Scripts
+from shared.model.queues import DEFAULT_QUEUE
+from shared.obs.log import error_text
 from workerd.children import WORKER, Child, Roster
 from workerd.duties.cancels import Cancels
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import redis
 
-from shared.engine_types import Code
-from shared.history import Actor
-from shared.lifecycle import Outcome, record
-from shared.log import error_text
-from shared.queues import DEFAULT_QUEUE
-from shared.scripts import Scripts
+from shared.engine.engine_types import Code
+from shared.engine.history import Actor
+from shared.engine.lifecycle import Outcome, record
+from shared.engine.scripts import Scripts
+from shared.model.queues import DEFAULT_QUEUE
+from shared.obs.log import error_text
 from workerd.children import Child
 from workerd.duties.cancels import KILL_REASON as CANCEL_KILL
 from workerd.slots import SlotState

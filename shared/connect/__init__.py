@@ -1,0 +1,1 @@
+"""Every Redis client: single, Sentinel and Cluster, and cluster routing."""

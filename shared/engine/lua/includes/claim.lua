@@ -1,0 +1,141 @@
+-- Pop the best pending job and start it for one worker (claim.lua, and complete.lua when it
+-- also claims the worker's next job). Needs codes and common included first.
+--
+-- A claim reply is the job's fields in CLAIM_FIELDS order, with started_at in the place of the
+-- last, status (shared/engine/scripts/ parses it by position and fills in what the caller knows: the
+-- status, processing; updated_at, which equals started_at; its own worker id). What a worker
+-- needs, read in the one HMGET that also checks the job is still pending; the values a claim
+-- changes are filled in here rather than read back after the write. Every value crosses from
+-- Redis to Lua and back once per job, so the reply carries nothing the caller already has, and
+-- the scripts answer it after their code in one flat list (Redis converts each nested table
+-- with checks of its own).
+local CLAIM_FIELDS = {'id', 'type', 'priority', 'max_retries', 'attempts', 'recoveries',
+  'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at', 'traceparent',
+  'status'}
+local F_TYPE, F_ATTEMPTS, F_CREATED, F_TOKEN, F_STATUS = 2, 5, 8, 9, 14
+
+-- The fields a repeated claim reads back: the reply's, started_at where a claim reads status.
+local function reply_fields()
+  local fields = {unpack(CLAIM_FIELDS)}
+  fields[F_STATUS] = 'started_at'
+  return fields
+end
+
+-- Every processing job this worker holds, as {job_key, job_id, type}. A scan of `processing`
+-- (one entry per running job, so about one per live worker): only repeats of a claim whose
+-- reply was lost and the release of a dead worker's job need it, never a first claim.
+local function held_by(processing_key, prefix, worker_id)
+  local held = {}
+  for _, job_id in ipairs(redis.call('ZRANGE', processing_key, 0, -1)) do
+    local job_key = prefix .. job_id
+    local state = redis.call('HMGET', job_key, 'worker_id', 'status', 'type')
+    if state[1] == worker_id and state[2] == 'processing' then
+      held[#held + 1] = {job_key, job_id, state[3]}
+    end
+  end
+  return held
+end
+
+-- The claim reply for a job this worker already holds (a repeated call whose first reply was
+-- lost), or nil when it holds none. A worker runs one job at a time, so the job it holds is the
+-- one the lost call claimed; were there several, the latest lease is the latest claim.
+local function claimed_before(processing_key, prefix, worker_id)
+  local held = held_by(processing_key, prefix, worker_id)
+  if #held == 0 then
+    return nil
+  end
+  return redis.call('HMGET', held[#held][1], unpack(reply_fields()))
+end
+
+-- keys = {pending, pending_since, processing, wake, events}. now: a number, or a function
+-- returning one (Redis TIME is read only once there is a job to start). runnable: the worker's
+-- job types ('|a|b|'), or '' to take any. events_cap: as common.lua's emit takes it; a job
+-- started is one `claimed` event (a refused or missing one is none).
+-- Returns the claim reply, or nil when nothing is claimable (the wake hints are then cleared:
+-- they would only send idle workers into more empty claims), or nil and the job's type when
+-- the best job is of a type the worker does not run. That job goes back exactly where it was
+-- (same score and member; its pending_since entry is never removed) and nothing else about it
+-- changes; the wake hint this claim may have used goes back too, for a worker that runs it.
+-- lk: nil for a queue without limits (nothing below costs a command then), else as
+-- includes/common.lua describes: the queue-wide limits, when reached, claim nothing (EMPTY, the
+-- hints cleared: a slot given back or a gate opened pushes one); a job whose type is at its
+-- limit is held (common.lua, hold) and the next one tried; a job claimed takes its tokens, and
+-- a slot (`running`, and `slot` = its token in its hash) when a concurrency limit counts it.
+local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_cap, events_cap,
+    lk)
+  local queue_tokens
+  if lk then
+    if type(now) == 'function' then
+      now = now()
+    end
+    local blocked
+    blocked, queue_tokens = queue_blocked(lk, now)
+    if blocked then
+      redis.call('DEL', keys[4])
+      return nil
+    end
+  end
+  -- Bounded: an entry whose hash is gone (deleted by hand), or held by its type's limit, is
+  -- set aside and the next one tried.
+  for _ = 1, 100 do
+    local popped = redis.call('ZPOPMIN', keys[1])
+    if #popped == 0 then
+      redis.call('DEL', keys[4])
+      return nil
+    end
+    local member = popped[1]
+    local job_id = string.sub(member, string.find(member, ':', 1, true) + 1)
+    local job_key = prefix .. job_id
+    -- The history is read with the job, written with it, and left out of the reply.
+    local job = redis.call('HMGET', job_key, 'history', unpack(CLAIM_FIELDS))
+    local history = table.remove(job, 1)
+    -- Type names cannot hold '|' (shared/model/jobs.py): a plain find of '|type|' is exact. Inline,
+    -- not a helper: every call of the script would create the helper's closure anew.
+    if runnable ~= '' and job[F_STATUS] == 'pending'
+        and not string.find(runnable, '|' .. job[F_TYPE] .. '|', 1, true) then
+      redis.call('ZADD', keys[1], popped[2], member)
+      -- The hint goes back capped as common.lua's wake_one caps it, written out here: a call
+      -- would make every claim create wake_one's closure (about 1.5 % of its instructions).
+      if redis.call('LPUSH', keys[4], '1') > wake_cap then
+        redis.call('LTRIM', keys[4], 0, math.max(1, math.floor(wake_cap / 2)) - 1)
+      end
+      return nil, job[F_TYPE]
+    end
+    local blocked = lk and job[F_STATUS] == 'pending' and type_blocked(lk, job[F_TYPE], now)
+    if blocked then
+      hold(lk, job_key, job_id, job[F_TYPE], popped[2], member, job[F_TOKEN], history,
+        job[F_CREATED], now, blocked, {keys[5], events_cap})
+    else
+      redis.call('ZREM', keys[2], job_id)
+    end
+    if not blocked and job[F_STATUS] == 'pending' then
+      if type(now) == 'function' then
+        now = now()
+      end
+      -- Strings, as HMGET answers them: a repeated call's reply is the same bytes.
+      local started = string.format('%d', now)
+      job[F_ATTEMPTS] = string.format('%d', tonumber(job[F_ATTEMPTS]) + 1)
+      job[F_TOKEN] = string.format('%d', tonumber(job[F_TOKEN]) + 1)
+      local entry = history_add(history, 'cw', job[F_CREATED], now, job[F_ATTEMPTS], worker_id)
+      if lk and needs_slot(lk, job[F_TYPE]) then
+        redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
+          'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
+          'worker_id', worker_id, 'history', entry, 'slot', job[F_TOKEN])
+        redis.call('ZADD', lk.running, 0, job[F_TYPE] .. '|' .. job_id)
+      else
+        redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
+          'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
+          'worker_id', worker_id, 'history', entry)
+      end
+      if queue_tokens then
+        bucket_spend(lk, 'q', queue_tokens, now)
+      end
+      redis.call('ZADD', keys[3], string.format('%d', now + lease), job_id)
+      emit(keys[5], events_cap, 'e', 'claimed', 'j', job_id, 't', job[F_TYPE], 'a',
+        job[F_ATTEMPTS], 'w', worker_id)
+      job[F_STATUS] = started
+      return job
+    end
+  end
+  return nil
+end

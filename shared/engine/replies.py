@@ -1,0 +1,108 @@
+"""Script replies turned into Python values: the one place that knows each reply's layout.
+
+A claim reply is a flat list in CLAIM_REPLY_FIELDS order (lua/includes/claim.lua's CLAIM_FIELDS);
+other replies are a code and its values. shared.engine.scripts calls these after each script.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from shared.engine.engine_types import (
+    Code,
+    EnqueueResult,
+    IdempotencyConflict,
+    JobNotFound,
+    WrongState,
+)
+from shared.model.jobs import Job, JobState
+
+
+def text(value: bytes | str | None) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+# Hash fields a Job carries in ``extra``: when it became claimable (ms; the queue-wait
+# histogram reads it from the claim reply, no extra call) and its W3C trace context.
+EXTRA_FIELDS = ("eligible_at", "traceparent")
+# A claim reply's values, by position (CLAIM_FIELDS in lua/includes/claim.lua, started_at where
+# the script read status): what a worker needs to run the job, without the last failure's error
+# and traceback, nor what the caller knows (see _claimed).
+CLAIM_REPLY_FIELDS = tuple(
+    name.encode()
+    for name in (
+        "id",
+        "type",
+        "priority",
+        "max_retries",
+        "attempts",
+        "recoveries",
+        "payload",
+        "created_at",
+        "token",
+        "scheduled_at",
+        "timeout",
+        "eligible_at",
+        "traceparent",
+        "started_at",
+    )
+)
+
+
+def job_from_flat(flat: Sequence[bytes], queue: str) -> Job:
+    return job_from_fields(dict(zip(flat[::2], flat[1::2], strict=True)), queue)
+
+
+def claimed_job(values: Sequence[bytes | None], worker_id: str, queue: str) -> Job:
+    """Build the Job of a claim reply (values in CLAIM_REPLY_FIELDS order) for `worker_id`.
+
+    A claimed job is processing, held by the worker that claimed it, and last updated when it
+    started: the script leaves these out of its reply.
+    """
+    raw = {
+        name: value
+        for name, value in zip(CLAIM_REPLY_FIELDS, values, strict=True)
+        if value is not None
+    }
+    raw[b"status"] = b"processing"
+    raw[b"updated_at"] = raw[b"started_at"]
+    raw[b"worker_id"] = worker_id.encode()
+    return job_from_fields(raw, queue)
+
+
+def job_from_fields(raw: dict[bytes, bytes], queue: str) -> Job:
+    job = Job.from_hash(raw, queue=queue)
+    for name in EXTRA_FIELDS:
+        value = raw.get(name.encode())
+        if value is not None:
+            job.extra[name] = value.decode()
+    return job
+
+
+def ids(values: Iterable[bytes]) -> list[str]:
+    return [v.decode() for v in values]
+
+
+def enqueue_result(reply: list[Any]) -> EnqueueResult:
+    code = Code(reply[0])
+    if code is Code.CONFLICT:
+        raise IdempotencyConflict(reply[1].decode())
+    return EnqueueResult(
+        job_id=reply[1].decode(),
+        status=JobState(reply[2].decode()),
+        created=code is Code.DONE,
+        created_at_ms=int(reply[3]),
+        existed=len(reply) > 4 and reply[4] == 1,
+        first_in_queue=len(reply) > 5 and reply[5] == 1,
+    )
+
+
+def checked(reply: list[Any]) -> list[Any]:
+    """Raise the API error a script's negative code stands for; return the reply otherwise."""
+    code = Code(reply[0])
+    if code is Code.NOT_FOUND:
+        raise JobNotFound()
+    if code is Code.WRONG_STATE:
+        raise WrongState(reply[1].decode())
+    return reply

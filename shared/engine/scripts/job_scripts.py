@@ -1,0 +1,287 @@
+"""A job's run: claim, renew, complete (and claim the next), fail, cancel while running. The
+per-job path: each call is one script, one round trip (shared.engine.scripts.upkeep_scripts moves the rest)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+from shared.engine.engine_types import (
+    AckResult,
+    Code,
+    FailResult,
+    NotRunnable,
+    QueuePaused,
+)
+from shared.engine.history import ACTOR_CODES, Actor
+from shared.engine.keys import Keys
+from shared.engine.replies import claimed_job, text
+from shared.engine.scripts import script_base as base
+from shared.engine.scripts.script_base import ScriptsBase, now_arg
+from shared.model.jobs import TYPE_PATTERN, Job, cap_traceback
+from shared.model.queues import DEFAULT_QUEUE
+
+
+@cache
+def runnable_arg(types: frozenset[str] | None) -> str:
+    """Return the claim scripts' runnable-types argument: '|a|b|', or '' for any type.
+
+    A name no job can have (shared.model.jobs.TYPE_PATTERN; '|' among its characters) is left out:
+    it could only make the scripts match other types. Cached: a worker passes the same set
+    on every claim, and a frozenset keeps its hash.
+    """
+    if types is None:
+        return ""
+    return "|" + "".join(f"{t}|" for t in sorted(types) if TYPE_PATTERN.fullmatch(t))
+
+
+def limit_keys(k: Keys) -> dict[str, str]:
+    """Return the limits' keys a claim passes (includes/common.lua, "Concurrency and rate")."""
+    return {
+        "limits": k.limits,
+        "running": k.running,
+        "held": k.held,
+        "buckets": k.buckets,
+        "gates": k.gates,
+        "held_order": k.held_order,
+    }
+
+
+class JobCalls(ScriptsBase):
+    """The calls of workers and the scheduler on the jobs of a queue."""
+
+    def claim(
+        self,
+        worker_id: str,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        runnable: frozenset[str] | None = None,
+        request_id: str | None = None,
+        now_ms: int | None = None,
+    ) -> Job | NotRunnable | None:
+        """Start the best pending job for this worker, or return None when there is none.
+
+        `runnable`: the job types the worker runs (None: any). When the best job is of another
+        type nothing is claimed: the answer is a :class:`NotRunnable` naming its type, and the
+        job stays first in line. A caller that retries a claim that raised passes the same
+        `request_id` again: if the first call did reach Redis, the retry gets the job it
+        claimed instead of a second one. Raises QueuePaused, having claimed nothing, when the
+        queue is paused.
+        """
+        k = self.q(queue)
+        reply = self.transport.run(
+            "claim",
+            pending=k.pending,
+            pending_since=k.pending_since,
+            processing=k.processing,
+            claim=k.last_claim(worker_id),
+            wake=k.wake,
+            paused=k.paused,
+            **limit_keys(k),
+            events=self._events_key(k),
+            job_prefix=k.job_prefix,
+            worker_id=worker_id,
+            lease_ms=self.policy.lease_ms,
+            request_id=request_id or base.new_request_id(),
+            now_ms=now_arg(now_ms),
+            runnable=runnable_arg(runnable),
+            wake_cap=self.policy.wake_cap,
+            events_cap=self._events_cap(),
+        )
+        if reply[0] == Code.PAUSED:
+            raise QueuePaused(queue)
+        return _claimed(reply, worker_id, queue)
+
+    def renew(
+        self,
+        leases: Sequence[tuple[str, int]],
+        *,
+        queue: str = DEFAULT_QUEUE,
+        now_ms: int | None = None,
+    ) -> list[Code]:
+        """Extend the leases of (job id, token) pairs; one Code per pair (see renew.lua).
+
+        DONE: extended. WRONG_STATE: already finished by its holder (harmless). STALE_TOKEN or
+        NOT_FOUND: the lease was lost and the worker running the job must be stopped.
+        """
+        if not leases:
+            return []
+        k = self.q(queue)
+        reply = self.transport.run(
+            "renew",
+            processing=k.processing,
+            jobs=[k.job(job_id) for job_id, _ in leases],
+            lease_ms=self.policy.lease_ms,
+            now_ms=now_arg(now_ms),
+            tokens=[token for _, token in leases],
+        )
+        return [Code(code) for code in reply]
+
+    def complete(
+        self,
+        job_id: str,
+        token: int,
+        result_json: str = "null",
+        *,
+        claim_next_for: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        runnable: frozenset[str] | None = None,
+        now_ms: int | None = None,
+    ) -> AckResult:
+        """Record success with the job's result (JSON text); optionally claim the next job.
+
+        With `claim_next_for` (a worker id) the worker's next job comes back in
+        ``AckResult.next_job`` from the same round trip, as :meth:`claim` would return it (with
+        `runnable` as there); a retried call (its reply lost) gets the job the first call
+        claimed, found by the token. A paused queue claims nothing: ``AckResult.paused`` says
+        so (the completion stands).
+        """
+        k, p = self.q(queue), self.policy
+        worker = claim_next_for or ""
+        reply, confirmation = self.transport.run_durable(
+            "complete",
+            k.slot_marker,
+            job=k.job(job_id),
+            processing=k.processing,
+            completed=k.completed,
+            pending=k.pending,
+            pending_since=k.pending_since,
+            wake=k.wake,
+            paused=k.paused,
+            **limit_keys(k),
+            events=self._events_key(k),
+            token=token,
+            result=result_json,
+            now_ms=now_arg(now_ms),
+            job_prefix=k.job_prefix,
+            worker_id=worker,
+            lease_ms=p.lease_ms,
+            runnable=runnable_arg(runnable),
+            wake_cap=p.wake_cap,
+            events_cap=self._events_cap(),
+        )
+        code = Code(reply[0])
+        if code is Code.DONE and len(reply) == 2 and reply[1] == Code.PAUSED:
+            return AckResult(code, paused=True, confirmation=confirmation)
+        if code in (Code.DONE, Code.NOT_RUNNABLE):
+            next_job = _claimed(reply, worker, queue)
+            return AckResult(Code.DONE, next_job=next_job, confirmation=confirmation)
+        return AckResult(code, text(reply[1]) if len(reply) > 1 else None)
+
+    def fail(
+        self,
+        job_id: str,
+        token: int,
+        error: str,
+        *,
+        permanent: bool = False,
+        traceback: str = "",
+        queue: str = DEFAULT_QUEUE,
+        actor: Actor = Actor.WORKER,
+        now_ms: int | None = None,
+    ) -> FailResult:
+        """Record a failed execution: retry after the backoff, or dead when attempts are spent.
+
+        `error` is ``"Type: message"``; `traceback` (a handler's, "" for none) is stored with
+        it, cut to shared.model.jobs.TRACEBACK_LIMIT bytes. `actor`: who reports it, for the job's
+        history (the supervisor, for a job that timed out).
+        """
+        k, p = self.q(queue), self.policy
+        reply, confirmation = self.transport.run_durable(
+            "fail",
+            k.slot_marker,
+            job=k.job(job_id),
+            processing=k.processing,
+            retrying=k.retrying,
+            dead=k.dead,
+            failures=k.failures,
+            canceled=k.canceled,
+            running=k.running,
+            held=k.held,
+            pending=k.pending,
+            wake=k.wake,
+            held_order=k.held_order,
+            events=self._events_key(k),
+            token=token,
+            error=error,
+            retry_base_ms=p.retry_base_ms,
+            retry_max_ms=p.retry_max_ms,
+            retry_jitter=p.retry_jitter,
+            draw=random.random(),
+            permanent="1" if permanent else "0",
+            dead_ttl_ms=p.dlq_max_age_ms,
+            now_ms=now_arg(now_ms),
+            traceback=cap_traceback(traceback),
+            actor=ACTOR_CODES[actor],
+            canceled_ttl_ms=self._finished_ttl_ms(),
+            wake_cap=p.wake_cap,
+            events_cap=self._events_cap(),
+        )
+        code = Code(reply[0])
+        if code is Code.RETRYING:
+            return FailResult(
+                code,
+                next_retry_at=int(reply[3]),
+                job_type=text(reply[1]),
+                attempt=int(reply[2]),
+                confirmation=confirmation,
+            )
+        if code in (Code.DEAD, Code.CANCELED):
+            return FailResult(
+                code, job_type=text(reply[1]), attempt=int(reply[2]), confirmation=confirmation
+            )
+        return FailResult(code, status=text(reply[1]) if len(reply) > 1 else None)
+
+    def cancel_running(
+        self,
+        job_id: str,
+        token: int,
+        stopped: str,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        actor: Actor = Actor.WORKER,
+        now_ms: int | None = None,
+    ) -> AckResult:
+        """End a running job canceled once its stop was requested and its worker stopped it.
+
+        `stopped`: how ("handler", "sigterm"), kept in its history. DONE carries the job's
+        type; STALE_TOKEN the status that won (completed first, or recovered); WRONG_STATE: no
+        cancel was requested.
+        """
+        k = self.q(queue)
+        reply, confirmation = self.transport.run_durable(
+            "cancel_running",
+            k.slot_marker,
+            job=k.job(job_id),
+            processing=k.processing,
+            canceled=k.canceled,
+            running=k.running,
+            held=k.held,
+            held_order=k.held_order,
+            pending=k.pending,
+            wake=k.wake,
+            events=self._events_key(k),
+            token=token,
+            stopped=stopped,
+            actor=ACTOR_CODES[actor],
+            hash_ttl_ms=self._finished_ttl_ms(),
+            now_ms=now_arg(now_ms),
+            wake_cap=self.policy.wake_cap,
+            events_cap=self._events_cap(),
+        )
+        code = Code(reply[0])
+        detail = text(reply[1]) if len(reply) > 1 else None
+        if code is Code.DONE:
+            return AckResult(code, job_type=detail, confirmation=confirmation)
+        return AckResult(code, detail)
+
+
+def _claimed(reply: list[Any], worker_id: str, queue: str) -> Job | NotRunnable | None:
+    """Return what a claim reply (claim.lua's, or complete.lua's claim part) holds."""
+    if reply[0] == Code.NOT_RUNNABLE:
+        return NotRunnable(queue, text(reply[1]) or "")
+    if reply[0] == Code.DONE and len(reply) > 1:
+        return claimed_job(reply[1:], worker_id, queue)
+    return None

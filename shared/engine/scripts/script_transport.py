@@ -1,0 +1,183 @@
+"""Runs the engine's Lua scripts on one Redis client: EVALSHA, one answer to NOSCRIPT, WAIT.
+
+Every script call goes out as a bare EVALSHA, alone, on a pipeline or in a transaction, on one
+Redis or a cluster alike (a cluster routes EVALSHA by its first key; its pipelines cannot load
+scripts, so none of ours asks them to). When Redis lost its script cache (SCRIPT FLUSH, a
+restart, a failover) a call answers NOSCRIPT, having run nothing; :meth:`ScriptTransport.loaded`
+then loads every script and sends the same call once more, and once more again should the
+cache empty a second time during that reload. That is the one strategy: no SCRIPT EXISTS round
+trip before a call, and nothing but a call that did not run is ever sent twice (a pipeline of
+several calls is handed to it only when its calls can be repeated: shared.engine.scripts says which).
+
+Callers name each script's KEYS and ARGV (shared.engine.scripts.script_signature reads the names from the
+script's header once, here), so no call site builds a list by position.
+
+Durable mode (``Policy.wait_replicas`` ≥ 1, shared.engine.durable): :meth:`ScriptTransport.run_durable`
+follows a write that acknowledges work with WAIT on the same pipeline, and
+:meth:`ScriptTransport.confirm_masters` waits on the other masters a cluster write touched;
+both report what WAIT answered (``Confirmation``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import redis
+
+from shared.connect.redis_conn import is_cluster
+from shared.engine import durable
+from shared.engine.engine_types import Confirmation, Policy
+from shared.engine.scripts.script_signature import Signature, parse
+
+T = TypeVar("T")
+
+# Reloads after NOSCRIPT before the error is raised: the cache can empty again while it is
+# being reloaded (a second flush or failover), seen in the fault tests; a third is an outage.
+RELOADS = 2
+
+
+class ScriptTransport:
+    """Loads the scripts into Redis and sends their calls; one per Scripts, built after fork."""
+
+    def __init__(
+        self, client: redis.Redis, sources: dict[str, str], policy: Policy, durable_marker: str
+    ):
+        self.redis = client
+        self.sources = sources
+        self.policy = policy
+        self.durable_marker = durable_marker
+        self.shas = {
+            name: hashlib.sha1(text.encode()).hexdigest() for name, text in sources.items()
+        }
+        self.signatures: dict[str, Signature] = {
+            name: parse(name, text) for name, text in sources.items()
+        }
+
+    def load(self) -> None:
+        """Load every script into Redis now, so a broken script fails start-up, not a job."""
+        for text in self.sources.values():
+            self.redis.script_load(text)
+
+    def ensure_loaded(self) -> bool:
+        """Load the scripts if Redis lacks any (one SCRIPT EXISTS when it has them all).
+
+        Returns whether they were all there already. Readiness probes call this: a Redis
+        restart or failover empties the script cache.
+        """
+        if all(self.redis.script_exists(*self.shas.values())):
+            return True
+        self.load()
+        return False
+
+    def ensure_loaded_on(self, node: Any) -> bool:
+        """ensure_loaded on one cluster master (`node`, a redis-py ClusterNode) only."""
+        found = self.redis.execute_command("SCRIPT EXISTS", *self.shas.values(), target_nodes=node)
+        if all(found):
+            return True
+        for text in self.sources.values():
+            self.redis.execute_command("SCRIPT LOAD", text, target_nodes=node)
+        return False
+
+    def run(self, name: str, /, **named: Any) -> Any:
+        """Call script `name` with its KEYS and ARGV by name; return its reply."""
+        keys, args = self.signatures[name].bind(named)
+        return self.call(name, keys, args)
+
+    def queue(self, pipe: Any, name: str, /, **named: Any) -> None:
+        """Queue a call of script `name` on `pipe` (run it with :meth:`execute`)."""
+        keys, args = self.signatures[name].bind(named)
+        self.send(pipe, name, keys, args)
+
+    def call(self, name: str, keys: list[Any], args: list[Any]) -> Any:
+        """Send one EVALSHA now (KEYS and ARGV already in order); the funnel of single calls."""
+        sha = self.shas[name]
+        return self.loaded(
+            lambda: self.redis.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+        )
+
+    def send(self, pipe: Any, name: str, keys: list[Any], args: list[Any]) -> None:
+        """Queue one EVALSHA on a pipeline; the funnel of piped calls."""
+        pipe.execute_command("EVALSHA", self.shas[name], len(keys), *keys, *args)
+
+    def execute(self, build: Callable[[], Any]) -> list[Any]:
+        """Execute the pipeline `build()` makes, built anew for each attempt (see loaded)."""
+        return self.loaded(lambda: build().execute())
+
+    def loaded(self, attempt: Callable[[], T]) -> T:
+        """Return `attempt()`; on NOSCRIPT load the scripts and attempt again (RELOADS times)."""
+        for _ in range(RELOADS):
+            try:
+                return attempt()
+            except redis.exceptions.NoScriptError:
+                self.load()
+        return attempt()
+
+    def run_durable(
+        self, name: str, slot_marker: str, /, **named: Any
+    ) -> tuple[Any, Confirmation | None]:
+        """:meth:`run` a script whose write acknowledges work; in durable mode WAIT for the
+        replicas after it, on the same pipeline. Returns the reply and what WAIT answered
+        (None when the mode is off: exactly :meth:`run`). `slot_marker`: the marker key of the
+        slot the script writes (a cluster's WAIT goes to that slot's master)."""
+        keys, args = self.signatures[name].bind(named)
+        if not self.policy.wait_replicas:
+            return self.call(name, keys, args), None
+        return self.loaded(
+            lambda: self.write_then_wait(
+                name, lambda pipe: self.send(pipe, name, keys, args), slot_marker
+            )
+        )
+
+    def write_then_wait(
+        self, op: str, queue_writes: Callable[[Any], None], slot_marker: str
+    ) -> tuple[Any, Confirmation]:
+        """Run shared.engine.durable's write and WAIT with this policy; return the first reply.
+
+        One Redis: one pipeline, with the PUBLISH marker. A cluster: one pipeline on the master
+        owning `slot_marker`'s slot (every write queued must lie in that slot), whose SET is
+        the marker.
+        """
+        if is_cluster(self.redis):
+            writes, confirmation = durable.write_then_wait_in_slot(
+                self.redis,  # type: ignore[arg-type]
+                queue_writes,
+                op=op,
+                replicas=self.policy.wait_replicas,
+                timeout_ms=self.policy.wait_timeout_ms,
+                marker_key=slot_marker,
+            )
+        else:
+            writes, confirmation = durable.write_then_wait(
+                self.redis,
+                queue_writes,
+                op=op,
+                replicas=self.policy.wait_replicas,
+                timeout_ms=self.policy.wait_timeout_ms,
+                marker=self.durable_marker,
+            )
+        return (writes[0] if writes else None), confirmation
+
+    def confirm_masters(
+        self, op: str, confirmation: Confirmation, written: Sequence[str], markers: Sequence[str]
+    ) -> Confirmation:
+        """On a cluster, WAIT also on the masters of `markers`' slots that own none of the
+        `written` ones' (a marker and WAIT each, one master after another); return the weakest
+        confirmation of all. One Redis: `confirmation` (its marker covered every write).
+
+        An idempotency key lies in the global slot, often on another master than its job's
+        queue: a key lost at that master's failover would let a resend make a second job.
+        """
+        if not is_cluster(self.redis):
+            return confirmation
+        cluster: Any = self.redis
+        seen = {cluster.get_node_from_key(marker).name for marker in written}
+        for marker in markers:
+            node = cluster.get_node_from_key(marker).name
+            if node in seen:
+                continue  # that master's marker and WAIT came after this write too
+            seen.add(node)
+            _, other = self.write_then_wait(op, lambda pipe: None, marker)
+            confirmation = durable.weakest(confirmation, other)
+        return confirmation

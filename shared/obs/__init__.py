@@ -1,0 +1,1 @@
+"""Observability with no Redis: the log schema, metric names, spans."""

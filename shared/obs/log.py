@@ -1,0 +1,266 @@
+"""Configure JSON-lines logging with one schema for every TaskForge process.
+
+Each line on stdout is one JSON object: ``ts`` (RFC 3339 UTC, milliseconds, ``Z``),
+``level``, ``event`` (the message, e.g. ``job_enqueued``), ``logger``, ``service``,
+``pid``, then the ``extra=`` fields of the call (``job_id``, ``type``, ``queue``, ``attempt``,
+``worker_id``, ``duration_ms``, ``error`` ...). Payloads are never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.config
+import sys
+import time
+from typing import Any, TextIO
+
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.json import JsonEncoder
+
+from shared.obs import tracing
+
+# Lifecycle events: the ``event`` of every log line about a job or a process's life uses
+# one of these names, so operators can grep and alert on a closed vocabulary.
+EVENTS: frozenset[str] = frozenset(
+    {
+        "job_enqueued",
+        "job_claimed",
+        "job_started",
+        "job_completed",
+        "job_retry_scheduled",
+        "job_dead",
+        "job_replayed",
+        "job_canceled",
+        "job_cancel_requested",
+        "cancel_signaled",
+        "job_purged",
+        "job_recovered",
+        "job_released",
+        "job_timed_out",
+        "job_stale_ack",
+        "lifecycle_sink_failed",
+        "scheduler_started",
+        "scheduler_stopped",
+        "worker_started",
+        "worker_stopped",
+        "supervisor_started",
+        "supervisor_stopped",
+        "gateway_started",
+        "gateway_stopped",
+        # workerd's supervision and outage events
+        "supervisor_ready",
+        "supervisor_stopping",
+        "supervisor_hurry",
+        "supervisor_halted",
+        "supervisor_reloading",
+        "supervisor_quiet",
+        "supervisor_resumed",
+        "reload_check",
+        "reload_failed",
+        "child_spawned",
+        "child_exited",
+        "child_killed",
+        "child_silent",
+        "child_crashed",
+        "lease_lost",
+        "lease_renewal_failed",
+        "requeue_abandoned",
+        "job_promoted",
+        "queues_relisted",
+        # the scheduler at scale of names (docs/WORKERD.md): the sweep's repairs
+        "due_index_repaired",
+        "served_queue_adopted",
+        # the gateway's cached fleet view (gateway/fleet_view.py), for enqueue warnings
+        "fleet_view_failed",
+        "fleet_view_recovered",
+        "redis_unavailable",
+        "redis_available",
+        "write_not_replicated",  # durable mode: a completion or tick no replica confirmed
+        "scripts_not_loaded",
+        "config_warning",
+        "redis_url_defaulted",
+        # routing: a worker leaves a job to hosts that run its type, or takes it (none does)
+        "left_for_other_hosts",
+        "no_host_runs_type",
+        # the gateway's own lines
+        "unhandled_error",
+        "http_request",
+        "open_files_limit_raised",
+        # operator actions through the API (queues, workerd hosts)
+        "queue_paused",
+        "limits_changed",
+        "queue_resumed",
+        "quiet_requested",
+        "resume_requested",
+        "queue_deleted",
+        # the summary of every queue that the overview, /stats and /metrics show past a page
+        "queues_swept",
+        "queues_sweep_failed",
+        # live events (GET /events): a stream's or the tail's Redis read failed
+        "events_read_failed",
+        "events_tail_error",
+        "events_tail_failed",
+        # periodic schedules (docs/SCHEDULES.md)
+        "schedules_published",
+        "schedule_missed",
+        "schedule_failed",
+        "schedule_paused",
+        "schedule_resumed",
+        # the dashboard's login (never the token given)
+        "ui_login",
+        "ui_login_failed",
+        "ui_logout",
+    }
+)
+
+# Stored handler errors are capped: a handler can raise with a megabyte of text, and the
+# error lands in the job hash, the DLQ listing and a log line.
+ERROR_TEXT_LIMIT = 500
+
+# The User-Agent of bin/run's own readiness polls. The gateway's access log leaves out a
+# GET /ready sent with it: a wait for Redis would otherwise bury bin/run's "still waiting for
+# Redis" line under a request line per poll. Any other client's /ready is logged.
+READY_PROBE_AGENT = "taskforge-bin-run-ready-probe"
+
+# A LogRecord's own attributes; everything else on a record came from ``extra=``.
+_RECORD_ATTRS = frozenset(RESERVED_ATTRS) | {"taskName"}
+_configured: tuple[str, str] | None = None
+
+
+class DropPayload(logging.Filter):
+    """Drop a record's ``payload`` attribute: job payloads may hold secrets (defence in depth)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Remove ``payload`` from the record and let the record through."""
+        record.__dict__.pop("payload", None)
+        return True
+
+
+class TraceIds(logging.Filter):
+    """Add ``trace_id`` and ``span_id`` to a record made inside an active span."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Tag the record with the active span's ids, if any; let it through."""
+        ids = tracing.current_ids()
+        if ids is not None:
+            record.trace_id, record.span_id = ids
+        return True
+
+
+class _Formatter(logging.Formatter):
+    """Render a record as one JSON object: ts, level, event, logger, service, pid, extras.
+
+    Built here rather than by python-json-logger's JsonFormatter, which rebuilds a dict per
+    record (bench/MEASUREMENTS.md); its encoder still renders datetimes, enums and exceptions.
+    """
+
+    def __init__(self, service: str) -> None:
+        super().__init__()
+        self.service = service
+        self.encoder = JsonEncoder()  # the stdlib defaults: ASCII, ", " and ": "
+        # (second, its text): strftime once a second, not once a line. One tuple, replaced
+        # whole, so threads logging across a second's turn never pair a second with another
+        # second's text.
+        self._stamp: tuple[int, str] = (-1, "")
+
+    def _ts(self, record: logging.LogRecord) -> str:
+        second, text = self._stamp
+        if second != int(record.created):
+            second = int(record.created)
+            text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._stamp = (second, text)
+        return f"{text}.{int(record.msecs):03d}Z"
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Return the record as one line of JSON."""
+        line: dict[str, Any] = {
+            "ts": self._ts(record),
+            "level": record.levelname,
+            "event": record.getMessage(),
+            "logger": record.name,
+            "service": self.service,
+            "pid": record.process,
+        }
+        if record.exc_info:
+            line["exc_info"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exc_info"] = record.exc_text
+        if record.stack_info:
+            line["stack_info"] = self.formatStack(record.stack_info)
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_ATTRS and key[:1] != "_":
+                line[key] = value
+        return self.encoder.encode(line)
+
+
+class _StdoutHandler(logging.StreamHandler):
+    """Write to whatever ``sys.stdout`` is at emit time, not at configure time."""
+
+    # pytest's capture and gunicorn's --capture-output swap sys.stdout after start-up;
+    # a stream bound once would keep writing to the old one.
+    @property
+    def stream(self) -> TextIO:
+        """Return the current standard output."""
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, _value: TextIO) -> None:
+        """Ignore the stream StreamHandler.__init__ assigns."""
+
+
+def configure(service: str, level: str = "INFO") -> None:
+    """Send every logger's records to stdout as JSON lines tagged with ``service``; idempotent."""
+    global _configured
+    if _configured == (service, level.upper()):
+        return
+    # The lines carry neither source location nor thread names: skip collecting them (the
+    # caller's stack walk is a log call's largest cost; the logging HOWTO's "Optimization").
+    logging._srcfile = None  # type: ignore[attr-defined]
+    logging.logThreads = False
+    logging.logMultiprocessing = False
+    logging.config.dictConfig(
+        {
+            "version": 1,
+            # Module loggers (log = logging.getLogger(__name__)) exist before this runs.
+            "disable_existing_loggers": False,
+            "filters": {"drop_payload": {"()": DropPayload}, "trace_ids": {"()": TraceIds}},
+            "formatters": {"json": {"()": _Formatter, "service": service}},
+            "handlers": {
+                "stdout": {
+                    "()": _StdoutHandler,
+                    "formatter": "json",
+                    "filters": ["drop_payload", "trace_ids"],
+                }
+            },
+            "root": {"level": level.upper(), "handlers": ["stdout"]},
+        }
+    )
+    _configured = (service, level.upper())
+
+
+def error_text(exc: BaseException, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """Return ``"TypeName: message"`` for ``exc``, cut to ``limit`` characters with ``…``."""
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    try:
+        message = str(exc)
+    except Exception:  # a broken __str__ must not hide the original failure
+        message = "<unprintable>"
+    return error_line(type(exc).__name__, message, limit)
+
+
+def unavailable_text(exc: BaseException, limit: int = 300) -> str:
+    """Return why Redis is unavailable for a /ready body: the message alone (redis-py's name
+    host and port, shared/connect/sentinels.py's the sentinels), or the type when it has none."""
+    try:
+        message = str(exc).strip()
+    except Exception:
+        message = ""
+    text = message or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def error_line(kind: str, message: str, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """Return ``"Kind: message"`` (``"Kind"`` alone without one), cut to ``limit`` with ``…``."""
+    text = f"{kind}: {message}" if message else kind
+    return text if len(text) <= limit else text[: limit - 1] + "…"

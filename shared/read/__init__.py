@@ -1,0 +1,1 @@
+"""The read side the gateway serves: listings, directory, hosts, throughput, tails."""

@@ -1,0 +1,1 @@
+"""Settings from the environment: the variables, their parsing, their table."""

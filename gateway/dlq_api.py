@@ -14,7 +14,9 @@ from werkzeug.routing import BaseConverter
 from gateway import inputs
 from gateway.actions import job_actions as actions
 from gateway.context import gateway
+from gateway.contract.requests import BulkByFilter, BulkByIds
 from gateway.http_errors import ApiError
+from gateway.model_gate import through
 from gateway.routes import route
 from shared.engine.queries import BadCursor, dead_page
 from shared.model.jobs import JOB_ID_PATTERN, TYPE_PATTERN, JobState
@@ -120,7 +122,17 @@ def _text(body: dict[str, Any], name: str, valid: Callable[[str], object], rule:
 
 
 def bulk_request(body: Any) -> BulkRequest:
-    """Validate a bulk DLQ body; raise its 400 naming the field otherwise."""
+    """Validate a bulk DLQ body through its model (ids, or a filter); raise its 400 naming the
+    field otherwise."""
+    model = BulkByIds if isinstance(body, dict) and "ids" in body else BulkByFilter
+    through(model, body, _checked)
+    # What the model accepted, in the form the engine takes (ids lower-cased, patterns
+    # matched whole, the selector rule a JSON Schema type cannot hold).
+    return _checked(body)
+
+
+def _checked(body: Any) -> BulkRequest:
+    """Check a bulk DLQ body field by field; raise its 400 naming the field otherwise."""
     if not isinstance(body, dict):
         raise ApiError(400, 'the body must be a JSON object: {"ids": [...]} or a filter')
     unknown = sorted(set(body) - set(BULK_FIELDS))

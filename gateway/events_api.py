@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 bp = Blueprint("events", __name__)
 
 EXTENSION = "taskforge.events"
-KEEPALIVE_SECONDS = 15.0  # TASKFORGE_EVENTS_KEEPALIVE's default (openapi.py quotes it)
+KEEPALIVE_SECONDS = 15.0  # TASKFORGE_EVENTS_KEEPALIVE's default (the route table quotes it)
 RETRY_MS = 2000  # what EventSource waits before it reconnects
 READ_COUNT = 100  # entries per stream per read; a reader behind reads again at once
 MAX_QUEUES = 100  # queues one request may name

@@ -16,7 +16,9 @@ from flask import Blueprint
 from gateway import inputs
 from gateway.actions import queue_actions as actions
 from gateway.context import gateway
+from gateway.contract.requests import LimitsInput, TypeLimitInput
 from gateway.http_errors import ApiError
+from gateway.model_gate import through
 from gateway.queue_page import QUEUE_PAGE_QUERY, page_query
 from gateway.queues_api import queue_name
 from gateway.routes import route
@@ -35,6 +37,10 @@ def _state(queue: str) -> dict[str, Any]:
     if found:
         return found[0].to_json()
     return LimitsState(queue, QueueLimits(), ScopeUse(0, 0), {}).to_json()
+
+
+def _type_limit(body: Any) -> limit_rules.Limit:
+    return limit_rules.parse_limit(body, "")
 
 
 def _parsed(parse: Any, body: Any) -> Any:
@@ -76,7 +82,8 @@ def put_limits(name: str) -> dict[str, Any]:
     """
     queue = queue_name(name)
     body = inputs.json_body()
-    wanted = _parsed(limit_rules.parse_limits, body)
+    through(LimitsInput, body, lambda refused: _parsed(limit_rules.parse_limits, refused))
+    wanted = _parsed(limit_rules.parse_limits, body)  # the form the engine stores
     replace = "types" in body
     actions.set_queue_limits(gateway(), queue, wanted, replace_types=replace, by=inputs.asked_by())
     return _state(queue)
@@ -95,7 +102,9 @@ def put_type_limit(name: str, job_type: str) -> dict[str, Any]:
     """Set one job type's limits in a queue (the others stay as they are)."""
     queue = queue_name(name)
     job_type = _parsed(limit_rules.check_type_name, job_type)
-    limit = _parsed(lambda body: limit_rules.parse_limit(body, ""), inputs.json_body())
+    body = inputs.json_body()
+    through(TypeLimitInput, body, lambda refused: _parsed(_type_limit, refused))
+    limit = _parsed(_type_limit, body)  # the form the engine stores
     if limit.empty:
         raise ApiError(400, "give concurrency and/or rate (DELETE removes a type's limits)")
     actions.set_type_limit(gateway(), queue, job_type, limit, by=inputs.asked_by())

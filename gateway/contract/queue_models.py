@@ -7,7 +7,14 @@ from typing import Annotated
 from msgspec import Meta, Struct
 
 from gateway import queue_page
-from gateway.contract.types import Count, JobType, QueueName, TimestampOrNull, said
+from gateway.contract.types import (
+    Count,
+    JobType,
+    QueueName,
+    TimestampOrNull,
+    said,
+    whole_number,
+)
 from shared.model.limit_rules import MAX_COUNT, RATE_PATTERN
 from shared.read import throughput
 
@@ -18,7 +25,7 @@ QueueCursor = said(
 )
 QueueCount = said(Annotated[int, Meta(ge=1)], "Queues listed.")
 Concurrency = said(
-    None | Annotated[int, Meta(ge=1, le=MAX_COUNT)],
+    None | whole_number(1, MAX_COUNT),
     "At most this many running at once across the fleet; null: none.",
 )
 Rate = Annotated[

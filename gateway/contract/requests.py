@@ -7,10 +7,12 @@ from typing import Annotated, Any, ClassVar, Literal
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from gateway.contract.queue_models import Concurrency, NullableRate
-from gateway.contract.types import JobId, JobType, QueueName, said
-from gateway.inputs import CANCEL_BY_LIMIT, MAX_BATCH
+from gateway.contract.types import JobId, JobType, QueueName, said, whole_number
 from shared.model.jobs import EnqueueBody
 from shared.read import bulk, listing
+
+MAX_BATCH = 1000  # jobs in one POST /enqueue/batch
+CANCEL_BY_LIMIT = 64  # characters of a cancel's `by` (kept to 64 bytes: shared.engine.scripts)
 
 
 class EnqueueRequest(EnqueueBody, forbid_unknown_fields=True, kw_only=True):
@@ -86,7 +88,7 @@ class BulkByFilter(Struct, forbid_unknown_fields=True, kw_only=True):
         ]
         | UnsetType
     ) = UNSET
-    limit: Annotated[int, Meta(ge=1, le=bulk.MAX_LIMIT)] = bulk.DEFAULT_LIMIT
+    limit: whole_number(1, bulk.MAX_LIMIT) = bulk.DEFAULT_LIMIT
     cursor: (
         Annotated[
             str,

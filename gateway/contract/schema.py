@@ -50,7 +50,7 @@ def schemas() -> dict[str, Any]:
     _, components = msgspec.json.schema_components(MODELS, ref_template=REF)
     for model in MODELS:
         components[model.__name__] |= getattr(model, "json_schema_extra", {})
-    return {name: _tidy(schema) for name, schema in {**components, **COMPOSED}.items()}
+    return {name: tidy(schema) for name, schema in {**components, **COMPOSED}.items()}
 
 
 @cache
@@ -61,19 +61,19 @@ def event_data() -> dict[str, Any]:
     tools that take the data's contentSchema on its own.
     """
     _, components = msgspec.json.schema_components((events.Event, events.Gap))
-    return {"oneOf": [_tidy(components[model.__name__]) for model in (events.Event, events.Gap)]}
+    return {"oneOf": [tidy(components[model.__name__]) for model in (events.Event, events.Gap)]}
 
 
-def _tidy(node: Any) -> Any:
+def tidy(node: Any) -> Any:
     """Return `node` without msgspec's titles, with its whole numbers shown as integers."""
     if isinstance(node, list):
-        return [_tidy(item) for item in node]
+        return [tidy(item) for item in node]
     if not isinstance(node, dict):
         return node
-    tidy = {key: _tidy(value) for key, value in node.items() if key != "title"}
+    tidied = {key: tidy(value) for key, value in node.items() if key != "title"}
     # A float field that must be whole (so 8.0 is accepted, as JSON Schema's integer is):
     # "type": "integer" says the same to a reader and to a generator.
-    if tidy.get("type") == "number" and tidy.get("multipleOf") == 1:
-        del tidy["multipleOf"]
-        tidy["type"] = "integer"
-    return tidy
+    if tidied.get("type") == "number" and tidied.get("multipleOf") == 1:
+        del tidied["multipleOf"]
+        tidied["type"] = "integer"
+    return tidied

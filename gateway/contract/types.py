@@ -27,3 +27,9 @@ TimestampOrNull = Annotated[str | None, Meta(extra_json_schema={"format": "date-
 def said(kind: Any, description: str) -> Any:
     """Return `kind` with a description for the document."""
     return Annotated[kind, Meta(description=description)]
+
+
+def whole_number(low: int, high: int) -> Any:
+    """Return the type of a JSON Schema integer from `low` to `high`: 8.0 is one too (clients
+    that hold numbers as doubles write it so). The document shows it as an integer."""
+    return Annotated[float, Meta(ge=low, le=high, multiple_of=1)]

@@ -284,6 +284,15 @@ def _converted(body: dict[str, Any]) -> EnqueueRequest | None:
     """Return the request of a body the model and the parsers accept, else None."""
     try:
         given = msgspec.convert(body, EnqueueBody)
+    except (msgspec.ValidationError, TypeError, ValueError):
+        return None
+    return request_from(given)
+
+
+def request_from(given: EnqueueBody) -> EnqueueRequest | None:
+    """Return the request of a body the model accepted, or None when a parser refuses it
+    (a pattern matched whole, a duration, a date-time: what a JSON Schema type cannot say)."""
+    try:
         if given.delay is not None and given.scheduled_at is not None:
             return None
         if not (TYPE_PATTERN.fullmatch(given.type) and is_queue_name(given.queue)):
@@ -300,7 +309,7 @@ def _converted(body: dict[str, Any]) -> EnqueueRequest | None:
             queue=given.queue,
             delay_ms=None if given.delay is None else parse_delay(given.delay),
         )
-    except (msgspec.ValidationError, TypeError, ValueError):
+    except (TypeError, ValueError):
         return None
 
 

@@ -15,7 +15,8 @@ import redis
 from flask import Flask
 
 from gateway import events_api as gateway_events
-from gateway.openapi import JOB_ID, document
+from gateway.contract.types import JOB_ID_PATTERN as JOB_ID
+from gateway.openapi import document
 from shared.engine.events import decode_cursor
 from shared.engine.keys import Keys
 from shared.engine.scripts import Scripts

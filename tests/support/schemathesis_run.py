@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.openapi import HOST_EXAMPLE
-from gateway.openapi_schedules import SCHEDULE_EXAMPLE
+from gateway.contract.route_params import HOST_EXAMPLE, SCHEDULE_EXAMPLE
 from shared.engine.scripts import Scripts
 from shared.model.schedules import parse_entry
 from tests.gateway import helpers

@@ -12,7 +12,17 @@ from typing import Any
 import click
 
 from taskforge.cli import render
-from taskforge.cli.command_group import PROG, Exit, Session, cli, fail, output, pass_session
+from taskforge.cli.command_group import (
+    PROG,
+    Exit,
+    Session,
+    cli,
+    fail,
+    output,
+    paging_options,
+    pass_session,
+    say_more,
+)
 from taskforge.errors import JobCanceled, JobError, JobFailed, Unavailable, WaitTimeout
 from taskforge.models import HistoryEntry, Job, JobPage
 
@@ -290,15 +300,7 @@ def jobs() -> None:
 )
 @click.option("--queue", help="Only this queue.")
 @click.option("--type", "job_type", metavar="TYPE", help="Only jobs of this type.")
-@click.option(
-    "--limit",
-    type=click.IntRange(1, 1000),
-    default=50,
-    show_default=True,
-    help="Jobs per page.",
-)
-@click.option("--cursor", help="Start where a previous page ended (its 'more: --cursor').")
-@click.option("--all", "every", is_flag=True, help="Follow the cursors to the end.")
+@paging_options(1000, "Jobs per page.")
 @pass_session
 def jobs_ls(
     session: Session,
@@ -348,6 +350,4 @@ def print_page(
     doc = {"jobs": [job.raw for job in listed], "next_cursor": next_cursor}
     text = render.table(headers, [row(job) for job in listed]) if listed else "no jobs"
     output(session, doc, text)
-    if next_cursor is not None and not session.as_json:
-        # On stderr: a script reading the table gets rows only.
-        click.echo(f"more: --cursor {next_cursor}", err=True)
+    say_more(session, next_cursor)

@@ -186,36 +186,6 @@ def run(argv: Sequence[str] | None = None) -> int:
     return status if isinstance(status, int) else Exit.OK
 
 
-def paging_options(maximum: int, per_page: str) -> Any:
-    """Add the `--limit/--cursor/--all` options every paged listing takes (`per_page`: the
-    help of --limit; `maximum`: the largest page the gateway serves)."""
-    decorators = [
-        click.option(
-            "--limit",
-            type=click.IntRange(1, maximum),
-            default=50,
-            show_default=True,
-            help=per_page,
-        ),
-        click.option("--cursor", help="Start where a previous page ended (its 'more: --cursor')."),
-        click.option("--all", "every", is_flag=True, help="Follow the cursors to the end."),
-    ]
-
-    def decorate(command: Any) -> Any:
-        for decorator in reversed(decorators):
-            command = decorator(command)
-        return command
-
-    return decorate
-
-
-def say_more(session: Session, next_cursor: str | None) -> None:
-    """Tell how to read the next page, if there is one (not in --json: the cursor is in it)."""
-    if next_cursor is not None and not session.as_json:
-        # On stderr: a script reading the table gets rows only.
-        click.echo(f"more: --cursor {next_cursor}", err=True)
-
-
 def exc_code(exc: TaskForgeError) -> int:
     """Return the exit status for a client error."""
     if isinstance(exc, Unauthorized):

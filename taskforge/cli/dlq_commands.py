@@ -13,16 +13,8 @@ from typing import Any
 import click
 
 from taskforge.cli import render
-from taskforge.cli.command_group import (
-    Exit,
-    Session,
-    cli,
-    fail,
-    output,
-    paging_options,
-    pass_session,
-)
-from taskforge.cli.job_commands import collect, print_page
+from taskforge.cli.command_group import Exit, Session, cli, fail, output, pass_session
+from taskforge.cli.paging import collect, paging_options, print_page
 from taskforge.client import BATCH_MAX
 from taskforge.models import BulkResult, Job, JobPage
 

@@ -9,19 +9,10 @@ from datetime import UTC, datetime
 import click
 
 from taskforge.cli import render
-from taskforge.cli.command_group import (
-    PROG,
-    Exit,
-    Session,
-    cli,
-    fail,
-    output,
-    paging_options,
-    pass_session,
-    say_more,
-)
+from taskforge.cli.command_group import PROG, Exit, Session, cli, fail, output, pass_session
 from taskforge.cli.dlq_commands import confirm
 from taskforge.cli.job_commands import STATES
+from taskforge.cli.paging import paging_options, say_more
 from taskforge.models import Host, Queue, Stats, parse_time
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, then clear the screen: each refresh redraws in place

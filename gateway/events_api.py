@@ -96,6 +96,17 @@ class EventHub:
         self.holders.add(sock)
         return True
 
+    def hold_slot(self, sock: socket.socket | None, serving: str, retry_after: str) -> None:
+        """Take a slot for the request on `sock`, or answer 503 saying what this process
+        already serves (`serving`) and when to try again; give_slot frees it."""
+        if not self.take_slot(sock):
+            raise ApiError(
+                503,
+                f"this gateway process already serves {self.limit} {serving} "
+                "(TASKFORGE_EVENTS_STREAMS); try again shortly",
+                headers={"Retry-After": retry_after},
+            )
+
     def give_slot(self, sock: socket.socket | None) -> None:
         """Free the slot of the request on `sock`."""
         self.holders.discard(sock)
@@ -191,13 +202,7 @@ def events() -> Response:
         return Response(b"", mimetype="text/event-stream", headers=HEADERS)
     h, gw = hub(), gateway()
     sock = request.environ.get("gunicorn.socket")
-    if not h.take_slot(sock):
-        raise ApiError(
-            503,
-            f"this gateway process already serves {h.limit} event streams "
-            "(TASKFORGE_EVENTS_STREAMS); try again shortly",
-            headers={"Retry-After": "5"},
-        )
+    h.hold_slot(sock, "event streams", retry_after="5")
     try:
         per_queue = h.tail.per_queue
         # One Redis: one stream for all, the list of queues is never read. A Cluster: a

@@ -101,13 +101,7 @@ def wait_for(gw: Gateway, hub: EventHub, job: Job, seconds: float) -> Job:
     if seconds <= 0 or finished(job):
         return job
     sock = request.environ.get("gunicorn.socket")
-    if not hub.take_slot(sock):
-        raise ApiError(
-            503,
-            f"this gateway process already serves {hub.limit} event streams and waits "
-            "(TASKFORGE_EVENTS_STREAMS); try again shortly",
-            headers={"Retry-After": RETRY_AFTER},
-        )
+    hub.hold_slot(sock, "event streams and waits", retry_after=RETRY_AFTER)
     metrics.JOB_WAITS.inc()
     try:
         deadline = time.monotonic() + seconds

@@ -323,13 +323,10 @@ class Client:
     def queues(self, *, search: str | None = None) -> list[Queue]:
         """Return every queue (following the pages): counts per state, paused or not, the last
         minute's throughput. `search`: names containing it."""
-        found: dict[str, Queue] = {}
-        cursor: str | None = None
-        while True:
-            page, cursor = self.queue_page(limit=QUEUE_PAGE_MAX, cursor=cursor, search=search)
-            found.update((queue.name, queue) for queue in page)  # a page may repeat a name
-            if cursor is None:
-                return sorted(found.values(), key=lambda queue: queue.name)
+        entries = self._every_entry("/queues", "queues", q=search)
+        # A page may repeat a name (the set changed between pages): the last one read stands.
+        found = {queue.name: queue for queue in map(Queue.from_json, entries)}
+        return sorted(found.values(), key=lambda queue: queue.name)
 
     def pause_queue(self, name: str) -> Queue:
         """Pause a queue: jobs still arrive, no worker claims them until it is resumed."""
@@ -351,15 +348,21 @@ class Client:
     def limits(self) -> list[Limits]:
         """Return every queue that has limits (following the pages of ``GET /limits``), with
         running and held counts per scope, by name."""
-        found: dict[str, Limits] = {}
+        entries = self._every_entry("/limits", "queues")
+        found = {entry["queue"]: Limits.from_json(entry) for entry in entries}
+        return [found[name] for name in sorted(found)]
+
+    def _every_entry(self, path: str, key: str, **query: str | None) -> Iterator[dict[str, Any]]:
+        """Yield the entries under `key` of every page of a queue-named listing (``GET /queues``,
+        ``GET /limits``), following ``next_cursor`` to the end, the largest pages first."""
         cursor: str | None = None
         while True:
-            query = {"limit": QUEUE_PAGE_MAX, "cursor": cursor}
-            doc = self._http.request("GET", "/limits", query=query)
-            found.update((entry["queue"], Limits.from_json(entry)) for entry in doc["queues"])
+            page_query = {"limit": QUEUE_PAGE_MAX, "cursor": cursor, **query}
+            doc = self._http.request("GET", path, query=page_query)
+            yield from doc[key]
             cursor = doc.get("next_cursor")
             if cursor is None:
-                return [found[name] for name in sorted(found)]
+                return
 
     def queue_limits(self, queue: str) -> Limits:
         """Return one queue's limits (every field None when it has none)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,6 +225,19 @@ def _located(job_id: str) -> Job:
     return job
 
 
+def _on_dead(act: Callable[..., object], job: Job, done: str) -> bool:
+    """Run a dead job's action (replay, purge); False, with the reason flashed, when the job
+    is no longer dead."""
+    try:
+        act(gateway(), job.id, queue=job.queue)
+    except NotFound:
+        raise UiError(404, PURGED_MEANWHILE) from None
+    except WrongJobState as exc:
+        flash(f"Not {done}: the job is {exc.status} now, not dead.")
+        return False
+    return True
+
+
 @bp.route("/jobs/<job_id>/replay", methods=["POST"])
 def replay(job_id: str) -> BaseResponse | tuple[str, int]:
     """Replay a dead job (after a confirmation): back to pending with attempts 0."""
@@ -232,12 +246,7 @@ def replay(job_id: str) -> BaseResponse | tuple[str, int]:
     if not confirmed():
         message = f"Replay this dead {job.type} job in queue {job.queue}? It runs again."
         return confirm_page("Replay a dead job", message, [job.id], back)
-    try:
-        actions.replay(gateway(), job.id, queue=job.queue)
-    except NotFound:
-        raise UiError(404, PURGED_MEANWHILE) from None
-    except WrongJobState as exc:
-        flash(f"Not replayed: the job is {exc.status} now, not dead.")
+    if not _on_dead(actions.replay, job, "replayed"):
         return redirect(back, code=303)
     flash("Replayed: the job is pending again.")
     return redirect(back, code=303)
@@ -251,12 +260,7 @@ def purge(job_id: str) -> BaseResponse | tuple[str, int]:
     if not confirmed():
         message = f"Delete this dead {job.type} job in queue {job.queue} for good?"
         return confirm_page("Purge a dead job", message, [job.id], back)
-    try:
-        actions.purge(gateway(), job.id, queue=job.queue)
-    except NotFound:
-        raise UiError(404, PURGED_MEANWHILE) from None
-    except WrongJobState as exc:
-        flash(f"Not purged: the job is {exc.status} now, not dead.")
+    if not _on_dead(actions.purge, job, "purged"):
         return redirect(back, code=303)
     flash(f"Purged job {job.id}.")
     return redirect(url_for("ui.dlq"), code=303)

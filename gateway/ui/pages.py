@@ -12,7 +12,7 @@ from gateway.context import gateway
 from gateway.queue_page import SEARCH_MAX
 from gateway.ui.chart import throughput_chart
 from gateway.ui.job_pages import confirm_page, confirmed
-from gateway.ui.ui_base import UiError, asked_by, bp, events_url, render
+from gateway.ui.ui_base import UiError, asked_by, bp, live_page, render
 from shared.engine.limits import read_state
 from shared.engine.queries import QueueCounts
 from shared.model.jobs import JobState
@@ -95,14 +95,7 @@ def overview_slash() -> BaseResponse:
 @bp.route("")
 def overview() -> tuple[str, int]:
     """Show the totals, counts per state of a bounded set of queues, the last hour's chart."""
-    context = overview_context()
-    return render(
-        "overview.html",
-        "overview",
-        live_events=events_url(),
-        live_refresh=url_for("ui.overview_live", **context["live_query"]),  # type: ignore[arg-type]
-        **context,
-    )
+    return live_page("overview.html", "overview", "ui.overview_live", **overview_context())
 
 
 @bp.route("/live/overview")
@@ -171,14 +164,7 @@ def queues() -> tuple[str, int]:
     """Show the queues (a bounded set of them): counts, paused or active, oldest pending,
     limits, pause and resume."""
     context = queues_context()
-    return render(
-        "queues.html",
-        "queues",
-        live_events=events_url(),
-        live_refresh=url_for("ui.queues_live", **context["live_query"]),  # type: ignore[arg-type]
-        live_on=QUEUE_EVENTS,
-        **context,
-    )
+    return live_page("queues.html", "queues", "ui.queues_live", live_on=QUEUE_EVENTS, **context)
 
 
 @bp.route("/live/queues")
@@ -237,13 +223,9 @@ def delete_queue(name: str) -> BaseResponse | tuple[str, int]:
 def workers() -> tuple[str, int]:
     """Show every live workerd host, its processes and what they run."""
     gw = gateway()
-    return render(
-        "workers.html",
-        "workers",
-        live_events=events_url(),
-        live_refresh=url_for("ui.workers_live"),
-        live_on=WORKER_EVENTS,
-        hosts=list_hosts(gw.redis, gw.keys),
+    hosts = list_hosts(gw.redis, gw.keys)
+    return live_page(
+        "workers.html", "workers", "ui.workers_live", live_on=WORKER_EVENTS, hosts=hosts
     )
 
 

@@ -12,7 +12,7 @@ from werkzeug.wrappers import Response as BaseResponse
 from gateway.actions import fleet_actions as fleet
 from gateway.actions.action_errors import NotFound
 from gateway.context import gateway
-from gateway.ui.ui_base import UiError, asked_by, bp, breakable, events_url, render
+from gateway.ui.ui_base import UiError, asked_by, bp, breakable, live_page, render
 from shared.model.schedules import NAME_PATTERN, NAME_RULE
 from shared.read.schedule_state import view_schedules
 
@@ -57,13 +57,9 @@ def zoned(moment: datetime | int | None, zone: str) -> Markup:
 def schedules() -> tuple[str, int]:
     """Show every periodic schedule: when it ticks, its last tick and job, the next runs."""
     gw = gateway()
-    return render(
-        "schedules.html",
-        "schedules",
-        live_events=events_url(),
-        live_refresh=url_for("ui.schedules_live"),
-        live_on=SCHEDULE_EVENTS,
-        views=view_schedules(gw.redis, gw.keys),
+    views = view_schedules(gw.redis, gw.keys)
+    return live_page(
+        "schedules.html", "schedules", "ui.schedules_live", live_on=SCHEDULE_EVENTS, views=views
     )
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import redis.exceptions
-from flask import Blueprint, render_template, request
+from flask import Blueprint, render_template, request, url_for
 from markupsafe import Markup, escape
 from werkzeug.wrappers import Response as BaseResponse
 
@@ -72,6 +72,22 @@ def render(template: str, page: str, *, status: int = 200, **context: Any) -> tu
         **context,
     )
     return html, status
+
+
+def live_page(
+    template: str, page: str, live_endpoint: str, *, live_on: str | None = None, **context: Any
+) -> tuple[str, int]:
+    """Render a page whose changing part live.js refreshes from `live_endpoint` (with the
+    context's ``live_query``, if any) when an event of `live_on` arrives (None: any event)."""
+    live_query: dict[str, Any] = context.get("live_query", {})
+    return render(
+        template,
+        page,
+        live_events=events_url(),
+        live_refresh=url_for(live_endpoint, **live_query),
+        live_on=live_on,
+        **context,
+    )
 
 
 @bp.errorhandler(UiError)

@@ -156,22 +156,23 @@ _children: dict[tuple[Counter | Histogram, str, str], Any] = {}
 
 def type_label(job_type: str) -> str:
     """Return the label for a job type, or "other" once this process has seen too many."""
-    if job_type in _seen_types:
-        return job_type
-    if len(_seen_types) >= TYPE_LABEL_CAP:
-        return OTHER_TYPE
-    _seen_types.add(job_type)
-    return job_type
+    return _capped_label(job_type, _seen_types, TYPE_LABEL_CAP, OTHER_TYPE)
 
 
 def queue_label(queue: str) -> str:
     """Return the label for a queue, or "(other)" once this process has seen too many."""
-    if queue in _seen_queues:
-        return queue
-    if len(_seen_queues) >= QUEUE_LABEL_CAP:
-        return OTHER_QUEUE
-    _seen_queues.add(queue)
-    return queue
+    return _capped_label(queue, _seen_queues, QUEUE_LABEL_CAP, OTHER_QUEUE)
+
+
+def _capped_label(value: str, seen: set[str], cap: int, other: str) -> str:
+    """Return `value` as a label while `seen` holds fewer than `cap` values (or already holds
+    it), else `other`: the series per metric stay bounded."""
+    if value in seen:
+        return value
+    if len(seen) >= cap:
+        return other
+    seen.add(value)
+    return value
 
 
 def _labelled(metric: Counter | Histogram, first: str, queue: str) -> Any:

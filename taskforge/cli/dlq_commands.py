@@ -14,7 +14,7 @@ import click
 
 from taskforge.cli import render
 from taskforge.cli.command_group import Exit, Session, cli, fail, output, pass_session
-from taskforge.cli.job_commands import collect, print_page
+from taskforge.cli.paging import collect, paging_options, print_page
 from taskforge.client import BATCH_MAX
 from taskforge.models import BulkResult, Job, JobPage
 
@@ -43,11 +43,7 @@ def dlq() -> None:
 @dlq.command("ls")
 @click.option("--queue", help="Only this queue's dead jobs.")
 @click.option("--type", "job_type", metavar="TYPE", help="Only dead jobs of this type.")
-@click.option(
-    "--limit", type=click.IntRange(1, 100), default=50, show_default=True, help="Jobs per page."
-)
-@click.option("--cursor", help="Start where a previous page ended (its 'more: --cursor').")
-@click.option("--all", "every", is_flag=True, help="Follow the cursors to the end.")
+@paging_options(100, "Jobs per page.")
 @pass_session
 def dlq_ls(
     session: Session,

@@ -6,13 +6,13 @@ import json
 import shlex
 import sys
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import click
 
 from taskforge.cli import render
 from taskforge.cli.command_group import PROG, Exit, Session, cli, fail, output, pass_session
+from taskforge.cli.paging import collect, paging_options, print_page
 from taskforge.errors import JobCanceled, JobError, JobFailed, Unavailable, WaitTimeout
 from taskforge.models import HistoryEntry, Job, JobPage
 
@@ -290,15 +290,7 @@ def jobs() -> None:
 )
 @click.option("--queue", help="Only this queue.")
 @click.option("--type", "job_type", metavar="TYPE", help="Only jobs of this type.")
-@click.option(
-    "--limit",
-    type=click.IntRange(1, 1000),
-    default=50,
-    show_default=True,
-    help="Jobs per page.",
-)
-@click.option("--cursor", help="Start where a previous page ended (its 'more: --cursor').")
-@click.option("--all", "every", is_flag=True, help="Follow the cursors to the end.")
+@paging_options(1000, "Jobs per page.")
 @pass_session
 def jobs_ls(
     session: Session,
@@ -321,33 +313,3 @@ def jobs_ls(
         print_page(session, listed, next_cursor, render.WAITING_HEADERS, render.waiting_row)
     else:
         print_page(session, listed, next_cursor, render.JOB_HEADERS, render.job_row)
-
-
-def collect(
-    page: Callable[[str | None], JobPage], cursor: str | None, every: bool
-) -> tuple[list[Job], str | None]:
-    """Return the jobs of the page at `cursor` (of every page after it too, with `every`) and
-    the cursor after the last page read (None at the end)."""
-    found = page(cursor)
-    listed, next_cursor = list(found.jobs), found.next_cursor
-    while every and next_cursor is not None:
-        found = page(next_cursor)
-        listed += found.jobs
-        next_cursor = found.next_cursor
-    return listed, next_cursor
-
-
-def print_page(
-    session: Session,
-    listed: list[Job],
-    next_cursor: str | None,
-    headers: tuple[str, ...],
-    row: Any,
-) -> None:
-    """Print listed jobs (a table, or the listing's JSON) and how to go on, if there is more."""
-    doc = {"jobs": [job.raw for job in listed], "next_cursor": next_cursor}
-    text = render.table(headers, [row(job) for job in listed]) if listed else "no jobs"
-    output(session, doc, text)
-    if next_cursor is not None and not session.as_json:
-        # On stderr: a script reading the table gets rows only.
-        click.echo(f"more: --cursor {next_cursor}", err=True)

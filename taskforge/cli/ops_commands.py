@@ -12,6 +12,7 @@ from taskforge.cli import render
 from taskforge.cli.command_group import PROG, Exit, Session, cli, fail, output, pass_session
 from taskforge.cli.dlq_commands import confirm
 from taskforge.cli.job_commands import STATES
+from taskforge.cli.paging import paging_options, say_more
 from taskforge.models import Host, Queue, Stats, parse_time
 
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, then clear the screen: each refresh redraws in place
@@ -172,15 +173,7 @@ def queues() -> None:
 
 @queues.command("ls")
 @click.option("--search", help="Only queues whose name contains this.")
-@click.option(
-    "--limit",
-    type=click.IntRange(1, 1000),
-    default=50,
-    show_default=True,
-    help="Queues per page (every queue while they fit).",
-)
-@click.option("--cursor", help="Start where a previous page ended (its 'more: --cursor').")
-@click.option("--all", "every", is_flag=True, help="Follow the cursors to the end.")
+@paging_options(1000, "Queues per page (every queue while they fit).")
 @pass_session
 def queues_ls(
     session: Session, search: str | None, limit: int, cursor: str | None, every: bool
@@ -193,8 +186,7 @@ def queues_ls(
         found, next_cursor = session.client.queue_page(limit=limit, cursor=cursor, search=search)
     text = render.table(QUEUE_HEADERS, [queue_row(q) for q in found]) if found else "no queues"
     output(session, {"queues": [q.raw for q in found], "next_cursor": next_cursor}, text)
-    if next_cursor is not None and not session.as_json:
-        click.echo(f"more: --cursor {next_cursor}", err=True)  # stderr: rows only on stdout
+    say_more(session, next_cursor)
 
 
 @queues.command("pause")

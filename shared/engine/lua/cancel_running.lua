@@ -40,11 +40,9 @@
 
 local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'cancel_requested_at',
   'history', 'created_at', 'type', 'attempts', 'worker_id', 'slot')
-if not state[1] then
-  return {NOT_FOUND}
-end
-if state[2] ~= ARGV[1] then
-  return {STALE_TOKEN, state[1]}
+local refused = token_refusal(state, ARGV[1])
+if refused then
+  return refused
 end
 if state[1] == 'canceled' then
   return {DONE, state[7], tonumber(state[8])}  -- a repeat: this call already ran

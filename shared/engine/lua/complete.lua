@@ -73,11 +73,9 @@ else
   state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'history', 'created_at', 'type',
     'slot', 'worker_id')
 end
-if not state[1] then
-  return {NOT_FOUND}
-end
-if state[2] ~= ARGV[1] then
-  return {STALE_TOKEN, state[1]}
+local refused = token_refusal(state, ARGV[1])
+if refused then
+  return refused
 end
 local prefix = ARGV[4]
 if state[1] == 'completed' then

@@ -65,11 +65,9 @@ local events_cap = ARGV[14]
 local state = redis.call('HMGET', KEYS[1], 'status', 'token', 'id', 'attempts', 'max_retries',
   'next_retry_at', 'type', 'history', 'created_at', events_on(events_cap) and 'worker_id' or 'id',
   'cancel_requested_at', 'slot')
-if not state[1] then
-  return {NOT_FOUND}
-end
-if state[2] ~= ARGV[1] then
-  return {STALE_TOKEN, state[1]}
+local refused = token_refusal(state, ARGV[1])
+if refused then
+  return refused
 end
 local job_type, attempts = state[7], tonumber(state[4])
 if state[1] == 'retrying' then

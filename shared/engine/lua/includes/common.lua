@@ -405,6 +405,20 @@ end
 -- the `purged:<id>` tombstone; a batch, which touches many jobs, in `reply:<request>`.
 -- complete and fail need none: the fencing token and the job's state already tell a repeat.
 
+-- The refusal a worker's call on its claimed job gets when the job is gone ({NOT_FOUND}) or the
+-- worker's fencing token is no longer the job's ({STALE_TOKEN, status}: the lease passed to
+-- another claim); nil when the call may go on. `state` is an HMGET whose first two fields are
+-- status and token.
+local function token_refusal(state, token)
+  if not state[1] then
+    return {NOT_FOUND}
+  end
+  if state[2] ~= token then
+    return {STALE_TOKEN, state[1]}
+  end
+  return nil
+end
+
 -- Batch scripts (promote, recover, trim) act on whatever is due, so a repeated call (its reply
 -- was lost, redis-py retried) would find nothing left and answer "nothing": the caller would
 -- never log or count what the first call did. They keep their answer for 15 s (redis-py

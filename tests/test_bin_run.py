@@ -545,7 +545,19 @@ def test_sigterm_to_bin_run_group_before_ready_stops_everything_every_time(
             try:
                 rest = run.proc.communicate(timeout=25)[1]
             except subprocess.TimeoutExpired:
-                raise AssertionError(f"try {attempt}: bin/run hung: {run.said}") from None
+                # What was still running, and what bin/run said after the SIGTERM: where it hung.
+                tree = subprocess.run(
+                    ["ps", "-o", "pid,ppid,pgid,stat,etime,args", "--forest", "-e"],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                ).stdout
+                mine = [line for line in tree.splitlines() if str(run.proc.pid) in line]
+                run.proc.kill()
+                late = run.proc.communicate(timeout=10)[1]
+                raise AssertionError(
+                    f"try {attempt}: bin/run hung: {run.said}\nthen: {late}\nprocesses: {mine}"
+                ) from None
             assert "bin/run: stopping ...\n" in rest, (attempt, run.said, rest)
             assert rest.endswith("bin/run: stopped.\n"), (attempt, rest)
             assert "SIGKILL" not in rest and run.proc.returncode == 0, (attempt, rest)

@@ -30,6 +30,8 @@ def commands_by_connection(url: str, name_prefix: str, seconds: float) -> dict[s
             if time.monotonic() >= deadline:
                 nudger.ping()
 
+    thread = threading.Thread(target=nudge, daemon=True)
+
     try:
         names = {
             client_info["addr"]: client_info["name"]
@@ -37,7 +39,6 @@ def commands_by_connection(url: str, name_prefix: str, seconds: float) -> dict[s
             if client_info["name"].startswith(name_prefix)
         }
         counts: dict[str, Counter[str]] = {name: Counter() for name in names.values()}
-        thread = threading.Thread(target=nudge, daemon=True)
         with client.monitor() as monitor:
             deadline = time.monotonic() + seconds
             thread.start()
@@ -54,5 +55,7 @@ def commands_by_connection(url: str, name_prefix: str, seconds: float) -> dict[s
         return counts
     finally:
         stop.set()
+        if thread.is_alive():
+            thread.join(timeout=10)  # before closing the client its PING may be using
         client.close()
         nudger.close()

@@ -252,6 +252,16 @@ class Browser:
         assert found is not None, f"nothing matches {css}"
         return found.strip()
 
+    def displayed(self, css: str) -> bool:
+        """Tell whether the element `css` selects is shown (laid out, not hidden), read in one
+        script (see text): live.js may swap it between a find and a question to it."""
+        return self.driver.execute_script(
+            "const e = document.querySelector(arguments[0]);"
+            "return !!e && e.getClientRects().length > 0"
+            " && getComputedStyle(e).visibility !== 'hidden';",
+            css,
+        )
+
     def texts(self, css: str) -> list[str]:
         """Return the stripped visible text of every element `css` selects, read at once."""
         return self.driver.execute_script(

@@ -99,8 +99,8 @@ def test_overview_shows_counts_chart_and_banner(browser: Browser, system: System
     browser.shot("overview")
 
     assert text_is(browser, 'td[data-queue="ov-idle"][data-state="pending"]', str(len(idle)))
-    assert browser.find("#open-banner").is_displayed()
-    assert browser.find("svg#throughput").is_displayed()
+    assert browser.displayed("#open-banner")
+    assert browser.displayed("svg#throughput")
     assert browser.text("#oldest-pending")  # three jobs have waited a while
     # Every count the page shows is the one the API reports (workerd is idle now).
     for queue in system.queues():
@@ -122,7 +122,7 @@ def test_every_page_opens_with_the_open_banner(browser: Browser, system: System)
     for page, path in PAGES.items():
         browser.open(system.open_gateway.url + path, page)
         browser.shot(page)
-        assert browser.find("#open-banner").is_displayed(), page
+        assert browser.displayed("#open-banner"), page
     browser.open(system.open_gateway.url + PAGES["workers"], "workers")
     for host in hosts:
         assert browser.find_all(f'tr[data-host="{host["name"]}"]'), host["name"]
@@ -258,7 +258,7 @@ def confirm(browser: Browser, step: str, *shown: str) -> None:
     browser.shot(step)
     source = browser.driver.page_source
     assert all(item in source for item in shown), shown
-    assert browser.find("a#confirm-no").is_displayed()
+    assert browser.displayed("a#confirm-no")
     browser.click_away("form#confirm button#confirm-yes", "the confirmation to be left")
 
 
@@ -360,9 +360,9 @@ def test_a_listing_hints_at_new_jobs_without_moving_its_rows(
         browser.open(f"{system.open_gateway.url}/ui/jobs?state=pending&queue={queue}", "jobs")
         wait_connected(browser)
         mark = mark_document(browser)
-        assert not browser.find("#live-hint").is_displayed()
+        assert not browser.displayed("#live-hint")
         system.enqueue("browser_ok", queue=queue)
-        browser.wait(lambda _: browser.find("#live-hint").is_displayed(), "the refresh hint")
+        browser.wait(lambda _: browser.displayed("#live-hint"), "the refresh hint")
         browser.shot("hint")
         assert row_ids(browser) == {first}
         assert browser.driver.execute_script("return window.__noReload;") == mark
@@ -403,7 +403,7 @@ def test_pages_without_a_stream_show_no_live_indicator(browser: Browser, system:
     browser.submit("form#replay button", "confirm")
     browser.shot("confirm")
     assert not browser.find_all(".live-state")
-    assert browser.find("a#confirm-no").is_displayed()
+    assert browser.displayed("a#confirm-no")
 
 
 def test_token_login_and_logout(browser: Browser, system: System) -> None:
@@ -425,7 +425,7 @@ def test_token_login_and_logout(browser: Browser, system: System) -> None:
 
     log_in("not-the-token", "login")
     browser.shot("wrong-token")
-    assert browser.find("#login-error").is_displayed()
+    assert browser.displayed("#login-error")
 
     log_in(TOKEN, "overview")
     browser.shot("logged-in")
@@ -611,8 +611,8 @@ def test_a_live_listing_resumes_after_its_stream_ended(browser: Browser, system:
         engine = Scripts(system.redis, Keys())
         job = EnqueueRequest(type="browser_ok", payload_json="{}", queue=queue)
         assert engine.enqueue(job, str(uuid.uuid4())).created
-        assert not browser.find("#live-hint").is_displayed()
+        assert not browser.displayed("#live-hint")
         wait_connected(browser)
-        browser.wait(lambda _: browser.find("#live-hint").is_displayed(), "the resumed hint")
+        browser.wait(lambda _: browser.displayed("#live-hint"), "the resumed hint")
         assert row_ids(browser) == {first}
         assert browser.driver.execute_script("return window.__noReload;") == mark

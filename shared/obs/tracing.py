@@ -59,7 +59,7 @@ _service = WORKER
 _state: tuple[int, Any, Any] | None = None  # (pid, provider, tracer) once set up here
 _test_exporter: Any = None
 _forbidden_pid = 0  # a process that forks: it must never start the SDK's export thread
-_decided: tuple[int, bool] | None = None  # (pid, enabled()) as this process last read it
+_decided: bool | None = None  # enabled(), as this process last read its environment
 # What span() gives when there is no tracer: one shared context that yields None, so a span of
 # a process that does not trace builds nothing (no generator, no attributes).
 _NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
@@ -74,17 +74,24 @@ def configure(default_service: str) -> None:
 def enabled(env: Mapping[str, str] | None = None) -> bool:
     """Tell whether tracing is switched on (both variables are needed).
 
-    This process's environment is read once (per process: a fork reads it again) and again
-    after :func:`shutdown`: a worker asks once per job, and reading the two variables each time
-    cost more than the rest of tracing-off (bench/PER_JOB_COST.md).
+    This process's environment is read once, again in a forked child and after
+    :func:`shutdown`: a worker asks several times per job, and reading the two variables each
+    time cost more than the rest of tracing-off (bench/PER_JOB_COST.md).
     """
     global _decided
     if env is not None:
         return _switched_on(env)
-    pid = os.getpid()
-    if _decided is None or _decided[0] != pid:
-        _decided = (pid, _switched_on(os.environ))
-    return _decided[1]
+    if _decided is None:
+        _decided = _switched_on(os.environ)
+    return _decided
+
+
+def _forget_decision() -> None:
+    global _decided
+    _decided = None
+
+
+os.register_at_fork(after_in_child=_forget_decision)
 
 
 def _switched_on(env: Mapping[str, str]) -> bool:

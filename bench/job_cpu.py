@@ -167,35 +167,34 @@ def _py_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
-def top_frames(stacks: str, limit: int = 10) -> list[tuple[str, float, float]]:
-    """Return the `limit` functions with the most samples under them in collapsed `stacks`
-    (py-spy's raw format), as (function, % inclusive, % self), idle waits left out."""
-    inclusive: collections.Counter[str] = collections.Counter()
+def frame_name(raw: str) -> str:
+    """Return "function (file.py)" of a py-spy frame "function (path/to/file.py:line)"."""
+    name, _, where = raw.partition(" (")
+    return f"{name} ({Path(where.rsplit(':', 1)[0]).name})" if where else raw
+
+
+def top_frames(
+    stacks: str, limit: int = 10, under: str = "WorkerProcess.step"
+) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """Return the `limit` costliest functions of collapsed `stacks` (py-spy's raw format) among
+    the samples that pass through `under`: by own time (% of those samples), and by time under
+    them (the frames every such sample passes through, the loop's own callers, left out)."""
     own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
     total = 0
     for line in stacks.splitlines():
         stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
+        frames = [frame_name(raw) for raw in stack.split(";")]
+        if not count.isdigit() or not any(frame.startswith(under) for frame in frames):
             continue
-        frames = [
-            frame.split(" (")[0] + " (" + frame.split(" (")[1].split(":")[0] + ")"
-            if " (" in frame
-            else frame
-            for frame in stack.split(";")
-        ]
-        n = int(count)
-        total += n
+        total += int(count)
+        own[frames[-1]] += int(count)
         for frame in set(frames):
-            inclusive[frame] += n
-        own[frames[-1]] += n
-    return (
-        [
-            (frame, 100 * n / total, 100 * own[frame] / total)
-            for frame, n in inclusive.most_common(limit + 3)
-        ][:limit]
-        if total
-        else []
-    )
+            inclusive[frame] += int(count)
+    if not total:
+        return [], []
+    below = [(f, 100 * n / total) for f, n in inclusive.most_common() if n < total]
+    return [(f, 100 * n / total) for f, n in own.most_common(limit)], below[:limit]
 
 
 def main() -> None:
@@ -233,13 +232,17 @@ def main() -> None:
                 f"  {tree}: worker CPU {_median_range(cpu)} µs/job, drain {_median_range(rate)} jobs/s"
             )
     if args.profile is not None:
-        stacks = "".join(
-            p.read_text() for p in args.profile.parent.glob(args.profile.stem + ".*.txt")
-        )
+        parts = args.profile.parent.glob(args.profile.stem + ".*.txt")
+        stacks = "".join(part.read_text() for part in parts)
         args.profile.write_text(stacks)
-        print(f"\nprofile of {trees[0]} (py-spy, first worker): function, % inclusive, % self")
-        for frame, inclusive, own in top_frames(stacks, 25):
-            print(f"  {inclusive:5.1f} {own:5.1f}  {frame}")
+        own, under = top_frames(stacks, 15)
+        print(f"\nprofile of {trees[0]} (py-spy, first worker), % of its samples in a job:")
+        print("  own time:")
+        for frame, share in own:
+            print(f"    {share:5.1f}  {frame}")
+        print("  time under:")
+        for frame, share in under:
+            print(f"    {share:5.1f}  {frame}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import redis
 
+from bench.workers import run_rate
 from shared.engine.keys import Keys
 from shared.engine.scripts import Scripts
 from shared.model.jobs import validate_enqueue
@@ -140,15 +141,9 @@ def drain(tree: Path, url: str, jobs: int, workers: int, profile: Path | None) -
                 spy.wait(timeout=60)
         finally:
             host.stop()
-    pipe = client.pipeline(transaction=False)
-    for job_id in ids:
-        pipe.hmget(Keys().job(job_id), "started_at", "finished_at")
-    times = pipe.execute()
-    first = min(int(started) for started, _ in times)
-    last = max(int(finished) for _, finished in times)
     return {
         "worker_cpu_us_per_job": (after - before) * 1e6 / jobs,
-        "jobs_per_s": jobs / max(0.001, (last - first) / 1000),
+        "jobs_per_s": run_rate(client, ids),
     }
 
 

@@ -47,28 +47,12 @@ def pieces() -> list[tuple[str, float, Callable[[], object]]]:
     configure("workerd")
     slot = SlotTable(1).slot(0)
 
-    def info_line() -> None:
-        lifecycle.record(
-            lifecycle.Outcome.STARTED,
-            JOB_ID,
-            "demo.noop",
-            queue="default",
-            attempt=1,
-            worker_id="vm-1234-worker0-1",
-            priority=0,
-            queue_wait_ms=3,
-        )
+    def outcome(which: lifecycle.Outcome) -> Callable[[], None]:
+        fields = {"worker_id": "vm-1234-worker0-1", "priority": 0, "queue_wait_ms": 3}
+        job = (JOB_ID, "demo.noop")
+        return lambda: lifecycle.record(which, *job, queue="default", attempt=1, **fields)
 
-    def debug_claim() -> None:
-        lifecycle.record(
-            lifecycle.Outcome.CLAIMED,
-            JOB_ID,
-            "demo.noop",
-            queue="default",
-            attempt=1,
-            priority=0,
-            worker_id="vm-1234-worker0-1",
-        )
+    info_line, debug_claim = outcome(lifecycle.Outcome.STARTED), outcome(lifecycle.Outcome.CLAIMED)
 
     def span_off() -> None:
         with tracing.span("task.execute", None, None):
@@ -105,6 +89,40 @@ def main() -> None:
         print(f"{what:58} {us:8.2f} {per_job:6g} {us * per_job:7.2f}", file=out)
     total = sum(us * per_job for _, per_job, us in rows)
     print(f"{'total per job':58} {'':8} {'':6} {total:7.2f}", file=out)
+    print("\nfor scale, the round trip each job makes (not bookkeeping):", file=out)
+    for what, us in round_trip(args.count // 5):
+        print(f"{what:58} {us:8.2f}", file=out)
+
+
+def round_trip(count: int) -> list[tuple[str, float]]:
+    """Return the client CPU of a bare round trip (raw socket, redis-py) and of redis-py's
+    packing of a call shaped like complete + claim next (EVALSHA, 13 keys, 13 arguments)."""
+    import redis
+    from redis.connection import Connection
+
+    from tests.support.redis_server import private_redis
+
+    call = ["EVALSHA", "f" * 40, 13, *(f"{{q:default}}:key{i}" for i in range(13))]
+    call += [f"argument{i}" for i in range(12)] + [1733486400000]
+    with private_redis() as server:
+        client = redis.Redis.from_url(server.url)
+        client.ping()
+        sock = client.connection_pool.get_connection()._sock
+
+        def raw_ping() -> None:
+            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            sock.recv(64)
+
+        raw = best_us(raw_ping, count)
+    with private_redis() as server:
+        through_redis_py = best_us(redis.Redis.from_url(server.url).ping, count)
+    connection = Connection()  # never connected: packing only
+    pack = best_us(lambda: connection.pack_command(*call), count)
+    return [
+        ("PING on a raw socket: send, receive", raw),
+        ("PING through redis-py", through_redis_py),
+        ("redis-py packing 29 arguments (str and int)", pack),
+    ]
 
 
 if __name__ == "__main__":

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
-from bench import job_cpu
+from bench import job_cpu, job_parts
+from shared.obs import log
 from tests.support.redis_server import RedisServer
 from tests.support.tools import ROOT
 
@@ -37,3 +40,21 @@ def test_a_small_drain_reports_worker_cpu_per_job_and_the_rate(redis_server: Red
     run = job_cpu.drain(ROOT, redis_server.url, 300, 1, None)
     assert 0 < run["worker_cpu_us_per_job"] < 100_000
     assert run["jobs_per_s"] > 0
+
+
+def test_every_piece_bench_job_parts_times_runs_and_says_how_often_a_job_runs_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        pieces = job_parts.pieces()  # configures logging as workerd does: undone below
+        for _, per_job, call in pieces:
+            call()
+            assert per_job >= 0
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        log._configured = None
+    assert '"event": "job_started"' in capsys.readouterr().out
+    assert sum(per_job for what, per_job, _ in pieces if what.startswith("an INFO line")) == 2

@@ -72,13 +72,18 @@ def drain_rate(url: str, jobs: int, workers: int, log_level: str) -> float:
         scripts.enqueue_many([(request, job_id) for job_id in ids[start : start + 1000]])
     with workerd(url, workers, log_level):
         wait_until(lambda: client.zcard(Keys().completed) == jobs, DRAIN_TIMEOUT, "the drain", POLL)
+    return run_rate(client, ids)
+
+
+def run_rate(client: redis.Redis, ids: list[str]) -> float:
+    """Return jobs/s from the first job's start to the last job's finish, as Redis recorded."""
     pipe = client.pipeline(transaction=False)
     for job_id in ids:
         pipe.hmget(Keys().job(job_id), "started_at", "finished_at")
     times = pipe.execute()
     first = min(int(started) for started, _ in times)
     last = max(int(finished) for _, finished in times)
-    return jobs / max(0.001, (last - first) / 1000)
+    return len(ids) / max(0.001, (last - first) / 1000)
 
 
 def start_latency(url: str, count: int, log_level: str) -> list[float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -11,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pythonjsonlogger.json import JsonEncoder
 
+from shared.model.jobs import JobState
 from shared.obs import log
 
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -195,3 +198,18 @@ def test_lines_are_what_python_json_logger_would_write_for_them() -> None:
     records.append(logger.makeRecord("t", 30, "f", 1, "a %s", ("b",), None, sinfo="Stack: x"))
     for record in records:
         assert ours.format(record) == reference.format(record)
+
+
+def test_a_line_is_encoded_as_python_json_loggers_encoder_would() -> None:
+    # The formatter makes its C encoder once (bench.job_parts): the same text as the encoder's
+    # own encode(), whatever the values (dates, enums and exceptions go through its default).
+    formatter = log._Formatter("t")
+    values = {
+        "when": datetime.datetime(2026, 12, 6, 11, 0, tzinfo=datetime.UTC),
+        "state": JobState.COMPLETED,
+        "error": ValueError("boom"),
+        "nested": {"job_ids": ["a", "b"], "n": 1.5, "none": None, "yes": True},
+        "text": 'café \u2603 "quoted"\n',
+        "nan": float("nan"),
+    }
+    assert formatter._encode(values) == JsonEncoder().encode(values)

@@ -211,17 +211,17 @@ def test_five_minute_demo_runs_verbatim_against_bin_run(stack: Path) -> None:
     assert dead[0]["last_error"].startswith("NoHandler: "), report
     assert "traceback" in dead[0], report
 
-    # Step 6: once the sleeps free the workers, send_email is claimed by priority.
-    def claimed_priorities() -> list[int]:
+    # Step 6: once the sleeps free the workers, send_email is claimed (and started) by priority.
+    def started_priorities() -> list[int]:
         lines = [
             json.loads(line)
             for line in stack.read_text().splitlines()
-            if '"job_claimed"' in line and '"send_email"' in line
+            if '"job_started"' in line and '"send_email"' in line
         ]
         return [line["priority"] for line in lines]
 
-    wait_until(lambda: len(claimed_priorities()) >= 3, 15, "three send_email claims")
-    assert claimed_priorities() == [10, 5, 1]
+    wait_until(lambda: len(started_priorities()) >= 3, 15, "three send_email starts")
+    assert started_priorities() == [10, 5, 1]
 
 
 @pytest.mark.slow

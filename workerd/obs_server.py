@@ -14,11 +14,12 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import redis
+from prometheus_client.core import GaugeMetricFamily
 
 from shared.connect.redis_conn import is_cluster, primary_named
 from shared.engine import durable
@@ -26,6 +27,7 @@ from shared.engine.cluster_health import check_masters
 from shared.engine.scripts import Scripts
 from shared.model.queues import QueuePlan
 from shared.obs.log import unavailable_text
+from shared.obs.metrics import BUSY_WORKERS_NAME
 from shared.read import state_gauges
 from workerd.children import StopOnSignal
 from workerd.slots import Slot, SlotTable
@@ -51,6 +53,7 @@ class ObservabilityApp:
         self.scripts = scripts
         self.table = table
         self.plan = plan
+        self.busy = BusyWorkers(table)
 
     def __call__(self, environ: dict[str, Any], start: StartResponse) -> Iterable[bytes]:
         path, method = environ.get("PATH_INFO", ""), environ.get("REQUEST_METHOD", "GET")
@@ -140,11 +143,38 @@ class ObservabilityApp:
     def metrics(self, start: StartResponse) -> Iterable[bytes]:
         """Answer Prometheus text: every child's counters plus queue depths read now."""
         try:
-            body, content_type = state_gauges.scrape(self.scripts)  # stats, then limits
+            # Stats, then limits; this host's busy workers from its slots.
+            body, content_type = state_gauges.scrape(self.scripts, extra=[self.busy])
         except redis.RedisError:
             return _json(start, 503, {"error": "redis unavailable"})
         start("200 OK", [("Content-Type", content_type), ("Content-Length", str(len(body)))])
         return [body]
+
+
+class BusyWorkers:
+    """taskforge_busy_workers, counted at scrape time: the slots that show a running job.
+
+    A worker writes its slot when a job starts and ends anyway (the supervisor renews leases
+    and enforces timeouts from it), so the count costs a job nothing; a gauge the worker set
+    cost two metric-file writes per job. Only workers' slots ever show a job, and a dead
+    worker's slot is cleared when the supervisor reaps it.
+    """
+
+    def __init__(self, table: SlotTable) -> None:
+        self.table = table
+
+    def count(self) -> int:
+        """Return how many slots show a running job now (a torn reading counts as idle)."""
+        states = (self.table.slot(index).read() for index in range(self.table.count))
+        return sum(1 for state in states if state is not None and state.job_id)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Yield the gauge."""
+        yield GaugeMetricFamily(
+            BUSY_WORKERS_NAME,
+            "Worker processes of this supervisor running a job.",
+            value=self.count(),
+        )
 
 
 def queues_served(plan: QueuePlan) -> dict[str, Any]:

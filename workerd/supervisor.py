@@ -423,6 +423,8 @@ class Supervisor:
         metrics.mark_dead(child.pid)
         if child.kind == WORKER:
             self.release.on_worker_died(child, state, draining=self.stopping)
+            # Its job is no longer running here: taskforge_busy_workers counts slots.
+            self.table.slot(child.index).reset(booting=False)
         failed = booting or (child.kill_reason is None and not expected and code != 0)
         self.respawns.after_exit(child, now, failed=failed, booting=booting)
 

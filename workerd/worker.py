@@ -306,9 +306,9 @@ class WorkerProcess(StopOnSignal):
         timeout = job.timeout or self.settings.default_job_timeout
         started_at = self.slot.start_job(job.id, job.token, timeout, job.queue, job.type)
         self.execution = Execution(started_at, self.slot.control)
-        metrics.BUSY_WORKERS.set(1)
         eligible_at = int(job.extra["eligible_at"]) if "eligible_at" in job.extra else None
         metrics.observe_queue_wait(job.type, job.queue, eligible_at, job.started_at)
+        # Built only while tracing is on (None when off: no span would carry them).
         trace, attributes = job.extra.get("traceparent"), _span_attributes(job)
         # The claim span covers the queue wait: claimable → claimed, on Redis's clock.
         lifecycle.record(
@@ -318,12 +318,13 @@ class WorkerProcess(StopOnSignal):
             queue=job.queue,
             attempt=job.attempts,
             trace=trace,
-            attributes={"taskforge.recoveries": job.recoveries},
+            attributes=None if attributes is None else {"taskforge.recoveries": job.recoveries},
             start_ms=eligible_at,
             end_ms=job.started_at,
             priority=job.priority,
             worker_id=self.worker_id,
         )
+        # The job's first INFO line (job_claimed is DEBUG): what the claim knew, and its wait.
         lifecycle.record(
             lifecycle.Outcome.STARTED,
             job.id,
@@ -331,6 +332,8 @@ class WorkerProcess(StopOnSignal):
             queue=job.queue,
             attempt=job.attempts,
             worker_id=self.worker_id,
+            priority=job.priority,
+            queue_wait_ms=metrics.queue_wait_ms(eligible_at, job.started_at),
         )
         started = time.perf_counter()
         with tracing.span("task.execute", trace, attributes) as span:
@@ -350,12 +353,15 @@ class WorkerProcess(StopOnSignal):
             fields["cancel_requested"] = True  # it completed first, if its completion lands
         self.jobs_done += 1  # before recording: the last job before recycling claims no next
         next_job = self._record(job, outcome, fields, attributes)
-        metrics.BUSY_WORKERS.set(0)
-        self.slot.beat()
+        self.slot.beat()  # not busy: what taskforge_busy_workers counts (workerd.obs_server)
         return next_job
 
     def _record(
-        self, job: Job, outcome: Outcome, fields: dict[str, object], attributes: dict[str, object]
+        self,
+        job: Job,
+        outcome: Outcome,
+        fields: dict[str, object],
+        attributes: dict[str, object] | None,
     ) -> Job | None:
         """Write the outcome to Redis, retrying through an outage; return the next job."""
         with contextlib.ExitStack() as fenced:
@@ -397,7 +403,9 @@ class WorkerProcess(StopOnSignal):
         return False
 
 
-def _span_attributes(job: Job) -> dict[str, object]:
+def _span_attributes(job: Job) -> dict[str, object] | None:
+    if not tracing.enabled():
+        return None
     more = {"taskforge.attempt": job.attempts, "taskforge.recoveries": job.recoveries}
     return tracing.job_attributes(job.id, job.type, queue=job.queue, **more)
 

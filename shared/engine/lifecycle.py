@@ -86,7 +86,10 @@ TABLE: dict[Outcome, Row] = {
     Outcome.DUPLICATE: Row(None, INFO, (), None, "duplicate"),
     Outcome.PROMOTED: Row("job_promoted", DEBUG, (), "task.schedule.promote", "promoted"),
     Outcome.RETRY_PROMOTED: Row("job_promoted", DEBUG, (), "task.retry.promote", "promoted"),
-    Outcome.CLAIMED: Row("job_claimed", INFO, ("claimed",), "task.claim", "claimed"),
+    # A job's INFO lines are its start and its end, as Sidekiq's and Celery's are: job_started
+    # carries what the claim knew (priority, queue wait, worker). The claim, a moment before,
+    # is a DEBUG line: at INFO it cost a third of the job's logging (bench/PER_JOB_COST.md).
+    Outcome.CLAIMED: Row("job_claimed", DEBUG, ("claimed",), "task.claim", "claimed"),
     Outcome.STARTED: Row("job_started", INFO, ()),
     Outcome.COMPLETED: Row("job_completed", INFO, ("completed",), None, "completed"),
     Outcome.STALE_ACK: Row("job_stale_ack", WARNING, ("stale_acks",), None, "stale_ack"),
@@ -263,13 +266,13 @@ def _mark_spans(
     start_ms: int | None,
     end_ms: int | None,
 ) -> None:
+    if not tracing.enabled():
+        return  # off: no span is open, and none would be recorded: build nothing
     outcome = {tracing.OUTCOME: row.span_outcome}
     if row.span is None:
         tracing.current_attributes({**attributes, **outcome} if attributes else outcome)
         return
     tracing.current_attributes(outcome)  # of the span open around the transition, if any
-    if not tracing.enabled():
-        return  # off: build nothing for a span that would not be recorded
     more = dict(attributes or {})
     if attempt is not None:
         more["taskforge.attempt"] = attempt

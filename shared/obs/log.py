@@ -12,6 +12,12 @@ import logging
 import logging.config
 import sys
 import time
+from collections.abc import Callable
+from json.encoder import (  # type: ignore[attr-defined]
+    c_make_encoder,
+    encode_basestring,
+    encode_basestring_ascii,
+)
 from typing import Any, TextIO
 
 from pythonjsonlogger.core import RESERVED_ATTRS
@@ -158,6 +164,7 @@ class _Formatter(logging.Formatter):
         super().__init__()
         self.service = service
         self.encoder = JsonEncoder()  # the stdlib defaults: ASCII, ", " and ": "
+        self._encode = _one_shot_encoder(self.encoder)
         # (second, its text): strftime once a second, not once a line. One tuple, replaced
         # whole, so threads logging across a second's turn never pair a second with another
         # second's text.
@@ -190,7 +197,27 @@ class _Formatter(logging.Formatter):
         for key, value in record.__dict__.items():
             if key not in _RECORD_ATTRS and key[:1] != "_":
                 line[key] = value
-        return self.encoder.encode(line)
+        return self._encode(line)
+
+
+def _one_shot_encoder(encoder: JsonEncoder) -> Callable[[dict[str, Any]], str]:
+    """Return `encoder.encode` with its C encoder made once, not once per line (0.8 µs of a
+    line's 9, bench.job_parts). Its output is the same: the same separators, ASCII escaping
+    and `default`; a line holds values the code chose, never a cycle: no circular check."""
+    if c_make_encoder is None:  # an interpreter without the C accelerator
+        return encoder.encode
+    chunks = c_make_encoder(
+        None,  # markers: no circular check
+        encoder.default,
+        encode_basestring_ascii if encoder.ensure_ascii else encode_basestring,
+        None,  # indent
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
+    return lambda line: "".join(chunks(line, 0))
 
 
 class _StdoutHandler(logging.StreamHandler):

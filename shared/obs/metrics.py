@@ -121,11 +121,9 @@ ACTIVE_WORKERS = Gauge(
     "Live worker processes of this supervisor.",
     multiprocess_mode="livesum",
 )
-BUSY_WORKERS = Gauge(
-    "taskforge_busy_workers",
-    "Worker processes of this supervisor running a job.",
-    multiprocess_mode="livesum",
-)
+# taskforge_busy_workers is not a gauge a worker sets (twice per job): workerd's observability
+# server counts the busy slots at scrape time (workerd.obs_server.BusyWorkers).
+BUSY_WORKERS_NAME = "taskforge_busy_workers"
 # A gauge, not a log line per wait: clients loop on GET /jobs/<id>?wait=, so lines would flood.
 JOB_WAITS = Gauge(
     "taskforge_gateway_job_waits",
@@ -141,7 +139,6 @@ PROCESS_METRICS = (
     SCHEDULE_LATENESS_SECONDS,
     ENQUEUE_SECONDS,
     ACTIVE_WORKERS,
-    BUSY_WORKERS,
     JOB_WAITS,
 )
 
@@ -195,14 +192,21 @@ def count_running_cancel(stopped: str, queue: str) -> None:
     _labelled(RUNNING_CANCELS, stopped, queue_label(queue)).inc()
 
 
+def queue_wait_ms(eligible_at_ms: int | None, started_at_ms: int | None) -> int | None:
+    """Return eligible → claimed in ms, on Redis's clock (None when a field is missing)."""
+    if eligible_at_ms is None or started_at_ms is None:
+        return None
+    return max(0, started_at_ms - eligible_at_ms)
+
+
 def observe_queue_wait(
     job_type: str, queue: str, eligible_at_ms: int | None, started_at_ms: int | None
 ) -> None:
     """Record eligible → claimed from the claimed job's own fields (no Redis call)."""
-    if eligible_at_ms is None or started_at_ms is None:
+    wait_ms = queue_wait_ms(eligible_at_ms, started_at_ms)
+    if wait_ms is None:
         return
-    wait = max(0, started_at_ms - eligible_at_ms) / 1000
-    _labelled(QUEUE_WAIT_SECONDS, type_label(job_type), queue_label(queue)).observe(wait)
+    _labelled(QUEUE_WAIT_SECONDS, type_label(job_type), queue_label(queue)).observe(wait_ms / 1000)
 
 
 def observe_handler(job_type: str, queue: str, seconds: float) -> None:

@@ -59,6 +59,10 @@ _service = WORKER
 _state: tuple[int, Any, Any] | None = None  # (pid, provider, tracer) once set up here
 _test_exporter: Any = None
 _forbidden_pid = 0  # a process that forks: it must never start the SDK's export thread
+_decided: bool | None = None  # enabled(), as this process last read its environment
+# What span() gives when there is no tracer: one shared context that yields None, so a span of
+# a process that does not trace builds nothing (no generator, no attributes).
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 def configure(default_service: str) -> None:
@@ -67,16 +71,38 @@ def configure(default_service: str) -> None:
     _service = default_service
 
 
-def enabled(env: Mapping[str, str] = os.environ) -> bool:
-    """Tell whether tracing is switched on (both variables are needed)."""
+def enabled(env: Mapping[str, str] | None = None) -> bool:
+    """Tell whether tracing is switched on (both variables are needed).
+
+    This process's environment is read once, again in a forked child and after
+    :func:`shutdown`: a worker asks several times per job, and reading the two variables each
+    time cost more than the rest of tracing-off (bench/PER_JOB_COST.md).
+    """
+    global _decided
+    if env is not None:
+        return _switched_on(env)
+    if _decided is None:
+        _decided = _switched_on(os.environ)
+    return _decided
+
+
+def _forget_decision() -> None:
+    global _decided
+    _decided = None
+
+
+os.register_at_fork(after_in_child=_forget_decision)
+
+
+def _switched_on(env: Mapping[str, str]) -> bool:
     on = env.get(ENABLED_ENV, "").strip().lower() == "true"
     return _test_exporter is not None or (on and bool(env.get(ENDPOINT_ENV, "").strip()))
 
 
 def use_exporter_for_tests(exporter: Any) -> None:
     """Send spans to `exporter` synchronously (an InMemorySpanExporter), or None to turn off."""
-    global _test_exporter, _state
-    _test_exporter, _state = exporter, None
+    global _test_exporter, _state, _decided
+    _test_exporter, _state, _decided = exporter, None, None
 
 
 def forbid_here() -> None:
@@ -122,11 +148,12 @@ def _new_provider() -> Any:
 
 
 def shutdown() -> None:
-    """Flush and stop this process's exporter (children leave through os._exit, not atexit)."""
-    global _state
+    """Flush and stop this process's exporter (children leave through os._exit, not atexit);
+    the next span reads the environment again."""
+    global _state, _decided
     if _state is not None and _state[0] == os.getpid() and _state[1] is not None:
         _state[1].shutdown()
-    _state = None
+    _state, _decided = None, None
 
 
 def _context(traceparent: str | None) -> Any:
@@ -137,19 +164,28 @@ def _context(traceparent: str | None) -> Any:
     return TraceContextTextMapPropagator().extract({"traceparent": traceparent})
 
 
-@contextlib.contextmanager
 def span(
     name: str,
     traceparent: str | None = None,
     attributes: Mapping[str, Any] | None = None,
     *,
     start_ms: int | None = None,
-) -> Iterator[Any]:
+) -> contextlib.AbstractContextManager[Any]:
     """Run the block in a span, child of `traceparent` if given; yield it (None when off)."""
     tracer = _tracer()
     if tracer is None:
-        yield None
-        return
+        return _NO_SPAN
+    return _open_span(tracer, name, traceparent, attributes, start_ms)
+
+
+@contextlib.contextmanager
+def _open_span(
+    tracer: Any,
+    name: str,
+    traceparent: str | None,
+    attributes: Mapping[str, Any] | None,
+    start_ms: int | None,
+) -> Iterator[Any]:
     start = None if start_ms is None else start_ms * 1_000_000
     kind, attributes = _kind_and_attributes(name, attributes)
     with tracer.start_as_current_span(

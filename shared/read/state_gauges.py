@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from shared.engine.limits import LimitsState, read_state
 from shared.engine.queries import QueueCounts, WorkerCounts
@@ -139,7 +140,10 @@ def labelled_queues(counts: QueueCounts) -> dict[str, QueueCounts]:
 
 
 def scrape(
-    scripts: Scripts, *, run: Callable[[Callable[[], object]], None] = summary.in_place
+    scripts: Scripts,
+    *,
+    run: Callable[[Callable[[], object]], None] = summary.in_place,
+    extra: Sequence[Collector] = (),
 ) -> tuple[bytes, str]:
     """Read what /metrics shows from Redis (counts, then the limits of the queues read) and
     render it.
@@ -147,7 +151,8 @@ def scrape(
     Per-queue gauges: every queue while at most QUEUE_LABEL_CAP are listed; past that only the
     queues live hosts serve (their WORKER_QUEUES: bounded by configuration, not by the names
     clients make), and the totals of all queues from the last sweep (shared.read.summary; `run`
-    runs a due sweep: in place by default, the gateway passes a thread).
+    runs a due sweep: in place by default, the gateway passes a thread). `extra`: the serving
+    process's own collectors (workerd's busy workers, counted in its slots).
     """
     listed = listed_count(scripts)
     if listed <= QUEUE_LABEL_CAP:
@@ -159,7 +164,7 @@ def scrape(
         found = summary.current(scripts, run=run)
         totals, age_ms = (found.counts(), found.age_ms()) if found else (None, None)
     limits = read_state(scripts.redis, scripts.keys, sorted(counts.by_queue))
-    return render(counts, workers, limits, AllQueues(listed, totals, age_ms))
+    return render(counts, workers, limits, AllQueues(listed, totals, age_ms), extra)
 
 
 @dataclass(frozen=True)
@@ -176,6 +181,7 @@ def render(
     workers: WorkerCounts | None = None,
     limits: Sequence[LimitsState] = (),
     all_queues: AllQueues | None = None,
+    extra: Sequence[Collector] = (),
 ) -> tuple[bytes, str]:
     """Return the exposition text and its content type for counts the caller read just now.
 
@@ -191,6 +197,8 @@ def render(
     registry.register(QueueStateCollector(counts, workers, limits))
     if all_queues is not None:
         registry.register(AllQueuesCollector(all_queues))
+    for collector in extra:
+        registry.register(collector)
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 

@@ -31,7 +31,7 @@ EXPECTED: dict[Outcome, tuple[str | None, int, set[str], str | None, str | None]
     Outcome.DUPLICATE: (None, INFO, set(), None, "duplicate"),
     Outcome.PROMOTED: ("job_promoted", DEBUG, set(), "task.schedule.promote", "promoted"),
     Outcome.RETRY_PROMOTED: ("job_promoted", DEBUG, set(), "task.retry.promote", "promoted"),
-    Outcome.CLAIMED: ("job_claimed", INFO, {"claimed"}, "task.claim", "claimed"),
+    Outcome.CLAIMED: ("job_claimed", DEBUG, {"claimed"}, "task.claim", "claimed"),
     Outcome.STARTED: ("job_started", INFO, set(), None, None),
     Outcome.COMPLETED: ("job_completed", INFO, {"completed"}, None, "completed"),
     Outcome.STALE_ACK: ("job_stale_ack", WARNING, {"stale_acks"}, None, "stale_ack"),

@@ -419,8 +419,8 @@ def test_workerd_says_which_queues_it_serves_and_labels_its_lines_and_metrics(
         assert line["queue"] == queue
         order = list(line)
         assert order[order.index("job_id") :][:4] == ["job_id", "type", "queue", "attempt"]
-        (claimed,) = workerd.events("job_claimed", job_id=job_id)
-        assert claimed["queue"] == queue
+        (started,) = workerd.events("job_started", job_id=job_id)
+        assert started["queue"] == queue
 
     def scraped() -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:
         code, _, text = workerd.http("/metrics")

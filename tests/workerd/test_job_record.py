@@ -2,7 +2,7 @@
 
 - a failing handler's traceback is stored with the job (Redis only, never a log line);
 - every last_error reads ``"Type: message"``, whichever path wrote it;
-- ``job_claimed`` names the job's priority; ``job_retry_scheduled`` writes its time in RFC 3339.
+- ``job_started`` names the job's priority; ``job_retry_scheduled`` writes its time in RFC 3339.
 """
 
 from __future__ import annotations
@@ -78,9 +78,9 @@ def test_a_real_worker_stores_the_traceback_three_calls_deep_and_logs_times_in_r
     assert doc["last_error"] == "ValueError: card declined"
     assert _frames(doc["traceback"]) == list(FRAMES)
     assert doc["traceback"].endswith("ValueError: card declined\n")
-    # Item 4: the claim line names the priority, on both executions.
-    claims = workerd.wait_for("job_claimed", job_id=job_id, count=2)
-    assert [rec["priority"] for rec in claims] == [7, 7]
+    # Item 4: the start line names the priority, on both executions.
+    starts = workerd.wait_for("job_started", job_id=job_id, count=2)
+    assert [rec["priority"] for rec in starts] == [7, 7]
     # Item 16: the retry's time in the log is RFC 3339 UTC, as in the job's JSON.
     [retry] = workerd.events("job_retry_scheduled", job_id=job_id)
     assert retry["next_retry_at"] == format_ms(parse_rfc3339_ms(retry["next_retry_at"]))
@@ -142,17 +142,17 @@ def test_every_last_error_reads_type_colon_message_whichever_path_wrote_it(
 
 
 @pytest.mark.slow
-def test_job_claimed_shows_priorities_highest_first_as_the_readme_demo_says(
+def test_job_started_shows_priorities_highest_first_as_the_readme_demo_says(
     start_workerd: Callable[..., Workerd], engine: Engine
 ) -> None:
     # README demo step 6 with one worker, so the claim order is the log order: keep it busy,
-    # enqueue priorities 1, 10, 5, and read job_claimed.
+    # enqueue priorities 1, 10, 5, and read job_started.
     workerd = start_workerd(WORKER_COUNT="1")
     busy = engine.enqueue("demo.sleep", {"seconds": 1})
     workerd.wait_for("job_started", job_id=busy)
     waiting = [engine.enqueue("send_email", priority=p) for p in (1, 10, 5)]
 
-    claims = workerd.wait_for("job_claimed", type="send_email", count=3, timeout=15)
+    claims = workerd.wait_for("job_started", type="send_email", count=3, timeout=15)
 
     assert [rec["priority"] for rec in claims] == [10, 5, 1]
     assert [rec["job_id"] for rec in claims] == [waiting[1], waiting[2], waiting[0]]

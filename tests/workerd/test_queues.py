@@ -140,8 +140,8 @@ def test_a_worker_never_touches_a_queue_it_does_not_serve(
     assert after == before
     assert {job_id: r.hgetall(kb.job(job_id)) for job_id in others} == hashes
     assert producer.count("b", JobState.PROCESSING) == 0
-    assert workerd.events("job_claimed", job_id=later[0])  # the field the check below reads
-    assert not any(workerd.events("job_claimed", job_id=job_id) for job_id in others)
+    assert workerd.events("job_started", job_id=later[0])  # the field the check below reads
+    assert not any(workerd.events("job_started", job_id=job_id) for job_id in others)
     assert later[0] in {entry["id"] for entry in journal.entries("end")}
 
 

@@ -26,6 +26,7 @@ from shared.model.jobs import Job, JobState, validate_enqueue
 from shared.settings.config import Settings
 from tests.support.redis_server import RedisServer
 from workerd.children import SCHEDULER, WORKER, Child
+from workerd.obs_server import BusyWorkers
 from workerd.supervisor import Halt, Supervisor
 
 SLOW_TO_GO_SILENT = "1h"  # so only the silence test sees a silent child
@@ -307,6 +308,24 @@ def test_a_worker_that_died_inside_its_claim_gives_back_the_job_its_slot_never_s
 
     job = rig.job(job_id)
     assert (job.status, job.recoveries) == (JobState.PENDING, 1)
+
+
+def test_a_dead_workers_slot_shows_no_job_even_before_it_is_replaced(rig: Rig) -> None:
+    # taskforge_busy_workers counts slots that show a job (workerd.obs_server.BusyWorkers).
+    busy = BusyWorkers(rig.supervisor.table)
+    rig.step()
+    for _ in range(2):  # the second quick death of slot 0 waits before its respawn
+        (worker,) = [c for c in rig.workers() if c.index == 0]
+        rig.up(worker)
+        rig.enqueue()
+        rig.claim(worker)
+        assert busy.count() == 1
+        rig.step(1.0)
+        rig.spawner.exit(worker.pid, code=1)
+        rig.step()
+
+    assert not any(c.index == 0 for c in rig.workers())  # not replaced yet
+    assert busy.count() == 0
 
 
 def _respawn_delays(rig: Rig, *, booting: bool, deaths: int) -> list[float]:

@@ -43,6 +43,7 @@ EVENTS: frozenset[str] = frozenset(
         "scheduler_stopped",
         "worker_started",
         "worker_stopped",
+        "worker_process_stopped",
         "supervisor_started",
         "supervisor_stopped",
         "gateway_started",

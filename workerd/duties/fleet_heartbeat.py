@@ -79,12 +79,15 @@ class RegistryHeartbeat:
             return
         self.next_beat = now + self.interval
         live = self.roster.up(WORKER)
-        states = [(child.pid, self.roster.state(child)) for child in live]
+        # One entry per job thread (WORKER_THREADS): each runs its own job, under one pid.
+        states = [
+            (child.pid, state) for child in live for _, state in self.roster.slot_states(child)
+        ]
         busy = sum(1 for _, s in states if s is not None and s.job_id)
         fields: dict[str, str | int] = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "workers": len(live),
+            "workers": len(states),
             "busy": busy,
             "procs": processes_json(states, time.time(), time.monotonic()),
             **self.serves,

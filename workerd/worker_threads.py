@@ -1,0 +1,263 @@
+"""A worker process that runs up to WORKER_THREADS jobs at once, one per thread.
+
+Each job thread is workerd.worker's per-job loop (:class:`JobThread`, a WorkerProcess) on its
+own slot: its own heartbeat, Control, ClaimFence, claim planner, routing and worker id
+(``<child name>.t<k>``, so claims, leases, GET /workers and release_worker.lua work per
+thread). The supervisor renews each slot's lease and times each slot's job as it does a
+process's. The threads share the process's Redis client (redis-py's pool is thread-safe) and
+Scripts (immutable once built). With WORKER_THREADS=1 none of this runs: the supervisor forks
+a plain WorkerProcess and the job runs on the main thread, as always.
+
+The main thread runs no job: it starts the threads, waits on them and takes the signals
+(Python runs signal handlers on the main thread only). What one process's threads share:
+
+- stopping: a drain's SIGTERM, the parent's death or recycling stops every thread's claims;
+  each finishes its job and hands back a next job claimed with its complete, then exits.
+- recycling: WORKER_MAX_JOBS counts the jobs of the process, not of a thread; RSS is the
+  process's anyway.
+- cancels: the supervisor writes the cancel in the job's slot Control and signals the
+  process; the main thread finds the thread whose execution is named there and raises
+  JobCanceled in it (PyThreadState_SetAsyncExc), only while its handler runs and has not
+  asked ``job.cancel_requested()`` (:class:`ThreadExecution`). A thread blocked in one long C
+  call (a sleep, a socket read) sees it when the call returns; past WORKER_CANCEL_GRACE the
+  supervisor kills the process, and the other threads' jobs go back uncounted.
+
+A thread cannot be killed: a timeout, a lost lease or a cancel past its grace SIGKILLs the
+whole process (workerd.duties.release gives the culprit job its fate and the others back
+without counting a recovery).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import signal
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+from shared.engine.scripts import Scripts
+from shared.model.jobs import Job
+from shared.obs import metrics, tracing
+from shared.settings.config import Settings
+from workerd.children import StopOnSignal
+from workerd.execution import Execution, Outcome
+from workerd.handler_registry import JobCanceled
+from workerd.slots import Control, Slot
+from workerd.worker import WorkerProcess, resident_mb
+
+log = logging.getLogger(__name__)
+
+JOIN_WAIT = 0.5  # seconds the main thread waits on a thread before checking its parent again
+
+_set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
+_set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
+_set_async_exc.restype = ctypes.c_int
+
+
+class ThreadExecution(Execution):
+    """An Execution whose cancel another thread raises (the process's main thread).
+
+    The main thread raises JobCanceled in the job thread only while `armed` (inside the
+    handler), under a lock the job thread takes to disarm: a raise aimed at the handler can
+    land, at the latest, while it disarms (in run_handler's ``finally``, inside its ``except
+    JobCanceled``), never after, where it would escape the job's recording.
+    """
+
+    def __init__(self, started: float, control: Control | None, thread_id: int) -> None:
+        self._guard = threading.Lock()
+        self._armed = False
+        self._fired = False  # JobCanceled was aimed at the thread and may not have landed yet
+        self.thread_id = thread_id
+        super().__init__(started, control)
+
+    @property  # type: ignore[override]
+    def armed(self) -> bool:
+        return self._armed
+
+    @armed.setter
+    def armed(self, value: bool) -> None:
+        with self._guard:
+            self._armed = value
+            if value or not self._fired:
+                return
+            # Disarming after a raise was aimed: take back one not yet delivered (a NULL
+            # exception clears it) and raise it here, inside the handler's except clause.
+            self._fired = False
+            _set_async_exc(self.thread_id, ctypes.py_object())
+        raise JobCanceled()
+
+    def interrupt(self) -> bool:
+        """Raise JobCanceled in the job thread if its handler runs, has not asked, and its
+        cancel is requested (main thread); once. Tell whether it was raised."""
+        with self._guard:
+            if not self._armed or self.asked or not self.requested():
+                return False
+            self._armed = False  # once: the handler then unwinds
+            self._fired = True
+            _set_async_exc(self.thread_id, ctypes.py_object(JobCanceled))
+            return True
+
+
+class JobThread(WorkerProcess):
+    """One job thread: WorkerProcess's per-job loop on its own slot, its stopping and its
+    recycling those of its process (:class:`ThreadedWorker`)."""
+
+    def __init__(
+        self,
+        process: ThreadedWorker,
+        settings: Settings,
+        scripts: Scripts,
+        slot: Slot,
+        worker_id: str,
+        parent_pid: int,
+    ) -> None:
+        self.process = process  # before WorkerProcess's own: `stopping` reads it
+        self.thread_id = 0  # threading.get_ident() once the thread runs
+        self._execution: ThreadExecution | None = None
+        super().__init__(settings, scripts, slot, worker_id, parent_pid)
+
+    @property  # type: ignore[override]
+    def stopping(self) -> bool:
+        return self.process.stopping
+
+    @stopping.setter
+    def stopping(self, value: bool) -> None:
+        # The parent gone (keep_going sets the flag before the reason), or recycling (the
+        # reason first): the whole process stops claiming.
+        if value:
+            self.process.stop(self.exit_reason or "supervisor gone")
+
+    @property  # type: ignore[override]
+    def execution(self) -> ThreadExecution | None:
+        return self._execution
+
+    @execution.setter
+    def execution(self, value: Execution | None) -> None:
+        # WorkerProcess._execute makes a plain Execution: this thread's can be interrupted.
+        if value is not None and not isinstance(value, ThreadExecution):
+            value = ThreadExecution(value.started, value.control, self.thread_id)
+        self._execution = value
+
+    def _due_for_recycling(self) -> bool:
+        return self.process.due_for_recycling(self)
+
+    def _record(
+        self, job: Job, outcome: Outcome, fields: dict[str, object], attributes: dict[str, object]
+    ) -> Job | None:
+        self.process.count_job()  # the process's count: WORKER_MAX_JOBS is per process
+        return super()._record(job, outcome, fields, attributes)
+
+    def run_thread(self) -> None:
+        """The thread's body: WorkerProcess.run's loop, less what is the process's."""
+        self.thread_id = threading.get_ident()
+        log.info("worker_started", extra={"worker_id": self.worker_id})
+        try:
+            while self.keep_going():
+                self.step()
+            self._hand_back_unstarted_job()
+        except BaseException:
+            # A bug, not a job's failure (those are recorded): stop the process, whose exit
+            # gives back what this thread held.
+            log.exception("child_crashed", extra={"child": self.worker_id})
+            self.process.failed = True
+            self.process.stop("a job thread crashed")
+        reason = self.exit_reason or self.process.exit_reason
+        log.info("worker_stopped", extra={"worker_id": self.worker_id, "reason": reason})
+
+
+class ThreadedWorker(StopOnSignal):
+    """A worker process of several job threads; its main thread waits and takes signals."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        scripts: Scripts,
+        slots: Sequence[tuple[Slot, str]],
+        name: str,
+        parent_pid: int,
+    ) -> None:
+        self.settings = settings
+        self.name = name
+        self.parent_pid = parent_pid
+        self.stopping = False
+        self.failed = False
+        self.exit_reason = ""
+        self.jobs_done = 0
+        self._count = threading.Lock()
+        self.threads = [
+            JobThread(self, settings, scripts, slot, worker_id, parent_pid)
+            for slot, worker_id in slots
+        ]
+
+    def install_signals(self) -> None:
+        """As every child; SIGTERM also carries the supervisor's cancels (_on_sigterm)."""
+        super().install_signals()
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _request_stop(self, signum: int, _frame: FrameType | None) -> None:
+        """SIGINT (or a plain SIGTERM): every thread finishes its job, then exits."""
+        self.stop(f"signal {signal.Signals(signum).name}")
+
+    def _on_sigterm(self, signum: int, _frame: FrameType | None) -> None:
+        """Interrupt each thread whose slot carries a new cancel; a SIGTERM that carries none
+        (or comes with the drain's flag) stops the process after its running jobs."""
+        cancel = drain = False
+        for thread in self.threads:
+            control = thread.slot.control
+            if control is None:
+                continue
+            drain = drain or control.drain_requested()
+            sent = control.cancels_sent()
+            if sent == thread.cancels_seen:
+                continue
+            thread.cancels_seen, cancel = sent, True
+            running = thread.execution
+            if running is not None:
+                running.interrupt()
+        if drain or not cancel:
+            self._request_stop(signum, _frame)
+
+    def stop(self, reason: str) -> None:
+        """Stop claiming in every thread; each finishes its job, then exits (the first reason
+        is the one logged)."""
+        if not self.stopping:
+            self.stopping, self.exit_reason = True, reason
+
+    def count_job(self) -> None:
+        """Count one job run by any thread (before its outcome is written: see _record)."""
+        with self._count:
+            self.jobs_done += 1
+
+    def due_for_recycling(self, thread: JobThread) -> bool:
+        """WorkerProcess._due_for_recycling for the whole process."""
+        limit = self.settings.worker_max_jobs
+        if limit and self.jobs_done >= limit:
+            thread.exit_reason = f"recycled after {self.jobs_done} jobs"
+            return True
+        rss_limit = self.settings.worker_max_rss_mb
+        if rss_limit and resident_mb() > rss_limit:
+            thread.exit_reason = f"recycled at {resident_mb():.0f} MB resident"
+            return True
+        return False
+
+    def run(self) -> int:
+        """Run the job threads until every one has stopped; return the exit code."""
+        metrics.ACTIVE_WORKERS.set(1)
+        started = [
+            threading.Thread(target=thread.run_thread, name=thread.worker_id, daemon=True)
+            for thread in self.threads
+        ]
+        for thread in started:
+            thread.start()
+        for thread in started:
+            while thread.is_alive():
+                thread.join(JOIN_WAIT)
+                if not self.threads[0]._parent_alive():
+                    self.stop("supervisor gone")
+        log.info(
+            "worker_process_stopped",
+            extra={"child": self.name, "reason": self.exit_reason, "jobs": self.jobs_done},
+        )
+        tracing.shutdown()
+        return 1 if self.failed else 0

@@ -25,6 +25,13 @@ The main thread runs no job: it starts the threads, waits on them and takes the 
 A thread cannot be killed: a timeout, a lost lease or a cancel past its grace SIGKILLs the
 whole process (workerd.duties.release gives the culprit job its fate and the others back
 without counting a recovery).
+
+A job marked to run alone (``alone`` in its hash: it was one of several jobs running when a
+threaded process died of a cause nobody could attribute, a segfault or the OOM killer) runs
+with no sibling job in its process (:class:`AloneGate`): its thread waits, the job shown in
+its slot (lease renewed, untimed), until the siblings' jobs end, and no thread claims until it
+is done. Its slot then says it runs alone, so a death is its own and counts toward the
+poison cap.
 """
 
 from __future__ import annotations
@@ -33,7 +40,8 @@ import ctypes
 import logging
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from types import FrameType
 
 from shared.engine.scripts import Scripts
@@ -49,6 +57,7 @@ from workerd.worker import WorkerProcess, resident_mb
 log = logging.getLogger(__name__)
 
 JOIN_WAIT = 0.5  # seconds the main thread waits on a thread before checking its parent again
+GATE_WAIT = 0.5  # seconds a thread waits at the gate between heartbeats
 
 _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
 _set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
@@ -99,6 +108,56 @@ class ThreadExecution(Execution):
             return True
 
 
+class AloneGate:
+    """Runs a job marked to run alone with no sibling job in its process.
+
+    A thread holds the gate shared from before its claim to its job's end (one step); a
+    thread whose job is marked trades its share for the gate alone, which it gets once no
+    other thread holds a share. While one is waiting or running alone, no thread starts a step.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shares = 0  # threads inside a step
+        self._marked = 0  # threads with a marked job, waiting or running alone
+        self._alone = False
+
+    def enter(self, keep_waiting: Callable[[], bool]) -> bool:
+        """Take a share before a step, waiting while a marked job waits or runs; False when
+        `keep_waiting` (called every GATE_WAIT seconds) says to stop waiting."""
+        with self._cond:
+            while self._marked:
+                if not keep_waiting():
+                    return False
+                self._cond.wait(GATE_WAIT)
+            self._shares += 1
+            return True
+
+    def leave(self) -> None:
+        """Give back the share taken by enter."""
+        with self._cond:
+            self._shares -= 1
+            self._cond.notify_all()
+
+    @contextmanager
+    def alone(self) -> Iterator[None]:
+        """Hold the gate alone (from inside a step, whose share it trades for the while)."""
+        with self._cond:
+            self._shares -= 1
+            self._marked += 1
+            while self._shares or self._alone:
+                self._cond.wait(GATE_WAIT)
+            self._alone = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._alone = False
+                self._marked -= 1
+                self._shares += 1
+                self._cond.notify_all()
+
+
 class JobThread(WorkerProcess):
     """One job thread: WorkerProcess's per-job loop on its own slot, its stopping and its
     recycling those of its process (:class:`ThreadedWorker`)."""
@@ -141,6 +200,36 @@ class JobThread(WorkerProcess):
 
     def _due_for_recycling(self) -> bool:
         return self.process.due_for_recycling(self)
+
+    def step(self) -> None:
+        """WorkerProcess.step, inside the process's AloneGate."""
+        if not self.process.gate.enter(self._wait_at_gate):
+            return
+        try:
+            super().step()
+        finally:
+            self.process.gate.leave()
+
+    def _wait_at_gate(self) -> bool:
+        """While a marked job waits or runs: give back a job claimed with the last complete
+        (its lease is not renewed while it waits), beat, and say whether to keep waiting."""
+        self._hand_back_unstarted_job()
+        self.slot.beat()
+        return self.keep_going()
+
+    def _execute(self, job: Job) -> Job | None:
+        """WorkerProcess._execute; a job marked to run alone runs with no sibling job."""
+        if job.extra.get("alone") != "1":
+            return super()._execute(job)
+        # Shown while it waits, so its lease is renewed; untimed (timeout 0) until it starts.
+        self.slot.start_job(job.id, job.token, 0.0, job.queue, job.type)
+        log.info("job_waits_alone", extra={"job_id": job.id, "worker_id": self.worker_id})
+        with self.process.gate.alone():
+            self.slot.alone = True
+            try:
+                return super()._execute(job)
+            finally:
+                self.slot.alone = False
 
     def _record(
         self, job: Job, outcome: Outcome, fields: dict[str, object], attributes: dict[str, object]
@@ -185,6 +274,7 @@ class ThreadedWorker(StopOnSignal):
         self.exit_reason = ""
         self.jobs_done = 0
         self._count = threading.Lock()
+        self.gate = AloneGate()
         self.threads = [
             JobThread(self, settings, scripts, slot, worker_id, parent_pid)
             for slot, worker_id in slots

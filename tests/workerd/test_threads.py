@@ -207,3 +207,37 @@ def test_recycling_counts_the_jobs_of_the_whole_process(
     assert len(per_process) >= 12 // (limit + 2), per_process
     assert max(per_process.values()) <= limit + 1, per_process
     assert workerd.events("worker_process_stopped")
+
+
+def test_a_death_nobody_can_attribute_marks_the_jobs_which_then_run_alone(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
+) -> None:
+    # Three jobs start together, then the process dies by a SIGKILL the supervisor did not
+    # send (a segfault or the OOM killer, as far as it can tell). Which job killed it? Each
+    # goes back uncounted and marked; alone in its process, each kills it once more (now its
+    # own death: counted), then, with one recovery, completes.
+    workerd = threaded(start_workerd, 3)
+    file = tmp_path / "notes"
+    payload = {"file": str(file), "after": 3, "until": 1}
+    ids = [engine.enqueue("noted_crash", payload) for _ in range(3)]
+
+    jobs = engine.wait_all(ids, {JobState.COMPLETED, JobState.DEAD}, 40)
+
+    assert all((j.status, j.recoveries) == (JobState.COMPLETED, 1) for j in jobs.values())
+    for job_id in ids:
+        kept = history.read(r, engine.keys, job_id, "default")
+        assert kept is not None
+        events = [e.event for e in kept.entries]
+        assert events[:3] == ["enqueued", "claimed", "released"], events
+        assert events.count("recovered") == 1 and events[-1] == "completed", events
+        assert r.hget(engine.keys.job(job_id), "alone") == b"1"
+    started = notes(file, "start")
+    first = started[0]["pid"]
+    assert [n["pid"] for n in started[:3]] == [first] * 3  # together, in one process
+    # Marked, no job ever started beside another in its process: each later process that
+    # died (a start without an end) started exactly one job.
+    ended = {(n["pid"], n["id"]) for n in notes(file, "end")}
+    unfinished = [(n["pid"], n["id"]) for n in started[3:] if (n["pid"], n["id"]) not in ended]
+    assert len(unfinished) == 3, started  # each marked job's own death
+    assert len({pid for pid, _ in unfinished}) == 3, started  # ... each in its own process
+    assert len(workerd.events("job_waits_alone")) >= 3

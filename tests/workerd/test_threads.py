@@ -103,7 +103,9 @@ def test_a_timeout_kills_the_process_and_its_siblings_go_back_uncounted(
 ) -> None:
     workerd = threaded(start_workerd, 3)
     file = tmp_path / "notes"
-    slow = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 30}, timeout=1.0, max_retries=1)
+    slow = engine.enqueue(
+        "noted_sleep", {"file": str(file), "seconds": 30}, timeout=1.0, max_retries=1
+    )
     wait_starts(file, 1)
     siblings = [engine.enqueue("noted_sleep", {"file": str(file), "seconds": 3}) for _ in range(2)]
     wait_starts(file, 3)

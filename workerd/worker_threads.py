@@ -52,7 +52,7 @@ from workerd.children import StopOnSignal
 from workerd.execution import Execution, Outcome
 from workerd.handler_registry import JobCanceled
 from workerd.slots import Control, Slot
-from workerd.worker import WorkerProcess, resident_mb
+from workerd.worker import WorkerProcess, recycling_reason
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,8 @@ class ThreadExecution(Execution):
     """
 
     def __init__(self, started: float, control: Control | None, thread_id: int) -> None:
-        self._guard = threading.Lock()
+        # Reentrant: a second SIGTERM can run the main thread's handler inside the first's.
+        self._guard = threading.RLock()
         self._armed = False
         self._fired = False  # JobCanceled was aimed at the thread and may not have landed yet
         self.thread_id = thread_id
@@ -321,15 +322,10 @@ class ThreadedWorker(StopOnSignal):
 
     def due_for_recycling(self, thread: JobThread) -> bool:
         """WorkerProcess._due_for_recycling for the whole process."""
-        limit = self.settings.worker_max_jobs
-        if limit and self.jobs_done >= limit:
-            thread.exit_reason = f"recycled after {self.jobs_done} jobs"
-            return True
-        rss_limit = self.settings.worker_max_rss_mb
-        if rss_limit and resident_mb() > rss_limit:
-            thread.exit_reason = f"recycled at {resident_mb():.0f} MB resident"
-            return True
-        return False
+        reason = recycling_reason(self.settings, self.jobs_done)
+        if reason:
+            thread.exit_reason = reason
+        return bool(reason)
 
     def run(self) -> int:
         """Run the job threads until every one has stopped; return the exit code."""

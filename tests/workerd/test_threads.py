@@ -133,18 +133,29 @@ def test_a_timeout_kills_the_process_and_its_siblings_go_back_uncounted(
     assert workerd.events("job_recovered") == []
 
 
+def cancel_beside_a_sibling(
+    engine: Engine, tmp_path: Path, target_type: str, sibling_seconds: float
+) -> tuple[str, str]:
+    """Start a sibling job, then a `target_type` job in the other thread; cancel the target and
+    wait until it is canceled; return (sibling id, target id)."""
+    file, cancel_file = tmp_path / "notes", tmp_path / "cancel_notes"
+    sibling = engine.enqueue("noted_sleep", {"file": str(file), "seconds": sibling_seconds})
+    wait_starts(file, 1)
+    target = engine.enqueue(target_type, {"file": str(cancel_file)})
+    wait_until(lambda: notes(cancel_file, "start"), 10, f"the {target_type} job's start")
+    engine.scripts.cancel(target, by="test")
+    engine.wait_for(target, JobState.CANCELED, timeout=10)
+    return sibling, target
+
+
 def test_a_cancel_stops_one_threads_job_and_leaves_its_siblings_running(
     start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
 ) -> None:
     workerd = threaded(start_workerd, 2, WORKER_CANCEL_GRACE="5s")
     file, cancel_file = tmp_path / "notes", tmp_path / "cancel_notes"
-    sibling = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 2})
-    wait_starts(file, 1)
-    target = engine.enqueue("cancel_sleeper", {"file": str(cancel_file)})
-    wait_until(lambda: notes(cancel_file, "start"), 10, "the sleeper's start")
 
-    engine.scripts.cancel(target, by="test")
-    engine.wait_for(target, JobState.CANCELED, timeout=10)
+    sibling, target = cancel_beside_a_sibling(engine, tmp_path, "cancel_sleeper", 2)
+
     job = engine.wait_for(sibling, JobState.COMPLETED, timeout=10)
 
     assert notes(cancel_file, "unwound")  # JobCanceled unwound the sleeper's own thread
@@ -159,14 +170,10 @@ def test_a_cancel_past_its_grace_kills_the_process_and_the_sibling_goes_back_unc
     start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
 ) -> None:
     workerd = threaded(start_workerd, 2, WORKER_CANCEL_GRACE="500ms")
-    file, cancel_file = tmp_path / "notes", tmp_path / "cancel_notes"
-    sibling = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 3})
-    wait_starts(file, 1)
-    target = engine.enqueue("cancel_stubborn", {"file": str(cancel_file)})
-    wait_until(lambda: notes(cancel_file, "start"), 10, "the stubborn job's start")
+    file = tmp_path / "notes"
 
-    engine.scripts.cancel(target, by="test")
-    engine.wait_for(target, JobState.CANCELED, timeout=10)
+    sibling, target = cancel_beside_a_sibling(engine, tmp_path, "cancel_stubborn", 3)
+
     job = engine.wait_for(sibling, JobState.COMPLETED, timeout=15)
 
     workerd.wait_for("job_canceled", job_id=target, stopped="sigkill")

@@ -7,12 +7,16 @@ import random
 import sys
 import threading
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 
+from shared.engine.scripts import Scripts
 from tests.support.tools import wait_until
+from workerd.children import WORKER, Child
+from workerd.duties.release import Release
 from workerd.handler_registry import JobCanceled
-from workerd.slots import SlotTable
+from workerd.slots import SlotState, SlotTable
 from workerd.worker_threads import AloneGate, ThreadExecution
 
 STARTED = 1.0  # the execution's name (its start) in the slot
@@ -157,3 +161,72 @@ def test_a_thread_waiting_at_the_gate_stops_when_told() -> None:
     done.set()
     holder.join(5)
     assert not holder.is_alive()
+
+
+def blame(
+    kill_reason: str | None,
+    culprit: int | None,
+    running: dict[int, bool],
+    *,
+    threads: int = 3,
+    draining: bool = False,
+) -> list[tuple[str, str]]:
+    """Return (worker id, action) of what Release owes for a dead worker whose slots `running`
+    maps to whether their job runs alone (a slot left out is between jobs)."""
+    child = Child(WORKER, 0, 99, "w", 0.0, kill_reason=kill_reason, threads=threads)
+    child.culprit = culprit
+    if kill_reason == "timeout" and culprit is not None:
+        child.killed_job = ("j0", 1, 1.0, "default")
+    states = []
+    for index in child.slots:
+        alone = running.get(index)
+        job = f"j{index}" if alone is not None else None
+        states.append((index, SlotState(1.0, job, 1 if job else 0, 1.0, 1.0, alone=bool(alone))))
+    release = Release(cast(Scripts, None), redis_url="redis://")
+    release.on_worker_died(child, states, draining=draining)
+    return [(o.claimed_by or o.job_id, o.action) for o in release.owed]
+
+
+def test_a_process_killed_for_one_threads_job_gives_the_others_back_uncounted() -> None:
+    assert blame("timeout", 0, {0: False, 1: False}) == [
+        ("j0", "timeout"),
+        ("w.t0", "worker died"),
+        ("w.t1", "sibling"),
+        ("w.t2", "sibling"),
+    ]
+    assert blame("cancel", 1, {0: False, 1: False}) == [
+        ("w.t0", "sibling"),
+        ("w.t1", "cancel"),
+        ("w.t2", "sibling"),
+    ]
+
+
+def test_a_death_nobody_can_attribute_is_blamed_by_what_ran() -> None:
+    # several jobs: each marked to run alone, uncounted; a thread between jobs: uncounted
+    assert blame(None, None, {0: False, 2: False}) == [
+        ("w.t0", "isolate"),
+        ("w.t1", "sibling"),
+        ("w.t2", "isolate"),
+    ]
+    # a job running alone: its own death (the one beside it only waits)
+    assert blame(None, None, {0: False, 1: True}) == [
+        ("w.t0", "sibling"),
+        ("w.t1", "worker died"),
+        ("w.t2", "sibling"),
+    ]
+    # one job: as ever
+    assert blame("silent", None, {2: False}) == [
+        ("w.t0", "sibling"),
+        ("w.t1", "sibling"),
+        ("w.t2", "worker died"),
+    ]
+
+
+def test_one_thread_and_drains_are_as_before() -> None:
+    assert blame(None, None, {0: False}, threads=1) == [("w", "worker died")]
+    assert blame("timeout", 0, {0: False}, threads=1) == [("j0", "timeout"), ("w", "worker died")]
+    assert blame("drain", None, {0: False, 1: False}, draining=True) == [
+        ("w.t0", "drain"),
+        ("w.t1", "drain"),
+        ("w.t2", "drain"),
+    ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import HANDLERS, Engine
 
+QUIET_WINDOW = 1.0  # seconds a quiet host is watched for a claim it must not make
 THREAD_HANDLERS = HANDLERS + ",tests.workerd.handlers_threads,tests.workerd.handlers_cancel"
 
 
@@ -250,3 +252,32 @@ def test_a_death_nobody_can_attribute_marks_the_jobs_which_then_run_alone(
     assert len(unfinished) == 3, started  # each marked job's own death
     assert len({pid for pid, _ in unfinished}) == 3, started  # ... each in its own process
     assert len(workerd.events("job_waits_alone")) >= 3
+
+
+def test_a_quiet_host_claims_in_no_thread_and_resumes_in_all(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
+) -> None:
+    workerd = threaded(start_workerd, 3)
+    file = tmp_path / "notes"
+    running = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 1})
+    wait_starts(file, 1)
+
+    workerd.signal(signal.SIGTSTP)
+
+    def health_quiet() -> bool:
+        status, _, body = workerd.http("/health")
+        return status == 200 and json.loads(body).get("quiet") is True
+
+    # /health says quiet only once every thread's claim lock was passed (workerd.slots).
+    wait_until(health_quiet, 5, "/health quiet")
+    waiting = [engine.enqueue("demo.noop") for _ in range(3)]  # one per thread
+    engine.wait_for(running, JobState.COMPLETED)  # the running job finished
+    deadline = time.monotonic() + QUIET_WINDOW
+    while time.monotonic() < deadline:  # and no thread claims
+        assert all(engine.job(job_id).status is JobState.PENDING for job_id in waiting)
+        time.sleep(0.05)
+    assert [e for e in workerd.events("job_claimed") if e.get("job_id") in waiting] == []
+
+    workerd.signal(signal.SIGCONT)
+
+    engine.wait_all(waiting, {JobState.COMPLETED}, 10)

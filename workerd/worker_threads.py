@@ -126,13 +126,16 @@ class AloneGate:
     def enter(self, keep_waiting: Callable[[], bool]) -> bool:
         """Take a share before a step, waiting while a marked job waits or runs; False when
         `keep_waiting` (called every GATE_WAIT seconds) says to stop waiting."""
-        with self._cond:
-            while self._marked:
-                if not keep_waiting():
-                    return False
-                self._cond.wait(GATE_WAIT)
-            self._shares += 1
-            return True
+        while True:
+            with self._cond:
+                if not self._marked:
+                    self._shares += 1
+                    return True
+            # Outside the lock: it may call Redis (a job to hand back).
+            if not keep_waiting():
+                return False
+            with self._cond:
+                self._cond.wait_for(lambda: not self._marked, GATE_WAIT)
 
     def leave(self) -> None:
         """Give back the share taken by enter."""

@@ -174,11 +174,14 @@ class JobThread(WorkerProcess):
         slot: Slot,
         worker_id: str,
         parent_pid: int,
+        number: int = 0,
     ) -> None:
         self.process = process  # before WorkerProcess's own: `stopping` reads it
         self.thread_id = 0  # threading.get_ident() once the thread runs
         self._execution: ThreadExecution | None = None
         super().__init__(settings, scripts, slot, worker_id, parent_pid)
+        # The process's threads start apart on a cluster's wake lists, as processes do by pid.
+        self.planner.wake_turn += number
 
     @property  # type: ignore[override]
     def stopping(self) -> bool:
@@ -280,8 +283,8 @@ class ThreadedWorker(StopOnSignal):
         self._count = threading.Lock()
         self.gate = AloneGate()
         self.threads = [
-            JobThread(self, settings, scripts, slot, worker_id, parent_pid)
-            for slot, worker_id in slots
+            JobThread(self, settings, scripts, slot, worker_id, parent_pid, number)
+            for number, (slot, worker_id) in enumerate(slots)
         ]
 
     def install_signals(self) -> None:

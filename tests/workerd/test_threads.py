@@ -281,3 +281,19 @@ def test_a_quiet_host_claims_in_no_thread_and_resumes_in_all(
     workerd.signal(signal.SIGCONT)
 
     engine.wait_all(waiting, {JobState.COMPLETED}, 10)
+
+
+def test_jobs_longer_than_the_drain_grace_go_back_uncounted_from_every_thread(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
+) -> None:
+    workerd = threaded(start_workerd, 2, WORKER_DRAIN_GRACE="1s")
+    file = tmp_path / "notes"
+    ids = [engine.enqueue("noted_sleep", {"file": str(file), "seconds": 30}) for _ in range(2)]
+    wait_starts(file, 2)
+
+    workerd.signal(signal.SIGTERM)
+
+    assert workerd.wait_exit(timeout=15) == 0
+    jobs = engine.wait_all(ids, {JobState.PENDING}, 5)
+    assert all((j.attempts, j.recoveries) == (0, 0) for j in jobs.values())
+    assert [e["reason"] for e in workerd.events("child_killed")] == ["drain grace over"]

@@ -536,17 +536,20 @@ def test_periodic_ticks_while_schedulers_are_sigkilled(
     assert scheduler_kills + host_kills >= 10, figures
 
 
+@pytest.mark.parametrize("threads", [1, 4], ids=["processes", "threads"])
 def test_cancels_while_workers_are_sigkilled(
     start_workerd: Callable[..., Workerd],  # noqa: F811
     r: redis.Redis,
     tmp_path: Path,
+    threads: int,
 ) -> None:
     """Scenario 14: 60 jobs of 0.3 s, 24 cancels at random moments (every other one of a running
     job), while a random busy worker is SIGKILLed every 0.5 s. Every job asked to stop ends canceled or (it
     finished first) completed; no other job is canceled; none is lost, retried or dead; each
-    job's events match its history."""
+    job's events match its history. Threaded (4 a process): a cancel interrupts one thread;
+    a kill takes the process's other jobs, which go back uncounted or marked to run alone."""
     journal = tmp_path / "journal.jsonl"
-    workerd = start_workerd(**FAULT_ENV, WORKER_CANCEL_GRACE="1s")
+    workerd = start_workerd(**FAULT_ENV, WORKER_CANCEL_GRACE="1s", WORKER_THREADS=str(threads))
     records = enqueue_journaled(Scripts(r, KEYS), 60, journal, sleep=0.3)
     ids = [rec.job_id for rec in records]
     answered: dict[str, str] = {}  # job id -> its status in the cancel's answer
@@ -587,7 +590,7 @@ def test_cancels_while_workers_are_sigkilled(
         "asked_while_running": sum(1 for s in answered.values() if s == "processing"),
         "asked_ended": dict(sorted(Counter(statuses[j] for j in asked).items())),
     }
-    print_figures("cancels_while_sigkilled", figures)
+    print_figures("cancels_while_sigkilled" + ("_threads" if threads > 1 else ""), figures)
     assert report.lost == [] and report.violations == [], figures
     assert report.event_mismatches == [], report.event_mismatches[:5]
     assert report.overlapping_duplicates == 0, report.overlapping

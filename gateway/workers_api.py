@@ -52,6 +52,8 @@ def process_json(process: WorkerProcess) -> dict[str, Any]:
         "busy_since": format_ms(process.busy_since_ms),
     }
     doc: dict[str, Any] = {"pid": process.pid, "last_heartbeat": format_ms(process.beat_ms)}
+    if process.worker is not None:
+        doc["worker"] = process.worker
     if process.job_id is not None:
         doc.update((name, value) for name, value in job.items() if value is not None)
     return doc

@@ -30,6 +30,7 @@ HELP_VARIABLES = (
     "TASKFORGE_HANDLERS",
     "REDIS_URL",
     "WORKER_COUNT",
+    "WORKER_THREADS",
     "WORKER_QUEUES",
     "TASKFORGE_SCHEDULES",
     "PORT_WORKER",
@@ -39,9 +40,9 @@ HELP_VARIABLES = (
 )
 DESCRIPTION = """\
 Run TaskForge's worker daemon: a supervisor that forks WORKER_COUNT worker processes (each
-claims jobs from Redis and runs the handler registered for the job's type), a scheduler
-(due and retrying jobs, expired leases, retention) and an HTTP server for /health, /ready
-and /metrics. Settings come from the environment only."""
+claims jobs from Redis and runs the handler registered for the job's type, WORKER_THREADS
+at once), a scheduler (due and retrying jobs, expired leases, retention) and an HTTP server
+for /health, /ready and /metrics. Settings come from the environment only."""
 SIGNALS = """\
 signals:
   TERM, INT  drain: stop claiming, let running jobs finish for up to WORKER_DRAIN_GRACE,

@@ -61,6 +61,20 @@ class Child:
     kill_reason: str | None = None  # set when the supervisor itself killed it
     # (job id, token, timeout, queue) of the job it was running
     killed_job: tuple[str, int, float, str] | None = None
+    threads: int = 1  # slots it owns from `index` on: a worker's job threads (WORKER_THREADS)
+    # The slot whose job the supervisor killed it for (timeout, lease lost, cancel): the other
+    # threads' jobs died for no fault of their own (workerd.duties.release).
+    culprit: int | None = None
+
+    @property
+    def slots(self) -> range:
+        """Return the indexes of the slots it owns, one per job thread."""
+        return range(self.index, self.index + self.threads)
+
+    def worker_id(self, slot: int) -> str:
+        """Return the worker id the thread on `slot` claims under (``claimed_by``): the child's
+        name when it runs one job at a time, else the name and the thread (``<name>.t<k>``)."""
+        return self.name if self.threads == 1 else f"{self.name}.t{slot - self.index}"
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -161,8 +175,13 @@ class Roster:
         return [c for c in self.children.values() if c.kind == kind]
 
     def state(self, child: Child) -> SlotState | None:
-        """Return the child's slot as it wrote it, or None while it is mid-write."""
+        """Return the child's (first) slot as it wrote it, or None while it is mid-write."""
         return self.table.slot(child.index).read()
+
+    def slot_states(self, child: Child) -> list[tuple[int, SlotState | None]]:
+        """Return each slot of the child (one per job thread) with its reading (None while
+        mid-write)."""
+        return [(index, self.table.slot(index).read()) for index in child.slots]
 
     def up(self, kind: str) -> list[Child]:
         """Return the children of `kind` past booting that the supervisor is not killing."""
@@ -172,8 +191,17 @@ class Roster:
             if c.kill_reason is None and (s := self.state(c)) is not None and not s.booting
         ]
 
-    def kill(self, child: Child, reason: str, sig: signal.Signals = signal.SIGKILL) -> None:
-        """Signal `child`; the first reason given is the one its exit is logged with."""
+    def kill(
+        self,
+        child: Child,
+        reason: str,
+        sig: signal.Signals = signal.SIGKILL,
+        *,
+        culprit: int | None = None,
+    ) -> None:
+        """Signal `child`; the first reason given is the one its exit is logged with, and
+        `culprit` (the slot whose job it is killed for) goes with that reason."""
         if child.kill_reason is None:
             child.kill_reason = reason
+            child.culprit = culprit
         self.spawner.kill(child.pid, sig)

@@ -38,12 +38,13 @@ RECORD_SIZE = 320  # room to grow a record without moving the others
 _WORD = 8  # the sequence counter: one aligned 64-bit word at the start of each record
 # Each record is the sequence counter, then these fields (at offset + 8).
 # heartbeat (monotonic s), token, job started (monotonic s), job timeout (s), job id, queue,
-# job type (for GET /workers: what each process runs)
-_CHILD = struct.Struct("<dqdd36s64s128s")
+# job type (for GET /workers: what each process runs), alone (1: the job runs alone in its
+# process, WORKER_THREADS; its death is its own)
+_CHILD = struct.Struct("<dqdd36s64s128si")
 # heartbeat (monotonic s), live workers, scheduler alive, scripts loaded, quiet
 _SUPERVISOR = struct.Struct("<diiii")
 _READ_ATTEMPTS = 100
-# The supervisor's words at the end of each child's record (the child's fields end at 268):
+# The supervisor's words at the end of each child's record (the child's fields end at 272):
 # cancels sent (a counter), the execution to cancel (its start, monotonic s), drain requested.
 _CONTROL_AT = RECORD_SIZE - 3 * _WORD
 _CANCELS, _CANCEL_TARGET, _DRAIN = 0, 1, 2
@@ -101,6 +102,7 @@ class SlotState:
     job_timeout: float
     queue: str = ""
     job_type: str = ""
+    alone: bool = False  # the job runs alone in its threaded process (workerd.worker_threads)
 
     @property
     def booting(self) -> bool:
@@ -183,6 +185,10 @@ class Slot:
     """One child's record: written by the child, read by the supervisor; its Control, and the
     ClaimFence a worker child holds around each claim."""
 
+    # Set by a job thread around a job it runs alone in its process (workerd.worker_threads):
+    # start_job says so in the record, so a death then is the job's own (workerd.duties.release).
+    alone = False
+
     def __init__(
         self,
         record: _SeqRecord,
@@ -196,7 +202,7 @@ class Slot:
     def reset(self, *, booting: bool) -> None:
         """Clear the slot before forking its child; while booting the token reads -1. The
         child gets a new claim lock: one a killed child held would never be given back."""
-        self._record.write(time.monotonic(), -1 if booting else 0, 0.0, 0.0, b"", b"", b"")
+        self._record.write(time.monotonic(), -1 if booting else 0, 0.0, 0.0, b"", b"", b"", 0)
         if self.control is not None:
             self.control.clear()
         if self.fence is not None:
@@ -204,7 +210,7 @@ class Slot:
 
     def beat(self) -> None:
         """Record that the child is alive and between jobs."""
-        self._record.write(time.monotonic(), 0, 0.0, 0.0, b"", b"", b"")
+        self._record.write(time.monotonic(), 0, 0.0, 0.0, b"", b"", b"", 0)
 
     def start_job(
         self,
@@ -218,7 +224,7 @@ class Slot:
         its start, which names this execution (Control)."""
         now = time.monotonic()
         fields = (job_id.encode(), queue.encode(), job_type.encode())
-        self._record.write(now, token, now, timeout, *fields)
+        self._record.write(now, token, now, timeout, *fields, int(self.alone))
         return now
 
     def read(self) -> SlotState | None:
@@ -226,11 +232,11 @@ class Slot:
         record = self._record.read()
         if record is None:
             return None
-        heartbeat, token, started, timeout, raw_id, raw_queue, raw_type = record
+        heartbeat, token, started, timeout, raw_id, raw_queue, raw_type, alone = record
         job_id = raw_id.rstrip(b"\0").decode() or None  # type: ignore[union-attr]
         queue = raw_queue.rstrip(b"\0").decode()  # type: ignore[union-attr]
         job_type = raw_type.rstrip(b"\0").decode()  # type: ignore[union-attr]
-        return SlotState(heartbeat, job_id, token, started, timeout, queue, job_type)  # type: ignore[arg-type]
+        return SlotState(heartbeat, job_id, token, started, timeout, queue, job_type, bool(alone))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import FrameType
 from wsgiref.simple_server import WSGIServer
 
@@ -59,6 +60,7 @@ from workerd.respawn import Halt, Respawns
 from workerd.scheduler import SchedulerProcess
 from workerd.slots import SlotTable
 from workerd.worker import WorkerProcess
+from workerd.worker_threads import ThreadedWorker
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,25 @@ FINAL_ACK_WINDOW = 5.0  # at exit, how long to keep trying to requeue jobs of ki
 HALT_KILL_WINDOW = 5.0  # after a halt, how long to wait for the killed children to go
 # Sidekiq's choice: TSTP quiets the host (finish running jobs, claim nothing more), CONT resumes.
 QUIET_SIGNALS = (signal.SIGTSTP, signal.SIGCONT)
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one child lives in the slot table: its kind, its first slot, how many it owns."""
+
+    kind: str
+    index: int
+    threads: int = 1
+
+
+def _places(workers: int, threads: int, observer: bool) -> list[Place]:
+    """Return the children's places: WORKER_COUNT workers of `threads` slots each (one per job
+    thread), then the scheduler and, with a listener, the observability server."""
+    places = [Place(WORKER, number * threads, threads) for number in range(workers)]
+    places.append(Place(SCHEDULER, workers * threads))
+    if observer:
+        places.append(Place(OBSERVER, workers * threads + 1))
+    return places
 
 
 class Supervisor:
@@ -94,9 +115,8 @@ class Supervisor:
         self.clock = clock
         self.pid = os.getpid()
         self.name = f"{socket.gethostname()}-{self.pid}"
-        kinds = [WORKER] * settings.worker_count + [SCHEDULER] + ([OBSERVER] if listener else [])
-        self.kinds = kinds  # slot index -> kind of child
-        self.table = SlotTable(len(kinds))
+        self.places = _places(settings.worker_count, settings.worker_threads, bool(listener))
+        self.table = SlotTable(sum(place.threads for place in self.places))
         self.roster = Roster(self.table, spawner or ForkSpawner())
         self.children = self.roster.children  # pid -> Child
         self.respawns = Respawns()
@@ -218,10 +238,11 @@ class Supervisor:
         self.stopping = True
         self.drain_deadline = now + self.settings.drain_grace
         for child in self.roster.of_kind(WORKER):
-            control = self.table.slot(child.index).control
-            if control is not None:
-                # Told apart from a cancel's SIGTERM, should the two arrive as one signal.
-                control.request_drain()
+            for index in child.slots:
+                control = self.table.slot(index).control
+                if control is not None:
+                    # Told apart from a cancel's SIGTERM, should the two arrive as one signal.
+                    control.request_drain()
             self.roster.spawner.kill(child.pid, signal.SIGTERM)
 
     # -- reload (SIGHUP) -----------------------------------------------------------------------
@@ -335,20 +356,22 @@ class Supervisor:
 
     def _spawn_missing(self, now: float) -> None:
         running = {child.index for child in self.children.values()}
-        for index, kind in enumerate(self.kinds):
-            if index not in running and self.respawns.due(index, now):
-                self._spawn(index, kind, now)
+        for number, place in enumerate(self.places):
+            if place.index not in running and self.respawns.due(place.index, now):
+                self._spawn(number, place, now)
 
-    def _spawn(self, index: int, kind: str, now: float) -> None:
+    def _spawn(self, number: int, place: Place, now: float) -> None:
         self.generation += 1
-        name = f"{self.name}-{kind}{index}-{self.generation}"
-        self.table.slot(index).reset(booting=True)
+        kind, index, threads = place.kind, place.index, place.threads
+        name = f"{self.name}-{kind}{number}-{self.generation}"
+        for slot in range(index, index + threads):
+            self.table.slot(slot).reset(booting=True)
 
         def body() -> int:
-            return self._child(Child(kind, index, os.getpid(), name, now))
+            return self._child(Child(kind, index, os.getpid(), name, now, threads=threads))
 
         pid = self.roster.spawner.spawn(name, body)
-        self.children[pid] = Child(kind, index, pid, name, now)
+        self.children[pid] = Child(kind, index, pid, name, now, threads=threads)
         log.info("child_spawned", extra={"child": name, "kind": kind, "child_pid": pid})
 
     def _child(self, child: Child) -> int:
@@ -366,7 +389,11 @@ class Supervisor:
         client = connect(self.settings, role=child.kind)
         scripts = Scripts(client, self.scripts.keys, self.scripts.policy)
         slot = self.table.slot(child.index)
-        if child.kind == WORKER:
+        process: WorkerProcess | ThreadedWorker | SchedulerProcess | ObservabilityServer
+        if child.kind == WORKER and child.threads > 1:
+            slots = [(self.table.slot(index), child.worker_id(index)) for index in child.slots]
+            process = ThreadedWorker(self.settings, scripts, slots, child.name, self.pid)
+        elif child.kind == WORKER:
             # Its slot's ClaimFence carries the host's quiet request (workerd.slots).
             process = WorkerProcess(self.settings, scripts, slot, child.name, self.pid)
         elif child.kind == SCHEDULER:
@@ -422,9 +449,11 @@ class Supervisor:
         )
         metrics.mark_dead(child.pid)
         if child.kind == WORKER:
-            self.release.on_worker_died(child, state, draining=self.stopping)
-            # Its job is no longer running here: taskforge_busy_workers counts slots.
-            self.table.slot(child.index).reset(booting=False)
+            states = self.roster.slot_states(child)
+            self.release.on_worker_died(child, states, draining=self.stopping)
+            # Its jobs are no longer running here: taskforge_busy_workers counts slots.
+            for index in child.slots:
+                self.table.slot(index).reset(booting=False)
         failed = booting or (child.kill_reason is None and not expected and code != 0)
         self.respawns.after_exit(child, now, failed=failed, booting=booting)
 

@@ -392,15 +392,22 @@ class WorkerProcess(StopOnSignal):
         return next_job
 
     def _due_for_recycling(self) -> bool:
-        limit = self.settings.worker_max_jobs
-        if limit and self.jobs_done >= limit:
-            self.exit_reason = f"recycled after {self.jobs_done} jobs"
-            return True
-        rss_limit = self.settings.worker_max_rss_mb
-        if rss_limit and resident_mb() > rss_limit:
-            self.exit_reason = f"recycled at {resident_mb():.0f} MB resident"
-            return True
-        return False
+        reason = recycling_reason(self.settings, self.jobs_done)
+        if reason:
+            self.exit_reason = reason
+        return bool(reason)
+
+
+def recycling_reason(settings: Settings, jobs_done: int) -> str:
+    """Return why a worker process that ran `jobs_done` jobs is due for replacement
+    (WORKER_MAX_JOBS, WORKER_MAX_RSS_MB), or "" when it is not."""
+    limit = settings.worker_max_jobs
+    if limit and jobs_done >= limit:
+        return f"recycled after {jobs_done} jobs"
+    rss_limit = settings.worker_max_rss_mb
+    if rss_limit and resident_mb() > rss_limit:
+        return f"recycled at {resident_mb():.0f} MB resident"
+    return ""
 
 
 def _span_attributes(job: Job) -> dict[str, object] | None:

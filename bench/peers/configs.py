@@ -35,6 +35,7 @@ class Config:
     # measures an older commit this way); None: this one.
     tree: Path | None = None
     threads: int = 1  # jobs one worker process runs at once (Dramatiq's -t)
+    on_request: bool = False  # run only when --only names it (not in the full run)
 
     def concurrency(self, processes: int) -> str:
         """Describe N workers' concurrency in the results: processes × jobs at once each."""
@@ -120,6 +121,21 @@ CONFIGS: tuple[Config, ...] = (
         "as above, jobs sent by `POST /enqueue` to the gateway under gunicorn "
         "(deploy/gunicorn.conf.py: 2 gthread workers × 32 threads), LOG_LEVEL=INFO",
         gateway=True,
+    ),
+    *(
+        Config(
+            f"taskforge-t{n}",
+            f"TaskForge ({n} thread{'s' if n > 1 else ''})",
+            "taskforge",
+            "bench.peers.taskforge_bench",
+            _workerd,
+            AT_LEAST_ONCE_TF,
+            f"as TaskForge, WORKER_THREADS={n}: up to {n} jobs at once per process",
+            env={"WORKER_THREADS": str(n)},
+            threads=n,
+            on_request=True,
+        )
+        for n in (1, 2, 4, 8)
     ),
     Config(
         "rq-fork",
@@ -208,8 +224,8 @@ SYSTEMS = ("taskforge", "rq", "celery", "dramatiq", "huey")
 def selected(only: list[str] | None) -> list[Config]:
     """Return the configurations named by --only (a system or a configuration key)."""
     if not only:
-        return list(CONFIGS)
+        return [c for c in CONFIGS if not c.on_request]
     unknown = set(only) - set(BY_KEY) - set(SYSTEMS)
     if unknown:
         raise SystemExit(f"--only: unknown {sorted(unknown)}; choose from {sorted(BY_KEY)}")
-    return [c for c in CONFIGS if c.key in only or c.system in only]
+    return [c for c in CONFIGS if c.key in only or (c.system in only and not c.on_request)]

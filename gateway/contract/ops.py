@@ -21,6 +21,10 @@ class Process(Struct, kw_only=True):
     # tool following job_id to /jobs/{id} must never be handed a null id).
     pid: int
     last_heartbeat: TimestampOrNull
+    worker: (
+        said(str, "The worker id its jobs are claimed under: with WORKER_THREADS, a job thread's.")
+        | UnsetType
+    ) = UNSET
     job_id: said(str, "The job it runs; absent: idle.") | UnsetType = UNSET
     type: str | UnsetType = UNSET
     queue: str | UnsetType = UNSET

@@ -24,8 +24,10 @@ def text(value: bytes | str | None) -> str | None:
 
 
 # Hash fields a Job carries in ``extra``: when it became claimable (ms; the queue-wait
-# histogram reads it from the claim reply, no extra call) and its W3C trace context.
-EXTRA_FIELDS = ("eligible_at", "traceparent")
+# histogram reads it from the claim reply, no extra call), its W3C trace context, and whether
+# it must run alone in its worker process (set by release_worker.lua after a death of a
+# threaded worker nobody could attribute; workerd.worker_threads).
+EXTRA_FIELDS = ("eligible_at", "traceparent", "alone")
 # A claim reply's values, by position (CLAIM_FIELDS in lua/includes/claim.lua, started_at where
 # the script read status): what a worker needs to run the job, without the last failure's error
 # and traceback, nor what the caller knows (see _claimed).
@@ -46,6 +48,7 @@ CLAIM_REPLY_FIELDS = tuple(
         "eligible_at",
         "traceparent",
         "started_at",
+        "alone",
     )
 )
 

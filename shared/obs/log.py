@@ -49,6 +49,8 @@ EVENTS: frozenset[str] = frozenset(
         "scheduler_stopped",
         "worker_started",
         "worker_stopped",
+        "worker_process_stopped",
+        "job_waits_alone",
         "supervisor_started",
         "supervisor_stopped",
         "gateway_started",

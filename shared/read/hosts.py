@@ -36,6 +36,9 @@ class WorkerProcess:
     queue: str | None
     busy_since_ms: int | None  # when it started that job (the host's clock)
     beat_ms: int | None  # its last heartbeat (the host's clock)
+    # The worker id its jobs are claimed under (a job thread's, with WORKER_THREADS); None
+    # from a workerd that did not say.
+    worker: str | None = None
 
 
 @dataclass(frozen=True)
@@ -135,4 +138,5 @@ def _process(item: Any) -> WorkerProcess | None:
         queue=optional("queue", str),
         busy_since_ms=optional("busy_since_ms", int),
         beat_ms=optional("beat_ms", int),
+        worker=optional("worker", str),
     )

@@ -24,6 +24,8 @@ from shared.settings.cluster_url import is_cluster_url, parse_cluster_url, split
 
 WORKER_COUNT_DEFAULT = 3
 WORKER_COUNT_MAX = 512
+WORKER_THREADS_DEFAULT = 1
+WORKER_THREADS_MAX = 64
 # 64 per process: 50 streams (a dashboard per operator, or a load test) fit in one process even
 # when all land there (gunicorn does not spread connections evenly), beside its 32 other threads.
 EVENTS_STREAMS_DEFAULT = 64
@@ -72,6 +74,7 @@ class Settings:
     port_worker: int
     bind_host: str
     worker_count: int
+    worker_threads: int
     visibility_timeout: float
     retry_base_delay: float
     retry_max_delay: float
@@ -380,6 +383,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("WORKER_COUNT", "worker_count", str(WORKER_COUNT_DEFAULT),
              f"Worker processes per workerd host, at most {WORKER_COUNT_MAX}; a bad value falls back to {WORKER_COUNT_DEFAULT} with a warning",
              _worker_count),
+    Variable("WORKER_THREADS", "worker_threads", str(WORKER_THREADS_DEFAULT),
+             f"Jobs one worker process runs at once, each on its own thread, at most {WORKER_THREADS_MAX} (docs/WORKERD.md, \"Threads\"); 1 runs each job on the process's main thread",
+             _integer(1, WORKER_THREADS_MAX)),
     Variable("TASK_VISIBILITY_TIMEOUT", "visibility_timeout", "30s",
              "Lease length: a job whose lease is not renewed for this long goes back to pending",
              duration_parser(positive=True)),

@@ -71,6 +71,30 @@ def test_release_worker_of_a_drained_worker_counts_no_recovery(
     assert (job(r, J1).status, job(r, J1).recoveries) == (JobState.PENDING, 0)
 
 
+def test_release_worker_isolating_counts_no_recovery_and_marks_the_job_to_run_alone(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    # A threaded worker died of a cause nobody knows, with several jobs running: none is
+    # blamed; each goes back uncounted, and its next claim (and the ones after) says "alone".
+    start(scripts, J1, worker="w1.t0")
+    assert scripts.claim("w1.t0", now_ms=T0 + 1) is None  # nothing else: J1 alone is held
+
+    released = scripts.release_worker("w1.t0", isolate=True, now_ms=T0 + 1)
+
+    assert released == [Released(Code.DONE, J1, "t")]
+    assert (job(r, J1).status, job(r, J1).recoveries) == (JobState.PENDING, 0)
+    again = scripts.claim("w2", now_ms=T0 + 2)
+    assert again is not None and again.extra["alone"] == "1"
+    # Its next death, alone, is its own: a crash counts as ever, and the mark stays.
+    assert scripts.release_worker("w2", now_ms=T0 + 3)[0].code is Code.DONE
+    assert job(r, J1).recoveries == 1
+    assert scripts.claim("w3", now_ms=T0 + 4).extra["alone"] == "1"
+
+
+def test_a_job_never_isolated_claims_without_the_mark(r: redis.Redis, scripts: Scripts) -> None:
+    assert "alone" not in start(scripts, J1).extra
+
+
 def test_release_worker_past_the_recovery_cap_declares_the_job_dead(
     r: redis.Redis, scripts: Scripts
 ) -> None:

@@ -53,14 +53,19 @@ pytestmark = pytest.mark.slow
 KEYS = Keys()
 
 
+@pytest.mark.parametrize("threads", [1, 4], ids=["processes", "threads"])
 def test_sigkill_workers_mid_job(
     start_workerd: Callable[..., Workerd],  # noqa: F811
     r: redis.Redis,
     tmp_path: Path,
+    threads: int,
 ) -> None:
-    """Scenario 1: SIGKILL a random busy worker every 0.5 s for 8 s while 200 jobs run."""
+    """Scenario 1: SIGKILL a random busy worker every 0.5 s for 8 s while 200 jobs run.
+
+    Threaded (WORKER_THREADS=4): a kill ends every job of the process; with several running,
+    nobody can tell which one killed it, so each goes back uncounted, marked to run alone."""
     journal = tmp_path / "journal.jsonl"
-    workerd = start_workerd(**FAULT_ENV)
+    workerd = start_workerd(**FAULT_ENV, WORKER_THREADS=str(threads))
     began = time.monotonic()
     records = enqueue_journaled(Scripts(r, KEYS), 200, journal, sleep=0.08)
     ids = [rec.job_id for rec in records]
@@ -83,12 +88,15 @@ def test_sigkill_workers_mid_job(
         "recovery_s_max": max(recovery, default=None),
         "recovered_measured": len(recovery),
         "throughput_jobs_per_s": round(len(ids) / (finished - began), 1),
+        "threads": threads,
+        "marked_alone": sum(1 for i in ids if r.hget(KEYS.job(i), "alone")),
     }
-    print_figures("sigkill_workers", figures)
+    print_figures("sigkill_workers" + ("_threads" if threads > 1 else ""), figures)
     assert kills, "no worker was killed"
     assert report.lost == [], report.lost
     assert report.overlapping_duplicates == 0, report.overlapping
-    assert report.sequential_duplicates <= len(kills), figures
+    # A kill ends every job its process runs: one per thread.
+    assert report.sequential_duplicates <= len(kills) * threads, figures
     assert report.unexpected == []
     assert report.violations == [], report.violations
     assert report.event_mismatches == [], report.event_mismatches[:5]
@@ -178,15 +186,21 @@ def test_limits_hold_while_workers_are_sigkilled(
     assert report.event_mismatches == [], report.event_mismatches[:5]
 
 
+@pytest.mark.parametrize("threads", [1, 4], ids=["processes", "threads"])
 def test_poison_pill_goes_dead_others_flow(
     start_workerd: Callable[..., Workerd],  # noqa: F811
     r: redis.Redis,
     tmp_path: Path,
+    threads: int,
 ) -> None:
-    """Scenario 5: a `demo.crash` job among 300 normal jobs is dead after the recovery cap."""
+    """Scenario 5: a `demo.crash` job among 300 normal jobs is dead after the recovery cap.
+
+    Threaded (WORKER_THREADS=4): the pill's first death, beside other jobs, is nobody's: they
+    all go back uncounted, the pill marked to run alone; alone, each death is its own. Only
+    the jobs running beside that first death run twice (sequential duplicates ≤ threads − 1)."""
     journal = tmp_path / "journal.jsonl"
     cap = 3
-    workerd = start_workerd(**FAULT_ENV, TASK_MAX_RECOVERIES=str(cap))
+    workerd = start_workerd(**FAULT_ENV, TASK_MAX_RECOVERIES=str(cap), WORKER_THREADS=str(threads))
     scripts = Scripts(r, KEYS)
     began = time.monotonic()
     records = enqueue_journaled(scripts, 150, journal, sleep=0.005)
@@ -205,12 +219,17 @@ def test_poison_pill_goes_dead_others_flow(
         "recovery_cap": cap,
         "worker_deaths": len(workerd.events("child_exited", kind="worker")),
         "throughput_jobs_per_s": round(len(ids) / (finished - began), 1),
+        "threads": threads,
+        "pill_alone": pill_state.get("alone"),
+        "others_recoveries": sum(int(r.hget(KEYS.job(i), "recoveries") or 0) for i in normal),
     }
-    print_figures("poison_pill", figures)
+    print_figures("poison_pill" + ("_threads" if threads > 1 else ""), figures)
     assert pill_state.get("status") == "dead", pill_state
     assert report.statuses == {"completed": len(normal), "dead": 1}, report.statuses
     assert report.lost == []
-    assert report.duplicates == 0, figures
+    assert figures["others_recoveries"] == 0, figures  # none died for its own fault
+    assert report.overlapping_duplicates == 0, figures
+    assert report.sequential_duplicates <= threads - 1, figures
     assert report.completed_unexecuted == []
     assert report.violations == [], report.violations
     assert report.event_mismatches == [], report.event_mismatches[:5]
@@ -517,17 +536,20 @@ def test_periodic_ticks_while_schedulers_are_sigkilled(
     assert scheduler_kills + host_kills >= 10, figures
 
 
+@pytest.mark.parametrize("threads", [1, 4], ids=["processes", "threads"])
 def test_cancels_while_workers_are_sigkilled(
     start_workerd: Callable[..., Workerd],  # noqa: F811
     r: redis.Redis,
     tmp_path: Path,
+    threads: int,
 ) -> None:
     """Scenario 14: 60 jobs of 0.3 s, 24 cancels at random moments (every other one of a running
     job), while a random busy worker is SIGKILLed every 0.5 s. Every job asked to stop ends canceled or (it
     finished first) completed; no other job is canceled; none is lost, retried or dead; each
-    job's events match its history."""
+    job's events match its history. Threaded (4 a process): a cancel interrupts one thread;
+    a kill takes the process's other jobs, which go back uncounted or marked to run alone."""
     journal = tmp_path / "journal.jsonl"
-    workerd = start_workerd(**FAULT_ENV, WORKER_CANCEL_GRACE="1s")
+    workerd = start_workerd(**FAULT_ENV, WORKER_CANCEL_GRACE="1s", WORKER_THREADS=str(threads))
     records = enqueue_journaled(Scripts(r, KEYS), 60, journal, sleep=0.3)
     ids = [rec.job_id for rec in records]
     answered: dict[str, str] = {}  # job id -> its status in the cancel's answer
@@ -568,7 +590,7 @@ def test_cancels_while_workers_are_sigkilled(
         "asked_while_running": sum(1 for s in answered.values() if s == "processing"),
         "asked_ended": dict(sorted(Counter(statuses[j] for j in asked).items())),
     }
-    print_figures("cancels_while_sigkilled", figures)
+    print_figures("cancels_while_sigkilled" + ("_threads" if threads > 1 else ""), figures)
     assert report.lost == [] and report.violations == [], figures
     assert report.event_mismatches == [], report.event_mismatches[:5]
     assert report.overlapping_duplicates == 0, report.overlapping

@@ -73,7 +73,9 @@ def test_workers_shows_the_job_each_process_runs_then_that_it_is_idle(
     assert shown["pid"] != host["pid"]
     idle = [p for p in host["processes"] if "job_id" not in p]
     assert len(idle) == 1
-    assert set(idle[0]) == {"pid", "last_heartbeat"}  # no job, and no null standing for one
+    assert set(idle[0]) == {"pid", "worker", "last_heartbeat"}  # no job, nor a null for one
+    # The worker id the held job was claimed under (its claimed_by): the process's own name.
+    assert shown["worker"] == job.worker_id and shown["worker"] != idle[0]["worker"]
 
     release.touch()
     wait_until(
@@ -87,3 +89,36 @@ def test_workers_shows_the_job_each_process_runs_then_that_it_is_idle(
         "every process idle again",
     )
     assert len(processes(client)) == 2
+
+
+def test_workers_lists_each_job_thread_of_a_threaded_process(
+    start_workerd: Callable[..., Workerd],
+    engine: Engine,
+    r: redis.Redis,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    start_workerd(
+        WORKER_COUNT="1",
+        WORKER_THREADS="3",
+        TASKFORGE_HANDLERS=f"{HANDLERS},tests.workerd.handlers_hold",
+        TASK_VISIBILITY_TIMEOUT="30s",
+    )
+    client = create_app(Settings.from_env({"REDIS_URL": redis_server.url})).test_client()
+    release = tmp_path / "release"
+    job_id = engine.enqueue("hold", {"release": str(release), "max_seconds": WAIT * 2})
+
+    def busy() -> list[dict[str, Any]]:
+        return [p for p in processes(client) if p.get("job_id") == job_id]
+
+    wait_until(busy, WAIT, "the held job shown on a thread")
+    (host,) = workers(client)
+    listed = host["processes"]
+    assert (host["workers"], host["busy"], len(listed)) == (3, 1, 3)
+    assert len({p["pid"] for p in listed}) == 1  # one process, three threads
+    names = sorted(p["worker"] for p in listed)
+    assert [n.rsplit(".", 1)[1] for n in names] == ["t0", "t1", "t2"]
+    job = get_job(r, engine.keys, job_id)
+    assert job is not None and busy()[0]["worker"] == job.worker_id
+    release.touch()
+    engine.wait_for(job_id, JobState.COMPLETED)

@@ -37,18 +37,22 @@ class Cancels:
     def __init__(self, roster: Roster, *, grace: float) -> None:
         self.roster = roster
         self.grace = grace
-        self.stopping: dict[int, Stopping] = {}  # pid -> its execution asked to stop
+        # (pid, slot) -> the execution asked to stop in that slot (a job thread's, with
+        # WORKER_THREADS: the process's other threads go on with their jobs)
+        self.stopping: dict[tuple[int, int], Stopping] = {}
 
-    def request(self, child: Child, state: SlotState, now: float) -> None:
-        """Ask `child` to stop the job its slot shows (once per execution)."""
-        asked = self.stopping.get(child.pid)
+    def request(self, child: Child, index: int, state: SlotState, now: float) -> None:
+        """Ask `child` to stop the job its slot `index` shows (once per execution)."""
+        asked = self.stopping.get((child.pid, index))
         if asked is not None and asked.started == state.job_started:
             return  # signalled already: renewals keep saying so until the job ends
-        control = self.roster.table.slot(child.index).control
+        control = self.roster.table.slot(index).control
         if control is None or child.kill_reason is not None or not state.job_id:
             return
         control.request_cancel(state.job_started)  # before the signal, which it explains
-        self.stopping[child.pid] = Stopping(state.job_started, now + self.grace, state.job_id)
+        self.stopping[(child.pid, index)] = Stopping(
+            state.job_started, now + self.grace, state.job_id
+        )
         log.info(
             "cancel_signaled",
             extra={"child": child.name, "job_id": state.job_id, "grace_s": self.grace},
@@ -57,16 +61,17 @@ class Cancels:
 
     def tick(self, now: float) -> None:
         """Kill each worker still running its canceled job past the grace; forget the rest."""
-        for pid, asked in list(self.stopping.items()):
+        for (pid, index), asked in list(self.stopping.items()):
             child = self.roster.children.get(pid)
             if child is None or child.kill_reason is not None:
-                del self.stopping[pid]  # gone (its reaping releases the job), or killed already
+                # gone (its reaping releases the job), or killed already
+                del self.stopping[(pid, index)]
                 continue
-            state = self.roster.state(child)
+            state = self.roster.table.slot(index).read()
             if state is None:
                 continue  # mid-write: next tick
             if state.job_started != asked.started:
-                del self.stopping[pid]  # it stopped the job (or finished it first)
+                del self.stopping[(pid, index)]  # it stopped the job (or finished it first)
                 continue
             if now >= asked.deadline:
                 log.warning(
@@ -78,5 +83,5 @@ class Cancels:
                         "grace_s": self.grace,
                     },
                 )
-                self.roster.kill(child, KILL_REASON)
-                del self.stopping[pid]
+                self.roster.kill(child, KILL_REASON, culprit=index)
+                del self.stopping[(pid, index)]

@@ -79,14 +79,21 @@ class RegistryHeartbeat:
             return
         self.next_beat = now + self.interval
         live = self.roster.up(WORKER)
-        states = [(child.pid, self.roster.state(child)) for child in live]
+        # One entry per job thread (WORKER_THREADS): each runs its own job, under one pid.
+        slots = [
+            (child, index, state)
+            for child in live
+            for index, state in self.roster.slot_states(child)
+        ]
+        states = [(child.pid, state) for child, _, state in slots]
+        workers = [child.worker_id(index) for child, index, _ in slots]
         busy = sum(1 for _, s in states if s is not None and s.job_id)
         fields: dict[str, str | int] = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "workers": len(live),
+            "workers": len(states),
             "busy": busy,
-            "procs": processes_json(states, time.time(), time.monotonic()),
+            "procs": processes_json(states, time.time(), time.monotonic(), workers),
             **self.serves,
         }
         # The registry is informational; an outage is logged by the loops it stops.
@@ -112,10 +119,15 @@ class RegistryHeartbeat:
 
 
 def processes_json(
-    states: Sequence[tuple[int, SlotState | None]], wall_now: float, monotonic_now: float
+    states: Sequence[tuple[int, SlotState | None]],
+    wall_now: float,
+    monotonic_now: float,
+    workers: Sequence[str] = (),
 ) -> str:
     """Return the record's ``procs``: each worker process, its current job, when it started it
-    and when it last beat, as compact JSON (shared.read.hosts reads it).
+    and when it last beat, as compact JSON (shared.read.hosts reads it). With WORKER_THREADS,
+    one entry per job thread; `workers` (when given, one per state) names the worker id each
+    claims under (``claimed_by``).
 
     The slots hold monotonic times (immune to clock steps); the record holds epoch ms, as seen
     from this host's clock now. A job id, type and queue name are not a payload: fine to show.
@@ -126,13 +138,15 @@ def processes_json(
         return int((wall_now - (monotonic_now - monotonic)) * 1000)
 
     procs = []
-    for pid, state in states:
+    names = list(workers) or [None] * len(states)
+    for (pid, state), worker in zip(states, names, strict=True):
         if state is None:
             continue
         running = state.job_id is not None
         procs.append(
             {
                 "pid": pid,
+                **({"worker": worker} if worker else {}),
                 "job_id": state.job_id,
                 "type": (state.job_type or None) if running else None,
                 "queue": (state.queue or None) if running else None,

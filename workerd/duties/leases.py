@@ -61,18 +61,18 @@ class Leases:
                     "jobs": len(running) - len(codes),
                 },
             )
-        for child, job_id, _, _ in running:
+        for child, index, job_id, _, _ in running:
             code = codes.get(job_id)  # None: not renewed this time
             if code in (Code.STALE_TOKEN, Code.NOT_FOUND):
                 log.error("lease_lost", extra={"job_id": job_id, "child": child.name})
-                self.roster.kill(child, "lease lost")
+                self.roster.kill(child, "lease lost", culprit=index)
             elif code is Code.CANCEL_ASKED and self.cancels is not None:
-                state = self.roster.state(child)
+                state = self.roster.table.slot(index).read()
                 if state is not None and state.job_id == job_id:
-                    self.cancels.request(child, state, now)
+                    self.cancels.request(child, index, state, now)
 
     def _renew(
-        self, running: list[tuple[Child, str, int, str]]
+        self, running: list[tuple[Child, int, str, int, str]]
     ) -> tuple[dict[str, Code], redis.RedisError | None]:
         """Renew every lease, one call per queue (a queue's leases share its slot); return the
         code of each job renewed and the error that stopped the others, if one did.
@@ -84,7 +84,7 @@ class Leases:
         codes: dict[str, Code] = {}
         error: redis.RedisError | None = None
         for queue in dict.fromkeys(queue for *_, queue in running):
-            mine = [(job_id, token) for _, job_id, token, q in running if q == queue]
+            mine = [(job_id, token) for _, _, job_id, token, q in running if q == queue]
             try:
                 renewed = self.scripts.renew(mine, queue=queue)
             except redis.RedisError as exc:
@@ -96,13 +96,16 @@ class Leases:
                 codes[job_id] = code
         return codes, error
 
-    def _running(self) -> list[tuple[Child, str, int, str]]:
+    def _running(self) -> list[tuple[Child, int, str, int, str]]:
+        """Return (child, slot, job id, token, queue) of each job running: one per slot (a
+        worker process with WORKER_THREADS runs one job per thread, each in its own slot)."""
         running = []
         for child in self.roster.of_kind(WORKER):
-            state = self.roster.state(child)
-            if state is None or not state.job_id or child.kill_reason is not None:
-                continue
-            if self.roster.spawner.stopped(child.pid):
-                continue  # a stopped process is not working on its job: let the lease run out
-            running.append((child, state.job_id, state.token, state.queue or DEFAULT_QUEUE))
+            if child.kill_reason is not None or self.roster.spawner.stopped(child.pid):
+                continue  # a stopped process is not working on its jobs: let the leases run out
+            for index, state in self.roster.slot_states(child):
+                if state is None or not state.job_id:
+                    continue
+                queue = state.queue or DEFAULT_QUEUE
+                running.append((child, index, state.job_id, state.token, queue))
         return running

@@ -39,7 +39,11 @@ class OrphanedJob:
 
     job_id: str
     token: int
-    action: str  # "worker died", "drain" (shutdown), "cancel" (killed for it) or "timeout"
+    # "worker died", "drain" (shutdown), "cancel" (killed for it), "timeout", "sibling" (a job
+    # thread's whose process was killed for another thread's job: given back uncounted) or
+    # "isolate" (one of several jobs a threaded process died running, for no known cause:
+    # given back uncounted, marked to run alone)
+    action: str
     timeout: float = 0.0
     queue: str = DEFAULT_QUEUE  # the timed-out job's
     # The dead worker's id, for every action but "timeout": whatever it still holds goes back
@@ -67,21 +71,53 @@ class Release:
         self.sleep = sleep
         self.owed: list[OrphanedJob] = []
 
-    def on_worker_died(self, child: Child, state: SlotState | None, *, draining: bool) -> None:
-        """Queue the fate of what a dead worker held: a timed-out job fails, the rest goes back."""
+    def on_worker_died(
+        self,
+        child: Child,
+        states: Sequence[tuple[int, SlotState | None]],
+        *,
+        draining: bool,
+    ) -> None:
+        """Queue the fate of what a dead worker held: a timed-out job fails, the rest goes back.
+
+        `states`: each of its slots (one per job thread) as last read. A process killed for one
+        thread's job (timeout, lost lease, cancel past its grace) ends that job as today; the
+        jobs of its other threads died for no fault of their own and go back uncounted.
+        """
         if child.killed_job is not None and child.kill_reason == "timeout":
             job_id, token, timeout, queue = child.killed_job
             self.owed.append(OrphanedJob(job_id, token, "timeout", timeout, queue))
-        # Whatever it still holds, found in Redis by its id in one call: the job its slot
-        # showed, and one it claimed inside a claim or a complete its slot never showed. After
-        # a lost lease the slot's job is someone else's and is not found under this worker;
-        # after a timeout the job has failed first (owed in order) and is not found either.
-        # The slot's job id is kept only to name the job if Redis never answers.
-        shown = state.job_id if state is not None and child.kill_reason != "lease lost" else ""
+        blamed = _blamed(child, states, draining)
+        for index, state in states:
+            self.owed.append(self._orphan(child, index, state, draining, blamed))
+
+    def _orphan(
+        self,
+        child: Child,
+        index: int,
+        state: SlotState | None,
+        draining: bool,
+        blamed: Blame,
+    ) -> OrphanedJob:
+        """Return what one thread's worker id still holds, to give back.
+
+        Whatever it holds is found in Redis by its id in one call: the job its slot showed,
+        and one it claimed inside a claim or a complete its slot never showed. After a lost
+        lease the slot's job is someone else's and is not found under this worker; after a
+        timeout the job has failed first (owed in order) and is not found either. The slot's
+        job id is kept only to name the job if Redis never answers.
+        """
+        culprit = blamed.everyone or index in blamed.slots
+        lost = child.kill_reason == "lease lost" and culprit
+        shown = state.job_id if state is not None and not lost else ""
         action = "drain" if draining else "worker died"
-        if child.kill_reason == CANCEL_KILL:
+        if child.kill_reason == CANCEL_KILL and culprit:
             action = "cancel"  # its job ends canceled, not requeued (release_worker.lua)
-        self.owed.append(OrphanedJob(shown, 0, action, claimed_by=child.name))
+        elif blamed.isolate and culprit:
+            action = "isolate"
+        elif not culprit and not draining:
+            action = "sibling"
+        return OrphanedJob(shown or "", 0, action, claimed_by=child.worker_id(index))
 
     def tick(self, now: float) -> None:
         """Send what is owed; stop at the first Redis error and keep the rest for later."""
@@ -130,12 +166,13 @@ class Release:
             self._fail_timed_out(orphan)
             return
         # Whatever the dead worker still holds, found by its id in one engine call.
-        drained = orphan.action == "drain"
+        drained = orphan.action in ("drain", "sibling")
         released = self.scripts.release_worker(
             orphan.claimed_by,
             drained=drained,
             queues=self.queues,
             canceling=orphan.action == "cancel",
+            isolate=orphan.action == "isolate",
         )
         for job in released:
             _report_release(job.job_id, orphan.action, job.code, job.job_type, job.queue)
@@ -168,10 +205,44 @@ class Release:
         )
 
 
+@dataclass(frozen=True)
+class Blame:
+    """Which of a dead worker's slots held the job its death is blamed on."""
+
+    slots: frozenset[int] = frozenset()
+    everyone: bool = False  # one job at a time, or no job shown: every slot as it always was
+    isolate: bool = False  # several jobs, none known to blame: each is marked to run alone
+
+
+def _blamed(child: Child, states: Sequence[tuple[int, SlotState | None]], draining: bool) -> Blame:
+    """Tell which jobs a worker's death is blamed on.
+
+    Killed by the supervisor for one job (timeout, lost lease, cancel past its grace): that
+    job. A death nobody can attribute (a signal it did not send: a segfault, the OOM killer;
+    or gone silent): with one job thread, or one job shown, or a job running alone in its
+    process (workerd.worker_threads), that job counts a recovery, as ever; with several jobs
+    running, none is blamed, and each goes back uncounted, marked to run alone. The others
+    (a thread between jobs, or inside a claim) died for no fault of their own.
+    """
+    if child.culprit is not None:
+        return Blame(frozenset({child.culprit}))
+    if child.threads == 1 or draining:
+        return Blame(everyone=True)
+    running = {i: s for i, s in states if s is not None and s.job_id}
+    alone = {i for i, s in running.items() if s.alone}
+    if alone:
+        return Blame(frozenset(alone))
+    if len(running) > 1:
+        return Blame(frozenset(running), isolate=True)
+    return Blame(frozenset(running), everyone=not running)
+
+
 def _report_release(job_id: str, action: str, code: Code, job_type: str | None, queue: str) -> None:
     """Record a release; a stale or finished job was not ours to release: silence."""
     if code is Code.DONE:
-        outcome = Outcome.RELEASED if action == "drain" else Outcome.RECOVERED
+        outcome = (
+            Outcome.RELEASED if action in ("drain", "sibling", "isolate") else Outcome.RECOVERED
+        )
         record(outcome, job_id, job_type, queue=queue, reason=action)
     elif code is Code.DEAD:
         record(Outcome.RECOVERY_CAP, job_id, job_type, queue=queue, reason="recovery cap")

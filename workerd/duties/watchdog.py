@@ -22,13 +22,22 @@ class Watchdog:
         self.silence_timeout = silence_timeout
 
     def tick(self, now: float) -> None:
-        """Kill each child that is over its time; each is killed once."""
+        """Kill each child that is over its time; each is killed once.
+
+        A job's timeout is its own slot's (one per job thread). Silence is the process's: a
+        child is silent when none of its slots between jobs has beaten for `silence_timeout`
+        (one thread beating tells the process lives; a slot running a job is timed by it).
+        """
         for child in list(self.roster.children.values()):
-            state = self.roster.state(child)
-            if state is None or child.kill_reason is not None:
+            if child.kill_reason is not None:
                 continue
-            if state.job_id:
-                if state.job_timeout > 0 and now - state.job_started > state.job_timeout:
+            idle_beats: list[float] = []
+            for index, state in self.roster.slot_states(child):
+                if state is None:
+                    continue
+                if not state.job_id:
+                    idle_beats.append(state.heartbeat)
+                elif state.job_timeout > 0 and now - state.job_started > state.job_timeout:
                     child.killed_job = (state.job_id, state.token, state.job_timeout, state.queue)
                     log.warning(
                         "child_killed",
@@ -39,9 +48,12 @@ class Watchdog:
                             "timeout_s": state.job_timeout,
                         },
                     )
-                    self.roster.kill(child, "timeout")
-            elif now - state.heartbeat > self.silence_timeout:
-                log.error(
-                    "child_silent", extra={"child": child.name, "silent_s": now - state.heartbeat}
-                )
-                self.roster.kill(child, "silent")
+                    self.roster.kill(child, "timeout", culprit=index)
+                    break
+            else:
+                if idle_beats and now - max(idle_beats) > self.silence_timeout:
+                    log.error(
+                        "child_silent",
+                        extra={"child": child.name, "silent_s": now - max(idle_beats)},
+                    )
+                    self.roster.kill(child, "silent")

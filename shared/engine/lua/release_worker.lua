@@ -4,7 +4,10 @@
 -- complete that claimed its next job).
 --
 -- Invariant: as release.lua for each job still `processing` under that worker id: a crash
--- counts a recovery (dead past the cap), a drain counts nothing; a job since finished,
+-- counts a recovery (dead past the cap), a drain counts nothing, and so does an isolate, which
+-- also marks the job to run alone in its next worker process (`alone` = 1 in its hash, kept:
+-- its threaded worker died with other jobs running, and nobody can tell which one killed it;
+-- alone, its next death is its own and counts); a job since finished,
 -- recovered or claimed by another worker is left alone; one whose cancel was requested ends
 -- canceled. The scan is of `processing` (one
 -- entry per running job), which only a worker's death pays for. A repeated call with the same
@@ -25,8 +28,9 @@
 --
 -- ARGV[1] -> job_prefix: job key prefix ({prefix}job:); hashes of ids read from KEYS[1] are built from it
 -- ARGV[2] -> worker_id: the dead worker's id
--- ARGV[3] -> mode: 'crash' (counts a recovery), 'drain' (counts nothing) or 'cancel' (the supervisor
---            killed the worker for its job's cancel: as a crash, the job's history says sigkill)
+-- ARGV[3] -> mode: 'crash' (counts a recovery), 'drain' (counts nothing), 'isolate' (counts nothing,
+--            marks the job to run alone) or 'cancel' (the supervisor killed the worker for its
+--            job's cancel: as a crash, the job's history says sigkill)
 -- ARGV[4] -> max_recoveries: recovery cap
 -- ARGV[5] -> dead_ttl_ms: TTL of a dead job's hash (ms)
 -- ARGV[6] -> wake_cap: wake list cap
@@ -59,9 +63,13 @@ local now = now_ms(ARGV[7])
 for _, job in ipairs(held) do
   local job_key, job_id, job_type = job[1], job[2], job[3]
   redis.call('ZREM', KEYS[1], job_id)
-  local outcome = lose_worker(loss_keys, job_key, job_id, ARGV[3] ~= 'drain', tonumber(ARGV[4]),
+  local counts = ARGV[3] ~= 'drain' and ARGV[3] ~= 'isolate'
+  local outcome = lose_worker(loss_keys, job_key, job_id, counts, tonumber(ARGV[4]),
     ARGV[5], tonumber(ARGV[6]), now, 'v', ARGV[9], ARGV[3] == 'cancel' and 'sigkill' or 'lost',
     ARGV[8])
+  if outcome == DONE and ARGV[3] == 'isolate' then
+    redis.call('HSET', job_key, 'alone', '1')
+  end
   released[#released + 1] = {outcome, job_id, job_type}
 end
 return remember_reply(KEYS[7], released)

@@ -151,6 +151,7 @@ class UpkeepCalls(ScriptsBase):
         drained: bool = False,
         queues: Sequence[str] = (DEFAULT_QUEUE,),
         canceling: bool = False,
+        isolate: bool = False,
         now_ms: int | None = None,
     ) -> list[Released]:
         """Requeue whatever job a dead worker still holds, found by its id (one call a queue).
@@ -159,9 +160,10 @@ class UpkeepCalls(ScriptsBase):
         complete that claims its next job). A crash counts a recovery, a drain does not.
         `queues`: every queue the worker served (its job can be in any of them). A job whose
         cancel was requested ends canceled (CANCELED); `canceling`: the supervisor killed the
-        worker to stop it.
+        worker to stop it. `isolate`: counts nothing and marks the job to run alone in its
+        next worker process (a threaded worker's death nobody could attribute).
         """
-        mode = _loss_mode(drained, canceling)
+        mode = "isolate" if isolate else _loss_mode(drained, canceling)
         released: list[Released] = []
         for queue in queues:
             released += self._release_worker(worker_id, mode, queue, now_ms)

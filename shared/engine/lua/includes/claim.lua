@@ -11,7 +11,7 @@
 -- with checks of its own).
 local CLAIM_FIELDS = {'id', 'type', 'priority', 'max_retries', 'attempts', 'recoveries',
   'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at', 'traceparent',
-  'status'}
+  'status', 'alone'}
 local F_TYPE, F_ATTEMPTS, F_CREATED, F_TOKEN, F_STATUS = 2, 5, 8, 9, 14
 
 -- The fields a repeated claim reads back: the reply's, started_at where a claim reads status.

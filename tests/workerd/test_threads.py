@@ -1,0 +1,299 @@
+"""WORKER_THREADS: several jobs at once in one worker process, end to end (a real workerd,
+a real Redis, real signals and kills).
+
+Each test proves what it claims from the jobs' own notes (tests/workerd/handlers_threads.py)
+and from Redis: overlap by a rendezvous that only ends if the jobs ran at once (not by
+timing), renewals by jobs outliving several leases, a sibling's fate by its recoveries.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from shared.engine import history
+from shared.model.jobs import JobState
+from tests.support.tools import wait_until
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import HANDLERS, Engine
+
+QUIET_WINDOW = 1.0  # seconds a quiet host is watched for a claim it must not make
+THREAD_HANDLERS = HANDLERS + ",tests.workerd.handlers_threads,tests.workerd.handlers_cancel"
+
+
+def notes(path: Path, event: str | None = None, job_id: str | None = None) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_text().split("\n")[:-1] if line.strip()]
+    return [
+        n
+        for n in lines
+        if (event is None or n["event"] == event) and (job_id is None or n["id"] == job_id)
+    ]
+
+
+def wait_starts(path: Path, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+    def seen() -> list[dict[str, Any]]:
+        found = notes(path, "start")
+        return found if len(found) >= count else []
+
+    return wait_until(seen, timeout, f"{count} job starts")
+
+
+def threaded(start_workerd: Callable[..., Workerd], threads: int, **env: str) -> Workerd:
+    return start_workerd(
+        TASKFORGE_HANDLERS=THREAD_HANDLERS,
+        WORKER_COUNT="1",
+        WORKER_THREADS=str(threads),
+        **env,
+    )
+
+
+def claimed_by(r: redis.Redis, engine: Engine, job_id: str) -> str:
+    kept = history.read(r, engine.keys, job_id, "default")
+    assert kept is not None
+    return next(e.worker for e in kept.entries if e.event == "claimed") or ""
+
+
+def test_a_process_runs_its_threads_jobs_at_once_each_under_its_own_worker_id(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
+) -> None:
+    workerd = threaded(start_workerd, 4)
+    file = tmp_path / "notes"
+    payload = {"file": str(file), "count": 4}
+    ids = [engine.enqueue("rendezvous", payload) for _ in range(4)]
+
+    jobs = engine.wait_all(ids, {JobState.COMPLETED, JobState.DEAD, JobState.RETRYING}, 15)
+
+    # Each ended only once all four had started: they ran at the same time.
+    assert {j.status for j in jobs.values()} == {JobState.COMPLETED}, [
+        j.last_error for j in jobs.values()
+    ]
+    started = notes(file, "start")
+    assert len({n["pid"] for n in started}) == 1  # one process
+    assert len({n["thread"] for n in started}) == 4  # four threads
+    [worker] = workerd.children("worker")
+    names = {claimed_by(r, engine, job_id) for job_id in ids}
+    assert len(names) == 4 and {n.rsplit(".t", 1)[1] for n in names} == set("0123"), names
+    assert {n["pid"] for n in started} == {worker}
+    workerd.wait_for("worker_started", count=4)
+
+
+def test_every_threads_lease_is_renewed(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
+) -> None:
+    threaded(start_workerd, 3)  # TASK_VISIBILITY_TIMEOUT=1s: each job outlives 3 leases
+    file = tmp_path / "notes"
+    ids = [engine.enqueue("noted_sleep", {"file": str(file), "seconds": 3}) for _ in range(3)]
+
+    jobs = engine.wait_all(ids, {JobState.COMPLETED}, 20)
+
+    assert all((j.attempts, j.recoveries) == (1, 0) for j in jobs.values())
+    assert sorted(n["id"] for n in notes(file, "start")) == sorted(ids)  # none ran twice
+    assert len({n["thread"] for n in notes(file, "start")}) == 3
+
+
+def test_a_timeout_kills_the_process_and_its_siblings_go_back_uncounted(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
+) -> None:
+    workerd = threaded(start_workerd, 3)
+    file = tmp_path / "notes"
+    slow = engine.enqueue(
+        "noted_sleep", {"file": str(file), "seconds": 30}, timeout=1.0, max_retries=1
+    )
+    wait_starts(file, 1)
+    siblings = [engine.enqueue("noted_sleep", {"file": str(file), "seconds": 3}) for _ in range(2)]
+    wait_starts(file, 3)
+
+    dead = engine.wait_for(slow, JobState.DEAD, 15)
+    done = engine.wait_all(siblings, {JobState.COMPLETED}, 20)
+
+    assert dead.last_error == "Timeout: timed out after 1s; its worker was killed"
+    assert dead.recoveries == 0
+    for job_id, job in done.items():
+        assert job.recoveries == 0  # killed for no fault of their own: not counted
+        assert len(notes(file, "start", job_id)) == 2  # run again ...
+        assert len(notes(file, "end", job_id)) == 1  # ... and completed exactly once
+        kept = history.read(r, engine.keys, job_id, "default")
+        assert kept is not None
+        assert [e.event for e in kept.entries] == [
+            "enqueued",
+            "claimed",
+            "released",
+            "claimed",
+            "completed",
+        ]
+    killed = workerd.events("child_killed", reason="timeout")
+    assert [k["job_id"] for k in killed] == [slow]
+    assert workerd.events("job_recovered") == []
+
+
+def cancel_beside_a_sibling(
+    engine: Engine, tmp_path: Path, target_type: str, sibling_seconds: float
+) -> tuple[str, str]:
+    """Start a sibling job, then a `target_type` job in the other thread; cancel the target and
+    wait until it is canceled; return (sibling id, target id)."""
+    file, cancel_file = tmp_path / "notes", tmp_path / "cancel_notes"
+    sibling = engine.enqueue("noted_sleep", {"file": str(file), "seconds": sibling_seconds})
+    wait_starts(file, 1)
+    target = engine.enqueue(target_type, {"file": str(cancel_file)})
+    wait_until(lambda: notes(cancel_file, "start"), 10, f"the {target_type} job's start")
+    engine.scripts.cancel(target, by="test")
+    engine.wait_for(target, JobState.CANCELED, timeout=10)
+    return sibling, target
+
+
+def test_a_cancel_stops_one_threads_job_and_leaves_its_siblings_running(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
+) -> None:
+    workerd = threaded(start_workerd, 2, WORKER_CANCEL_GRACE="5s")
+    file, cancel_file = tmp_path / "notes", tmp_path / "cancel_notes"
+
+    sibling, target = cancel_beside_a_sibling(engine, tmp_path, "cancel_sleeper", 2)
+
+    job = engine.wait_for(sibling, JobState.COMPLETED, timeout=10)
+
+    assert notes(cancel_file, "unwound")  # JobCanceled unwound the sleeper's own thread
+    assert job.recoveries == 0 and len(notes(file, "start", sibling)) == 1
+    workerd.wait_for("job_canceled", job_id=target, stopped="sigterm")
+    assert workerd.events("child_killed") == []
+    [pid] = {n["pid"] for n in notes(file) + notes(cancel_file)}
+    assert workerd.children("worker") == [pid]  # the process lives on
+
+
+def test_a_cancel_past_its_grace_kills_the_process_and_the_sibling_goes_back_uncounted(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
+) -> None:
+    workerd = threaded(start_workerd, 2, WORKER_CANCEL_GRACE="500ms")
+    file = tmp_path / "notes"
+
+    sibling, target = cancel_beside_a_sibling(engine, tmp_path, "cancel_stubborn", 3)
+
+    job = engine.wait_for(sibling, JobState.COMPLETED, timeout=15)
+
+    workerd.wait_for("job_canceled", job_id=target, stopped="sigkill")
+    assert job.recoveries == 0
+    assert len(notes(file, "start", sibling)) == 2 and len(notes(file, "end", sibling)) == 1
+
+
+def test_a_drain_lets_every_thread_finish_its_job(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
+) -> None:
+    workerd = threaded(start_workerd, 3, WORKER_DRAIN_GRACE="10s")
+    file = tmp_path / "notes"
+    ids = [engine.enqueue("noted_sleep", {"file": str(file), "seconds": 1.5}) for _ in range(3)]
+    wait_starts(file, 3)
+    later = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 0})
+
+    workerd.signal(signal.SIGTERM)
+
+    assert workerd.wait_exit(timeout=15) == 0
+    jobs = engine.wait_all(ids, {JobState.COMPLETED}, 1)
+    assert all(j.recoveries == 0 for j in jobs.values())
+    assert engine.job(later).status is JobState.PENDING  # no thread claimed after the drain
+    assert len(workerd.events("worker_stopped")) == 3
+
+
+@pytest.mark.parametrize("limit", [4])
+def test_recycling_counts_the_jobs_of_the_whole_process(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, limit: int
+) -> None:
+    workerd = threaded(start_workerd, 2, WORKER_MAX_JOBS=str(limit))
+    file = tmp_path / "notes"
+    ids = [engine.enqueue("noted_sleep", {"file": str(file), "seconds": 0.05}) for _ in range(12)]
+
+    engine.wait_all(ids, {JobState.COMPLETED}, 20)
+
+    pids = [n["pid"] for n in notes(file, "start")]
+    per_process = {pid: pids.count(pid) for pid in pids}
+    # A process stops claiming at the limit; a job each thread already claimed with its
+    # complete is handed back, so no process runs more than the limit plus one per thread.
+    assert len(per_process) >= 12 // (limit + 2), per_process
+    assert max(per_process.values()) <= limit + 1, per_process
+    assert workerd.events("worker_process_stopped")
+
+
+def test_a_death_nobody_can_attribute_marks_the_jobs_which_then_run_alone(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
+) -> None:
+    # Three jobs start together, then the process dies by a SIGKILL the supervisor did not
+    # send (a segfault or the OOM killer, as far as it can tell). Which job killed it? Each
+    # goes back uncounted and marked; alone in its process, each kills it once more (now its
+    # own death: counted), then, with one recovery, completes.
+    workerd = threaded(start_workerd, 3)
+    file = tmp_path / "notes"
+    payload = {"file": str(file), "after": 3, "until": 1}
+    ids = [engine.enqueue("noted_crash", payload) for _ in range(3)]
+
+    jobs = engine.wait_all(ids, {JobState.COMPLETED, JobState.DEAD}, 40)
+
+    assert all((j.status, j.recoveries) == (JobState.COMPLETED, 1) for j in jobs.values())
+    for job_id in ids:
+        kept = history.read(r, engine.keys, job_id, "default")
+        assert kept is not None
+        events = [e.event for e in kept.entries]
+        assert events[:3] == ["enqueued", "claimed", "released"], events
+        assert events.count("recovered") == 1 and events[-1] == "completed", events
+        assert r.hget(engine.keys.job(job_id), "alone") == b"1"
+    started = notes(file, "start")
+    first = started[0]["pid"]
+    assert [n["pid"] for n in started[:3]] == [first] * 3  # together, in one process
+    # Marked, no job ever started beside another in its process: each later process that
+    # died (a start without an end) started exactly one job.
+    ended = {(n["pid"], n["id"]) for n in notes(file, "end")}
+    unfinished = [(n["pid"], n["id"]) for n in started[3:] if (n["pid"], n["id"]) not in ended]
+    assert len(unfinished) == 3, started  # each marked job's own death
+    assert len({pid for pid, _ in unfinished}) == 3, started  # ... each in its own process
+    assert len(workerd.events("job_waits_alone")) >= 3
+
+
+def test_a_quiet_host_claims_in_no_thread_and_resumes_in_all(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
+) -> None:
+    workerd = threaded(start_workerd, 3)
+    file = tmp_path / "notes"
+    running = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 1})
+    wait_starts(file, 1)
+
+    workerd.signal(signal.SIGTSTP)
+
+    def health_quiet() -> bool:
+        status, _, body = workerd.http("/health")
+        return status == 200 and json.loads(body).get("quiet") is True
+
+    # /health says quiet only once every thread's claim lock was passed (workerd.slots).
+    wait_until(health_quiet, 5, "/health quiet")
+    waiting = [engine.enqueue("demo.noop") for _ in range(3)]  # one per thread
+    engine.wait_for(running, JobState.COMPLETED)  # the running job finished
+    deadline = time.monotonic() + QUIET_WINDOW
+    while time.monotonic() < deadline:  # and no thread claims
+        assert all(engine.job(job_id).status is JobState.PENDING for job_id in waiting)
+        time.sleep(0.05)
+    assert [e for e in workerd.events("job_claimed") if e.get("job_id") in waiting] == []
+
+    workerd.signal(signal.SIGCONT)
+
+    engine.wait_all(waiting, {JobState.COMPLETED}, 10)
+
+
+def test_jobs_longer_than_the_drain_grace_go_back_uncounted_from_every_thread(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
+) -> None:
+    workerd = threaded(start_workerd, 2, WORKER_DRAIN_GRACE="1s")
+    file = tmp_path / "notes"
+    ids = [engine.enqueue("noted_sleep", {"file": str(file), "seconds": 30}) for _ in range(2)]
+    wait_starts(file, 2)
+
+    workerd.signal(signal.SIGTERM)
+
+    assert workerd.wait_exit(timeout=15) == 0
+    jobs = engine.wait_all(ids, {JobState.PENDING}, 5)
+    assert all((j.attempts, j.recoveries) == (0, 0) for j in jobs.values())
+    assert [e["reason"] for e in workerd.events("child_killed")] == ["drain grace over"]

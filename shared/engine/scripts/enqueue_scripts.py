@@ -23,6 +23,10 @@ from shared.engine.scripts.due_index import DUE_INDEX
 from shared.engine.scripts.script_base import ScriptsBase, now_arg
 from shared.model.jobs import EnqueueRequest, JobState
 
+# Hex digits of a request's SHA-256 kept with a client-id job (128 bits: two different bodies
+# under one id are told apart but for a 2^-128 chance), against the 64 an Idempotency-Key keeps.
+CLIENT_DIGEST_HEX = 32
+
 
 def batch_digest(requests: Sequence[EnqueueRequest]) -> str:
     """Return the idempotency digest of a batch: equal for the same jobs in the same order.
@@ -58,7 +62,13 @@ class EnqueueCalls(ScriptsBase):
         With an idempotency key, two calls: reserve.lua ties the key to this job id in the
         global slot, then enqueue.lua creates the job in its queue's slot (no script spans
         two). A repeat of the request finds the key naming the job and answers DUPLICATE.
+
+        A request with its client's own id (``request.id``, which must be `job_id`) is one
+        call: enqueue.lua stores the request's digest with the job, and a repeat answers the
+        job (created False) or, with another digest, raises JobIdConflict.
         """
+        if request.id is not None and (request.id != job_id or idempotency_key is not None):
+            raise ValueError("a client's job id is the job id, and takes no idempotency key")
         duplicate = False
         if idempotency_key is not None:
             job_id, queue, duplicate = self._reserve(request, job_id, idempotency_key)
@@ -85,8 +95,11 @@ class EnqueueCalls(ScriptsBase):
         # The key named an earlier request's job: an answer about that job (200), even when
         # this call had to create it (deleted since, or never created: its producer died
         # between the two calls), under the same id, so racing repeats create one job and
-        # only the request that reserved the key answers "created".
-        return dataclasses.replace(result, created=False) if duplicate else result
+        # only the request that reserved the key answers "created". A client id's repeat
+        # found its job: not created either.
+        if duplicate or (request.id is not None and result.existed):
+            return dataclasses.replace(result, created=False)
+        return result
 
     def _reserve(
         self, request: EnqueueRequest, job_id: str, idempotency_key: str
@@ -95,7 +108,7 @@ class EnqueueCalls(ScriptsBase):
         reply = self.transport.run(
             "reserve",
             idem=self.keys.idempotency(idempotency_key),
-            digest=hashlib.sha256(request.canonical().encode()).hexdigest(),
+            digest=request.digest(),
             job_id=job_id,
             queue=request.queue,
             ttl_ms=self.policy.idempotency_ttl_ms,
@@ -228,9 +241,16 @@ class EnqueueCalls(ScriptsBase):
     ) -> dict[str, Any]:
         """Return enqueue.lua's KEYS and ARGV by name.
 
-        With an `actor` the events cap is always sent ('0' when off): the actor comes after it.
+        With an `actor` or a client's id the events cap is always sent ('0' when off): the
+        actor, then the digest, come after it.
         """
         k = self.q(request.queue)
+        digest = None if request.id is None else request.digest()[:CLIENT_DIGEST_HEX]
+        if actor is None and digest is None:
+            events_cap, actor_code = self._events_cap(), None
+        else:
+            events_cap = self.policy.events_cap
+            actor_code = "" if actor is None else ACTOR_CODES[actor]
         return {
             "job": k.job(job_id),
             "pending": k.pending,
@@ -250,8 +270,9 @@ class EnqueueCalls(ScriptsBase):
             "wake_cap": self.policy.wake_cap,
             "now_ms": now_arg(now_ms),
             "traceparent": traceparent or "",
-            "events_cap": self._events_cap() if actor is None else self.policy.events_cap,
-            "actor": None if actor is None else ACTOR_CODES[actor],
+            "events_cap": events_cap,
+            "actor": actor_code,
+            "digest": digest,
         }
 
     def note_due(self, scheduled: Sequence[tuple[EnqueueRequest, EnqueueResult]]) -> None:

@@ -15,7 +15,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.connect.redis_conn import is_cluster
-from shared.engine.engine_types import Code, Confirmation, EnqueueResult, IdempotencyConflict
+from shared.engine.engine_types import (
+    Code,
+    Confirmation,
+    EnqueueResult,
+    IdempotencyConflict,
+    JobIdConflict,
+)
 from shared.engine.history import ACTOR_CODES, Actor
 from shared.engine.replies import enqueue_result, text
 from shared.engine.scripts.cross_slot import follow
@@ -139,6 +145,8 @@ class EnqueueCalls(ScriptsBase):
         result DUPLICATE (created False).
         """
         duplicate = False
+        if any(request.id is not None for request, _ in requests):
+            self._check_client_ids(requests, idempotency_key)
         if idempotency_key is not None:
             requests, duplicate = self._reserve_batch(requests, idempotency_key)
         results = self._enqueue_transaction(requests, now_ms, traceparent)
@@ -151,6 +159,29 @@ class EnqueueCalls(ScriptsBase):
             # As for a single enqueue: only the request that reserved the key answers "created".
             return [dataclasses.replace(result, created=False) for result in results]
         return results
+
+    def _check_client_ids(
+        self, requests: Sequence[tuple[EnqueueRequest, str]], idempotency_key: str | None
+    ) -> None:
+        """Raise JobIdConflict before a batch writes anything when a client's id already names
+        a job with another body (one round trip: an HGET per client id).
+
+        A transaction cannot undo the jobs before a refused one, so the batch stays all or none
+        by this read. Not atomic with the write: a different body sent under the same id at
+        the same moment may still be refused inside the transaction, after its other jobs
+        were made (enqueue.lua refuses it and writes nothing for it).
+        """
+        if idempotency_key is not None:
+            raise ValueError("a client's job id takes no idempotency key")
+        given = [(request, job_id) for request, job_id in requests if request.id is not None]
+        if any(request.id != job_id for request, job_id in given):
+            raise ValueError("a client's job id is the job id")
+        pipe = self.redis.pipeline(transaction=False)
+        for request, job_id in given:
+            pipe.hget(self.q(request.queue).job(job_id), "digest")
+        for (request, job_id), held in zip(given, pipe.execute(), strict=True):
+            if held is not None and held.decode() != request.digest()[:CLIENT_DIGEST_HEX]:
+                raise JobIdConflict(job_id)
 
     def _confirm_batch(
         self, requests: Sequence[tuple[EnqueueRequest, str]], keyed: bool
@@ -220,7 +251,10 @@ class EnqueueCalls(ScriptsBase):
                 return pipe
 
             for index, reply in zip(indexes, self.transport.execute(transaction), strict=True):
-                results[index] = enqueue_result(reply)
+                result = enqueue_result(reply)
+                if result.existed and requests[index][0].id is not None:
+                    result = dataclasses.replace(result, created=False)  # a client id's repeat
+                results[index] = result
         done = [result for result in results if result is not None]
         self.note_due(
             [

@@ -82,7 +82,10 @@ def enqueue_one(
             )
     if result.confirmation is not None and not result.confirmation.confirmed:
         raise not_replicated(
-            result.confirmation, [result.job_id], keyed=idempotency_key is not None
+            result.confirmation,
+            [result.job_id],
+            keyed=idempotency_key is not None,
+            named=request.id is not None,
         )
     if not result.created:
         # The key named an earlier job (same body): answer with that job as it is now, or as
@@ -136,6 +139,7 @@ def enqueue_batch(
             confirmation,
             [result.job_id for result in results],
             keyed=idempotency_key is not None,
+            named=all(request.id is not None for request in requests),
         )
     if created:
         return [created_job(q, r).to_json() for q, r in zip(requests, results, strict=True)], True

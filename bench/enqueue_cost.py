@@ -37,7 +37,15 @@ def client_id():
     t = raw.hex()
     return f"{{t[:8]}}-{{t[8:12]}}-{{t[12:16]}}-{{t[16:20]}}-{{t[20:]}}"
 
+FAILED = []
+
 def send(conn, count):
+    try:
+        post(conn, count)
+    except Exception as exc:  # a thread's error, raised in the main thread below
+        FAILED.append(exc)
+
+def post(conn, count):
     for _ in range(count):
         body = {{"type": "send_email", "payload": {{"to": "ada@example.com", "n": 1}}}}
         headers = {{"Content-Type": "application/json"}}
@@ -49,13 +57,15 @@ def send(conn, count):
         reply = conn.getresponse()
         reply.read()
         if reply.status != 201:
-            raise SystemExit(f"HTTP {{reply.status}}")
+            raise RuntimeError(f"HTTP {{reply.status}}")
 
 def run(count):
     conns = [http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10) for _ in range(THREADS)]
     threads = [threading.Thread(target=send, args=(c, count // THREADS)) for c in conns]
     for t in threads: t.start()
     for t in threads: t.join()
+    if FAILED:
+        raise SystemExit(str(FAILED[0]))
     return count // THREADS * THREADS
 
 def cpu(info):

@@ -1,10 +1,10 @@
 """Benchmark the Python client against the default gateway (real gunicorn, private Redis).
 
 Prints jobs/s of ``Client.enqueue`` from one thread and from 8 threads sharing one client, and of
-``Client.enqueue_many`` in batches of 100 and 1,000. For scale, the same loops over bare
-keep-alive ``http.client`` connections (one thread without and with the Idempotency-Key every
-``Client.enqueue`` sends, which costs the gateway a second script call; 8 threads with it). Run from the
-repository root: ``python -m bench.client`` (``--help``).
+``Client.enqueue_many`` in batches of 100 and 1,000 (each job named by the client's own id). For
+scale, the same loops over bare keep-alive ``http.client`` connections (one thread without and
+with an Idempotency-Key, which costs the gateway a second script call; 8 threads with it). Run
+from the repository root: ``python -m bench.client`` (``--help``).
 """
 
 from __future__ import annotations

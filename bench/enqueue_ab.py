@@ -40,8 +40,10 @@ def measure(tree: Path, seconds: float, clients: int) -> dict[str, float]:
     code = ONE_SIDE.format(seconds=seconds, clients=clients)
     env = {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin:/usr/local/bin"}
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True
     )
+    if done.returncode != 0:  # say why: a round that fails is the first thing to understand
+        raise RuntimeError(f"{tree}: exit {done.returncode}\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -9,12 +9,19 @@ enqueuer stops, the workers drain, and every enqueued job must have completed: w
 completed counter equals the number enqueued, nothing failed, nothing is left in any live
 state, and the newest jobs are there, completed.
 
+``--via client`` feeds through the product's own path instead: a real gateway (gunicorn) and
+the Python client (``taskforge.Client``), which names every job with its own id (a UUIDv8,
+docs/API.md) and keeps no Idempotency-Key in Redis. Those jobs are kept at least
+CLIENT_ID_MEMORY_MS (5 min) after they finish, whatever the cap, so the completed index holds
+the cap plus what finished in the last 5 minutes, and memory is judged flat only from then on.
+
 Run from the repository root: ``.venv/bin/python -m bench.soak --minutes 10`` (``--help``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -33,7 +40,10 @@ from bench.memory import PAYLOAD
 from shared.engine.engine_types import Policy
 from shared.engine.keys import Keys
 from shared.engine.scripts import Scripts
+from shared.model.job_ids import CLIENT_ID_MEMORY_MS
 from shared.model.jobs import JobState, validate_enqueue
+from taskforge import Client, JobSpec
+from tests.support.gunicorn import run_gunicorn
 from tests.support.redis_server import private_redis
 from tests.support.tools import free_port, wait_until
 from tests.support.workerd import Workerd, start_workerd, stop_all
@@ -135,6 +145,39 @@ class Enqueuer:
         return pending + BATCH
 
 
+class ClientEnqueuer(Enqueuer):
+    """Feeds jobs through a gateway with the Python client (its own ids, no Idempotency-Key):
+    `batch` jobs per POST /enqueue/batch, or one POST /enqueue each when `batch` is 1."""
+
+    def __init__(self, scripts: Scripts, bound: int, client: Client, batch: int) -> None:
+        super().__init__(scripts, bound)
+        self.client = client
+        self.batch = batch
+
+    def step(self) -> int:
+        pending = self.scripts.redis.zcard(self.scripts.keys.pending)
+        if pending >= self.bound:
+            return pending
+        if self.batch == 1:
+            ids = [self.client.enqueue("soak", PAYLOAD).id]
+        else:
+            jobs = self.client.enqueue_many([JobSpec("soak", PAYLOAD)] * self.batch)
+            ids = [job.id for job in jobs]
+        self.enqueued += len(ids)
+        self.newest.extend(ids)
+        return pending + len(ids)
+
+
+@contextmanager
+def gateway(url: str) -> Iterator[str]:
+    """Run the gateway under gunicorn (deploy/gunicorn.conf.py) on `url`; yield its URL."""
+    with (
+        tempfile.TemporaryDirectory(prefix="taskforge-soak-gateway-") as tmp,
+        run_gunicorn(url, Path(tmp), log_path=Path(os.devnull), LOG_LEVEL="WARNING") as server,
+    ):
+        yield server.url
+
+
 def feed(client: redis.Redis, enqueuer: Enqueuer, seconds: float) -> list[Sample]:
     """Enqueue for `seconds`, sampling Redis memory every second; return the samples."""
     keys = enqueuer.scripts.keys
@@ -180,15 +223,22 @@ def live_counts(client: redis.Redis, keys: Keys) -> dict[str, int]:
     return {str(s): client.zcard(keys.state_index(s)) for s in states}
 
 
-def soak(minutes: float, workers: int, finished_cap: int | None, bound: int) -> Outcome:
+def soak(
+    minutes: float, workers: int, finished_cap: int | None, bound: int, via: str, batch: int
+) -> Outcome:
     """Run the soak on a fresh private redis-server; return its outcome."""
     cap = finished_cap if finished_cap is not None else Policy().finished_max_jobs
     keys = Keys()
-    with private_redis() as server:
+    with private_redis() as server, contextlib.ExitStack() as stack:
         client = server.client()
         scripts = Scripts(client, keys)
         scripts.load()
-        enqueuer = Enqueuer(scripts, bound)
+        if via == "client":
+            url = stack.enter_context(gateway(server.url))
+            producer = stack.enter_context(Client(url, ""))
+            enqueuer: Enqueuer = ClientEnqueuer(scripts, bound, producer, batch)
+        else:
+            enqueuer = Enqueuer(scripts, bound)
         with running_workerd(server.url, workers, finished_cap) as workerd:
             started = time.monotonic()
             samples = feed(client, enqueuer, minutes * 60)
@@ -206,8 +256,19 @@ def soak(minutes: float, workers: int, finished_cap: int | None, bound: int) -> 
         missing = sum(status != b"completed" for status in pipe.execute())
         live = live_counts(client, keys)
         client.close()
+    kept_s = CLIENT_ID_MEMORY_MS / 1000 if via == "client" else 0.0
     return judge(
-        minutes, workers, cap, enqueuer.enqueued, fed_for, samples, completed, failed, live, missing
+        minutes,
+        workers,
+        cap,
+        enqueuer.enqueued,
+        fed_for,
+        samples,
+        completed,
+        failed,
+        live,
+        missing,
+        kept_s,
     )
 
 
@@ -222,9 +283,17 @@ def judge(
     failed: int,
     live: dict[str, int],
     missing: int,
+    kept_s: float = 0.0,
 ) -> Outcome:
-    """Turn the raw figures into the outcome, naming every problem."""
-    reached = next((s.t for s in samples if s.completed_index >= cap), None)
+    """Turn the raw figures into the outcome, naming every problem.
+
+    `kept_s`: how long finished jobs are kept whatever the cap (a client's ids: their memory);
+    memory is judged from when the cap is reached and that long has passed.
+    """
+    reached = next(
+        (s.t for s in samples if s.completed_index >= cap and s.t >= kept_s + 2 * SAMPLE_EVERY),
+        None,
+    )
     after = [s for s in samples if reached is not None and s.t >= reached]
     index_max = max((s.completed_index for s in after), default=0)
     outcome = Outcome(
@@ -253,7 +322,7 @@ def judge(
     if reached is None:
         problems.append(f"the completed index never reached its cap of {cap}")
     # Trim runs once a second: the index may exceed the cap by what one second completes.
-    elif index_max > cap + 2 * outcome.jobs_per_s:
+    elif index_max > cap + (kept_s + 2) * outcome.jobs_per_s:
         problems.append(f"the completed index grew to {index_max}, past its cap of {cap}")
     return outcome
 
@@ -295,12 +364,22 @@ def main() -> None:
         f"{QUICK_CAP:,} for a run under {QUICK_MINUTES:g} minutes, so the cap is reached)",
     )
     parser.add_argument("--pending-bound", type=int, default=2_000, help="most jobs waiting")
+    parser.add_argument(
+        "--via",
+        choices=("engine", "client"),
+        default="engine",
+        help="engine: the engine's enqueue in this process (default); client: the Python "
+        "client through a real gateway, with its own job ids",
+    )
+    parser.add_argument(
+        "--batch", type=int, default=BATCH, help="--via client: jobs per request (1: enqueue)"
+    )
     parser.add_argument("--json", type=Path, default=RESULTS, help=f"default {RESULTS}")
     args = parser.parse_args()
     cap = args.finished_cap
     if cap is None and args.minutes < QUICK_MINUTES:
         cap = QUICK_CAP
-    outcome = soak(args.minutes, args.workers, cap, args.pending_bound)
+    outcome = soak(args.minutes, args.workers, cap, args.pending_bound, args.via, args.batch)
     args.json.write_text(json.dumps(asdict(outcome), indent=1) + "\n")
     print(report(outcome))
     if outcome.problems:

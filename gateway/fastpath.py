@@ -30,7 +30,7 @@ from shared.obs import metrics
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 PATH = "/enqueue"
-STATUS = {201: "201 CREATED", 200: "200 OK"}  # created, or found by its Idempotency-Key
+STATUS = {201: "201 CREATED", 200: "200 OK"}  # created, or found by its Idempotency-Key or id
 COMPACT = (",", ":")  # what Flask's jsonify uses outside debug mode
 
 

@@ -44,18 +44,23 @@ class ApiError(Exception):
         self.fields = fields
 
 
-def not_replicated(confirmation: Confirmation, job_ids: list[str], *, keyed: bool) -> ApiError:
+def not_replicated(
+    confirmation: Confirmation, job_ids: list[str], *, keyed: bool, named: bool = False
+) -> ApiError:
     """Return the 503 of an enqueue WAIT did not confirm in time (durable mode).
 
     The jobs are on the primary, not yet on enough replicas: a failover now could lose them.
-    A resend with the same Idempotency-Key creates nothing more and waits again; a request
-    sent without one (`keyed` False) must not be resent as it was, since that would make the
-    jobs a second time: its message says to look the jobs up by id instead (docs/API.md).
+    A resend with the same Idempotency-Key, or of jobs that all carry their own ids (`named`),
+    creates nothing more and waits again; a request with neither must not be resent as it
+    was, since that would make the jobs a second time: its message says to look the jobs up
+    by id instead (docs/API.md).
     """
     what = "the job is" if len(job_ids) == 1 else "the jobs are"
     it = "it" if len(job_ids) == 1 else "them"
     if keyed:
         advice = f"resend with the same Idempotency-Key to confirm {it} without a second job"
+    elif named:
+        advice = f"resend the same body (the same id) to confirm {it} without a second job"
     else:
         advice = (
             f"the request had no Idempotency-Key, so a resend would create {it} again: check "

@@ -65,7 +65,19 @@ def enqueue_input(headers: Headers, raw: bytes) -> tuple[EnqueueRequest, str | N
     """Return the job and Idempotency-Key of a ``POST /enqueue``; raise its 400 otherwise."""
     body = parse_json(raw)
     key = idempotency_key(headers)
-    return enqueue_request(body), key
+    request = enqueue_request(body)
+    one_way_to_repeat([request], key)
+    return request, key
+
+
+def one_way_to_repeat(requests: list[EnqueueRequest], key: str | None) -> None:
+    """Refuse a client's job id with an Idempotency-Key (each makes a repeat safe; both would
+    be two answers to one question), and one id twice in a batch."""
+    ids = [request.id for request in requests if request.id is not None]
+    if ids and key is not None:
+        raise ApiError(400, "give the jobs' own `id` or an Idempotency-Key, not both")
+    if len(set(ids)) < len(ids):
+        raise ApiError(400, "a job id is given twice in the batch")
 
 
 def job_id(raw: str) -> str:

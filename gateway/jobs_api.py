@@ -15,7 +15,7 @@ from gateway.actions import job_actions as actions
 from gateway.context import Gateway, gateway
 from gateway.http_errors import ApiError
 from gateway.routes import route
-from shared.engine.engine_types import IdempotencyConflict
+from shared.engine.engine_types import IdempotencyConflict, JobIdConflict
 from shared.model.jobs import JobState
 from shared.obs import metrics
 
@@ -31,7 +31,8 @@ def _client_trace(headers: Headers) -> str | None:
 
 @route(bp, "POST", "/enqueue")
 def enqueue() -> Reply:
-    """Create one job: 201 with Location, or 200 with the job an Idempotency-Key already made."""
+    """Create one job: 201 with Location, or 200 with the job an Idempotency-Key or the
+    client's own id already made."""
     started = time.perf_counter()
     reply = enqueue_reply(gateway(), flask.request.headers, inputs.raw_body())
     metrics.ENQUEUE_SECONDS.observe(time.perf_counter() - started)
@@ -45,6 +46,8 @@ def enqueue_reply(gw: Gateway, headers: Headers, raw: bytes) -> Reply:
         doc, created = service.enqueue_one(gw, request, key, _client_trace(headers))
     except IdempotencyConflict as exc:
         raise key_conflict(exc) from None
+    except JobIdConflict as exc:
+        raise id_conflict(exc) from None
     add_warnings(gw, [doc])
     return doc, 201 if created else 200, {"Location": f"/jobs/{doc['id']}"}
 
@@ -70,6 +73,16 @@ def key_conflict(exc: IdempotencyConflict) -> ApiError:
     )
 
 
+def id_conflict(exc: JobIdConflict) -> ApiError:
+    """Return the 409 for a client's job id sent again with a different body."""
+    return ApiError(
+        409,
+        f"job id {exc.job_id} already names a job with a different body (or in another "
+        "queue): send a new id for a new job",
+        job_id=exc.job_id,
+    )
+
+
 @route(bp, "POST", "/enqueue/batch")
 def enqueue_batch() -> tuple[dict[str, Any], int]:
     """Create 1 to 1,000 jobs, all or none: 201 with the jobs in the order given, or 200 with
@@ -79,12 +92,15 @@ def enqueue_batch() -> tuple[dict[str, Any], int]:
     body = inputs.json_body()
     key = inputs.idempotency_key(headers)  # checked where POST /enqueue checks it
     requests = inputs.batch_requests(body)
+    inputs.one_way_to_repeat(requests, key)
     try:
         docs, created = service.enqueue_batch(
             gw := gateway(), requests, key, _client_trace(headers)
         )
     except IdempotencyConflict as exc:
         raise key_conflict(exc) from None
+    except JobIdConflict as exc:
+        raise id_conflict(exc) from None
     add_warnings(gw, docs)
     metrics.ENQUEUE_SECONDS.observe(time.perf_counter() - started)
     return {"jobs": docs}, 201 if created else 200

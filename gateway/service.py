@@ -7,7 +7,7 @@ from typing import Any
 
 from gateway.context import Gateway
 from gateway.http_errors import not_replicated
-from shared.engine.engine_types import EnqueueResult
+from shared.engine.engine_types import EnqueueResult, JobIdConflict
 from shared.engine.lifecycle import Outcome, record, record_batch
 from shared.engine.queries import get_job, get_jobs
 from shared.model.job_ids import new_job_id, new_job_ids
@@ -43,9 +43,13 @@ def created_job(request: EnqueueRequest, result: EnqueueResult) -> Job:
 def enqueue_one(
     gw: Gateway, request: EnqueueRequest, idempotency_key: str | None, client_trace: str | None
 ) -> tuple[dict[str, Any], bool]:
-    """Create one job (or find the one its idempotency key names); return its JSON, created."""
-    job_id = new_job_id(request.queue)  # names its queue (shared.model.job_ids)
+    """Create one job (or find the one its idempotency key or client id names); return its
+    JSON, created."""
+    # Either way the id names its queue (shared.model.job_ids).
+    job_id = request.id or new_job_id(request.queue)
     gw.directory.ensure(request.queue)
+    if request.id is not None:
+        refuse_taken([request], gw)
     # The client's traceparent is only a parent: the job stores our enqueue span's own.
     attributes = tracing.job_attributes(job_id, request.type, queue=request.queue)
     with tracing.span("task.enqueue", client_trace, attributes):
@@ -78,7 +82,10 @@ def enqueue_one(
             )
     if result.confirmation is not None and not result.confirmation.confirmed:
         raise not_replicated(
-            result.confirmation, [result.job_id], keyed=idempotency_key is not None
+            result.confirmation,
+            [result.job_id],
+            keyed=idempotency_key is not None,
+            named=request.id is not None,
         )
     if not result.created:
         # The key named an earlier job (same body): answer with that job as it is now, or as
@@ -98,10 +105,12 @@ def enqueue_batch(
 ) -> tuple[list[dict[str, Any]], bool]:
     """Create every job of a batch, all or none (or find those its idempotency key names);
     return their JSON in order, and whether this request created them."""
-    ids = new_job_ids([request.queue for request in requests])
+    made = iter(new_job_ids([request.queue for request in requests]))
+    ids = [request.id or next(made) for request in requests]
     queues = list(dict.fromkeys(request.queue for request in requests))
     for queue in queues:
         gw.directory.ensure(queue)
+    refuse_taken([request for request in requests if request.id is not None], gw)
     # One span for the batch: its jobs share one trace parent.
     attributes: dict[str, object] = {
         "taskforge.batch_size": len(ids),
@@ -130,10 +139,20 @@ def enqueue_batch(
             confirmation,
             [result.job_id for result in results],
             keyed=idempotency_key is not None,
+            named=all(request.id is not None for request in requests),
         )
     if created:
         return [created_job(q, r).to_json() for q, r in zip(requests, results, strict=True)], True
     return jobs_now(gw, requests, results), False
+
+
+def refuse_taken(requests: Sequence[EnqueueRequest], gw: Gateway) -> None:
+    """Raise JobIdConflict when a client's id is a job's in another queue (one whose name has
+    the same tag: shared.engine.job_locator), so an id names one job across queues."""
+    for request in requests:
+        assert request.id is not None
+        if gw.directory.locator.held_elsewhere(request.id, request.queue) is not None:
+            raise JobIdConflict(request.id)
 
 
 def jobs_now(

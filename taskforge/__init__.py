@@ -9,7 +9,7 @@ done = client.wait(job.id, timeout=60)            # the completed job, or JobFai
 
 from __future__ import annotations
 
-from taskforge.client import Client, JobSpec
+from taskforge.client import Client, JobSpec, new_job_id
 from taskforge.errors import (
     ApiError,
     BadRequest,
@@ -64,4 +64,5 @@ __all__ = [
     "Unavailable",
     "WaitTimeout",
     "__version__",
+    "new_job_id",
 ]

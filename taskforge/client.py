@@ -6,10 +6,10 @@ pooled connection for its own duration only). Create it once per process and reu
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,6 +24,27 @@ Duration = float | int | str | timedelta
 BATCH_MAX = 1000  # jobs per POST /enqueue/batch (the gateway's limit)
 QUEUE_PAGE_MAX = 1000  # queues per GET /queues page (the gateway's limit)
 WAIT_STEP = 30.0  # seconds one GET /jobs/<id>?wait= may take; a longer wait asks again
+DEFAULT_QUEUE = "default"  # the gateway's, for a job that names no queue
+# Seconds after its first try that an enqueue is tried again at most. The gateway remembers a
+# job's id while the job exists and at least 5 minutes after it finished (docs/API.md), so a
+# retry sent within this window finds the job its first try made, and never makes a second.
+# The default policy (5 tries of at most 10 s connect + 10 s read, pauses up to 5 s) fits in it.
+ENQUEUE_RETRY_WINDOW = 120.0
+
+
+def new_job_id(queue: str = DEFAULT_QUEUE) -> str:
+    """Return a new job id of `queue` for ``enqueue(id=...)``, as the gateway takes one.
+
+    A UUID of version 8 (RFC 9562, the layout left to its users), 90 random bits, whose first
+    8 hex digits are the queue's tag: BLAKE2b of the queue's UTF-8 name with a 4-byte digest,
+    which is how the gateway finds a job's queue from its id alone.
+    """
+    tag = hashlib.blake2b(queue.encode(), digest_size=4).digest()
+    raw = bytearray(tag + os.urandom(12))
+    raw[6] = (raw[6] & 0x0F) | 0x80  # version 8
+    raw[8] = (raw[8] & 0x3F) | 0x80  # variant 10
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def _duration(value: Duration | None, name: str) -> float | str | None:
@@ -60,6 +81,7 @@ class JobSpec:
     at: datetime | str | None = None
     delay: Duration | None = None
     timeout: Duration | None = None
+    id: str | None = None  # the job's id (new_job_id); None: Client.enqueue_many makes one
 
     def body(self) -> dict[str, Any]:
         """Return the enqueue body for this job (only the fields that were given)."""
@@ -74,6 +96,7 @@ class JobSpec:
             "scheduled_at": _moment(self.at),
             "delay": _duration(self.delay, "delay"),
             "timeout": _duration(self.timeout, "timeout"),
+            "id": self.id,
         }
         return {name: value for name, value in fields.items() if value is not None}
 
@@ -136,19 +159,28 @@ class Client:
         at: datetime | str | None = None,
         delay: Duration | None = None,
         timeout: Duration | None = None,
+        id: str | None = None,
         idempotency_key: str | None = None,
     ) -> Job:
         """Create one job and return it (status pending, or scheduled for ``at`` or ``delay``).
 
-        Every call sends an Idempotency-Key (a new random one unless given), and a try that
-        fails is repeated with the same key: a reply lost on the way never makes a second job.
-        Give your own key to make a repeat of the whole call (after a crash, say) safe too.
+        Every call names its job: the id is made here (``new_job_id``) unless given, and a
+        try that fails is repeated with the same id, for at most ENQUEUE_RETRY_WINDOW seconds:
+        a reply lost on the way never makes a second job. Give an ``idempotency_key``
+        instead (a key of yours, remembered a day) to make a repeat of the whole call, after a
+        crash, safe too; the gateway takes an id or a key, not both.
         """
+        if id is not None and idempotency_key is not None:
+            raise ValueError("give id or idempotency_key, not both")
         spec = JobSpec(type, payload, queue, priority, max_retries, at, delay, timeout)
-        key = idempotency_key or f"tf-{uuid.uuid4().hex}"
-        doc = self._http.request(
-            "POST", "/enqueue", body=spec.body(), headers={"Idempotency-Key": key}
-        )
+        body = spec.body()
+        if idempotency_key is not None:
+            doc = self._http.request(
+                "POST", "/enqueue", body=body, headers={"Idempotency-Key": idempotency_key}
+            )
+        else:
+            body["id"] = id or new_job_id(queue or DEFAULT_QUEUE)
+            doc = self._http.request("POST", "/enqueue", body=body, within=ENQUEUE_RETRY_WINDOW)
         return Job.from_json(doc)
 
     def enqueue_many(
@@ -156,25 +188,33 @@ class Client:
     ) -> list[Job]:
         """Create many jobs, 1,000 per request, each request all or none; return them in order.
 
-        Every request carries an Idempotency-Key (a new random one per request unless given),
-        and a try that fails is repeated with the same key: a reply lost on the way never makes
-        a batch twice. Give your own key to make a repeat of the whole call safe too: request
+        Every job is named by an id made here (``new_job_id``; a dict's own ``id`` is kept), and
+        a try that fails is repeated with the same ids, for at most ENQUEUE_RETRY_WINDOW
+        seconds: a reply lost on the way never makes a batch twice. Give an idempotency key
+        instead (no ids are made then) to make a repeat of the whole call safe too: request
         ``i`` (the jobs from ``i * 1000``) sends ``f"{idempotency_key}.{i}"`` (so at most 255
         characters of printable ASCII in all), and the same jobs in the same order are answered
         with the jobs first made.
         """
         bodies = [job.body() if isinstance(job, JobSpec) else dict(job) for job in jobs]
+        if idempotency_key is None:
+            for body in bodies:  # each job named here, so a retry names the same ones
+                body.setdefault("id", new_job_id(body.get("queue") or DEFAULT_QUEUE))
         created: list[Job] = []
         for index, start in enumerate(range(0, len(bodies), BATCH_MAX)):
             chunk = bodies[start : start + BATCH_MAX]
-            key = f"{idempotency_key}.{index}" if idempotency_key else f"tf-{uuid.uuid4().hex}"
-            doc = self._http.request(
-                "POST",
-                "/enqueue/batch",
-                body={"jobs": chunk},
-                headers={"Idempotency-Key": key},
-                replay=Replay.ALWAYS,  # the key makes a repeat answer the same jobs
-            )
+            if idempotency_key is None:
+                # The jobs' ids make a repeat answer the same jobs.
+                doc = self._http.request(
+                    "POST", "/enqueue/batch", body={"jobs": chunk}, within=ENQUEUE_RETRY_WINDOW
+                )
+            else:
+                doc = self._http.request(
+                    "POST",
+                    "/enqueue/batch",
+                    body={"jobs": chunk},
+                    headers={"Idempotency-Key": f"{idempotency_key}.{index}"},
+                )
             created += [Job.from_json(job) for job in doc["jobs"]]
         return created
 

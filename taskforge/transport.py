@@ -5,7 +5,7 @@ shared by many threads opens at most ``pool_size`` of them and reuses each. Its 
 off, since what may be retried depends on the request, which only the caller knows:
 
 - ``Replay.ALWAYS``: reads, and writes the gateway makes idempotent (an enqueue or a batch
-  with its Idempotency-Key, a cancel, a pause). Retried on a refused or reset connection, a
+  with its jobs' ids or an Idempotency-Key, a cancel, a pause). Retried on a refused or reset connection, a
   timeout, a lost reply and a 503 (Redis unreachable, or no slot free for a wait).
 - ``Replay.UNSENT``: writes a repeat could apply twice (a single replay). Retried only
   when the request cannot have reached the gateway (the connection was never made); otherwise
@@ -87,12 +87,16 @@ class Transport:
         headers: dict[str, str] | None = None,
         replay: Replay = Replay.ALWAYS,
         read_timeout: float | None = None,
+        within: float | None = None,
     ) -> Any:
         """Send one request (retrying as ``replay`` allows); return its decoded JSON, or None.
 
+        `within`: seconds after the first try began past which no try is sent (an enqueue's
+        id is remembered only so long: taskforge.client ENQUEUE_RETRY_WINDOW).
         Raises the ``ApiError`` subclass for the status (400, 401, 404, 409, ...), or
-        ``Unavailable`` once the tries are spent.
+        ``Unavailable`` once the tries (or the window) are spent.
         """
+        began = time.monotonic()
         target = self._prefix + path
         if query:
             target += "?" + urlencode({k: v for k, v in query.items() if v is not None}, doseq=True)
@@ -143,8 +147,18 @@ class Transport:
                         body=last_503,
                     )
                 pause = max(pause, _retry_after(response))
-            if attempt < self.retries:
-                time.sleep(pause)
+            if attempt == self.retries:
+                break
+            if within is not None and time.monotonic() + pause - began > within:
+                tries = attempt + 1
+                raise Unavailable(
+                    f"{last} (tried {tries} time{'' if tries == 1 else 's'} in {within:g} s, "
+                    "as long as a resend is sure to find a job the request made); it may or "
+                    "may not have taken effect",
+                    outcome_unknown=True,
+                    body=last_503,
+                )
+            time.sleep(pause)
         tries = self.retries + 1
         raise Unavailable(f"{last} (tried {tries} time{'' if tries == 1 else 's'})", body=last_503)
 

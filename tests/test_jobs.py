@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shared.model.job_ids import new_client_id, new_job_id, queue_tag
 from shared.model.jobs import (
     DURATION_PATTERN,
     LIFECYCLE_FIELDS,
@@ -323,13 +324,28 @@ def test_each_lifecycle_field_is_refused_by_name(name: str) -> None:
 
 
 def test_lifecycle_fields_are_named_one_by_one_and_apart_from_unknown_ones() -> None:
-    errors = errors_of({"type": "t", "status": "done", "id": "x", "colour": "red"})
+    errors = errors_of({"type": "t", "status": "done", "attempts": 2, "colour": "red"})
 
     assert errors == {
-        "id": "set by the server and cannot be given by a client",
+        "attempts": "set by the server and cannot be given by a client",
         "status": "set by the server and cannot be given by a client",
         "colour": "unknown field",
     }
+
+
+def test_a_client_id_is_a_version_8_uuid_with_its_queues_tag_in_any_case() -> None:
+    given = new_client_id("low")
+    assert validate_enqueue({"type": "t", "queue": "low", "id": given.upper()}).id == given
+    assert validate_enqueue({"type": "t"}).id is None
+    server_made = new_job_id("default")  # version 4: never a client's
+    assert "version 8" in errors_of({"type": "t", "id": server_made})["id"]
+    assert errors_of({"type": "t", "id": 7})["id"] == "must be a string, not 7"
+    tag = errors_of({"type": "t", "id": given})["id"]  # low's tag, in the default queue
+    assert tag.startswith(f"must begin with {queue_tag('default')}")
+    # The id is the request's name, not its meaning: the same job under two ids means the same.
+    assert validate_enqueue({"type": "t", "id": new_client_id("default")}).canonical() == (
+        validate_enqueue({"type": "t"}).canonical()
+    )
 
 
 @pytest.mark.parametrize(

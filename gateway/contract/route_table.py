@@ -52,11 +52,16 @@ def _enqueue() -> tuple[Operation, ...]:
             "Create a job.",
             {
                 "201": Answer("Created; Location: /jobs/<id>.", Job, headers={"Location": str}),
-                "200": Answer("The job this Idempotency-Key already created.", Job),
+                "200": Answer(
+                    "The job this Idempotency-Key, or the body's own id, already created (the "
+                    "same body), as it is now.",
+                    Job,
+                ),
                 **use(*BODY_ERRORS),
                 "409": Answer(
                     "The Idempotency-Key was already used with another body (another job, or "
-                    "a batch); the message and job_id name its first job."
+                    "a batch), or the body's id already names a job with another body (or in "
+                    "another queue); the message and job_id name that job."
                 ),
                 "503": ENQUEUE_UNAVAILABLE,
             },
@@ -71,13 +76,17 @@ def _enqueue() -> tuple[Operation, ...]:
             {
                 "201": Answer("The jobs, in the order given.", Jobs),
                 "200": Answer(
-                    "The jobs this Idempotency-Key already created, as they are now, in order.",
+                    "The jobs this Idempotency-Key already created, as they are now, in order; "
+                    "or a batch not all of whose jobs this request created (their own ids "
+                    "named jobs already there, with the same bodies).",
                     Jobs,
                 ),
                 **use(*BODY_ERRORS),
                 "409": Answer(
                     "The Idempotency-Key was already used with another body (another batch, "
-                    "or a single enqueue); the message and job_id name its first job."
+                    "or a single enqueue), the message and job_id naming its first job; or a "
+                    "job's id already names a job with another body (or in another queue), "
+                    "named by job_id: nothing was enqueued."
                 ),
                 "503": ENQUEUE_UNAVAILABLE,
             },

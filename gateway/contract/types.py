@@ -9,9 +9,10 @@ from msgspec import Meta
 from shared.model.jobs import TYPE_PATTERN
 from shared.model.queues import QUEUE_PATTERN
 
-# Case-insensitive on input (UUIDs are); the server answers in lower case.
+# Case-insensitive on input (UUIDs are); the server answers in lower case. Version 4 (the
+# server's ids) or 8 (a client's: shared.model.job_ids).
 JOB_ID_PATTERN = (
-    "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"
+    "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[48][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$"
 )
 JobId = Annotated[str, Meta(pattern=JOB_ID_PATTERN)]
 Timestamp = Annotated[str, Meta(extra_json_schema={"format": "date-time"})]

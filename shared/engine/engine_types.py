@@ -72,6 +72,14 @@ class IdempotencyConflict(EngineError):
         super().__init__(f"idempotency key already used for job {job_id} with a different body")
 
 
+class JobIdConflict(EngineError):
+    """A client's job id already names a job created by a different request."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"job id {job_id} is already a job with a different body")
+
+
 @dataclass(frozen=True)
 class Policy:
     """Engine parameters, in the units the scripts use (milliseconds and counts)."""

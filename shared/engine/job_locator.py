@@ -5,8 +5,9 @@ cancel, replay, purge, bulk DLQ by id, the dashboard's job page, the CLI through
 must learn that queue first. An id's first eight hex digits are a hash of its queue's name
 (shared.model.job_ids); the global slot maps each such tag to the queues that have it
 (``queue_tag:<tag>``, written with the list of queues, shared.engine.scripts.queue_scripts). So a lookup
-reads that small set, then the job in each queue it names. Client-chosen ids and cross-queue
-dependencies are to resolve through here too, so the rule lives in one place.
+reads that small set, then the job in each queue it names. A client-chosen id is checked here
+for a job of another queue with the same tag (held_elsewhere); cross-queue dependencies are to
+resolve through here too, so the rule lives in one place.
 
 Cost per lookup, whatever the number of queues anyone created:
 - a tag this process has seen: one round trip, one command per queue the tag names (almost
@@ -67,6 +68,29 @@ class JobLocator:
             return lambda pipe: pipe.exists(keys.job(job_id), keys.tombstone(job_id))
 
         found = self._search(job_id, exists)
+        return found[0] if found is not None else None
+
+    def held_elsewhere(self, job_id: str, queue: str) -> str | None:
+        """Return a queue other than `queue` that holds this id, or None.
+
+        A client's id carries its queue's tag, so only a queue whose name hashes to the same
+        tag (about q²/2³³ for q queues) can hold it too: the tag's queues are read once per
+        process and tag (remembered after), and only when they name another queue does this
+        cost a round trip (an EXISTS there). Not atomic with the enqueue that follows.
+        """
+        tag = tag_of(job_id)
+        names = self._tagged.get(tag)
+        if names is None or queue not in names:
+            names = self._tag_names(tag)
+        others = [name for name in names if name != queue]
+        if not others:
+            return None
+
+        def exists(name: str) -> Callable[[Any], Any]:
+            keys = self.scripts.keys.for_queue(name)
+            return lambda pipe: pipe.exists(keys.job(job_id))
+
+        found = first_found(self.scripts.redis, others, exists)
         return found[0] if found is not None else None
 
     def find_job(self, job_id: str) -> Job | None:

@@ -12,7 +12,7 @@ from typing import Any
 from shared.engine.engine_types import (
     Code,
     EnqueueResult,
-    IdempotencyConflict,
+    JobIdConflict,
     JobNotFound,
     WrongState,
 )
@@ -90,7 +90,7 @@ def ids(values: Iterable[bytes]) -> list[str]:
 def enqueue_result(reply: list[Any]) -> EnqueueResult:
     code = Code(reply[0])
     if code is Code.CONFLICT:
-        raise IdempotencyConflict(reply[1].decode())
+        raise JobIdConflict(reply[1].decode())
     return EnqueueResult(
         job_id=reply[1].decode(),
         status=JobState(reply[2].decode()),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import math
 import re
@@ -20,6 +21,7 @@ from msgspec import Meta
 # The enqueue body's timeout takes every form an environment duration takes (500ms, 2s, 1m,
 # 1h, 1d, bare seconds): one parser, so the two cannot drift apart.
 from shared.model.durations import duration_parser
+from shared.model.job_ids import CLIENT_ID_PATTERN, client_id_problem
 from shared.model.queues import DEFAULT_QUEUE, QUEUE_PATTERN, QUEUE_RULE, is_queue_name
 
 
@@ -36,7 +38,10 @@ class JobState(StrEnum):
 
 
 TYPE_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
-JOB_ID_PATTERN = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
+# Version 4 (the server's ids) or 8 (a client's, shared.model.job_ids): both are job ids.
+JOB_ID_PATTERN = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[48][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
+)
 # Priorities are Redis zset scores (doubles): anything within ±2^31 is exact and ordered.
 PRIORITY_LIMIT = 2**31
 MAX_RETRIES_RANGE = (1, 100)
@@ -67,11 +72,20 @@ DELAY_RULE = (
 TRACEBACK_LIMIT = 8 * 1024
 
 REQUEST_FIELDS = frozenset(
-    {"type", "payload", "priority", "max_retries", "scheduled_at", "delay", "timeout", "queue"}
+    {
+        "id",
+        "type",
+        "payload",
+        "priority",
+        "max_retries",
+        "scheduled_at",
+        "delay",
+        "timeout",
+        "queue",
+    }
 )
 LIFECYCLE_FIELDS = frozenset(
     {
-        "id",
         "status",
         "attempts",
         "recoveries",
@@ -124,6 +138,9 @@ class EnqueueRequest:
     # Run this long after Redis's clock at enqueue (enqueue.lua adds it); never with
     # scheduled_at_ms, which is the client's absolute time.
     delay_ms: int | None = None
+    # The job id the client chose (version 8, its queue's tag: shared.model.job_ids), or None
+    # for one the server makes. Not part of what the job means: canonical() leaves it out.
+    id: str | None = None
 
     def canonical(self) -> str:
         """Return one string that is equal for two requests exactly when they mean the same."""
@@ -141,6 +158,11 @@ class EnqueueRequest:
         if self.delay_ms is not None:
             doc["delay_ms"] = self.delay_ms
         return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    def digest(self) -> str:
+        """Return the hash that tells a repeat of this request from another under the same
+        Idempotency-Key or client id: equal exactly when canonical() is."""
+        return hashlib.sha256(self.canonical().encode()).hexdigest()
 
     def scheduled_at_for(self, created_at_ms: int) -> int | None:
         """Return the scheduled_at the job stores, given its created_at (Redis's now)."""
@@ -233,6 +255,21 @@ class EnqueueBody(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     # Patterns are only documented here (Meta's pattern searches, so its `$` would let a
     # trailing newline through): _converted matches them whole.
+    id: Annotated[
+        str | None,
+        Meta(
+            description="The job's id, chosen by the client so that a retried enqueue finds "
+            "the job its first try made: a UUID of version 8, its first 8 hex digits its "
+            "queue's tag (BLAKE2b of the queue's UTF-8 name, 4-byte digest, in hex; a 400 "
+            "names the tag). The same id and body again: 200 with that job; another body: "
+            "409. Remembered while the job exists, and at least 5 minutes after it finished. "
+            "Null or none: the server makes one.",
+            extra_json_schema={
+                "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-8[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}"
+                "-[0-9a-fA-F]{12}$"
+            },
+        ),
+    ] = None
     type: Annotated[str, Meta(extra_json_schema={"pattern": f"^{TYPE_PATTERN.pattern}$"})]
     queue: Annotated[
         str,
@@ -297,6 +334,9 @@ def request_from(given: EnqueueBody) -> EnqueueRequest | None:
             return None
         if not (TYPE_PATTERN.fullmatch(given.type) and is_queue_name(given.queue)):
             return None
+        job_id = None if given.id is None else given.id.lower()
+        if job_id is not None and client_id_problem(job_id, given.queue) is not None:
+            return None
         return EnqueueRequest(
             type=given.type,
             payload_json=dump_json(given.payload),
@@ -308,6 +348,7 @@ def request_from(given: EnqueueBody) -> EnqueueRequest | None:
             timeout=None if given.timeout is None else parse_timeout(given.timeout),
             queue=given.queue,
             delay_ms=None if given.delay is None else parse_delay(given.delay),
+            id=job_id,
         )
     except (TypeError, ValueError):
         return None
@@ -380,6 +421,10 @@ def _checked(body: Any) -> EnqueueRequest:
     if not is_queue_name(queue):
         errors.append(FieldError("queue", f"{QUEUE_RULE}, not {_shown(queue)}"))
 
+    job_id, problem = _client_id(body.get("id"), queue)
+    if problem is not None:
+        errors.append(FieldError("id", problem))
+
     if errors:
         raise ValidationError(errors)
     return EnqueueRequest(
@@ -391,7 +436,22 @@ def _checked(body: Any) -> EnqueueRequest:
         timeout=timeout,
         queue=queue,
         delay_ms=delay_ms,
+        id=job_id,
     )
+
+
+def _client_id(given: Any, queue: Any) -> tuple[str | None, str | None]:
+    """Return (the client's job id in lower case or None, why it is refused or None)."""
+    if given is None:
+        return None, None
+    if not isinstance(given, str):
+        return None, f"must be a string, not {_shown(given)}"
+    job_id = given.lower()
+    if not is_queue_name(queue):  # the queue's own error says why; its tag cannot be checked
+        return job_id, None if CLIENT_ID_PATTERN.fullmatch(job_id) else client_id_problem(
+            job_id, DEFAULT_QUEUE
+        )
+    return job_id, client_id_problem(job_id, queue)
 
 
 _EITHER = (("delay", "scheduled_at"), ("scheduled_at", "delay"))

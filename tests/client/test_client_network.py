@@ -11,6 +11,7 @@ import redis
 
 from shared.engine.keys import Keys
 from shared.engine.scripts import Scripts
+from shared.model.job_ids import client_id_problem
 from taskforge import (
     BadRequest,
     Client,
@@ -19,6 +20,7 @@ from taskforge import (
     NotFound,
     Unauthorized,
     Unavailable,
+    new_job_id,
 )
 from tests.support.engine_jobs import complete, fresh_queue
 from tests.support.gunicorn import Gunicorn
@@ -52,7 +54,7 @@ def enqueue_statuses(gw: Gunicorn, start: int, path: str = "/enqueue") -> list[i
     ]
 
 
-def test_a_lost_enqueue_reply_is_retried_with_the_same_key_and_makes_one_job(
+def test_a_lost_enqueue_reply_is_retried_with_the_same_id_and_makes_one_job(
     gw: Gunicorn, tf: Client, proxy: TcpProxy, via_proxy: Client
 ) -> None:
     queue = fresh_queue()
@@ -62,8 +64,8 @@ def test_a_lost_enqueue_reply_is_retried_with_the_same_key_and_makes_one_job(
     job = via_proxy.enqueue("send_email", {"to": "a@example.com"}, queue=queue)
 
     assert lost.is_set(), "the first try reached the gateway and its reply was lost"
-    # The first try made the job (201, reply lost); the retry carried the same
-    # Idempotency-Key and was answered with that job (200), not a second one.
+    # The first try made the job (201, reply lost); the retry carried the same job id
+    # (the client's, in the body) and was answered with that job (200), not a second one.
     # The request line is logged after the reply is written: wait for the second one.
     statuses = wait_until(
         lambda: [found for found in [enqueue_statuses(gw, logged)] if len(found) >= 2],
@@ -76,7 +78,7 @@ def test_a_lost_enqueue_reply_is_retried_with_the_same_key_and_makes_one_job(
     assert tf.stats().queues[queue]["total"] == 1
 
 
-def test_a_lost_batch_reply_is_retried_with_the_same_key_and_makes_each_job_once(
+def test_a_lost_batch_reply_is_retried_with_the_same_ids_and_makes_each_job_once(
     gw: Gunicorn, r: redis.Redis, tf: Client, proxy: TcpProxy, via_proxy: Client
 ) -> None:
     queue = fresh_queue()
@@ -86,7 +88,7 @@ def test_a_lost_batch_reply_is_retried_with_the_same_key_and_makes_each_job_once
     created = via_proxy.enqueue_many([JobSpec("t", {"i": i}, queue=queue) for i in range(3)])
 
     assert lost.is_set(), "the first try reached the gateway and its reply was lost"
-    # The first try made the jobs (201, reply lost); the retry carried the same key and was
+    # The first try made the jobs (201, reply lost); the retry carried the same ids and was
     # answered with those jobs (200). Logged after each reply is written: wait for both.
     statuses = wait_until(
         lambda: [s for s in [enqueue_statuses(gw, logged, "/enqueue/batch")] if len(s) >= 2],
@@ -112,6 +114,36 @@ def test_a_refused_connection_is_retried_then_unavailable() -> None:
         with pytest.raises(Unavailable, match="tried 3 times") as raised:
             client.enqueue_many([JobSpec("t")])
         assert not raised.value.outcome_unknown
+
+
+def test_an_enqueue_names_its_job_and_leaves_no_idempotency_key_in_redis(
+    r: redis.Redis, tf: Client
+) -> None:
+    queue = fresh_queue()
+    job = tf.enqueue("t", {"n": 1}, queue=queue)
+    batch = tf.enqueue_many([JobSpec("t", {"i": i}, queue=queue) for i in range(2)])
+
+    assert all(client_id_problem(j.id, queue) is None for j in [job, *batch])  # version 8
+    assert r.keys(Keys().idempotency("*")) == []
+    # An id of the caller's own: the same call again is the same job.
+    mine = new_job_id(queue)
+    assert (
+        tf.enqueue("t", queue=queue, id=mine).id == mine == tf.enqueue("t", queue=queue, id=mine).id
+    )
+    with pytest.raises(Conflict, match="different body") as conflict:
+        tf.enqueue("u", queue=queue, id=mine)
+    assert conflict.value.status == 409
+    assert tf.stats().queues[queue]["total"] == 4
+
+
+def test_an_enqueue_is_not_tried_again_past_its_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setattr("taskforge.client.ENQUEUE_RETRY_WINDOW", 0.05)
+    client = Client(closed, "", timeout=1.0, retries=50, backoff=0.02, max_backoff=0.02)
+    with client, pytest.raises(Unavailable, match=r"in 0\.05 s") as raised:
+        client.enqueue("t")
+    assert raised.value.outcome_unknown  # a try may have arrived: resend with the same id
+    assert "tried 50" not in str(raised.value)
 
 
 def test_errors_carry_the_servers_message(tf: Client, engine: Scripts) -> None:

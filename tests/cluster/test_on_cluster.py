@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from shared.engine.keys import Keys
+from taskforge import new_job_id
 from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.tools import free_port, wait_until
@@ -267,6 +268,25 @@ def test_a_batch_across_three_masters(stack: Stack) -> None:
     )
     assert again[0] == 200 and [job["id"] for job in again[2]["jobs"]] == ids
     for job_id in ids:
+        stack.wait_status(job_id, "completed")
+
+
+def test_a_batch_of_client_ids_across_three_masters_is_made_once(stack: Stack) -> None:
+    # Each id carries its queue's tag: the repeat finds each job on its own master, and a
+    # lookup by id finds it with no Idempotency-Key in the global slot.
+    jobs = [
+        {"type": "demo.noop", "queue": q, "id": new_job_id(q)} for q in stack.queues for _ in (0, 1)
+    ]
+    status, _, doc = stack.gateway.request("POST", "/enqueue/batch", {"jobs": jobs})
+    assert status == 201, doc
+    again = stack.gateway.request("POST", "/enqueue/batch", {"jobs": jobs})
+    assert again[0] == 200 and [job["id"] for job in again[2]["jobs"]] == [j["id"] for j in jobs]
+    single = {"type": "demo.noop", "queue": stack.queues[1], "id": new_job_id(stack.queues[1])}
+    assert stack.gateway.request("POST", "/enqueue", single)[0] == 201
+    assert stack.gateway.request("POST", "/enqueue", single)[0] == 200
+    changed = stack.gateway.request("POST", "/enqueue", {**single, "type": "other"})
+    assert changed[0] == 409, changed
+    for job_id in [*(j["id"] for j in jobs), single["id"]]:
         stack.wait_status(job_id, "completed")
 
 

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from shared.engine.keys import Keys
-from taskforge import Client, Unavailable
+from taskforge import Client, Unavailable, new_job_id
 from tests.cli.conftest import invoke
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.replicated import Replicated
@@ -149,6 +149,25 @@ def test_the_python_client_resends_a_not_replicated_enqueue_with_its_key(
         pair.replica.thaw()
         job = client.enqueue("t", {"n": 1}, idempotency_key="order-9")
     assert job_keys(primary) == [K.job(job.id).encode()]
+
+
+def test_the_python_client_resends_a_not_replicated_enqueue_with_its_id(
+    gw: Gunicorn, pair: Replicated, primary: redis.Redis
+) -> None:
+    """An enqueue that names its job (the client's own id, no Idempotency-Key) is told to
+    resend the same body, and a resend makes no second job: one on the primary throughout."""
+    mine = new_job_id()
+    pair.replica.freeze()
+    status, _, doc, _ = post(gw, "/enqueue", {"type": "t", "id": mine})
+    assert (status, doc["code"], doc["job_id"]) == (503, "not_replicated", mine)
+    assert "resend the same body (the same id)" in doc["error"]
+    with Client(gw.url, retries=1, backoff=0.05, max_backoff=0.1) as client:
+        with pytest.raises(Unavailable):
+            client.enqueue("t", id=mine)
+        assert job_keys(primary) == [K.job(mine).encode()]
+        pair.replica.thaw()
+        assert client.enqueue("t", id=mine).id == mine
+    assert job_keys(primary) == [K.job(mine).encode()]
 
 
 def test_ready_stays_200_and_says_how_many_replicas_are_connected_of_those_wanted(

@@ -22,6 +22,7 @@ import redis
 
 from shared.engine.engine_types import Code, NotRunnable, QueuePaused
 from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_client_id
 from tests.engine.conftest import J1, J2, J3, J4, request
 
 # The hot path: a claim, an enqueue.
@@ -109,6 +110,19 @@ def test_enqueue_with_an_idempotency_key_is_within_its_budget(
 ) -> None:
     counts = commands_of(r, lambda: engine.enqueue(request(), J1, idempotency_key="k1"))
     assert_within(counts, budget(engine, counts, ENQUEUE_IDEMPOTENT, 1))
+
+
+def test_enqueue_with_a_client_id_costs_what_a_plain_one_does_in_one_call(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    # The repeat check reads the digest in the HMGET that already reads the job (a repeat of
+    # the id); no key of its own, nothing in the global slot.
+    own = new_client_id("default")
+    counts = commands_of(r, lambda: engine.enqueue(request(id=own), own))
+    assert_within(counts, budget(engine, counts, ENQUEUE, 1))
+    assert r.info("commandstats")["cmdstat_evalsha"]["calls"] == 1
+    again = commands_of(r, lambda: engine.enqueue(request(id=own), own))
+    assert sum(again.values()) == 1  # a repeat: the HMGET alone
 
 
 def test_a_batch_with_an_idempotency_key_costs_one_reserve_call_more(

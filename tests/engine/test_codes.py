@@ -13,6 +13,7 @@ import redis
 from shared.engine.engine_types import Code, EngineError
 from shared.engine.history import Actor
 from shared.engine.scripts import SCRIPT_NAMES, Scripts, load_source
+from shared.model.job_ids import new_client_id
 from shared.model.jobs import JobState, format_ms
 from shared.read.listing import list_jobs
 from shared.read.throughput import last_hour
@@ -175,8 +176,10 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
     scripts.enqueue(request(), "00000000-0000-4000-8000-0000000000e4", idempotency_key="k")
     batch = [(request(), "00000000-0000-4000-8000-0000000000e5")]
     scripts.enqueue_many(batch, idempotency_key="kb")
-    # Last of the enqueues: a periodic tick's names its actor, the header's last argument.
+    # Last of the enqueues: a client's own id sends its digest, the header's last argument.
+    own = new_client_id("default")
     scripts.enqueue(request(), "00000000-0000-4000-8000-0000000000e6", actor=Actor.SCHEDULER)
+    scripts.enqueue(request(id=own), own)
     scripts.publish_schedules([("s", "{}")])
     scripts.advance_schedule("s", T0, J1, missed=1, jobs=1)
     scripts.pause_schedule("s", now_ms=T0)

@@ -4,7 +4,10 @@
 --
 -- Invariant: a new job is in exactly one index (pending or scheduled). Repeating the same call
 -- (redis-py retries a command whose reply was lost) creates nothing new: the job id is the
--- caller's, so a second run finds the job and answers as the first did. Idempotency keys span
+-- caller's, so a second run finds the job and answers as the first did. A client's own id
+-- (version 8, shared/model/job_ids.py) comes with the digest of its request: a repeat with
+-- the same digest finds the job, one with another digest is refused (CONFLICT) and changes
+-- nothing, so an id names one request's job for as long as the job exists. Idempotency keys span
 -- queues, so they live in the global slot: reserve.lua claims one for a job id first, then this
 -- script creates that job (shared/engine/scripts/, Scripts.enqueue).
 --
@@ -31,9 +34,12 @@
 --             (absent or '' when tracing is off: nothing is stored)
 -- ARGV[12] -> events_cap: events stream cap; '0' or absent: no event
 -- ARGV[13] -> actor: optional: who enqueues, as a history actor code ('s': a periodic schedule's tick,
---             workerd/periodic.py); absent: the api. Given only with ARGV[12] ('0' when off)
+--             workerd/periodic.py); absent or '': the api. Given only with ARGV[12] ('0' when off)
+-- ARGV[14] -> digest: optional: a client-chosen id's request digest, stored as field `digest` and
+--             compared on a repeat (absent or '': no comparison). Given only with ARGV[13]
 --
--- Returns {DONE, id, status, created_at, existed[, first]}: existed is 1 when the job was already
+-- Returns {CONFLICT, id}: ARGV[14] was given and the job exists with another digest (nothing
+--         written), else {DONE, id, status, created_at, existed[, first]}: existed is 1 when the job was already
 --         there (a repeat of this call, or of the request an idempotency key names), else 0. A
 --         delayed job's scheduled_at is created_at + delay (EnqueueRequest.scheduled_at_for).
 --         first (a new job only) is 1 when the queue's FIFO counter was absent (or, for a
@@ -49,9 +55,13 @@
 --- @include "common"
 
 local job_key, job_id = KEYS[1], ARGV[1]
+local digest = ARGV[14] ~= '' and ARGV[14] or nil
 
-local prior = redis.call('HMGET', job_key, 'status', 'created_at')
+local prior = redis.call('HMGET', job_key, 'status', 'created_at', 'digest')
 if prior[1] then
+  if digest and prior[3] ~= digest then
+    return {CONFLICT, job_id}
+  end
   return {DONE, job_id, prior[1], tonumber(prior[2]), 1}
 end
 
@@ -69,7 +79,7 @@ local status = (scheduled_at and scheduled_at > now) and 'scheduled' or 'pending
 -- History's first entry, a constant: enqueued (or scheduled) by the api at created_at, attempt 0,
 -- unless the caller names another actor.
 local first = status == 'scheduled' and 'sa0|0' or 'qa0|0'
-if ARGV[13] then
+if ARGV[13] and ARGV[13] ~= '' then
   first = string.sub(first, 1, 1) .. ARGV[13] .. '0|0'
 end
 -- The fields every transition reads or writes come first: Redis keeps a small hash as a list
@@ -89,6 +99,9 @@ if ARGV[11] and ARGV[11] ~= '' then
 end
 if scheduled_at then
   add('scheduled_at', due)
+end
+if digest then
+  add('digest', digest)
 end
 -- The FIFO counter also tells a queue's first job since its keys were made (or deleted,
 -- delete_queue.lua): absent, and the caller lists the queue again (shared.read.directory). A

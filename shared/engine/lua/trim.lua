@@ -16,6 +16,12 @@
 -- a completed entry forgotten before it was rolled (the count cap, past 50,000 jobs/s) is
 -- counted as it goes. shared/read/throughput.py adds what lies after the mark, read live.
 --
+-- A job whose id its client chose (version 8: shared/model/job_ids.py) is kept, by either rule,
+-- until it finished ARGV[8] ago: its hash is the memory of the id, and a producer retrying the
+-- enqueue within that time must find it, not make a second job. So above the count cap a
+-- queue holds, besides, those finished within ARGV[8] (at most rate x ARGV[8]); an index's
+-- oldest entries being such jobs, the cap waits for them to age before going further.
+--
 -- Invariant: an index entry and its job hash are deleted together; a job whose status no
 -- longer matches the index (it cannot, but an operator can edit Redis) keeps its hash. Each
 -- completion and each failed execution is counted in exactly one minute bucket, once.
@@ -38,6 +44,7 @@
 -- ARGV[5] -> limit: most jobs to delete from each index in this call
 -- ARGV[6] -> now_ms: now (ms) override, or '' for Redis TIME
 -- ARGV[7] -> finished_max_jobs: maximum number of completed jobs, and of canceled jobs (each index apart)
+-- ARGV[8] -> client_id_memory_ms: a client-id job is kept at least this long after it finished (ms)
 --
 -- Returns {completed deleted, canceled deleted, dead deleted}.
 --
@@ -114,21 +121,27 @@ local mark = roll_up()
 
 -- `entries` is a flat list id, score (WITHSCORES). A completion forgotten after the mark was
 -- not rolled up: count it now, or it would never be.
+local young = now - tonumber(ARGV[8])
 local function forget(index_key, status, entries)
+  local forgotten = 0
   for i = 1, #entries, 2 do
     local job_id = entries[i]
-    local job_key = prefix .. job_id
-    local current = redis.call('HGET', job_key, 'status')
-    if current == status or not current then
-      redis.call('DEL', job_key)
-    end
-    redis.call('ZREM', index_key, job_id)
     local score = tonumber(entries[i + 1])
-    if index_key == KEYS[1] and score > mark then
-      count('c:' .. math.floor(score / MINUTE_MS), 1)
+    -- The version digit of a client's id (the 15th character): kept while young.
+    if score <= young or string.sub(job_id, 15, 15) ~= '8' then
+      local job_key = prefix .. job_id
+      local current = redis.call('HGET', job_key, 'status')
+      if current == status or not current then
+        redis.call('DEL', job_key)
+      end
+      redis.call('ZREM', index_key, job_id)
+      if index_key == KEYS[1] and score > mark then
+        count('c:' .. math.floor(score / MINUTE_MS), 1)
+      end
+      forgotten = forgotten + 1
     end
   end
-  return #entries / 2
+  return forgotten
 end
 
 local function older_than(index_key, cutoff)

@@ -15,13 +15,23 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.connect.redis_conn import is_cluster
-from shared.engine.engine_types import Code, Confirmation, EnqueueResult, IdempotencyConflict
+from shared.engine.engine_types import (
+    Code,
+    Confirmation,
+    EnqueueResult,
+    IdempotencyConflict,
+    JobIdConflict,
+)
 from shared.engine.history import ACTOR_CODES, Actor
 from shared.engine.replies import enqueue_result, text
 from shared.engine.scripts.cross_slot import follow
 from shared.engine.scripts.due_index import DUE_INDEX
 from shared.engine.scripts.script_base import ScriptsBase, now_arg
 from shared.model.jobs import EnqueueRequest, JobState
+
+# Hex digits of a request's SHA-256 kept with a client-id job (128 bits: two different bodies
+# under one id are told apart but for a 2^-128 chance), against the 64 an Idempotency-Key keeps.
+CLIENT_DIGEST_HEX = 32
 
 
 def batch_digest(requests: Sequence[EnqueueRequest]) -> str:
@@ -58,7 +68,13 @@ class EnqueueCalls(ScriptsBase):
         With an idempotency key, two calls: reserve.lua ties the key to this job id in the
         global slot, then enqueue.lua creates the job in its queue's slot (no script spans
         two). A repeat of the request finds the key naming the job and answers DUPLICATE.
+
+        A request with its client's own id (``request.id``, which must be `job_id`) is one
+        call: enqueue.lua stores the request's digest with the job, and a repeat answers the
+        job (created False) or, with another digest, raises JobIdConflict.
         """
+        if request.id is not None and (request.id != job_id or idempotency_key is not None):
+            raise ValueError("a client's job id is the job id, and takes no idempotency key")
         duplicate = False
         if idempotency_key is not None:
             job_id, queue, duplicate = self._reserve(request, job_id, idempotency_key)
@@ -85,8 +101,11 @@ class EnqueueCalls(ScriptsBase):
         # The key named an earlier request's job: an answer about that job (200), even when
         # this call had to create it (deleted since, or never created: its producer died
         # between the two calls), under the same id, so racing repeats create one job and
-        # only the request that reserved the key answers "created".
-        return dataclasses.replace(result, created=False) if duplicate else result
+        # only the request that reserved the key answers "created". A client id's repeat
+        # found its job: not created either.
+        if duplicate or (request.id is not None and result.existed):
+            return dataclasses.replace(result, created=False)
+        return result
 
     def _reserve(
         self, request: EnqueueRequest, job_id: str, idempotency_key: str
@@ -95,7 +114,7 @@ class EnqueueCalls(ScriptsBase):
         reply = self.transport.run(
             "reserve",
             idem=self.keys.idempotency(idempotency_key),
-            digest=hashlib.sha256(request.canonical().encode()).hexdigest(),
+            digest=request.digest(),
             job_id=job_id,
             queue=request.queue,
             ttl_ms=self.policy.idempotency_ttl_ms,
@@ -126,6 +145,8 @@ class EnqueueCalls(ScriptsBase):
         result DUPLICATE (created False).
         """
         duplicate = False
+        if any(request.id is not None for request, _ in requests):
+            self._check_client_ids(requests, idempotency_key)
         if idempotency_key is not None:
             requests, duplicate = self._reserve_batch(requests, idempotency_key)
         results = self._enqueue_transaction(requests, now_ms, traceparent)
@@ -138,6 +159,29 @@ class EnqueueCalls(ScriptsBase):
             # As for a single enqueue: only the request that reserved the key answers "created".
             return [dataclasses.replace(result, created=False) for result in results]
         return results
+
+    def _check_client_ids(
+        self, requests: Sequence[tuple[EnqueueRequest, str]], idempotency_key: str | None
+    ) -> None:
+        """Raise JobIdConflict before a batch writes anything when a client's id already names
+        a job with another body (one round trip: an HGET per client id).
+
+        A transaction cannot undo the jobs before a refused one, so the batch stays all or none
+        by this read. Not atomic with the write: a different body sent under the same id at
+        the same moment may still be refused inside the transaction, after its other jobs
+        were made (enqueue.lua refuses it and writes nothing for it).
+        """
+        if idempotency_key is not None:
+            raise ValueError("a client's job id takes no idempotency key")
+        given = [(request, job_id) for request, job_id in requests if request.id is not None]
+        if any(request.id != job_id for request, job_id in given):
+            raise ValueError("a client's job id is the job id")
+        pipe = self.redis.pipeline(transaction=False)
+        for request, job_id in given:
+            pipe.hget(self.q(request.queue).job(job_id), "digest")
+        for (request, job_id), held in zip(given, pipe.execute(), strict=True):
+            if held is not None and held.decode() != request.digest()[:CLIENT_DIGEST_HEX]:
+                raise JobIdConflict(job_id)
 
     def _confirm_batch(
         self, requests: Sequence[tuple[EnqueueRequest, str]], keyed: bool
@@ -207,7 +251,10 @@ class EnqueueCalls(ScriptsBase):
                 return pipe
 
             for index, reply in zip(indexes, self.transport.execute(transaction), strict=True):
-                results[index] = enqueue_result(reply)
+                result = enqueue_result(reply)
+                if result.existed and requests[index][0].id is not None:
+                    result = dataclasses.replace(result, created=False)  # a client id's repeat
+                results[index] = result
         done = [result for result in results if result is not None]
         self.note_due(
             [
@@ -228,9 +275,16 @@ class EnqueueCalls(ScriptsBase):
     ) -> dict[str, Any]:
         """Return enqueue.lua's KEYS and ARGV by name.
 
-        With an `actor` the events cap is always sent ('0' when off): the actor comes after it.
+        With an `actor` or a client's id the events cap is always sent ('0' when off): the
+        actor, then the digest, come after it.
         """
         k = self.q(request.queue)
+        digest = None if request.id is None else request.digest()[:CLIENT_DIGEST_HEX]
+        if actor is None and digest is None:
+            events_cap, actor_code = self._events_cap(), None
+        else:
+            events_cap = self.policy.events_cap
+            actor_code = "" if actor is None else ACTOR_CODES[actor]
         return {
             "job": k.job(job_id),
             "pending": k.pending,
@@ -250,8 +304,9 @@ class EnqueueCalls(ScriptsBase):
             "wake_cap": self.policy.wake_cap,
             "now_ms": now_arg(now_ms),
             "traceparent": traceparent or "",
-            "events_cap": self._events_cap() if actor is None else self.policy.events_cap,
-            "actor": None if actor is None else ACTOR_CODES[actor],
+            "events_cap": events_cap,
+            "actor": actor_code,
+            "digest": digest,
         }
 
     def note_due(self, scheduled: Sequence[tuple[EnqueueRequest, EnqueueResult]]) -> None:

@@ -20,6 +20,7 @@ from shared.engine.keys import Keys
 from shared.engine.replies import ids, text
 from shared.engine.scripts import script_base as base
 from shared.engine.scripts.script_base import ScriptsBase, now_arg
+from shared.model.job_ids import CLIENT_ID_MEMORY_MS
 from shared.model.queues import DEFAULT_QUEUE
 
 # Calls of trim.lua per Scripts.trim at most: with the default batch of 1,000, the scheduler's
@@ -230,6 +231,7 @@ class UpkeepCalls(ScriptsBase):
                 limit=limit,
                 now_ms=now_arg(now_ms),
                 finished_max_jobs=-(-p.finished_max_jobs // share),
+                client_id_memory_ms=CLIENT_ID_MEMORY_MS,
             )
             counts = [int(v) for v in reply]
             total = TrimResult(

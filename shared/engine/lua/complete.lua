@@ -91,7 +91,9 @@ if state[1] ~= 'processing' then
   return {STALE_TOKEN, state[1]}
 end
 
-local now = now_ms(ARGV[3])
+-- The event first: its entry id gives the time (common.lua, stamped), no TIME command.
+local now = stamped(ARGV[3], KEYS[14], events_cap, 'e', 'completed', 'j', state[3],
+  't', state[6] or '', 'w', state[8] or '')
 -- Formatted once: a number given to redis.call is formatted with %.17g on every use.
 local stamp = string.format('%d', now)
 redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_at', stamp,
@@ -107,8 +109,6 @@ if state[7] == state[2] then
     order = KEYS[13], pending = KEYS[4], wake = KEYS[6]}
   release_slot(lk, state[3], state[6], tonumber(ARGV[8]), worker_id == '')
 end
-emit(KEYS[14], events_cap, 'e', 'completed', 'j', state[3], 't', state[6] or '', 'w',
-  state[8] or '')
 if worker_id ~= '' then
   -- The pause check costs the hot path one command: complete reads no key of the queue's that
   -- could carry the flag for free (claim.lua reads it in the MGET it already made). The same

@@ -50,9 +50,9 @@
 -- History: retrying or dead, with the error's type, in the HSET either path makes; canceled
 -- ('o', stopped 'failed' or 'timeout') for a job asked to stop.
 -- Event: retrying or dead, with the attempt that failed and its worker; a repeat writes none.
--- Redis commands: 8 to retry (HMGET, TIME, ZREM, HINCRBY, HSET, [HDEL], ZADD, XADD), 9 to
--- declare it dead (HMGET, TIME, ZREM, HINCRBY, HSET, HDEL, ZADD, PEXPIRE, XADD); one less each
--- with events off. The HINCRBY counts the queue's failures per second (no key fail.lua
+-- Redis commands: 7 to retry (HMGET, XADD, ZREM, HINCRBY, HSET, [HDEL], ZADD), 8 to declare
+-- it dead (HMGET, XADD, ZREM, HINCRBY, HSET, HDEL, ZADD, PEXPIRE); the same with events off,
+-- a TIME in the XADD's place (the event's entry id is the time: common.lua, stamped). The HINCRBY counts the queue's failures per second (no key fail.lua
 -- touches can count failures for free). A job holding a limit slot gives it back
 -- (release_slot: ZREM, ZRANGEBYLEX, LPUSH; ZREM x2 + ZADD more when a held job returns).
 

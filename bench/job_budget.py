@@ -161,19 +161,11 @@ def run_probe(
     tree: Path, url: str, jobs: int, events: str, history: str, extra: dict[str, str] | None = None
 ) -> dict:
     """Run the probe with `tree`'s code; return its figures."""
+    from bench.peers.harness import run_json
+
     env = {**os.environ, "PYTHONPATH": str(tree.resolve()), "LOG_LEVEL": "WARNING", **(extra or {})}
-    out = subprocess.run(
-        [sys.executable, __file__, "--probe", url, str(jobs), events, history],
-        cwd=tree,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=PROBE_TIMEOUT,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"probe in {tree} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    argv = [sys.executable, __file__, "--probe", url, str(jobs), events, history]
+    return run_json(argv, tree, env, PROBE_TIMEOUT, f"probe in {tree}")
 
 
 def count_instructions(tree: Path, jobs: int, events: str, history: str) -> dict[str, float]:

@@ -17,7 +17,8 @@ probe's own INFO calls are subtracted. Commands and bytes are exact and repeat f
 (tests/engine/test_budgets.py holds them); CPU swings with the machine's load: read medians of
 rounds measured in one sitting. ``--events off`` is TASKFORGE_EVENTS=off; ``--history off``
 measures the scripts with history entries made empty (a bench-only variant: the field is still
-read and written, its entries are not built), to say what history costs.
+read and written, its entries are not built), to say what history costs. ``--batch N``: the
+worker claims N jobs a call (claim_batch) and completes each apart, claiming nothing.
 
     .venv/bin/python -m bench.job_budget                                 # this checkout
     .venv/bin/python -m bench.job_budget --tree /tmp/rediscost-before --tree . --rounds 3
@@ -96,8 +97,12 @@ def history_off(lua: str) -> str:
     return lua.replace(head, head + "  do return '' end\n")
 
 
-def probe(url: str, jobs: int, events: str, history: str) -> dict:
-    """Enqueue `jobs` through the gateway, drain them as a worker; return each phase's cost."""
+def probe(url: str, jobs: int, events: str, history: str, batch: int = 1) -> dict:
+    """Enqueue `jobs` through the gateway, drain them as a worker; return each phase's cost.
+
+    `batch` > 1: the worker claims with claim_batch (that many a call) and completes each job
+    without claiming (a checkout from before claim_batch cannot run it).
+    """
     import redis
 
     from gateway.app import create_app
@@ -133,16 +138,32 @@ def probe(url: str, jobs: int, events: str, history: str) -> dict:
     out["enqueue"] = phase_cost(before, snapshot(client), jobs, info_out)
     out["enqueue"]["instructions"] = _per(instructions(), jobs)
     before = snapshot(client)
-    job = scripts.claim(WORKER)
-    done = 0
-    while job is not None:
-        job = scripts.complete(job.id, job.token, '{"sent": true}', claim_next_for=WORKER).next_job
-        done += 1
+    done = drain_batched(scripts, batch) if batch > 1 else drain(scripts)
     out["worker"] = phase_cost(before, snapshot(client), jobs, info_out)
     out["worker"]["instructions"] = _per(instructions(), jobs)
     if done != jobs:
         raise RuntimeError(f"drained {done} of {jobs}")
     return out
+
+
+def drain(scripts) -> int:  # type: ignore[no-untyped-def]
+    """Drain as a busy worker does today: a claim, then complete-and-claim-next."""
+    job = scripts.claim(WORKER)
+    done = 0
+    while job is not None:
+        job = scripts.complete(job.id, job.token, '{"sent": true}', claim_next_for=WORKER).next_job
+        done += 1
+    return done
+
+
+def drain_batched(scripts, batch: int) -> int:  # type: ignore[no-untyped-def]
+    """Drain with claim_batch (`batch` jobs a call), then a complete of each, claiming nothing."""
+    done = 0
+    while jobs := scripts.claim_batch(WORKER, batch):
+        for job in jobs:
+            scripts.complete(job.id, job.token, '{"sent": true}')
+            done += 1
+    return done
 
 
 def _per(count: float | None, jobs: int) -> float | None:
@@ -168,7 +189,9 @@ def run_probe(
     return run_json(argv, tree, env, PROBE_TIMEOUT, f"probe in {tree}")
 
 
-def count_instructions(tree: Path, jobs: int, events: str, history: str) -> dict[str, float]:
+def count_instructions(
+    tree: Path, jobs: int, events: str, history: str, extra: dict[str, str]
+) -> dict[str, float]:
     """Return Redis's instructions per job of each phase of `tree`'s code, under callgrind."""
     import tempfile
 
@@ -179,8 +202,8 @@ def count_instructions(tree: Path, jobs: int, events: str, history: str) -> dict
         server = CallgrindRedis(redis_binary(), Path(tmp), dict(NO_PERSISTENCE))
         server.start()
         try:
-            extra = {"BENCH_CALLGRIND_PID": str(server.pid), "BENCH_CALLGRIND_DIR": tmp}
-            run = run_probe(tree, server.url, jobs, events, history, extra)
+            counting = {"BENCH_CALLGRIND_PID": str(server.pid), "BENCH_CALLGRIND_DIR": tmp}
+            run = run_probe(tree, server.url, jobs, events, history, {**extra, **counting})
         finally:
             server.close()
     return {phase: run[phase]["instructions"] for phase in ("enqueue", "worker")}
@@ -279,8 +302,15 @@ def main() -> None:
         metavar="JOBS",
         help="also count Redis's instructions per job under callgrind, with JOBS jobs",
     )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="the worker claims this many jobs a call (claim_batch) and completes each apart",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    extra = {"BENCH_CLAIM_BATCH": str(args.batch)}
     sys.path.insert(0, str(ROOT))
     from tests.support.redis_server import private_redis
 
@@ -291,7 +321,7 @@ def main() -> None:
         for round_no in range(args.rounds):
             for tree, label in zip(trees, labels, strict=True):
                 runs[label].append(
-                    run_probe(tree, server.url, args.jobs, args.events, args.history)
+                    run_probe(tree, server.url, args.jobs, args.events, args.history, extra)
                 )
                 print(
                     f"round {round_no + 1}, {label}: done (load {os.getloadavg()[0]:.1f})",
@@ -299,7 +329,7 @@ def main() -> None:
                 )
     if args.callgrind:
         for tree, label in zip(trees, labels, strict=True):
-            counted = count_instructions(tree, args.callgrind, args.events, args.history)
+            counted = count_instructions(tree, args.callgrind, args.events, args.history, extra)
             for run in runs[label]:
                 run["instructions"] = counted
     print(
@@ -328,6 +358,7 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--probe":
         sys.path.pop(0)  # bench/ itself: its modules must not shadow the checkout's
         url, jobs, events, history = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-        print(json.dumps(probe(url, jobs, events, history)))
+        batch = int(os.environ.get("BENCH_CLAIM_BATCH", "1"))
+        print(json.dumps(probe(url, jobs, events, history, batch)))
     else:
         main()

@@ -273,6 +273,22 @@ def test_complete_without_a_claim_pays_nothing_for_the_pause(
     assert "exists" not in counts
 
 
+# A batched claim (claim_batch.lua, not used by workerd yet): MGET, then per job ZPOPMIN, HMGET,
+# ZREM, HSET, ZADD, TIME once for the batch (events on: an XADD per job, its time the first's),
+# and the repeat pointer's SET: for 3 jobs 1 + 3 x 5 + 1 + 1 = 18, against 3 x 8 = 24 for 3 claims.
+CLAIM_BATCH_OF_3 = 18
+
+
+def test_a_batched_claim_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
+    for jid in (J1, J2, J3, J4):
+        engine.enqueue(request(), jid)
+    result: list[Any] = []
+    counts = commands_of(r, lambda: result.append(engine.claim_batch("w1", 3)))
+    assert [j.id for j in result[0]] == [J1, J2, J3]
+    assert_within(counts, budget(engine, counts, CLAIM_BATCH_OF_3, 3, stamped=True))
+    assert counts["set"] == 1 and counts["mget"] == 1
+
+
 # The registry heartbeat. The hosts it forgets are read before they are removed, to
 # name them in worker_left events: with events on, the read (ZRANGEBYSCORE) takes the removal's
 # place, which runs only when there is a host to forget, so a usual beat costs what it did.

@@ -50,9 +50,10 @@
 -- Event: claimed (with attempt and worker) when a job is claimed; held when a job is first
 -- held; none otherwise, nor for a repeated call.
 -- Redis commands: 8 when a job is claimed (MGET, ZPOPMIN, HMGET, ZREM, XADD, HSET, ZADD, SET;
--- with events off a TIME in the XADD's place: its entry id is the time, common.lua, stamped), 3 when none is (MGET, ZPOPMIN, DEL), 1 when paused (MGET), 5 when
--- the best job is refused (MGET, ZPOPMIN, HMGET, ZADD, LPUSH; an LTRIM past the hint cap);
--- tests/engine/test_budgets.py holds them to it. A limited queue pays, on a claim: ZCARD for a
+-- with events off a TIME in the XADD's place: its entry id is the time, common.lua, stamped),
+-- 3 when none is (MGET, ZPOPMIN, DEL), 1 when paused (MGET), 5 when the best job is refused
+-- (MGET, ZPOPMIN, HMGET, ZADD, LPUSH; an LTRIM past the hint cap); tests/engine/test_budgets.py
+-- holds them to it. A limited queue pays, on a claim: ZCARD for a
 -- queue-wide concurrency limit, ZLEXCOUNT for a type's, HGET + HSET per rate bucket, TIME
 -- early, and ZADD to `running`; a job held costs ZADD + HGET (+ HSET and XADD the first time).
 

@@ -52,8 +52,9 @@
 -- Event: retrying or dead, with the attempt that failed and its worker; a repeat writes none.
 -- Redis commands: 7 to retry (HMGET, XADD, ZREM, HINCRBY, HSET, [HDEL], ZADD), 8 to declare
 -- it dead (HMGET, XADD, ZREM, HINCRBY, HSET, HDEL, ZADD, PEXPIRE); the same with events off,
--- a TIME in the XADD's place (the event's entry id is the time: common.lua, stamped). The HINCRBY counts the queue's failures per second (no key fail.lua
--- touches can count failures for free). A job holding a limit slot gives it back
+-- a TIME in the XADD's place (the event's entry id is the time: common.lua, stamped). The
+-- HINCRBY counts the queue's failures per second (no key fail.lua touches can count failures
+-- for free). A job holding a limit slot gives it back
 -- (release_slot: ZREM, ZRANGEBYLEX, LPUSH; ZREM x2 + ZADD more when a held job returns).
 
 --- @include "codes"

@@ -50,8 +50,8 @@ end
 -- keys = {pending, pending_since, processing, wake, events}. now: a number, or the scripts'
 -- now argument (a string: an override, or '' for Redis's clock, read only once there is a job
 -- to start, from its `claimed` event's id when events are on: common.lua, stamped).
--- runnable: the worker's job types ('|a|b|'), or '' to take any. events_cap: as common.lua's emit takes it; a job
--- started is one `claimed` event (a refused or missing one is none).
+-- runnable: the worker's job types ('|a|b|'), or '' to take any. events_cap: as common.lua's
+-- emit takes it; a job started is one `claimed` event (a refused or missing one is none).
 -- Returns the claim reply, or nil when nothing is claimable (the wake hints are then cleared:
 -- they would only send idle workers into more empty claims), or nil and the job's type when
 -- the best job is of a type the worker does not run. That job goes back exactly where it was

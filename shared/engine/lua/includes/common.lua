@@ -44,9 +44,9 @@ end
 -- when it gives one, else the event's entry id's milliseconds, else (events off) Redis TIME.
 -- An entry id `*` is Redis's own clock, the one TIME reads (never behind the stream's last
 -- entry, so after a clock step back it keeps the last entry's time until the clock catches
--- up); reading it saves the TIME command. The event is
--- written first, before the writes that use the time: the script is atomic, so no reader can
--- tell the order, and every value it carries is known before them.
+-- up); reading it saves the TIME command (bench/PER_JOB_COST.md, "Per-job budget"). The event
+-- is written first, before the writes that use the time: the script is atomic, so no reader
+-- can tell the order, and every value it carries is known before them.
 local function stamped(override, key, cap, ...)
   local id = emit(key, cap, ...)
   if override ~= nil and override ~= '' then

@@ -68,12 +68,8 @@ local last, paused, limits = unpack(redis.call('MGET', KEYS[4], KEYS[6], KEYS[7]
 if last then
   local sep = string.find(last, '|', 1, true)
   if string.sub(last, 1, sep - 1) == request_id then
-    local fields = reply_fields()
-    local n = #fields
-    fields[n + 1], fields[n + 2] = 'status', 'worker_id'
-    local job = redis.call('HMGET', prefix .. string.sub(last, sep + 1), unpack(fields))
-    if job[n + 1] == 'processing' and job[n + 2] == worker_id then
-      job[n + 1], job[n + 2] = nil, nil
+    local job = still_held(prefix .. string.sub(last, sep + 1), worker_id)
+    if job then
       table.insert(job, 1, DONE)
       return job
     end

@@ -56,13 +56,11 @@ if last then
   local sep = string.find(last, '|', 1, true)
   if string.sub(last, 1, sep - 1) == request_id then
     -- A repeat: the jobs this request claimed that the worker still holds.
-    local reply, fields = {DONE, '', 0}, reply_fields()
-    local n = #fields
-    fields[n + 1], fields[n + 2] = 'status', 'worker_id'
+    local reply = {DONE, '', 0}
     for job_id in string.gmatch(string.sub(last, sep + 1), '[^|]+') do
-      local job = redis.call('HMGET', prefix .. job_id, unpack(fields))
-      if job[n + 1] == 'processing' and job[n + 2] == worker_id then
-        for i = 1, n do
+      local job = still_held(prefix .. job_id, worker_id)
+      if job then
+        for i = 1, #job do
           reply[#reply + 1] = job[i]
         end
         reply[3] = reply[3] + 1

@@ -70,24 +70,9 @@ class JobCalls(ScriptsBase):
         claimed instead of a second one. Raises QueuePaused, having claimed nothing, when the
         queue is paused.
         """
-        k = self.q(queue)
         reply = self.transport.run(
             "claim",
-            pending=k.pending,
-            pending_since=k.pending_since,
-            processing=k.processing,
-            claim=k.last_claim(worker_id),
-            wake=k.wake,
-            paused=k.paused,
-            **limit_keys(k),
-            events=self._events_key(k),
-            job_prefix=k.job_prefix,
-            worker_id=worker_id,
-            lease_ms=self.policy.lease_ms,
-            request_id=request_id or base.new_request_id(),
-            now_ms=now_arg(now_ms),
-            runnable=runnable_arg(runnable),
-            wake_cap=self.policy.wake_cap,
+            **self._claim_args(queue, worker_id, runnable, request_id, now_ms),
             events_cap=self._events_cap(),
         )
         if reply[0] == Code.PAUSED:
@@ -112,24 +97,9 @@ class JobCalls(ScriptsBase):
         raised passes the same `request_id`: it gets the jobs the first call claimed. Raises
         QueuePaused, having claimed nothing, when the queue is paused. Not used by workerd yet.
         """
-        k = self.q(queue)
         reply = self.transport.run(
             "claim_batch",
-            pending=k.pending,
-            pending_since=k.pending_since,
-            processing=k.processing,
-            claim=k.last_claim(worker_id),
-            wake=k.wake,
-            paused=k.paused,
-            **limit_keys(k),
-            events=self._events_key(k),
-            job_prefix=k.job_prefix,
-            worker_id=worker_id,
-            lease_ms=self.policy.lease_ms,
-            request_id=request_id or base.new_request_id(),
-            now_ms=now_arg(now_ms),
-            runnable=runnable_arg(runnable),
-            wake_cap=self.policy.wake_cap,
+            **self._claim_args(queue, worker_id, runnable, request_id, now_ms),
             count=max(1, count),
             events_cap=self._events_cap(),
         )
@@ -143,6 +113,34 @@ class JobCalls(ScriptsBase):
             claimed_job(values[i : i + width], worker_id, queue)
             for i in range(0, int(reply[2]) * width, width)
         ]
+
+    def _claim_args(
+        self,
+        queue: str,
+        worker_id: str,
+        runnable: frozenset[str] | None,
+        request_id: str | None,
+        now_ms: int | None,
+    ) -> dict[str, Any]:
+        """Return the keys and arguments claim.lua and claim_batch.lua share, by name."""
+        k = self.q(queue)
+        return {
+            "pending": k.pending,
+            "pending_since": k.pending_since,
+            "processing": k.processing,
+            "claim": k.last_claim(worker_id),
+            "wake": k.wake,
+            "paused": k.paused,
+            **limit_keys(k),
+            "events": self._events_key(k),
+            "job_prefix": k.job_prefix,
+            "worker_id": worker_id,
+            "lease_ms": self.policy.lease_ms,
+            "request_id": request_id or base.new_request_id(),
+            "now_ms": now_arg(now_ms),
+            "runnable": runnable_arg(runnable),
+            "wake_cap": self.policy.wake_cap,
+        }
 
     def renew(
         self,

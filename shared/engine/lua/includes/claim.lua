@@ -21,6 +21,21 @@ local function reply_fields()
   return fields
 end
 
+-- The claim reply's values of a job this worker still holds (for a repeated call), or nil:
+-- its fields as reply_fields reads them, read with the check that it is processing and held by
+-- `worker_id`.
+local function still_held(job_key, worker_id)
+  local fields = reply_fields()
+  local n = #fields
+  fields[n + 1], fields[n + 2] = 'status', 'worker_id'
+  local job = redis.call('HMGET', job_key, unpack(fields))
+  if job[n + 1] == 'processing' and job[n + 2] == worker_id then
+    job[n + 1], job[n + 2] = nil, nil
+    return job
+  end
+  return nil
+end
+
 -- Every processing job this worker holds, as {job_key, job_id, type}. A scan of `processing`
 -- (one entry per running job, so about one per live worker): only repeats of a claim whose
 -- reply was lost and the release of a dead worker's job need it, never a first claim.

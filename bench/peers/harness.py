@@ -95,9 +95,15 @@ def produce(
     config: Config, env: dict[str, str], *args: str, timeout: float = PRODUCER_TIMEOUT
 ) -> dict:
     """Run the configuration's producer with `args`; return the JSON it printed."""
+    argv = [python(config), "-m", "bench.peers.runner", config.producer, *args]
+    return run_json(argv, root(config), env, timeout, f"{config.key} producer {args}")
+
+
+def run_json(argv: list[str], cwd: Path, env: dict[str, str], timeout: float, what: str) -> dict:
+    """Run a bench process in its own session; return the JSON of its last line of output."""
     out = subprocess.run(
-        [python(config), "-m", "bench.peers.runner", config.producer, *args],
-        cwd=root(config),
+        argv,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
@@ -105,7 +111,7 @@ def produce(
         start_new_session=True,
     )
     if out.returncode != 0:
-        raise RuntimeError(f"{config.key} producer {args} failed:\n{out.stderr[-3000:]}")
+        raise RuntimeError(f"{what} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

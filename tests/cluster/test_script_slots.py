@@ -97,6 +97,8 @@ def test_every_script_runs_on_a_real_cluster_with_one_slot_per_call(
     assert job is not None and job.token is not None
     engine.renew([(job.id, job.token)], queue=a)  # renew
     engine.complete(job.id, job.token, "1", claim_next_for="w1", queue=a)  # complete (+claim)
+    engine.enqueue(request(a), ids[6])
+    assert [j.id for j in engine.claim_batch("w9", 2, queue=a)] == [ids[6]]  # claim_batch
     failing = engine.claim("w1", queue=b)
     assert failing is not None
     engine.fail(failing.id, failing.token, "boom", permanent=True, queue=b)  # fail: dead

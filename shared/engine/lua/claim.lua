@@ -49,10 +49,11 @@
 -- wait) while the claim goes on to the next job.
 -- Event: claimed (with attempt and worker) when a job is claimed; held when a job is first
 -- held; none otherwise, nor for a repeated call.
--- Redis commands: 9 when a job is claimed (MGET, ZPOPMIN, HMGET, ZREM, TIME, HSET, ZADD, XADD,
--- SET; 8 with events off), 3 when none is (MGET, ZPOPMIN, DEL), 1 when paused (MGET), 5 when
--- the best job is refused (MGET, ZPOPMIN, HMGET, ZADD, LPUSH; an LTRIM past the hint cap);
--- tests/engine/test_budgets.py holds them to it. A limited queue pays, on a claim: ZCARD for a
+-- Redis commands: 8 when a job is claimed (MGET, ZPOPMIN, HMGET, ZREM, XADD, HSET, ZADD, SET;
+-- with events off a TIME in the XADD's place: its entry id is the time, common.lua, stamped),
+-- 3 when none is (MGET, ZPOPMIN, DEL), 1 when paused (MGET), 5 when the best job is refused
+-- (MGET, ZPOPMIN, HMGET, ZADD, LPUSH; an LTRIM past the hint cap); tests/engine/test_budgets.py
+-- holds them to it. A limited queue pays, on a claim: ZCARD for a
 -- queue-wide concurrency limit, ZLEXCOUNT for a type's, HGET + HSET per rate bucket, TIME
 -- early, and ZADD to `running`; a job held costs ZADD + HGET (+ HSET and XADD the first time).
 
@@ -67,12 +68,8 @@ local last, paused, limits = unpack(redis.call('MGET', KEYS[4], KEYS[6], KEYS[7]
 if last then
   local sep = string.find(last, '|', 1, true)
   if string.sub(last, 1, sep - 1) == request_id then
-    local fields = reply_fields()
-    local n = #fields
-    fields[n + 1], fields[n + 2] = 'status', 'worker_id'
-    local job = redis.call('HMGET', prefix .. string.sub(last, sep + 1), unpack(fields))
-    if job[n + 1] == 'processing' and job[n + 2] == worker_id then
-      job[n + 1], job[n + 2] = nil, nil
+    local job = still_held(prefix .. string.sub(last, sep + 1), worker_id)
+    if job then
       table.insert(job, 1, DONE)
       return job
     end
@@ -86,7 +83,7 @@ end
 local lk = limits and {limits = cjson.decode(limits), running = KEYS[8], held = KEYS[9],
   buckets = KEYS[10], gates = KEYS[11], order = KEYS[12], pending = KEYS[1], wake = KEYS[5]}
 local job, refused = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[13]}, prefix,
-  worker_id, tonumber(ARGV[3]), function() return now_ms(ARGV[5]) end, ARGV[6],
+  worker_id, tonumber(ARGV[3]), ARGV[5], ARGV[6],
   tonumber(ARGV[7]), ARGV[8], lk)
 if refused then
   return {NOT_RUNNABLE, refused}

@@ -44,13 +44,14 @@
 --         claimed, {NOT_RUNNABLE, type} when it completed the job but the next one is of a type
 --         not in ARGV[7] (nothing claimed), {NOT_FOUND}, or {STALE_TOKEN, current status}.
 -- History: completed (worker), then claimed (worker) for the next job, each in its job's HSET.
--- Events: the same two, each after its job's writes (completed with the worker that ran it:
--- ARGV[5] when given, else the hash's worker_id); a repeated call writes none.
--- Redis commands: 14 when it completes and claims (HMGET, TIME, HSET, HDEL, ZREM, ZADD, XADD,
--- then MGET, ZPOPMIN, HMGET, ZREM, HSET, ZADD, XADD), 10 when nothing is left to claim
--- (MGET, ZPOPMIN, DEL), 8 when the queue is paused (MGET), 7 when asked to claim nothing,
--- 12 when the next job is refused (MGET, ZPOPMIN, HMGET, ZADD, LPUSH). With events off, one
--- XADD less for each job completed or claimed: 12, 9, 7, 6 and 11.
+-- Events: the same two, each written just before its job's writes, whose time is the first
+-- one's entry id (common.lua, stamped) (completed with the worker that ran it: ARGV[5] when
+-- given, else the hash's worker_id); a repeated call writes none.
+-- Redis commands: 13 when it completes and claims (HMGET, XADD, HSET, HDEL, ZREM, ZADD, then
+-- MGET, ZPOPMIN, HMGET, ZREM, XADD, HSET, ZADD), 9 when nothing is left to claim (MGET,
+-- ZPOPMIN, DEL), 7 when the queue is paused (MGET), 6 when asked to claim nothing, 11 when the
+-- next job is refused (MGET, ZPOPMIN, HMGET, ZADD, LPUSH). With events off, a TIME in the first
+-- XADD's place and no second XADD: 12, 9, 7, 6 and 11.
 -- Limits (includes/common.lua): a job a concurrency limit counted gives its slot back here
 -- (release_slot: ZREM, ZRANGEBYLEX, and ZREM x2 + ZADD + LPUSH when a held job returns); the
 -- pause check's MGET reads the limits too (no command more), and the claim pays as claim.lua's.
@@ -91,7 +92,9 @@ if state[1] ~= 'processing' then
   return {STALE_TOKEN, state[1]}
 end
 
-local now = now_ms(ARGV[3])
+-- The event first: its entry id gives the time (common.lua, stamped), no TIME command.
+local now = stamped(ARGV[3], KEYS[14], events_cap, 'e', 'completed', 'j', state[3],
+  't', state[6] or '', 'w', state[8] or '')
 -- Formatted once: a number given to redis.call is formatted with %.17g on every use.
 local stamp = string.format('%d', now)
 redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_at', stamp,
@@ -107,8 +110,6 @@ if state[7] == state[2] then
     order = KEYS[13], pending = KEYS[4], wake = KEYS[6]}
   release_slot(lk, state[3], state[6], tonumber(ARGV[8]), worker_id == '')
 end
-emit(KEYS[14], events_cap, 'e', 'completed', 'j', state[3], 't', state[6] or '', 'w',
-  state[8] or '')
 if worker_id ~= '' then
   -- The pause check costs the hot path one command: complete reads no key of the queue's that
   -- could carry the flag for free (claim.lua reads it in the MGET it already made). The same

@@ -50,10 +50,11 @@
 -- History: retrying or dead, with the error's type, in the HSET either path makes; canceled
 -- ('o', stopped 'failed' or 'timeout') for a job asked to stop.
 -- Event: retrying or dead, with the attempt that failed and its worker; a repeat writes none.
--- Redis commands: 8 to retry (HMGET, TIME, ZREM, HINCRBY, HSET, [HDEL], ZADD, XADD), 9 to
--- declare it dead (HMGET, TIME, ZREM, HINCRBY, HSET, HDEL, ZADD, PEXPIRE, XADD); one less each
--- with events off. The HINCRBY counts the queue's failures per second (no key fail.lua
--- touches can count failures for free). A job holding a limit slot gives it back
+-- Redis commands: 7 to retry (HMGET, XADD, ZREM, HINCRBY, HSET, [HDEL], ZADD), 8 to declare
+-- it dead (HMGET, XADD, ZREM, HINCRBY, HSET, HDEL, ZADD, PEXPIRE); the same with events off,
+-- a TIME in the XADD's place (the event's entry id is the time: common.lua, stamped). The
+-- HINCRBY counts the queue's failures per second (no key fail.lua touches can count failures
+-- for free). A job holding a limit slot gives it back
 -- (release_slot: ZREM, ZRANGEBYLEX, LPUSH; ZREM x2 + ZADD more when a held job returns).
 
 --- @include "codes"
@@ -84,7 +85,15 @@ if state[1] ~= 'processing' then
 end
 
 local job_id = state[3]
-local now = now_ms(ARGV[9])
+local dead = ARGV[7] == '1' or attempts >= tonumber(state[5])
+local now
+if state[11] then
+  now = now_ms(ARGV[9])  -- ends canceled: end_canceled writes that event
+else
+  -- The event first: its entry id gives the time (common.lua, stamped), no TIME command.
+  now = stamped(ARGV[9], KEYS[12], events_cap, 'e', dead and 'dead' or 'retrying', 'j', job_id,
+    't', job_type or '', 'a', state[4], 'w', state[10] or '')
+end
 redis.call('ZREM', KEYS[2], job_id)
 if state[12] == state[2] then
   release_slot({running = KEYS[7], held = KEYS[8], order = KEYS[11], pending = KEYS[9],
@@ -103,10 +112,8 @@ local function history(event)
     error_type_of(ARGV[2]))
 end
 
-if ARGV[7] == '1' or attempts >= tonumber(state[5]) then
+if dead then
   make_dead(KEYS[4], KEYS[1], job_id, ARGV[2], ARGV[10], now, ARGV[8], history('x'))
-  emit(KEYS[12], events_cap, 'e', 'dead', 'j', job_id, 't', job_type or '', 'a', state[4],
-    'w', state[10] or '')
   return {DEAD, job_type, attempts}
 end
 
@@ -126,6 +133,4 @@ else
   redis.call('HDEL', KEYS[1], 'traceback')
 end
 redis.call('ZADD', KEYS[3], due, job_id)
-emit(KEYS[12], events_cap, 'e', 'retrying', 'j', job_id, 't', job_type or '', 'a', state[4],
-  'w', state[10] or '')
 return {RETRYING, job_type, attempts, due}

@@ -17,7 +17,7 @@ from shared.engine.engine_types import (
 )
 from shared.engine.history import ACTOR_CODES, Actor
 from shared.engine.keys import Keys
-from shared.engine.replies import claimed_job, text
+from shared.engine.replies import CLAIM_REPLY_FIELDS, claimed_job, text
 from shared.engine.scripts import script_base as base
 from shared.engine.scripts.script_base import ScriptsBase, now_arg
 from shared.model.jobs import TYPE_PATTERN, Job, cap_traceback
@@ -70,29 +70,77 @@ class JobCalls(ScriptsBase):
         claimed instead of a second one. Raises QueuePaused, having claimed nothing, when the
         queue is paused.
         """
-        k = self.q(queue)
         reply = self.transport.run(
             "claim",
-            pending=k.pending,
-            pending_since=k.pending_since,
-            processing=k.processing,
-            claim=k.last_claim(worker_id),
-            wake=k.wake,
-            paused=k.paused,
-            **limit_keys(k),
-            events=self._events_key(k),
-            job_prefix=k.job_prefix,
-            worker_id=worker_id,
-            lease_ms=self.policy.lease_ms,
-            request_id=request_id or base.new_request_id(),
-            now_ms=now_arg(now_ms),
-            runnable=runnable_arg(runnable),
-            wake_cap=self.policy.wake_cap,
+            **self._claim_args(queue, worker_id, runnable, request_id, now_ms),
             events_cap=self._events_cap(),
         )
         if reply[0] == Code.PAUSED:
             raise QueuePaused(queue)
         return _claimed(reply, worker_id, queue)
+
+    def claim_batch(
+        self,
+        worker_id: str,
+        count: int,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        runnable: frozenset[str] | None = None,
+        request_id: str | None = None,
+        now_ms: int | None = None,
+    ) -> list[Job]:
+        """Start up to `count` of the best pending jobs for this worker in one call, each with
+        its own lease and fencing token, as :meth:`claim` starts one (claim_batch.lua).
+
+        Fewer (or none) when the queue runs out, or when the next job's type is not in
+        `runnable` (it stays first in line: :meth:`claim` names it). A retry of a call that
+        raised passes the same `request_id`: it gets the jobs the first call claimed. Raises
+        QueuePaused, having claimed nothing, when the queue is paused. Not used by workerd yet.
+        """
+        reply = self.transport.run(
+            "claim_batch",
+            **self._claim_args(queue, worker_id, runnable, request_id, now_ms),
+            count=max(1, count),
+            events_cap=self._events_cap(),
+        )
+        if reply[0] == Code.PAUSED:
+            raise QueuePaused(queue)
+        if reply[0] == Code.EMPTY:
+            return []
+        width = len(CLAIM_REPLY_FIELDS)
+        values = reply[3:]
+        return [
+            claimed_job(values[i : i + width], worker_id, queue)
+            for i in range(0, int(reply[2]) * width, width)
+        ]
+
+    def _claim_args(
+        self,
+        queue: str,
+        worker_id: str,
+        runnable: frozenset[str] | None,
+        request_id: str | None,
+        now_ms: int | None,
+    ) -> dict[str, Any]:
+        """Return the keys and arguments claim.lua and claim_batch.lua share, by name."""
+        k = self.q(queue)
+        return {
+            "pending": k.pending,
+            "pending_since": k.pending_since,
+            "processing": k.processing,
+            "claim": k.last_claim(worker_id),
+            "wake": k.wake,
+            "paused": k.paused,
+            **limit_keys(k),
+            "events": self._events_key(k),
+            "job_prefix": k.job_prefix,
+            "worker_id": worker_id,
+            "lease_ms": self.policy.lease_ms,
+            "request_id": request_id or base.new_request_id(),
+            "now_ms": now_arg(now_ms),
+            "runnable": runnable_arg(runnable),
+            "wake_cap": self.policy.wake_cap,
+        }
 
     def renew(
         self,

@@ -20,6 +20,7 @@ SCRIPT_NAMES = (
     "reserve_batch",
     "enqueue",
     "claim",
+    "claim_batch",
     "renew",
     "complete",
     "fail",

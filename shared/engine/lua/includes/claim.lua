@@ -21,6 +21,21 @@ local function reply_fields()
   return fields
 end
 
+-- The claim reply's values of a job this worker still holds (for a repeated call), or nil:
+-- its fields as reply_fields reads them, read with the check that it is processing and held by
+-- `worker_id`.
+local function still_held(job_key, worker_id)
+  local fields = reply_fields()
+  local n = #fields
+  fields[n + 1], fields[n + 2] = 'status', 'worker_id'
+  local job = redis.call('HMGET', job_key, unpack(fields))
+  if job[n + 1] == 'processing' and job[n + 2] == worker_id then
+    job[n + 1], job[n + 2] = nil, nil
+    return job
+  end
+  return nil
+end
+
 -- Every processing job this worker holds, as {job_key, job_id, type}. A scan of `processing`
 -- (one entry per running job, so about one per live worker): only repeats of a claim whose
 -- reply was lost and the release of a dead worker's job need it, never a first claim.
@@ -47,10 +62,11 @@ local function claimed_before(processing_key, prefix, worker_id)
   return redis.call('HMGET', held[#held][1], unpack(reply_fields()))
 end
 
--- keys = {pending, pending_since, processing, wake, events}. now: a number, or a function
--- returning one (Redis TIME is read only once there is a job to start). runnable: the worker's
--- job types ('|a|b|'), or '' to take any. events_cap: as common.lua's emit takes it; a job
--- started is one `claimed` event (a refused or missing one is none).
+-- keys = {pending, pending_since, processing, wake, events}. now: a number, or the scripts'
+-- now argument (a string: an override, or '' for Redis's clock, read only once there is a job
+-- to start, from its `claimed` event's id when events are on: common.lua, stamped).
+-- runnable: the worker's job types ('|a|b|'), or '' to take any. events_cap: as common.lua's
+-- emit takes it; a job started is one `claimed` event (a refused or missing one is none).
 -- Returns the claim reply, or nil when nothing is claimable (the wake hints are then cleared:
 -- they would only send idle workers into more empty claims), or nil and the job's type when
 -- the best job is of a type the worker does not run. That job goes back exactly where it was
@@ -65,8 +81,8 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
     lk)
   local queue_tokens
   if lk then
-    if type(now) == 'function' then
-      now = now()
+    if type(now) == 'string' then
+      now = now_ms(now)
     end
     local blocked
     blocked, queue_tokens = queue_blocked(lk, now)
@@ -109,13 +125,13 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
       redis.call('ZREM', keys[2], job_id)
     end
     if not blocked and job[F_STATUS] == 'pending' then
-      if type(now) == 'function' then
-        now = now()
-      end
       -- Strings, as HMGET answers them: a repeated call's reply is the same bytes.
-      local started = string.format('%d', now)
       job[F_ATTEMPTS] = string.format('%d', tonumber(job[F_ATTEMPTS]) + 1)
       job[F_TOKEN] = string.format('%d', tonumber(job[F_TOKEN]) + 1)
+      -- The event first: it gives the time when none is in hand yet (common.lua, stamped).
+      now = stamped(now, keys[5], events_cap, 'e', 'claimed', 'j', job_id, 't', job[F_TYPE],
+        'a', job[F_ATTEMPTS], 'w', worker_id)
+      local started = string.format('%d', now)
       local entry = history_add(history, 'cw', job[F_CREATED], now, job[F_ATTEMPTS], worker_id)
       if lk and needs_slot(lk, job[F_TYPE]) then
         redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
@@ -131,8 +147,6 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
         bucket_spend(lk, 'q', queue_tokens, now)
       end
       redis.call('ZADD', keys[3], string.format('%d', now + lease), job_id)
-      emit(keys[5], events_cap, 'e', 'claimed', 'j', job_id, 't', job[F_TYPE], 'a',
-        job[F_ATTEMPTS], 'w', worker_id)
       job[F_STATUS] = started
       return job
     end

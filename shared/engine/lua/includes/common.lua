@@ -28,15 +28,34 @@ end
 -- read from the hash tag of the script's first key, {<ns>:<queue>} (neither name holds ':' or
 -- '}'); a script of the global slot ({<ns>}: heartbeat's host events) names none. A header's
 -- `{ns:queue}:v2:events` key is a Cluster's; on one Redis that key is `{ns}:v2:events`.
+-- Returns the entry's id (nil with events off).
 local function emit(key, cap, ...)
   if events_on(cap) then
     local queue = string.match(KEYS[1], '^{[^:}]+:([^}]+)}')
     if queue then
-      redis.call('XADD', key, 'MAXLEN', '~', cap, '*', 'q', queue, ...)
-    else
-      redis.call('XADD', key, 'MAXLEN', '~', cap, '*', ...)
+      return redis.call('XADD', key, 'MAXLEN', '~', cap, '*', 'q', queue, ...)
     end
+    return redis.call('XADD', key, 'MAXLEN', '~', cap, '*', ...)
   end
+  return nil
+end
+
+-- Write a transition's event and return the transition's time (ms): the caller's override
+-- when it gives one, else the event's entry id's milliseconds, else (events off) Redis TIME.
+-- An entry id `*` is Redis's own clock, the one TIME reads (never behind the stream's last
+-- entry, so after a clock step back it keeps the last entry's time until the clock catches
+-- up); reading it saves the TIME command (bench/PER_JOB_COST.md, "Per-job budget"). The event
+-- is written first, before the writes that use the time: the script is atomic, so no reader
+-- can tell the order, and every value it carries is known before them.
+local function stamped(override, key, cap, ...)
+  local id = emit(key, cap, ...)
+  if override ~= nil and override ~= '' then
+    return tonumber(override)
+  end
+  if id then
+    return tonumber(string.sub(id, 1, string.find(id, '-', 1, true) - 1))
+  end
+  return now_ms('')
 end
 
 -- The pending zset member: the zero-padded Redis sequence sorts equal priorities FIFO.

@@ -178,7 +178,11 @@ def test_document_has_every_section(results: dict) -> None:
 def test_selection_by_system_and_key() -> None:
     assert [c.key for c in configs.selected(["huey"])] == ["huey"]
     assert {c.key for c in configs.selected(["rq"])} == {"rq-fork", "rq-simple"}
-    assert len(configs.selected(None)) == len(configs.CONFIGS)
+    # The full run: every configuration but those run only when --only names them (threads).
+    assert configs.selected(None) == [c for c in configs.CONFIGS if not c.on_request]
+    assert {c.key for c in configs.CONFIGS if c.on_request} >= {"taskforge-t2", "taskforge-t8"}
+    assert [c.key for c in configs.selected(["taskforge-t8"])] == ["taskforge-t8"]
+    assert "taskforge-t8" not in {c.key for c in configs.selected(["taskforge"])}
     with pytest.raises(SystemExit):
         configs.selected(["sidekiq"])
 

@@ -51,7 +51,12 @@ def enqueue_one(
     if request.id is not None:
         refuse_taken([request], gw)
     # The client's traceparent is only a parent: the job stores our enqueue span's own.
-    attributes = tracing.job_attributes(job_id, request.type, queue=request.queue)
+    # Tracing off (the default): no span would carry the attributes, so none are built.
+    attributes = (
+        tracing.job_attributes(job_id, request.type, queue=request.queue)
+        if tracing.enabled()
+        else None
+    )
     with tracing.span("task.enqueue", client_trace, attributes):
         result = gw.scripts.enqueue(
             request,

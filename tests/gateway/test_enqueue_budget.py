@@ -14,17 +14,16 @@ import io
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 from flask import Flask
 
 from shared.engine.scripts import Scripts
 from shared.obs import tracing
 from tests.gateway.conftest import make_app
 from tests.support.gunicorn import Gunicorn
-from tests.support.tally import Tally, root_level_setter, tallying
+from tests.support.tally import Tally
 from tests.support.tools import wait_until
 
 ENQUEUES = 5
@@ -32,20 +31,6 @@ APP_LOG_RECORDS_PER_ENQUEUE = 0  # the access line is gunicorn's
 METRIC_WRITES_PER_ENQUEUE = 3
 SPAN_ATTRIBUTE_BUILDS_PER_ENQUEUE = 0  # tracing off
 BODY = json.dumps({"type": "send_email", "payload": {"to": "ada@example.com"}}).encode()
-
-
-@pytest.fixture
-def tally(monkeypatch: pytest.MonkeyPatch) -> Iterator[Tally]:
-    """Count every LogRecord made, every metric value written and every span attribute set."""
-    with tallying(monkeypatch) as found:
-        yield found
-
-
-@pytest.fixture
-def root_level() -> Iterator[Callable[[int], None]]:
-    """Set the root logger's level as LOG_LEVEL would (the gateway's default: INFO)."""
-    with root_level_setter() as set_level:
-        yield set_level
 
 
 def enqueue(app: Flask, count: int) -> None:

@@ -14,9 +14,8 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
 import redis
 
 import workerd.demo  # noqa: F401 (registers demo.noop)
@@ -25,27 +24,13 @@ from shared.model.jobs import validate_enqueue
 from shared.obs import tracing
 from shared.settings.config import Settings
 from tests.fakes import IdleSlot
-from tests.support.tally import Tally, root_level_setter, tallying
+from tests.support.tally import Tally
 from workerd.worker import WorkerProcess
 
 JOBS = 5
 LOG_RECORDS_PER_JOB = 2  # job_started, job_completed
 METRIC_WRITES_PER_JOB = 6
 SPAN_ATTRIBUTE_BUILDS_PER_JOB = 0  # tracing off
-
-
-@pytest.fixture
-def tally(monkeypatch: pytest.MonkeyPatch) -> Iterator[Tally]:
-    """Count every LogRecord made, every metric value written and every span attribute set."""
-    with tallying(monkeypatch) as found:
-        yield found
-
-
-@pytest.fixture
-def root_level() -> Iterator[Callable[[int], None]]:
-    """Set the root logger's level as LOG_LEVEL would (workerd's default: INFO); restore it."""
-    with root_level_setter() as set_level:
-        yield set_level
 
 
 def run_jobs(r: redis.Redis, count: int) -> WorkerProcess:

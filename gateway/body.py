@@ -82,6 +82,14 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+# What json.loads(text, object_pairs_hook=..., ...) builds per call, made once (like the
+# stdlib's own decoder for json.loads without options, it is shared by every thread).
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_object, parse_constant=_refuse_constant, parse_float=_float
+)
+_BOM = "\ufeff"
+
+
 def _is_unicode(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -127,9 +135,9 @@ def parse_json(raw: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise BodyError(f"request body is not valid UTF-8 (byte {exc.start})") from None
     try:
-        doc = json.loads(
-            text, object_pairs_hook=_object, parse_constant=_refuse_constant, parse_float=_float
-        )
+        if text.startswith(_BOM):  # what json.loads refuses before decoding, in its words
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        doc = _DECODER.decode(text)
     except BodyError:
         raise
     except json.JSONDecodeError as exc:

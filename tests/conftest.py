@@ -19,6 +19,7 @@ from shared.engine.lifecycle import Transition
 from shared.settings.config import Settings
 from tests.support.gunicorn import Gunicorn, run_gunicorn
 from tests.support.redis_server import RedisServer
+from tests.support.tally import Tally, root_level_setter, tallying
 from tests.support.tools import require_tool
 
 _PYTEST_PID = os.getpid()
@@ -130,3 +131,18 @@ def transitions() -> Iterator[list[Transition]]:
         yield seen
     finally:
         lifecycle.remove_sink(seen.append)
+
+
+@pytest.fixture
+def tally(monkeypatch: pytest.MonkeyPatch) -> Iterator[Tally]:
+    """Count every LogRecord made, every metric value written and every span attribute set
+    (the per-job budget tests)."""
+    with tallying(monkeypatch) as found:
+        yield found
+
+
+@pytest.fixture
+def root_level() -> Iterator[Callable[[int], None]]:
+    """Set the root logger's level as LOG_LEVEL would (default INFO); restore it after."""
+    with root_level_setter() as set_level:
+        yield set_level

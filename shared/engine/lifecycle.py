@@ -82,7 +82,10 @@ class Row:
 
 
 TABLE: dict[Outcome, Row] = {
-    Outcome.ENQUEUED: Row("job_enqueued", INFO, ("enqueued",), None, "enqueued"),
+    # The gateway's access line (http_request) is a request's INFO record, as a producer logs
+    # nothing more in Sidekiq, Celery or RQ; job_enqueued, which names the job, is DEBUG: at
+    # INFO it cost more than all of the gateway's own enqueue code (bench/PER_JOB_COST.md).
+    Outcome.ENQUEUED: Row("job_enqueued", DEBUG, ("enqueued",), None, "enqueued"),
     Outcome.DUPLICATE: Row(None, INFO, (), None, "duplicate"),
     Outcome.PROMOTED: Row("job_promoted", DEBUG, (), "task.schedule.promote", "promoted"),
     Outcome.RETRY_PROMOTED: Row("job_promoted", DEBUG, (), "task.retry.promote", "promoted"),

@@ -397,7 +397,9 @@ def test_skewed_host_clock_moves_no_lease_or_schedule(
     # Four workers: the two long jobs leave two free for the scheduled ones.
     env = {**FAULT_ENV, **skew_env, "WORKER_COUNT": "4"}
     workerd = start_workerd(**env, TASK_RETRY_BASE_DELAY=f"{RETRY_BASE_MS}ms")
-    with run_gunicorn(redis_server.url, tmp_path, **skew_env) as gateway:
+    # DEBUG: the gateway's job_enqueued line (DEBUG since bench/PER_JOB_COST.md) is its clock's
+    # witness below.
+    with run_gunicorn(redis_server.url, tmp_path, **skew_env, LOG_LEVEL="DEBUG") as gateway:
 
         def enqueue(body: dict[str, Any]) -> tuple[str, int, int]:
             """Enqueue through the skewed gateway; return (id, Redis time before, after)."""

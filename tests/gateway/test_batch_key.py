@@ -5,6 +5,7 @@ the jobs the first request made, in order, as they are now; never made twice."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -147,8 +148,12 @@ def test_a_job_deleted_since_is_answered_as_created_and_made_again_under_its_id(
 
 
 def test_a_repeat_records_duplicates_logs_no_enqueue_and_never_a_payload(
-    app: Flask, transitions: list[Transition], capsys: pytest.CaptureFixture[str]
+    app: Flask,
+    transitions: list[Transition],
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="shared.engine.lifecycle")  # job_enqueued is DEBUG
     batch = {"jobs": jobs_in("mail", "print")}
     ids = [job["id"] for job in post(app, batch, **KEY).get_json()["jobs"]]
     first_out = capsys.readouterr().out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Any
 
@@ -408,8 +409,9 @@ def test_a_malformed_batch_is_400(client: FlaskClient, scripts: Scripts, body: A
 
 
 def test_enqueue_logs_ids_and_types_never_payloads(
-    client: FlaskClient, capsys: pytest.CaptureFixture[str]
+    client: FlaskClient, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="shared.engine.lifecycle")  # job_enqueued is DEBUG
     secret = {"type": "t", "payload": {"password": "hunter2"}}
     one = post(client, "/enqueue", secret).get_json()
     many = post(client, "/enqueue/batch", {"jobs": [secret, secret]}).get_json()["jobs"]

@@ -27,7 +27,7 @@ TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 # outcome -> (event, level, counters, point span, taskforge.outcome of the spans)
 EXPECTED: dict[Outcome, tuple[str | None, int, set[str], str | None, str | None]] = {
-    Outcome.ENQUEUED: ("job_enqueued", INFO, {"enqueued"}, None, "enqueued"),
+    Outcome.ENQUEUED: ("job_enqueued", DEBUG, {"enqueued"}, None, "enqueued"),
     Outcome.DUPLICATE: (None, INFO, set(), None, "duplicate"),
     Outcome.PROMOTED: ("job_promoted", DEBUG, set(), "task.schedule.promote", "promoted"),
     Outcome.RETRY_PROMOTED: ("job_promoted", DEBUG, set(), "task.retry.promote", "promoted"),
@@ -197,7 +197,7 @@ def test_a_batch_is_one_line_naming_every_job_and_counted_by_type(
     jobs = [("id-1", "batch_a"), ("id-2", "batch_a"), ("id-3", "batch_b")]
     before_a, before_b = counters("batch_a")["enqueued"], counters("batch_b")["enqueued"]
 
-    with caplog.at_level(logging.INFO), tracing.span("task.enqueue"):
+    with caplog.at_level(logging.DEBUG), tracing.span("task.enqueue"):
         lifecycle.record_batch(Outcome.ENQUEUED, jobs, queue=QUEUE)
 
     (line,) = lines(caplog)

@@ -242,7 +242,7 @@ def test_a_batch_across_queues_logs_and_counts_one_line_per_queue(
 ) -> None:
     jobs = [{"type": "demo.noop", "queue": q} for q in (QUEUE, "default", QUEUE)]
     before = [counted("taskforge_jobs_enqueued_total", q) for q in (QUEUE, "default")]
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.DEBUG):  # job_enqueued is a DEBUG line
         reply = stack.app.post("/enqueue/batch", json={"jobs": jobs})
     assert reply.status_code == 201
     ids = [job["id"] for job in reply.get_json()["jobs"]]

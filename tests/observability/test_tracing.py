@@ -371,12 +371,15 @@ def test_the_job_enqueued_lines_carry_the_enqueue_spans_ids(
     spans: InMemorySpanExporter,
     stack: dict[str, Any],
     capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     import json
+    import logging
 
     from shared.obs import log as shared_log
 
     shared_log.configure("tracing-test", "INFO")
+    caplog.set_level(logging.DEBUG, logger="shared.engine.lifecycle")  # job_enqueued is DEBUG
     capsys.readouterr()
     job_id = _enqueue(stack["app"], {"type": "demo.noop"})
     batch = stack["app"].post("/enqueue/batch", json={"jobs": [{"type": "demo.noop"}] * 2})

@@ -93,7 +93,7 @@ def test_a_gateway_and_workerd_export_one_trace_per_job_to_the_collector(
         "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms: export soon, not at the default 5 s
     }
     start_workerd(WORKER_COUNT="1", **env)
-    with start_gateway(**env) as gw:
+    with start_gateway(**env, LOG_LEVEL="DEBUG") as gw:  # job_enqueued is a DEBUG line
         status, _, job = gw.request("POST", "/enqueue", {"type": "demo.noop"})
         assert status == 201, job
         trace_id, enqueue_span = _trace_of(r, job["id"])

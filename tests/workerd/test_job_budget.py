@@ -14,13 +14,9 @@ import logging
 import os
 import time
 import uuid
-from collections import Counter
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
-import pytest
 import redis
-from prometheus_client import values
 
 import workerd.demo  # noqa: F401 (registers demo.noop)
 from shared.engine.scripts import Scripts
@@ -28,67 +24,13 @@ from shared.model.jobs import validate_enqueue
 from shared.obs import tracing
 from shared.settings.config import Settings
 from tests.fakes import IdleSlot
+from tests.support.tally import Tally
 from workerd.worker import WorkerProcess
 
 JOBS = 5
 LOG_RECORDS_PER_JOB = 2  # job_started, job_completed
 METRIC_WRITES_PER_JOB = 6
 SPAN_ATTRIBUTE_BUILDS_PER_JOB = 0  # tracing off
-
-
-class Tally:
-    """What the worker's path made: log records by event, metric value writes, span builds."""
-
-    def __init__(self) -> None:
-        self.records: Counter[str] = Counter()
-        self.metric_writes = 0
-        self.span_builds = 0
-
-
-@pytest.fixture
-def tally(monkeypatch: pytest.MonkeyPatch) -> Iterator[Tally]:
-    """Count every LogRecord made, every metric value written and every span attribute set."""
-    found = Tally()
-    make_record = logging.getLogRecordFactory()
-
-    def counting_factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        record = make_record(*args, **kwargs)
-        found.records[record.getMessage()] += 1
-        return record
-
-    def counted(method: Callable[..., Any], what: str) -> Callable[..., Any]:
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            setattr(found, what, getattr(found, what) + 1)
-            return method(*args, **kwargs)
-
-        return wrapper
-
-    for name in ("inc", "set"):
-        monkeypatch.setattr(
-            values.ValueClass, name, counted(getattr(values.ValueClass, name), "metric_writes")
-        )
-    for name in ("job_attributes", "_kind_and_attributes"):
-        monkeypatch.setattr(tracing, name, counted(getattr(tracing, name), "span_builds"))
-    logging.setLogRecordFactory(counting_factory)
-    try:
-        yield found
-    finally:
-        logging.setLogRecordFactory(make_record)
-
-
-@pytest.fixture
-def root_level() -> Iterator[Callable[[int], None]]:
-    """Set the root logger's level as LOG_LEVEL would (workerd's default: INFO); restore it."""
-    root = logging.getLogger()
-    before = root.level
-
-    def set_level(level: int) -> None:
-        root.setLevel(level)
-
-    try:
-        yield set_level
-    finally:
-        root.setLevel(before)
 
 
 def run_jobs(r: redis.Redis, count: int) -> WorkerProcess:
@@ -112,8 +54,7 @@ def test_a_job_costs_two_info_lines_six_metric_writes_and_no_span_attributes(
     assert not tracing.enabled()
     root_level(logging.INFO)
     run_jobs(r, 1)  # the first job makes each labelled metric child: not counted
-    tally.records.clear()
-    tally.metric_writes = tally.span_builds = 0
+    tally.clear()
 
     run_jobs(r, JOBS)
 

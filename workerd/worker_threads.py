@@ -230,7 +230,7 @@ class JobThread(WorkerProcess):
             return super()._execute(job)
         # Shown while it waits, so its lease is renewed; untimed (timeout 0) until it starts.
         self.slot.start_job(job.id, job.token, 0.0, job.queue, job.type)
-        log.info("job_waits_alone", extra={"job_id": job.id, "worker_id": self.worker_id})
+        log.info("worker_waits_alone", extra={"job_id": job.id, "worker_id": self.worker_id})
         with self.process.gate.alone():
             self.slot.alone = True
             try:

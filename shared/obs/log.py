@@ -50,7 +50,7 @@ EVENTS: frozenset[str] = frozenset(
         "worker_started",
         "worker_stopped",
         "worker_process_stopped",
-        "job_waits_alone",
+        "worker_waits_alone",
         "supervisor_started",
         "supervisor_stopped",
         "gateway_started",

@@ -29,12 +29,12 @@ def test_a_dead_master_skips_only_its_queue_s_renewals() -> None:
             scripts.enqueue(validate_enqueue({"type": "t", "queue": queue}), str(uuid.uuid4()))
             job = scripts.claim("w", queue=queue)
             assert job is not None and job.token is not None
-            running.append((None, job.id, job.token, queue))
+            running.append((None, 0, job.id, job.token, queue))  # (child, slot, id, token, queue)
         leases = Leases(None, scripts, interval=1.0, redis_url="test")  # type: ignore[arg-type]
         codes, error = leases._renew(running)  # type: ignore[arg-type]
         assert error is None and set(codes.values()) == {Code.DONE}, codes
         cluster.kill_master(cluster.master_of(f"{{taskforge:{queues[0]}}}"))
         codes, error = leases._renew(running)  # type: ignore[arg-type]
         assert error is not None  # the dead master's queue: not renewed this time
-        assert set(codes) == {job_id for _, job_id, _, queue in running if queue != queues[0]}
+        assert set(codes) == {job_id for _, _, job_id, _, queue in running if queue != queues[0]}
         assert set(codes.values()) == {Code.DONE}, codes

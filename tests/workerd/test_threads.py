@@ -251,7 +251,7 @@ def test_a_death_nobody_can_attribute_marks_the_jobs_which_then_run_alone(
     unfinished = [(n["pid"], n["id"]) for n in started[3:] if (n["pid"], n["id"]) not in ended]
     assert len(unfinished) == 3, started  # each marked job's own death
     assert len({pid for pid, _ in unfinished}) == 3, started  # ... each in its own process
-    assert len(workerd.events("job_waits_alone")) >= 3
+    assert len(workerd.events("worker_waits_alone")) >= 3
 
 
 def test_a_quiet_host_claims_in_no_thread_and_resumes_in_all(

@@ -39,7 +39,6 @@ from __future__ import annotations
 import ctypes
 import logging
 import signal
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -59,14 +58,6 @@ log = logging.getLogger(__name__)
 
 JOIN_WAIT = 0.5  # seconds the main thread waits on a thread before checking its parent again
 GATE_WAIT = 0.5  # seconds a thread waits at the gate between heartbeats
-# How long a job thread that wants the GIL back (its sleep, socket read or Redis reply is
-# over) waits for a sibling that runs Python before asking it to yield (CPython's default is
-# 5 ms). Job threads mostly wait and run a few hundred µs of Python around each wait: with 5 ms,
-# one woken behind a sibling's recording could idle milliseconds on every job. 1 ms was faster
-# than 5 ms in the 20 ms I/O drain at 8 threads (bench/MEASUREMENTS.md); the cost, more
-# switches among threads that burn CPU, is small for such jobs, and a process of CPU-bound
-# jobs gains nothing from threads anyway (docs/WORKERD.md).
-SWITCH_INTERVAL = 0.001
 
 _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
 _set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
@@ -345,7 +336,6 @@ class ThreadedWorker(StopOnSignal):
     def run(self) -> int:
         """Run the job threads until every one has stopped; return the exit code."""
         metrics.ACTIVE_WORKERS.set(1)
-        sys.setswitchinterval(SWITCH_INTERVAL)  # this process only: it is a forked child
         started = [
             threading.Thread(target=thread.run_thread, name=thread.worker_id, daemon=True)
             for thread in self.threads

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import time
 from typing import Any
@@ -84,9 +83,3 @@ def noted_crash(payload: dict[str, Any], job: JobContext) -> None:
             time.sleep(POLL)
         os.kill(os.getpid(), 9)
     note(payload["file"], job, "end")
-
-
-@handler("switch_interval")
-def switch_interval(_payload: Any, _job: JobContext) -> float:
-    """Return the GIL switch interval of the process the job runs in."""
-    return sys.getswitchinterval()

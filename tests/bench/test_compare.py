@@ -217,3 +217,35 @@ def test_compare_help_runs() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "--quick" in out.stdout and "--only" in out.stdout
+
+
+def test_a_base_tree_adds_the_8_thread_configuration_running_its_code(tmp_path: Path) -> None:
+    probe = "from bench.peers import configs; c = configs.BY_KEY.get('taskforge-t8-base'); "
+    probe += "print(c and (c.tree, c.env, c.on_request))"
+    outputs = []
+    for extra in ({}, {"BENCH_BASE_TREE": str(tmp_path)}):
+        env = {k: v for k, v in os.environ.items() if k != "BENCH_BASE_TREE"} | extra
+        out = subprocess.run(
+            [sys.executable, "-c", probe],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        outputs.append(out.stdout.strip())
+    assert outputs[0] == "None"
+    assert outputs[1] == repr((tmp_path.resolve(), {"WORKER_THREADS": "8"}, True))
+
+
+def test_io_cycle_help_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.io_cycle", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "--variant" in out.stdout

@@ -7,6 +7,8 @@ names the virtualenv its producer and workers run in (bench.peers.venvs), the pr
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -217,6 +219,27 @@ CONFIGS: tuple[Config, ...] = (
     ),
 )
 
+
+def _base_configs() -> tuple[Config, ...]:
+    """With BENCH_BASE_TREE (a checkout of the commit to compare with, e.g. a `git worktree
+    add --detach` of main): `taskforge-t8-base`, TaskForge (8 threads) running that tree's
+    code, so a change is measured before → after in one sitting, interleaved with the rest."""
+    tree = os.environ.get("BENCH_BASE_TREE")
+    if not tree:
+        return ()
+    t8 = next(config for config in CONFIGS if config.key == "taskforge-t8")
+    return (
+        dataclasses.replace(
+            t8,
+            key="taskforge-t8-base",
+            label="TaskForge (8 threads, base)",
+            config=f"as TaskForge (8 threads), the code of {tree}",
+            tree=Path(tree).resolve(),
+        ),
+    )
+
+
+CONFIGS += _base_configs()
 BY_KEY = {config.key: config for config in CONFIGS}
 SYSTEMS = ("taskforge", "rq", "celery", "dramatiq", "huey")
 

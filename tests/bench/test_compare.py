@@ -207,13 +207,37 @@ def test_stamp_lines_are_fixed_width(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert all(entry.stat().st_size == 2 * stamp.LINE for entry in os.scandir(tmp_path))
 
 
-def test_compare_help_runs() -> None:
+@pytest.mark.parametrize(
+    ("module", "flags"),
+    [("bench.compare", ("--quick", "--only")), ("bench.io_cycle", ("--variant", "--only"))],
+)
+def test_help_runs(module: str, flags: tuple[str, ...]) -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "bench.compare", "--help"],
+        [sys.executable, "-m", module, "--help"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
-    assert "--quick" in out.stdout and "--only" in out.stdout
+    assert all(flag in out.stdout for flag in flags)
+
+
+def test_a_base_tree_adds_the_8_thread_configuration_running_its_code(tmp_path: Path) -> None:
+    probe = "from bench.peers import configs; c = configs.BY_KEY.get('taskforge-t8-base'); "
+    probe += "print(c and (c.tree, c.env, c.on_request))"
+    outputs = []
+    for extra in ({}, {"BENCH_BASE_TREE": str(tmp_path)}):
+        env = {k: v for k, v in os.environ.items() if k != "BENCH_BASE_TREE"} | extra
+        out = subprocess.run(
+            [sys.executable, "-c", probe],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        outputs.append(out.stdout.strip())
+    assert outputs[0] == "None"
+    assert outputs[1] == repr((tmp_path.resolve(), {"WORKER_THREADS": "8"}, True))

@@ -19,7 +19,6 @@ import pytest
 import redis
 from flask import Flask
 
-from gateway import create_app
 from gateway import events_api as gateway_events
 from shared.engine.events import (
     FLEET,
@@ -40,6 +39,7 @@ from shared.model.jobs import EnqueueRequest, format_ms
 from shared.read import event_tail
 from shared.settings.config import Settings
 from tests.gateway.conftest import TOKEN
+from tests.support.gateway_app import app_without_fleet_thread
 from tests.support.redis_server import RedisServer
 from tests.support.tools import wait_until
 
@@ -162,7 +162,7 @@ def app(r: redis.Redis, redis_server: RedisServer) -> Iterator[Flask]:
 
 def make_app(r: redis.Redis, **env: str) -> Flask:
     settings = Settings.from_env({"REDIS_URL": "redis://unused", **env})
-    application = create_app(settings, scripts=Scripts(r, K))
+    application = app_without_fleet_thread(settings, scripts=Scripts(r, K))
     application.testing = True
     application.extensions[gateway_events.EXTENSION].keepalive = KEEPALIVE
     return application

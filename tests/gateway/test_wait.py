@@ -18,13 +18,14 @@ import pytest
 import redis
 from flask import Flask
 
-from gateway import create_app, waiting
 from gateway import events_api as gateway_events
+from gateway import waiting
 from shared.engine.engine_types import Policy
 from shared.engine.keys import Keys
 from shared.engine.scripts import Scripts
 from shared.settings.config import Settings
 from tests.gateway import helpers
+from tests.support.gateway_app import app_without_fleet_thread
 from tests.support.tools import wait_until
 
 K = Keys()
@@ -36,7 +37,9 @@ PROMPT = 2.0  # seconds: a wait ends this soon after its job finishes (events on
 def make_app(r: redis.Redis, **env: str) -> Flask:
     """Return a gateway app on the private Redis with settings from `env`."""
     settings = Settings.from_env({"REDIS_URL": "redis://unused", **env})
-    application = create_app(settings, scripts=Scripts(r, K, Policy.from_settings(settings)))
+    application = app_without_fleet_thread(
+        settings, scripts=Scripts(r, K, Policy.from_settings(settings))
+    )
     application.testing = True
     return application
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from gateway import create_app
 from shared.engine.keys import Keys
 from shared.model.jobs import JobState
 from shared.settings.config import Settings
+from tests.support.gateway_app import app_without_fleet_thread
 from tests.support.redis_server import RedisServer
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine
@@ -40,7 +40,7 @@ def test_events_off_writes_no_stream_anywhere(
 ) -> None:
     workerd = start_workerd(TASKFORGE_EVENTS=events, WORKER_QUEUES="default")
     settings = Settings.from_env({"REDIS_URL": redis_server.url, "TASKFORGE_EVENTS": events})
-    client = create_app(settings).test_client()
+    client = app_without_fleet_thread(settings).test_client()
     done = client.post(
         "/enqueue", json={"type": "journal", "payload": {"file": str(tmp_path / "j")}}
     )

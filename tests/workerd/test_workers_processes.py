@@ -11,10 +11,10 @@ from typing import Any
 import redis
 from flask.testing import FlaskClient
 
-from gateway import create_app
 from shared.engine.queries import get_job
 from shared.model.jobs import JobState
 from shared.settings.config import Settings
+from tests.support.gateway_app import app_without_fleet_thread
 from tests.support.redis_server import RedisServer
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
@@ -47,7 +47,9 @@ def test_workers_shows_the_job_each_process_runs_then_that_it_is_idle(
         TASKFORGE_HANDLERS=f"{HANDLERS},tests.workerd.handlers_hold",
         TASK_VISIBILITY_TIMEOUT="30s",
     )
-    client = create_app(Settings.from_env({"REDIS_URL": redis_server.url})).test_client()
+    client = app_without_fleet_thread(
+        Settings.from_env({"REDIS_URL": redis_server.url})
+    ).test_client()
     release = tmp_path / "release"
     engine.scripts.register_queue("ops")
     job_id = engine.enqueue("hold", {"release": str(release), "max_seconds": WAIT * 2}, queue="ops")
@@ -104,7 +106,9 @@ def test_workers_lists_each_job_thread_of_a_threaded_process(
         TASKFORGE_HANDLERS=f"{HANDLERS},tests.workerd.handlers_hold",
         TASK_VISIBILITY_TIMEOUT="30s",
     )
-    client = create_app(Settings.from_env({"REDIS_URL": redis_server.url})).test_client()
+    client = app_without_fleet_thread(
+        Settings.from_env({"REDIS_URL": redis_server.url})
+    ).test_client()
     release = tmp_path / "release"
     job_id = engine.enqueue("hold", {"release": str(release), "max_seconds": WAIT * 2})
 

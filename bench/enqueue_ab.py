@@ -26,18 +26,24 @@ ONE_SIDE = """
 import json, sys
 from bench.gateway import gunicorn, measure_single
 from tests.support.redis_server import private_redis
-# No max_requests recycling: at ~3,500 req/s a worker would be replaced mid-round, halving
-# that round (its boot and lost keep-alive connections), which is not the code's cost.
-with private_redis() as server, gunicorn(server.url, "--max-requests", "0") as gw:
+# One gunicorn worker process: with two, the clients' keep-alive connections were shared
+# between them by the kernel's accept race, and a round where one process held most of them
+# ran at half the rate and 1.6 x the CPU per request (32 threads contending for one GIL) on
+# either side alike: a lottery larger than the effect measured. No max_requests recycling
+# either (a replacement's boot mid-round is not the code's cost).
+with (
+    private_redis() as server,
+    gunicorn(server.url, "--max-requests", "0", workers={workers}) as gw,
+):
     measure_single(gw, 1.0, {clients})  # warm-up
     rate, cpu, _ = measure_single(gw, {seconds}, {clients})
 print(json.dumps({{"requests_per_s": rate, "worker_cpu_us": cpu}}))
 """
 
 
-def measure(tree: Path, seconds: float, clients: int) -> dict[str, float]:
+def measure(tree: Path, seconds: float, clients: int, workers: int = 1) -> dict[str, float]:
     """Return one side's figures, measured on its own code (its directory first on the path)."""
-    code = ONE_SIDE.format(seconds=seconds, clients=clients)
+    code = ONE_SIDE.format(seconds=seconds, clients=clients, workers=workers)
     env = {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin:/usr/local/bin"}
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True
@@ -64,13 +70,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument(
+        "--gunicorn-workers", type=int, default=1, help="gunicorn worker processes per side (1)"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     sides = {"before": args.before.resolve(), "after": args.after.resolve()}
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     for n in range(args.rounds):
         for name in ("before", "after") if n % 2 == 0 else ("after", "before"):
-            runs[name].append(measure(sides[name], args.seconds, args.clients))
+            runs[name].append(
+                measure(sides[name], args.seconds, args.clients, args.gunicorn_workers)
+            )
             print(f"round {n + 1} {name}: {runs[name][-1]}", flush=True)
     print("\n| figure | before (mean) | after (mean) | after − before, mean [95 % interval] |")
     print("|---|---:|---:|---:|")

@@ -297,3 +297,67 @@ def test_jobs_longer_than_the_drain_grace_go_back_uncounted_from_every_thread(
     jobs = engine.wait_all(ids, {JobState.PENDING}, 5)
     assert all((j.attempts, j.recoveries) == (0, 0) for j in jobs.values())
     assert [e["reason"] for e in workerd.events("child_killed")] == ["drain grace over"]
+
+
+def take_over(engine: Engine, job_id: str, token: int) -> bool:
+    """Have the job's lease run out and a scheduler recover it (its token moves on), as when
+    its host seemed gone; True once its token is no longer `token`.
+
+    The lease is ended by hand (its deadline set in the past) and recover.lua called: a
+    renewal landing in between writes the deadline back, and the next call tries again.
+    """
+    if engine.job(job_id).token != token:
+        return True  # recovered (by us or by workerd's scheduler, which runs the same script)
+    engine.redis.zadd(engine.keys.processing, {job_id: 1}, xx=True)
+    engine.scripts.recover()
+    return engine.job(job_id).token != token
+
+
+def test_a_lost_lease_kills_the_process_its_job_is_not_written_and_siblings_go_back_uncounted(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
+) -> None:
+    # Three threads each run a job; one job's lease is lost (recovered: its token moves on).
+    # The supervisor's renewal is refused for that job alone: it kills the process. The lost
+    # job is no longer this worker's (nothing written with its stale token: its run never
+    # ends, no release of it); the two siblings go back uncounted and complete exactly once.
+    workerd = threaded(start_workerd, 3)
+    file = tmp_path / "notes"
+    victim = engine.enqueue("noted_first_hold", {"file": str(file), "seconds": 30})
+    wait_starts(file, 1)
+    siblings = [engine.enqueue("noted_sleep", {"file": str(file), "seconds": 3}) for _ in range(2)]
+    [first] = {n["pid"] for n in wait_starts(file, 3)}
+    held = engine.job(victim)
+
+    wait_until(lambda: take_over(engine, victim, held.token), 10, "the victim's lease taken over")
+
+    done = engine.wait_all([victim, *siblings], {JobState.COMPLETED}, 20)
+    assert [e["job_id"] for e in workerd.events("lease_lost")] == [victim]
+    [exited] = workerd.events("child_exited", child_pid=first)
+    assert exited["killed_for"] == "lease lost", exited
+    # The lost job: its run in the killed process never ended, the run after the takeover did.
+    runs = notes(file, job_id=victim)
+    assert [(n["event"], n["pid"] == first) for n in runs] == [
+        ("start", True),
+        ("start", False),
+        ("end", False),
+    ], runs
+    assert done[victim].recoveries == 1  # the takeover's own recovery, no other
+    kept = history.read(r, engine.keys, victim, "default")
+    assert kept is not None
+    events = [e.event for e in kept.entries]
+    assert events == ["enqueued", "claimed", "recovered", "claimed", "completed"], events
+    for job_id in siblings:
+        assert done[job_id].recoveries == 0  # killed for no fault of their own: not counted
+        assert len(notes(file, "start", job_id)) == 2  # run again ...
+        assert len(notes(file, "end", job_id)) == 1  # ... and completed exactly once
+        kept = history.read(r, engine.keys, job_id, "default")
+        assert kept is not None
+        assert [e.event for e in kept.entries] == [
+            "enqueued",
+            "claimed",
+            "released",
+            "claimed",
+            "completed",
+        ]
+    # The one recovery is the takeover's (workerd's scheduler may be the one that made it).
+    assert {e["job_id"] for e in workerd.events("job_recovered")} <= {victim}

@@ -361,3 +361,40 @@ def test_a_lost_lease_kills_the_process_its_job_is_not_written_and_siblings_go_b
         ]
     # The one recovery is the takeover's (workerd's scheduler may be the one that made it).
     assert {e["job_id"] for e in workerd.events("job_recovered")} <= {victim}
+
+
+def test_a_cancel_of_a_job_waiting_to_run_alone_ends_it_canceled_without_running_it(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
+) -> None:
+    # A job marked to run alone waits at its process's gate while a sibling runs (the sibling
+    # ends only once another job starts beside it). Its cancel must end it canceled at once,
+    # unrun; with a grace far past the waits below, a kill could not be what ends it.
+    workerd = threaded(start_workerd, 2, WORKER_CANCEL_GRACE="60s")
+    file = tmp_path / "notes"
+    sibling = engine.enqueue("rendezvous", {"file": str(file), "count": 2, "max_seconds": 30})
+    [first] = {n["pid"] for n in wait_starts(file, 1)}
+    engine.scripts.pause_queue("default")  # so that it is marked before any thread claims it
+    marked = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 0})
+    r.hset(engine.keys.job(marked), "alone", "1")  # as release_worker.lua's isolate leaves it
+    engine.scripts.resume_queue("default")
+    workerd.wait_for("worker_waits_alone", job_id=marked)
+
+    engine.scripts.cancel(marked, by="test")
+
+    engine.wait_for(marked, JobState.CANCELED, timeout=10)
+    workerd.wait_for("job_canceled", job_id=marked, stopped="sigterm")
+    later = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 0})  # frees the sibling
+    done = engine.wait_all([sibling, later], {JobState.COMPLETED}, 20)
+    assert notes(file, job_id=marked) == []  # its handler never ran
+    kept = history.read(r, engine.keys, marked, "default")
+    assert kept is not None
+    assert [e.event for e in kept.entries] == [
+        "enqueued",
+        "claimed",
+        "cancel_requested",
+        "canceled",
+    ]
+    assert kept.entries[-1].stopped == "sigterm"
+    assert done[sibling].recoveries == 0 and len(notes(file, "start", sibling)) == 1
+    assert workerd.events("child_killed") == []
+    assert workerd.children("worker") == [first]  # the process lives on

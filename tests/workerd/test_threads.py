@@ -398,3 +398,23 @@ def test_a_cancel_of_a_job_waiting_to_run_alone_ends_it_canceled_without_running
     assert done[sibling].recoveries == 0 and len(notes(file, "start", sibling)) == 1
     assert workerd.events("child_killed") == []
     assert workerd.children("worker") == [first]  # the process lives on
+
+
+def test_a_process_whose_every_thread_runs_a_job_longer_than_the_silence_limit_lives(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
+) -> None:
+    # No slot beats between jobs for 3 s, three times WORKER_HEARTBEAT_TIMEOUT: each job's
+    # slot is timed by its job (here its 20 s timeout), not by silence (docs/WORKERD.md).
+    workerd = threaded(start_workerd, 2, WORKER_HEARTBEAT_TIMEOUT="1s")
+    file = tmp_path / "notes"
+    ids = [
+        engine.enqueue("noted_sleep", {"file": str(file), "seconds": 3}, timeout=20)
+        for _ in range(2)
+    ]
+    [first] = {n["pid"] for n in wait_starts(file, 2)}
+
+    jobs = engine.wait_all(ids, {JobState.COMPLETED}, 20)
+
+    assert all((j.attempts, j.recoveries) == (1, 0) for j in jobs.values())
+    assert workerd.events("child_silent") == [] and workerd.events("child_killed") == []
+    assert workerd.children("worker") == [first]

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from shared.engine import history
-from shared.model.jobs import JobState
+from shared.model.jobs import Job, JobState
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import HANDLERS, Engine
@@ -100,6 +100,20 @@ def test_every_threads_lease_is_renewed(
     assert len({n["thread"] for n in notes(file, "start")}) == 3
 
 
+def assert_back_uncounted_and_completed_once(
+    r: redis.Redis, engine: Engine, file: Path, job_id: str, job: Job
+) -> None:
+    """A sibling of a job its process was killed for: given back uncounted, run again, and
+    completed exactly once."""
+    assert job.recoveries == 0  # killed for no fault of its own: not counted
+    assert len(notes(file, "start", job_id)) == 2  # run again ...
+    assert len(notes(file, "end", job_id)) == 1  # ... and completed exactly once
+    kept = history.read(r, engine.keys, job_id, "default")
+    assert kept is not None
+    events = [e.event for e in kept.entries]
+    assert events == ["enqueued", "claimed", "released", "claimed", "completed"], events
+
+
 def test_a_timeout_kills_the_process_and_its_siblings_go_back_uncounted(
     start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
 ) -> None:
@@ -118,18 +132,7 @@ def test_a_timeout_kills_the_process_and_its_siblings_go_back_uncounted(
     assert dead.last_error == "Timeout: timed out after 1s; its worker was killed"
     assert dead.recoveries == 0
     for job_id, job in done.items():
-        assert job.recoveries == 0  # killed for no fault of their own: not counted
-        assert len(notes(file, "start", job_id)) == 2  # run again ...
-        assert len(notes(file, "end", job_id)) == 1  # ... and completed exactly once
-        kept = history.read(r, engine.keys, job_id, "default")
-        assert kept is not None
-        assert [e.event for e in kept.entries] == [
-            "enqueued",
-            "claimed",
-            "released",
-            "claimed",
-            "completed",
-        ]
+        assert_back_uncounted_and_completed_once(r, engine, file, job_id, job)
     killed = workerd.events("child_killed", reason="timeout")
     assert [k["job_id"] for k in killed] == [slow]
     assert workerd.events("job_recovered") == []
@@ -347,18 +350,7 @@ def test_a_lost_lease_kills_the_process_its_job_is_not_written_and_siblings_go_b
     events = [e.event for e in kept.entries]
     assert events == ["enqueued", "claimed", "recovered", "claimed", "completed"], events
     for job_id in siblings:
-        assert done[job_id].recoveries == 0  # killed for no fault of their own: not counted
-        assert len(notes(file, "start", job_id)) == 2  # run again ...
-        assert len(notes(file, "end", job_id)) == 1  # ... and completed exactly once
-        kept = history.read(r, engine.keys, job_id, "default")
-        assert kept is not None
-        assert [e.event for e in kept.entries] == [
-            "enqueued",
-            "claimed",
-            "released",
-            "claimed",
-            "completed",
-        ]
+        assert_back_uncounted_and_completed_once(r, engine, file, job_id, done[job_id])
     # The one recovery is the takeover's (workerd's scheduler may be the one that made it).
     assert {e["job_id"] for e in workerd.events("job_recovered")} <= {victim}
 

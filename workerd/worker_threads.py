@@ -33,7 +33,8 @@ its slot (lease renewed, untimed), until the siblings' jobs end, and no thread c
 is done. Its slot then says it runs alone, so a death is its own and counts toward the
 poison cap. A cancel of the job while it waits (its slot's Control names the wait) ends it
 canceled without running it (``stopped: sigterm``), rather than at the grace with a kill that
-would take its siblings' jobs too.
+would take its siblings' jobs too; a drain (or recycling) while it waits hands it back unrun,
+as a job claimed with a complete is.
 """
 
 from __future__ import annotations
@@ -255,9 +256,14 @@ class JobThread(WorkerProcess):
         started = self.slot.start_job(job.id, job.token, 0.0, job.queue, job.type)
         waiting = Execution(started, self.slot.control)
         log.info("worker_waits_alone", extra={"job_id": job.id, "worker_id": self.worker_id})
-        with self.process.gate.alone(waiting.requested) as alone:
-            if not alone:
+        with self.process.gate.alone(lambda: waiting.requested() or self.stopping) as alone:
+            if not alone and waiting.requested():
                 return self._cancel_unstarted(job)
+            if not alone:  # a drain, recycling, or the parent gone: not started, handed back
+                self.next_job = job
+                self._hand_back_unstarted_job()
+                self.slot.beat()
+                return None
             self.slot.alone = True
             try:
                 return super()._execute(job)
@@ -360,6 +366,7 @@ class ThreadedWorker(StopOnSignal):
         is the one logged)."""
         if not self.stopping:
             self.stopping, self.exit_reason = True, reason
+            self.gate.wake()  # a job waiting to run alone is handed back, not started
 
     def count_job(self) -> None:
         """Count one job run by any thread (before its outcome is written: see _record)."""

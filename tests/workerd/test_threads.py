@@ -355,6 +355,21 @@ def test_a_lost_lease_kills_the_process_its_job_is_not_written_and_siblings_go_b
     assert {e["job_id"] for e in workerd.events("job_recovered")} <= {victim}
 
 
+def wait_alone_beside(
+    workerd: Workerd, engine: Engine, r: redis.Redis, file: Path, sibling: dict[str, Any]
+) -> tuple[str, str, int]:
+    """Start the `sibling` job, then a job marked to run alone, which waits at the gate for
+    it; return (sibling id, marked id, the process's pid)."""
+    sibling_id = engine.enqueue(sibling.pop("type"), {"file": str(file), **sibling})
+    [pid] = {n["pid"] for n in wait_starts(file, 1)}
+    engine.scripts.pause_queue("default")  # so that it is marked before any thread claims it
+    marked = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 0})
+    r.hset(engine.keys.job(marked), "alone", "1")  # as release_worker.lua's isolate leaves it
+    engine.scripts.resume_queue("default")
+    workerd.wait_for("worker_waits_alone", job_id=marked)
+    return sibling_id, marked, pid
+
+
 def test_a_cancel_of_a_job_waiting_to_run_alone_ends_it_canceled_without_running_it(
     start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
 ) -> None:
@@ -363,13 +378,8 @@ def test_a_cancel_of_a_job_waiting_to_run_alone_ends_it_canceled_without_running
     # unrun; with a grace far past the waits below, a kill could not be what ends it.
     workerd = threaded(start_workerd, 2, WORKER_CANCEL_GRACE="60s")
     file = tmp_path / "notes"
-    sibling = engine.enqueue("rendezvous", {"file": str(file), "count": 2, "max_seconds": 30})
-    [first] = {n["pid"] for n in wait_starts(file, 1)}
-    engine.scripts.pause_queue("default")  # so that it is marked before any thread claims it
-    marked = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 0})
-    r.hset(engine.keys.job(marked), "alone", "1")  # as release_worker.lua's isolate leaves it
-    engine.scripts.resume_queue("default")
-    workerd.wait_for("worker_waits_alone", job_id=marked)
+    rendezvous = {"type": "rendezvous", "count": 2, "max_seconds": 30}
+    sibling, marked, first = wait_alone_beside(workerd, engine, r, file, rendezvous)
 
     engine.scripts.cancel(marked, by="test")
 
@@ -390,6 +400,28 @@ def test_a_cancel_of_a_job_waiting_to_run_alone_ends_it_canceled_without_running
     assert done[sibling].recoveries == 0 and len(notes(file, "start", sibling)) == 1
     assert workerd.events("child_killed") == []
     assert workerd.children("worker") == [first]  # the process lives on
+
+
+def test_a_drain_hands_back_a_job_waiting_to_run_alone_unrun(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
+) -> None:
+    # Draining, a process starts no job: the marked job waiting for its sibling goes back at
+    # once, unrun and uncounted, while the sibling finishes its own.
+    workerd = threaded(start_workerd, 2, WORKER_DRAIN_GRACE="30s")
+    file = tmp_path / "notes"
+    sleeper = {"type": "noted_sleep", "seconds": 5}
+    sibling, marked, pid = wait_alone_beside(workerd, engine, r, file, sleeper)
+
+    workerd.signal(signal.SIGTERM)
+
+    assert workerd.wait_exit(timeout=20) == 0
+    assert engine.wait_for(sibling, JobState.COMPLETED, 1).recoveries == 0
+    back = engine.job(marked)
+    assert (back.status, back.attempts, back.recoveries) == (JobState.PENDING, 0, 0)
+    assert notes(file, job_id=marked) == []  # never started
+    # Handed back by its own thread (not released by the supervisor after a kill at the grace).
+    assert [e["pid"] for e in workerd.events("job_released", job_id=marked)] == [pid]
+    assert workerd.events("child_killed") == []
 
 
 def test_a_process_whose_every_thread_runs_a_job_longer_than_the_silence_limit_lives(

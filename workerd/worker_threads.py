@@ -247,8 +247,8 @@ class JobThread(WorkerProcess):
         return self.keep_going()
 
     def _execute(self, job: Job) -> Job | None:
-        """WorkerProcess._execute; a job marked to run alone runs with no sibling job, or ends
-        canceled without running if its cancel comes while it waits for them."""
+        """WorkerProcess._execute; a job marked to run alone runs with no sibling job, unless
+        its cancel or the process's stop comes while it waits for them (:meth:`_unstarted`)."""
         if job.extra.get("alone") != "1":
             return super()._execute(job)
         # Shown while it waits, so its lease is renewed and a cancel can name this wait;
@@ -257,24 +257,29 @@ class JobThread(WorkerProcess):
         waiting = Execution(started, self.slot.control)
         log.info("worker_waits_alone", extra={"job_id": job.id, "worker_id": self.worker_id})
         with self.process.gate.alone(lambda: waiting.requested() or self.stopping) as alone:
-            if not alone and waiting.requested():
-                return self._cancel_unstarted(job)
-            if not alone:  # a drain, recycling, or the parent gone: not started, handed back
-                self.next_job = job
-                self._hand_back_unstarted_job()
-                self.slot.beat()
-                return None
+            if not alone:
+                return self._unstarted(job, canceled=waiting.requested())
             self.slot.alone = True
             try:
                 return super()._execute(job)
             finally:
                 self.slot.alone = False
 
-    def _cancel_unstarted(self, job: Job) -> Job | None:
-        """End canceled a job whose cancel came while it waited at the gate: its handler never
-        ran. Written as a handler stopped by its cancel's SIGTERM (cancel_running.lua, fenced
-        by the job's token): the signal is what stopped its wait (ThreadedWorker._on_sigterm)."""
-        next_job = self._record(job, Outcome(False, canceled="sigterm"), {"duration_ms": 0}, None)
+    def _unstarted(self, job: Job, *, canceled: bool) -> Job | None:
+        """End a job that stopped waiting at the gate, its handler never run; return the next.
+
+        Its cancel: it ends canceled, written as a handler stopped by its cancel's SIGTERM
+        (cancel_running.lua, fenced by the job's token), the signal being what stopped its
+        wait (ThreadedWorker._on_sigterm). A drain, recycling or the parent gone: it is handed
+        back uncounted, as a job claimed with a completion is.
+        """
+        next_job = None
+        if canceled:
+            outcome = Outcome(False, canceled="sigterm")
+            next_job = self._record(job, outcome, {"duration_ms": 0}, None)
+        else:
+            self.next_job = job
+            self._hand_back_unstarted_job()
         self.slot.beat()  # between jobs again
         return next_job
 

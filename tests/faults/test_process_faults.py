@@ -2,7 +2,8 @@
 
 Scenario 2 (chaos: random worker kills under steady load), 3 (SIGKILL the supervisor; SIGKILL
 the scheduler mid-batch; two schedulers at once), 4 (SIGSTOP a worker past its lease) and 6
-(SIGTERM drain with jobs longer than the grace). Each prints a ``FAULT-FIGURES`` line (run with
+(SIGTERM drain with jobs longer than the grace); 2, 4 and 6 also with WORKER_THREADS=4 (the
+``threads`` variants). Each prints a ``FAULT-FIGURES`` line (run with
 ``-s``) for bench/FAULTS.md. Processes come from tests/workerd/conftest.py's
 ``start_workerd``, which fails the test if any process of the run is left behind.
 """

@@ -31,7 +31,10 @@ threaded process died of a cause nobody could attribute, a segfault or the OOM k
 with no sibling job in its process (:class:`AloneGate`): its thread waits, the job shown in
 its slot (lease renewed, untimed), until the siblings' jobs end, and no thread claims until it
 is done. Its slot then says it runs alone, so a death is its own and counts toward the
-poison cap.
+poison cap. A cancel of the job while it waits (its slot's Control names the wait) ends it
+canceled without running it (``stopped: sigterm``), rather than at the grace with a kill that
+would take its siblings' jobs too; a drain (or recycling) while it waits hands it back unrun,
+as a job claimed with a complete is.
 """
 
 from __future__ import annotations
@@ -144,22 +147,41 @@ class AloneGate:
             self._cond.notify_all()
 
     @contextmanager
-    def alone(self) -> Iterator[None]:
-        """Hold the gate alone (from inside a step, whose share it trades for the while)."""
+    def alone(self, give_up: Callable[[], bool] = lambda: False) -> Iterator[bool]:
+        """Hold the gate alone (from inside a step, whose share it trades for the while);
+        yield True once held, or False, not held, when `give_up` (asked before each wait of
+        at most GATE_WAIT seconds, and on each :meth:`wake`) says to stop waiting."""
         with self._cond:
             self._shares -= 1
             self._marked += 1
+            gave_up = False
             while self._shares or self._alone:
+                if give_up():
+                    gave_up = True
+                    break
                 self._cond.wait(GATE_WAIT)
-            self._alone = True
+            if gave_up:  # the share back, as before the wait: the step goes on without it
+                self._marked -= 1
+                self._shares += 1
+                self._cond.notify_all()
+            else:
+                self._alone = True
+        if gave_up:
+            yield False
+            return
         try:
-            yield
+            yield True
         finally:
             with self._cond:
                 self._alone = False
                 self._marked -= 1
                 self._shares += 1
                 self._cond.notify_all()
+
+    def wake(self) -> None:
+        """Have every thread waiting at the gate look again (a cancel may have come for one)."""
+        with self._cond:
+            self._cond.notify_all()
 
 
 class JobThread(WorkerProcess):
@@ -225,21 +247,48 @@ class JobThread(WorkerProcess):
         return self.keep_going()
 
     def _execute(self, job: Job) -> Job | None:
-        """WorkerProcess._execute; a job marked to run alone runs with no sibling job."""
+        """WorkerProcess._execute; a job marked to run alone runs with no sibling job, unless
+        its cancel or the process's stop comes while it waits for them (:meth:`_unstarted`)."""
         if job.extra.get("alone") != "1":
             return super()._execute(job)
-        # Shown while it waits, so its lease is renewed; untimed (timeout 0) until it starts.
-        self.slot.start_job(job.id, job.token, 0.0, job.queue, job.type)
+        # Shown while it waits, so its lease is renewed and a cancel can name this wait;
+        # untimed (timeout 0) until it starts.
+        started = self.slot.start_job(job.id, job.token, 0.0, job.queue, job.type)
+        waiting = Execution(started, self.slot.control)
         log.info("worker_waits_alone", extra={"job_id": job.id, "worker_id": self.worker_id})
-        with self.process.gate.alone():
+        with self.process.gate.alone(lambda: waiting.requested() or self.stopping) as alone:
+            if not alone:
+                return self._unstarted(job, canceled=waiting.requested())
             self.slot.alone = True
             try:
                 return super()._execute(job)
             finally:
                 self.slot.alone = False
 
+    def _unstarted(self, job: Job, *, canceled: bool) -> Job | None:
+        """End a job that stopped waiting at the gate, its handler never run; return the next.
+
+        Its cancel: it ends canceled, written as a handler stopped by its cancel's SIGTERM
+        (cancel_running.lua, fenced by the job's token), the signal being what stopped its
+        wait (ThreadedWorker._on_sigterm). A drain, recycling or the parent gone: it is handed
+        back uncounted, as a job claimed with a completion is.
+        """
+        next_job = None
+        if canceled:
+            outcome = Outcome(False, canceled="sigterm")
+            next_job = self._record(job, outcome, {"duration_ms": 0}, None)
+        else:
+            self.next_job = job
+            self._hand_back_unstarted_job()
+        self.slot.beat()  # between jobs again
+        return next_job
+
     def _record(
-        self, job: Job, outcome: Outcome, fields: dict[str, object], attributes: dict[str, object]
+        self,
+        job: Job,
+        outcome: Outcome,
+        fields: dict[str, object],
+        attributes: dict[str, object] | None,
     ) -> Job | None:
         self.process.count_job()  # the process's count: WORKER_MAX_JOBS is per process
         return super()._record(job, outcome, fields, attributes)
@@ -312,6 +361,8 @@ class ThreadedWorker(StopOnSignal):
             running = thread.execution
             if running is not None:
                 running.interrupt()
+        if cancel:
+            self.gate.wake()  # a job waiting to run alone may be the one asked to stop
         if drain or not cancel:
             self._request_stop(signum, _frame)
 
@@ -320,6 +371,7 @@ class ThreadedWorker(StopOnSignal):
         is the one logged)."""
         if not self.stopping:
             self.stopping, self.exit_reason = True, reason
+            self.gate.wake()  # a job waiting to run alone is handed back, not started
 
     def count_job(self) -> None:
         """Count one job run by any thread (before its outcome is written: see _record)."""

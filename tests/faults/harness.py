@@ -113,17 +113,35 @@ FINISH_EVENTS = frozenset(
 )
 
 
+def running_jobs(records: Iterable[dict[str, Any]]) -> dict[int, list[str]]:
+    """Return each pid's jobs started and not yet finished, per its log records, oldest first.
+
+    Kept per job thread (the worker id a ``job_started`` line names: one per process, or
+    ``<child>.t<k>`` with WORKER_THREADS): a thread's next start replaces its last job, so a
+    job that ended by a line not in FINISH_EVENTS (a cancel) is not counted as running.
+    """
+    running: dict[tuple[int, str], str] = {}
+    for rec in records:
+        event, pid = rec.get("event"), rec.get("pid", -1)
+        if event == "job_started":
+            thread = (pid, rec.get("worker_id") or "")
+            running.pop(thread, None)  # re-inserted last: the newest start comes last
+            running[thread] = rec["job_id"]
+        elif event in FINISH_EVENTS:
+            for thread, job_id in list(running.items()):
+                if thread[0] == pid and job_id == rec.get("job_id"):
+                    del running[thread]
+    by_pid: dict[int, list[str]] = {}
+    for (pid, _), job_id in running.items():
+        by_pid.setdefault(pid, []).append(job_id)
+    return by_pid
+
+
 def busy_workers(workerd: Workerd) -> dict[int, str]:
-    """Return live worker pids running a job (started, not yet finished), with the job."""
-    started: dict[int, str] = {}
-    for rec in workerd.logs():
-        if rec.get("event") == "job_started":
-            started[rec["pid"]] = rec["job_id"]
-        elif rec.get("event") in FINISH_EVENTS and started.get(rec.get("pid", -1)) == rec.get(
-            "job_id"
-        ):
-            del started[rec["pid"]]
-    return {pid: started[pid] for pid in workerd.children("worker") if pid in started}
+    """Return live worker pids running a job (started, not yet finished), with the job (with
+    WORKER_THREADS, the one started last of the process's jobs)."""
+    started = running_jobs(workerd.logs())
+    return {pid: started[pid][-1] for pid in workerd.children("worker") if pid in started}
 
 
 def kill_workers(

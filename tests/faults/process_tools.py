@@ -30,11 +30,11 @@ from shared.engine.scripts import Scripts
 from shared.model.jobs import validate_enqueue
 from tests.faults.checker import EnqueueRecord, Execution
 from tests.faults.harness import (
-    FINISH_EVENTS,
     Kill,
     busy_workers,
     enqueue_one,
     journaled_body,
+    running_jobs,
 )
 from tests.support.tools import alive
 from tests.support.workerd import Workerd
@@ -116,20 +116,22 @@ def chaos_kills(
 
 
 def jobs_held_at_death(workerd: Workerd, kills: Sequence[Kill]) -> list[Kill]:
-    """Return the kills, each with the job its worker was running when it died (or None).
+    """Return the kills, each with the job its worker was running when it died (or None;
+    with WORKER_THREADS, the one started last: :func:`jobs_cut_by` gives every one).
 
     The job chosen at kill time can be stale: a 50 ms job may finish between the log read and
     the signal. A killed worker's own log ends where it died, so its last started and
     unfinished job is the one the kill interrupted.
     """
-    running: dict[int, str | None] = {}
-    for rec in workerd.logs():
-        pid, event = rec.get("pid"), rec.get("event")
-        if event == "job_started":
-            running[pid] = rec["job_id"]
-        elif event in FINISH_EVENTS and running.get(pid) == rec.get("job_id"):
-            running[pid] = None
-    return [Kill(kill.pid, kill.at, running.get(kill.pid)) for kill in kills]
+    running = running_jobs(workerd.logs())
+    return [Kill(kill.pid, kill.at, (running.get(kill.pid) or [None])[-1]) for kill in kills]
+
+
+def jobs_cut_by(workerd: Workerd, kills: Sequence[Kill]) -> list[Kill]:
+    """Return one Kill per job a killed worker process was running when it died (every job
+    thread's, with WORKER_THREADS; none for a kill between jobs)."""
+    running = running_jobs(workerd.logs())
+    return [Kill(k.pid, k.at, job_id) for k in kills for job_id in running.get(k.pid, [])]
 
 
 # -- seeding many jobs ---------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Scenario 2 (chaos: random worker kills under steady load), 3 (SIGKILL the supervisor; SIGKILL
 the scheduler mid-batch; two schedulers at once), 4 (SIGSTOP a worker past its lease) and 6
-(SIGTERM drain with jobs longer than the grace). Each prints a ``FAULT-FIGURES`` line (run with
+(SIGTERM drain with jobs longer than the grace); 2, 4 and 6 also with WORKER_THREADS=4 (the
+``threads`` variants). Each prints a ``FAULT-FIGURES`` line (run with
 ``-s``) for bench/FAULTS.md. Processes come from tests/workerd/conftest.py's
 ``start_workerd``, which fails the test if any process of the run is left behind.
 """
@@ -31,6 +32,7 @@ from tests.faults.harness import (
     log_time,
     print_figures,
     recovery_times,
+    running_jobs,
     wait_settled,
 )
 from tests.faults.process_tools import (
@@ -46,7 +48,7 @@ from tests.faults.process_tools import (
     expire_leases,
     explained_by_freeze,
     job_fields,
-    jobs_held_at_death,
+    jobs_cut_by,
     tally,
 )
 from tests.faults.scale import scaled
@@ -84,21 +86,25 @@ def _completed(client: redis.Redis, job_ids: Sequence[str]) -> set[str]:
 # -- scenario 2 -----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("threads", [1, 4], ids=["processes", "threads"])
 def test_chaos_random_worker_kills_under_steady_load(
     start_workerd: Callable[..., Workerd],  # noqa: F811
     r: redis.Redis,
     redis_server: RedisServer,
     tmp_path: Path,
+    threads: int,
 ) -> None:
     """Scenario 2: SIGKILL a random busy worker every 0.5–2 s (seeded) for CHAOS_S under load.
 
     A producer thread enqueues journaled jobs (80 ms each) at a steady 20 a second. Each kill
-    can cost at most one sequential rerun (killed between the side effect and the ack);
-    recovery = kill → the job the worker was running started again in another process (the
-    supervisor sees the death at once and releases the job: no lease to wait out).
+    can cost at most one sequential rerun per job it cut (killed between the side effect and
+    the ack); recovery = kill → each job the worker was running started again in another
+    process (the supervisor sees the death at once and releases the job: no lease to wait
+    out). Threaded (WORKER_THREADS=4): a kill cuts every job of the process; with several
+    running nobody can tell which killed it, so each goes back uncounted, marked to run alone.
     """
     journal = tmp_path / "journal.jsonl"
-    workerd = start_workerd(**{**FAULT_ENV, "WORKER_COUNT": "3"})
+    workerd = start_workerd(**{**FAULT_ENV, "WORKER_COUNT": "3", "WORKER_THREADS": str(threads)})
     producer = Producer(redis_server.url, journal, rate=20.0, sleep=0.08)
     producer.start()
     began = time.time()
@@ -112,7 +118,7 @@ def test_chaos_random_worker_kills_under_steady_load(
     ids = [rec.job_id for rec in records]
     wait_settled(r, ids, timeout=30.0, workerd=workerd)
     report = check(records, read_journal(journal), r)
-    held = [kill for kill in jobs_held_at_death(workerd, kills) if kill.job_id is not None]
+    held = jobs_cut_by(workerd, kills)
     # A kill between the ack and its log line interrupted nothing: the job is done, by that pid.
     results = job_fields(r, [kill.job_id or "" for kill in held], "result")
     cut = [
@@ -136,12 +142,15 @@ def test_chaos_random_worker_kills_under_steady_load(
         "throughput_jobs_per_s": round(in_window / (ended - began), 1),
         "worker_respawns": len(workerd.events("child_spawned", kind="worker")) - 3,
         "chaos_s": round(ended - began, 1),
+        "threads": threads,
+        "marked_alone": sum(1 for (a,) in job_fields(r, ids, "alone") if a),
+        "recoveries_counted": sum(int(n or 0) for (n,) in job_fields(r, ids, "recoveries")),
     }
-    print_figures("chaos_worker_kills", figures)
+    print_figures("chaos_worker_kills" + ("_threads" if threads > 1 else ""), figures)
     assert len(kills) >= CHAOS_MIN_KILLS and len(recovery) == len(cut), figures
     assert report.lost == [], report.lost
     assert report.overlapping_duplicates == 0, report.overlapping
-    assert report.sequential_duplicates <= len(kills), figures
+    assert report.sequential_duplicates <= len(kills) * threads, figures  # a kill ends all its jobs
     assert report.unexpected == [] and report.completed_unexecuted == [], figures
     assert report.violations == [], report.violations
     assert report.event_mismatches == [], report.event_mismatches[:5]
@@ -364,10 +373,12 @@ def test_two_schedulers_promote_and_recover_each_job_once(
 # -- scenario 4 -----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("threads", [1, 4], ids=["processes", "threads"])
 def test_sigstopped_worker_past_its_lease_is_fenced_off(
     start_workerd: Callable[..., Workerd],  # noqa: F811
     r: redis.Redis,
     tmp_path: Path,
+    threads: int,
 ) -> None:
     """Scenario 4: SIGSTOP two workers mid-job past their 2 s lease, SIGCONT them afterwards.
 
@@ -386,20 +397,25 @@ def test_sigstopped_worker_past_its_lease_is_fenced_off(
     be 0. Had the freeze ended while the re-run was still running, the two handlers would
     have run side by side: fencing protects Redis, not the handler's own side effects, which
     is why at-least-once handlers must be idempotent.
+
+    Threaded (WORKER_THREADS=4): both victims may run in one process (two of its threads);
+    each frozen process's every job is fenced off alike, and a process killed for one lost
+    lease gives back nothing of the other (already recovered, no longer its worker's).
     """
     journal = tmp_path / "journal.jsonl"
-    workerd = start_workerd(**{**FAULT_ENV, "WORKER_COUNT": "3"})
+    workerd = start_workerd(**{**FAULT_ENV, "WORKER_COUNT": "3", "WORKER_THREADS": str(threads)})
     scripts = Scripts(r, KEYS)
     victims = enqueue_journaled(scripts, 2, journal, sleep=1.0)
     victim_ids = [rec.job_id for rec in victims]
 
     def running_victims() -> dict[str, int]:
-        busy = {job_id: pid for pid, job_id in busy_workers(workerd).items()}
+        running = running_jobs(workerd.logs())
+        busy = {job_id: pid for pid, jobs in running.items() for job_id in jobs}
         return {j: busy[j] for j in victim_ids} if set(victim_ids) <= set(busy) else {}
 
     frozen = wait_until(running_victims, 10.0, "both victims to be running")
     stopped_at = time.time()
-    for pid in frozen.values():
+    for pid in set(frozen.values()):
         os.kill(pid, signal.SIGSTOP)
     try:
         background = enqueue_journaled(scripts, 40, journal, sleep=0.02)
@@ -410,7 +426,7 @@ def test_sigstopped_worker_past_its_lease_is_fenced_off(
         )
     finally:
         continued_at = time.time()
-        for pid in frozen.values():
+        for pid in set(frozen.values()):
             os.kill(pid, signal.SIGCONT)
     freezes = [Freeze(pid, job_id, stopped_at, continued_at) for job_id, pid in frozen.items()]
 
@@ -425,15 +441,22 @@ def test_sigstopped_worker_past_its_lease_is_fenced_off(
     executions = read_journal(journal)
     report = check(records, executions, r)
     explained = explained_by_freeze(executions, freezes)
-    stale_acks = [rec for f in freezes for rec in workerd.events("job_stale_ack", pid=f.pid)]
-    lease_lost = [rec for f in freezes for rec in refused(f) if rec["event"] == "child_exited"]
+    frozen_pids = set(frozen.values())  # with threads, both victims may share one process
+    stale_acks = [rec for pid in frozen_pids for rec in workerd.events("job_stale_ack", pid=pid)]
+    lease_lost = [
+        rec
+        for pid in frozen_pids
+        for rec in workerd.events("child_exited", child_pid=pid, killed_for="lease lost")
+    ]
     stored = job_fields(r, victim_ids, "status", "result", "recoveries", "attempts")
     recovered = event_counts([workerd], "job_recovered", reason="lease expired")
     recovery = recovery_times(workerd, [Kill(f.pid, f.stopped_at, f.job_id) for f in freezes])
     figures = {
         **report.summary(),
         "jobs": len(records),
-        "frozen_workers": len(freezes),
+        "frozen_workers": len(frozen_pids),
+        "frozen_jobs": len(freezes),
+        "threads": threads,
         "frozen_s": round(continued_at - stopped_at, 2),
         "stale_writes_rejected": len(stale_acks) + len(lease_lost),
         "stale_acks_refused": len(stale_acks),
@@ -442,7 +465,7 @@ def test_sigstopped_worker_past_its_lease_is_fenced_off(
         "overlapping_while_running": report.overlapping_duplicates - len(explained),
         **{f"recovery_s_{k}": v for k, v in _rounded(recovery).items()},
     }
-    print_figures("sigstop_past_lease", figures)
+    print_figures("sigstop_past_lease" + ("_threads" if threads > 1 else ""), figures)
     for job_id, (status, result, recoveries, attempts) in zip(victim_ids, stored, strict=True):
         assert recovered[job_id] == 1, recovered
         assert (status, recoveries, attempts) == ("completed", "1", "1"), stored
@@ -463,10 +486,12 @@ LONG_JOB_S = 6.0
 DRAIN_GRACE_S = 3.0
 
 
+@pytest.mark.parametrize("threads", [1, 4], ids=["processes", "threads"])
 def test_sigterm_drain_releases_jobs_longer_than_the_grace_and_a_restart_runs_them(
     start_workerd: Callable[..., Workerd],  # noqa: F811
     r: redis.Redis,
     tmp_path: Path,
+    threads: int,
 ) -> None:
     """Scenario 6: SIGTERM the process group while two workers run 6 s jobs (grace 3 s).
 
@@ -475,16 +500,28 @@ def test_sigterm_drain_releases_jobs_longer_than_the_grace_and_a_restart_runs_th
     attempt given back and no recovery counted — rather than left to a lease expiry. During
     the grace (longer than the 2 s lease) their leases are still renewed: no recovery. After a
     restart every job completes, each long one in a single execution.
+
+    Threaded (WORKER_THREADS=4): the long jobs may share a process with short ones in its other
+    threads; every thread finishes its short job and stops claiming, the long ones are killed
+    at the grace with their process and go back uncounted all the same.
     """
     journal = tmp_path / "journal.jsonl"
-    env = {**FAULT_ENV, "WORKER_COUNT": "3", "WORKER_DRAIN_GRACE": f"{DRAIN_GRACE_S:g}s"}
+    env = {
+        **FAULT_ENV,
+        "WORKER_COUNT": "3",
+        "WORKER_DRAIN_GRACE": f"{DRAIN_GRACE_S:g}s",
+        "WORKER_THREADS": str(threads),
+    }
     first = start_workerd(new_session=True, **env)
     scripts = Scripts(r, KEYS)
     long_jobs = enqueue_journaled(scripts, 2, journal, sleep=LONG_JOB_S)
     long_ids = [rec.job_id for rec in long_jobs]
-    wait_until(
-        lambda: set(long_ids) <= set(busy_workers(first).values()), 10.0, "the long jobs to run"
-    )
+
+    def long_jobs_running() -> bool:
+        running = running_jobs(first.logs())
+        return set(long_ids) <= {job_id for jobs in running.values() for job_id in jobs}
+
+    wait_until(long_jobs_running, 10.0, "the long jobs to run")
     short = enqueue_journaled(scripts, 100, journal, sleep=0.05)
     wait_until(lambda: len(read_journal(journal)) >= 5, 10.0, "short jobs to be flowing")
 
@@ -518,8 +555,9 @@ def test_sigterm_drain_releases_jobs_longer_than_the_grace_and_a_restart_runs_th
         "recovered_by_lease_expiry": len(first.events("job_recovered"))
         + len(second.events("job_recovered")),
         "restart_to_all_done_s": round(rerun_s, 2),
+        "threads": threads,
     }
-    print_figures("sigterm_drain", figures)
+    print_figures("sigterm_drain" + ("_threads" if threads > 1 else ""), figures)
     assert set(long_ids) <= set(released), (released, long_ids)
     assert all(released[j]["reason"] == "drain" for j in long_ids), released
     assert after_drain == [["pending", "0", "0"]] * len(long_ids), after_drain

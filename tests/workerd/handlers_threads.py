@@ -83,3 +83,11 @@ def noted_crash(payload: dict[str, Any], job: JobContext) -> None:
             time.sleep(POLL)
         os.kill(os.getpid(), 9)
     note(payload["file"], job, "end")
+
+
+@handler("noted_first_hold")
+def noted_first_hold(payload: dict[str, Any], job: JobContext) -> str:
+    """noted_sleep that holds payload["seconds"] only until its job was first lost (recoveries
+    0): the run after a takeover is quick."""
+    seconds = float(payload.get("seconds", 0)) if job.recoveries == 0 else 0.0
+    return noted_sleep({**payload, "seconds": seconds}, job)

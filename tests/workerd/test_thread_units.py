@@ -163,6 +163,31 @@ def test_a_thread_waiting_at_the_gate_stops_when_told() -> None:
     assert not holder.is_alive()
 
 
+def test_a_marked_job_gives_up_its_wait_when_asked_and_the_gate_is_as_before() -> None:
+    gate = AloneGate()
+    assert gate.enter(lambda: True)  # a sibling inside its step
+    asked, held = threading.Event(), []
+
+    def marked() -> None:
+        assert gate.enter(lambda: True)
+        with gate.alone(asked.is_set) as alone:
+            held.append(alone)
+        gate.leave()
+
+    holder = threading.Thread(target=marked)
+    holder.start()
+    wait_until(lambda: gate._marked == 1, 5, "the marked job at the gate")
+    asked.set()
+    gate.wake()
+    holder.join(5)
+
+    assert not holder.is_alive() and held == [False]  # never held the gate
+    assert (gate._shares, gate._marked, gate._alone) == (1, 0, False)  # only the sibling's
+    assert gate.enter(lambda: True)  # nothing holds a new step back
+    gate.leave()
+    gate.leave()
+
+
 def blame(
     kill_reason: str | None,
     culprit: int | None,

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from shared.engine import history
-from shared.model.jobs import JobState
+from shared.model.jobs import Job, JobState
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import HANDLERS, Engine
@@ -100,6 +100,20 @@ def test_every_threads_lease_is_renewed(
     assert len({n["thread"] for n in notes(file, "start")}) == 3
 
 
+def assert_back_uncounted_and_completed_once(
+    r: redis.Redis, engine: Engine, file: Path, job_id: str, job: Job
+) -> None:
+    """A sibling of a job its process was killed for: given back uncounted, run again, and
+    completed exactly once."""
+    assert job.recoveries == 0  # killed for no fault of its own: not counted
+    assert len(notes(file, "start", job_id)) == 2  # run again ...
+    assert len(notes(file, "end", job_id)) == 1  # ... and completed exactly once
+    kept = history.read(r, engine.keys, job_id, "default")
+    assert kept is not None
+    events = [e.event for e in kept.entries]
+    assert events == ["enqueued", "claimed", "released", "claimed", "completed"], events
+
+
 def test_a_timeout_kills_the_process_and_its_siblings_go_back_uncounted(
     start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
 ) -> None:
@@ -118,18 +132,7 @@ def test_a_timeout_kills_the_process_and_its_siblings_go_back_uncounted(
     assert dead.last_error == "Timeout: timed out after 1s; its worker was killed"
     assert dead.recoveries == 0
     for job_id, job in done.items():
-        assert job.recoveries == 0  # killed for no fault of their own: not counted
-        assert len(notes(file, "start", job_id)) == 2  # run again ...
-        assert len(notes(file, "end", job_id)) == 1  # ... and completed exactly once
-        kept = history.read(r, engine.keys, job_id, "default")
-        assert kept is not None
-        assert [e.event for e in kept.entries] == [
-            "enqueued",
-            "claimed",
-            "released",
-            "claimed",
-            "completed",
-        ]
+        assert_back_uncounted_and_completed_once(r, engine, file, job_id, job)
     killed = workerd.events("child_killed", reason="timeout")
     assert [k["job_id"] for k in killed] == [slow]
     assert workerd.events("job_recovered") == []
@@ -297,3 +300,145 @@ def test_jobs_longer_than_the_drain_grace_go_back_uncounted_from_every_thread(
     jobs = engine.wait_all(ids, {JobState.PENDING}, 5)
     assert all((j.attempts, j.recoveries) == (0, 0) for j in jobs.values())
     assert [e["reason"] for e in workerd.events("child_killed")] == ["drain grace over"]
+
+
+def take_over(engine: Engine, job_id: str, token: int) -> bool:
+    """Have the job's lease run out and a scheduler recover it (its token moves on), as when
+    its host seemed gone; True once its token is no longer `token`.
+
+    The lease is ended by hand (its deadline set in the past) and recover.lua called: a
+    renewal landing in between writes the deadline back, and the next call tries again.
+    """
+    if engine.job(job_id).token != token:
+        return True  # recovered (by us or by workerd's scheduler, which runs the same script)
+    engine.redis.zadd(engine.keys.processing, {job_id: 1}, xx=True)
+    engine.scripts.recover()
+    return engine.job(job_id).token != token
+
+
+def test_a_lost_lease_kills_the_process_its_job_is_not_written_and_siblings_go_back_uncounted(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
+) -> None:
+    # Three threads each run a job; one job's lease is lost (recovered: its token moves on).
+    # The supervisor's renewal is refused for that job alone: it kills the process. The lost
+    # job is no longer this worker's (nothing written with its stale token: its run never
+    # ends, no release of it); the two siblings go back uncounted and complete exactly once.
+    workerd = threaded(start_workerd, 3)
+    file = tmp_path / "notes"
+    victim = engine.enqueue("noted_first_hold", {"file": str(file), "seconds": 30})
+    wait_starts(file, 1)
+    siblings = [engine.enqueue("noted_sleep", {"file": str(file), "seconds": 3}) for _ in range(2)]
+    [first] = {n["pid"] for n in wait_starts(file, 3)}
+    held = engine.job(victim)
+
+    wait_until(lambda: take_over(engine, victim, held.token), 10, "the victim's lease taken over")
+
+    done = engine.wait_all([victim, *siblings], {JobState.COMPLETED}, 20)
+    assert [e["job_id"] for e in workerd.events("lease_lost")] == [victim]
+    [exited] = workerd.events("child_exited", child_pid=first)
+    assert exited["killed_for"] == "lease lost", exited
+    # The lost job: its run in the killed process never ended, the run after the takeover did.
+    runs = notes(file, job_id=victim)
+    assert [(n["event"], n["pid"] == first) for n in runs] == [
+        ("start", True),
+        ("start", False),
+        ("end", False),
+    ], runs
+    assert done[victim].recoveries == 1  # the takeover's own recovery, no other
+    kept = history.read(r, engine.keys, victim, "default")
+    assert kept is not None
+    events = [e.event for e in kept.entries]
+    assert events == ["enqueued", "claimed", "recovered", "claimed", "completed"], events
+    for job_id in siblings:
+        assert_back_uncounted_and_completed_once(r, engine, file, job_id, done[job_id])
+    # The one recovery is the takeover's (workerd's scheduler may be the one that made it).
+    assert {e["job_id"] for e in workerd.events("job_recovered")} <= {victim}
+
+
+def wait_alone_beside(
+    workerd: Workerd, engine: Engine, r: redis.Redis, file: Path, sibling: dict[str, Any]
+) -> tuple[str, str, int]:
+    """Start the `sibling` job, then a job marked to run alone, which waits at the gate for
+    it; return (sibling id, marked id, the process's pid)."""
+    sibling_id = engine.enqueue(sibling.pop("type"), {"file": str(file), **sibling})
+    [pid] = {n["pid"] for n in wait_starts(file, 1)}
+    engine.scripts.pause_queue("default")  # so that it is marked before any thread claims it
+    marked = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 0})
+    r.hset(engine.keys.job(marked), "alone", "1")  # as release_worker.lua's isolate leaves it
+    engine.scripts.resume_queue("default")
+    workerd.wait_for("worker_waits_alone", job_id=marked)
+    return sibling_id, marked, pid
+
+
+def test_a_cancel_of_a_job_waiting_to_run_alone_ends_it_canceled_without_running_it(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
+) -> None:
+    # A job marked to run alone waits at its process's gate while a sibling runs (the sibling
+    # ends only once another job starts beside it). Its cancel must end it canceled at once,
+    # unrun; with a grace far past the waits below, a kill could not be what ends it.
+    workerd = threaded(start_workerd, 2, WORKER_CANCEL_GRACE="60s")
+    file = tmp_path / "notes"
+    rendezvous = {"type": "rendezvous", "count": 2, "max_seconds": 30}
+    sibling, marked, first = wait_alone_beside(workerd, engine, r, file, rendezvous)
+
+    engine.scripts.cancel(marked, by="test")
+
+    engine.wait_for(marked, JobState.CANCELED, timeout=10)
+    workerd.wait_for("job_canceled", job_id=marked, stopped="sigterm")
+    later = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 0})  # frees the sibling
+    done = engine.wait_all([sibling, later], {JobState.COMPLETED}, 20)
+    assert notes(file, job_id=marked) == []  # its handler never ran
+    kept = history.read(r, engine.keys, marked, "default")
+    assert kept is not None
+    assert [e.event for e in kept.entries] == [
+        "enqueued",
+        "claimed",
+        "cancel_requested",
+        "canceled",
+    ]
+    assert kept.entries[-1].stopped == "sigterm"
+    assert done[sibling].recoveries == 0 and len(notes(file, "start", sibling)) == 1
+    assert workerd.events("child_killed") == []
+    assert workerd.children("worker") == [first]  # the process lives on
+
+
+def test_a_drain_hands_back_a_job_waiting_to_run_alone_unrun(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
+) -> None:
+    # Draining, a process starts no job: the marked job waiting for its sibling goes back at
+    # once, unrun and uncounted, while the sibling finishes its own.
+    workerd = threaded(start_workerd, 2, WORKER_DRAIN_GRACE="30s")
+    file = tmp_path / "notes"
+    sleeper = {"type": "noted_sleep", "seconds": 5}
+    sibling, marked, pid = wait_alone_beside(workerd, engine, r, file, sleeper)
+
+    workerd.signal(signal.SIGTERM)
+
+    assert workerd.wait_exit(timeout=20) == 0
+    assert engine.wait_for(sibling, JobState.COMPLETED, 1).recoveries == 0
+    back = engine.job(marked)
+    assert (back.status, back.attempts, back.recoveries) == (JobState.PENDING, 0, 0)
+    assert notes(file, job_id=marked) == []  # never started
+    # Handed back by its own thread (not released by the supervisor after a kill at the grace).
+    assert [e["pid"] for e in workerd.events("job_released", job_id=marked)] == [pid]
+    assert workerd.events("child_killed") == []
+
+
+def test_a_process_whose_every_thread_runs_a_job_longer_than_the_silence_limit_lives(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
+) -> None:
+    # No slot beats between jobs for 3 s, three times WORKER_HEARTBEAT_TIMEOUT: each job's
+    # slot is timed by its job (here its 20 s timeout), not by silence (docs/WORKERD.md).
+    workerd = threaded(start_workerd, 2, WORKER_HEARTBEAT_TIMEOUT="1s")
+    file = tmp_path / "notes"
+    ids = [
+        engine.enqueue("noted_sleep", {"file": str(file), "seconds": 3}, timeout=20)
+        for _ in range(2)
+    ]
+    [first] = {n["pid"] for n in wait_starts(file, 2)}
+
+    jobs = engine.wait_all(ids, {JobState.COMPLETED}, 20)
+
+    assert all((j.attempts, j.recoveries) == (1, 0) for j in jobs.values())
+    assert workerd.events("child_silent") == [] and workerd.events("child_killed") == []
+    assert workerd.children("worker") == [first]

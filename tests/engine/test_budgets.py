@@ -8,9 +8,12 @@ per-command breakdown, so the command that crept in is named.
 Live events: every test runs twice, with events on and off. The constants below are the
 budgets with events off; with events on each budget grows by exactly the events
 the call writes (one XADD each: `budget()`), and the XADDs are counted apart, so an event that
-costs more than its XADD fails here. The job's own transitions (claim, complete, fail) take
-their time from their first event's entry id (common.lua, `stamped`): with events on they read
-no TIME, so their event costs them nothing but its XADD in the TIME's place (`stamped=True`).
+costs more than its XADD fails here. The job's own transitions (enqueue, claim, complete, fail)
+take their time from their first event's entry id (common.lua, `stamped`): with events on they
+read no TIME, so their event costs them nothing but its XADD in the TIME's place
+(`stamped=True`). The one exception is an enqueue with an absolute scheduled_at: whether it is
+`scheduled` or `enqueued` is a comparison with now, made before the event is named, so it
+reads TIME first (its event then costs its XADD).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from shared.engine.scripts import Scripts
 from shared.model.job_ids import new_client_id
 from tests.engine.conftest import J1, J2, J3, J4, request
 
-# The hot path: a claim, an enqueue.
+# The hot path: a claim, an enqueue. ENQUEUE with events off: HMGET, TIME, INCR, ZADD ×2, LPUSH,
+# HSET; with events on the XADD takes the TIME's place (its entry id is the time), so 7 too.
 CLAIM = 8
 ENQUEUE = 7
 # Complete-and-claim-next includes the pause check. A claim must not take a job from a paused queue, not
@@ -114,15 +118,16 @@ def claimed(engine: Scripts, jid: str) -> int:
 
 def test_enqueue_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
     counts = commands_of(r, lambda: engine.enqueue(request(), J1))
-    assert_within(counts, budget(engine, counts, ENQUEUE, 1))
-    assert counts["time"] == 1  # Redis's clock, not the caller's
+    assert_within(counts, budget(engine, counts, ENQUEUE, 1, stamped=True))
+    # Redis's clock, not the caller's: TIME with events off, else the event's entry id.
+    assert counts["time"] == (0 if engine.policy.events_cap else 1)
 
 
 def test_enqueue_with_an_idempotency_key_is_within_its_budget(
     r: redis.Redis, engine: Scripts
 ) -> None:
     counts = commands_of(r, lambda: engine.enqueue(request(), J1, idempotency_key="k1"))
-    assert_within(counts, budget(engine, counts, ENQUEUE_IDEMPOTENT, 1))
+    assert_within(counts, budget(engine, counts, ENQUEUE_IDEMPOTENT, 1, stamped=True))
 
 
 def test_enqueue_with_a_client_id_costs_what_a_plain_one_does_in_one_call(
@@ -132,7 +137,7 @@ def test_enqueue_with_a_client_id_costs_what_a_plain_one_does_in_one_call(
     # the id); no key of its own, nothing in the global slot.
     own = new_client_id("default")
     counts = commands_of(r, lambda: engine.enqueue(request(id=own), own))
-    assert_within(counts, budget(engine, counts, ENQUEUE, 1))
+    assert_within(counts, budget(engine, counts, ENQUEUE, 1, stamped=True))
     assert r.info("commandstats")["cmdstat_evalsha"]["calls"] == 1
     again = commands_of(r, lambda: engine.enqueue(request(id=own), own))
     assert sum(again.values()) == 1  # a repeat: the HMGET alone
@@ -164,17 +169,31 @@ def test_enqueue_with_every_optional_field_still_writes_the_hash_once(
     job = request(timeout=5)
     trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     counts = commands_of(r, lambda: engine.enqueue(job, J1, traceparent=trace))
-    assert_within(counts, budget(engine, counts, ENQUEUE, 1))
+    assert_within(counts, budget(engine, counts, ENQUEUE, 1, stamped=True))
     assert counts["hset"] == 1
 
 
-def test_enqueue_with_a_delay_is_within_its_budget_and_reads_redis_time_once(
+def test_enqueue_with_a_delay_is_within_its_budget_and_reads_redis_clock_once(
     r: redis.Redis, engine: Scripts
 ) -> None:
     counts = commands_of(r, lambda: engine.enqueue(request(delay="5m"), J1))
-    assert_within(counts, budget(engine, counts, ENQUEUE, 1))
-    # The due time comes from the TIME the script already reads: no command of its own.
-    assert counts["time"] == 1 and counts["hset"] == 1
+    assert_within(counts, budget(engine, counts, ENQUEUE, 1, stamped=True))
+    # The due time comes from the clock the script already reads (TIME, or with events on its
+    # `scheduled` event's entry id: a delay above 0 is scheduled whatever the time): no command
+    # of its own.
+    assert counts["time"] == (0 if engine.policy.events_cap else 1) and counts["hset"] == 1
+
+
+def test_enqueue_at_an_absolute_time_reads_redis_time_before_naming_its_event(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    # Scheduled or pending is the client's scheduled_at against now, and the event is named
+    # after it: this path reads TIME, events on or off (HMGET, TIME, SET NX, ZADD, HSET, then
+    # the due index's ZADD LT in a second call: shared/engine/scripts/due_index.py).
+    later = request(scheduled_at="2999-01-01T00:00:00Z")
+    counts = commands_of(r, lambda: engine.enqueue(later, J1))
+    assert_within(counts, budget(engine, counts, 6, 1))
+    assert counts["time"] == 1
 
 
 def test_claim_is_within_its_budget(r: redis.Redis, engine: Scripts) -> None:
@@ -459,15 +478,16 @@ def test_advancing_a_schedule_is_within_its_budget(r: redis.Redis, engine: Scrip
 # The per-job budget (bench/PER_JOB_COST.md, "Per-job budget"): what one job costs Redis while a
 # worker drains, its enqueue (the script the gateway calls) and the complete that ends it and
 # claims the next job (a job's own claim is in its predecessor's complete), by command, exactly,
-# events on and off. Events on: enqueue HMGET, TIME, INCR, ZADD x2 (pending, pending_since),
-# LPUSH (wake hint), HSET, XADD; complete HMGET, XADD (its time), HSET, HDEL, ZREM
+# events on and off. Events on: enqueue HMGET, XADD (its time), INCR, ZADD x2 (pending,
+# pending_since), LPUSH (wake hint), HSET; complete HMGET, XADD (its time), HSET, HDEL, ZREM
 # (processing), ZADD (completed), then the claim: MGET (paused, limits), ZPOPMIN, HMGET, ZREM
-# (pending_since), XADD, HSET, ZADD (lease). Events off: a TIME in the complete's first XADD's
-# place, no second XADD. Redis's CPU is not asserted (no timed tests here: bench.job_budget
+# (pending_since), XADD, HSET, ZADD (lease). Events off: a TIME in the enqueue's XADD's place
+# and in the complete's first XADD's, no second XADD. Wire bytes are the same either way: a
+# command a script makes never crosses the wire. Redis's CPU is not asserted (no timed tests here: bench.job_budget
 # prints it); what stands in for it without noise is the commands and the bytes Redis reads and
 # writes on the wire per job (its requests' arguments and its replies: reading and answering
 # requests is about a third of Redis's CPU per job, bench/PER_JOB_COST.md).
-PER_JOB_ENQUEUE = Counter(hmget=1, time=1, incr=1, zadd=2, lpush=1, hset=1, xadd=1)
+PER_JOB_ENQUEUE = Counter(hmget=1, xadd=1, incr=1, zadd=2, lpush=1, hset=1)
 PER_JOB_COMPLETE = Counter(hmget=2, xadd=2, hset=2, hdel=1, zrem=2, zadd=2, mget=1, zpopmin=1)
 # +3 bytes each since a job may carry its own id: enqueue.lua's last argument, the request's
 # digest, is sent empty for a job without one (merge of rediscost and clientids: 1508/1416 →
@@ -479,7 +499,7 @@ def per_job(engine: Scripts) -> Counter[str]:
     """Return the exact per-job budget of `engine`'s events mode."""
     if engine.policy.events_cap:
         return PER_JOB_ENQUEUE + PER_JOB_COMPLETE
-    return PER_JOB_ENQUEUE + PER_JOB_COMPLETE - Counter(xadd=3) + Counter(time=1)
+    return PER_JOB_ENQUEUE + PER_JOB_COMPLETE - Counter(xadd=3) + Counter(time=2)
 
 
 def wire_bytes(r: redis.Redis, call: Callable[[], Any]) -> int:

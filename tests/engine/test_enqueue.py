@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import redis
 
-from shared.engine.engine_types import EnqueueResult, IdempotencyConflict
+from shared.engine.engine_types import EnqueueResult, IdempotencyConflict, JobIdConflict
 from shared.engine.queries import get_job
 from shared.engine.scripts import Scripts
+from shared.model.job_ids import new_client_id
 from shared.model.jobs import JobState, format_ms
 from tests.engine.conftest import (
     J1,
@@ -352,6 +353,79 @@ def test_enqueue_with_no_override_counts_the_delay_from_redis_time(
     assert stored.created_at == result.created_at_ms
     assert stored.scheduled_at == result.created_at_ms + 2_500
     assert r.zscore(K.scheduled, J1) == stored.scheduled_at
+
+
+def event_ms(r: redis.Redis, jid: str) -> tuple[str, int]:
+    """Return the name of the job's one event and its entry id's milliseconds."""
+    found = [
+        (fields[b"e"].decode(), int(entry.decode().split("-")[0]))
+        for entry, fields in r.xrange(K.events, "-", "+")
+        if fields[b"j"].decode() == jid
+    ]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_enqueue_with_events_on_takes_its_time_from_its_event(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    # No TIME command (tests/engine/test_budgets.py): the event's entry id, Redis's clock, is
+    # the job's now, for created_at, pending_since and a delay's due time alike.
+    scripts.enqueue(request(), J1)
+    scripts.enqueue(request(delay=2.5), J2)
+
+    name, ms = event_ms(r, J1)
+    stored = job(r, J1)
+    assert (name, stored.created_at) == ("enqueued", ms)
+    assert r.zscore(K.pending_since, J1) == ms
+    name, ms = event_ms(r, J2)
+    assert (name, job(r, J2).created_at, job(r, J2).scheduled_at) == ("scheduled", ms, ms + 2_500)
+
+
+def test_enqueue_after_redis_clock_steps_back_keeps_the_streams_last_time(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    # The stream's last entry an hour ahead of Redis's clock, as after the clock stepped back
+    # an hour: an entry id never goes below the last one, so the job's time stays there (as
+    # claim's, complete's and fail's do: docs/RELIABILITY.md, "Which clock decides what")
+    # rather than going back, and a delay counts from it.
+    seconds, micros = r.time()
+    ahead = seconds * 1000 + micros // 1000 + 3_600_000
+    r.xadd(K.events, {"e": "seeded"}, id=f"{ahead}-0")
+
+    pending = scripts.enqueue(request(), J1)
+    delayed = scripts.enqueue(request(delay=1), J2)
+
+    assert pending.created_at_ms == delayed.created_at_ms == ahead
+    assert r.zscore(K.pending_since, J1) == ahead
+    assert job(r, J2).scheduled_at == ahead + 1_000
+
+
+def test_enqueue_at_an_absolute_time_names_its_event_by_redis_time(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    # Scheduled or pending is decided against Redis TIME before the event is written.
+    past = scripts.enqueue(request(scheduled_at="2000-01-01T00:00:00Z"), J1)
+    future = scripts.enqueue(request(scheduled_at="2999-01-01T00:00:00Z"), J2)
+
+    assert (past.status, event_ms(r, J1)[0]) == (JobState.PENDING, "enqueued")
+    assert (future.status, event_ms(r, J2)[0]) == (JobState.SCHEDULED, "scheduled")
+
+
+def test_a_refused_client_id_writes_no_event_on_redis_clock(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    # The repeat check comes before the event: a refused (or repeated) call writes nothing.
+    own = new_client_id("default")
+    scripts.enqueue(request(id=own, payload={"a": 1}), own)
+    before, written = snapshot(r), r.xlen(K.events)
+
+    with pytest.raises(JobIdConflict):
+        scripts.enqueue(request(id=own, payload={"a": 2}), own)
+    scripts.enqueue(request(id=own, payload={"a": 1}), own)
+
+    assert changed(before, snapshot(r)) == set()
+    assert r.xlen(K.events) == written == 1
 
 
 def test_enqueue_with_a_delay_of_zero_is_pending_at_once_with_scheduled_at_now(

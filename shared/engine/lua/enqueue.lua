@@ -29,7 +29,7 @@
 --            (never given with ARGV[6])
 -- ARGV[8] -> timeout: timeout (seconds) or ''
 -- ARGV[9] -> wake_cap: wake list cap
--- ARGV[10] -> now_ms: now (ms) override, or '' for Redis TIME
+-- ARGV[10] -> now_ms: now (ms) override, or '' for Redis's clock (TIME, or the event's entry id)
 -- ARGV[11] -> traceparent: optional: W3C traceparent of the enqueue span, stored as field `traceparent`
 --             (absent or '' when tracing is off: nothing is stored)
 -- ARGV[12] -> events_cap: events stream cap; '0' or absent: no event
@@ -47,9 +47,12 @@
 --         made or deleted, so the caller lists the queue (again).
 -- History and event: enqueued or scheduled (api), the job's first entry, in the one HSET; a
 -- repeat writes neither.
--- Redis commands for a new pending job: 8 (HMGET, TIME, INCR, ZADD, ZADD, LPUSH, HSET, XADD; an
--- LTRIM more once per half-cap enqueues while no worker takes the hints); 7 with events off.
--- A scheduled job: HMGET, TIME, SET NX, ZADD, HSET, XADD (the SET tells a queue's first job).
+-- Time: with events on, the event's entry id (common.lua, stamped), except with an absolute
+-- scheduled_at, whose comparison with now names the event: that path reads TIME first.
+-- Redis commands for a new pending job: 7 with events on (HMGET, XADD, INCR, ZADD, ZADD, LPUSH,
+-- HSET; an LTRIM more once per half-cap enqueues while no worker takes the hints); 7 with events
+-- off (TIME in the XADD's place). A delayed job: HMGET, XADD, SET NX, ZADD, HSET (the SET tells a
+-- queue's first job); with an absolute scheduled_at a TIME more.
 
 --- @include "codes"
 --- @include "common"
@@ -65,7 +68,26 @@ if prior[1] then
   return {DONE, job_id, prior[1], tonumber(prior[2]), 1}
 end
 
-local now = now_ms(ARGV[10])
+-- The state first, then the event that names it, then the time. Without an absolute
+-- scheduled_at the state needs no clock: a delay above 0 is always in the future. With one it
+-- is a comparison with now, so that path reads Redis TIME before its event; the others take
+-- now from their event's entry id when events are on (common.lua, stamped: no TIME command).
+-- The event is written only here, after the repeat check above: a refused or repeated call
+-- writes nothing.
+local at = ARGV[6] ~= '' and tonumber(ARGV[6]) or nil
+local now = at and now_ms(ARGV[10]) or nil
+local status
+if at then
+  status = at > now and 'scheduled' or 'pending'
+else
+  status = (ARGV[7] ~= '' and tonumber(ARGV[7]) > 0) and 'scheduled' or 'pending'
+end
+local event = status == 'scheduled' and 'scheduled' or 'enqueued'
+if now then
+  emit(KEYS[7], ARGV[12], 'e', event, 'j', job_id, 't', ARGV[2])
+else
+  now = stamped(ARGV[10], KEYS[7], ARGV[12], 'e', event, 'j', job_id, 't', ARGV[2])
+end
 -- Numbers are formatted once, as %d: redis.call formats a Lua number with %.17g on each use.
 local stamp = string.format('%d', now)
 -- A delay becomes an absolute scheduled_at here, on Redis's clock, so a producer's skewed
@@ -75,7 +97,6 @@ if ARGV[7] ~= '' then
   due = string.format('%d', now + tonumber(ARGV[7]))
 end
 local scheduled_at = due ~= '' and tonumber(due) or nil
-local status = (scheduled_at and scheduled_at > now) and 'scheduled' or 'pending'
 -- History's first entry, a constant: enqueued (or scheduled) by the api at created_at, attempt 0,
 -- unless the caller names another actor.
 local first = status == 'scheduled' and 'sa0|0' or 'qa0|0'
@@ -119,7 +140,5 @@ else
 end
 -- The whole hash in one write: every field this job starts with.
 redis.call('HSET', job_key, unpack(fields))
-emit(KEYS[7], ARGV[12], 'e', status == 'scheduled' and 'scheduled' or 'enqueued', 'j', job_id,
-  't', ARGV[2])
 
 return {DONE, job_id, status, now, 0, first and 1 or 0}

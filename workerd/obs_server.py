@@ -172,7 +172,7 @@ class BusyWorkers:
         """Yield the gauge."""
         yield GaugeMetricFamily(
             BUSY_WORKERS_NAME,
-            "Worker processes of this supervisor running a job.",
+            "Workers (job threads) of this supervisor running a job.",
             value=self.count(),
         )
 

@@ -291,6 +291,7 @@ class Supervisor:
             "supervisor_started",
             extra={
                 "workers": self.settings.worker_count,
+                "threads_per_worker": self.settings.worker_threads,
                 "supervisor": self.name,
                 "redis": self.redis_url,
                 "handlers": list(self.settings.handlers),

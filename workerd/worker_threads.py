@@ -387,7 +387,8 @@ class ThreadedWorker(StopOnSignal):
 
     def run(self) -> int:
         """Run the job threads until every one has stopped; return the exit code."""
-        metrics.ACTIVE_WORKERS.set(1)
+        # Workers are job threads here, as taskforge_busy_workers counts them (busy ≤ active).
+        metrics.ACTIVE_WORKERS.set(len(self.threads))
         started = [
             threading.Thread(target=thread.run_thread, name=thread.worker_id, daemon=True)
             for thread in self.threads

@@ -118,7 +118,7 @@ ENQUEUE_SECONDS = Histogram(
 )
 ACTIVE_WORKERS = Gauge(
     "taskforge_active_workers",
-    "Live worker processes of this supervisor.",
+    "Live workers of this supervisor: job threads (a process per thread at WORKER_THREADS=1).",
     multiprocess_mode="livesum",
 )
 # taskforge_busy_workers is not a gauge a worker sets (twice per job): workerd's observability

@@ -112,3 +112,20 @@ def test_idle_workers_use_under_1_percent_cpu_and_about_one_redis_command_a_seco
         f"taskforge-supervisor-{workerd.pid}",
         f"taskforge-observer-{workerd.children('observer')[0]}",
     }, rates
+
+
+def test_worker_gauges_count_job_threads(start_workerd: Callable[..., Workerd]) -> None:
+    # With WORKER_THREADS, both gauges count job threads, as GET /workers does: busy ≤ active
+    # (a new user saw active 3 beside busy 12 when active still counted processes).
+    workerd = start_workerd(WORKER_COUNT="2", WORKER_THREADS="3")
+
+    def gauges() -> tuple[float | None, float | None]:
+        status, _, body = workerd.http("/metrics")
+        assert status == 200
+        text = body.decode()
+        return (
+            _gauge(text, "taskforge_active_workers"),
+            _gauge(text, "taskforge_busy_workers"),
+        )
+
+    wait_until(lambda: gauges() == (6, 0), 10, "6 live and 0 busy job threads")

@@ -10,13 +10,12 @@ import redis
 from flask import Flask
 from flask.testing import FlaskClient
 
-from gateway import create_app
-from gateway.context import Gateway
 from shared.engine.engine_types import Policy
 from shared.engine.keys import Keys
 from shared.engine.scripts import Scripts
 from shared.settings.config import Settings
 from tests.fakes import fake_scripts
+from tests.support.gateway_app import app_without_fleet_thread
 
 TOKEN = "s3cret-token"
 
@@ -31,8 +30,7 @@ def make_app(scripts: Scripts, **env: str) -> Flask:
     """Return a gateway app on `scripts` with settings from `env`, its fleet view stopped:
     no enqueue warnings and no registry reads in a thread unless a test reads the view itself
     (tests/gateway/test_enqueue_warnings.py), so replies and command counts are deterministic."""
-    app = create_app(Settings.from_env(env), scripts=scripts)
-    app.extensions[Gateway.EXTENSION].fleet.stop()
+    app = app_without_fleet_thread(Settings.from_env(env), scripts=scripts)
     app.testing = True
     return app
 

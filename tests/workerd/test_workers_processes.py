@@ -29,6 +29,13 @@ def workers(client: FlaskClient) -> list[dict[str, Any]]:
     return response.get_json()["hosts"]
 
 
+def gateway_client(redis_server: RedisServer) -> FlaskClient:
+    """Return a test client of a gateway on the private server (its fleet thread stopped)."""
+    return app_without_fleet_thread(
+        Settings.from_env({"REDIS_URL": redis_server.url})
+    ).test_client()
+
+
 def processes(client: FlaskClient) -> list[dict[str, Any]]:
     (host,) = workers(client)
     return host["processes"]
@@ -47,9 +54,7 @@ def test_workers_shows_the_job_each_process_runs_then_that_it_is_idle(
         TASKFORGE_HANDLERS=f"{HANDLERS},tests.workerd.handlers_hold",
         TASK_VISIBILITY_TIMEOUT="30s",
     )
-    client = app_without_fleet_thread(
-        Settings.from_env({"REDIS_URL": redis_server.url})
-    ).test_client()
+    client = gateway_client(redis_server)
     release = tmp_path / "release"
     engine.scripts.register_queue("ops")
     job_id = engine.enqueue("hold", {"release": str(release), "max_seconds": WAIT * 2}, queue="ops")
@@ -106,9 +111,7 @@ def test_workers_lists_each_job_thread_of_a_threaded_process(
         TASKFORGE_HANDLERS=f"{HANDLERS},tests.workerd.handlers_hold",
         TASK_VISIBILITY_TIMEOUT="30s",
     )
-    client = app_without_fleet_thread(
-        Settings.from_env({"REDIS_URL": redis_server.url})
-    ).test_client()
+    client = gateway_client(redis_server)
     release = tmp_path / "release"
     job_id = engine.enqueue("hold", {"release": str(release), "max_seconds": WAIT * 2})
 

@@ -58,7 +58,7 @@ class Acknowledger:
                         queue=job.queue,
                         runnable=self.routing.runnable(job.queue),
                     )
-                    self._log_completion(job, ack, fields)
+                    self.log_completion(job, ack, fields)
                     return ack
                 if outcome.canceled:
                     self._cancel(job, outcome, fields)
@@ -71,7 +71,8 @@ class Acknowledger:
                 if not self.parent_alive():
                     return None
 
-    def _log_completion(self, job: Job, ack: AckResult, fields: dict[str, object]) -> None:
+    def log_completion(self, job: Job, ack: AckResult, fields: dict[str, object]) -> None:
+        """Record how a completion ended (also for one sent ahead and read later: workerd.prefetch)."""
         # Inside the acknowledge span, which gets the outcome.
         confirmation = ack.confirmation  # durable mode: counted only once replicas have it
         if ack.code is Code.DONE:

@@ -139,6 +139,22 @@ CONFIGS: tuple[Config, ...] = (
         )
         for n in (1, 2, 4, 8)
     ),
+    *(
+        Config(
+            f"taskforge-p{n}" if n > 1 else "taskforge-p",
+            f"TaskForge (next job held{f', {n} threads' if n > 1 else ''})",
+            "taskforge",
+            "bench.peers.taskforge_bench",
+            _workerd,
+            AT_LEAST_ONCE_TF,
+            "as TaskForge, WORKER_PREFETCH=on: a worker starts its next job while the last "
+            f"completion's reply is in flight{f', WORKER_THREADS={n}' if n > 1 else ''}",
+            env={"WORKER_PREFETCH": "on", "WORKER_THREADS": str(n)},
+            threads=n,
+            on_request=True,
+        )
+        for n in (1, 8)
+    ),
     Config(
         "rq-fork",
         "RQ (fork)",

@@ -269,7 +269,8 @@ def test_a_worker_killed_holding_a_job_its_slot_never_showed_gives_it_back_at_on
 
     os.kill(worker, signal.SIGKILL)
 
-    # Back and done long before its 30 s lease could expire.
+    # Back and done long before its 30 s lease could expire; it never ran, so it cannot have
+    # killed its worker: uncounted.
     job = engine.wait_for(job_id, JobState.COMPLETED, timeout=5)
-    assert (job.attempts, job.recoveries) == (1, 1)
-    workerd.wait_for("job_recovered", job_id=job_id)
+    assert (job.attempts, job.recoveries) == (1, 0)
+    workerd.wait_for("job_released", job_id=job_id, reason="unstarted")

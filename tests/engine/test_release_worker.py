@@ -235,29 +235,24 @@ def test_a_cancel_ends_the_running_job_and_gives_the_held_one_back(
     assert stream(r) == [("canceled", J1), ("released", J2)]
 
 
-@pytest.mark.parametrize("how", ["crash", "cancel"])
-def test_no_job_shown_running_counts_nothing(r: redis.Redis, scripts: Scripts, how: str) -> None:
-    # Its slot showed no job (it died inside a claim), or one no longer its own (a lost lease).
-    hold_two(scripts)
-
-    released = scripts.release_worker("w1", running="", canceling=how == "cancel", now_ms=T0 + 2)
-
-    assert released == [Released(Code.DONE, J1, "t"), Released(Code.DONE, J2, "t")]
-    assert counts(r, J1) == counts(r, J2) == (JobState.PENDING, 0, 0)
-    assert (entries(r, J1)[-1], entries(r, J2)[-1]) == ("released", "released")
-
-
-def test_a_drain_gives_every_held_job_back_uncounted_as_before(
-    r: redis.Redis, scripts: Scripts
+@pytest.mark.parametrize(
+    ("running", "mode"),
+    [("", {}), ("", {"canceling": True}), ("", {"isolate": True}), (J1, {"drained": True})],
+    ids=["none shown", "none shown, cancel", "none shown, isolate", "drain"],
+)
+def test_nothing_counts_with_no_job_shown_running_nor_in_a_drain(
+    r: redis.Redis, scripts: Scripts, running: str, mode: dict[str, bool]
 ) -> None:
+    # None shown: its slot showed no job (it died inside a claim), or one no longer its own (a
+    # lost lease). A drain gives every job back uncounted, as it always did.
     hold_two(scripts)
 
-    released = scripts.release_worker("w1", running=J1, drained=True, now_ms=T0 + 2)
+    released = scripts.release_worker("w1", running=running, now_ms=T0 + 2, **mode)
 
     assert released == [Released(Code.DONE, J1, "t"), Released(Code.DONE, J2, "t")]
     assert counts(r, J1) == counts(r, J2) == (JobState.PENDING, 0, 0)
     assert (entries(r, J1)[-1], entries(r, J2)[-1]) == ("released", "released")
-    assert r.hget(K.job(J1), "alone") is None
+    assert r.hget(K.job(J1), "alone") is None and r.hget(K.job(J2), "alone") is None
 
 
 def test_a_repeated_release_of_two_held_jobs_answers_as_the_first_did(

@@ -112,7 +112,8 @@ def test_every_script_runs_on_a_real_cluster_with_one_slot_per_call(
     engine.release(running.id, running.token, queue=c)  # release
     running = engine.claim("w2", queue=c)
     assert running is not None
-    engine.release_worker("w2", queues=(a, b, c))  # release_worker, one call per queue
+    # release_worker, one call per queue
+    engine.release_worker("w2", running=running.id, queues=(a, b, c))
     running = engine.claim("w3", queue=c)
     assert running is not None
     engine.cancel_running(running.id, running.token, "SIGTERM", queue=c)  # cancel_running

@@ -317,7 +317,7 @@ def test_release_worker_cancels_the_job_of_a_worker_killed_for_its_cancel(
     start(scripts, J2, worker="w2")
     ask(scripts, J1)
 
-    released = scripts.release_worker("w1", canceling=True, now_ms=NOW)
+    released = scripts.release_worker("w1", running=J1, canceling=True, now_ms=NOW)
 
     assert [(x.code, x.job_id, x.job_type) for x in released] == [(Code.CANCELED, J1, "t")]
     assert job(r, J1).status is JobState.CANCELED
@@ -383,7 +383,7 @@ def test_a_cancel_racing_the_completion_ends_in_exactly_one_of_the_two(r: redis.
             [
                 lambda jid=jid, token=token: completer.complete(jid, token, "1"),
                 lambda jid=jid, token=token: canceler.cancel_running(jid, token, "sigterm"),
-                lambda: supervisor.release_worker("w1", canceling=True),
+                lambda jid=jid: supervisor.release_worker("w1", running=jid, canceling=True),
             ]
         )
         status = str(job(r, jid).status)

@@ -242,11 +242,11 @@ def test_release_worker_writes_an_event_per_job_it_releases(
 ) -> None:
     start(scripts, J1, worker="gone")
     emptied(r)
-    released = scripts.release_worker("gone", now_ms=T0)
+    released = scripts.release_worker("gone", running=J1, now_ms=T0)
     assert [item.job_id for item in released] == [J1]
     assert events(r) == [job_event("recovered", J1)]
     emptied(r)
-    assert scripts.release_worker("gone", now_ms=T0) == []
+    assert scripts.release_worker("gone", running=J1, now_ms=T0) == []
     assert events(r) == []
 
 
@@ -376,7 +376,8 @@ def test_with_events_off_no_script_writes_an_event(
     token = claim(off, J1, now=due).token
     off.release(J1, token, now_ms=due)  # recovered
     claim(off, J1, worker="w2", now=due)
-    off.release_worker("w2", drained=True, now_ms=due)  # released (a third loss would kill it)
+    # released (a third loss would kill it)
+    off.release_worker("w2", running=J1, drained=True, now_ms=due)
     token = claim(off, J1, now=due).token
     after = off.complete(J1, token, claim_next_for="w1", now_ms=due)  # completed, claimed
     assert after.next_job is not None and after.next_job.id == J3

@@ -242,7 +242,7 @@ def test_a_dead_workers_job_is_released_by_the_supervisor(
     r: redis.Redis, scripts: Scripts, drained: bool, event: str
 ) -> None:
     start(scripts, J1, worker=WORKER)
-    scripts.release_worker(WORKER, drained=drained, now_ms=T0 + 20)
+    scripts.release_worker(WORKER, running=J1, drained=drained, now_ms=T0 + 20)
 
     assert events(r)[-1] == (event, 20, 1, WORKER, None, "supervisor")
 
@@ -458,7 +458,7 @@ def test_the_other_transitions_cost_the_commands_they_did_before_history(
     token = start(scripts, J2).token
     measure("release_drain", lambda: scripts.release(J2, token, drained=True))
     claim(scripts, J2, worker="w3")
-    measure("release_worker", lambda: scripts.release_worker("w3"))
+    measure("release_worker", lambda: scripts.release_worker("w3", running=J2))
     measure("cancel", lambda: scripts.cancel(J2))
     measure("replay", lambda: scripts.replay(J1))
 

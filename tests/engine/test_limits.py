@@ -200,7 +200,7 @@ def test_every_exit_from_processing_gives_the_slot_back(
     elif exit_how == "release":
         assert scripts.release(J1, first.token, now_ms=T0).code is Code.DONE
     elif exit_how == "release_worker":
-        assert scripts.release_worker("w1", now_ms=T0)
+        assert scripts.release_worker("w1", running=J1, now_ms=T0)
     else:
         result = scripts.recover(now_ms=T0 + POLICY.lease_ms + 1)
         assert (result.dead if exit_how == "recover_cap" else result.requeued) == [J1]

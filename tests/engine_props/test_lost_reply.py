@@ -466,7 +466,7 @@ def test_release_worker_requeues_once_and_reports_it(
 ) -> None:
     job_id, token = on_second_attempt(engine)
     with lossy.reply_lost("release_worker"):
-        released = lossy.scripts.release_worker("w1", now_ms=NOW + 10)
+        released = lossy.scripts.release_worker("w1", running=job_id, now_ms=NOW + 10)
     assert released == [Released(Code.DONE, job_id, "report")]
     job = fields(r, job_id)
     assert (job["status"], job["recoveries"], job["token"]) == ("pending", "1", str(token + 1))

@@ -166,7 +166,7 @@ def test_a_job_in_q1_writes_q1_on_every_line_counter_and_histogram_of_its_life(
 
         died = stack.enqueue({"type": "demo.noop"})
         stack.claim_for("w-died", died)
-        stack.orphan(OrphanedJob("", 0, "worker died", claimed_by="w-died"))  # recovered
+        stack.orphan(OrphanedJob(died, 0, "worker died", claimed_by="w-died"))  # recovered
         stack.claim_for("w-died-again", died)
 
         timed_out = stack.enqueue({"type": "demo.noop"})

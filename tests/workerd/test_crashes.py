@@ -10,7 +10,9 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
+import redis
 
+from shared.engine import history
 from shared.model.jobs import JobState
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
@@ -269,7 +271,38 @@ def test_a_worker_killed_holding_a_job_its_slot_never_showed_gives_it_back_at_on
 
     os.kill(worker, signal.SIGKILL)
 
-    # Back and done long before its 30 s lease could expire.
+    # Back and done long before its 30 s lease could expire; it never ran, so it cannot have
+    # killed its worker: uncounted.
     job = engine.wait_for(job_id, JobState.COMPLETED, timeout=5)
-    assert (job.attempts, job.recoveries) == (1, 1)
-    workerd.wait_for("job_recovered", job_id=job_id)
+    assert (job.attempts, job.recoveries) == (1, 0)
+    workerd.wait_for("job_released", job_id=job_id, reason="unstarted")
+
+
+def test_a_worker_killed_running_one_job_and_holding_another_counts_only_the_running_one(
+    start_workerd: Callable[..., Workerd], engine: Engine, journal: Journal, r: redis.Redis
+) -> None:
+    # A worker can die holding a job it never started beside the one it runs: claimed inside
+    # the complete it was sending, or claimed ahead. Stand in for that moment: freeze the
+    # worker inside its job and claim a second job in its name, then kill it.
+    workerd = start_workerd(WORKER_COUNT="1", TASK_VISIBILITY_TIMEOUT="30s")
+    [worker] = workerd.children("worker")
+    [started] = workerd.wait_for("worker_started", pid=worker)
+    running = engine.enqueue("journal", {"file": journal.file, "sleep": 2.0})
+    journal.wait_for("start", running)
+    os.kill(worker, signal.SIGSTOP)
+    assert journal.entries("end", running) == []  # frozen inside it: its slot shows it
+    held = engine.enqueue("journal", {"file": journal.file})
+    claimed = engine.scripts.claim(started["worker_id"])
+    assert claimed is not None and claimed.id == held
+
+    os.kill(worker, signal.SIGKILL)
+
+    jobs = engine.wait_all([running, held], {JobState.COMPLETED}, timeout=15)
+    assert (jobs[running].attempts, jobs[running].recoveries) == (1, 1)
+    assert (jobs[held].attempts, jobs[held].recoveries) == (1, 0)  # its attempt given back
+    workerd.wait_for("job_recovered", job_id=running)
+    workerd.wait_for("job_released", job_id=held, reason="unstarted")
+    assert [s["recoveries"] for s in journal.entries("start", held)] == [0]  # ran once, after
+    kept = history.read(r, engine.keys, held, "default")
+    assert kept is not None
+    assert [e.event for e in kept.entries][:3] == ["enqueued", "claimed", "released"]

@@ -46,9 +46,10 @@ class OrphanedJob:
     action: str
     timeout: float = 0.0
     queue: str = DEFAULT_QUEUE  # the timed-out job's
-    # The dead worker's id, for every action but "timeout": whatever it still holds goes back
-    # (job_id then only names the job it was seen running, for the line written if Redis
-    # never answers).
+    # The dead worker's id, for every action but "timeout": whatever it still holds goes back.
+    # job_id then names the job its slot showed running ('' for none): the only one the action
+    # applies to (any other it held never started: uncounted), and the one a line names if
+    # Redis never answers.
     claimed_by: str = ""
 
 
@@ -102,10 +103,12 @@ class Release:
         """Return what one thread's worker id still holds, to give back.
 
         Whatever it holds is found in Redis by its id in one call: the job its slot showed,
-        and one it claimed inside a claim or a complete its slot never showed. After a lost
-        lease the slot's job is someone else's and is not found under this worker; after a
-        timeout the job has failed first (owed in order) and is not found either. The slot's
-        job id is kept only to name the job if Redis never answers.
+        and one it claimed inside a claim or a complete its slot never showed. Only the slot's
+        job takes the action; one the slot never showed never started and goes back uncounted
+        (release_worker.lua). After a lost lease the slot's job is someone else's and is not
+        found under this worker, so none is named and nothing held counts; after a timeout the
+        job has failed first (owed in order) and is not found either. The slot's job id also
+        names the job if Redis never answers.
         """
         culprit = blamed.everyone or index in blamed.slots
         lost = child.kill_reason == "lease lost" and culprit
@@ -169,13 +172,16 @@ class Release:
         drained = orphan.action in ("drain", "sibling")
         released = self.scripts.release_worker(
             orphan.claimed_by,
+            running=orphan.job_id,
             drained=drained,
             queues=self.queues,
             canceling=orphan.action == "cancel",
             isolate=orphan.action == "isolate",
         )
         for job in released:
-            _report_release(job.job_id, orphan.action, job.code, job.job_type, job.queue)
+            # Any job but the slot's was held unstarted: given back as a drain gives it.
+            action = orphan.action if job.job_id == orphan.job_id or drained else "unstarted"
+            _report_release(job.job_id, action, job.code, job.job_type, job.queue)
 
     def _fail_timed_out(self, orphan: OrphanedJob) -> None:
         error = f"Timeout: timed out after {orphan.timeout:g}s; its worker was killed"
@@ -241,7 +247,9 @@ def _report_release(job_id: str, action: str, code: Code, job_type: str | None, 
     """Record a release; a stale or finished job was not ours to release: silence."""
     if code is Code.DONE:
         outcome = (
-            Outcome.RELEASED if action in ("drain", "sibling", "isolate") else Outcome.RECOVERED
+            Outcome.RELEASED
+            if action in ("drain", "sibling", "isolate", "unstarted")
+            else Outcome.RECOVERED
         )
         record(outcome, job_id, job_type, queue=queue, reason=action)
     elif code is Code.DEAD:

@@ -149,6 +149,7 @@ class UpkeepCalls(ScriptsBase):
         self,
         worker_id: str,
         *,
+        running: str,
         drained: bool = False,
         queues: Sequence[str] = (DEFAULT_QUEUE,),
         canceling: bool = False,
@@ -158,20 +159,22 @@ class UpkeepCalls(ScriptsBase):
         """Requeue whatever job a dead worker still holds, found by its id (one call a queue).
 
         For a worker that died holding a job its supervisor never saw (inside a claim, or the
-        complete that claims its next job). A crash counts a recovery, a drain does not.
-        `queues`: every queue the worker served (its job can be in any of them). A job whose
-        cancel was requested ends canceled (CANCELED); `canceling`: the supervisor killed the
-        worker to stop it. `isolate`: counts nothing and marks the job to run alone in its
-        next worker process (a threaded worker's death nobody could attribute).
+        complete that claims its next job). `running`: the job its slot showed running, or ''
+        for none: only that job gets the mode (a crash counts a recovery, a drain does not);
+        any other job held never started, could not have killed its worker, and goes back as a
+        drain gives it. `queues`: every queue the worker served (its job can be in any of
+        them). A job whose cancel was requested ends canceled (CANCELED); `canceling`: the
+        supervisor killed the worker to stop it. `isolate`: counts nothing and marks the job to
+        run alone in its next worker process (a threaded worker's death nobody could attribute).
         """
         mode = "isolate" if isolate else _loss_mode(drained, canceling)
         released: list[Released] = []
         for queue in queues:
-            released += self._release_worker(worker_id, mode, queue, now_ms)
+            released += self._release_worker(worker_id, mode, running, queue, now_ms)
         return released
 
     def _release_worker(
-        self, worker_id: str, mode: str, queue: str, now_ms: int | None
+        self, worker_id: str, mode: str, running: str, queue: str, now_ms: int | None
     ) -> list[Released]:
         k, p = self.q(queue), self.policy
         reply = self.transport.run(
@@ -187,7 +190,8 @@ class UpkeepCalls(ScriptsBase):
             wake_cap=p.wake_cap,
             now_ms=now_arg(now_ms),
             canceled_ttl_ms=self._finished_ttl_ms(),
-            events_cap=self._events_cap(),
+            events_cap=p.events_cap,  # sent, 0 when off: `running_job` follows it
+            running_job=running,
         )
         return [
             Released(Code(code), text(jid) or "", text(t) or "", queue) for code, jid, t in reply

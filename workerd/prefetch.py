@@ -1,4 +1,4 @@
-"""Holding the next job (WORKER_PREFETCH=on): a worker starts its next job while the reply to
+"""Holding the next job (WORKER_PREFETCH=on, the default): a worker starts its next job while the reply to
 the last completion is still on its way.
 
 Without it a worker's cycle is run → complete (claiming the next job) → wait for the reply →

@@ -141,15 +141,15 @@ CONFIGS: tuple[Config, ...] = (
     ),
     *(
         Config(
-            f"taskforge-p{n}" if n > 1 else "taskforge-p",
-            f"TaskForge (next job held{f', {n} threads' if n > 1 else ''})",
+            f"taskforge-wait{n}" if n > 1 else "taskforge-wait",
+            f"TaskForge (no job held{f', {n} threads' if n > 1 else ''})",
             "taskforge",
             "bench.peers.taskforge_bench",
             _workerd,
             AT_LEAST_ONCE_TF,
-            "as TaskForge, WORKER_PREFETCH=on: a worker starts its next job while the last "
-            f"completion's reply is in flight{f', WORKER_THREADS={n}' if n > 1 else ''}",
-            env={"WORKER_PREFETCH": "on", "WORKER_THREADS": str(n)},
+            "as TaskForge, WORKER_PREFETCH=off: a worker waits for each completion's reply "
+            f"before its next job{f', WORKER_THREADS={n}' if n > 1 else ''}",
+            env={"WORKER_PREFETCH": "off", "WORKER_THREADS": str(n)},
             threads=n,
             on_request=True,
         )

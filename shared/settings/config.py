@@ -387,7 +387,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("WORKER_THREADS", "worker_threads", str(WORKER_THREADS_DEFAULT),
              f"Jobs one worker process runs at once, each on its own thread, at most {WORKER_THREADS_MAX} (docs/WORKERD.md, \"Threads\"); 1 runs each job on the process's main thread",
              _integer(1, WORKER_THREADS_MAX)),
-    Variable("WORKER_PREFETCH", "worker_prefetch", "off",
+    Variable("WORKER_PREFETCH", "worker_prefetch", "on",
              "on: a worker (each job thread) running a short job holds its next job, claimed with the last completion, and starts it while that completion's reply is on its way (docs/WORKERD.md, \"Holding the next job\"); off: it waits for each reply",
              _on_off),
     Variable("TASK_VISIBILITY_TIMEOUT", "visibility_timeout", "30s",

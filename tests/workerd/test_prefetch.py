@@ -7,9 +7,11 @@ its lease is handed back, a lost reply is repeated with the same token."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,12 +19,16 @@ import redis
 
 from shared.engine.scripts import Scripts
 from shared.engine.scripts.job_scripts import PendingAck
-from shared.model.jobs import Job, validate_enqueue
+from shared.model.jobs import Job, JobState, validate_enqueue
 from shared.settings.config import Settings
 from tests.fakes import IdleSlot
+from tests.support.tools import wait_until
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import Engine, Journal
 from workerd import JobContext, handler
 from workerd.worker import WorkerProcess
 
+FINISHED = (JobState.COMPLETED, JobState.DEAD)
 SHORT = "test.prefetch_short"
 LONG = "test.prefetch_long"
 # What the handlers saw, in order: ("start", job id, ids this worker holds in `processing`).
@@ -257,3 +263,35 @@ def test_the_reply_read_later_survives_a_flushed_script_cache(scripts: Scripts) 
     ack = pending.result()  # NOSCRIPT: loaded and sent again, once
     assert ack.next_job is not None and ack.next_job.id == ids[1]  # type: ignore[union-attr]
     assert _job(scripts, ids[0])[b"status"] == b"completed"
+
+
+# A real workerd with WORKER_PREFETCH=on: a worker SIGKILLed while it holds a job. ----------
+
+
+def test_a_killed_worker_holding_a_job_gives_it_back_uncounted(
+    start_workerd: Callable[..., Workerd], engine: Engine, journal: Journal
+) -> None:
+    workerd = start_workerd(WORKER_COUNT="1", WORKER_PREFETCH="on")
+    # Quick journal jobs make the type short in the worker, so the worker holds the job after
+    # the sleeper while the sleeper runs.
+    quick = [engine.enqueue("journal", {"file": journal.file}) for _ in range(6)]
+    sleeper = engine.enqueue("journal", {"file": journal.file, "sleep": 3})
+    after = [engine.enqueue("journal", {"file": journal.file}) for _ in range(3)]
+    [first] = journal.wait_for("start", sleeper)
+
+    def holding() -> bool:
+        held = engine.job(after[0])
+        return (held.status, held.worker_id) == (JobState.PROCESSING, engine.job(sleeper).worker_id)
+
+    wait_until(holding, 2.0, "the worker to hold the job after the sleeper")
+    os.kill(first["pid"], signal.SIGKILL)
+
+    jobs = engine.wait_all([*quick, sleeper, *after], FINISHED, timeout=45)
+    assert {job.status for job in jobs.values()} == {JobState.COMPLETED}
+    assert (jobs[sleeper].attempts, jobs[sleeper].recoveries) == (1, 1)  # it ran when killed
+    assert {(jobs[i].attempts, jobs[i].recoveries) for i in quick + after} == {(1, 0)}
+    started = Counter(entry["id"] for entry in journal.entries("start"))
+    assert {i: started[i] for i in quick + after} == dict.fromkeys(quick + after, 1)
+    assert started[sleeper] == 2
+    [released] = workerd.events("job_recovered", job_id=sleeper)
+    assert released["job_id"] == sleeper

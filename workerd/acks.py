@@ -40,10 +40,17 @@ class Acknowledger:
         self.parent_alive = parent_alive
 
     def write(
-        self, job: Job, outcome: Outcome, fields: dict[str, object], claim_next: str | None
+        self,
+        job: Job,
+        outcome: Outcome,
+        fields: dict[str, object],
+        claim_next: str | None,
+        holding: str = "",
     ) -> AckResult | None:
         """Write `outcome`; return the complete's answer (None for a failure or a cancel, or
-        when the supervisor is gone). `claim_next`: the worker id to claim the next job for.
+        when the supervisor is gone). `claim_next`: the worker id to claim the next job for;
+        `holding`: the job the worker has in hand meanwhile (workerd.prefetch), never the
+        answer to a repeat.
         """
         # A try whose reply was lost completed the job and may have claimed the next: the retry
         # is answered as that try was (complete.lua knows it by the token), so no request id.
@@ -57,6 +64,7 @@ class Acknowledger:
                         claim_next_for=claim_next,
                         queue=job.queue,
                         runnable=self.routing.runnable(job.queue),
+                        holding=holding,
                     )
                     self.log_completion(job, ack, fields)
                     return ack

@@ -10,6 +10,9 @@ instead of before it.
 
 What holding costs, and its bounds (docs/WORKERD.md, "Holding the next job"):
 
+- Only in a backlog: a worker claims ahead when its job came with the last completion (it went
+  from job to job without waiting), so a worker fed one job at a time from idle pays no claim
+  that would find the queue empty.
 - A held job is claimed (processing, its lease running, attempt counted) while its worker runs
   the one before, so it waits that long although another worker may be idle. A worker holds
   only behind a job whose type usually runs shorter than SHORT_JOB in this process (an average
@@ -57,6 +60,7 @@ class InFlight:
     job: Job | None = None  # the completed job (None: a bare claim)
     outcome: Outcome | None = None
     fields: dict[str, object] = field(default_factory=dict)
+    holding: str = ""  # the job in hand while it is in flight: a repeat never answers with it
     # The claim lock, held from the send to the read when the call claims.
     fence: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 

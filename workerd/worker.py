@@ -192,6 +192,9 @@ class WorkerProcess(StopOnSignal):
             # claims holds the lock already: workerd.prefetch).
             with contextlib.nullcontext() if self._fence_in_flight() else self.fence:
                 quiet = self._is_quiet()
+                # A job that came with a completion means a backlog: only then is one claimed
+                # ahead (a worker fed job by job from idle would find the queue empty).
+                backlog = self.next_job is not None
                 job = None if quiet else self._claim_if_due()
             if quiet:
                 self._hand_back_unstarted_job()
@@ -203,7 +206,7 @@ class WorkerProcess(StopOnSignal):
                 # Idle: one BLPOP a second, and a claim only when a hint says there is work.
                 planner.claim_now = self._wait_for_work()
             else:
-                if self.prefetch:
+                if self.prefetch and backlog:
                     self._claim_ahead(job)
                 self.next_job = self._execute(job)
             self.backoff.succeeded()
@@ -486,6 +489,7 @@ class WorkerProcess(StopOnSignal):
                 claim_next_for=self.worker_id if claims else None,
                 queue=job.queue,
                 runnable=self.routing.runnable(job.queue),
+                holding=held.id,
             )
         except redis.RedisError:
             fence.close()
@@ -495,7 +499,7 @@ class WorkerProcess(StopOnSignal):
                 self.planner.found_paused(job.queue)
             return held
         self.inflight = InFlight(
-            sent, job.queue, time.monotonic(), claims, job, outcome, fields, fence
+            sent, job.queue, time.monotonic(), claims, job, outcome, fields, held.id, fence
         )
         return held
 
@@ -528,7 +532,7 @@ class WorkerProcess(StopOnSignal):
             # It may have landed, and claimed: the sure write, with the same token and worker
             # id, is answered as the first was (complete.lua), the claimed job included.
             claim_for = self.worker_id if inflight.claims else None
-            written = self.acks.write(job, outcome, inflight.fields, claim_for)
+            written = self.acks.write(job, outcome, inflight.fields, claim_for, inflight.holding)
             if written is None:
                 return None  # the supervisor is gone
             ack = written
@@ -547,9 +551,21 @@ class WorkerProcess(StopOnSignal):
             self.planner.found_paused(inflight.queue)
             return None
         except redis.RedisError:
-            # Its claim may have landed: the next claim repeats it by its request id.
-            self.planner.claim_retry[inflight.queue] = sent.request_id
-            return None
+            # Its claim may have landed: repeated now with its request id, which answers with
+            # the job it claimed (claim.lua); still failing, the next claim repeats it.
+            try:
+                claimed = self.scripts.claim(
+                    self.worker_id,
+                    queue=inflight.queue,
+                    runnable=self.routing.runnable(inflight.queue),
+                    request_id=sent.request_id,
+                )
+            except QueuePaused:
+                self.planner.found_paused(inflight.queue)
+                return None
+            except redis.RedisError:
+                self.planner.claim_retry[inflight.queue] = sent.request_id
+                return None
         if claimed is None:
             self.planner.found_empty(inflight.queue)
         return claimed if isinstance(claimed, Job) else None

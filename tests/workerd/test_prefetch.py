@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from shared.engine.scripts import Scripts
-from shared.engine.scripts.job_scripts import PendingAck
+from shared.engine.scripts.job_scripts import PendingAck, PendingClaim
 from shared.model.jobs import Job, JobState, validate_enqueue
 from shared.settings.config import Settings
 from tests.fakes import IdleSlot
@@ -155,6 +155,27 @@ def test_the_completion_is_sent_before_the_next_job_and_read_after_it(
     assert all(_job(scripts, i)[b"status"] == b"completed" for i in ids)
 
 
+def test_a_worker_fed_one_job_at_a_time_claims_nothing_ahead(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ahead: list[str] = []
+    begin = Scripts.claim_begin
+
+    def counting(self: Scripts, worker_id: str, **kwargs: Any) -> Any:
+        ahead.append(worker_id)
+        return begin(self, worker_id, **kwargs)
+
+    monkeypatch.setattr(Scripts, "claim_begin", counting)
+    worker = _worker(scripts)
+    for done in range(1, 6):  # each job enqueued once the last is done: no backlog
+        _enqueue(scripts, SHORT, 1)
+        _run(worker, lambda done=done: worker.jobs_done == done)
+    assert ahead == []
+    _enqueue(scripts, SHORT, 5)  # a backlog: the second job (it came with a completion) on
+    _run(worker, lambda: worker.jobs_done == 10)
+    assert len(ahead) == 1
+
+
 def test_no_job_is_held_behind_a_long_one(scripts: Scripts) -> None:
     ids = _enqueue(scripts, LONG, 4)
     worker = _worker(scripts)
@@ -250,6 +271,39 @@ def test_a_lost_reply_is_repeated_with_the_same_token_and_claims_nothing_twice(
     for job_id in ids:
         job = _job(scripts, job_id)
         assert (job[b"status"], job[b"attempts"]) == (b"completed", b"1")
+    assert scripts.redis.zcard(scripts.q("default").processing) == 0
+
+
+def test_a_lost_claim_reply_is_repeated_by_its_request_id(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = PendingClaim.result
+    lost = {"count": 0}
+
+    def losing(self: PendingClaim) -> Any:
+        answer = result(self)  # the claim landed ...
+        if lost["count"] < 2:
+            lost["count"] += 1
+            raise redis.ConnectionError("reply lost")  # ... and its reply did not come
+        return answer
+
+    monkeypatch.setattr(PendingClaim, "result", losing)
+    ids: list[str] = []
+    worker = _worker(scripts)
+    for batch in range(3):  # each batch a backlog: its second job claims one ahead
+        ids += _enqueue(scripts, SHORT, 4)
+        _run(worker, lambda batch=batch: worker.jobs_done == 4 * (batch + 1))
+    worker._hand_back_unstarted_job()
+
+    assert lost["count"] == 2
+    assert [job_id for _, job_id, _ in seen] == ids
+    for job_id in ids:
+        job = _job(scripts, job_id)
+        assert (job[b"status"], job[b"attempts"], job.get(b"recoveries", b"0")) == (
+            b"completed",
+            b"1",
+            b"0",
+        )
     assert scripts.redis.zcard(scripts.q("default").processing) == 0
 
 

@@ -197,21 +197,25 @@ class JobCalls(ScriptsBase):
         queue: str = DEFAULT_QUEUE,
         runnable: frozenset[str] | None = None,
         now_ms: int | None = None,
+        holding: str = "",
     ) -> AckResult:
         """Record success with the job's result (JSON text); optionally claim the next job.
 
         With `claim_next_for` (a worker id) the worker's next job comes back in
         ``AckResult.next_job`` from the same round trip, as :meth:`claim` would return it (with
         `runnable` as there); a retried call (its reply lost) gets the job the first call
-        claimed, found by the token. A paused queue claims nothing: ``AckResult.paused`` says
-        so (the completion stands).
+        claimed, found by the token, never the job `holding` names (the one a worker that
+        holds its next job has in hand meanwhile: workerd.prefetch). A paused queue claims
+        nothing: ``AckResult.paused`` says so (the completion stands).
         """
         worker = claim_next_for or ""
         k = self.q(queue)
         reply, confirmation = self.transport.run_durable(
             "complete",
             k.slot_marker,
-            **self._complete_args(job_id, token, result_json, worker, queue, runnable, now_ms),
+            **self._complete_args(
+                job_id, token, result_json, worker, queue, runnable, now_ms, holding
+            ),
         )
         return _ack_result(reply, confirmation, worker, queue)
 
@@ -224,6 +228,7 @@ class JobCalls(ScriptsBase):
         claim_next_for: str | None = None,
         queue: str = DEFAULT_QUEUE,
         runnable: frozenset[str] | None = None,
+        holding: str = "",
     ) -> PendingAck:
         """:meth:`complete`, sent now and read later (:meth:`PendingAck.result`): a worker
         holding its next job starts it meanwhile. Durable mode and a cluster send it when
@@ -231,7 +236,9 @@ class JobCalls(ScriptsBase):
         worker = claim_next_for or ""
         sent = self.transport.begin(
             "complete",
-            **self._complete_args(job_id, token, result_json, worker, queue, runnable, None),
+            **self._complete_args(
+                job_id, token, result_json, worker, queue, runnable, None, holding
+            ),
         )
         return PendingAck(sent, worker, queue)
 
@@ -244,9 +251,14 @@ class JobCalls(ScriptsBase):
         queue: str,
         runnable: frozenset[str] | None,
         now_ms: int | None,
+        holding: str,
     ) -> dict[str, Any]:
-        """Return complete.lua's keys and arguments, by name."""
+        """Return complete.lua's keys and arguments, by name. `holding` is left out when
+        empty (not a byte more per job), and then so may the events cap be (events off)."""
         k, p = self.q(queue), self.policy
+        events_cap = self._events_cap()
+        if holding and events_cap is None:
+            events_cap = 0  # events off, said outright: only trailing values may be left out
         return {
             "job": k.job(job_id),
             "processing": k.processing,
@@ -265,7 +277,8 @@ class JobCalls(ScriptsBase):
             "lease_ms": p.lease_ms,
             "runnable": runnable_arg(runnable),
             "wake_cap": p.wake_cap,
-            "events_cap": self._events_cap(),
+            "events_cap": events_cap,
+            "holding": holding or None,
         }
 
     def fail(

@@ -326,6 +326,8 @@ def test_a_killed_worker_holding_a_job_gives_it_back_uncounted(
     start_workerd: Callable[..., Workerd], engine: Engine, journal: Journal
 ) -> None:
     workerd = start_workerd(WORKER_COUNT="1", WORKER_PREFETCH="on")
+    [started] = workerd.events("supervisor_started")
+    assert started["prefetch"] is True  # the operator sees the setting at start
     # Quick journal jobs make the type short in the worker, so the worker holds the job after
     # the sleeper while the sleeper runs.
     quick = [engine.enqueue("journal", {"file": journal.file}) for _ in range(6)]

@@ -28,8 +28,9 @@ What holding costs, and its bounds (docs/WORKERD.md, "Holding the next job"):
   reading its reply, so once the host reports quiet, no claim of it answers, as without
   holding; quiet then waits for the running job's end, at most about SHORT_JOB.
 
-Only on one Redis (or a Sentinel's master) without durable mode: elsewhere the completion runs
-when sent (shared.engine.scripts.script_transport.ScriptTransport.begin), which is as before.
+Only on one Redis (or a Sentinel's master) without durable mode: on a Cluster, or where each
+completion must be confirmed by replicas (TASKFORGE_WAIT_REPLICAS), the worker waits for each
+reply as with the setting off.
 """
 
 from __future__ import annotations

@@ -121,7 +121,13 @@ class WorkerProcess(StopOnSignal):
         self.execution: Execution | None = None  # the handler running now, if any
         # WORKER_PREFETCH (workerd.prefetch): the call sent and not yet read, each type's run
         # times, and the age past which a held job is handed back rather than run.
-        self.prefetch = settings.worker_prefetch
+        # Only on one Redis (or a Sentinel's master) without durable mode: a completion sent
+        # ahead is a bare EVALSHA, with no WAIT after it and no cluster routing.
+        self.prefetch = (
+            settings.worker_prefetch
+            and not scripts.policy.wait_replicas
+            and not is_cluster(scripts.redis)
+        )
         self.inflight: InFlight | None = None
         self.run_times = RunTimes()
         self.hold_limit = settings.visibility_timeout / 2

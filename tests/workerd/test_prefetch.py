@@ -6,6 +6,7 @@ its lease is handed back, a lost reply is repeated with the same token."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -351,3 +352,10 @@ def test_a_killed_worker_holding_a_job_gives_it_back_uncounted(
     assert started[sleeper] == 2
     [released] = workerd.events("job_recovered", job_id=sleeper)
     assert released["job_id"] == sleeper
+
+
+def test_durable_mode_holds_no_job(r: redis.Redis) -> None:
+    # A completion sent ahead has no WAIT after it: in durable mode each is confirmed first.
+    durable = Scripts(r, policy=dataclasses.replace(Scripts(r).policy, wait_replicas=1))
+    assert not _worker(durable).prefetch
+    assert _worker(Scripts(r)).prefetch

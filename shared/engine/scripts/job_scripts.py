@@ -231,8 +231,8 @@ class JobCalls(ScriptsBase):
         holding: str = "",
     ) -> PendingAck:
         """:meth:`complete`, sent now and read later (:meth:`PendingAck.result`): a worker
-        holding its next job starts it meanwhile. Durable mode and a cluster send it when
-        asked for the result (ScriptTransport.begin runs it at once there)."""
+        holding its next job starts it meanwhile. No WAIT follows it: not for durable mode
+        (workerd.worker holds no next job there). On a cluster it runs at once."""
         worker = claim_next_for or ""
         sent = self.transport.begin(
             "complete",

@@ -21,8 +21,9 @@ Sent now, read later (:meth:`ScriptTransport.begin`): a worker that holds its ne
 job's completion and starts the next job before the reply comes (workerd.worker, prefetch).
 The call goes out on a connection taken from the pool and kept until :meth:`Sent.reply` reads
 it; NOSCRIPT there means it ran nothing, so it is sent again, loaded, as any call is. Only on
-one Redis (or a Sentinel's master) without durable mode: a cluster routes by key and durable
-mode follows the write with WAIT, so there :meth:`begin` simply runs the call now.
+one Redis (or a Sentinel's master): a cluster routes by key, so there :meth:`begin` simply
+runs the call now. It sends no WAIT: a write that durable mode must confirm goes through
+:meth:`ScriptTransport.run_durable` (a worker holds no next job in durable mode).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class ScriptTransport:
         its answer later (see the module's docstring); the call runs at once where it cannot
         be left in flight."""
         keys, args = self.signatures[name].bind(named)
-        if self.policy.wait_replicas or is_cluster(self.redis):
+        if is_cluster(self.redis):
             return Sent(self, name, keys, args, None, self.call(name, keys, args))
         pool = self.redis.connection_pool
         conn = pool.get_connection()

@@ -30,6 +30,7 @@ DEFAULTS = {
     "bind_host": "0.0.0.0",
     "worker_count": 3,
     "worker_threads": 1,
+    "worker_prefetch": True,
     "visibility_timeout": 30.0,
     "retry_base_delay": 2.0,
     "retry_max_delay": 3600.0,

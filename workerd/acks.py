@@ -40,10 +40,17 @@ class Acknowledger:
         self.parent_alive = parent_alive
 
     def write(
-        self, job: Job, outcome: Outcome, fields: dict[str, object], claim_next: str | None
+        self,
+        job: Job,
+        outcome: Outcome,
+        fields: dict[str, object],
+        claim_next: str | None,
+        holding: str = "",
     ) -> AckResult | None:
         """Write `outcome`; return the complete's answer (None for a failure or a cancel, or
-        when the supervisor is gone). `claim_next`: the worker id to claim the next job for.
+        when the supervisor is gone). `claim_next`: the worker id to claim the next job for;
+        `holding`: the job the worker has in hand meanwhile (workerd.prefetch), never the
+        answer to a repeat.
         """
         # A try whose reply was lost completed the job and may have claimed the next: the retry
         # is answered as that try was (complete.lua knows it by the token), so no request id.
@@ -57,8 +64,9 @@ class Acknowledger:
                         claim_next_for=claim_next,
                         queue=job.queue,
                         runnable=self.routing.runnable(job.queue),
+                        holding=holding,
                     )
-                    self._log_completion(job, ack, fields)
+                    self.log_completion(job, ack, fields)
                     return ack
                 if outcome.canceled:
                     self._cancel(job, outcome, fields)
@@ -71,7 +79,8 @@ class Acknowledger:
                 if not self.parent_alive():
                     return None
 
-    def _log_completion(self, job: Job, ack: AckResult, fields: dict[str, object]) -> None:
+    def log_completion(self, job: Job, ack: AckResult, fields: dict[str, object]) -> None:
+        """Record how a completion ended (also for one sent ahead and read later: workerd.prefetch)."""
         # Inside the acknowledge span, which gets the outcome.
         confirmation = ack.confirmation  # durable mode: counted only once replicas have it
         if ack.code is Code.DONE:

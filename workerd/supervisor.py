@@ -292,6 +292,7 @@ class Supervisor:
             extra={
                 "workers": self.settings.worker_count,
                 "threads_per_worker": self.settings.worker_threads,
+                "prefetch": self.settings.worker_prefetch,  # holding the next job (on/off)
                 "supervisor": self.name,
                 "redis": self.redis_url,
                 "handlers": list(self.settings.handlers),

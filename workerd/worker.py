@@ -44,6 +44,7 @@ from shared.engine import lifecycle
 from shared.engine.engine_types import Code, NotRunnable, QueuePaused
 from shared.engine.history import Actor
 from shared.engine.scripts import Scripts, new_request_id
+from shared.engine.scripts.job_scripts import PendingAck, PendingClaim
 from shared.model.jobs import Job
 from shared.obs import metrics, tracing
 from shared.settings.config import Settings
@@ -55,6 +56,7 @@ from workerd.duties.fleet_heartbeat import hosts_running
 from workerd.execution import Execution, Outcome, run_handler
 from workerd.handler_registry import JobCanceled, registered_types
 from workerd.idle_wait import pop_hint
+from workerd.prefetch import InFlight, RunTimes, age
 from workerd.routing import Routing
 from workerd.slots import Slot
 
@@ -117,6 +119,18 @@ class WorkerProcess(StopOnSignal):
             scripts, self.routing, self.backoff, parent_alive=self._parent_alive
         )
         self.execution: Execution | None = None  # the handler running now, if any
+        # WORKER_PREFETCH (workerd.prefetch): the call sent and not yet read, each type's run
+        # times, and the age past which a held job is handed back rather than run.
+        # Only on one Redis (or a Sentinel's master) without durable mode: a completion sent
+        # ahead is a bare EVALSHA, with no WAIT after it and no cluster routing.
+        self.prefetch = (
+            settings.worker_prefetch
+            and not scripts.policy.wait_replicas
+            and not is_cluster(scripts.redis)
+        )
+        self.inflight: InFlight | None = None
+        self.run_times = RunTimes()
+        self.hold_limit = settings.visibility_timeout / 2
         self.cancels_seen = slot.control.cancels_sent() if slot.control is not None else 0
 
     def install_signals(self) -> None:
@@ -180,8 +194,13 @@ class WorkerProcess(StopOnSignal):
         self.slot.beat()
         planner = self.planner
         try:
-            with self.fence:  # the quiet check and the claim it lets through, as one
+            # The quiet check and the claim it lets through, as one (a call in flight that
+            # claims holds the lock already: workerd.prefetch).
+            with contextlib.nullcontext() if self._fence_in_flight() else self.fence:
                 quiet = self._is_quiet()
+                # A job that came with a completion means a backlog: only then is one claimed
+                # ahead (a worker fed job by job from idle would find the queue empty).
+                backlog = self.next_job is not None
                 job = None if quiet else self._claim_if_due()
             if quiet:
                 self._hand_back_unstarted_job()
@@ -193,6 +212,8 @@ class WorkerProcess(StopOnSignal):
                 # Idle: one BLPOP a second, and a claim only when a hint says there is work.
                 planner.claim_now = self._wait_for_work()
             else:
+                if self.prefetch and backlog:
+                    self._claim_ahead(job)
                 self.next_job = self._execute(job)
             self.backoff.succeeded()
         except redis.RedisError as exc:
@@ -283,10 +304,16 @@ class WorkerProcess(StopOnSignal):
         return self.planner.waited(hint.queue if hint is not None else None)
 
     def _hand_back_unstarted_job(self) -> None:
-        """Requeue a job claimed for this worker that it will not run (it is stopping)."""
+        """Requeue the jobs claimed for this worker that it will not run (it is stopping):
+        the next job in hand, and one a call still in flight claimed (read first)."""
+        held = self._settle() if self.inflight is not None else None
         job, self.next_job = self.next_job, None
-        if job is None:
-            return
+        for unstarted in (job, held):
+            if unstarted is not None:
+                self._hand_back(unstarted)
+
+    def _hand_back(self, job: Job) -> None:
+        """Requeue one job claimed for this worker and never started (uncounted)."""
         for _ in range(3):
             try:
                 released = self.scripts.release(
@@ -348,6 +375,8 @@ class WorkerProcess(StopOnSignal):
                 tracing.failed(span, outcome.error_kind)
         duration = time.perf_counter() - started
         metrics.observe_handler(job.type, job.queue, duration)
+        if self.prefetch:
+            self.run_times.observe(job.type, duration)
         fields: dict[str, object] = {"duration_ms": round(duration * 1000, 3)}
         if outcome.ok and asked_to_stop:
             fields["cancel_requested"] = True  # it completed first, if its completion lands
@@ -364,6 +393,10 @@ class WorkerProcess(StopOnSignal):
         attributes: dict[str, object] | None,
     ) -> Job | None:
         """Write the outcome to Redis, retrying through an outage; return the next job."""
+        if self.prefetch:
+            held = self._settle() if self.inflight is not None else None
+            if held is not None:
+                return self._record_holding(job, outcome, fields, held)
         with contextlib.ExitStack() as fenced:
             fenced.enter_context(self.fence)  # the quiet check and the claim with the complete
             stop_claiming = self.stopping or self._due_for_recycling() or self._is_quiet()
@@ -390,6 +423,158 @@ class WorkerProcess(StopOnSignal):
         if claim_next is not None and outcome.ok:
             self.planner.completed(job.queue, claimed_next=next_job is not None)
         return next_job
+
+    # Holding the next job (WORKER_PREFETCH, workerd.prefetch) ----------------------------------
+
+    def _fence_in_flight(self) -> bool:
+        """Tell whether a call in flight holds the claim lock (it claims)."""
+        return self.inflight is not None and self.inflight.claims
+
+    def _stop_claiming(self) -> bool:
+        return self.stopping or self._due_for_recycling() or self._is_quiet()
+
+    def _claim_ahead(self, job: Job) -> None:
+        """Before running a short job with nothing in hand or in flight, send a claim for the
+        next one, read when this job ends (a burst's first job: then each completion claims)."""
+        if (
+            self.inflight is not None
+            or self.next_job is not None
+            or not self.run_times.short(job.type)
+            or not self.planner.complete_claims_from(job.queue)
+        ):
+            return
+        fence = contextlib.ExitStack()
+        fence.enter_context(self.fence)
+        if self._stop_claiming():
+            fence.close()
+            return
+        request_id = new_request_id()
+        try:
+            sent = self.scripts.claim_begin(
+                self.worker_id,
+                queue=job.queue,
+                runnable=self.routing.runnable(job.queue),
+                request_id=request_id,
+            )
+        except redis.RedisError:
+            fence.close()
+            self.planner.claim_retry[job.queue] = request_id  # the next claim repeats it
+            return
+        self.inflight = InFlight(sent, job.queue, time.monotonic(), True, fence=fence)
+
+    def _record_holding(
+        self, job: Job, outcome: Outcome, fields: dict[str, object], held: Job
+    ) -> Job | None:
+        """Write `job`'s outcome with its next job, `held`, in hand: a completion is sent (and,
+        behind a short job, claims the one after) and `held` returned to start at once; a
+        failure or cancel is written as ever. Stopping, quiet or recycling: `held` is kept as
+        the next job, which the step then hands back."""
+        if not outcome.ok or self._stop_claiming():
+            # Stopping or quiet: the step hands `held` back (it becomes the next job).
+            ack = self.acks.write(job, outcome, fields, None)
+            if ack is not None and ack.paused:
+                self.planner.found_paused(job.queue)
+            return held
+        claims = (
+            self.run_times.short(held.type)
+            and held.queue == job.queue
+            and self.planner.complete_claims_from(job.queue)
+        )
+        fence = contextlib.ExitStack()
+        if claims:
+            fence.enter_context(self.fence)
+            if self._is_quiet():
+                claims = False
+                fence.close()
+        self.planner.claim_now = True
+        try:
+            sent = self.scripts.complete_begin(
+                job.id,
+                job.token,
+                outcome.result_json,
+                claim_next_for=self.worker_id if claims else None,
+                queue=job.queue,
+                runnable=self.routing.runnable(job.queue),
+                holding=held.id,
+            )
+        except redis.RedisError:
+            fence.close()
+            # Not sent, or sent in part: written the sure way (same token, repeat-safe).
+            ack = self.acks.write(job, outcome, fields, None)
+            if ack is not None and ack.paused:
+                self.planner.found_paused(job.queue)
+            return held
+        self.inflight = InFlight(
+            sent, job.queue, time.monotonic(), claims, job, outcome, fields, held.id, fence
+        )
+        return held
+
+    def _settle(self) -> Job | None:
+        """Read the call in flight; return the job it claimed, if still young enough to run
+        (one held past half its lease is handed back: its lease is not renewed while held)."""
+        inflight, self.inflight = self.inflight, None
+        assert inflight is not None
+        try:
+            claimed = self._read(inflight)
+        finally:
+            inflight.fence.close()
+        if claimed is None:
+            return None
+        if age(inflight) > self.hold_limit:
+            self._hand_back(claimed)
+            return None
+        return claimed
+
+    def _read(self, inflight: InFlight) -> Job | None:
+        """Return the job `inflight` claimed, having recorded the completion it carried."""
+        if isinstance(inflight.sent, PendingClaim):
+            return self._read_claim(inflight, inflight.sent)
+        job, outcome = inflight.job, inflight.outcome
+        assert job is not None and outcome is not None and isinstance(inflight.sent, PendingAck)
+        try:
+            ack = inflight.sent.result()
+            self.acks.log_completion(job, ack, inflight.fields)
+        except redis.RedisError:
+            # It may have landed, and claimed: the sure write, with the same token and worker
+            # id, is answered as the first was (complete.lua), the claimed job included.
+            claim_for = self.worker_id if inflight.claims else None
+            written = self.acks.write(job, outcome, inflight.fields, claim_for, inflight.holding)
+            if written is None:
+                return None  # the supervisor is gone
+            ack = written
+        if ack.paused:
+            self.planner.found_paused(inflight.queue)
+        claimed = ack.next_job
+        if inflight.claims:
+            self.planner.completed(inflight.queue, claimed_next=isinstance(claimed, Job))
+        return claimed if isinstance(claimed, Job) else None
+
+    def _read_claim(self, inflight: InFlight, sent: PendingClaim) -> Job | None:
+        """Return the job a claim sent ahead got (None: the queue was empty or paused)."""
+        try:
+            claimed = sent.result()
+        except QueuePaused:
+            self.planner.found_paused(inflight.queue)
+            return None
+        except redis.RedisError:
+            # Its claim may have landed: repeated now with its request id, which answers with
+            # the job it claimed (claim.lua); still failing, the next claim repeats it.
+            try:
+                claimed = self.scripts.claim(
+                    self.worker_id,
+                    queue=inflight.queue,
+                    runnable=self.routing.runnable(inflight.queue),
+                    request_id=sent.request_id,
+                )
+            except QueuePaused:
+                self.planner.found_paused(inflight.queue)
+                return None
+            except redis.RedisError:
+                self.planner.claim_retry[inflight.queue] = sent.request_id
+                return None
+        if claimed is None:
+            self.planner.found_empty(inflight.queue)
+        return claimed if isinstance(claimed, Job) else None
 
     def _due_for_recycling(self) -> bool:
         reason = recycling_reason(self.settings, self.jobs_done)

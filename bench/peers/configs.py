@@ -139,6 +139,22 @@ CONFIGS: tuple[Config, ...] = (
         )
         for n in (1, 2, 4, 8)
     ),
+    *(
+        Config(
+            f"taskforge-wait{n}" if n > 1 else "taskforge-wait",
+            f"TaskForge (no job held{f', {n} threads' if n > 1 else ''})",
+            "taskforge",
+            "bench.peers.taskforge_bench",
+            _workerd,
+            AT_LEAST_ONCE_TF,
+            "as TaskForge, WORKER_PREFETCH=off: a worker waits for each completion's reply "
+            f"before its next job{f', WORKER_THREADS={n}' if n > 1 else ''}",
+            env={"WORKER_PREFETCH": "off", "WORKER_THREADS": str(n)},
+            threads=n,
+            on_request=True,
+        )
+        for n in (1, 8)
+    ),
     Config(
         "rq-fork",
         "RQ (fork)",

@@ -75,6 +75,7 @@ class Settings:
     bind_host: str
     worker_count: int
     worker_threads: int
+    worker_prefetch: bool
     visibility_timeout: float
     retry_base_delay: float
     retry_max_delay: float
@@ -386,6 +387,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("WORKER_THREADS", "worker_threads", str(WORKER_THREADS_DEFAULT),
              f"Jobs one worker process runs at once, each on its own thread, at most {WORKER_THREADS_MAX} (docs/WORKERD.md, \"Threads\"); 1 runs each job on the process's main thread",
              _integer(1, WORKER_THREADS_MAX)),
+    Variable("WORKER_PREFETCH", "worker_prefetch", "on",
+             "on: a worker (each job thread) running a short job holds its next job, claimed with the last completion, and starts it while that completion's reply is on its way (docs/WORKERD.md, \"Holding the next job\"); off: it waits for each reply",
+             _on_off),
     Variable("TASK_VISIBILITY_TIMEOUT", "visibility_timeout", "30s",
              "Lease length: a job whose lease is not renewed for this long goes back to pending",
              duration_parser(positive=True)),

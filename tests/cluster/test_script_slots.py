@@ -26,8 +26,9 @@ from tests.support import slots
 from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
 from tests.support.tools import ROOT
 
-# The transport's two funnels: every EVALSHA goes out through one of them.
-FUNNELS = {"call", "send"}
+# The transport's funnels: every EVALSHA goes out through one of them (begin runs a call
+# through `call` on a cluster, where the slot guard looks).
+FUNNELS = {"call", "send", "begin"}
 # The calls by name (each binds a script's KEYS and ARGV, then goes through a funnel), and the
 # methods that take a script's name and pass it on to one of those.
 NAMED_CALLERS = {"run", "queue", "run_durable", "_each", "_toggle"}

@@ -150,7 +150,8 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
     monkeypatch.setattr(scripts.transport, "send", record_send)
     token = start(scripts, J1).token
     scripts.renew([(J1, token), (J1, token)], now_ms=T0)
-    scripts.complete(J1, token, now_ms=T0)
+    # With the job in hand named (workerd.prefetch): the header's last argument is sent.
+    scripts.complete(J1, token, now_ms=T0, holding=J2)
     token = start(scripts, J2).token
     scripts.fail(J2, token, "boom", now_ms=T0)
     scripts.promote(now_ms=T0)

@@ -5,10 +5,11 @@
 -- Invariant: only the worker holding the current fencing token completes a processing job;
 -- the job leaves `processing` and enters `completed` in the same step. A repeated call with the
 -- same token (reply lost, retried) answers DONE again and changes nothing more; its claim part
--- returns the job the first call claimed, which the worker holds (a worker runs one job at a
--- time). Nothing is claimed when the completion itself is refused, nor from a paused queue
--- (the completion stands; the reply says PAUSED so the worker stops asking that queue), nor a
--- job of a type the worker does not run (it stays in place, as in claim.lua).
+-- returns the job the first call claimed, which the worker holds beside the one it has in hand
+-- (ARGV[10]; a worker without prefetch holds only the claimed one). Nothing is claimed when the
+-- completion itself is refused, nor from a paused queue (the completion stands; the reply says
+-- PAUSED so the worker stops asking that queue), nor a job of a type the worker does not run
+-- (it stays in place, as in claim.lua).
 --
 -- KEYS[1] -> {prefix}job:<id>
 -- KEYS[2] -> {prefix}processing       zset, id -> lease deadline (ms)
@@ -34,6 +35,8 @@
 -- ARGV[7] -> runnable: the job types the worker runs, '|a|b|'; '' takes any type            (claim only)
 -- ARGV[8] -> wake_cap: wake-up hint cap (a refused job gives a hint back)                   (claim only)
 -- ARGV[9] -> events_cap: events stream cap; '0' or absent: events off, no event and no read for one
+-- ARGV[10] -> holding: id of the job the worker has in hand while this call is in flight
+--            (workerd.prefetch), or absent: a repeat never answers with that job
 --
 -- A completed job keeps what its JSON shows, its token (a repeated or stale call is told apart
 -- by it) and eligible_at; it drops its id (the key holds it), seq and worker_id, and has no
@@ -81,7 +84,7 @@ end
 local prefix = ARGV[4]
 if state[1] == 'completed' then
   -- A repeat: this call already ran. Nothing more to write; give back what it claimed.
-  local job = worker_id ~= '' and claimed_before(KEYS[2], prefix, worker_id)
+  local job = worker_id ~= '' and claimed_before(KEYS[2], prefix, worker_id, ARGV[10])
   if job then
     table.insert(job, 1, DONE)
     return job

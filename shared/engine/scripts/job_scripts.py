@@ -11,6 +11,7 @@ from typing import Any
 from shared.engine.engine_types import (
     AckResult,
     Code,
+    Confirmation,
     FailResult,
     NotRunnable,
     QueuePaused,
@@ -20,6 +21,7 @@ from shared.engine.keys import Keys
 from shared.engine.replies import CLAIM_REPLY_FIELDS, claimed_job, text
 from shared.engine.scripts import script_base as base
 from shared.engine.scripts.script_base import ScriptsBase, now_arg
+from shared.engine.scripts.script_transport import Sent
 from shared.model.jobs import TYPE_PATTERN, Job, cap_traceback
 from shared.model.queues import DEFAULT_QUEUE
 
@@ -78,6 +80,24 @@ class JobCalls(ScriptsBase):
         if reply[0] == Code.PAUSED:
             raise QueuePaused(queue)
         return _claimed(reply, worker_id, queue)
+
+    def claim_begin(
+        self,
+        worker_id: str,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        runnable: frozenset[str] | None = None,
+        request_id: str,
+    ) -> PendingClaim:
+        """:meth:`claim`, sent now and read later (:meth:`PendingClaim.result`). A reply lost
+        to a connection error is recovered by repeating :meth:`claim` with the same
+        `request_id`."""
+        sent = self.transport.begin(
+            "claim",
+            **self._claim_args(queue, worker_id, runnable, request_id, None),
+            events_cap=self._events_cap(),
+        )
+        return PendingClaim(sent, worker_id, queue, request_id)
 
     def claim_batch(
         self,
@@ -177,46 +197,89 @@ class JobCalls(ScriptsBase):
         queue: str = DEFAULT_QUEUE,
         runnable: frozenset[str] | None = None,
         now_ms: int | None = None,
+        holding: str = "",
     ) -> AckResult:
         """Record success with the job's result (JSON text); optionally claim the next job.
 
         With `claim_next_for` (a worker id) the worker's next job comes back in
         ``AckResult.next_job`` from the same round trip, as :meth:`claim` would return it (with
         `runnable` as there); a retried call (its reply lost) gets the job the first call
-        claimed, found by the token. A paused queue claims nothing: ``AckResult.paused`` says
-        so (the completion stands).
+        claimed, found by the token, never the job `holding` names (the one a worker that
+        holds its next job has in hand meanwhile: workerd.prefetch). A paused queue claims
+        nothing: ``AckResult.paused`` says so (the completion stands).
         """
-        k, p = self.q(queue), self.policy
         worker = claim_next_for or ""
+        k = self.q(queue)
         reply, confirmation = self.transport.run_durable(
             "complete",
             k.slot_marker,
-            job=k.job(job_id),
-            processing=k.processing,
-            completed=k.completed,
-            pending=k.pending,
-            pending_since=k.pending_since,
-            wake=k.wake,
-            paused=k.paused,
-            **limit_keys(k),
-            events=self._events_key(k),
-            token=token,
-            result=result_json,
-            now_ms=now_arg(now_ms),
-            job_prefix=k.job_prefix,
-            worker_id=worker,
-            lease_ms=p.lease_ms,
-            runnable=runnable_arg(runnable),
-            wake_cap=p.wake_cap,
-            events_cap=self._events_cap(),
+            **self._complete_args(
+                job_id, token, result_json, worker, queue, runnable, now_ms, holding
+            ),
         )
-        code = Code(reply[0])
-        if code is Code.DONE and len(reply) == 2 and reply[1] == Code.PAUSED:
-            return AckResult(code, paused=True, confirmation=confirmation)
-        if code in (Code.DONE, Code.NOT_RUNNABLE):
-            next_job = _claimed(reply, worker, queue)
-            return AckResult(Code.DONE, next_job=next_job, confirmation=confirmation)
-        return AckResult(code, text(reply[1]) if len(reply) > 1 else None)
+        return _ack_result(reply, confirmation, worker, queue)
+
+    def complete_begin(
+        self,
+        job_id: str,
+        token: int,
+        result_json: str = "null",
+        *,
+        claim_next_for: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        runnable: frozenset[str] | None = None,
+        holding: str = "",
+    ) -> PendingAck:
+        """:meth:`complete`, sent now and read later (:meth:`PendingAck.result`): a worker
+        holding its next job starts it meanwhile. No WAIT follows it: not for durable mode
+        (workerd.worker holds no next job there). On a cluster it runs at once."""
+        worker = claim_next_for or ""
+        sent = self.transport.begin(
+            "complete",
+            **self._complete_args(
+                job_id, token, result_json, worker, queue, runnable, None, holding
+            ),
+        )
+        return PendingAck(sent, worker, queue)
+
+    def _complete_args(
+        self,
+        job_id: str,
+        token: int,
+        result_json: str,
+        worker: str,
+        queue: str,
+        runnable: frozenset[str] | None,
+        now_ms: int | None,
+        holding: str,
+    ) -> dict[str, Any]:
+        """Return complete.lua's keys and arguments, by name. `holding` is left out when
+        empty (not a byte more per job), and then so may the events cap be (events off)."""
+        k, p = self.q(queue), self.policy
+        events_cap = self._events_cap()
+        if holding and events_cap is None:
+            events_cap = 0  # events off, said outright: only trailing values may be left out
+        return {
+            "job": k.job(job_id),
+            "processing": k.processing,
+            "completed": k.completed,
+            "pending": k.pending,
+            "pending_since": k.pending_since,
+            "wake": k.wake,
+            "paused": k.paused,
+            **limit_keys(k),
+            "events": self._events_key(k),
+            "token": token,
+            "result": result_json,
+            "now_ms": now_arg(now_ms),
+            "job_prefix": k.job_prefix,
+            "worker_id": worker,
+            "lease_ms": p.lease_ms,
+            "runnable": runnable_arg(runnable),
+            "wake_cap": p.wake_cap,
+            "events_cap": events_cap,
+            "holding": holding or None,
+        }
 
     def fail(
         self,
@@ -324,6 +387,51 @@ class JobCalls(ScriptsBase):
         if code is Code.DONE:
             return AckResult(code, job_type=detail, confirmation=confirmation)
         return AckResult(code, detail)
+
+
+class PendingClaim:
+    """A claim sent and not yet read (:meth:`JobCalls.claim_begin`)."""
+
+    __slots__ = ("queue", "request_id", "sent", "worker")
+
+    def __init__(self, sent: Sent, worker: str, queue: str, request_id: str) -> None:
+        self.sent, self.worker, self.queue, self.request_id = sent, worker, queue, request_id
+
+    def result(self) -> Job | NotRunnable | None:
+        """Read the reply and return what :meth:`JobCalls.claim` would have (QueuePaused
+        included)."""
+        reply = self.sent.reply()
+        if reply[0] == Code.PAUSED:
+            raise QueuePaused(self.queue)
+        return _claimed(reply, self.worker, self.queue)
+
+
+class PendingAck:
+    """A completion sent and not yet read (:meth:`JobCalls.complete_begin`)."""
+
+    __slots__ = ("queue", "sent", "worker")
+
+    def __init__(self, sent: Sent, worker: str, queue: str) -> None:
+        self.sent, self.worker, self.queue = sent, worker, queue
+
+    def result(self) -> AckResult:
+        """Read the reply (waiting for it if need be) and return what :meth:`JobCalls.complete`
+        would have. Raises what the call raised; a RedisError leaves it unknown whether the
+        completion landed: repeat it with :meth:`JobCalls.complete` (same token)."""
+        return _ack_result(self.sent.reply(), None, self.worker, self.queue)
+
+
+def _ack_result(
+    reply: list[Any], confirmation: Confirmation | None, worker: str, queue: str
+) -> AckResult:
+    """Return what complete.lua's `reply` says (`worker`: the id it claimed the next job for)."""
+    code = Code(reply[0])
+    if code is Code.DONE and len(reply) == 2 and reply[1] == Code.PAUSED:
+        return AckResult(code, paused=True, confirmation=confirmation)
+    if code in (Code.DONE, Code.NOT_RUNNABLE):
+        next_job = _claimed(reply, worker, queue)
+        return AckResult(Code.DONE, next_job=next_job, confirmation=confirmation)
+    return AckResult(code, text(reply[1]) if len(reply) > 1 else None)
 
 
 def _claimed(reply: list[Any], worker_id: str, queue: str) -> Job | NotRunnable | None:

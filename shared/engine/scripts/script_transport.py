@@ -16,6 +16,14 @@ Durable mode (``Policy.wait_replicas`` ≥ 1, shared.engine.durable): :meth:`Scr
 follows a write that acknowledges work with WAIT on the same pipeline, and
 :meth:`ScriptTransport.confirm_masters` waits on the other masters a cluster write touched;
 both report what WAIT answered (``Confirmation``).
+
+Sent now, read later (:meth:`ScriptTransport.begin`): a worker that holds its next job sends a
+job's completion and starts the next job before the reply comes (workerd.worker, prefetch).
+The call goes out on a connection taken from the pool and kept until :meth:`Sent.reply` reads
+it; NOSCRIPT there means it ran nothing, so it is sent again, loaded, as any call is. Only on
+one Redis (or a Sentinel's master): a cluster routes by key, so there :meth:`begin` simply
+runs the call now. It sends no WAIT: a write that durable mode must confirm goes through
+:meth:`ScriptTransport.run_durable` (a worker holds no next job in durable mode).
 """
 
 from __future__ import annotations
@@ -101,6 +109,23 @@ class ScriptTransport:
         """Queue one EVALSHA on a pipeline; the funnel of piped calls."""
         pipe.execute_command("EVALSHA", self.shas[name], len(keys), *keys, *args)
 
+    def begin(self, name: str, /, **named: Any) -> Sent:
+        """Send script `name` now and return a :class:`Sent` whose :meth:`Sent.reply` reads
+        its answer later (see the module's docstring); the call runs at once where it cannot
+        be left in flight."""
+        keys, args = self.signatures[name].bind(named)
+        if is_cluster(self.redis):
+            return Sent(self, name, keys, args, None, self.call(name, keys, args))
+        pool = self.redis.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.send_command("EVALSHA", self.shas[name], len(keys), *keys, *args)
+        except BaseException:
+            conn.disconnect()  # half a command may be on the wire: never reuse it
+            pool.release(conn)
+            raise
+        return Sent(self, name, keys, args, conn, None)
+
     def execute(self, build: Callable[[], Any]) -> list[Any]:
         """Execute the pipeline `build()` makes, built anew for each attempt (see loaded)."""
         return self.loaded(lambda: build().execute())
@@ -181,3 +206,55 @@ class ScriptTransport:
             _, other = self.write_then_wait(op, lambda pipe: None, marker)
             confirmation = durable.weakest(confirmation, other)
         return confirmation
+
+
+class Sent:
+    """A script call sent and not yet read (:meth:`ScriptTransport.begin`)."""
+
+    __slots__ = ("_args", "_conn", "_keys", "_name", "_transport", "_value")
+
+    def __init__(
+        self,
+        transport: ScriptTransport,
+        name: str,
+        keys: list[Any],
+        args: list[Any],
+        conn: Any,
+        value: Any,
+    ) -> None:
+        self._transport = transport
+        self._name, self._keys, self._args = name, keys, args
+        self._conn = conn  # None once read (or when the call ran at once: `value` holds it)
+        self._value = value
+
+    @property
+    def pending(self) -> bool:
+        """Tell whether the reply is still to be read."""
+        return self._conn is not None
+
+    def reply(self) -> Any:
+        """Return the call's reply, reading it once (it may wait for it). A connection error
+        leaves the call's effect unknown, as any lost reply does: the caller repeats the call
+        (the scripts sent this way are repeat-safe). NOSCRIPT ran nothing: the call is made
+        again with the scripts loaded."""
+        conn = self._conn
+        if conn is None:
+            return self._value
+        self._conn = None
+        pool = self._transport.redis.connection_pool
+        try:
+            self._value = conn.read_response()
+        except redis.exceptions.NoScriptError:
+            pool.release(conn)
+            self._transport.load()
+            self._value = self._transport.call(self._name, self._keys, self._args)
+            return self._value
+        except redis.exceptions.ResponseError:
+            pool.release(conn)  # the connection is sound: only the script raised
+            raise
+        except BaseException:
+            conn.disconnect()  # a reply left unread would answer the next command
+            pool.release(conn)
+            raise
+        pool.release(conn)
+        return self._value

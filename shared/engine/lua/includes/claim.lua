@@ -52,14 +52,18 @@ local function held_by(processing_key, prefix, worker_id)
 end
 
 -- The claim reply for a job this worker already holds (a repeated call whose first reply was
--- lost), or nil when it holds none. A worker runs one job at a time, so the job it holds is the
--- one the lost call claimed; were there several, the latest lease is the latest claim.
-local function claimed_before(processing_key, prefix, worker_id)
+-- lost), or nil when it holds none. `holding`: the id of the job the worker has in hand
+-- (workerd.prefetch: it runs one job while the completion it sent claims the next), which the
+-- lost call cannot have claimed; '' when none. Beside that one a worker holds at most the job
+-- the lost call claimed; were there several, the latest lease is the latest claim.
+local function claimed_before(processing_key, prefix, worker_id, holding)
   local held = held_by(processing_key, prefix, worker_id)
-  if #held == 0 then
-    return nil
+  for i = #held, 1, -1 do
+    if held[i][2] ~= holding then
+      return redis.call('HMGET', held[i][1], unpack(reply_fields()))
+    end
   end
-  return redis.call('HMGET', held[#held][1], unpack(reply_fields()))
+  return nil
 end
 
 -- keys = {pending, pending_since, processing, wake, events}. now: a number, or the scripts'

@@ -1,0 +1,361 @@
+"""WORKER_PREFETCH=on (workerd.prefetch): a real WorkerProcess, stepped in this process against
+the private redis-server, starts its next job while the last completion's reply is in flight,
+and keeps every guarantee of the worker that waits: each job completes once, nothing is
+counted that did not run, a held job goes back on a stop or quiet, a held job too old to trust
+its lease is handed back, a lost reply is repeated with the same token."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from shared.engine.scripts import Scripts
+from shared.engine.scripts.job_scripts import PendingAck, PendingClaim
+from shared.model.jobs import Job, JobState, validate_enqueue
+from shared.settings.config import Settings
+from tests.fakes import IdleSlot
+from tests.support.tools import wait_until
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import Engine, Journal
+from workerd import JobContext, handler
+from workerd.worker import WorkerProcess
+
+FINISHED = (JobState.COMPLETED, JobState.DEAD)
+SHORT = "test.prefetch_short"
+LONG = "test.prefetch_long"
+# What the handlers saw, in order: ("start", job id, ids this worker holds in `processing`).
+seen: list[tuple[str, str, frozenset[str]]] = []
+probe: dict[str, Any] = {}
+
+
+def _held_now() -> frozenset[str]:
+    """The ids processing under the test worker's id, read from Redis by the handler."""
+    scripts: Scripts = probe["scripts"]
+    r = scripts.redis
+    ids = [m.decode() for m in r.zrange(scripts.q("default").processing, 0, -1)]
+    return frozenset(
+        i for i in ids if r.hget(scripts.q("default").job(i), "worker_id") == probe["worker"]
+    )
+
+
+@handler(SHORT)
+def _short(payload: dict[str, Any], job: JobContext) -> None:
+    seen.append(("start", job.id, _held_now()))
+
+
+@handler(LONG)
+def _long(payload: dict[str, Any], job: JobContext) -> None:
+    seen.append(("start", job.id, _held_now()))
+    time.sleep(0.12)  # past workerd.prefetch.SHORT_JOB
+
+
+@pytest.fixture
+def scripts(r: redis.Redis) -> Iterator[Scripts]:
+    made = Scripts(r)
+    made.load()
+    seen.clear()
+    probe.clear()
+    probe["scripts"] = made
+    yield made
+
+
+def _worker(scripts: Scripts, name: str = "w-prefetch", **env: str) -> WorkerProcess:
+    probe["worker"] = name.encode()
+    settings = Settings.from_env({"WORKER_PREFETCH": "on", **env})
+    return WorkerProcess(settings, scripts, IdleSlot(), name, os.getppid())
+
+
+def _enqueue(scripts: Scripts, job_type: str, count: int) -> list[str]:
+    request = validate_enqueue({"type": job_type})
+    return [scripts.enqueue(request, str(uuid.uuid4())).job_id for _ in range(count)]
+
+
+def _run(worker: WorkerProcess, until: Any, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not until():
+        assert time.monotonic() < deadline, f"worker ran {worker.jobs_done} jobs"
+        worker.step()
+
+
+def _job(scripts: Scripts, job_id: str) -> dict[bytes, bytes]:
+    return scripts.redis.hgetall(scripts.q("default").job(job_id))
+
+
+def test_short_jobs_run_with_the_next_one_held_and_each_completes_once(
+    scripts: Scripts,
+) -> None:
+    ids = _enqueue(scripts, SHORT, 30)
+    worker = _worker(scripts)
+    _run(worker, lambda: worker.jobs_done == 30)
+    worker._hand_back_unstarted_job()  # what run() does on the way out
+
+    for job_id in ids:
+        job = _job(scripts, job_id)
+        assert (job[b"status"], job[b"attempts"], job.get(b"recoveries", b"0")) == (
+            b"completed",
+            b"1",
+            b"0",
+        ), job_id
+    assert [job_id for _, job_id, _ in seen] == ids  # FIFO, each started once
+    # Once a run of the type is on record, each job ran with its successor claimed.
+    held = [len(ids_held) for _, _, ids_held in seen]
+    assert held[0] == 1  # the very first: no run of the type on record yet
+    assert max(held) == 2 and held.count(2) >= 25, held
+    assert scripts.redis.zcard(scripts.q("default").processing) == 0
+
+
+def test_the_completion_is_sent_before_the_next_job_and_read_after_it(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    order: list[tuple[str, str]] = []
+    names: dict[int, str] = {}  # id(PendingAck) -> the job it completes
+    begin = Scripts.complete_begin
+    result = PendingAck.result
+
+    def sending(self: Scripts, job_id: str, *args: Any, **kwargs: Any) -> PendingAck:
+        order.append(("sent", job_id))
+        pending = begin(self, job_id, *args, **kwargs)
+        names[id(pending)] = job_id
+        return pending
+
+    def reading(self: PendingAck) -> Any:
+        order.append(("read", names[id(self)]))
+        return result(self)
+
+    monkeypatch.setattr(Scripts, "complete_begin", sending)
+    monkeypatch.setattr(PendingAck, "result", reading)
+    ids = _enqueue(scripts, SHORT, 6)
+    worker = _worker(scripts)
+    real_execute = worker._execute
+
+    def executing(job: Any) -> Any:
+        order.append(("start", job.id))
+        return real_execute(job)
+
+    worker._execute = executing  # type: ignore[method-assign]
+    _run(worker, lambda: worker.jobs_done == 6)
+    worker._hand_back_unstarted_job()
+
+    # A job sent ahead is read only after the next job ran.
+    for sent_at, (event, job_id) in enumerate(order):
+        if event != "sent":
+            continue
+        following = order[sent_at + 1 :]
+        assert following[0][0] == "start", order
+        assert ("read", job_id) in following[1:], order
+    assert sum(event == "sent" for event, _ in order) >= 3
+    assert all(_job(scripts, i)[b"status"] == b"completed" for i in ids)
+
+
+def test_a_worker_fed_one_job_at_a_time_claims_nothing_ahead(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ahead: list[str] = []
+    begin = Scripts.claim_begin
+
+    def counting(self: Scripts, worker_id: str, **kwargs: Any) -> Any:
+        ahead.append(worker_id)
+        return begin(self, worker_id, **kwargs)
+
+    monkeypatch.setattr(Scripts, "claim_begin", counting)
+    worker = _worker(scripts)
+    for done in range(1, 6):  # each job enqueued once the last is done: no backlog
+        _enqueue(scripts, SHORT, 1)
+        _run(worker, lambda done=done: worker.jobs_done == done)
+    assert ahead == []
+    _enqueue(scripts, SHORT, 5)  # a backlog: the second job (it came with a completion) on
+    _run(worker, lambda: worker.jobs_done == 10)
+    assert len(ahead) == 1
+
+
+def test_no_job_is_held_behind_a_long_one(scripts: Scripts) -> None:
+    ids = _enqueue(scripts, LONG, 4)
+    worker = _worker(scripts)
+    _run(worker, lambda: worker.jobs_done == 4)
+    assert [len(held) for _, _, held in seen] == [1, 1, 1, 1]
+    assert all(_job(scripts, i)[b"status"] == b"completed" for i in ids)
+
+
+def test_a_stopping_worker_hands_its_held_job_back_uncounted(scripts: Scripts) -> None:
+    ids = _enqueue(scripts, SHORT, 10)
+    worker = _worker(scripts)
+    _run(worker, lambda: worker.jobs_done == 4)
+    assert worker.inflight is not None and worker.inflight.claims  # one job held ahead
+    worker.stopping = True
+    worker._hand_back_unstarted_job()
+
+    states = {i: _job(scripts, i) for i in ids}
+    done = [i for i in ids if states[i][b"status"] == b"completed"]
+    waiting = [i for i in ids if states[i][b"status"] == b"pending"]
+    assert len(done) == 4 and len(waiting) == 6, states
+    for job_id in waiting:
+        assert states[job_id][b"attempts"] == b"0"
+        assert states[job_id].get(b"recoveries", b"0") == b"0"
+    assert scripts.redis.zcard(scripts.q("default").processing) == 0
+
+
+def test_quiet_hands_back_the_held_job_and_claims_nothing_more(scripts: Scripts) -> None:
+    ids = _enqueue(scripts, SHORT, 10)
+    quiet = {"on": False}
+    settings = Settings.from_env({"WORKER_PREFETCH": "on"})
+    probe["worker"] = b"w-quiet"
+    worker = WorkerProcess(
+        settings, scripts, IdleSlot(), "w-quiet", os.getppid(), quiet=lambda _: quiet["on"]
+    )
+    _run(worker, lambda: worker.jobs_done == 4)
+    assert worker.inflight is not None and worker.inflight.claims  # one job held ahead
+    quiet["on"] = True
+    for _ in range(3):
+        worker.step()
+    assert worker.jobs_done in (4, 5)  # the job in hand when quiet came may still run
+    assert scripts.redis.zcard(scripts.q("default").processing) == 0
+    pending = [i for i in ids if _job(scripts, i)[b"status"] == b"pending"]
+    assert len(pending) == 10 - worker.jobs_done
+
+
+def test_a_held_job_too_old_for_its_lease_is_handed_back_not_run(scripts: Scripts) -> None:
+    ids = _enqueue(scripts, SHORT, 8)
+    worker = _worker(scripts)
+    worker.hold_limit = -1.0  # every held job counts as past half its lease
+    handed_back: list[str] = []
+    hand_back = worker._hand_back
+
+    def counting(job: Job) -> None:
+        handed_back.append(job.id)
+        hand_back(job)
+
+    worker._hand_back = counting  # type: ignore[method-assign]
+    _run(worker, lambda: worker.jobs_done == 8)
+    worker._hand_back_unstarted_job()
+
+    for job_id in ids:
+        job = _job(scripts, job_id)
+        assert (job[b"status"], job[b"attempts"], job.get(b"recoveries", b"0")) == (
+            b"completed",
+            b"1",
+            b"0",
+        )
+    assert [job_id for _, job_id, _ in seen] == ids  # each ran once, in order
+    assert len(handed_back) >= 5, handed_back  # each held job went back before its turn
+
+
+def test_a_lost_reply_is_repeated_with_the_same_token_and_claims_nothing_twice(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = PendingAck.result
+    lost = {"count": 0}
+
+    def losing(self: PendingAck) -> Any:
+        answer = result(self)  # it landed in Redis ...
+        if lost["count"] < 3:
+            lost["count"] += 1
+            raise redis.ConnectionError("reply lost")  # ... and its reply did not come
+        return answer
+
+    monkeypatch.setattr(PendingAck, "result", losing)
+    ids = _enqueue(scripts, SHORT, 12)
+    worker = _worker(scripts)
+    _run(worker, lambda: worker.jobs_done == 12)
+    worker._hand_back_unstarted_job()
+
+    assert lost["count"] == 3
+    assert [job_id for _, job_id, _ in seen] == ids
+    for job_id in ids:
+        job = _job(scripts, job_id)
+        assert (job[b"status"], job[b"attempts"]) == (b"completed", b"1")
+    assert scripts.redis.zcard(scripts.q("default").processing) == 0
+
+
+def test_a_lost_claim_reply_is_repeated_by_its_request_id(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = PendingClaim.result
+    lost = {"count": 0}
+
+    def losing(self: PendingClaim) -> Any:
+        answer = result(self)  # the claim landed ...
+        if lost["count"] < 2:
+            lost["count"] += 1
+            raise redis.ConnectionError("reply lost")  # ... and its reply did not come
+        return answer
+
+    monkeypatch.setattr(PendingClaim, "result", losing)
+    ids: list[str] = []
+    worker = _worker(scripts)
+    for batch in range(3):  # each batch a backlog: its second job claims one ahead
+        ids += _enqueue(scripts, SHORT, 4)
+        _run(worker, lambda batch=batch: worker.jobs_done == 4 * (batch + 1))
+    worker._hand_back_unstarted_job()
+
+    assert lost["count"] == 2
+    assert [job_id for _, job_id, _ in seen] == ids
+    for job_id in ids:
+        job = _job(scripts, job_id)
+        assert (job[b"status"], job[b"attempts"], job.get(b"recoveries", b"0")) == (
+            b"completed",
+            b"1",
+            b"0",
+        )
+    assert scripts.redis.zcard(scripts.q("default").processing) == 0
+
+
+def test_the_reply_read_later_survives_a_flushed_script_cache(scripts: Scripts) -> None:
+    ids = _enqueue(scripts, SHORT, 2)
+    claimed = scripts.claim("w-flush")
+    assert isinstance(claimed, Job)
+    scripts.redis.script_flush()
+    pending = scripts.complete_begin(claimed.id, claimed.token, claim_next_for="w-flush")
+    assert pending.sent.pending
+    ack = pending.result()  # NOSCRIPT: loaded and sent again, once
+    assert ack.next_job is not None and ack.next_job.id == ids[1]  # type: ignore[union-attr]
+    assert _job(scripts, ids[0])[b"status"] == b"completed"
+
+
+# A real workerd with WORKER_PREFETCH=on: a worker SIGKILLed while it holds a job. ----------
+
+
+def test_a_killed_worker_holding_a_job_gives_it_back_uncounted(
+    start_workerd: Callable[..., Workerd], engine: Engine, journal: Journal
+) -> None:
+    workerd = start_workerd(WORKER_COUNT="1", WORKER_PREFETCH="on")
+    [started] = workerd.events("supervisor_started")
+    assert started["prefetch"] is True  # the operator sees the setting at start
+    # Quick journal jobs make the type short in the worker, so the worker holds the job after
+    # the sleeper while the sleeper runs.
+    quick = [engine.enqueue("journal", {"file": journal.file}) for _ in range(6)]
+    sleeper = engine.enqueue("journal", {"file": journal.file, "sleep": 3})
+    after = [engine.enqueue("journal", {"file": journal.file}) for _ in range(3)]
+    [first] = journal.wait_for("start", sleeper)
+
+    def holding() -> bool:
+        held = engine.job(after[0])
+        return (held.status, held.worker_id) == (JobState.PROCESSING, engine.job(sleeper).worker_id)
+
+    wait_until(holding, 2.0, "the worker to hold the job after the sleeper")
+    os.kill(first["pid"], signal.SIGKILL)
+
+    jobs = engine.wait_all([*quick, sleeper, *after], FINISHED, timeout=45)
+    assert {job.status for job in jobs.values()} == {JobState.COMPLETED}
+    assert (jobs[sleeper].attempts, jobs[sleeper].recoveries) == (1, 1)  # it ran when killed
+    assert {(jobs[i].attempts, jobs[i].recoveries) for i in quick + after} == {(1, 0)}
+    started = Counter(entry["id"] for entry in journal.entries("start"))
+    assert {i: started[i] for i in quick + after} == dict.fromkeys(quick + after, 1)
+    assert started[sleeper] == 2
+    [released] = workerd.events("job_recovered", job_id=sleeper)
+    assert released["job_id"] == sleeper
+
+
+def test_durable_mode_holds_no_job(r: redis.Redis) -> None:
+    # A completion sent ahead has no WAIT after it: in durable mode each is confirmed first.
+    durable = Scripts(r, policy=dataclasses.replace(Scripts(r).policy, wait_replicas=1))
+    assert not _worker(durable).prefetch
+    assert _worker(Scripts(r)).prefetch

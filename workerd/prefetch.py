@@ -1,0 +1,90 @@
+"""Holding the next job (WORKER_PREFETCH=on, the default): a worker starts its next job while the reply to
+the last completion is still on its way.
+
+Without it a worker's cycle is run → complete (claiming the next job) → wait for the reply →
+run. With it, a worker whose next job is already in hand sends the completion (which claims the
+one after) and starts the job in hand at once; it reads the reply when that job ends, by which
+time it has long arrived. So a busy worker never waits for Redis between jobs: on a machine
+where Redis and the workers share the cores, the completion's work runs beside the next job
+instead of before it.
+
+What holding costs, and its bounds (docs/WORKERD.md, "Holding the next job"):
+
+- Only in a backlog: a worker claims ahead when its job came with the last completion (it went
+  from job to job without waiting), so a worker fed one job at a time from idle pays no claim
+  that would find the queue empty.
+- A held job is claimed (processing, its lease running, attempt counted) while its worker runs
+  the one before, so it waits that long although another worker may be idle. A worker holds
+  only behind a job whose type usually runs shorter than SHORT_JOB in this process (an average
+  over its recent runs; a type never seen is not short), so that wait is normally under
+  SHORT_JOB.
+- Its lease is not renewed while held (the supervisor renews the job a slot shows running): a
+  held job older than half the lease when its turn comes is handed back, not run, and one
+  held past its whole lease (the job before it hung) has been recovered by a scheduler, which
+  counts one recovery against it; it is not run twice (its claim's token is stale by then).
+- A worker that dies gives its held job back uncounted (release_worker.lua: only the job its
+  slot showed running counts).
+- The claim lock (workerd.slots.ClaimFence) is held from sending a completion that claims to
+  reading its reply, so once the host reports quiet, no claim of it answers, as without
+  holding; quiet then waits for the running job's end, at most about SHORT_JOB.
+
+Only on one Redis (or a Sentinel's master) without durable mode: on a Cluster, or where each
+completion must be confirmed by replicas (TASKFORGE_WAIT_REPLICAS), the worker waits for each
+reply as with the setting off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+from shared.engine.scripts.job_scripts import PendingAck, PendingClaim
+from shared.model.jobs import Job
+from workerd.execution import Outcome
+
+# A job type whose runs in this process average under this many seconds is "short": only behind
+# such a job does a worker hold its next one, so a held job waits about this long at most.
+SHORT_JOB = 0.1
+# Weight of the newest run in a type's average: one long run makes the type long at once.
+NEWEST_RUN_WEIGHT = 0.3
+
+
+@dataclass
+class InFlight:
+    """A call sent and not yet read: a completion (which may claim the next job) or a claim."""
+
+    sent: PendingAck | PendingClaim
+    queue: str
+    sent_at: float  # monotonic; a job it claimed has held its lease since about then
+    claims: bool  # whether the call claims a job for this worker
+    job: Job | None = None  # the completed job (None: a bare claim)
+    outcome: Outcome | None = None
+    fields: dict[str, object] = field(default_factory=dict)
+    holding: str = ""  # the job in hand while it is in flight: a repeat never answers with it
+    # The claim lock, held from the send to the read when the call claims.
+    fence: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+
+class RunTimes:
+    """Each job type's recent handler time in this process, to tell which types are short."""
+
+    def __init__(self) -> None:
+        self._average: dict[str, float] = {}
+
+    def observe(self, job_type: str, seconds: float) -> None:
+        """Add one run of `job_type` that took `seconds`."""
+        before = self._average.get(job_type)
+        self._average[job_type] = (
+            seconds if before is None else before + NEWEST_RUN_WEIGHT * (seconds - before)
+        )
+
+    def short(self, job_type: str) -> bool:
+        """Tell whether `job_type`'s runs average under SHORT_JOB (False when never seen)."""
+        average = self._average.get(job_type)
+        return average is not None and average < SHORT_JOB
+
+
+def age(inflight: InFlight) -> float:
+    """Seconds since `inflight` was sent."""
+    return time.monotonic() - inflight.sent_at

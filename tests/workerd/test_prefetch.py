@@ -90,6 +90,36 @@ def _job(scripts: Scripts, job_id: str) -> dict[bytes, bytes]:
     return scripts.redis.hgetall(scripts.q("default").job(job_id))
 
 
+def _each_completed_once(scripts: Scripts, ids: list[str]) -> None:
+    """Assert every job completed on its first attempt, no recovery counted."""
+    for job_id in ids:
+        job = _job(scripts, job_id)
+        assert (job[b"status"], job[b"attempts"], job.get(b"recoveries", b"0")) == (
+            b"completed",
+            b"1",
+            b"0",
+        ), job_id
+
+
+def _lose_replies(
+    monkeypatch: pytest.MonkeyPatch, pending: type[PendingAck] | type[PendingClaim], times: int
+) -> dict[str, int]:
+    """Make the first `times` replies read through `pending` raise as lost, after the call
+    landed in Redis; return the count of those lost so far."""
+    result = pending.result
+    lost = {"count": 0}
+
+    def losing(self: Any) -> Any:
+        answer = result(self)  # it landed in Redis ...
+        if lost["count"] < times:
+            lost["count"] += 1
+            raise redis.ConnectionError("reply lost")  # ... and its reply did not come
+        return answer
+
+    monkeypatch.setattr(pending, "result", losing)
+    return lost
+
+
 def test_short_jobs_run_with_the_next_one_held_and_each_completes_once(
     scripts: Scripts,
 ) -> None:
@@ -98,13 +128,7 @@ def test_short_jobs_run_with_the_next_one_held_and_each_completes_once(
     _run(worker, lambda: worker.jobs_done == 30)
     worker._hand_back_unstarted_job()  # what run() does on the way out
 
-    for job_id in ids:
-        job = _job(scripts, job_id)
-        assert (job[b"status"], job[b"attempts"], job.get(b"recoveries", b"0")) == (
-            b"completed",
-            b"1",
-            b"0",
-        ), job_id
+    _each_completed_once(scripts, ids)
     assert [job_id for _, job_id, _ in seen] == ids  # FIFO, each started once
     # Once a run of the type is on record, each job ran with its successor claimed.
     held = [len(ids_held) for _, _, ids_held in seen]
@@ -237,13 +261,7 @@ def test_a_held_job_too_old_for_its_lease_is_handed_back_not_run(scripts: Script
     _run(worker, lambda: worker.jobs_done == 8)
     worker._hand_back_unstarted_job()
 
-    for job_id in ids:
-        job = _job(scripts, job_id)
-        assert (job[b"status"], job[b"attempts"], job.get(b"recoveries", b"0")) == (
-            b"completed",
-            b"1",
-            b"0",
-        )
+    _each_completed_once(scripts, ids)
     assert [job_id for _, job_id, _ in seen] == ids  # each ran once, in order
     assert len(handed_back) >= 5, handed_back  # each held job went back before its turn
 
@@ -251,17 +269,7 @@ def test_a_held_job_too_old_for_its_lease_is_handed_back_not_run(scripts: Script
 def test_a_lost_reply_is_repeated_with_the_same_token_and_claims_nothing_twice(
     scripts: Scripts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    result = PendingAck.result
-    lost = {"count": 0}
-
-    def losing(self: PendingAck) -> Any:
-        answer = result(self)  # it landed in Redis ...
-        if lost["count"] < 3:
-            lost["count"] += 1
-            raise redis.ConnectionError("reply lost")  # ... and its reply did not come
-        return answer
-
-    monkeypatch.setattr(PendingAck, "result", losing)
+    lost = _lose_replies(monkeypatch, PendingAck, 3)
     ids = _enqueue(scripts, SHORT, 12)
     worker = _worker(scripts)
     _run(worker, lambda: worker.jobs_done == 12)
@@ -278,17 +286,7 @@ def test_a_lost_reply_is_repeated_with_the_same_token_and_claims_nothing_twice(
 def test_a_lost_claim_reply_is_repeated_by_its_request_id(
     scripts: Scripts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    result = PendingClaim.result
-    lost = {"count": 0}
-
-    def losing(self: PendingClaim) -> Any:
-        answer = result(self)  # the claim landed ...
-        if lost["count"] < 2:
-            lost["count"] += 1
-            raise redis.ConnectionError("reply lost")  # ... and its reply did not come
-        return answer
-
-    monkeypatch.setattr(PendingClaim, "result", losing)
+    lost = _lose_replies(monkeypatch, PendingClaim, 2)
     ids: list[str] = []
     worker = _worker(scripts)
     for batch in range(3):  # each batch a backlog: its second job claims one ahead
@@ -298,13 +296,7 @@ def test_a_lost_claim_reply_is_repeated_by_its_request_id(
 
     assert lost["count"] == 2
     assert [job_id for _, job_id, _ in seen] == ids
-    for job_id in ids:
-        job = _job(scripts, job_id)
-        assert (job[b"status"], job[b"attempts"], job.get(b"recoveries", b"0")) == (
-            b"completed",
-            b"1",
-            b"0",
-        )
+    _each_completed_once(scripts, ids)
     assert scripts.redis.zcard(scripts.q("default").processing) == 0
 
 

@@ -65,6 +65,10 @@ class InFlight:
     # The claim lock, held from the send to the read when the call claims.
     fence: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
+    def age(self) -> float:
+        """Seconds since the call was sent."""
+        return time.monotonic() - self.sent_at
+
 
 class RunTimes:
     """Each job type's recent handler time in this process, to tell which types are short."""
@@ -83,8 +87,3 @@ class RunTimes:
         """Tell whether `job_type`'s runs average under SHORT_JOB (False when never seen)."""
         average = self._average.get(job_type)
         return average is not None and average < SHORT_JOB
-
-
-def age(inflight: InFlight) -> float:
-    """Seconds since `inflight` was sent."""
-    return time.monotonic() - inflight.sent_at

@@ -56,7 +56,7 @@ from workerd.duties.fleet_heartbeat import hosts_running
 from workerd.execution import Execution, Outcome, run_handler
 from workerd.handler_registry import JobCanceled, registered_types
 from workerd.idle_wait import pop_hint
-from workerd.prefetch import InFlight, RunTimes, age
+from workerd.prefetch import InFlight, RunTimes
 from workerd.routing import Routing
 from workerd.slots import Slot
 
@@ -306,7 +306,7 @@ class WorkerProcess(StopOnSignal):
     def _hand_back_unstarted_job(self) -> None:
         """Requeue the jobs claimed for this worker that it will not run (it is stopping):
         the next job in hand, and one a call still in flight claimed (read first)."""
-        held = self._settle() if self.inflight is not None else None
+        held = self._settle()
         job, self.next_job = self.next_job, None
         for unstarted in (job, held):
             if unstarted is not None:
@@ -393,14 +393,12 @@ class WorkerProcess(StopOnSignal):
         attributes: dict[str, object] | None,
     ) -> Job | None:
         """Write the outcome to Redis, retrying through an outage; return the next job."""
-        if self.prefetch:
-            held = self._settle() if self.inflight is not None else None
-            if held is not None:
-                return self._record_holding(job, outcome, fields, held)
+        held = self._settle()
+        if held is not None:
+            return self._record_holding(job, outcome, fields, held)
         with contextlib.ExitStack() as fenced:
             fenced.enter_context(self.fence)  # the quiet check and the claim with the complete
-            stop_claiming = self.stopping or self._due_for_recycling() or self._is_quiet()
-            claim_next = None if stop_claiming else self.worker_id
+            claim_next = None if self._stop_claiming() else self.worker_id
             # Claim in the same call only from the queue the next claim would try first.
             if (
                 claim_next is not None
@@ -431,7 +429,24 @@ class WorkerProcess(StopOnSignal):
         return self.inflight is not None and self.inflight.claims
 
     def _stop_claiming(self) -> bool:
+        """Tell whether this worker claims nothing now: stopping, due for recycling or quiet."""
         return self.stopping or self._due_for_recycling() or self._is_quiet()
+
+    def _claim_fence(self) -> contextlib.ExitStack | None:
+        """Take the claim lock for a call that claims and is read later; None (the lock given
+        back) when this worker must claim nothing now."""
+        fence = contextlib.ExitStack()
+        fence.enter_context(self.fence)
+        if self._stop_claiming():
+            fence.close()
+            return None
+        return fence
+
+    def _write_without_claim(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> None:
+        """Write `job`'s outcome the sure way (retried through an outage), claiming nothing."""
+        ack = self.acks.write(job, outcome, fields, None)
+        if ack is not None and ack.paused:
+            self.planner.found_paused(job.queue)
 
     def _claim_ahead(self, job: Job) -> None:
         """Before running a short job with nothing in hand or in flight, send a claim for the
@@ -443,10 +458,8 @@ class WorkerProcess(StopOnSignal):
             or not self.planner.complete_claims_from(job.queue)
         ):
             return
-        fence = contextlib.ExitStack()
-        fence.enter_context(self.fence)
-        if self._stop_claiming():
-            fence.close()
+        fence = self._claim_fence()
+        if fence is None:
             return
         request_id = new_request_id()
         try:
@@ -471,21 +484,16 @@ class WorkerProcess(StopOnSignal):
         the next job, which the step then hands back."""
         if not outcome.ok or self._stop_claiming():
             # Stopping or quiet: the step hands `held` back (it becomes the next job).
-            ack = self.acks.write(job, outcome, fields, None)
-            if ack is not None and ack.paused:
-                self.planner.found_paused(job.queue)
+            self._write_without_claim(job, outcome, fields)
             return held
-        claims = (
-            self.run_times.short(held.type)
+        fence = (
+            self._claim_fence()
+            if self.run_times.short(held.type)
             and held.queue == job.queue
             and self.planner.complete_claims_from(job.queue)
+            else None
         )
-        fence = contextlib.ExitStack()
-        if claims:
-            fence.enter_context(self.fence)
-            if self._is_quiet():
-                claims = False
-                fence.close()
+        claims = fence is not None
         self.planner.claim_now = True
         try:
             sent = self.scripts.complete_begin(
@@ -498,29 +506,37 @@ class WorkerProcess(StopOnSignal):
                 holding=held.id,
             )
         except redis.RedisError:
-            fence.close()
+            if fence is not None:
+                fence.close()
             # Not sent, or sent in part: written the sure way (same token, repeat-safe).
-            ack = self.acks.write(job, outcome, fields, None)
-            if ack is not None and ack.paused:
-                self.planner.found_paused(job.queue)
+            self._write_without_claim(job, outcome, fields)
             return held
         self.inflight = InFlight(
-            sent, job.queue, time.monotonic(), claims, job, outcome, fields, held.id, fence
+            sent,
+            job.queue,
+            time.monotonic(),
+            claims,
+            job,
+            outcome,
+            fields,
+            held.id,
+            fence or contextlib.ExitStack(),
         )
         return held
 
     def _settle(self) -> Job | None:
-        """Read the call in flight; return the job it claimed, if still young enough to run
-        (one held past half its lease is handed back: its lease is not renewed while held)."""
+        """Read the call in flight, if any; return the job it claimed, if still young enough to
+        run (one held past half its lease is handed back: its lease is not renewed while held)."""
         inflight, self.inflight = self.inflight, None
-        assert inflight is not None
+        if inflight is None:
+            return None
         try:
             claimed = self._read(inflight)
         finally:
             inflight.fence.close()
         if claimed is None:
             return None
-        if age(inflight) > self.hold_limit:
+        if inflight.age() > self.hold_limit:
             self._hand_back(claimed)
             return None
         return claimed

@@ -27,6 +27,7 @@ from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine, Journal
 from workerd import JobContext, handler
+from workerd.slots import SlotTable
 from workerd.worker import WorkerProcess
 
 FINISHED = (JobState.COMPLETED, JobState.DEAD)
@@ -351,3 +352,35 @@ def test_durable_mode_holds_no_job(r: redis.Redis) -> None:
     durable = Scripts(r, policy=dataclasses.replace(Scripts(r).policy, wait_replicas=1))
     assert not _worker(durable).prefetch
     assert _worker(Scripts(r)).prefetch
+
+
+def test_a_cluster_holds_no_job(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A completion sent ahead is a bare EVALSHA on one connection: no cluster routing.
+    monkeypatch.setattr("workerd.worker.is_cluster", lambda client: True)
+    assert not _worker(Scripts(r)).prefetch
+
+
+def test_quiet_is_reported_only_once_the_claiming_completion_in_flight_is_read(
+    scripts: Scripts,
+) -> None:
+    # The claim lock is held from sending a completion that claims to reading its reply, so
+    # the supervisor's quiet (which passes every lock) waits for that read, as it waits for a
+    # claim without holding: once /health says quiet, no claim of this host answers.
+    ids = _enqueue(scripts, SHORT, 10)
+    table = SlotTable(1)
+    probe["worker"] = b"w-fenced"
+    settings = Settings.from_env({"WORKER_PREFETCH": "on"})
+    worker = WorkerProcess(settings, scripts, table.slot(0), "w-fenced", os.getppid())
+    _run(worker, lambda: worker.jobs_done == 4)
+    assert worker.inflight is not None and worker.inflight.claims
+
+    table.publish_status(1, True, True, quiet=True)
+    assert not table.quiet()  # the claim in flight may still answer
+
+    worker.step()  # reads it (quiet now: the job it claimed goes back), claims nothing more
+    table.publish_status(1, True, True, quiet=True)
+    assert table.quiet()
+    assert worker.inflight is None
+    assert scripts.redis.zcard(scripts.q("default").processing) == 0
+    done = [i for i in ids if _job(scripts, i)[b"status"] == b"completed"]
+    assert len(done) == worker.jobs_done

@@ -83,13 +83,17 @@ def test_the_client_gives_the_warnings_on_the_jobs_it_returns(
 ) -> None:
     register(engine)
     client = Client(gw.url)
+    expected = (TYPO.removeprefix("taskforge: warning: ").rstrip("\n"),)
     deadline = time.monotonic() + SEEN_WITHIN
     while True:
         job = client.enqueue("genrate_pdf")
-        if (job.warnings and "did you mean" in job.warnings[0]) or time.monotonic() > deadline:
+        # Until the answering gateway process has read this test's registry: a view read
+        # before the FLUSHALL may still name an earlier test's host, which runs generate_pdf
+        # too, so "did you mean" alone is not yet this test's answer (seen once in CI).
+        if job.warnings == expected or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    assert job.warnings == (TYPO.removeprefix("taskforge: warning: ").rstrip("\n"),)
+    assert job.warnings == expected
     assert client.get(job.id) == job and client.get(job.id).warnings == ()
     batch = client.enqueue_many([{"type": "generate_pdf"}, {"type": "nope", "queue": "other"}])
     assert batch[0].warnings == () and "serves queue 'other'" in batch[1].warnings[0]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import http.client
 import json
 import os
@@ -131,11 +132,16 @@ def drain(tree: Path, url: str, jobs: int, workers: int, profile: Path | None) -
             wait_until(host.ready, READY_TIMEOUT, "workerd to be ready", POLL)
             pids = host.worker_pids()
             spy = _py_spy(pids[0], profile) if profile is not None else None
+            others = [pid for pid in _process_tree(host.proc.pid) if pid not in pids]
             before = sum(cpu_seconds(pid) for pid in pids)
+            others_before = sum(cpu_seconds(pid) for pid in others)
+            redis_before = _redis_cpu(client)
             scripts.resume_queue(DEFAULT_QUEUE)
             done = lambda: client.zcard(Keys().completed) == jobs  # noqa: E731
             wait_until(done, DRAIN_TIMEOUT, "the drain", POLL)
             after = sum(cpu_seconds(pid) for pid in pids)
+            others_after = sum(cpu_seconds(pid) for pid in others)
+            redis_after = _redis_cpu(client)
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(timeout=60)
@@ -143,8 +149,29 @@ def drain(tree: Path, url: str, jobs: int, workers: int, profile: Path | None) -
             host.stop()
     return {
         "worker_cpu_us_per_job": (after - before) * 1e6 / jobs,
+        # The supervisor, scheduler and observability server: what a job costs beside its worker.
+        "others_cpu_us_per_job": (others_after - others_before) * 1e6 / jobs,
+        "redis_cpu_us_per_job": (redis_after - redis_before) * 1e6 / jobs,
         "jobs_per_s": run_rate(client, ids),
     }
+
+
+def _process_tree(pid: int) -> list[int]:
+    """Return `pid` and all its descendants (Linux /proc/<pid>/task/*/children)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            with contextlib.suppress(OSError):
+                todo.extend(int(child) for child in (task / "children").read_text().split())
+    return found
+
+
+def _redis_cpu(client: redis.Redis) -> float:
+    """Return the CPU seconds Redis's main process has used (INFO cpu)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
 def _py_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
@@ -222,9 +249,13 @@ def main() -> None:
         for tree in trees:
             runs = results[str(tree)][workers]
             cpu = [r["worker_cpu_us_per_job"] for r in runs]
+            others = [r["others_cpu_us_per_job"] for r in runs]
+            server = [r["redis_cpu_us_per_job"] for r in runs]
             rate = [r["jobs_per_s"] for r in runs]
             print(
-                f"  {tree}: worker CPU {_median_range(cpu)} µs/job, drain {_median_range(rate)} jobs/s"
+                f"  {tree}: worker CPU {_median_range(cpu)} µs/job, supervisor + scheduler + "
+                f"observability {_median_range(others)}, Redis {_median_range(server)}, "
+                f"drain {_median_range(rate)} jobs/s"
             )
     if args.profile is not None:
         parts = args.profile.parent.glob(args.profile.stem + ".*.txt")

@@ -95,11 +95,13 @@ def main() -> None:
 
 
 def round_trip(count: int) -> list[tuple[str, float]]:
-    """Return the client CPU of a bare round trip (raw socket, redis-py) and of redis-py's
-    packing of a call shaped like complete + claim next (EVALSHA, 13 keys, 13 arguments)."""
+    """Return the client CPU of a bare round trip (raw socket, redis-py) and of packing a call
+    shaped like complete + claim next (EVALSHA, 13 keys, 13 arguments), by redis-py's own
+    packer and by the one our connections use (shared.connect.command_packer)."""
     import redis
     from redis.connection import Connection
 
+    from shared.connect.redis_conn import PACKER
     from tests.support.redis_server import private_redis
 
     call = ["EVALSHA", "f" * 40, 13, *(f"{{q:default}}:key{i}" for i in range(13))]
@@ -118,10 +120,12 @@ def round_trip(count: int) -> list[tuple[str, float]]:
         through_redis_py = best_us(redis.Redis.from_url(server.url).ping, count)
     connection = Connection()  # never connected: packing only
     pack = best_us(lambda: connection.pack_command(*call), count)
+    ours = best_us(lambda: PACKER.pack(*call), count)
     return [
         ("PING on a raw socket: send, receive", raw),
         ("PING through redis-py", through_redis_py),
-        ("redis-py packing 29 arguments (str and int)", pack),
+        ("redis-py's own packing of 29 arguments (str and int)", pack),
+        ("the same, as our connections pack it (CommandPacker)", ours),
     ]
 
 

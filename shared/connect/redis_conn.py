@@ -30,6 +30,7 @@ from redis.retry import Retry
 from redis.sentinel import SentinelConnectionPool
 
 from shared.connect.cluster_routing import SCRIPTS_BY_KEYS
+from shared.connect.command_packer import CommandPacker
 from shared.connect.sentinels import ExplainingSentinel
 from shared.settings.cluster_url import is_cluster_url, parse_cluster_url
 from shared.settings.config import SentinelTarget, Settings, redact_url, sentinel_target
@@ -41,6 +42,8 @@ RETRIES = 2
 BACKOFF_CAP = 0.5  # seconds
 
 _ROLE = re.compile(r"[A-Za-z0-9_.-]+")
+# Every connection on one Redis or under Sentinel packs its commands with this (stateless).
+PACKER = CommandPacker()
 
 
 def default_retry() -> Retry:
@@ -90,12 +93,14 @@ def connect(
     }
     target = sentinel_target(settings.redis_url)
     if target is not None:
+        options["command_packer"] = PACKER
         return _client(_sentinel_pool(target, settings, options, max_connections, pool_wait))
     if settings.redis_url.startswith(("rediss://", "rediss+cluster://")):
         # Only TLS connections take this option; a unix or plain TCP one would reject it.
         options["ssl_cert_reqs"] = settings.redis_ssl_cert_reqs
     if is_cluster_url(settings.redis_url):
         return _cluster(settings.redis_url, options, max_connections, pool_wait)
+    options["command_packer"] = PACKER
     pool: redis.ConnectionPool
     if max_connections is not None and pool_wait is not None:
         pool = redis.BlockingConnectionPool.from_url(

@@ -107,9 +107,7 @@ def test_a_repeat_after_a_lost_reply_completes_nothing_twice_and_gets_the_same_j
     )  # its reply lost
     before = snapshot(r)
 
-    again = scripts.complete_batch(
-        "w1", ran(jobs), count=2, request_id="req-9", now_ms=DONE_AT + 7
-    )
+    again = scripts.complete_batch("w1", ran(jobs), count=2, request_id="req-9", now_ms=DONE_AT + 7)
 
     assert changed(before, snapshot(r)) == set()
     assert codes(again) == [(Code.DONE, None)] * 2
@@ -177,9 +175,7 @@ def test_each_completion_gives_its_limit_slot_back(r: redis.Redis, scripts: Scri
     assert {m.decode() for m in r.zrange(K.running, 0, -1)} == {f"t|{J3}"}
 
 
-def test_a_type_limit_returns_its_held_job_per_completion(
-    r: redis.Redis, scripts: Scripts
-) -> None:
+def test_a_type_limit_returns_its_held_job_per_completion(r: redis.Redis, scripts: Scripts) -> None:
     rules = {"types": {"t": {"concurrency": 2}}}
     scripts.set_limits("default", limit_rules.parse_limits(rules).compact_json())
     jobs = batch_of(scripts, J1, J2)

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from shared.engine.scripts import Scripts
-from shared.model.jobs import Job, JobState, validate_enqueue
+from shared.model.jobs import JobState, validate_enqueue
 from shared.settings.config import Settings
 from tests.fakes import IdleSlot
 from tests.support.tools import wait_until

@@ -12,6 +12,9 @@ first start), as Redis recorded them (bench.workers' method).
 (``pip install py-spy``) and prints the frames that cost the most per job.
 
     .venv/bin/python -m bench.job_cpu --tree /tmp/jobcpu-before --tree . --workers 1 2
+    .venv/bin/python -m bench.job_cpu --env WORKER_BATCH=8 --workers 1 4
+
+``--env KEY=VALUE`` sets a workerd setting for every tree (the environment's own are scrubbed).
 """
 
 from __future__ import annotations
@@ -51,7 +54,9 @@ POLL = 0.05
 class Host:
     """One ``python -m workerd`` of a tree, its stdout in a file."""
 
-    def __init__(self, tree: Path, url: str, workers: int, log: Path) -> None:
+    def __init__(
+        self, tree: Path, url: str, workers: int, log: Path, extra: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.log = log
         env = scrubbed_environment()
@@ -63,6 +68,8 @@ class Host:
                 "LOG_LEVEL": "INFO",
                 "TASKFORGE_HANDLERS": "workerd.demo,bench.handlers",
                 "PYTHONPATH": str(tree),
+                # --env: settings scrubbed_environment drops (WORKER_BATCH=8, ...), on purpose.
+                **(extra or {}),
             }
         )
         with open(log, "wb") as out:
@@ -115,8 +122,16 @@ class Host:
             self.proc.wait(timeout=STOP_TIMEOUT)
 
 
-def drain(tree: Path, url: str, jobs: int, workers: int, profile: Path | None) -> dict[str, float]:
-    """Drain `jobs` demo.noop jobs with `workers` workers of `tree`; return CPU and rate."""
+def drain(
+    tree: Path,
+    url: str,
+    jobs: int,
+    workers: int,
+    profile: Path | None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """Drain `jobs` demo.noop jobs with `workers` workers of `tree`; return CPU (the workers',
+    the supervisor's and Redis's, µs per job) and rate. `extra`: more workerd settings."""
     client = redis.Redis.from_url(url)
     client.flushall()
     scripts = Scripts(client)
@@ -126,16 +141,18 @@ def drain(tree: Path, url: str, jobs: int, workers: int, profile: Path | None) -
     for start in range(0, jobs, 1000):
         scripts.enqueue_many([(request, job_id) for job_id in ids[start : start + 1000]])
     with tempfile.TemporaryDirectory(prefix="taskforge-bench-jobcpu-") as tmp:
-        host = Host(tree, url, workers, Path(tmp) / "workerd.log")
+        host = Host(tree, url, workers, Path(tmp) / "workerd.log", extra)
         try:
             wait_until(host.ready, READY_TIMEOUT, "workerd to be ready", POLL)
             pids = host.worker_pids()
             spy = _py_spy(pids[0], profile) if profile is not None else None
             before = sum(cpu_seconds(pid) for pid in pids)
+            supervisor_before, redis_before = cpu_seconds(host.proc.pid), _redis_cpu(client)
             scripts.resume_queue(DEFAULT_QUEUE)
             done = lambda: client.zcard(Keys().completed) == jobs  # noqa: E731
             wait_until(done, DRAIN_TIMEOUT, "the drain", POLL)
             after = sum(cpu_seconds(pid) for pid in pids)
+            supervisor_after, redis_after = cpu_seconds(host.proc.pid), _redis_cpu(client)
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(timeout=60)
@@ -143,8 +160,16 @@ def drain(tree: Path, url: str, jobs: int, workers: int, profile: Path | None) -
             host.stop()
     return {
         "worker_cpu_us_per_job": (after - before) * 1e6 / jobs,
+        "supervisor_cpu_us_per_job": (supervisor_after - supervisor_before) * 1e6 / jobs,
+        "redis_cpu_us_per_job": (redis_after - redis_before) * 1e6 / jobs,
         "jobs_per_s": run_rate(client, ids),
     }
+
+
+def _redis_cpu(client: redis.Redis) -> float:
+    """Return Redis's CPU seconds so far (user + system, its own INFO)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 def _py_spy(pid: int, out: Path) -> subprocess.Popen[bytes]:
@@ -201,7 +226,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", type=Path, help="py-spy the first tree's first worker")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a workerd setting for every tree (WORKER_BATCH=8); repeatable",
+    )
     args = parser.parse_args()
+    extra = dict(item.split("=", 1) for item in args.env)
     trees = [tree.resolve() for tree in (args.tree or [ROOT])]
     results: dict[str, dict[int, list[dict[str, float]]]] = {
         str(t): {k: [] for k in args.workers} for t in trees
@@ -211,7 +244,7 @@ def main() -> None:
             for workers in args.workers:
                 for index, tree in enumerate(trees):
                     profile = args.profile if index == 0 else None
-                    run = drain(tree, server.url, args.jobs, workers, profile)
+                    run = drain(tree, server.url, args.jobs, workers, profile, extra)
                     run["load_average"] = os.getloadavg()[0]
                     results[str(tree)][workers].append(run)
                     print(
@@ -222,9 +255,13 @@ def main() -> None:
         for tree in trees:
             runs = results[str(tree)][workers]
             cpu = [r["worker_cpu_us_per_job"] for r in runs]
+            supervisor = [r["supervisor_cpu_us_per_job"] for r in runs]
+            redis_cpu = [r["redis_cpu_us_per_job"] for r in runs]
             rate = [r["jobs_per_s"] for r in runs]
             print(
-                f"  {tree}: worker CPU {_median_range(cpu)} µs/job, drain {_median_range(rate)} jobs/s"
+                f"  {tree}: worker CPU {_median_range(cpu)} µs/job, supervisor "
+                f"{_median_range(supervisor)} µs/job, Redis {_median_range(redis_cpu)} µs/job, "
+                f"drain {_median_range(rate)} jobs/s"
             )
     if args.profile is not None:
         parts = args.profile.parent.glob(args.profile.stem + ".*.txt")

@@ -22,6 +22,7 @@ from tests.fakes import IdleSlot
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine, Journal
+from tests.workerd.stepping import assert_each_completed_once, job_hash, run_until
 from workerd import JobContext, handler
 from workerd.worker import WorkerProcess
 
@@ -94,25 +95,8 @@ def _enqueue(scripts: Scripts, job_type: str, count: int, **payload: Any) -> lis
     return [scripts.enqueue(request, str(uuid.uuid4())).job_id for _ in range(count)]
 
 
-def _run(worker: WorkerProcess, until: Callable[[], bool], seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not until():
-        assert time.monotonic() < deadline, f"worker ran {worker.jobs_done} jobs"
-        worker.step()
-
-
-def _job(scripts: Scripts, job_id: str) -> dict[bytes, bytes]:
-    return scripts.redis.hgetall(scripts.q("default").job(job_id))
-
-
-def _each_completed_once(scripts: Scripts, ids: list[str]) -> None:
-    for job_id in ids:
-        job = _job(scripts, job_id)
-        assert (job[b"status"], job[b"attempts"], job.get(b"recoveries", b"0")) == (
-            b"completed",
-            b"1",
-            b"0",
-        ), job_id
+def _ran_once_in_order(scripts: Scripts, ids: list[str]) -> None:
+    assert_each_completed_once(scripts, ids)
     assert [job_id for job_id, _ in seen] == ids  # FIFO, each ran once
 
 
@@ -124,10 +108,10 @@ def test_a_backlog_runs_in_batches_one_call_each(scripts: Scripts) -> None:
     ids = _enqueue(scripts, SHORT, 33)
     worker = _worker(scripts)
     assert worker.batch is not None and not worker.prefetch  # batching replaces holding
-    _run(worker, lambda: worker.jobs_done == 33)
+    run_until(worker, lambda: worker.jobs_done == 33)
     worker._hand_back_unstarted_job()
 
-    _each_completed_once(scripts, ids)
+    _ran_once_in_order(scripts, ids)
     names = Counter(name for name, _ in calls)
     # One claim of 8; then each batch's completions claim the next 8: 33 jobs in 6 calls.
     assert (names["claim_batch"], names["claim"], names["complete"]) == (1, 0, 0)
@@ -138,7 +122,7 @@ def test_a_backlog_runs_in_batches_one_call_each(scripts: Scripts) -> None:
 def test_a_completion_waits_at_most_for_the_rest_of_its_batch(scripts: Scripts) -> None:
     ids = _enqueue(scripts, SHORT, 12)
     worker = _worker(scripts)
-    _run(worker, lambda: worker.jobs_done == 12)
+    run_until(worker, lambda: worker.jobs_done == 12)
     # Each job of a batch started with the completions before it in the batch not yet sent
     # (its first job's type is known short once it ran), and they went with the next claim.
     assert [len(done) for _, done in seen] == [0] * 8 + [8] * 4
@@ -149,7 +133,7 @@ def test_a_failure_sends_the_completions_before_it_at_once(scripts: Scripts) -> 
     ids = _enqueue(scripts, SHORT, 3) + _enqueue(scripts, SHORT, 1, fail=True)
     ids += _enqueue(scripts, SHORT, 2)
     worker = _worker(scripts)
-    _run(worker, lambda: worker.jobs_done == 6)
+    run_until(worker, lambda: worker.jobs_done == 6)
     worker._hand_back_unstarted_job()
 
     # The completions before the failure go first, then the failure, each at once.
@@ -159,8 +143,8 @@ def test_a_failure_sends_the_completions_before_it_at_once(scripts: Scripts) -> 
         ("fail", (ids[3],)),
         ("complete_batch", tuple(ids[4:])),
     ]
-    assert _job(scripts, ids[3])[b"status"] == b"dead"
-    assert all(_job(scripts, i)[b"status"] == b"completed" for i in ids[:3] + ids[4:])
+    assert job_hash(scripts, ids[3])[b"status"] == b"dead"
+    assert all(job_hash(scripts, i)[b"status"] == b"completed" for i in ids[:3] + ids[4:])
 
 
 def test_a_job_not_known_short_starts_with_every_completion_before_it_sent(
@@ -168,13 +152,13 @@ def test_a_job_not_known_short_starts_with_every_completion_before_it_sent(
 ) -> None:
     ids = _enqueue(scripts, SHORT, 3) + _enqueue(scripts, LONG, 2) + _enqueue(scripts, SHORT, 1)
     worker = _worker(scripts)
-    _run(worker, lambda: worker.jobs_done == 6)
+    run_until(worker, lambda: worker.jobs_done == 6)
     worker._hand_back_unstarted_job()
 
     started_with = dict(seen)
     assert started_with[ids[3]] >= set(ids[:3])  # a type never seen: all acknowledged first
     assert started_with[ids[4]] >= set(ids[:4])  # a long type: likewise
-    _each_completed_once(scripts, ids)
+    _ran_once_in_order(scripts, ids)
 
 
 def test_the_ack_delay_bound_sends_an_old_completion_before_the_next_job(
@@ -183,7 +167,7 @@ def test_the_ack_delay_bound_sends_an_old_completion_before_the_next_job(
     monkeypatch.setattr("workerd.batching.ACK_DELAY", 0.0)  # every completion is overdue
     ids = _enqueue(scripts, SHORT, 6)
     worker = _worker(scripts)
-    _run(worker, lambda: worker.jobs_done == 6)
+    run_until(worker, lambda: worker.jobs_done == 6)
 
     # The first job's completion is sent with its successor's start (a type known short by
     # then, the bound alone sends it), and so on.
@@ -197,12 +181,12 @@ def test_a_stopping_worker_sends_its_completions_and_hands_back_the_rest_uncount
 ) -> None:
     ids = _enqueue(scripts, SHORT, 12)
     worker = _worker(scripts)
-    _run(worker, lambda: worker.jobs_done == 4)
+    run_until(worker, lambda: worker.jobs_done == 4)
     assert worker.batch is not None and worker.batch.done  # completions waiting
     worker.stopping = True
     worker._hand_back_unstarted_job()  # what run() does on the way out
 
-    states = {i: _job(scripts, i) for i in ids}
+    states = {i: job_hash(scripts, i) for i in ids}
     assert [i for i in ids if states[i][b"status"] == b"completed"] == ids[:4]
     for job_id in ids[4:]:
         assert states[job_id][b"status"] == b"pending"
@@ -217,14 +201,14 @@ def test_quiet_sends_the_completions_and_hands_back_the_batch(scripts: Scripts) 
     ids = _enqueue(scripts, SHORT, 12)
     quiet = {"on": False}
     worker = _worker(scripts, quiet=lambda _: quiet["on"])
-    _run(worker, lambda: worker.jobs_done == 4)
+    run_until(worker, lambda: worker.jobs_done == 4)
     quiet["on"] = True
     for _ in range(3):
         worker.step()
 
     assert worker.jobs_done in (4, 5)  # the job returned with the last write may still run
     assert scripts.redis.zcard(scripts.q("default").processing) == 0
-    pending = [i for i in ids if _job(scripts, i)[b"status"] == b"pending"]
+    pending = [i for i in ids if job_hash(scripts, i)[b"status"] == b"pending"]
     assert len(pending) == 12 - worker.jobs_done
 
 
@@ -232,9 +216,9 @@ def test_jobs_held_past_half_their_lease_are_handed_back_not_run(scripts: Script
     ids = _enqueue(scripts, SHORT, 8)
     worker = _worker(scripts)
     worker.hold_limit = -1.0  # every job in hand counts as past half its lease
-    _run(worker, lambda: all(_job(scripts, i)[b"status"] == b"completed" for i in ids))
+    run_until(worker, lambda: all(job_hash(scripts, i)[b"status"] == b"completed" for i in ids))
 
-    _each_completed_once(scripts, ids)
+    _ran_once_in_order(scripts, ids)
     assert Counter(name for name, _ in calls)["release"] >= 7  # each batch's rest went back
 
 
@@ -269,11 +253,11 @@ def test_a_lost_reply_is_repeated_and_completes_nothing_twice(
     ids = _enqueue(scripts, SHORT, 20)
     worker = _worker(scripts)
     worker.backoff.sleep = lambda seconds: None
-    _run(worker, lambda: worker.jobs_done == 20)
+    run_until(worker, lambda: worker.jobs_done == 20)
     worker._hand_back_unstarted_job()
 
     assert lost["count"] == 3
-    _each_completed_once(scripts, ids)
+    _ran_once_in_order(scripts, ids)
     assert scripts.redis.zcard(scripts.q("default").processing) == 0
 
 

@@ -1,6 +1,7 @@
 """A worker process: claim → run the handler → complete or fail → claim again.
 
-While there is work, completing a job and claiming the next is one Redis call. With no work
+While there is work, completing a job and claiming the next is one Redis call (with
+WORKER_BATCH=N, completing up to N jobs and claiming the next N: workerd.batching). With no work
 the process blocks on its queues' wake-up lists (BLPOP, 1 s) instead of polling, so an idle
 worker costs about one Redis command a second.
 
@@ -120,13 +121,13 @@ class WorkerProcess(StopOnSignal):
             scripts, self.routing, self.backoff, parent_alive=self._parent_alive
         )
         self.execution: Execution | None = None  # the handler running now, if any
+        # WORKER_BATCH (workerd.batching): the batch in hand, None when off. It replaces holding.
+        size = batch_size(settings, scripts, worker_id)
+        self.batch = Batch(size) if size > 1 else None
         # WORKER_PREFETCH (workerd.prefetch): the call sent and not yet read, each type's run
         # times, and the age past which a held job is handed back rather than run.
         # Only on one Redis (or a Sentinel's master) without durable mode: a completion sent
         # ahead is a bare EVALSHA, with no WAIT after it and no cluster routing.
-        # WORKER_BATCH (workerd.batching): the batch in hand, None when off. It replaces holding.
-        size = batch_size(settings, scripts, worker_id)
-        self.batch = Batch(size) if size > 1 else None
         self.prefetch = (
             settings.worker_prefetch
             and self.batch is None

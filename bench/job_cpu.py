@@ -12,6 +12,9 @@ first start), as Redis recorded them (bench.workers' method).
 (``pip install py-spy``) and prints the frames that cost the most per job.
 
     .venv/bin/python -m bench.job_cpu --tree /tmp/jobcpu-before --tree . --workers 1 2
+    .venv/bin/python -m bench.job_cpu --env WORKER_BATCH=8 --workers 1 4
+
+``--env KEY=VALUE`` sets a workerd setting for every tree (the environment's own are scrubbed).
 """
 
 from __future__ import annotations
@@ -52,7 +55,9 @@ POLL = 0.05
 class Host:
     """One ``python -m workerd`` of a tree, its stdout in a file."""
 
-    def __init__(self, tree: Path, url: str, workers: int, log: Path) -> None:
+    def __init__(
+        self, tree: Path, url: str, workers: int, log: Path, extra: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.log = log
         env = scrubbed_environment()
@@ -64,6 +69,8 @@ class Host:
                 "LOG_LEVEL": "INFO",
                 "TASKFORGE_HANDLERS": "workerd.demo,bench.handlers",
                 "PYTHONPATH": str(tree),
+                # --env: settings scrubbed_environment drops (WORKER_BATCH=8, ...), on purpose.
+                **(extra or {}),
             }
         )
         with open(log, "wb") as out:
@@ -116,8 +123,16 @@ class Host:
             self.proc.wait(timeout=STOP_TIMEOUT)
 
 
-def drain(tree: Path, url: str, jobs: int, workers: int, profile: Path | None) -> dict[str, float]:
-    """Drain `jobs` demo.noop jobs with `workers` workers of `tree`; return CPU and rate."""
+def drain(
+    tree: Path,
+    url: str,
+    jobs: int,
+    workers: int,
+    profile: Path | None,
+    extra: dict[str, str] | None = None,
+) -> dict[str, float]:
+    """Drain `jobs` demo.noop jobs with `workers` workers of `tree`; return CPU (the workers',
+    the supervisor's and Redis's, µs per job) and rate. `extra`: more workerd settings."""
     client = redis.Redis.from_url(url)
     client.flushall()
     scripts = Scripts(client)
@@ -127,7 +142,7 @@ def drain(tree: Path, url: str, jobs: int, workers: int, profile: Path | None) -
     for start in range(0, jobs, 1000):
         scripts.enqueue_many([(request, job_id) for job_id in ids[start : start + 1000]])
     with tempfile.TemporaryDirectory(prefix="taskforge-bench-jobcpu-") as tmp:
-        host = Host(tree, url, workers, Path(tmp) / "workerd.log")
+        host = Host(tree, url, workers, Path(tmp) / "workerd.log", extra)
         try:
             wait_until(host.ready, READY_TIMEOUT, "workerd to be ready", POLL)
             pids = host.worker_pids()
@@ -228,7 +243,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", type=Path, help="py-spy the first tree's first worker")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a workerd setting for every tree (WORKER_BATCH=8); repeatable",
+    )
     args = parser.parse_args()
+    extra = dict(item.split("=", 1) for item in args.env)
     trees = [tree.resolve() for tree in (args.tree or [ROOT])]
     results: dict[str, dict[int, list[dict[str, float]]]] = {
         str(t): {k: [] for k in args.workers} for t in trees
@@ -238,7 +261,7 @@ def main() -> None:
             for workers in args.workers:
                 for index, tree in enumerate(trees):
                     profile = args.profile if index == 0 else None
-                    run = drain(tree, server.url, args.jobs, workers, profile)
+                    run = drain(tree, server.url, args.jobs, workers, profile, extra)
                     run["load_average"] = os.getloadavg()[0]
                     results[str(tree)][workers].append(run)
                     print(

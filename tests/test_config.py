@@ -31,6 +31,7 @@ DEFAULTS = {
     "worker_count": 3,
     "worker_threads": 1,
     "worker_prefetch": True,
+    "worker_batch": 1,
     "visibility_timeout": 30.0,
     "retry_base_delay": 2.0,
     "retry_max_delay": 3600.0,
@@ -90,6 +91,20 @@ def test_events_switch_is_on_or_off(text: str, on: bool) -> None:
 def test_events_settings_refuse_a_bad_value(name: str, text: str) -> None:
     with pytest.raises(ConfigError, match=name):
         Settings.from_env({name: text})
+
+
+@pytest.mark.parametrize("text", ["0", "65", "eight", "-1"])
+def test_worker_batch_refuses_a_value_outside_1_to_64(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"WORKER_BATCH=.*expected an integer 1\.\.64"):
+        Settings.from_env({"WORKER_BATCH": text})
+
+
+def test_worker_batch_reads_1_to_64_and_refuses_job_threads() -> None:
+    assert Settings.from_env({"WORKER_BATCH": "64"}).worker_batch == 64
+    both = {"WORKER_BATCH": "8", "WORKER_THREADS": "4"}
+    with pytest.raises(ConfigError, match=r"WORKER_BATCH=8 is invalid with WORKER_THREADS=4"):
+        Settings.from_env(both)
+    assert Settings.from_env({**both, "WORKER_BATCH": "1"}).worker_threads == 4
 
 
 def test_from_env_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch) -> None:

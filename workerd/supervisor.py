@@ -293,6 +293,8 @@ class Supervisor:
                 "workers": self.settings.worker_count,
                 "threads_per_worker": self.settings.worker_threads,
                 "prefetch": self.settings.worker_prefetch,  # holding the next job (on/off)
+                # Jobs claimed and acknowledged per call (1: off; workerd.batching).
+                "batch": self.settings.worker_batch,
                 "supervisor": self.name,
                 "redis": self.redis_url,
                 "handlers": list(self.settings.handlers),

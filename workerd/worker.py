@@ -1,6 +1,7 @@
 """A worker process: claim → run the handler → complete or fail → claim again.
 
-While there is work, completing a job and claiming the next is one Redis call. With no work
+While there is work, completing a job and claiming the next is one Redis call (with
+WORKER_BATCH=N, completing up to N jobs and claiming the next N: workerd.batching). With no work
 the process blocks on its queues' wake-up lists (BLPOP, 1 s) instead of polling, so an idle
 worker costs about one Redis command a second.
 
@@ -41,7 +42,7 @@ import redis
 
 from shared.connect.redis_conn import MASTER_DOWN, is_cluster
 from shared.engine import lifecycle
-from shared.engine.engine_types import Code, NotRunnable, QueuePaused
+from shared.engine.engine_types import BatchAck, Code, NotRunnable, QueuePaused
 from shared.engine.history import Actor
 from shared.engine.scripts import Scripts, new_request_id
 from shared.engine.scripts.job_scripts import PendingAck, PendingClaim
@@ -50,6 +51,7 @@ from shared.obs import metrics, tracing
 from shared.settings.config import Settings
 from workerd.acks import Acknowledger
 from workerd.backoff import Backoff
+from workerd.batching import Batch, Finished, batch_size, send_batch
 from workerd.children import StopOnSignal
 from workerd.claim_plan import ClaimPlanner, ClaimTimings
 from workerd.duties.fleet_heartbeat import hosts_running
@@ -119,12 +121,16 @@ class WorkerProcess(StopOnSignal):
             scripts, self.routing, self.backoff, parent_alive=self._parent_alive
         )
         self.execution: Execution | None = None  # the handler running now, if any
+        # WORKER_BATCH (workerd.batching): the batch in hand, None when off. It replaces holding.
+        size = batch_size(settings, scripts, worker_id)
+        self.batch = Batch(size) if size > 1 else None
         # WORKER_PREFETCH (workerd.prefetch): the call sent and not yet read, each type's run
         # times, and the age past which a held job is handed back rather than run.
         # Only on one Redis (or a Sentinel's master) without durable mode: a completion sent
         # ahead is a bare EVALSHA, with no WAIT after it and no cluster routing.
         self.prefetch = (
             settings.worker_prefetch
+            and self.batch is None
             and not scripts.policy.wait_replicas
             and not is_cluster(scripts.redis)
         )
@@ -252,9 +258,7 @@ class WorkerProcess(StopOnSignal):
             retry[queue] = request_id
             runnable = self.routing.runnable(queue)
             try:
-                job = self.scripts.claim(
-                    self.worker_id, queue=queue, runnable=runnable, request_id=request_id
-                )
+                job = self._claim_call(queue, runnable, request_id)
             except QueuePaused:
                 retry.pop(queue, None)
                 self.planner.found_paused(queue)
@@ -273,6 +277,27 @@ class WorkerProcess(StopOnSignal):
                 return None  # left to a host that runs it
             request_id = new_request_id()
         return None
+
+    def _claim_call(
+        self, queue: str, runnable: frozenset[str] | None, request_id: str
+    ) -> Job | NotRunnable | None:
+        """One claim on `queue`: a job, or with WORKER_BATCH a batch whose first job is
+        returned and the rest taken in hand."""
+        if self.batch is None:
+            return self.scripts.claim(
+                self.worker_id, queue=queue, runnable=runnable, request_id=request_id
+            )
+        got = self.scripts.claim_batch(
+            self.worker_id,
+            self._batch_count(),
+            queue=queue,
+            runnable=runnable,
+            request_id=request_id,
+        )
+        if isinstance(got, NotRunnable) or not got:
+            return got or None
+        self.batch.hold(got[1:], time.monotonic())
+        return got[0]
 
     def _recheck_paused(self) -> None:
         """Once in a while, ask whether the paused queues still are (one pipelined round trip)."""
@@ -308,9 +333,13 @@ class WorkerProcess(StopOnSignal):
         the next job in hand, and one a call still in flight claimed (read first)."""
         held = self._settle()
         job, self.next_job = self.next_job, None
-        for unstarted in (job, held):
-            if unstarted is not None:
-                self._hand_back(unstarted)
+        unstarted: list[Job | None] = [job, held]
+        if self.batch is not None:
+            self._send_done(0)  # the completions waiting first: those jobs did run
+            unstarted.extend(self.batch.take_hand())
+        for each in unstarted:
+            if each is not None:
+                self._hand_back(each)
 
     def _hand_back(self, job: Job) -> None:
         """Requeue one job claimed for this worker and never started (uncounted)."""
@@ -375,7 +404,7 @@ class WorkerProcess(StopOnSignal):
                 tracing.failed(span, outcome.error_kind)
         duration = time.perf_counter() - started
         metrics.observe_handler(job.type, job.queue, duration)
-        if self.prefetch:
+        if self.prefetch or self.batch is not None:
             self.run_times.observe(job.type, duration)
         fields: dict[str, object] = {"duration_ms": round(duration * 1000, 3)}
         if outcome.ok and asked_to_stop:
@@ -393,6 +422,8 @@ class WorkerProcess(StopOnSignal):
         attributes: dict[str, object] | None,
     ) -> Job | None:
         """Write the outcome to Redis, retrying through an outage; return the next job."""
+        if self.batch is not None:
+            return self._record_batched(job, outcome, fields)
         held = self._settle()
         if held is not None:
             return self._record_holding(job, outcome, fields, held)
@@ -591,6 +622,94 @@ class WorkerProcess(StopOnSignal):
         if claimed is None:
             self.planner.found_empty(inflight.queue)
         return claimed if isinstance(claimed, Job) else None
+
+    # Batched claims and acknowledgements (WORKER_BATCH, workerd.batching) ----------------------
+
+    def _record_batched(self, job: Job, outcome: Outcome, fields: dict[str, object]) -> Job | None:
+        """Keep a success's completion to send with the batch's; write a failure or cancel at
+        once, after the completions waiting. Return the next job in hand to run, having sent
+        the completions first when the next job calls for it (workerd.batching, the bounds)
+        and claimed the next batch with them when the hand is empty."""
+        batch = self.batch
+        assert batch is not None
+        now = time.monotonic()
+        self.planner.claim_now = True
+        if outcome.ok:
+            batch.done.append(Finished(job, outcome.result_json, fields, now))
+        else:
+            self._send_done(0)
+            self._write_without_claim(job, outcome, fields)
+        if self._stop_claiming():
+            self._send_done(0)
+            return None  # the step (or run) hands the jobs in hand back
+        if batch.held_too_long(self.hold_limit, now):
+            self._send_done(0)
+            for unstarted in batch.take_hand():
+                self._hand_back(unstarted)
+            return None
+        if batch.must_send(self.run_times, now):
+            if batch.hand:
+                self._send_done(0)
+            else:
+                return self._send_done_and_claim(job.queue)
+        return batch.hand.popleft() if batch.hand else None
+
+    def _send_done_and_claim(self, queue: str) -> Job | None:
+        """Send the completions waiting (all of `queue`: a batch comes from one queue) and, in
+        the same call, claim the next batch from it if it comes first in the next order."""
+        with contextlib.ExitStack() as fenced:
+            fenced.enter_context(self.fence)  # the quiet check and the claim with the complete
+            claims = not self._stop_claiming() and self.planner.complete_claims_from(queue)
+            if not claims:
+                fenced.close()
+            ack = self._send_done(self._batch_count() if claims else 0, queue)
+        if not claims or ack is None or ack.paused:
+            return None
+        if ack.claimed:
+            self.planner.completed(queue, claimed_next=True)
+            assert self.batch is not None
+            self.batch.hold(ack.claimed[1:], time.monotonic())
+            return ack.claimed[0]
+        if ack.refused is None:
+            self.planner.completed(queue, claimed_next=False)
+        # Refused: the next claim asks the queue again and decides (workerd.routing).
+        return None
+
+    def _send_done(self, count: int, queue: str | None = None) -> BatchAck | None:
+        """Send the completions waiting, claiming up to `count` next jobs of `queue` with
+        them (0: none); record how each ended. None when none waited, or the supervisor is
+        gone."""
+        assert self.batch is not None
+        done = self.batch.take_done()
+        if not done:
+            return None
+        queue = queue or done[0].job.queue
+        ack = send_batch(
+            self.scripts,
+            self.backoff,
+            self._parent_alive,
+            self.worker_id,
+            done,
+            count=count,
+            queue=queue,
+            runnable=self.routing.runnable(queue),
+        )
+        if ack is None:
+            return None
+        for finished, result in zip(done, ack.acks, strict=True):
+            self.acks.log_completion(finished.job, result, finished.fields)
+        if ack.paused:
+            self.planner.found_paused(queue)
+        return ack
+
+    def _batch_count(self) -> int:
+        """Return how many jobs a batched claim asks for: the batch size, fewer when recycling
+        (WORKER_MAX_JOBS) is nearer."""
+        assert self.batch is not None
+        limit = self.settings.worker_max_jobs
+        if not limit:
+            return self.batch.size
+        return max(1, min(self.batch.size, limit - self.jobs_done))
 
     def _due_for_recycling(self) -> bool:
         reason = recycling_reason(self.settings, self.jobs_done)

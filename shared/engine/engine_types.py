@@ -210,6 +210,22 @@ class AckResult:
 
 
 @dataclass(frozen=True)
+class BatchAck:
+    """What complete_batch did: one AckResult per job completed, in the order sent (DONE,
+    NOT_FOUND, or STALE_TOKEN with the status), and what its claim part got.
+
+    `claimed`: the jobs started for the worker, in claim order (a repeat: those its first call
+    claimed that the worker still holds). `refused`: the claim stopped at a job of a type the
+    worker does not run (left first in line). `paused`: the queue is paused, nothing claimed.
+    """
+
+    acks: tuple[AckResult, ...]
+    claimed: tuple[Job, ...] = ()
+    refused: NotRunnable | None = None
+    paused: bool = False
+
+
+@dataclass(frozen=True)
 class Released:
     """One job release_worker gave back: requeued (DONE), dead past the recovery cap (DEAD), or
     canceled (CANCELED: its cancel was requested)."""

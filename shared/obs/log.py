@@ -51,6 +51,7 @@ EVENTS: frozenset[str] = frozenset(
         "worker_stopped",
         "worker_process_stopped",
         "worker_waits_alone",
+        "worker_batch_off",
         "supervisor_started",
         "supervisor_stopped",
         "gateway_started",

@@ -26,6 +26,7 @@ WORKER_COUNT_DEFAULT = 3
 WORKER_COUNT_MAX = 512
 WORKER_THREADS_DEFAULT = 1
 WORKER_THREADS_MAX = 64
+WORKER_BATCH_MAX = 64
 # 64 per process: 50 streams (a dashboard per operator, or a load test) fit in one process even
 # when all land there (gunicorn does not spread connections evenly), beside its 32 other threads.
 EVENTS_STREAMS_DEFAULT = 64
@@ -76,6 +77,7 @@ class Settings:
     worker_count: int
     worker_threads: int
     worker_prefetch: bool
+    worker_batch: int
     visibility_timeout: float
     retry_base_delay: float
     retry_max_delay: float
@@ -128,7 +130,18 @@ class Settings:
             warnings=tuple(warnings),
         )
         settings.check_wait_timeout()
+        settings.check_batch()
         return settings
+
+    def check_batch(self) -> None:
+        """Refuse batched claims with job threads: a thread's batch would wait behind its
+        siblings' jobs and a job run alone (workerd.worker_threads), unbounded."""
+        if self.worker_batch > 1 and self.worker_threads > 1:
+            raise ConfigError(
+                f"WORKER_BATCH={self.worker_batch} is invalid with WORKER_THREADS="
+                f"{self.worker_threads}: expected WORKER_BATCH=1 or WORKER_THREADS=1 (batched "
+                "claims and acknowledgements run one job at a time)"
+            )
 
     def check_wait_timeout(self) -> None:
         """Refuse a WAIT timeout the Redis socket would cut short (then read as an outage)."""
@@ -390,6 +403,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("WORKER_PREFETCH", "worker_prefetch", "on",
              "on: a worker (each job thread) running a short job holds its next job, claimed with the last completion, and starts it while that completion's reply is on its way (docs/WORKERD.md, \"Holding the next job\"); off: it waits for each reply",
              _on_off),
+    Variable("WORKER_BATCH", "worker_batch", "1",
+             f"Jobs a worker claims in one call and acknowledges in one call, at most {WORKER_BATCH_MAX}; 1 (the default) is off: one call per job (docs/WORKERD.md, \"Batched claims and acknowledgements\"). Above 1 it needs WORKER_THREADS=1, replaces WORKER_PREFETCH, and a worker that dies runs up to N-1 finished jobs again (docs/RELIABILITY.md)",
+             _integer(1, WORKER_BATCH_MAX)),
     Variable("TASK_VISIBILITY_TIMEOUT", "visibility_timeout", "30s",
              "Lease length: a job whose lease is not renewed for this long goes back to pending",
              duration_parser(positive=True)),

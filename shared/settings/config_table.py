@@ -95,6 +95,7 @@ SECTIONS: tuple[Section, ...] = (
         Setting("WORKER_COUNT", (WORKERD,)),
         Setting("WORKER_THREADS", (WORKERD,)),
         Setting("WORKER_PREFETCH", (WORKERD,)),
+        Setting("WORKER_BATCH", (WORKERD,)),
         Setting("WORKER_QUEUES", (WORKERD,)),
         Setting("TASKFORGE_HANDLERS", (WORKERD, BIN_RUN),
                 "bin/run sets workerd.demo unless it is set"),

@@ -28,7 +28,7 @@ import redis
 from shared.engine.engine_types import Code, NotRunnable, QueuePaused
 from shared.engine.scripts import Scripts
 from shared.model.job_ids import new_client_id
-from tests.engine.conftest import J1, J2, J3, J4, request
+from tests.engine.conftest import J1, J2, J3, J4, job_id, request
 from tests.support.redis_server import RedisServer
 from tests.support.tools import require_tool
 
@@ -322,7 +322,7 @@ def test_complete_without_a_claim_pays_nothing_for_the_pause(
     assert "exists" not in counts
 
 
-# A batched claim (claim_batch.lua, not used by workerd yet): MGET, then per job ZPOPMIN, HMGET,
+# A batched claim (claim_batch.lua, a batched worker's first claim: WORKER_BATCH): MGET, then per job ZPOPMIN, HMGET,
 # ZREM, HSET, ZADD, TIME once for the batch (events on: an XADD per job, its time the first's),
 # and the repeat pointer's SET: for 3 jobs 1 + 3 x 5 + 1 + 1 = 18, against 3 x 8 = 24 for 3 claims.
 CLAIM_BATCH_OF_3 = 18
@@ -336,6 +336,35 @@ def test_a_batched_claim_is_within_its_budget(r: redis.Redis, engine: Scripts) -
     assert [j.id for j in result[0]] == [J1, J2, J3]
     assert_within(counts, budget(engine, counts, CLAIM_BATCH_OF_3, 3, stamped=True))
     assert counts["set"] == 1 and counts["mget"] == 1
+
+
+# A batched worker's round trip (complete_batch.lua, WORKER_BATCH): 3 completions and 3 claims.
+# Per completion HMGET, HSET, HDEL, ZREM, ZADD; per claim ZPOPMIN, HMGET, ZREM, HSET, ZADD; the
+# claim part's MGET and its repeat pointer's SET; one clock for the call: TIME once with events
+# off, else each job's event (6 XADDs) and no TIME. 33 commands (38 with events), against 3 x 12
+# (3 x 13) in three complete-and-claim calls, and one round trip instead of three.
+COMPLETE_BATCH_3_AND_3 = Counter(
+    {"hmget": 6, "hset": 6, "hdel": 3, "zrem": 6, "zadd": 6, "zpopmin": 3, "mget": 1, "set": 1}
+)
+
+
+def test_a_batched_completion_and_claim_costs_exactly_its_commands(
+    r: redis.Redis, engine: Scripts
+) -> None:
+    for jid in (J1, J2, J3):
+        engine.enqueue(request(), jid)
+    batch = engine.claim_batch("w1", 3)
+    assert isinstance(batch, list)
+    jobs = [(j.id, j.token, "null") for j in batch]
+    for n in range(4, 8):
+        engine.enqueue(request(), job_id(n))
+    result: list[Any] = []
+
+    counts = commands_of(r, lambda: result.append(engine.complete_batch("w1", jobs, count=3)))
+
+    assert [a.code for a in result[0].acks] == [Code.DONE] * 3 and len(result[0].claimed) == 3
+    on = engine.policy.events_cap > 0
+    assert counts == COMPLETE_BATCH_3_AND_3 + Counter({"xadd": 6} if on else {"time": 1})
 
 
 # The registry heartbeat. The hosts it forgets are read before they are removed, to

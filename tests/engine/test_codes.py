@@ -160,6 +160,7 @@ def test_every_wrapper_passes_as_many_keys_and_arguments_as_its_header_names(
     scripts.release(J3, token, now_ms=T0)
     scripts.release_worker("w1", running="", now_ms=T0)
     scripts.claim_batch("w1", 2, now_ms=T0)
+    scripts.complete_batch("w1", [(J1, 1, "null"), (J2, 1, "null")], count=2, now_ms=T0)
     scripts.cancel(J2, now_ms=T0)
     scripts.cancel_running(J1, token, "handler", now_ms=T0)
     for action in (scripts.replay, scripts.purge):

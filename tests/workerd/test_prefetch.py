@@ -26,6 +26,7 @@ from tests.fakes import IdleSlot
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine, Journal
+from tests.workerd.stepping import assert_each_completed_once, job_hash, run_until
 from workerd import JobContext, handler
 from workerd.slots import SlotTable
 from workerd.worker import WorkerProcess
@@ -80,28 +81,6 @@ def _enqueue(scripts: Scripts, job_type: str, count: int) -> list[str]:
     return [scripts.enqueue(request, str(uuid.uuid4())).job_id for _ in range(count)]
 
 
-def _run(worker: WorkerProcess, until: Any, seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not until():
-        assert time.monotonic() < deadline, f"worker ran {worker.jobs_done} jobs"
-        worker.step()
-
-
-def _job(scripts: Scripts, job_id: str) -> dict[bytes, bytes]:
-    return scripts.redis.hgetall(scripts.q("default").job(job_id))
-
-
-def _each_completed_once(scripts: Scripts, ids: list[str]) -> None:
-    """Assert every job completed on its first attempt, no recovery counted."""
-    for job_id in ids:
-        job = _job(scripts, job_id)
-        assert (job[b"status"], job[b"attempts"], job.get(b"recoveries", b"0")) == (
-            b"completed",
-            b"1",
-            b"0",
-        ), job_id
-
-
 def _lose_replies(
     monkeypatch: pytest.MonkeyPatch, pending: type[PendingAck] | type[PendingClaim], times: int
 ) -> dict[str, int]:
@@ -126,10 +105,10 @@ def test_short_jobs_run_with_the_next_one_held_and_each_completes_once(
 ) -> None:
     ids = _enqueue(scripts, SHORT, 30)
     worker = _worker(scripts)
-    _run(worker, lambda: worker.jobs_done == 30)
+    run_until(worker, lambda: worker.jobs_done == 30)
     worker._hand_back_unstarted_job()  # what run() does on the way out
 
-    _each_completed_once(scripts, ids)
+    assert_each_completed_once(scripts, ids)
     assert [job_id for _, job_id, _ in seen] == ids  # FIFO, each started once
     # Once a run of the type is on record, each job ran with its successor claimed.
     held = [len(ids_held) for _, _, ids_held in seen]
@@ -167,7 +146,7 @@ def test_the_completion_is_sent_before_the_next_job_and_read_after_it(
         return real_execute(job)
 
     worker._execute = executing  # type: ignore[method-assign]
-    _run(worker, lambda: worker.jobs_done == 6)
+    run_until(worker, lambda: worker.jobs_done == 6)
     worker._hand_back_unstarted_job()
 
     # A job sent ahead is read only after the next job ran.
@@ -178,7 +157,7 @@ def test_the_completion_is_sent_before_the_next_job_and_read_after_it(
         assert following[0][0] == "start", order
         assert ("read", job_id) in following[1:], order
     assert sum(event == "sent" for event, _ in order) >= 3
-    assert all(_job(scripts, i)[b"status"] == b"completed" for i in ids)
+    assert all(job_hash(scripts, i)[b"status"] == b"completed" for i in ids)
 
 
 def test_a_worker_fed_one_job_at_a_time_claims_nothing_ahead(
@@ -195,30 +174,30 @@ def test_a_worker_fed_one_job_at_a_time_claims_nothing_ahead(
     worker = _worker(scripts)
     for done in range(1, 6):  # each job enqueued once the last is done: no backlog
         _enqueue(scripts, SHORT, 1)
-        _run(worker, lambda done=done: worker.jobs_done == done)
+        run_until(worker, lambda done=done: worker.jobs_done == done)
     assert ahead == []
     _enqueue(scripts, SHORT, 5)  # a backlog: the second job (it came with a completion) on
-    _run(worker, lambda: worker.jobs_done == 10)
+    run_until(worker, lambda: worker.jobs_done == 10)
     assert len(ahead) == 1
 
 
 def test_no_job_is_held_behind_a_long_one(scripts: Scripts) -> None:
     ids = _enqueue(scripts, LONG, 4)
     worker = _worker(scripts)
-    _run(worker, lambda: worker.jobs_done == 4)
+    run_until(worker, lambda: worker.jobs_done == 4)
     assert [len(held) for _, _, held in seen] == [1, 1, 1, 1]
-    assert all(_job(scripts, i)[b"status"] == b"completed" for i in ids)
+    assert all(job_hash(scripts, i)[b"status"] == b"completed" for i in ids)
 
 
 def test_a_stopping_worker_hands_its_held_job_back_uncounted(scripts: Scripts) -> None:
     ids = _enqueue(scripts, SHORT, 10)
     worker = _worker(scripts)
-    _run(worker, lambda: worker.jobs_done == 4)
+    run_until(worker, lambda: worker.jobs_done == 4)
     assert worker.inflight is not None and worker.inflight.claims  # one job held ahead
     worker.stopping = True
     worker._hand_back_unstarted_job()
 
-    states = {i: _job(scripts, i) for i in ids}
+    states = {i: job_hash(scripts, i) for i in ids}
     done = [i for i in ids if states[i][b"status"] == b"completed"]
     waiting = [i for i in ids if states[i][b"status"] == b"pending"]
     assert len(done) == 4 and len(waiting) == 6, states
@@ -236,14 +215,14 @@ def test_quiet_hands_back_the_held_job_and_claims_nothing_more(scripts: Scripts)
     worker = WorkerProcess(
         settings, scripts, IdleSlot(), "w-quiet", os.getppid(), quiet=lambda _: quiet["on"]
     )
-    _run(worker, lambda: worker.jobs_done == 4)
+    run_until(worker, lambda: worker.jobs_done == 4)
     assert worker.inflight is not None and worker.inflight.claims  # one job held ahead
     quiet["on"] = True
     for _ in range(3):
         worker.step()
     assert worker.jobs_done in (4, 5)  # the job in hand when quiet came may still run
     assert scripts.redis.zcard(scripts.q("default").processing) == 0
-    pending = [i for i in ids if _job(scripts, i)[b"status"] == b"pending"]
+    pending = [i for i in ids if job_hash(scripts, i)[b"status"] == b"pending"]
     assert len(pending) == 10 - worker.jobs_done
 
 
@@ -259,10 +238,10 @@ def test_a_held_job_too_old_for_its_lease_is_handed_back_not_run(scripts: Script
         hand_back(job)
 
     worker._hand_back = counting  # type: ignore[method-assign]
-    _run(worker, lambda: worker.jobs_done == 8)
+    run_until(worker, lambda: worker.jobs_done == 8)
     worker._hand_back_unstarted_job()
 
-    _each_completed_once(scripts, ids)
+    assert_each_completed_once(scripts, ids)
     assert [job_id for _, job_id, _ in seen] == ids  # each ran once, in order
     assert len(handed_back) >= 5, handed_back  # each held job went back before its turn
 
@@ -273,13 +252,13 @@ def test_a_lost_reply_is_repeated_with_the_same_token_and_claims_nothing_twice(
     lost = _lose_replies(monkeypatch, PendingAck, 3)
     ids = _enqueue(scripts, SHORT, 12)
     worker = _worker(scripts)
-    _run(worker, lambda: worker.jobs_done == 12)
+    run_until(worker, lambda: worker.jobs_done == 12)
     worker._hand_back_unstarted_job()
 
     assert lost["count"] == 3
     assert [job_id for _, job_id, _ in seen] == ids
     for job_id in ids:
-        job = _job(scripts, job_id)
+        job = job_hash(scripts, job_id)
         assert (job[b"status"], job[b"attempts"]) == (b"completed", b"1")
     assert scripts.redis.zcard(scripts.q("default").processing) == 0
 
@@ -292,12 +271,12 @@ def test_a_lost_claim_reply_is_repeated_by_its_request_id(
     worker = _worker(scripts)
     for batch in range(3):  # each batch a backlog: its second job claims one ahead
         ids += _enqueue(scripts, SHORT, 4)
-        _run(worker, lambda batch=batch: worker.jobs_done == 4 * (batch + 1))
+        run_until(worker, lambda batch=batch: worker.jobs_done == 4 * (batch + 1))
     worker._hand_back_unstarted_job()
 
     assert lost["count"] == 2
     assert [job_id for _, job_id, _ in seen] == ids
-    _each_completed_once(scripts, ids)
+    assert_each_completed_once(scripts, ids)
     assert scripts.redis.zcard(scripts.q("default").processing) == 0
 
 
@@ -310,7 +289,7 @@ def test_the_reply_read_later_survives_a_flushed_script_cache(scripts: Scripts) 
     assert pending.sent.pending
     ack = pending.result()  # NOSCRIPT: loaded and sent again, once
     assert ack.next_job is not None and ack.next_job.id == ids[1]  # type: ignore[union-attr]
-    assert _job(scripts, ids[0])[b"status"] == b"completed"
+    assert job_hash(scripts, ids[0])[b"status"] == b"completed"
 
 
 # A real workerd with WORKER_PREFETCH=on: a worker SIGKILLed while it holds a job. ----------
@@ -371,7 +350,7 @@ def test_quiet_is_reported_only_once_the_claiming_completion_in_flight_is_read(
     probe["worker"] = b"w-fenced"
     settings = Settings.from_env({"WORKER_PREFETCH": "on"})
     worker = WorkerProcess(settings, scripts, table.slot(0), "w-fenced", os.getppid())
-    _run(worker, lambda: worker.jobs_done == 4)
+    run_until(worker, lambda: worker.jobs_done == 4)
     assert worker.inflight is not None and worker.inflight.claims
 
     table.publish_status(1, True, True, quiet=True)
@@ -382,5 +361,5 @@ def test_quiet_is_reported_only_once_the_claiming_completion_in_flight_is_read(
     assert table.quiet()
     assert worker.inflight is None
     assert scripts.redis.zcard(scripts.q("default").processing) == 0
-    done = [i for i in ids if _job(scripts, i)[b"status"] == b"completed"]
+    done = [i for i in ids if job_hash(scripts, i)[b"status"] == b"completed"]
     assert len(done) == worker.jobs_done

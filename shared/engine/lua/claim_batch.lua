@@ -8,9 +8,9 @@
 -- FIFO); the batch stops early at an empty queue, at a limit (as claim.lua's includes/claim.lua
 -- holds a job, a held job is skipped), or at a job of a type the worker does not run, which
 -- stays first in line. A repeated call with the same request id (a reply lost and retried)
--- returns the jobs that request claimed and still holds, claiming nothing more. Nothing wired
--- into workerd yet (issue 30: a worker running several jobs at once would fill its slots in
--- one call; bench/PER_JOB_COST.md, "Batched claim").
+-- returns the jobs that request claimed and still holds, claiming nothing more. A batched worker
+-- (WORKER_BATCH, workerd.batching) claims its first batch here, the next ones with
+-- complete_batch.lua.
 --
 -- KEYS[1] -> {prefix}pending          zset, score -priority, member <seq>:<id>
 -- KEYS[2] -> {prefix}pending_since    zset, id -> claimable since (ms)
@@ -50,53 +50,6 @@
 --- @include "common"
 --- @include "claim"
 
-local prefix, worker_id, request_id = ARGV[1], ARGV[2], ARGV[4]
-local last, paused, limits = unpack(redis.call('MGET', KEYS[4], KEYS[6], KEYS[7]))
-if last then
-  local sep = string.find(last, '|', 1, true)
-  if string.sub(last, 1, sep - 1) == request_id then
-    -- A repeat: the jobs this request claimed that the worker still holds.
-    local reply = {DONE, '', 0}
-    for job_id in string.gmatch(string.sub(last, sep + 1), '[^|]+') do
-      local job = still_held(prefix .. job_id, worker_id)
-      if job then
-        for i = 1, #job do
-          reply[#reply + 1] = job[i]
-        end
-        reply[3] = reply[3] + 1
-      end
-    end
-    return reply[3] > 0 and reply or {EMPTY}
-  end
-end
-if paused then
-  return {PAUSED}
-end
-
-local lk = limits and {limits = cjson.decode(limits), running = KEYS[8], held = KEYS[9],
-  buckets = KEYS[10], gates = KEYS[11], order = KEYS[12], pending = KEYS[1], wake = KEYS[5]}
-local reply, ids, now, refused = {DONE, '', 0}, {request_id}, ARGV[5], nil
-for _ = 1, math.max(1, tonumber(ARGV[8])) do
-  local job
-  job, refused = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[13]}, prefix, worker_id,
-    tonumber(ARGV[3]), now, ARGV[6], tonumber(ARGV[7]), ARGV[9], lk)
-  if not job then
-    break
-  end
-  -- One clock for the batch: the first claim's time (its event's, or TIME) starts them all.
-  now = tonumber(job[F_STATUS])
-  ids[#ids + 1] = job[1]
-  for i = 1, #job do
-    reply[#reply + 1] = job[i]
-  end
-  reply[3] = reply[3] + 1
-end
-if refused then
-  reply[1], reply[2] = NOT_RUNNABLE, refused
-elseif reply[3] == 0 then
-  return {EMPTY}
-end
-if reply[3] > 0 then
-  redis.call('SET', KEYS[4], table.concat(ids, '|'), 'PX', ARGV[3])
-end
-return reply
+-- The keys are in the order claim_many takes them.
+return claim_many(KEYS, ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]),
+  tonumber(ARGV[8]), ARGV[9])

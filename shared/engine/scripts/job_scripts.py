@@ -10,6 +10,7 @@ from typing import Any
 
 from shared.engine.engine_types import (
     AckResult,
+    BatchAck,
     Code,
     Confirmation,
     FailResult,
@@ -108,14 +109,15 @@ class JobCalls(ScriptsBase):
         runnable: frozenset[str] | None = None,
         request_id: str | None = None,
         now_ms: int | None = None,
-    ) -> list[Job]:
+    ) -> list[Job] | NotRunnable:
         """Start up to `count` of the best pending jobs for this worker in one call, each with
         its own lease and fencing token, as :meth:`claim` starts one (claim_batch.lua).
 
-        Fewer (or none) when the queue runs out, or when the next job's type is not in
-        `runnable` (it stays first in line: :meth:`claim` names it). A retry of a call that
+        Fewer (or none) when the queue runs out, or when a job's type is not in `runnable` (it
+        stays first in line); a batch that stops at such a job before claiming any answers a
+        :class:`NotRunnable` naming its type, as :meth:`claim` does. A retry of a call that
         raised passes the same `request_id`: it gets the jobs the first call claimed. Raises
-        QueuePaused, having claimed nothing, when the queue is paused. Not used by workerd yet.
+        QueuePaused, having claimed nothing, when the queue is paused.
         """
         reply = self.transport.run(
             "claim_batch",
@@ -125,14 +127,51 @@ class JobCalls(ScriptsBase):
         )
         if reply[0] == Code.PAUSED:
             raise QueuePaused(queue)
-        if reply[0] == Code.EMPTY:
-            return []
-        width = len(CLAIM_REPLY_FIELDS)
-        values = reply[3:]
-        return [
-            claimed_job(values[i : i + width], worker_id, queue)
-            for i in range(0, int(reply[2]) * width, width)
-        ]
+        jobs, refused = _batch_claimed(reply, worker_id, queue)
+        return refused if refused is not None and not jobs else list(jobs)
+
+    def complete_batch(
+        self,
+        worker_id: str,
+        completions: Sequence[tuple[str, int, str]],
+        *,
+        count: int,
+        queue: str = DEFAULT_QUEUE,
+        runnable: frozenset[str] | None = None,
+        request_id: str | None = None,
+        now_ms: int | None = None,
+    ) -> BatchAck:
+        """Complete the jobs this worker ran, (job id, token, result JSON) each, and claim up
+        to `count` next jobs (0: none) in one call (complete_batch.lua).
+
+        Each job is answered on its own, as :meth:`complete` answers one. The claim part is
+        :meth:`claim_batch`'s. A retry of a call that raised passes the same completions and
+        `request_id`: nothing completes twice, and it gets the jobs the first call claimed.
+        """
+        k = self.q(queue)
+        args = self._claim_args(queue, worker_id, runnable, request_id, now_ms)
+        # Sent with events off too (untouched then): the job keys follow it.
+        args["events"] = self._events_key(k) or k.events
+        reply = self.transport.run(
+            "complete_batch",
+            **args,
+            completed=k.completed,
+            jobs=[k.job(job_id) for job_id, _, _ in completions],
+            count=max(0, count),
+            events_cap=self._events_cap() or 0,
+            completions=[value for _, token, result in completions for value in (token, result)],
+        )
+        done = int(reply[0])
+        acks = tuple(
+            AckResult(Code(reply[1 + 2 * i]), text(reply[2 + 2 * i]) or None) for i in range(done)
+        )
+        claim = reply[1 + 2 * done :]
+        if not claim:
+            return BatchAck(acks)
+        if claim[0] == Code.PAUSED:
+            return BatchAck(acks, paused=True)
+        jobs, refused = _batch_claimed(claim, worker_id, queue)
+        return BatchAck(acks, jobs, refused)
 
     def _claim_args(
         self,
@@ -142,7 +181,8 @@ class JobCalls(ScriptsBase):
         request_id: str | None,
         now_ms: int | None,
     ) -> dict[str, Any]:
-        """Return the keys and arguments claim.lua and claim_batch.lua share, by name."""
+        """Return the keys and arguments claim.lua, claim_batch.lua and complete_batch.lua
+        share, by name."""
         k = self.q(queue)
         return {
             "pending": k.pending,
@@ -432,6 +472,23 @@ def _ack_result(
         next_job = _claimed(reply, worker, queue)
         return AckResult(Code.DONE, next_job=next_job, confirmation=confirmation)
     return AckResult(code, text(reply[1]) if len(reply) > 1 else None)
+
+
+def _batch_claimed(
+    reply: list[Any], worker_id: str, queue: str
+) -> tuple[tuple[Job, ...], NotRunnable | None]:
+    """Return the jobs a claim_batch reply (claim_batch.lua's, or complete_batch.lua's claim
+    part) holds, and the type it stopped at, if any."""
+    if reply[0] == Code.EMPTY:
+        return (), None
+    width = len(CLAIM_REPLY_FIELDS)
+    values = reply[3:]
+    jobs = tuple(
+        claimed_job(values[i : i + width], worker_id, queue)
+        for i in range(0, int(reply[2]) * width, width)
+    )
+    refused = NotRunnable(queue, text(reply[1]) or "") if reply[0] == Code.NOT_RUNNABLE else None
+    return jobs, refused
 
 
 def _claimed(reply: list[Any], worker_id: str, queue: str) -> Job | NotRunnable | None:

@@ -23,6 +23,7 @@ SCRIPT_NAMES = (
     "claim_batch",
     "renew",
     "complete",
+    "complete_batch",
     "fail",
     "promote",
     "recover",

@@ -157,3 +157,63 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
   end
   return nil
 end
+
+-- Start up to `count` of the best pending jobs for one worker, each as claim_next starts one,
+-- or answer a repeated request (claim_batch.lua, and complete_batch.lua's claim part).
+-- keys = {pending, pending_since, processing, claim:<worker> (the repeat pointer, "<request
+-- id>|<job id>|..."), wake, paused, limits, running, held, buckets, gates, held_order,
+-- events}. lease: its ARGV text (ms). now: as claim_next takes it. A request id that is the
+-- pointer's gets the jobs it claimed that the worker still holds, and nothing more is claimed.
+-- Returns {DONE, '', k, <claim reply> x k}, {NOT_RUNNABLE, type, k, ...} (stopped at a job of
+-- a type not in `runnable`, left first in line), {EMPTY} or {PAUSED}.
+local function claim_many(keys, prefix, worker_id, lease, request_id, now, runnable, wake_cap,
+    count, events_cap)
+  local last, paused, limits = unpack(redis.call('MGET', keys[4], keys[6], keys[7]))
+  if last then
+    local sep = string.find(last, '|', 1, true)
+    if string.sub(last, 1, sep - 1) == request_id then
+      -- A repeat: the jobs this request claimed that the worker still holds.
+      local reply = {DONE, '', 0}
+      for job_id in string.gmatch(string.sub(last, sep + 1), '[^|]+') do
+        local job = still_held(prefix .. job_id, worker_id)
+        if job then
+          for i = 1, #job do
+            reply[#reply + 1] = job[i]
+          end
+          reply[3] = reply[3] + 1
+        end
+      end
+      return reply[3] > 0 and reply or {EMPTY}
+    end
+  end
+  if paused then
+    return {PAUSED}
+  end
+  local lk = limits and {limits = cjson.decode(limits), running = keys[8], held = keys[9],
+    buckets = keys[10], gates = keys[11], order = keys[12], pending = keys[1], wake = keys[5]}
+  local reply, ids, refused = {DONE, '', 0}, {request_id}, nil
+  for _ = 1, math.max(1, count) do
+    local job
+    job, refused = claim_next({keys[1], keys[2], keys[3], keys[5], keys[13]}, prefix,
+      worker_id, tonumber(lease), now, runnable, wake_cap, events_cap, lk)
+    if not job then
+      break
+    end
+    -- One clock for the batch: the first claim's time (its event's, or TIME) starts them all.
+    now = tonumber(job[F_STATUS])
+    ids[#ids + 1] = job[1]
+    for i = 1, #job do
+      reply[#reply + 1] = job[i]
+    end
+    reply[3] = reply[3] + 1
+  end
+  if refused then
+    reply[1], reply[2] = NOT_RUNNABLE, refused
+  elseif reply[3] == 0 then
+    return {EMPTY}
+  end
+  if reply[3] > 0 then
+    redis.call('SET', keys[4], table.concat(ids, '|'), 'PX', lease)
+  end
+  return reply
+end

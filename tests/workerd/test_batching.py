@@ -1,0 +1,315 @@
+"""Batched claims and acknowledgements (WORKER_BATCH, workerd.batching): a worker stepped by
+hand on a real Redis, and a real workerd SIGKILLed mid-batch (its duplicate window)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from shared.engine.scripts import Scripts
+from shared.model.jobs import JobState, validate_enqueue
+from shared.settings.config import Settings
+from tests.fakes import IdleSlot
+from tests.support.tools import wait_until
+from tests.support.workerd import Workerd
+from tests.workerd.conftest import Engine, Journal
+from tests.workerd.stepping import assert_each_completed_once, job_hash, run_until
+from workerd import JobContext, handler
+from workerd.worker import WorkerProcess
+
+SHORT = "test.batch_short"
+LONG = "test.batch_long"
+WORKER = "w-batch"
+# The Redis calls of the worker under test, in order: (script, job ids completed or written).
+calls: list[tuple[str, tuple[str, ...]]] = []
+# What the handlers saw: (job id, ids completed in Redis when it started).
+seen: list[tuple[str, frozenset[str]]] = []
+probe: dict[str, Any] = {}
+
+
+def _completed_now() -> frozenset[str]:
+    scripts: Scripts = probe["scripts"]
+    return frozenset(
+        m.decode() for m in scripts.redis.zrange(scripts.q("default").completed, 0, -1)
+    )
+
+
+@handler(SHORT)
+def _short(payload: dict[str, Any], job: JobContext) -> None:
+    seen.append((job.id, _completed_now()))
+    if payload.get("fail"):
+        raise RuntimeError("boom")
+
+
+@handler(LONG)
+def _long(payload: dict[str, Any], job: JobContext) -> None:
+    seen.append((job.id, _completed_now()))
+    time.sleep(0.12)  # past workerd.prefetch.SHORT_JOB
+
+
+@pytest.fixture
+def scripts(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> Iterator[Scripts]:
+    made = Scripts(r)
+    made.load()
+    seen.clear()
+    calls.clear()
+    probe.clear()
+    probe["scripts"] = made
+    for name in ("claim", "claim_batch", "complete", "complete_batch", "fail", "release"):
+        _record_calls(monkeypatch, made, name)
+    yield made
+
+
+def _record_calls(monkeypatch: pytest.MonkeyPatch, scripts: Scripts, name: str) -> None:
+    real = getattr(scripts, name)
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        if name == "complete_batch":
+            ids = tuple(job_id for job_id, _, _ in args[1])
+        elif name in ("fail", "release", "complete"):
+            ids = (args[0],)
+        else:
+            ids = ()
+        calls.append((name, ids))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scripts, name, recording)
+
+
+def _worker(scripts: Scripts, size: int = 8, **kwargs: Any) -> WorkerProcess:
+    settings = Settings.from_env({"WORKER_BATCH": str(size)})
+    return WorkerProcess(settings, scripts, IdleSlot(), WORKER, os.getppid(), **kwargs)
+
+
+def _enqueue(scripts: Scripts, job_type: str, count: int, **payload: Any) -> list[str]:
+    request = validate_enqueue({"type": job_type, "max_retries": 1, "payload": payload})
+    return [scripts.enqueue(request, str(uuid.uuid4())).job_id for _ in range(count)]
+
+
+def _ran_once_in_order(scripts: Scripts, ids: list[str]) -> None:
+    assert_each_completed_once(scripts, ids)
+    assert [job_id for job_id, _ in seen] == ids  # FIFO, each ran once
+
+
+def _batches() -> list[tuple[str, ...]]:
+    return [ids for name, ids in calls if name == "complete_batch"]
+
+
+def test_a_backlog_runs_in_batches_one_call_each(scripts: Scripts) -> None:
+    ids = _enqueue(scripts, SHORT, 33)
+    worker = _worker(scripts)
+    assert worker.batch is not None and not worker.prefetch  # batching replaces holding
+    run_until(worker, lambda: worker.jobs_done == 33)
+    worker._hand_back_unstarted_job()
+
+    _ran_once_in_order(scripts, ids)
+    names = Counter(name for name, _ in calls)
+    # One claim of 8; then each batch's completions claim the next 8: 33 jobs in 6 calls.
+    assert (names["claim_batch"], names["claim"], names["complete"]) == (1, 0, 0)
+    assert [len(b) for b in _batches()] == [8, 8, 8, 8, 1]
+    assert sum(len(b) for b in _batches()) == 33
+
+
+def test_a_completion_waits_at_most_for_the_rest_of_its_batch(scripts: Scripts) -> None:
+    ids = _enqueue(scripts, SHORT, 12)
+    worker = _worker(scripts)
+    run_until(worker, lambda: worker.jobs_done == 12)
+    # Each job of a batch started with the completions before it in the batch not yet sent
+    # (its first job's type is known short once it ran), and they went with the next claim.
+    assert [len(done) for _, done in seen] == [0] * 8 + [8] * 4
+    assert _batches()[0] == tuple(ids[:8])
+
+
+def test_a_failure_sends_the_completions_before_it_at_once(scripts: Scripts) -> None:
+    ids = _enqueue(scripts, SHORT, 3) + _enqueue(scripts, SHORT, 1, fail=True)
+    ids += _enqueue(scripts, SHORT, 2)
+    worker = _worker(scripts)
+    run_until(worker, lambda: worker.jobs_done == 6)
+    worker._hand_back_unstarted_job()
+
+    # The completions before the failure go first, then the failure, each at once.
+    order = [(name, job_ids) for name, job_ids in calls if name in ("complete_batch", "fail")]
+    assert order == [
+        ("complete_batch", tuple(ids[:3])),
+        ("fail", (ids[3],)),
+        ("complete_batch", tuple(ids[4:])),
+    ]
+    assert job_hash(scripts, ids[3])[b"status"] == b"dead"
+    assert all(job_hash(scripts, i)[b"status"] == b"completed" for i in ids[:3] + ids[4:])
+
+
+def test_a_job_not_known_short_starts_with_every_completion_before_it_sent(
+    scripts: Scripts,
+) -> None:
+    ids = _enqueue(scripts, SHORT, 3) + _enqueue(scripts, LONG, 2) + _enqueue(scripts, SHORT, 1)
+    worker = _worker(scripts)
+    run_until(worker, lambda: worker.jobs_done == 6)
+    worker._hand_back_unstarted_job()
+
+    started_with = dict(seen)
+    assert started_with[ids[3]] >= set(ids[:3])  # a type never seen: all acknowledged first
+    assert started_with[ids[4]] >= set(ids[:4])  # a long type: likewise
+    _ran_once_in_order(scripts, ids)
+
+
+def test_the_ack_delay_bound_sends_an_old_completion_before_the_next_job(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("workerd.batching.ACK_DELAY", 0.0)  # every completion is overdue
+    ids = _enqueue(scripts, SHORT, 6)
+    worker = _worker(scripts)
+    run_until(worker, lambda: worker.jobs_done == 6)
+
+    # The first job's completion is sent with its successor's start (a type known short by
+    # then, the bound alone sends it), and so on.
+    assert [done for _, done in seen] == [frozenset(ids[:n]) for n in range(6)]
+    assert all(len(batch) == 1 for batch in _batches())
+    assert Counter(name for name, _ in calls)["claim_batch"] == 1  # the claims stay batched
+
+
+def test_a_stopping_worker_sends_its_completions_and_hands_back_the_rest_uncounted(
+    scripts: Scripts,
+) -> None:
+    ids = _enqueue(scripts, SHORT, 12)
+    worker = _worker(scripts)
+    run_until(worker, lambda: worker.jobs_done == 4)
+    assert worker.batch is not None and worker.batch.done  # completions waiting
+    worker.stopping = True
+    worker._hand_back_unstarted_job()  # what run() does on the way out
+
+    states = {i: job_hash(scripts, i) for i in ids}
+    assert [i for i in ids if states[i][b"status"] == b"completed"] == ids[:4]
+    for job_id in ids[4:]:
+        assert states[job_id][b"status"] == b"pending"
+        assert (states[job_id][b"attempts"], states[job_id].get(b"recoveries", b"0")) == (
+            b"0",
+            b"0",
+        )
+    assert scripts.redis.zcard(scripts.q("default").processing) == 0
+
+
+def test_quiet_sends_the_completions_and_hands_back_the_batch(scripts: Scripts) -> None:
+    ids = _enqueue(scripts, SHORT, 12)
+    quiet = {"on": False}
+    worker = _worker(scripts, quiet=lambda _: quiet["on"])
+    run_until(worker, lambda: worker.jobs_done == 4)
+    quiet["on"] = True
+    for _ in range(3):
+        worker.step()
+
+    assert worker.jobs_done in (4, 5)  # the job returned with the last write may still run
+    assert scripts.redis.zcard(scripts.q("default").processing) == 0
+    pending = [i for i in ids if job_hash(scripts, i)[b"status"] == b"pending"]
+    assert len(pending) == 12 - worker.jobs_done
+
+
+def test_jobs_held_past_half_their_lease_are_handed_back_not_run(scripts: Scripts) -> None:
+    ids = _enqueue(scripts, SHORT, 8)
+    worker = _worker(scripts)
+    worker.hold_limit = -1.0  # every job in hand counts as past half its lease
+    run_until(worker, lambda: all(job_hash(scripts, i)[b"status"] == b"completed" for i in ids))
+
+    _ran_once_in_order(scripts, ids)
+    assert Counter(name for name, _ in calls)["release"] >= 7  # each batch's rest went back
+
+
+def test_recycling_claims_no_more_than_the_jobs_left(scripts: Scripts) -> None:
+    _enqueue(scripts, SHORT, 20)
+    settings = Settings.from_env({"WORKER_BATCH": "8", "WORKER_MAX_JOBS": "5"})
+    worker = WorkerProcess(settings, scripts, IdleSlot(), WORKER, os.getppid())
+    while worker.keep_going():
+        worker.step()
+    worker._hand_back_unstarted_job()
+
+    assert worker.jobs_done == 5
+    assert scripts.redis.zcard(scripts.q("default").completed) == 5
+    assert scripts.redis.zcard(scripts.q("default").processing) == 0
+    assert Counter(name for name, _ in calls)["release"] == 0  # never claimed past the 5
+
+
+def test_a_lost_reply_is_repeated_and_completes_nothing_twice(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = scripts.complete_batch
+    lost = {"count": 0}
+
+    def losing(*args: Any, **kwargs: Any) -> Any:
+        answer = real(*args, **kwargs)  # it landed in Redis ...
+        if lost["count"] < 3:
+            lost["count"] += 1
+            raise redis.ConnectionError("reply lost")  # ... and its reply did not come
+        return answer
+
+    monkeypatch.setattr(scripts, "complete_batch", losing)
+    ids = _enqueue(scripts, SHORT, 20)
+    worker = _worker(scripts)
+    worker.backoff.sleep = lambda seconds: None
+    run_until(worker, lambda: worker.jobs_done == 20)
+    worker._hand_back_unstarted_job()
+
+    assert lost["count"] == 3
+    _ran_once_in_order(scripts, ids)
+    assert scripts.redis.zcard(scripts.q("default").processing) == 0
+
+
+def test_durable_mode_and_a_cluster_run_one_job_a_call(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch goes in one bare EVALSHA: no WAIT after it, no cluster routing.
+    durable = Scripts(r, policy=dataclasses.replace(Scripts(r).policy, wait_replicas=1))
+    assert _worker(durable).batch is None
+    assert _worker(Scripts(r)).batch is not None
+    monkeypatch.setattr("workerd.batching.is_cluster", lambda client: True)
+    assert _worker(Scripts(r)).batch is None
+    assert _worker(Scripts(r), size=1).batch is None
+
+
+# A real workerd with WORKER_BATCH=8: a worker SIGKILLed mid-batch. ---------------------------
+
+
+def test_a_worker_killed_mid_batch_runs_only_its_unacknowledged_jobs_again(
+    start_workerd: Callable[..., Workerd], engine: Engine, journal: Journal
+) -> None:
+    # Enqueued before workerd starts: its first claim takes the whole batch of 8.
+    quick = [engine.enqueue("journal", {"file": journal.file}) for _ in range(3)]
+    sleeper = engine.enqueue("journal", {"file": journal.file, "sleep": 3})
+    rest = [engine.enqueue("journal", {"file": journal.file}) for _ in range(8)]
+    # A lease long enough for the sleeper: the completions waiting behind it keep their
+    # leases (docs/WORKERD.md: a short type's job that runs past the lease makes them stale).
+    workerd = start_workerd(WORKER_COUNT="1", WORKER_BATCH="8", TASK_VISIBILITY_TIMEOUT="20s")
+    [started] = workerd.events("supervisor_started")
+    assert started["batch"] == 8  # the operator sees the setting at start
+    [first] = journal.wait_for("start", sleeper)
+    # While the sleeper runs, its worker writes nothing: what finished and is still processing
+    # in Redis is finished and not acknowledged.
+    finished = {e["id"] for e in journal.entries("end") if e["pid"] == first["pid"]}
+    unacked = {i for i in finished if engine.job(i).status is JobState.PROCESSING}
+    assert unacked, "the jobs before the sleeper ran within the ack delay: none acknowledged"
+    assert len(unacked) <= 7  # the duplicate window: N-1 beside the running job
+    os.kill(first["pid"], signal.SIGKILL)
+
+    everything = [*quick, sleeper, *rest]
+    jobs = engine.wait_all(everything, (JobState.COMPLETED, JobState.DEAD), timeout=45)
+    assert {job.status for job in jobs.values()} == {JobState.COMPLETED}  # nothing lost
+    runs = Counter(entry["id"] for entry in journal.entries("start"))
+    assert {i for i in everything if runs[i] > 1} == unacked | {sleeper}
+    assert all(runs[i] == 2 for i in unacked)
+    # Recoveries counted for the running job only; the others went back as never started.
+    assert (jobs[sleeper].attempts, jobs[sleeper].recoveries) == (1, 1)
+    assert {(jobs[i].attempts, jobs[i].recoveries) for i in quick + rest} == {(1, 0)}
+    [recovered] = workerd.events("job_recovered")
+    assert recovered["job_id"] == sleeper
+
+    def all_released() -> bool:
+        return len(workerd.events("job_released")) >= len(unacked)
+
+    wait_until(all_released, 5.0, "the unacknowledged jobs' job_released lines")

@@ -156,6 +156,20 @@ CONFIGS: tuple[Config, ...] = (
         for n in (1, 8)
     ),
     Config(
+        "taskforge-batch8",
+        "TaskForge (batches of 8)",
+        "taskforge",
+        "bench.peers.taskforge_bench",
+        _workerd,
+        AT_LEAST_ONCE_TF
+        + "; with WORKER_BATCH=8 a worker that dies re-runs the finished jobs of its batch "
+        "not yet acknowledged (docs/WORKERD.md)",
+        "as TaskForge, WORKER_BATCH=8: a worker claims up to 8 short jobs in one call and "
+        "acknowledges them together in the call that claims the next batch",
+        env={"WORKER_BATCH": "8"},
+        on_request=True,
+    ),
+    Config(
         "rq-fork",
         "RQ (fork)",
         "rq",

@@ -138,10 +138,16 @@ def jobs_cut_by(workerd: Workerd, kills: Sequence[Kill]) -> list[Kill]:
 
 
 def enqueue_bulk(
-    scripts: Scripts, count: int, journal: Path, *, due_ms: int | None = None
+    scripts: Scripts,
+    count: int,
+    journal: Path,
+    *,
+    due_ms: int | None = None,
+    sleep: float = 0.0,
 ) -> list[EnqueueRecord]:
-    """Enqueue `count` journaled jobs fast (MULTI/EXEC chunks), all due at `due_ms` if given."""
-    request = validate_enqueue(journaled_body(journal))
+    """Enqueue `count` journaled jobs fast (MULTI/EXEC chunks), all due at `due_ms` if given,
+    each sleeping `sleep` seconds."""
+    request = validate_enqueue(journaled_body(journal, sleep))
     if due_ms is not None:
         request = dataclasses.replace(request, scheduled_at_ms=due_ms)
     records: list[EnqueueRecord] = []

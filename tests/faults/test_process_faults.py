@@ -3,7 +3,7 @@
 Scenario 2 (chaos: random worker kills under steady load), 3 (SIGKILL the supervisor; SIGKILL
 the scheduler mid-batch; two schedulers at once), 4 (SIGSTOP a worker past its lease) and 6
 (SIGTERM drain with jobs longer than the grace); 2, 4 and 6 also with WORKER_THREADS=4 (the
-``threads`` variants). Each prints a ``FAULT-FIGURES`` line (run with
+``threads`` variants); 2 also with WORKER_BATCH=8 (batched acknowledgements' duplicate window). Each prints a ``FAULT-FIGURES`` line (run with
 ``-s``) for bench/FAULTS.md. Processes come from tests/workerd/conftest.py's
 ``start_workerd``, which fails the test if any process of the run is left behind.
 """
@@ -65,6 +65,10 @@ BATCH = 1000  # Policy.batch_limit: most jobs one promote or recover call moves
 # every 1.25 s on average, about half of them mid-job) under a steady 20 jobs/s: 600 jobs.
 CHAOS_S = scaled(60.0, floor=30.0)
 CHAOS_MIN_KILLS = round(CHAOS_S / 3)  # 20 in 60 s, where the report's run drew 43
+# The batched variant: kills while a backlog of 5 ms jobs lasts (three batched workers run
+# about 400 a second between kills, so 8,000 outlast the chaos).
+BATCH_CHAOS_S = 10.0
+BATCH_CHAOS_JOBS = 8_000
 
 
 def _rounded(values: Sequence[float]) -> dict[str, float | None]:
@@ -151,6 +155,50 @@ def test_chaos_random_worker_kills_under_steady_load(
     assert report.lost == [], report.lost
     assert report.overlapping_duplicates == 0, report.overlapping
     assert report.sequential_duplicates <= len(kills) * threads, figures  # a kill ends all its jobs
+    assert report.unexpected == [] and report.completed_unexecuted == [], figures
+    assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
+
+
+@pytest.mark.parametrize("batch", [8])
+def test_chaos_worker_kills_with_batched_acknowledgements(
+    start_workerd: Callable[..., Workerd],  # noqa: F811
+    r: redis.Redis,
+    tmp_path: Path,
+    batch: int,
+) -> None:
+    """Scenario 2, batched (WORKER_BATCH=8): SIGKILL a random busy worker every 0.2–0.5 s
+    while three workers drain a backlog of 5 ms jobs in batches.
+
+    The mode's stated duplicate window (docs/RELIABILITY.md): a kill runs again the job it cut
+    and the finished jobs of its batch not yet acknowledged, at most `batch` jobs a kill, none
+    at once with another run of itself, and only the cut job counts a recovery. Nothing lost.
+    """
+    journal = tmp_path / "journal.jsonl"
+    records = enqueue_bulk(Scripts(r, KEYS), BATCH_CHAOS_JOBS, journal, sleep=0.005)
+    ids = [rec.job_id for rec in records]
+    workerd = start_workerd(**{**FAULT_ENV, "WORKER_COUNT": "3", "WORKER_BATCH": str(batch)})
+    kills, idle_ticks = chaos_kills(
+        workerd, duration=BATCH_CHAOS_S, rng=random.Random(2027), cadence=(0.2, 0.5)
+    )
+    wait_settled(r, ids, timeout=60.0, workerd=workerd)
+    report = check(records, read_journal(journal), r)
+    recoveries = sum(int(n or 0) for (n,) in job_fields(r, ids, "recoveries"))
+    figures = {
+        **report.summary(),
+        "jobs": len(ids),
+        "batch": batch,
+        "kills": len(kills),
+        "ticks_without_busy_worker": idle_ticks,
+        "recoveries_counted": recoveries,
+        "reruns_per_kill": round(report.sequential_duplicates / max(1, len(kills)), 2),
+    }
+    print_figures("chaos_worker_kills_batched", figures)
+    assert len(kills) >= BATCH_CHAOS_S, figures  # one every 0.35 s on average
+    assert report.lost == [], report.lost
+    assert report.overlapping_duplicates == 0, report.overlapping
+    assert report.sequential_duplicates <= len(kills) * batch, figures
+    assert recoveries <= len(kills), figures  # only the job a kill cut counts one
     assert report.unexpected == [] and report.completed_unexecuted == [], figures
     assert report.violations == [], report.violations
     assert report.event_mismatches == [], report.event_mismatches[:5]

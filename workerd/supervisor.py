@@ -292,7 +292,8 @@ class Supervisor:
             extra={
                 "workers": self.settings.worker_count,
                 "threads_per_worker": self.settings.worker_threads,
-                "prefetch": self.settings.worker_prefetch,  # holding the next job (on/off)
+                # Holding the next job (on/off): batching replaces it (workerd.batching).
+                "prefetch": self.settings.worker_prefetch and self.settings.worker_batch == 1,
                 # Jobs claimed and acknowledged per call (1: off; workerd.batching).
                 "batch": self.settings.worker_batch,
                 "supervisor": self.name,

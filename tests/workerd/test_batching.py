@@ -288,6 +288,7 @@ def test_a_worker_killed_mid_batch_runs_only_its_unacknowledged_jobs_again(
     workerd = start_workerd(WORKER_COUNT="1", WORKER_BATCH="8", TASK_VISIBILITY_TIMEOUT="20s")
     [started] = workerd.events("supervisor_started")
     assert started["batch"] == 8  # the operator sees the setting at start
+    assert started["prefetch"] is False  # batching replaces holding the next job
     [first] = journal.wait_for("start", sleeper)
     # While the sleeper runs, its worker writes nothing: what finished and is still processing
     # in Redis is finished and not acknowledged.

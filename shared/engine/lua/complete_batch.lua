@@ -64,12 +64,11 @@
 
 local worker_id, count, events_cap = ARGV[2], tonumber(ARGV[8]), ARGV[9]
 local wake_cap = tonumber(ARGV[7])
-local keys = {false, KEYS[1], KEYS[2], KEYS[14], KEYS[9], KEYS[10], KEYS[13], KEYS[3], KEYS[6]}
 local jobs = #KEYS - 14
 local reply, now = {jobs}, ARGV[5]
 for i = 1, jobs do
-  keys[1] = KEYS[14 + i]
-  local code, detail = complete_job(keys, ARGV[8 + 2 * i], ARGV[9 + 2 * i], worker_id, now,
+  local code, detail = complete_job(KEYS[14 + i], KEYS[1], KEYS[2], KEYS[14], KEYS[9],
+    KEYS[10], KEYS[13], KEYS[3], KEYS[6], ARGV[8 + 2 * i], ARGV[9 + 2 * i], worker_id, now,
     events_cap, wake_cap, count == 0)
   if code == DONE then
     -- One clock for the call: the first completion's time is every later write's.

@@ -21,20 +21,18 @@ from __future__ import annotations
 from typing import Any
 
 import hiredis
-from redis.connection import Encoder, HiredisRespSerializer, PythonRespSerializer
-
-# redis-py's defaults for a connection given no encoding options (ours are given none).
-_ENCODER = Encoder(encoding="utf-8", encoding_errors="strict", decode_responses=False)
-# redis-py's default cut-off between one joined buffer and separate chunks.
-_BUFFER_CUTOFF = 6000
+from redis.connection import Connection
 
 
 class CommandPacker:
     """Packs a command with hiredis at once; hands what hiredis refuses to redis-py's packer."""
 
     def __init__(self) -> None:
-        python = PythonRespSerializer(_BUFFER_CUTOFF, _ENCODER.encode)
-        self._redis_py = HiredisRespSerializer(python.pack, _ENCODER.encode)
+        # redis-py's own packer, as a connection given no packer and no encoding options builds
+        # it (ours are given none), reached through its public pack_command: the serializer
+        # classes behind it change their constructors between redis-py versions (7.1's
+        # HiredisRespSerializer takes no arguments). Never connected.
+        self._redis_py = Connection()
 
     def pack(self, *args: Any) -> list[bytes]:
         """Return the command as redis-py's packer would: a list of one bytes chunk."""
@@ -44,4 +42,4 @@ class CommandPacker:
                 return [hiredis.pack_command(args)]
             except TypeError:
                 pass  # a type only redis-py's encoder takes, or refuses with its own error
-        return self._redis_py.pack(*args)
+        return self._redis_py.pack_command(*args)

@@ -48,6 +48,13 @@ def _short(payload: dict[str, Any], job: JobContext) -> None:
     seen.append((job.id, _completed_now()))
     if payload.get("fail"):
         raise RuntimeError("boom")
+    if payload.get("await_acks"):
+        # A short type's slow run: its work lasts until the completions before it are in
+        # Redis, bounded (2 s, 40 ack delays); what it found is recorded, nothing raised.
+        deadline = time.monotonic() + 2.0
+        while len(_completed_now()) < payload["await_acks"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen.append((f"{job.id}:end", _completed_now()))
 
 
 @handler(LONG)
@@ -314,3 +321,122 @@ def test_a_worker_killed_mid_batch_runs_only_its_unacknowledged_jobs_again(
         return len(workerd.events("job_released")) >= len(unacked)
 
     wait_until(all_released, 5.0, "the unacknowledged jobs' job_released lines")
+
+
+# Review (review45): defects found in the merge of batchack; each test fails on e3e3ade. -------
+
+
+def _enqueue_to(scripts: Scripts, queue: str, count: int) -> list[str]:
+    request = validate_enqueue({"type": SHORT, "queue": queue, "max_retries": 1, "payload": {}})
+    return [scripts.enqueue(request, str(uuid.uuid4())).job_id for _ in range(count)]
+
+
+def test_completions_wait_no_longer_than_the_ack_delay_while_a_short_type_runs_long(
+    scripts: Scripts,
+) -> None:
+    ids = _enqueue(scripts, SHORT, 3) + _enqueue(scripts, SHORT, 1, await_acks=3)
+    worker = _worker(scripts)
+    run_until(worker, lambda: worker.jobs_done == 4)
+
+    # The fourth job (a type known short) starts with three completions waiting; it runs
+    # 2 s: the ack delay (50 ms) must send them meanwhile, not when the job ends.
+    assert dict(seen)[f"{ids[3]}:end"] >= set(ids[:3])
+
+
+class _Clock:
+    """workerd.worker's `time`, with a monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.perf_counter = time.perf_counter
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_jobs_in_hand_are_aged_after_a_flush_that_waited_out_an_outage(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr("workerd.worker.time", clock)
+    monkeypatch.setattr("workerd.batching.ACK_DELAY", 0.0)  # the second job flushes the first
+    real = scripts.complete_batch
+    outage = {"left": 1}
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        if outage["left"]:
+            outage["left"] -= 1
+            raise redis.ConnectionError("Redis down")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scripts, "complete_batch", failing)
+    ids = _enqueue(scripts, SHORT, 8)
+    worker = _worker(scripts)
+    worker.hold_limit = 10.0
+
+    def outage_lasts(seconds: float) -> None:
+        clock.now += 20.0  # the flush waits out an outage longer than half the lease
+
+    worker.backoff.sleep = outage_lasts
+    run_until(worker, lambda: all(job_hash(scripts, i)[b"status"] == b"completed" for i in ids))
+
+    # The seven jobs held through the outage (20 s > hold_limit) go back unrun, as
+    # held_too_long promises; none starts on a lease that may have lapsed (on e3e3ade the
+    # age is read before the flush: the second job runs 20 s after its claim, then the
+    # other six go back).
+    released = [ids_ for name, ids_ in calls if name == "release"]
+    assert released == [(i,) for i in ids[1:]]
+
+
+def test_a_quiet_that_passes_before_the_next_step_strands_no_job_in_hand(
+    scripts: Scripts,
+) -> None:
+    a = _enqueue_to(scripts, "qa", 2)
+    b = _enqueue_to(scripts, "qb", 8)
+    reads = iter([False, True])  # quiet for one read: the one after the first job
+    settings = Settings.from_env({"WORKER_BATCH": "8", "WORKER_QUEUES": "qa,qb"})
+    worker = WorkerProcess(
+        settings, scripts, IdleSlot(), WORKER, os.getppid(), quiet=lambda _: next(reads, False)
+    )
+    run_until(worker, lambda: worker.jobs_done == 10)
+    worker._hand_back_unstarted_job()
+
+    # a[1] stayed in hand across the quiet; it ran, and its completion must land in its own
+    # queue, not be sent with qb's batch (as qb's job key: NOT_FOUND, its lease left to lapse).
+    for job_id in a:
+        assert scripts.redis.hget(scripts.q("qa").job(job_id), "status") == b"completed", job_id
+    assert scripts.redis.zcard(scripts.q("qa").processing) == 0
+    assert all(scripts.redis.hget(scripts.q("qb").job(i), "status") == b"completed" for i in b)
+
+
+def test_a_batch_got_by_repeating_a_lost_reply_is_aged_from_its_first_send(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr("workerd.worker.time", clock)
+    real = scripts.complete_batch
+    lost = {"left": 1}
+
+    def losing(*args: Any, **kwargs: Any) -> Any:
+        answer = real(*args, **kwargs)  # it landed: the next 8 are claimed, leases running
+        if kwargs["count"] and lost["left"]:
+            lost["left"] -= 1
+            raise redis.ConnectionError("reply lost")
+        return answer
+
+    monkeypatch.setattr(scripts, "complete_batch", losing)
+    ids = _enqueue(scripts, SHORT, 16)
+    worker = _worker(scripts)
+    worker.hold_limit = 10.0
+
+    def outage_lasts(seconds: float) -> None:
+        clock.now += 20.0  # the repeat comes 20 s after the call that claimed
+
+    worker.backoff.sleep = outage_lasts
+    run_until(worker, lambda: all(job_hash(scripts, i)[b"status"] == b"completed" for i in ids))
+
+    # The repeat answers with the jobs the first call claimed 20 s ago (> hold_limit): they
+    # must not be held and run as if claimed now (on e3e3ade none goes back: claimed_at is
+    # the repeat's reply time).
+    released = {ids_[0] for name, ids_ in calls if name == "release"}
+    assert set(ids[9:]) <= released

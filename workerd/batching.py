@@ -10,12 +10,16 @@ completion reaches Redis. Bounds (docs/WORKERD.md, "Batched claims and acknowled
   is canceled, when the next job in hand is of a type not known short (workerd.prefetch's
   RunTimes: a type never seen is not short, so a type's first job runs with the completions
   before it written), when the oldest waiting completion is older than ACK_DELAY, and on stop,
-  quiet, recycling and drain (then the unstarted jobs in hand go back uncounted).
+  quiet, recycling and drain (then the unstarted jobs in hand go back uncounted, at once).
+- No completion waits longer than ACK_DELAY, also while a job runs: then the worker's flusher
+  thread sends them (workerd.ack_flusher).
 - Unstarted jobs in hand past half the lease are handed back, not run (their leases are not
-  renewed while they wait, as a held job's: workerd.prefetch).
+  renewed while they wait, as a held job's: workerd.prefetch); aged from the first send of the
+  call that claimed them, right before each is taken from the hand.
 - The duplicate window: a worker process that dies had up to N-1 jobs finished and not yet
-  acknowledged beside the one its slot showed running. release_worker.lua gives them back
-  uncounted, as jobs never started, and they run again (docs/RELIABILITY.md).
+  acknowledged (each within ACK_DELAY of its death) beside the one its slot showed running.
+  release_worker.lua gives them back uncounted, as jobs never started, and they run again
+  (docs/RELIABILITY.md).
 
 Only on one Redis (or a Sentinel's master), without durable mode and with WORKER_THREADS=1
 (shared.settings.config refuses threads with a batch): elsewhere the worker runs N=1, logged.

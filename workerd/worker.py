@@ -401,7 +401,7 @@ class WorkerProcess(StopOnSignal):
             priority=job.priority,
             queue_wait_ms=metrics.queue_wait_ms(eligible_at, job.started_at),
         )
-        armed = self._arm_flusher()
+        armed = self.flusher is not None and self._arm_flusher()  # WORKER_BATCH=1: no call
         started = time.perf_counter()
         with tracing.span("task.execute", trace, attributes) as span:
             outcome = run_handler(job, self.settings.result_max_bytes, self.execution)
@@ -683,8 +683,7 @@ class WorkerProcess(StopOnSignal):
     def _arm_flusher(self) -> bool:
         """Before a job starts: have the completions waiting sent at their deadline if it still
         runs then (workerd.ack_flusher); tell whether any waits."""
-        if self.flusher is None or self.batch is None:
-            return False
+        assert self.flusher is not None and self.batch is not None
         deadline = self.batch.deadline()
         if deadline is None:
             return False

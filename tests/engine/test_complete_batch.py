@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 import redis
 
 from shared.engine import history
@@ -12,6 +13,7 @@ from shared.engine.engine_types import BatchAck, Code, NotRunnable
 from shared.engine.scripts import Scripts
 from shared.model import limit_rules
 from shared.model.jobs import Job, JobState
+from shared.settings.config import WORKER_BATCH_MAX
 from tests.engine.conftest import (
     J1,
     J2,
@@ -211,3 +213,18 @@ def test_each_job_writes_its_own_completed_event_then_each_claim_its_own(
     # One clock for the call: every job's time is the first event's.
     at = int(entries[0][0].decode().split("-")[0])
     assert job(r, J1).finished_at == job(r, J2).finished_at == at == job(r, J3).started_at
+
+
+def test_a_batch_above_worker_batch_max_is_refused_before_it_is_sent(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    enqueue(scripts, J1)  # a claim sent would start it
+    before = snapshot(r)
+    too_many = [(f"j{i}", 1, "null") for i in range(WORKER_BATCH_MAX + 1)]
+    with pytest.raises(ValueError):
+        scripts.complete_batch("w1", too_many, count=0)
+    with pytest.raises(ValueError):
+        scripts.complete_batch("w1", [], count=WORKER_BATCH_MAX + 1)
+    with pytest.raises(ValueError):
+        scripts.claim_batch("w1", WORKER_BATCH_MAX + 1)
+    assert snapshot(r) == before

@@ -177,6 +177,38 @@ def test_each_completion_gives_its_limit_slot_back(r: redis.Redis, scripts: Scri
     assert {m.decode() for m in r.zrange(K.running, 0, -1)} == {f"t|{J3}"}
 
 
+def test_slots_freed_beyond_the_jobs_claimed_each_wake_a_worker(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    scripts.set_limits("default", limit_rules.parse_limits({"concurrency": 3}).compact_json())
+    jobs = batch_of(scripts, J1, J2, J3)
+    for jid in (J4, J5, J6):
+        enqueue(scripts, jid)
+    assert scripts.claim("w2", now_ms=LATER) is None  # at the limit: w2 waits for a hint
+    r.delete(K.wake)
+
+    # Three slots given back, one taken again (a worker due for recycling claims one): the
+    # other two each wake an idle worker, as complete.lua's hint wakes one for its slot.
+    ack = scripts.complete_batch("w1", ran(jobs), count=1, now_ms=DONE_AT)
+
+    assert [j.id for j in ack.claimed] == [J4]
+    assert r.zcard(K.running) == 1 and r.llen(K.wake) == 2
+
+
+def test_no_hint_for_slots_freed_when_no_job_is_left_to_claim(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    scripts.set_limits("default", limit_rules.parse_limits({"concurrency": 3}).compact_json())
+    jobs = batch_of(scripts, J1, J2, J3)
+    enqueue(scripts, J4)
+
+    ack = scripts.complete_batch("w1", ran(jobs), count=3, now_ms=DONE_AT)
+
+    # The claim took the last job: a hint would only send an idle worker into an empty claim.
+    assert [j.id for j in ack.claimed] == [J4]
+    assert r.llen(K.wake) == 0
+
+
 def test_a_type_limit_returns_its_held_job_per_completion(r: redis.Redis, scripts: Scripts) -> None:
     rules = {"types": {"t": {"concurrency": 2}}}
     scripts.set_limits("default", limit_rules.parse_limits(rules).compact_json())

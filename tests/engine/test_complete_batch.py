@@ -118,6 +118,34 @@ def test_a_repeat_after_a_lost_reply_completes_nothing_twice_and_gets_the_same_j
     assert job(r, J5).status is JobState.PENDING
 
 
+def test_jobs_recovered_or_canceled_meanwhile_are_refused_and_left_as_they_are(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    # The worker's completions come late (a hang past the lease): the scheduler's recover
+    # pass has put J1 back in line (a recovery counted) and ended J2, whose cancel was
+    # requested while it ran; J3, claimed later, still holds its lease.
+    jobs = batch_of(scripts, J1, J2)
+    enqueue(scripts, J3)
+    [third] = scripts.claim_batch("w1", 1, now_ms=LATER + POLICY.lease_ms // 2)
+    assert scripts.cancel(J2, now_ms=LATER + 1).changed
+    recovered = scripts.recover(now_ms=LATER + POLICY.lease_ms + 1)
+    assert recovered.canceled == [J2]
+    before = snapshot(r)
+
+    ack = scripts.complete_batch("w1", ran([*jobs, third]), count=0, now_ms=DONE_AT + 20_000)
+
+    assert codes(ack) == [
+        (Code.STALE_TOKEN, "pending"),
+        (Code.STALE_TOKEN, "canceled"),
+        (Code.DONE, None),
+    ]
+    assert (job(r, J1).status, job(r, J1).recoveries) == (JobState.PENDING, 1)
+    assert job(r, J2).status is JobState.CANCELED
+    assert job(r, J3).status is JobState.COMPLETED
+    # Only J3's completion was written: J1 and J2 are as the recover pass left them.
+    assert changed(before, snapshot(r)) == {K.job(J3), K.processing, K.completed}
+
+
 def test_a_paused_queue_keeps_the_completions_and_claims_nothing(
     r: redis.Redis, scripts: Scripts
 ) -> None:

@@ -276,7 +276,8 @@ def test_durable_mode_and_a_cluster_run_one_job_a_call(
     assert _worker(Scripts(r)).batch is not None
     monkeypatch.setattr("workerd.batching.is_cluster", lambda client: True)
     assert _worker(Scripts(r)).batch is None
-    assert _worker(Scripts(r), size=1).batch is None
+    off = _worker(Scripts(r), size=1)
+    assert off.batch is None and off.flusher is None  # the default path has no flusher thread
 
 
 # A real workerd with WORKER_BATCH=8: a worker SIGKILLed mid-batch. ---------------------------

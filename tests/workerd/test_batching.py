@@ -441,3 +441,34 @@ def test_a_batch_got_by_repeating_a_lost_reply_is_aged_from_its_first_send(
     # the repeat's reply time).
     released = {ids_[0] for name, ids_ in calls if name == "release"}
     assert set(ids[9:]) <= released
+
+
+def test_a_batch_claim_repeated_after_a_lost_reply_is_aged_from_its_first_send(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr("workerd.worker.time", clock)
+    real = scripts.claim_batch
+    lost = {"left": 1}
+
+    def losing(*args: Any, **kwargs: Any) -> Any:
+        answer = real(*args, **kwargs)  # it landed: 8 claimed, leases running
+        if lost["left"]:
+            lost["left"] -= 1
+            raise redis.ConnectionError("reply lost")
+        return answer
+
+    monkeypatch.setattr(scripts, "claim_batch", losing)
+    ids = _enqueue(scripts, SHORT, 8)
+    worker = _worker(scripts)
+    worker.hold_limit = 10.0
+
+    def outage_lasts(seconds: float) -> None:
+        clock.now += 20.0  # the planner's repeat comes 20 s after the claim that landed
+
+    worker.backoff.sleep = outage_lasts
+    run_until(worker, lambda: all(job_hash(scripts, i)[b"status"] == b"completed" for i in ids))
+
+    # The repeat answers with the 8 claimed 20 s ago (> hold_limit): the first runs (as a
+    # repeated claim's job does without a batch), the 7 in hand go back unrun.
+    assert [ids_ for name, ids_ in calls if name == "release"] == [(i,) for i in ids[1:]]

@@ -410,30 +410,49 @@ def test_a_quiet_that_passes_before_the_next_step_strands_no_job_in_hand(
     assert all(scripts.redis.hget(scripts.q("qb").job(i), "status") == b"completed" for i in b)
 
 
-def test_a_batch_got_by_repeating_a_lost_reply_is_aged_from_its_first_send(
-    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+def _lose_a_reply(
+    monkeypatch: pytest.MonkeyPatch,
+    scripts: Scripts,
+    name: str,
+    which: Callable[[dict[str, Any]], bool],
 ) -> None:
-    clock = _Clock()
-    monkeypatch.setattr("workerd.worker.time", clock)
-    real = scripts.complete_batch
+    """Have the first call of script `name` that `which` picks land, then lose its reply."""
+    real = getattr(scripts, name)
     lost = {"left": 1}
 
     def losing(*args: Any, **kwargs: Any) -> Any:
-        answer = real(*args, **kwargs)  # it landed: the next 8 are claimed, leases running
-        if kwargs["count"] and lost["left"]:
+        answer = real(*args, **kwargs)  # it landed: what it claimed has its lease running
+        if which(kwargs) and lost["left"]:
             lost["left"] -= 1
             raise redis.ConnectionError("reply lost")
         return answer
 
-    monkeypatch.setattr(scripts, "complete_batch", losing)
-    ids = _enqueue(scripts, SHORT, 16)
+    monkeypatch.setattr(scripts, name, losing)
+
+
+def _worker_in_long_outages(scripts: Scripts, monkeypatch: pytest.MonkeyPatch) -> WorkerProcess:
+    """Return a batched worker whose every backoff lasts 20 s on its clock (half its lease:
+    10 s)."""
+    clock = _Clock()
+    monkeypatch.setattr("workerd.worker.time", clock)
     worker = _worker(scripts)
     worker.hold_limit = 10.0
 
     def outage_lasts(seconds: float) -> None:
-        clock.now += 20.0  # the repeat comes 20 s after the call that claimed
+        clock.now += 20.0
 
     worker.backoff.sleep = outage_lasts
+    return worker
+
+
+def test_a_batch_got_by_repeating_a_lost_reply_is_aged_from_its_first_send(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first complete_batch that claims lands, the next 8 claimed, and its reply is lost.
+    _lose_a_reply(monkeypatch, scripts, "complete_batch", lambda kwargs: bool(kwargs["count"]))
+    ids = _enqueue(scripts, SHORT, 16)
+    # The repeat comes 20 s after the call that claimed.
+    worker = _worker_in_long_outages(scripts, monkeypatch)
     run_until(worker, lambda: all(job_hash(scripts, i)[b"status"] == b"completed" for i in ids))
 
     # The repeat answers with the jobs the first call claimed 20 s ago (> hold_limit): they
@@ -446,27 +465,11 @@ def test_a_batch_got_by_repeating_a_lost_reply_is_aged_from_its_first_send(
 def test_a_batch_claim_repeated_after_a_lost_reply_is_aged_from_its_first_send(
     scripts: Scripts, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = _Clock()
-    monkeypatch.setattr("workerd.worker.time", clock)
-    real = scripts.claim_batch
-    lost = {"left": 1}
-
-    def losing(*args: Any, **kwargs: Any) -> Any:
-        answer = real(*args, **kwargs)  # it landed: 8 claimed, leases running
-        if lost["left"]:
-            lost["left"] -= 1
-            raise redis.ConnectionError("reply lost")
-        return answer
-
-    monkeypatch.setattr(scripts, "claim_batch", losing)
+    # The first claim lands (8 claimed, leases running) and its reply is lost.
+    _lose_a_reply(monkeypatch, scripts, "claim_batch", lambda kwargs: True)
     ids = _enqueue(scripts, SHORT, 8)
-    worker = _worker(scripts)
-    worker.hold_limit = 10.0
-
-    def outage_lasts(seconds: float) -> None:
-        clock.now += 20.0  # the planner's repeat comes 20 s after the claim that landed
-
-    worker.backoff.sleep = outage_lasts
+    # The planner's repeat comes 20 s after the claim that landed.
+    worker = _worker_in_long_outages(scripts, monkeypatch)
     run_until(worker, lambda: all(job_hash(scripts, i)[b"status"] == b"completed" for i in ids))
 
     # The repeat answers with the 8 claimed 20 s ago (> hold_limit): the first runs (as a

@@ -10,12 +10,16 @@ completion reaches Redis. Bounds (docs/WORKERD.md, "Batched claims and acknowled
   is canceled, when the next job in hand is of a type not known short (workerd.prefetch's
   RunTimes: a type never seen is not short, so a type's first job runs with the completions
   before it written), when the oldest waiting completion is older than ACK_DELAY, and on stop,
-  quiet, recycling and drain (then the unstarted jobs in hand go back uncounted).
+  quiet, recycling and drain (then the unstarted jobs in hand go back uncounted, at once).
+- No completion waits longer than ACK_DELAY, also while a job runs: then the worker's flusher
+  thread sends them (workerd.ack_flusher).
 - Unstarted jobs in hand past half the lease are handed back, not run (their leases are not
-  renewed while they wait, as a held job's: workerd.prefetch).
+  renewed while they wait, as a held job's: workerd.prefetch); aged from the first send of the
+  call that claimed them, right before each is taken from the hand.
 - The duplicate window: a worker process that dies had up to N-1 jobs finished and not yet
-  acknowledged beside the one its slot showed running. release_worker.lua gives them back
-  uncounted, as jobs never started, and they run again (docs/RELIABILITY.md).
+  acknowledged (each within ACK_DELAY of its death) beside the one its slot showed running.
+  release_worker.lua gives them back uncounted, as jobs never started, and they run again
+  (docs/RELIABILITY.md).
 
 Only on one Redis (or a Sentinel's master), without durable mode and with WORKER_THREADS=1
 (shared.settings.config refuses threads with a batch): elsewhere the worker runs N=1, logged.
@@ -67,10 +71,24 @@ class Batch:
     claimed_at: float = 0.0  # monotonic; the jobs in hand have held their leases since then
     done: list[Finished] = field(default_factory=list)
 
-    def hold(self, jobs: tuple[Job, ...] | list[Job], now: float) -> None:
-        """Take claimed jobs in hand (their leases run from `now`)."""
+    # Claims sent, queue -> (request id, monotonic time of its first send): a repeat of one
+    # whose reply was lost gets the jobs that first send claimed, their leases running since.
+    claims_sent: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    def hold(self, jobs: tuple[Job, ...] | list[Job], sent_at: float) -> None:
+        """Take claimed jobs in hand; `sent_at`: when the call that claimed them was first sent
+        (their leases run from about then, however long its repeats took)."""
+        # One claim's jobs at a time: all of one queue, aged from one send.
+        assert not self.hand, "jobs still in hand"
         self.hand.extend(jobs)
-        self.claimed_at = now
+        self.claimed_at = sent_at
+
+    def claim_sent_at(self, queue: str, request_id: str, now: float) -> float:
+        """Return when the claim `request_id` on `queue` was first sent (`now`, if this is it)."""
+        first = self.claims_sent.get(queue)
+        if first is None or first[0] != request_id:
+            first = self.claims_sent[queue] = (request_id, now)
+        return first[1]
 
     def must_send(self, run_times: RunTimes, now: float) -> bool:
         """Tell whether the waiting completions go now, before the next job in hand starts:
@@ -89,10 +107,27 @@ class Batch:
         done, self.done = self.done, []
         return done
 
+    def deadline(self) -> float | None:
+        """Return when the oldest waiting completion is due (None: none waits)."""
+        return self.done[0].at + ACK_DELAY if self.done else None
+
     def take_hand(self) -> list[Job]:
         hand = list(self.hand)
         self.hand.clear()
         return hand
+
+
+def by_queue(done: list[Finished], last: str) -> list[tuple[str, list[Finished]]]:
+    """Group completions by their job's queue (one complete_batch call each: it takes one
+    queue's), `last`'s group last (the call that may claim)."""
+    groups: dict[str, list[Finished]] = {}
+    for finished in done:
+        groups.setdefault(finished.job.queue, []).append(finished)
+    own = groups.pop(last, None)
+    ordered = list(groups.items())
+    if own is not None:
+        ordered.append((last, own))
+    return ordered
 
 
 def batch_size(settings: Settings, scripts: Scripts, worker_id: str) -> int:

@@ -49,9 +49,10 @@ from shared.engine.scripts.job_scripts import PendingAck, PendingClaim
 from shared.model.jobs import Job
 from shared.obs import metrics, tracing
 from shared.settings.config import Settings
+from workerd.ack_flusher import AckFlusher
 from workerd.acks import Acknowledger
 from workerd.backoff import Backoff
-from workerd.batching import Batch, Finished, batch_size, send_batch
+from workerd.batching import Batch, Finished, batch_size, by_queue, send_batch
 from workerd.children import StopOnSignal
 from workerd.claim_plan import ClaimPlanner, ClaimTimings
 from workerd.duties.fleet_heartbeat import hosts_running
@@ -124,6 +125,11 @@ class WorkerProcess(StopOnSignal):
         # WORKER_BATCH (workerd.batching): the batch in hand, None when off. It replaces holding.
         size = batch_size(settings, scripts, worker_id)
         self.batch = Batch(size) if size > 1 else None
+        # Sends the completions waiting when a job runs past their ack delay (its thread starts
+        # with the first such job; none without a batch).
+        self.flusher = (
+            AckFlusher(self._flush_done, lambda: time.monotonic()) if self.batch else None
+        )
         # WORKER_PREFETCH (workerd.prefetch): the call sent and not yet read, each type's run
         # times, and the age past which a held job is handed back rather than run.
         # Only on one Redis (or a Sentinel's master) without durable mode: a completion sent
@@ -180,6 +186,8 @@ class WorkerProcess(StopOnSignal):
         while self.keep_going():
             self.step()
         self._hand_back_unstarted_job()
+        if self.flusher is not None:
+            self.flusher.close()
         log.info("worker_stopped", extra={"worker_id": self.worker_id, "reason": self.exit_reason})
         tracing.shutdown()
         return 0
@@ -287,6 +295,8 @@ class WorkerProcess(StopOnSignal):
             return self.scripts.claim(
                 self.worker_id, queue=queue, runnable=runnable, request_id=request_id
             )
+        # A repeat (its first reply lost) gets the jobs the first send claimed: aged from it.
+        sent_at = self.batch.claim_sent_at(queue, request_id, time.monotonic())
         got = self.scripts.claim_batch(
             self.worker_id,
             self._batch_count(),
@@ -296,7 +306,7 @@ class WorkerProcess(StopOnSignal):
         )
         if isinstance(got, NotRunnable) or not got:
             return got or None
-        self.batch.hold(got[1:], time.monotonic())
+        self.batch.hold(got[1:], sent_at)
         return got[0]
 
     def _recheck_paused(self) -> None:
@@ -391,11 +401,14 @@ class WorkerProcess(StopOnSignal):
             priority=job.priority,
             queue_wait_ms=metrics.queue_wait_ms(eligible_at, job.started_at),
         )
+        armed = self.flusher is not None and self._arm_flusher()  # WORKER_BATCH=1: no call
         started = time.perf_counter()
         with tracing.span("task.execute", trace, attributes) as span:
             outcome = run_handler(job, self.settings.result_max_bytes, self.execution)
             asked_to_stop = self.execution.requested()
             self.execution = None
+            if armed:
+                self._disarm_flusher()
             if outcome.canceled:
                 tracing.outcome(span, "canceled")
             else:
@@ -640,35 +653,69 @@ class WorkerProcess(StopOnSignal):
             self._send_done(0)
             self._write_without_claim(job, outcome, fields)
         if self._stop_claiming():
-            self._send_done(0)
-            return None  # the step (or run) hands the jobs in hand back
-        if batch.held_too_long(self.hold_limit, now):
-            self._send_done(0)
-            for unstarted in batch.take_hand():
-                self._hand_back(unstarted)
+            # Here, not at the next step: a quiet (or memory) that passes by then would leave
+            # these jobs in hand under the next claim's.
+            self._give_back_batch()
             return None
         if batch.must_send(self.run_times, now):
-            if batch.hand:
-                self._send_done(0)
-            else:
+            if not batch.hand:
                 return self._send_done_and_claim(job.queue)
+            self._send_done(0)
+        return self._next_in_hand()
+
+    def _next_in_hand(self) -> Job | None:
+        """Return the next job in hand to start; none when the hand has waited past half its
+        lease (aged now, after any send that waited out an outage): it all goes back."""
+        batch = self.batch
+        assert batch is not None
+        if batch.held_too_long(self.hold_limit, time.monotonic()):
+            self._give_back_batch()
+            return None
         return batch.hand.popleft() if batch.hand else None
 
+    def _give_back_batch(self) -> None:
+        """Send the completions waiting (those jobs did run), then hand back the jobs in hand."""
+        assert self.batch is not None
+        self._send_done(0)
+        for unstarted in self.batch.take_hand():
+            self._hand_back(unstarted)
+
+    def _arm_flusher(self) -> bool:
+        """Before a job starts: have the completions waiting sent at their deadline if it still
+        runs then (workerd.ack_flusher); tell whether any waits."""
+        assert self.flusher is not None and self.batch is not None
+        deadline = self.batch.deadline()
+        if deadline is None:
+            return False
+        self.flusher.arm(deadline)
+        return True
+
+    def _disarm_flusher(self) -> None:
+        assert self.flusher is not None
+        self.flusher.disarm()
+
+    def _flush_done(self) -> None:
+        """The flusher's (its thread, the main one running a job): send the completions
+        waiting, claiming nothing."""
+        self._send_done(0)
+
     def _send_done_and_claim(self, queue: str) -> Job | None:
-        """Send the completions waiting (all of `queue`: a batch comes from one queue) and, in
-        the same call, claim the next batch from it if it comes first in the next order."""
+        """Send the completions waiting and, with those of `queue`, claim the next batch from
+        it if it comes first in the next order."""
         with contextlib.ExitStack() as fenced:
             fenced.enter_context(self.fence)  # the quiet check and the claim with the complete
             claims = not self._stop_claiming() and self.planner.complete_claims_from(queue)
             if not claims:
                 fenced.close()
+            # The jobs it claims are aged from the first send, not from a repeat's reply.
+            sent_at = time.monotonic()
             ack = self._send_done(self._batch_count() if claims else 0, queue)
         if not claims or ack is None or ack.paused:
             return None
         if ack.claimed:
             self.planner.completed(queue, claimed_next=True)
             assert self.batch is not None
-            self.batch.hold(ack.claimed[1:], time.monotonic())
+            self.batch.hold(ack.claimed[1:], sent_at)
             return ack.claimed[0]
         if ack.refused is None:
             self.planner.completed(queue, claimed_next=False)
@@ -676,14 +723,25 @@ class WorkerProcess(StopOnSignal):
         return None
 
     def _send_done(self, count: int, queue: str | None = None) -> BatchAck | None:
-        """Send the completions waiting, claiming up to `count` next jobs of `queue` with
-        them (0: none); record how each ended. None when none waited, or the supervisor is
-        gone."""
-        assert self.batch is not None
-        done = self.batch.take_done()
-        if not done:
-            return None
-        queue = queue or done[0].job.queue
+        """Send the completions waiting, one call per queue, claiming up to `count` next jobs of
+        `queue` with its completions (0: none); record how each ended. Return that call's
+        answer: None when none of `queue` waited, or the supervisor is gone."""
+        assert self.batch is not None and self.flusher is not None
+        with self.flusher.lock:  # not while a flush is in progress (workerd.ack_flusher)
+            done = self.batch.take_done()
+            if not done:
+                return None
+            queue = queue or done[-1].job.queue
+            answer = None
+            for group_queue, group in by_queue(done, queue):
+                if group_queue == queue:
+                    answer = self._send_group(group, count, queue)
+                else:
+                    self._send_group(group, 0, group_queue)
+            return answer
+
+    def _send_group(self, done: list[Finished], count: int, queue: str) -> BatchAck | None:
+        """Send completions of `queue`'s jobs, claiming up to `count` next ones (0: none)."""
         ack = send_batch(
             self.scripts,
             self.backoff,
@@ -692,7 +750,8 @@ class WorkerProcess(StopOnSignal):
             done,
             count=count,
             queue=queue,
-            runnable=self.routing.runnable(queue),
+            # A flush claims nothing: no routing read (the flusher's thread must not touch it).
+            runnable=self.routing.runnable(queue) if count else None,
         )
         if ack is None:
             return None

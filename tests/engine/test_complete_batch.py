@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 import redis
 
 from shared.engine import history
@@ -12,6 +13,7 @@ from shared.engine.engine_types import BatchAck, Code, NotRunnable
 from shared.engine.scripts import Scripts
 from shared.model import limit_rules
 from shared.model.jobs import Job, JobState
+from shared.settings.config import WORKER_BATCH_MAX
 from tests.engine.conftest import (
     J1,
     J2,
@@ -116,6 +118,34 @@ def test_a_repeat_after_a_lost_reply_completes_nothing_twice_and_gets_the_same_j
     assert job(r, J5).status is JobState.PENDING
 
 
+def test_jobs_recovered_or_canceled_meanwhile_are_refused_and_left_as_they_are(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    # The worker's completions come late (a hang past the lease): the scheduler's recover
+    # pass has put J1 back in line (a recovery counted) and ended J2, whose cancel was
+    # requested while it ran; J3, claimed later, still holds its lease.
+    jobs = batch_of(scripts, J1, J2)
+    enqueue(scripts, J3)
+    [third] = scripts.claim_batch("w1", 1, now_ms=LATER + POLICY.lease_ms // 2)
+    assert scripts.cancel(J2, now_ms=LATER + 1).changed
+    recovered = scripts.recover(now_ms=LATER + POLICY.lease_ms + 1)
+    assert recovered.canceled == [J2]
+    before = snapshot(r)
+
+    ack = scripts.complete_batch("w1", ran([*jobs, third]), count=0, now_ms=DONE_AT + 20_000)
+
+    assert codes(ack) == [
+        (Code.STALE_TOKEN, "pending"),
+        (Code.STALE_TOKEN, "canceled"),
+        (Code.DONE, None),
+    ]
+    assert (job(r, J1).status, job(r, J1).recoveries) == (JobState.PENDING, 1)
+    assert job(r, J2).status is JobState.CANCELED
+    assert job(r, J3).status is JobState.COMPLETED
+    # Only J3's completion was written: J1 and J2 are as the recover pass left them.
+    assert changed(before, snapshot(r)) == {K.job(J3), K.processing, K.completed}
+
+
 def test_a_paused_queue_keeps_the_completions_and_claims_nothing(
     r: redis.Redis, scripts: Scripts
 ) -> None:
@@ -175,6 +205,38 @@ def test_each_completion_gives_its_limit_slot_back(r: redis.Redis, scripts: Scri
     assert {m.decode() for m in r.zrange(K.running, 0, -1)} == {f"t|{J3}"}
 
 
+def test_slots_freed_beyond_the_jobs_claimed_each_wake_a_worker(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    scripts.set_limits("default", limit_rules.parse_limits({"concurrency": 3}).compact_json())
+    jobs = batch_of(scripts, J1, J2, J3)
+    for jid in (J4, J5, J6):
+        enqueue(scripts, jid)
+    assert scripts.claim("w2", now_ms=LATER) is None  # at the limit: w2 waits for a hint
+    r.delete(K.wake)
+
+    # Three slots given back, one taken again (a worker due for recycling claims one): the
+    # other two each wake an idle worker, as complete.lua's hint wakes one for its slot.
+    ack = scripts.complete_batch("w1", ran(jobs), count=1, now_ms=DONE_AT)
+
+    assert [j.id for j in ack.claimed] == [J4]
+    assert r.zcard(K.running) == 1 and r.llen(K.wake) == 2
+
+
+def test_no_hint_for_slots_freed_when_no_job_is_left_to_claim(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    scripts.set_limits("default", limit_rules.parse_limits({"concurrency": 3}).compact_json())
+    jobs = batch_of(scripts, J1, J2, J3)
+    enqueue(scripts, J4)
+
+    ack = scripts.complete_batch("w1", ran(jobs), count=3, now_ms=DONE_AT)
+
+    # The claim took the last job: a hint would only send an idle worker into an empty claim.
+    assert [j.id for j in ack.claimed] == [J4]
+    assert r.llen(K.wake) == 0
+
+
 def test_a_type_limit_returns_its_held_job_per_completion(r: redis.Redis, scripts: Scripts) -> None:
     rules = {"types": {"t": {"concurrency": 2}}}
     scripts.set_limits("default", limit_rules.parse_limits(rules).compact_json())
@@ -211,3 +273,18 @@ def test_each_job_writes_its_own_completed_event_then_each_claim_its_own(
     # One clock for the call: every job's time is the first event's.
     at = int(entries[0][0].decode().split("-")[0])
     assert job(r, J1).finished_at == job(r, J2).finished_at == at == job(r, J3).started_at
+
+
+def test_a_batch_above_worker_batch_max_is_refused_before_it_is_sent(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    enqueue(scripts, J1)  # a claim sent would start it
+    before = snapshot(r)
+    too_many = [(f"j{i}", 1, "null") for i in range(WORKER_BATCH_MAX + 1)]
+    with pytest.raises(ValueError):
+        scripts.complete_batch("w1", too_many, count=0)
+    with pytest.raises(ValueError):
+        scripts.complete_batch("w1", [], count=WORKER_BATCH_MAX + 1)
+    with pytest.raises(ValueError):
+        scripts.claim_batch("w1", WORKER_BATCH_MAX + 1)
+    assert snapshot(r) == before

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from typing import Any
 
@@ -38,9 +39,17 @@ def _entry(job: JobContext, event: str, started: float) -> dict[str, Any]:
 
 @handler("journal")
 def journal(payload: dict[str, Any], job: JobContext) -> dict[str, int]:
-    """Journal the execution; sleep payload["sleep"] seconds (releasing the GIL) in between."""
+    """Journal the execution; sleep payload["sleep"] seconds (releasing the GIL) in between.
+
+    With payload["die_after"]: the first run (never recovered) sleeps that long, journals a
+    ``kill`` line (its ``end``: the kill time) and SIGKILLs its own worker process.
+    """
     started = time.time()
     _append(payload["file"], _entry(job, "start", started))
+    if "die_after" in payload and job.recoveries == 0:
+        time.sleep(float(payload["die_after"]))
+        _append(payload["file"], {**_entry(job, "kill", started), "end": time.time()})
+        os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(float(payload.get("sleep", 0)))
     _append(payload["file"], _entry(job, "end", started))
     return {"pid": os.getpid()}

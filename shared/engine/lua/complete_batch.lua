@@ -55,7 +55,10 @@
 -- and the pointer's SET. For 3 completions and 3 claims, events off: 16 + 1 + 15 + 1 = 33,
 -- against 3 x 12 = 36 for three complete-and-claim calls (and 3 round trips).
 -- Limits (includes/common.lua): a job a concurrency limit counted gives its slot back
--- (release_slot), with a wake-up hint only when the call claims nothing.
+-- (release_slot), with a wake-up hint when the call claims nothing; when it claims, each slot
+-- given back beyond the jobs it claimed pushes one (as complete.lua's one slot does), unless
+-- no job is left pending (a hint would only send an idle worker into an empty claim): one
+-- ZCARD, and an LPUSH a hint.
 
 --- @include "codes"
 --- @include "common"
@@ -65,11 +68,14 @@
 local worker_id, count, events_cap = ARGV[2], tonumber(ARGV[8]), ARGV[9]
 local wake_cap = tonumber(ARGV[7])
 local jobs = #KEYS - 14
-local reply, now = {jobs}, ARGV[5]
+local reply, now, unwoken = {jobs}, ARGV[5], 0
 for i = 1, jobs do
-  local code, detail = complete_job(KEYS[14 + i], KEYS[1], KEYS[2], KEYS[14], KEYS[9],
+  local code, detail, freed = complete_job(KEYS[14 + i], KEYS[1], KEYS[2], KEYS[14], KEYS[9],
     KEYS[10], KEYS[13], KEYS[3], KEYS[6], ARGV[8 + 2 * i], ARGV[9 + 2 * i], worker_id, now,
     events_cap, wake_cap, count == 0)
+  if freed then
+    unwoken = unwoken + 1
+  end
   if code == DONE then
     -- One clock for the call: the first completion's time is every later write's.
     now = detail or now
@@ -86,5 +92,13 @@ local claimed = claim_many({KEYS[3], KEYS[4], KEYS[1], KEYS[5], KEYS[6], KEYS[7]
   ARGV[4], now, ARGV[6], wake_cap, count, events_cap)
 for i = 1, #claimed do
   reply[#reply + 1] = claimed[i]
+end
+-- The slots this call's claims did not take again, each for a worker waiting on the limit.
+-- claimed[3]: how many it claimed (absent from EMPTY and PAUSED; a paused queue wakes no one).
+local taken = claimed[3] or 0
+if unwoken > taken and claimed[1] ~= PAUSED and redis.call('ZCARD', KEYS[3]) > 0 then
+  for _ = 1, unwoken - taken do
+    wake_one(KEYS[6], wake_cap)
+  end
 end
 return reply

@@ -25,6 +25,13 @@ from shared.engine.scripts.script_base import ScriptsBase, now_arg
 from shared.engine.scripts.script_transport import Sent
 from shared.model.jobs import TYPE_PATTERN, Job, cap_traceback
 from shared.model.queues import DEFAULT_QUEUE
+from shared.settings.config import WORKER_BATCH_MAX
+
+
+def _check_batch(*sizes: int) -> None:
+    """Refuse a batch above WORKER_BATCH_MAX: one script call blocks Redis for all its jobs."""
+    if max(sizes) > WORKER_BATCH_MAX:
+        raise ValueError(f"a batch of {max(sizes)} jobs: at most {WORKER_BATCH_MAX} a call")
 
 
 @cache
@@ -117,8 +124,10 @@ class JobCalls(ScriptsBase):
         stays first in line); a batch that stops at such a job before claiming any answers a
         :class:`NotRunnable` naming its type, as :meth:`claim` does. A retry of a call that
         raised passes the same `request_id`: it gets the jobs the first call claimed. Raises
-        QueuePaused, having claimed nothing, when the queue is paused.
+        QueuePaused, having claimed nothing, when the queue is paused. ValueError, sending
+        nothing, for a `count` above WORKER_BATCH's maximum (a script's work is bounded).
         """
+        _check_batch(count)
         reply = self.transport.run(
             "claim_batch",
             **self._claim_args(queue, worker_id, runnable, request_id, now_ms),
@@ -147,7 +156,10 @@ class JobCalls(ScriptsBase):
         Each job is answered on its own, as :meth:`complete` answers one. The claim part is
         :meth:`claim_batch`'s. A retry of a call that raised passes the same completions and
         `request_id`: nothing completes twice, and it gets the jobs the first call claimed.
+        ValueError, sending nothing, for a `count` or more completions than WORKER_BATCH's
+        maximum (a script's work is bounded).
         """
+        _check_batch(count, len(completions))
         k = self.q(queue)
         args = self._claim_args(queue, worker_id, runnable, request_id, now_ms)
         # Sent with events off too (untouched then): the job keys follow it.

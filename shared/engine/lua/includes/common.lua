@@ -259,11 +259,12 @@ end
 -- whose `slot` mark equals the token it was claimed with): the type's best held job returns to
 -- pending. hint: push a wake-up hint even when none was held (a claim may be waiting on the
 -- queue-wide limit); false when the caller's worker claims next in the same script.
+-- Returns true when it gave a slot back and woke no one (complete_batch.lua counts those).
 -- Idempotent: a slot already given back (ZREM answers 0) does nothing more.
 local function release_slot(lk, job_id, job_type, wake_cap, hint)
   job_type = job_type or ''
   if redis.call('ZREM', lk.running, job_type .. '|' .. job_id) == 0 then
-    return
+    return false
   end
   local entry = best_held(lk, job_type)
   if entry then
@@ -271,7 +272,9 @@ local function release_slot(lk, job_id, job_type, wake_cap, hint)
   end
   if entry or hint then
     wake_one(lk.wake, wake_cap)
+    return false
   end
+  return true
 end
 
 -- A scope's tokens refilled up to now (a float; a full bucket when it has none yet).

@@ -10,8 +10,9 @@
 -- hash's worker_id is then read for the event). now: the scripts' now argument (an override,
 -- or '' for the event's entry id or Redis TIME), or a number (a batch's one clock). hint: as
 -- release_slot takes it (false when the caller's worker claims next in the same script).
--- Returns DONE and the time it completed at (ms); DONE and nil for a repeat (the job already
--- completed with this token: nothing written); NOT_FOUND; or STALE_TOKEN and the status.
+-- Returns DONE, the time it completed at (ms) and whether it gave a limit slot back waking no
+-- one (release_slot's answer); DONE and nil for a repeat (the job already completed with this
+-- token: nothing written); NOT_FOUND; or STALE_TOKEN and the status.
 -- Writes: the `completed` event, the hash (status, result, times, history), its dropped fields,
 -- `processing` -> `completed`, and the limit slot given back (includes/common.lua).
 local function complete_job(job, processing, completed, events, running, held, order, pending,
@@ -50,9 +51,10 @@ local function complete_job(job, processing, completed, events, running, held, o
   redis.call('HDEL', job, 'id', 'seq', 'worker_id', 'slot', 'held')
   redis.call('ZREM', processing, state[3])
   redis.call('ZADD', completed, stamp, state[3])
+  local unwoken = false
   if state[7] == state[2] then
-    release_slot({running = running, held = held, order = order, pending = pending,
+    unwoken = release_slot({running = running, held = held, order = order, pending = pending,
       wake = wake}, state[3], state[6], wake_cap, hint)
   end
-  return DONE, now
+  return DONE, now, unwoken
 end

@@ -7,8 +7,14 @@ daemon thread per batched worker process sends them at their deadline (the oldes
 finish + ACK_DELAY) when the job running then has not ended by it.
 
 The main thread arms the flusher when it starts a job with completions waiting and disarms it
-when the job ends: a lock and a notify per job, where a timer per job would cost a thread
-(~100 µs). A flush holds the same lock (an RLock: the flush takes it again to touch the waiting
+when the job ends: a lock per job, where a timer per job would cost a thread (~100 µs). The
+thread is woken only when it would otherwise sleep past the new deadline. A disarm leaves the
+deadline in place and only marks the job ended: the thread wakes at it, finds no job running
+(the main thread sends them itself before its next job, Batch.must_send) and sleeps until the
+next arm. Clearing the deadline at each disarm, as first written, made the thread wait for a
+notify at nearly every job: woken by one job's arm, it runs only once the main thread lets go
+of the GIL, by when that job has often ended — a notify and two GIL hand-offs a job, 30–40 µs
+of worker CPU per no-op job (bench.job_cpu). A flush holds the same lock (an RLock: the flush takes it again to touch the waiting
 list), so disarming waits for a flush in progress and, between jobs, the main thread alone
 touches the completions. A flush claims nothing (count 0): no claim fence, no claim planning.
 The thread starts with the first job armed, so a worker without a batch (WORKER_BATCH=1) or
@@ -29,15 +35,19 @@ class AckFlusher:
         self.lock = threading.Condition(threading.RLock())
         self._flush = flush  # sends the completions waiting, claiming nothing; takes `lock`
         self._clock = clock  # the worker's monotonic clock (the completions' times are on it)
-        self._deadline: float | None = None
+        self._deadline: float | None = None  # the last armed job's, until passed
+        self._running = False  # armed: a job with completions waiting runs now
+        self._wakes_at: float | None = None  # the thread's next wake by itself (None: notify)
         self._thread: threading.Thread | None = None
         self._closed = False
+        self.wakes = 0  # the thread's turns of its loop (the tests count them)
 
     def arm(self, deadline: float) -> None:
         """A job starts with completions waiting: send them at `deadline` if it still runs."""
         with self.lock:
-            self._deadline = deadline
-            self.lock.notify()
+            self._deadline, self._running = deadline, True
+            if self._wakes_at is None or deadline < self._wakes_at:
+                self.lock.notify()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="ack-flusher", daemon=True)
             self._thread.start()
@@ -45,23 +55,27 @@ class AckFlusher:
     def disarm(self) -> None:
         """The job ended: no flush from now on (waits for one in progress to finish)."""
         with self.lock:
-            self._deadline = None
+            self._running = False
 
     def close(self) -> None:
         """End the thread (the worker is stopping)."""
         with self.lock:
-            self._deadline, self._closed = None, True
+            self._deadline, self._running, self._closed = None, False, True
             self.lock.notify()
 
     def _run(self) -> None:
         with self.lock:
             while not self._closed:
+                self.wakes += 1
                 if self._deadline is None:
+                    self._wakes_at = None
                     self.lock.wait()
                     continue
                 left = self._deadline - self._clock()
                 if left > 0:
+                    self._wakes_at = self._deadline
                     self.lock.wait(left)
                     continue
                 self._deadline = None
-                self._flush()  # under the lock: the main thread waits for it to end
+                if self._running:
+                    self._flush()  # under the lock: the main thread waits for it to end

@@ -50,3 +50,40 @@ def test_disarming_waits_for_a_flush_in_progress_and_a_disarmed_one_never_flushe
     assert flusher._thread is not None
     flusher._thread.join(BOUND)
     assert not flusher._thread.is_alive() and len(flushes) == 1
+
+
+def wait_for(condition: object, what: str) -> None:
+    deadline = time.monotonic() + BOUND
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def test_jobs_of_one_batch_do_not_wake_the_thread() -> None:
+    # Each job of a batch arms the oldest completion's deadline and disarms at its end: the
+    # thread, asleep toward that deadline, must not be woken (a wake a job cost a third of a
+    # batched no-op drain: workerd/ack_flusher.py).
+    flushes: list[float] = []
+    flusher = AckFlusher(lambda: flushes.append(time.monotonic()), time.monotonic)
+    deadline = time.monotonic() + 3600
+    flusher.arm(deadline)
+    wait_for(lambda: flusher._wakes_at == deadline, "the thread to sleep toward the deadline")
+    wakes = flusher.wakes
+    for _ in range(50):
+        flusher.disarm()
+        flusher.arm(deadline)
+        time.sleep(0.001)  # the job: the GIL let go, as a handler's I/O does
+    flusher.disarm()
+    assert flusher.wakes == wakes and flushes == []
+    flusher.close()
+
+
+def test_a_deadline_passed_between_jobs_flushes_nothing() -> None:
+    # Disarmed before its deadline: the main thread sends them itself before its next job.
+    flushes: list[float] = []
+    flusher = AckFlusher(lambda: flushes.append(time.monotonic()), time.monotonic)
+    flusher.arm(time.monotonic() + 0.05)
+    flusher.disarm()
+    wait_for(lambda: flusher._deadline is None, "the thread to pass the deadline")
+    assert flushes == []
+    flusher.close()

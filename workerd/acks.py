@@ -7,20 +7,22 @@ backoff, for as long as the supervisor (which keeps the job's lease meanwhile) l
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import redis
 
 from shared.engine import lifecycle
-from shared.engine.engine_types import AckResult, Code, Confirmation
+from shared.engine.engine_types import AckResult, BatchAck, Code, Confirmation
 from shared.engine.history import Actor
-from shared.engine.scripts import Scripts
+from shared.engine.scripts import Scripts, new_request_id
 from shared.model.jobs import Job, format_ms
 from shared.obs import metrics
 from workerd.backoff import Backoff
 from workerd.execution import Outcome
 from workerd.routing import Routing
+
+T = TypeVar("T")
 
 
 class Acknowledger:
@@ -52,27 +54,67 @@ class Acknowledger:
         `holding`: the job the worker has in hand meanwhile (workerd.prefetch), never the
         answer to a repeat.
         """
+
         # A try whose reply was lost completed the job and may have claimed the next: the retry
         # is answered as that try was (complete.lua knows it by the token), so no request id.
+        def attempt() -> AckResult | None:
+            if outcome.ok:
+                ack = self.scripts.complete(
+                    job.id,
+                    job.token,
+                    outcome.result_json,
+                    claim_next_for=claim_next,
+                    queue=job.queue,
+                    runnable=self.routing.runnable(job.queue),
+                    holding=holding,
+                )
+                self.log_completion(job, ack, fields)
+                return ack
+            if outcome.canceled:
+                self._cancel(job, outcome, fields)
+            else:
+                self._fail(job, outcome, fields)
+            return None
+
+        return self._until_written(attempt)
+
+    def write_batch(
+        self,
+        worker_id: str,
+        done: Sequence[tuple[Job, str, dict[str, object]]],
+        *,
+        count: int,
+        queue: str,
+        runnable: frozenset[str] | None,
+    ) -> BatchAck | None:
+        """Complete `done`, (job, result JSON, log fields) each, all of `queue`, and claim up to
+        `count` next jobs (WORKER_BATCH, workerd.batching); record how each completion ended.
+        None when the supervisor is gone (the jobs' leases then lapse, or release_worker.lua
+        gives them back)."""
+        completions = [(job.id, job.token, result) for job, result, _ in done]
+        # One request id for every try: complete_batch.lua answers a repeat as its first call.
+        request_id = new_request_id()
+        ack = self._until_written(
+            lambda: self.scripts.complete_batch(
+                worker_id,
+                completions,
+                count=count,
+                queue=queue,
+                runnable=runnable,
+                request_id=request_id,
+            )
+        )
+        if ack is not None:
+            for (job, _, fields), result in zip(done, ack.acks, strict=True):
+                self.log_completion(job, result, fields)
+        return ack
+
+    def _until_written(self, attempt: Callable[[], T]) -> T | None:
+        """Return `attempt()`, tried again after the backoff while Redis fails, as long as the
+        supervisor lives (None once it is gone)."""
         while True:
             try:
-                if outcome.ok:
-                    ack = self.scripts.complete(
-                        job.id,
-                        job.token,
-                        outcome.result_json,
-                        claim_next_for=claim_next,
-                        queue=job.queue,
-                        runnable=self.routing.runnable(job.queue),
-                        holding=holding,
-                    )
-                    self.log_completion(job, ack, fields)
-                    return ack
-                if outcome.canceled:
-                    self._cancel(job, outcome, fields)
-                else:
-                    self._fail(job, outcome, fields)
-                return None
+                return attempt()
             except redis.RedisError as exc:
                 # The job ran; its outcome must reach Redis. The supervisor keeps its lease.
                 self.backoff.wait(exc)

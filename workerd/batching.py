@@ -29,17 +29,12 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import redis
-
 from shared.connect.redis_conn import is_cluster
-from shared.engine.engine_types import BatchAck
-from shared.engine.scripts import Scripts, new_request_id
+from shared.engine.scripts import Scripts
 from shared.model.jobs import Job
 from shared.settings.config import Settings
-from workerd.backoff import Backoff
 from workerd.prefetch import RunTimes
 
 log = logging.getLogger(__name__)
@@ -148,37 +143,3 @@ def batch_size(settings: Settings, scripts: Scripts, worker_id: str) -> int:
         )
         return 1
     return size
-
-
-def send_batch(
-    scripts: Scripts,
-    backoff: Backoff,
-    parent_alive: Callable[[], bool],
-    worker_id: str,
-    done: list[Finished],
-    *,
-    count: int,
-    queue: str,
-    runnable: frozenset[str] | None,
-) -> BatchAck | None:
-    """Complete `done` (jobs of `queue`) and claim up to `count` next jobs, retried through an
-    outage with the same request id (complete_batch.lua answers a repeat as its first call);
-    None when the supervisor is gone (the jobs' leases then lapse, or release_worker.lua gives
-    them back)."""
-    completions = [(f.job.id, f.job.token, f.result_json) for f in done]
-    request_id = new_request_id()
-    while True:
-        try:
-            return scripts.complete_batch(
-                worker_id,
-                completions,
-                count=count,
-                queue=queue,
-                runnable=runnable,
-                request_id=request_id,
-            )
-        except redis.RedisError as exc:
-            # The jobs ran; their completions must reach Redis. The same call is repeat-safe.
-            backoff.wait(exc)
-            if not parent_alive():
-                return None

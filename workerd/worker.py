@@ -52,7 +52,7 @@ from shared.settings.config import Settings
 from workerd.ack_flusher import AckFlusher
 from workerd.acks import Acknowledger
 from workerd.backoff import Backoff
-from workerd.batching import Batch, Finished, batch_size, by_queue, send_batch
+from workerd.batching import Batch, Finished, batch_size, by_queue
 from workerd.children import StopOnSignal
 from workerd.claim_plan import ClaimPlanner, ClaimTimings
 from workerd.duties.fleet_heartbeat import hosts_running
@@ -408,7 +408,8 @@ class WorkerProcess(StopOnSignal):
             asked_to_stop = self.execution.requested()
             self.execution = None
             if armed:
-                self._disarm_flusher()
+                assert self.flusher is not None
+                self.flusher.disarm()
             if outcome.canceled:
                 tracing.outcome(span, "canceled")
             else:
@@ -690,10 +691,6 @@ class WorkerProcess(StopOnSignal):
         self.flusher.arm(deadline)
         return True
 
-    def _disarm_flusher(self) -> None:
-        assert self.flusher is not None
-        self.flusher.disarm()
-
     def _flush_done(self) -> None:
         """The flusher's (its thread, the main one running a job): send the completions
         waiting, claiming nothing."""
@@ -742,22 +739,15 @@ class WorkerProcess(StopOnSignal):
 
     def _send_group(self, done: list[Finished], count: int, queue: str) -> BatchAck | None:
         """Send completions of `queue`'s jobs, claiming up to `count` next ones (0: none)."""
-        ack = send_batch(
-            self.scripts,
-            self.backoff,
-            self._parent_alive,
+        ack = self.acks.write_batch(
             self.worker_id,
-            done,
+            [(f.job, f.result_json, f.fields) for f in done],
             count=count,
             queue=queue,
             # A flush claims nothing: no routing read (the flusher's thread must not touch it).
             runnable=self.routing.runnable(queue) if count else None,
         )
-        if ack is None:
-            return None
-        for finished, result in zip(done, ack.acks, strict=True):
-            self.acks.log_completion(finished.job, result, finished.fields)
-        if ack.paused:
+        if ack is not None and ack.paused:
             self.planner.found_paused(queue)
         return ack
 

@@ -126,7 +126,8 @@ class WorkerProcess(StopOnSignal):
         size = batch_size(settings, scripts, worker_id)
         self.batch = Batch(size) if size > 1 else None
         # Sends the completions waiting when a job runs past their ack delay (its thread starts
-        # with the first such job; none without a batch).
+        # with the first such job; none without a batch). Its clock reads this module's `time`
+        # at each call, as the rest of the worker does (the tests swap it for one they move).
         self.flusher = (
             AckFlusher(self._flush_done, lambda: time.monotonic()) if self.batch else None
         )

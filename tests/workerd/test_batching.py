@@ -4,6 +4,7 @@ hand on a real Redis, and a real workerd SIGKILLed mid-batch (its duplicate wind
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 import uuid
@@ -278,6 +279,17 @@ def test_durable_mode_and_a_cluster_run_one_job_a_call(
     assert _worker(Scripts(r)).batch is None
     off = _worker(Scripts(r), size=1)
     assert off.batch is None and off.flusher is None  # the default path has no flusher thread
+
+
+def test_a_worker_that_cannot_batch_says_why(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    durable = Scripts(r, policy=dataclasses.replace(Scripts(r).policy, wait_replicas=1))
+    with caplog.at_level(logging.INFO, logger="workerd.batching"):
+        _worker(durable)
+    [off] = [rec for rec in caplog.records if rec.getMessage() == "worker_batch_off"]
+    assert off.reason == "durable mode (TASKFORGE_WAIT_REPLICAS)"  # type: ignore[attr-defined]
+    assert off.worker_batch == 8  # type: ignore[attr-defined]
 
 
 # A real workerd with WORKER_BATCH=8: a worker SIGKILLed mid-batch. ---------------------------

@@ -9,7 +9,9 @@ one's start: for TaskForge, recording the outcome, complete.lua claiming the nex
 starting it; for Dramatiq, its ack handed to the consumer thread and the next message taken
 from the prefetch). Ideal cycle: the wait; threads ÷ cycle is the rate. CPU per job: each
 process's user + system time (/proc) over the middle of the drain, divided by the jobs run
-in it; Redis's too.
+in it; Redis's too. Context switches per job: the worker processes' threads' voluntary ones
+(each time a thread blocked: a system call, a lock, the GIL) and preempted ones, from
+/proc/<pid>/task/*/status over the same window.
 
     .venv/bin/python -m bench.io_cycle --only taskforge-t8 dramatiq-8 --rounds 3
 
@@ -40,6 +42,24 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def switches(pid: int) -> tuple[int, int]:
+    """Return a process's voluntary and involuntary context switches, all its threads summed
+    (0, 0 once it is gone). A thread that blocks (a syscall, a lock, the GIL) switches
+    voluntarily; one the kernel preempts, involuntarily: per job, a count of hand-offs that the
+    machine's load changes far less than it changes CPU time."""
+    voluntary = involuntary = 0
+    try:
+        for task in os.scandir(f"/proc/{pid}/task"):
+            for line in Path(task.path, "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    voluntary += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    involuntary += int(line.split()[1])
+    except OSError:
+        pass
+    return voluntary, involuntary
 
 
 def tree_pids(leaders: list[int]) -> list[int]:
@@ -75,9 +95,15 @@ def one_drain(config: configs.Config, jobs: int, workers: int, wait_ms: float) -
                 harness.wait_stamps(stamps, jobs // 8, TIMEOUT, group, "start")
                 pids = tree_pids([proc.pid for proc in group.procs])
                 before = {pid: cpu_seconds(pid) for pid in [*pids, server.process.pid]}
+                switched_before = {pid: switches(pid) for pid in pids}
                 ran_before = harness.stamp_count(stamps)
                 harness.wait_stamps(stamps, jobs - jobs // 8, TIMEOUT, group, "middle")
                 after = {pid: cpu_seconds(pid) for pid in before}
+                switched = [
+                    (now[0] - was[0], now[1] - was[1])
+                    for pid, was in switched_before.items()
+                    for now in [switches(pid)]
+                ]
                 ran = harness.stamp_count(stamps) - ran_before
                 harness.wait_stamps(stamps, jobs, TIMEOUT, group, "drain")
         per_thread: dict[str, list[tuple[float, float]]] = {}
@@ -105,6 +131,8 @@ def one_drain(config: configs.Config, jobs: int, workers: int, wait_ms: float) -
         "gap_p90": percentile(gaps, 0.9),
         "cpu_ms_per_job": sum(after[p] - before[p] for p in pids) * 1000 / ran,
         "redis_cpu_ms_per_job": (after[redis_pid] - before[redis_pid]) * 1000 / ran,
+        "switches_per_job": sum(v for v, _ in switched) / ran,
+        "preempted_per_job": sum(i for _, i in switched) / ran,
     }
 
 
@@ -142,22 +170,32 @@ def main() -> None:
                 f"round {round_number + 1} {config.key}: {row['jobs_per_s']:,.0f} jobs/s, "
                 f"body {row['body_mean']:.2f} ms, gap {row['gap_mean']:.2f} ms "
                 f"(p50 {row['gap_p50']:.2f}), CPU {row['cpu_ms_per_job']:.3f} ms/job, "
-                f"Redis {row['redis_cpu_ms_per_job']:.3f}",
+                f"Redis {row['redis_cpu_ms_per_job']:.3f}, switches {row['switches_per_job']:.1f} "
+                f"voluntary + {row['preempted_per_job']:.1f} preempted a job",
                 flush=True,
             )
     print(f"\nmedians of {args.rounds} rounds, {args.jobs:,} jobs, {args.io_wait_ms:g} ms wait:")
     print(
         "| configuration | jobs/s | body ms (mean) | gap ms (mean / p50 / p90) | "
-        "CPU ms/job (ours) | Redis CPU ms/job |"
+        "CPU ms/job (ours) | Redis CPU ms/job | context switches/job (voluntary + preempted) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for key, rows in results.items():
         med = {name: statistics.median(r[name] for r in rows) for name in rows[0]}
         print(
             f"| {key} | {med['jobs_per_s']:,.0f} | {med['body_mean']:.2f} | "
             f"{med['gap_mean']:.2f} / {med['gap_p50']:.2f} / {med['gap_p90']:.2f} | "
-            f"{med['cpu_ms_per_job']:.3f} | {med['redis_cpu_ms_per_job']:.3f} |"
+            f"{med['cpu_ms_per_job']:.3f} ({_span(rows, 'cpu_ms_per_job')}) | "
+            f"{med['redis_cpu_ms_per_job']:.3f} | "
+            f"{med['switches_per_job']:.1f} ({_span(rows, 'switches_per_job', 1)}) + "
+            f"{med['preempted_per_job']:.1f} |"
         )
+
+
+def _span(rows: list[dict], name: str, places: int = 3) -> str:
+    """Return the least and the greatest of one figure over the rounds, as "a–b"."""
+    values = [row[name] for row in rows]
+    return f"{min(values):.{places}f}–{max(values):.{places}f}"
 
 
 if __name__ == "__main__":

@@ -258,3 +258,27 @@ def test_a_line_is_encoded_as_python_json_loggers_encoder_would() -> None:
         "nan": float("nan"),
     }
     assert formatter._encode(values) == JsonEncoder().encode(values)
+
+
+@pytest.mark.parametrize(
+    ("name", "message", "args", "extra", "process"),
+    [
+        ("shared.engine.lifecycle", "job_started", (), {"job_id": "j", "attempt": 1}, 42),
+        ("t", "job_completed", (), {}, 42),
+        ("a, b", "caf\u00e9 %s", ('"x"',), {"n": [1, "\u00e9"], "none": None}, None),
+        ("t", "job_dead", (), {"service": "other", "job_id": "j"}, 7),  # a head field's name
+        ("t", "job_dead", (), {"event": "x", "pid": 1, "ts": "t"}, 7),
+    ],
+)
+def test_a_line_rendered_from_its_cached_head_is_the_whole_dicts_line(
+    name: str, message: str, args: tuple[object, ...], extra: dict[str, Any], process: int | None
+) -> None:
+    # format renders the head once per logger, level and process; _format_whole is the line
+    # as one dict, the reference test's equal: both the same text, twice in a row (cached).
+    formatter = log._Formatter("workerd")
+    record = logging.LogRecord(name, logging.INFO, "f", 1, message, args, None)
+    record.__dict__.update(extra)
+    record.process = process
+    for _ in range(2):
+        assert formatter.format(record) == formatter._format_whole(record)
+        json.loads(formatter.format(record))

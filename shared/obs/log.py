@@ -278,8 +278,8 @@ class _StdoutHandler(logging.StreamHandler):
         every thread logs twice a job, and the line's write and flush release the GIL: the
         holder then waits for the GIL with the lock held while the other threads queue on the
         lock. Formatting first (a record is the calling thread's own; the formatter shares
-        only a whole-tuple timestamp cache) leaves only the write and flush under the lock,
-        which still keeps each line whole. The line is the same.
+        only caches whose entries are replaced whole) leaves only the write and flush under
+        the lock, which still keeps each line whole. The line is the same.
         """
         passed = self.filter(record)
         if isinstance(passed, logging.LogRecord):  # Python 3.12+: a filter may swap the record

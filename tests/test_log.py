@@ -63,30 +63,6 @@ def test_every_line_is_one_json_object_with_the_schema_fields_first(
 
 
 @pytest.mark.usefixtures("restore_logging")
-def test_a_line_is_formatted_outside_the_handlers_lock(capsys: pytest.CaptureFixture[str]) -> None:
-    # Job threads log twice a job: one formatting while another writes must not wait for it.
-    log.configure("workerd")
-    (handler,) = logging.getLogger().handlers
-    formatter = handler.formatter
-    assert formatter is not None
-    formatted = threading.Event()
-
-    class Watched(logging.Formatter):
-        def format(self, record: logging.LogRecord) -> str:
-            formatted.set()
-            return formatter.format(record)
-
-    handler.setFormatter(Watched())
-    writer = threading.Thread(target=logging.getLogger("t").info, args=("job_started",))
-    with handler.lock:  # type: ignore[union-attr]  # another thread's write in progress
-        writer.start()
-        assert formatted.wait(5), "the line was not formatted while the lock was held"
-    writer.join(5)
-    (record,) = lines(capsys.readouterr().out)
-    assert record["event"] == "job_started"
-
-
-@pytest.mark.usefixtures("restore_logging")
 def test_threads_logging_at_once_write_whole_lines(capsys: pytest.CaptureFixture[str]) -> None:
     log.configure("workerd")
     logger = logging.getLogger("t")

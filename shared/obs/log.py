@@ -271,39 +271,6 @@ class _StdoutHandler(logging.StreamHandler):
     def stream(self, _value: TextIO) -> None:
         """Ignore the stream StreamHandler.__init__ assigns."""
 
-    def handle(self, record: logging.LogRecord) -> bool:
-        """Filter and format the record, then write its line under the handler's lock.
-
-        logging.Handler.handle formats inside the lock. In a worker process of job threads
-        every thread logs twice a job, and the line's write and flush release the GIL: the
-        holder then waits for the GIL with the lock held while the other threads queue on the
-        lock. Formatting first (a record is the calling thread's own; the formatter shares
-        only caches whose entries are replaced whole) leaves only the write and flush under
-        the lock, which still keeps each line whole. The line is the same.
-        """
-        passed = self.filter(record)
-        if isinstance(passed, logging.LogRecord):  # Python 3.12+: a filter may swap the record
-            record = passed
-        if not passed:
-            return False
-        try:
-            line = self.format(record) + self.terminator
-        except RecursionError:
-            raise
-        except Exception:
-            self.handleError(record)
-            return True
-        with self.lock:  # type: ignore[union-attr]  # made by Handler.__init__ (createLock)
-            try:
-                stream = self.stream
-                stream.write(line)
-                stream.flush()
-            except RecursionError:
-                raise
-            except Exception:
-                self.handleError(record)
-        return True
-
 
 def configure(service: str, level: str = "INFO") -> None:
     """Send every logger's records to stdout as JSON lines tagged with ``service``; idempotent."""

@@ -14,6 +14,8 @@ in it; Redis's too. Context switches per job: the worker processes' threads' vol
 /proc/<pid>/task/*/status over the same window.
 
     .venv/bin/python -m bench.io_cycle --only taskforge-t8 dramatiq-8 --rounds 3
+    .venv/bin/python -m bench.io_cycle --only taskforge-t8 --rounds 1 --jobs 30000 \
+        --profile /tmp/cycle.txt    # py-spy one worker process mid-drain
 
 Configurations run one after another in each round (interleaved, every other round in reverse
 order). ``BENCH_BASE_TREE`` adds
@@ -25,7 +27,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 from bench.peers import configs, harness
@@ -80,8 +85,32 @@ def tree_pids(leaders: list[int]) -> list[int]:
     return sorted(found)
 
 
-def one_drain(config: configs.Config, jobs: int, workers: int, wait_ms: float) -> dict:
-    """Drain `jobs` I/O jobs; return the rate, body and gap (ms) and CPU ms per job."""
+def profile_one_worker(pids: list[int], out: Path, seconds: int) -> subprocess.Popen[bytes]:
+    """Start py-spy on the process of `pids` with the most threads (a worker process of job
+    threads): wall-clock samples of every thread, idle ones included, as raw stacks."""
+    threads = {pid: len(os.listdir(f"/proc/{pid}/task")) for pid in pids}
+    worker = max(threads, key=threads.__getitem__)
+    if threads[worker] < 3:
+        raise RuntimeError("--profile: no worker process with job threads in the tree")
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    argv = [spy, "record", "-d", str(seconds), "-r", "250", "--idle", "--threads", "-f", "raw"]
+    return subprocess.Popen(
+        [*argv, "-o", str(out), "-p", str(worker)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def one_drain(
+    config: configs.Config,
+    jobs: int,
+    workers: int,
+    wait_ms: float,
+    profile: Path | None = None,
+    profile_seconds: int = 6,
+) -> dict:
+    """Drain `jobs` I/O jobs; return the rate, body and gap (ms) and CPU ms per job. With
+    `profile`, py-spy one worker process from the drain's first eighth for `profile_seconds`."""
     ws = harness.Workspace(config)
     try:
         with private_redis() as server:
@@ -97,7 +126,10 @@ def one_drain(config: configs.Config, jobs: int, workers: int, wait_ms: float) -
                 before = {pid: cpu_seconds(pid) for pid in [*pids, server.process.pid]}
                 switched_before = {pid: switches(pid) for pid in pids}
                 ran_before = harness.stamp_count(stamps)
+                spy = profile_one_worker(pids, profile, profile_seconds) if profile else None
                 harness.wait_stamps(stamps, jobs - jobs // 8, TIMEOUT, group, "middle")
+                if spy is not None and spy.wait(timeout=profile_seconds + 30) != 0:
+                    raise RuntimeError(f"py-spy exited with {spy.returncode}")
                 after = {pid: cpu_seconds(pid) for pid in before}
                 switched = [
                     (now[0] - was[0], now[1] - was[1])
@@ -144,6 +176,15 @@ def main() -> None:
     parser.add_argument("--io-wait-ms", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="FILE",
+        help="py-spy one worker process of the first TaskForge configuration's first round "
+        "(raw stacks, --idle --threads, 250 Hz; give --jobs enough for the drain to outlast "
+        "--profile-seconds; that round's CPU figures include py-spy's pauses)",
+    )
+    parser.add_argument("--profile-seconds", type=int, default=6)
+    parser.add_argument(
         "--variant",
         nargs="+",
         metavar="NAME=VALUE",
@@ -161,10 +202,14 @@ def main() -> None:
             if c.system == "taskforge"
         ]
     results: dict[str, list[dict]] = {config.key: [] for config in chosen}
+    first_taskforge = next((c for c in chosen if c.system == "taskforge"), None)
     for round_number in range(args.rounds):
         # Every other round in reverse: neither configuration always follows the other.
         for config in chosen if round_number % 2 == 0 else chosen[::-1]:
-            row = one_drain(config, args.jobs, args.workers, args.io_wait_ms)
+            spy = args.profile if round_number == 0 and config is first_taskforge else None
+            row = one_drain(
+                config, args.jobs, args.workers, args.io_wait_ms, spy, args.profile_seconds
+            )
             results[config.key].append(row)
             print(
                 f"round {round_number + 1} {config.key}: {row['jobs_per_s']:,.0f} jobs/s, "

@@ -9,9 +9,13 @@ one's start: for TaskForge, recording the outcome, complete.lua claiming the nex
 starting it; for Dramatiq, its ack handed to the consumer thread and the next message taken
 from the prefetch). Ideal cycle: the wait; threads ÷ cycle is the rate. CPU per job: each
 process's user + system time (/proc) over the middle of the drain, divided by the jobs run
-in it; Redis's too.
+in it; Redis's too. Context switches per job: the worker processes' threads' voluntary ones
+(each time a thread blocked: a system call, a lock, the GIL) and preempted ones, from
+/proc/<pid>/task/*/status over the same window.
 
     .venv/bin/python -m bench.io_cycle --only taskforge-t8 dramatiq-8 --rounds 3
+    .venv/bin/python -m bench.io_cycle --only taskforge-t8 --rounds 1 --jobs 30000 \
+        --profile /tmp/cycle.txt    # py-spy one worker process mid-drain
 
 Configurations run one after another in each round (interleaved, every other round in reverse
 order). ``BENCH_BASE_TREE`` adds
@@ -23,7 +27,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 from bench.peers import configs, harness
@@ -40,6 +47,24 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def switches(pid: int) -> tuple[int, int]:
+    """Return a process's voluntary and involuntary context switches, all its threads summed
+    (0, 0 once it is gone). A thread that blocks (a syscall, a lock, the GIL) switches
+    voluntarily; one the kernel preempts, involuntarily: per job, a count of hand-offs that the
+    machine's load changes far less than it changes CPU time."""
+    voluntary = involuntary = 0
+    try:
+        for task in os.scandir(f"/proc/{pid}/task"):
+            for line in Path(task.path, "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    voluntary += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    involuntary += int(line.split()[1])
+    except OSError:
+        pass
+    return voluntary, involuntary
 
 
 def tree_pids(leaders: list[int]) -> list[int]:
@@ -60,8 +85,32 @@ def tree_pids(leaders: list[int]) -> list[int]:
     return sorted(found)
 
 
-def one_drain(config: configs.Config, jobs: int, workers: int, wait_ms: float) -> dict:
-    """Drain `jobs` I/O jobs; return the rate, body and gap (ms) and CPU ms per job."""
+def profile_one_worker(pids: list[int], out: Path, seconds: int) -> subprocess.Popen[bytes]:
+    """Start py-spy on the process of `pids` with the most threads (a worker process of job
+    threads): wall-clock samples of every thread, idle ones included, as raw stacks."""
+    threads = {pid: len(os.listdir(f"/proc/{pid}/task")) for pid in pids}
+    worker = max(threads, key=threads.__getitem__)
+    if threads[worker] < 3:
+        raise RuntimeError("--profile: no worker process with job threads in the tree")
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    argv = [spy, "record", "-d", str(seconds), "-r", "250", "--idle", "--threads", "-f", "raw"]
+    return subprocess.Popen(
+        [*argv, "-o", str(out), "-p", str(worker)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def one_drain(
+    config: configs.Config,
+    jobs: int,
+    workers: int,
+    wait_ms: float,
+    profile: Path | None = None,
+    profile_seconds: int = 6,
+) -> dict:
+    """Drain `jobs` I/O jobs; return the rate, body and gap (ms) and CPU ms per job. With
+    `profile`, py-spy one worker process from the drain's first eighth for `profile_seconds`."""
     ws = harness.Workspace(config)
     try:
         with private_redis() as server:
@@ -75,9 +124,18 @@ def one_drain(config: configs.Config, jobs: int, workers: int, wait_ms: float) -
                 harness.wait_stamps(stamps, jobs // 8, TIMEOUT, group, "start")
                 pids = tree_pids([proc.pid for proc in group.procs])
                 before = {pid: cpu_seconds(pid) for pid in [*pids, server.process.pid]}
+                switched_before = {pid: switches(pid) for pid in pids}
                 ran_before = harness.stamp_count(stamps)
+                spy = profile_one_worker(pids, profile, profile_seconds) if profile else None
                 harness.wait_stamps(stamps, jobs - jobs // 8, TIMEOUT, group, "middle")
+                if spy is not None and spy.wait(timeout=profile_seconds + 30) != 0:
+                    raise RuntimeError(f"py-spy exited with {spy.returncode}")
                 after = {pid: cpu_seconds(pid) for pid in before}
+                switched = [
+                    (now[0] - was[0], now[1] - was[1])
+                    for pid, was in switched_before.items()
+                    for now in [switches(pid)]
+                ]
                 ran = harness.stamp_count(stamps) - ran_before
                 harness.wait_stamps(stamps, jobs, TIMEOUT, group, "drain")
         per_thread: dict[str, list[tuple[float, float]]] = {}
@@ -105,6 +163,8 @@ def one_drain(config: configs.Config, jobs: int, workers: int, wait_ms: float) -
         "gap_p90": percentile(gaps, 0.9),
         "cpu_ms_per_job": sum(after[p] - before[p] for p in pids) * 1000 / ran,
         "redis_cpu_ms_per_job": (after[redis_pid] - before[redis_pid]) * 1000 / ran,
+        "switches_per_job": sum(v for v, _ in switched) / ran,
+        "preempted_per_job": sum(i for _, i in switched) / ran,
     }
 
 
@@ -115,6 +175,15 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--io-wait-ms", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="FILE",
+        help="py-spy one worker process of the first TaskForge configuration's first round "
+        "(raw stacks, --idle --threads, 250 Hz; give --jobs enough for the drain to outlast "
+        "--profile-seconds; that round's CPU figures include py-spy's pauses)",
+    )
+    parser.add_argument("--profile-seconds", type=int, default=6)
     parser.add_argument(
         "--variant",
         nargs="+",
@@ -133,31 +202,45 @@ def main() -> None:
             if c.system == "taskforge"
         ]
     results: dict[str, list[dict]] = {config.key: [] for config in chosen}
+    first_taskforge = next((c for c in chosen if c.system == "taskforge"), None)
     for round_number in range(args.rounds):
         # Every other round in reverse: neither configuration always follows the other.
         for config in chosen if round_number % 2 == 0 else chosen[::-1]:
-            row = one_drain(config, args.jobs, args.workers, args.io_wait_ms)
+            spy = args.profile if round_number == 0 and config is first_taskforge else None
+            row = one_drain(
+                config, args.jobs, args.workers, args.io_wait_ms, spy, args.profile_seconds
+            )
             results[config.key].append(row)
             print(
                 f"round {round_number + 1} {config.key}: {row['jobs_per_s']:,.0f} jobs/s, "
                 f"body {row['body_mean']:.2f} ms, gap {row['gap_mean']:.2f} ms "
                 f"(p50 {row['gap_p50']:.2f}), CPU {row['cpu_ms_per_job']:.3f} ms/job, "
-                f"Redis {row['redis_cpu_ms_per_job']:.3f}",
+                f"Redis {row['redis_cpu_ms_per_job']:.3f}, switches {row['switches_per_job']:.1f} "
+                f"voluntary + {row['preempted_per_job']:.1f} preempted a job",
                 flush=True,
             )
     print(f"\nmedians of {args.rounds} rounds, {args.jobs:,} jobs, {args.io_wait_ms:g} ms wait:")
     print(
         "| configuration | jobs/s | body ms (mean) | gap ms (mean / p50 / p90) | "
-        "CPU ms/job (ours) | Redis CPU ms/job |"
+        "CPU ms/job (ours) | Redis CPU ms/job | context switches/job (voluntary + preempted) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for key, rows in results.items():
         med = {name: statistics.median(r[name] for r in rows) for name in rows[0]}
         print(
             f"| {key} | {med['jobs_per_s']:,.0f} | {med['body_mean']:.2f} | "
             f"{med['gap_mean']:.2f} / {med['gap_p50']:.2f} / {med['gap_p90']:.2f} | "
-            f"{med['cpu_ms_per_job']:.3f} | {med['redis_cpu_ms_per_job']:.3f} |"
+            f"{med['cpu_ms_per_job']:.3f} ({_span(rows, 'cpu_ms_per_job')}) | "
+            f"{med['redis_cpu_ms_per_job']:.3f} | "
+            f"{med['switches_per_job']:.1f} ({_span(rows, 'switches_per_job', 1)}) + "
+            f"{med['preempted_per_job']:.1f} |"
         )
+
+
+def _span(rows: list[dict], name: str, places: int = 3) -> str:
+    """Return the least and the greatest of one figure over the rounds, as "a–b"."""
+    values = [row[name] for row in rows]
+    return f"{min(values):.{places}f}–{max(values):.{places}f}"
 
 
 if __name__ == "__main__":

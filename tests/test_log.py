@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,26 @@ def test_every_line_is_one_json_object_with_the_schema_fields_first(
         "WARNING",
         "job_dead",
         "ValueError: x",
+    )
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_threads_logging_at_once_write_whole_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    log.configure("workerd")
+    logger = logging.getLogger("t")
+
+    def many(thread: int) -> None:
+        for n in range(200):
+            logger.info("job_started", extra={"job_id": f"{thread}-{n}", "pad": "x" * 300})
+
+    threads = [threading.Thread(target=many, args=(k,)) for k in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    records = lines(capsys.readouterr().out)
+    assert sorted(r["job_id"] for r in records) == sorted(
+        f"{k}-{n}" for k in range(8) for n in range(200)
     )
 
 
@@ -213,3 +234,27 @@ def test_a_line_is_encoded_as_python_json_loggers_encoder_would() -> None:
         "nan": float("nan"),
     }
     assert formatter._encode(values) == JsonEncoder().encode(values)
+
+
+@pytest.mark.parametrize(
+    ("name", "message", "args", "extra", "process"),
+    [
+        ("shared.engine.lifecycle", "job_started", (), {"job_id": "j", "attempt": 1}, 42),
+        ("t", "job_completed", (), {}, 42),
+        ("a, b", "caf\u00e9 %s", ('"x"',), {"n": [1, "\u00e9"], "none": None}, None),
+        ("t", "job_dead", (), {"service": "other", "job_id": "j"}, 7),  # a head field's name
+        ("t", "job_dead", (), {"event": "x", "pid": 1, "ts": "t"}, 7),
+    ],
+)
+def test_a_line_rendered_from_its_cached_head_is_the_whole_dicts_line(
+    name: str, message: str, args: tuple[object, ...], extra: dict[str, Any], process: int | None
+) -> None:
+    # format renders the head once per logger, level and process; _format_whole is the line
+    # as one dict, the reference test's equal: both the same text, twice in a row (cached).
+    formatter = log._Formatter("workerd")
+    record = logging.LogRecord(name, logging.INFO, "f", 1, message, args, None)
+    record.__dict__.update(extra)
+    record.process = process
+    for _ in range(2):
+        assert formatter.format(record) == formatter._format_whole(record)
+        json.loads(formatter.format(record))

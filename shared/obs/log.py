@@ -134,6 +134,8 @@ READY_PROBE_AGENT = "taskforge-bin-run-ready-probe"
 # A LogRecord's own attributes; everything else on a record came from ``extra=``.
 _RECORD_ATTRS = frozenset(RESERVED_ATTRS) | {"taskName"}
 _configured: tuple[str, str] | None = None
+# A line's head fields, always first and in this order.
+_HEAD = frozenset({"ts", "level", "event", "logger", "service", "pid"})
 
 
 class DropPayload(logging.Filter):
@@ -172,6 +174,11 @@ class _Formatter(logging.Formatter):
         # whole, so threads logging across a second's turn never pair a second with another
         # second's text.
         self._stamp: tuple[int, str] = (-1, "")
+        # (level, logger, pid) -> the head's text around the event (see format).
+        self._heads: dict[tuple[str, str, int | None], tuple[str, str]] = {}
+        self._encode_text = (
+            encode_basestring_ascii if self.encoder.ensure_ascii else encode_basestring
+        )
 
     def _ts(self, record: logging.LogRecord) -> str:
         second, text = self._stamp
@@ -183,6 +190,33 @@ class _Formatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         """Return the record as one line of JSON."""
+        extras = {
+            key: value
+            for key, value in record.__dict__.items()
+            if key not in _RECORD_ATTRS and key[:1] != "_"
+        }
+        if record.exc_info or record.exc_text or record.stack_info or not _HEAD.isdisjoint(extras):
+            return self._format_whole(record)
+        # The head's text but for ts and event is the same for every line of one logger at one
+        # level in one process: rendered once (the same text _format_whole's dict gives it).
+        key = (record.levelname, record.name, record.process)
+        head = self._heads.get(key)
+        if head is None:
+            level, logger, service, pid = (
+                self._encode(value)
+                for value in (record.levelname, record.name, self.service, record.process)
+            )
+            head = self._heads[key] = (
+                f'", "level": {level}, "event": ',
+                f', "logger": {logger}, "service": {service}, "pid": {pid}',
+            )
+        tail = ", " + self._encode(extras)[1:] if extras else "}"
+        event = self._encode_text(record.getMessage())
+        return f'{{"ts": "{self._ts(record)}{head[0]}{event}{head[1]}{tail}'
+
+    def _format_whole(self, record: logging.LogRecord) -> str:
+        """Return the record as one line of JSON, built as one dict (a line with a traceback,
+        a stack, or an extra named as a head field, which then takes that field's place)."""
         line: dict[str, Any] = {
             "ts": self._ts(record),
             "level": record.levelname,

@@ -1,36 +1,32 @@
 -- Pop the best pending job and start it for one worker (claim.lua, and complete.lua when it
 -- also claims the worker's next job). Needs codes and common included first.
 --
--- A claim reply is the job's fields in CLAIM_FIELDS order, with started_at in the place of the
--- last, status (shared/engine/scripts/ parses it by position and fills in what the caller knows: the
+-- A claim reply is the job's fields in claim_fields's order, with started_at in the place of the
+-- 14th, status (shared/engine/scripts/ parses it by position and fills in what the caller knows: the
 -- status, processing; updated_at, which equals started_at; its own worker id). What a worker
 -- needs, read in the one HMGET that also checks the job is still pending; the values a claim
 -- changes are filled in here rather than read back after the write. Every value crosses from
 -- Redis to Lua and back once per job, so the reply carries nothing the caller already has, and
 -- the scripts answer it after their code in one flat list (Redis converts each nested table
 -- with checks of its own).
-local CLAIM_FIELDS = {'id', 'type', 'priority', 'max_retries', 'attempts', 'recoveries',
-  'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at', 'traceparent',
-  'status', 'alone'}
-local F_TYPE, F_ATTEMPTS, F_CREATED, F_TOKEN, F_STATUS = 2, 5, 8, 9, 14
-
--- The fields a repeated claim reads back: the reply's, started_at where a claim reads status.
-local function reply_fields()
-  local fields = {unpack(CLAIM_FIELDS)}
-  fields[F_STATUS] = 'started_at'
-  return fields
+-- HMGET of a job's claim fields in the reply's order: `fourteenth` is 'status' for a claim,
+-- 'started_at' for a repeat's reply; the fields in `...` follow, as values 16 on. The names are
+-- a call's arguments, not a table: a table of them would be built on every call of every
+-- script that includes this one, and unpacked on every claim (bench/MEASUREMENTS.md, "Shaking
+-- the includes").
+local function claim_fields(job_key, fourteenth, ...)
+  return redis.call('HMGET', job_key, 'id', 'type', 'priority', 'max_retries', 'attempts',
+    'recoveries', 'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at',
+    'traceparent', fourteenth, 'alone', ...)
 end
+local F_TYPE, F_ATTEMPTS, F_CREATED, F_TOKEN, F_STATUS, N_FIELDS = 2, 5, 8, 9, 14, 15
 
 -- The claim reply's values of a job this worker still holds (for a repeated call), or nil:
--- its fields as reply_fields reads them, read with the check that it is processing and held by
--- `worker_id`.
+-- read with the check that it is processing and held by `worker_id`.
 local function still_held(job_key, worker_id)
-  local fields = reply_fields()
-  local n = #fields
-  fields[n + 1], fields[n + 2] = 'status', 'worker_id'
-  local job = redis.call('HMGET', job_key, unpack(fields))
-  if job[n + 1] == 'processing' and job[n + 2] == worker_id then
-    job[n + 1], job[n + 2] = nil, nil
+  local job = claim_fields(job_key, 'started_at', 'status', 'worker_id')
+  if job[N_FIELDS + 1] == 'processing' and job[N_FIELDS + 2] == worker_id then
+    job[N_FIELDS + 1], job[N_FIELDS + 2] = nil, nil
     return job
   end
   return nil
@@ -60,7 +56,7 @@ local function claimed_before(processing_key, prefix, worker_id, holding)
   local held = held_by(processing_key, prefix, worker_id)
   for i = #held, 1, -1 do
     if held[i][2] ~= holding then
-      return redis.call('HMGET', held[i][1], unpack(reply_fields()))
+      return claim_fields(held[i][1], 'started_at')
     end
   end
   return nil
@@ -107,8 +103,9 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
     local job_id = string.sub(member, string.find(member, ':', 1, true) + 1)
     local job_key = prefix .. job_id
     -- The history is read with the job, written with it, and left out of the reply.
-    local job = redis.call('HMGET', job_key, 'history', unpack(CLAIM_FIELDS))
-    local history = table.remove(job, 1)
+    local job = claim_fields(job_key, 'status', 'history')
+    local history = job[N_FIELDS + 1]
+    job[N_FIELDS + 1] = nil
     -- Type names cannot hold '|' (shared/model/jobs.py): a plain find of '|type|' is exact. Inline,
     -- not a helper: every call of the script would create the helper's closure anew.
     if runnable ~= '' and job[F_STATUS] == 'pending'

@@ -73,9 +73,9 @@ end
 -- (same score and member; its pending_since entry is never removed) and nothing else about it
 -- changes; the wake hint this claim may have used goes back too, for a worker that runs it.
 -- lk: nil for a queue without limits (nothing below costs a command then), else as
--- includes/common.lua describes: the queue-wide limits, when reached, claim nothing (EMPTY, the
--- hints cleared: a slot given back or a gate opened pushes one); a job whose type is at its
--- limit is held (common.lua, hold) and the next one tried; a job claimed takes its tokens, and
+-- includes/common.lua's limited makes it: the queue-wide limits, when reached, claim nothing
+-- (EMPTY, the hints cleared: a slot given back or a gate opened pushes one); a job whose type
+-- is at its limit is held (common.lua, hold) and the next one tried; a job claimed takes its tokens, and
 -- a slot (`running`, and `slot` = its token in its hash) when a concurrency limit counts it.
 local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_cap, events_cap,
     lk)
@@ -85,7 +85,7 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
       now = now_ms(now)
     end
     local blocked
-    blocked, queue_tokens = queue_blocked(lk, now)
+    blocked, queue_tokens = lk:queue_blocked(now)
     if blocked then
       redis.call('DEL', keys[4])
       return nil
@@ -118,9 +118,9 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
       end
       return nil, job[F_TYPE]
     end
-    local blocked = lk and job[F_STATUS] == 'pending' and type_blocked(lk, job[F_TYPE], now)
+    local blocked = lk and job[F_STATUS] == 'pending' and lk:type_blocked(job[F_TYPE], now)
     if blocked then
-      hold(lk, job_key, job_id, job[F_TYPE], popped[2], member, job[F_TOKEN], history,
+      lk:hold(job_key, job_id, job[F_TYPE], popped[2], member, job[F_TOKEN], history,
         job[F_CREATED], now, blocked, {keys[5], events_cap})
     else
       redis.call('ZREM', keys[2], job_id)
@@ -134,7 +134,7 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
         'a', job[F_ATTEMPTS], 'w', worker_id)
       local started = string.format('%d', now)
       local entry = history_add(history, 'cw', job[F_CREATED], now, job[F_ATTEMPTS], worker_id)
-      if lk and needs_slot(lk, job[F_TYPE]) then
+      if lk and lk:needs_slot(job[F_TYPE]) then
         redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
           'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
           'worker_id', worker_id, 'history', entry, 'slot', job[F_TOKEN])
@@ -145,7 +145,7 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
           'worker_id', worker_id, 'history', entry)
       end
       if queue_tokens then
-        bucket_spend(lk, 'q', queue_tokens, now)
+        lk:bucket_spend('q', queue_tokens, now)
       end
       redis.call('ZADD', keys[3], string.format('%d', now + lease), job_id)
       job[F_STATUS] = started
@@ -186,8 +186,9 @@ local function claim_many(keys, prefix, worker_id, lease, request_id, now, runna
   if paused then
     return {PAUSED}
   end
-  local lk = limits and {limits = cjson.decode(limits), running = keys[8], held = keys[9],
-    buckets = keys[10], gates = keys[11], order = keys[12], pending = keys[1], wake = keys[5]}
+  local lk = limits and limited({limits = cjson.decode(limits), running = keys[8],
+    held = keys[9], buckets = keys[10], gates = keys[11], order = keys[12], pending = keys[1],
+    wake = keys[5]})
   local reply, ids, refused = {DONE, '', 0}, {request_id}, nil
   for _ = 1, math.max(1, count) do
     local job

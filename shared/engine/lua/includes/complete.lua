@@ -53,8 +53,8 @@ local function complete_job(job, processing, completed, events, running, held, o
   redis.call('ZADD', completed, stamp, state[3])
   local unwoken = false
   if state[7] == state[2] then
-    unwoken = release_slot({running = running, held = held, order = order, pending = pending,
-      wake = wake}, state[3], state[6], wake_cap, hint)
+    unwoken = limited({running = running, held = held, order = order, pending = pending,
+      wake = wake}):release_slot(state[3], state[6], wake_cap, hint)
   end
   return DONE, now, unwoken
 end

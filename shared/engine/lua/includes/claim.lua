@@ -75,8 +75,8 @@ end
 -- lk: nil for a queue without limits (nothing below costs a command then), else as
 -- includes/common.lua's limited makes it: the queue-wide limits, when reached, claim nothing
 -- (EMPTY, the hints cleared: a slot given back or a gate opened pushes one); a job whose type
--- is at its limit is held (common.lua, hold) and the next one tried; a job claimed takes its tokens, and
--- a slot (`running`, and `slot` = its token in its hash) when a concurrency limit counts it.
+-- is at its limit is held (lk:hold) and the next one tried; a job claimed takes its tokens,
+-- and a slot (`running`, and `slot` = its token in its hash) when a concurrency limit counts it.
 local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_cap, events_cap,
     lk)
   local queue_tokens

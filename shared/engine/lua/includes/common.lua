@@ -242,7 +242,7 @@ end
 -- one object, with the limit helpers as its methods (lk:release_slot(...), lk:hold(...)): a
 -- script makes them when it meets a limit, a job holding a slot or a queue with limits. Why:
 -- every top-level definition is a closure each call of a script creates, and these ten (with
--- their upvalues) were a twentieth of Redis's instructions for an unlimited complete-and-claim
+-- their upvalues) were about 3 % of Redis's instructions for an unlimited complete-and-claim
 -- (bench/MEASUREMENTS.md, "Shaking the includes"). Returns lk.
 local function limited(lk)
   -- Move one held entry back to pending, to its place in line (same score and member).

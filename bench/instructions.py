@@ -18,7 +18,7 @@ misses are not in them, so they rank changes to the work Redis does per job, not
 Needs valgrind (``apt install valgrind``).
 
     .venv/bin/python -m bench.instructions --tree /tmp/old --tree .
-    .venv/bin/python -m bench.instructions --definitions --tree /tmp/old --tree .
+    .venv/bin/python -m bench.instructions --definitions --tree /tmp/old --tree .  # 3 rounds
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -141,35 +142,46 @@ def per_call(server: CallgrindRedis, client: redis.Redis, text: str) -> float:
     return server.instructions() / CALLS
 
 
-def measure_definitions(trees: list[Path]) -> dict[str, dict[str, float]]:
-    """Return, per tree label and script, the instructions its definitions add to a call."""
-    out: dict[str, dict[str, float]] = {}
+def measure_definitions(trees: list[Path], rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Return, per tree label and figure, the instructions a call's definitions add (bare:
+    the bare call's own), one value per round, the trees interleaved within each round."""
+    out: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="taskforge-callgrind-") as tmp:
         server = CallgrindRedis(redis_binary(), Path(tmp), dict(NO_PERSISTENCE))
         server.start()
         try:
             client = redis.Redis.from_url(server.url)
             server.instructions()
-            bare = per_call(server, client, BARE)
-            for tree in trees:
-                figures = out.setdefault(redis_cost.label_of(tree), {"bare": bare})
-                for name in HOT_SCRIPTS:
-                    for label, text in definitions_alone(tree, name).items():
-                        figures[f"{name} {label}"] = per_call(server, client, text) - bare
+            for _ in range(rounds):
+                bare = per_call(server, client, BARE)
+                for tree in trees:
+                    figures = out.setdefault(redis_cost.label_of(tree), {})
+                    figures.setdefault("bare", []).append(bare)
+                    for name in HOT_SCRIPTS:
+                        for label, text in definitions_alone(tree, name).items():
+                            extra = per_call(server, client, text) - bare
+                            figures.setdefault(f"{name} {label}", []).append(extra)
         finally:
             server.close()
     return out
 
 
-def print_definitions(trees: list[Path]) -> None:
+def spread(values: list[float]) -> str:
+    """Return `median (min–max)`, or the one value."""
+    if len(values) == 1:
+        return f"{values[0]:,.0f}"
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})"
+
+
+def print_definitions(trees: list[Path], rounds: int) -> None:
     """Print the definitions' instructions per call, per tree and hot script."""
     print("| checkout | script | includes pasted whole | as assembled |")
     print("|---|---|---|---|")
-    for label, figures in measure_definitions(trees).items():
+    for label, figures in measure_definitions(trees, rounds).items():
         for name in HOT_SCRIPTS:
             whole, assembled = figures[f"{name} whole"], figures[f"{name} assembled"]
-            print(f"| {label} | {name}.lua | {whole:,.0f} | {assembled:,.0f} |")
-        print(f"| {label} | (a bare EVALSHA itself) | {figures['bare']:,.0f} | |")
+            print(f"| {label} | {name}.lua | {spread(whole)} | {spread(assembled)} |")
+        print(f"| {label} | (a bare EVALSHA itself) | {spread(figures['bare'])} | |")
 
 
 def available() -> bool:
@@ -185,11 +197,12 @@ def main() -> None:
     parser.add_argument(
         "--definitions", action="store_true", help="per hot script: its definitions' cost a call"
     )
+    parser.add_argument("--rounds", type=int, default=3, help="--definitions: rounds (median)")
     args = parser.parse_args()
     if not available():
         raise SystemExit("valgrind (callgrind) is not installed: apt install valgrind")
     if args.definitions:
-        print_definitions(args.tree or [harness.ROOT])
+        print_definitions(args.tree or [harness.ROOT], args.rounds)
         return
     print("| checkout | Redis instructions per enqueue | per complete + claim next |")
     print("|---|---|---|")

@@ -7,11 +7,18 @@ counting off, turns counting on around one workload (callgrind_control) and divi
 - enqueue: the tree's producer calling ``Scripts.enqueue`` once per job;
 - complete + claim next: one process draining those jobs through the tree's shared.engine.scripts.
 
+``--definitions`` counts instead, per hot script, what its include definitions alone cost per
+EVALSHA (the script's text up to its own code, then ``return 1``, less a bare ``return 1`` with
+complete's 14 keys and 10 arguments): every call runs the whole chunk, so each closure and table
+a definition makes is made again on every call. Each include pasted whole, then the tree's own
+assembly (shared.engine.lua_source, which keeps only what the script uses).
+
 User-space instructions only: the kernel's share (socket reads and writes, epoll) and cache
 misses are not in them, so they rank changes to the work Redis does per job, not its time.
 Needs valgrind (``apt install valgrind``).
 
     .venv/bin/python -m bench.instructions --tree /tmp/old --tree .
+    .venv/bin/python -m bench.instructions --definitions --tree /tmp/old --tree .  # 3 rounds
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import argparse
 import contextlib
 import re
 import shutil
+import statistics
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +41,10 @@ from bench.peers import harness
 from tests.support.redis_server import NO_PERSISTENCE, RedisServer, redis_binary
 
 TOTAL = re.compile(rb"^totals: (\d+)$", re.MULTILINE)
+INCLUDE = re.compile(r'^--- @include "([a-z_]+)"$', re.MULTILINE)  # as shared.engine.lua_source
+HOT_SCRIPTS = ("enqueue", "complete", "claim", "complete_batch")
+BARE = "#!lua flags=allow-oom\nreturn 1\n"
+CALLS = 2000
 
 
 class CallgrindRedis(RedisServer):
@@ -96,6 +109,81 @@ def measure(tree: Path, jobs: int) -> dict[str, float]:
     return {"enqueue": enqueue / (jobs + 1), "complete_claim_next": drain / done}
 
 
+def definitions_alone(tree: Path, name: str) -> dict[str, str]:
+    """Return script `name`'s definitions then ``return 1``, its includes pasted whole
+    ("whole") and as `tree` assembles them ("assembled")."""
+    lua = tree / "shared" / "engine" / "lua"
+    source = (lua / f"{name}.lua").read_text()
+    body = source[list(INCLUDE.finditer(source))[-1].end() :]  # the script's own code
+    whole = INCLUDE.sub(lambda m: (lua / "includes" / f"{m.group(1)}.lua").read_text(), source)
+    code = f"from shared.engine.lua_source import assemble; print(assemble({name!r}), end='')"
+    assembled = subprocess.run(
+        [sys.executable, "-c", code], cwd=tree, check=True, capture_output=True, text=True
+    ).stdout
+    return {
+        label: text[: len(text) - len(body)] + "\nreturn 1\n"
+        for label, text in (("whole", whole), ("assembled", assembled))
+    }
+
+
+def per_call(server: CallgrindRedis, client: redis.Redis, text: str) -> float:
+    """Return Redis instructions per EVALSHA of `text` with complete's 14 keys and 10 args."""
+    # A fresh Lua interpreter each time (SCRIPT FLUSH makes one): the scripts loaded before
+    # would otherwise grow the heap the garbage collector's steps walk, by about 2,000 a call.
+    client.script_flush()
+    sha = client.script_load(text)
+    keys, args = [f"{{ns:q}}:k{i}" for i in range(14)], [str(i) for i in range(10)]
+    for _ in range(200):  # warm: the allocator's and the GC's state settle
+        client.evalsha(sha, len(keys), *keys, *args)
+    server.instructions()
+    with server.counting():
+        for _ in range(CALLS):
+            client.evalsha(sha, len(keys), *keys, *args)
+    return server.instructions() / CALLS
+
+
+def measure_definitions(trees: list[Path], rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Return, per tree label and figure, the instructions a call's definitions add (bare:
+    the bare call's own), one value per round, the trees interleaved within each round."""
+    out: dict[str, dict[str, list[float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="taskforge-callgrind-") as tmp:
+        server = CallgrindRedis(redis_binary(), Path(tmp), dict(NO_PERSISTENCE))
+        server.start()
+        try:
+            client = redis.Redis.from_url(server.url)
+            server.instructions()
+            for _ in range(rounds):
+                bare = per_call(server, client, BARE)
+                for tree in trees:
+                    figures = out.setdefault(redis_cost.label_of(tree), {})
+                    figures.setdefault("bare", []).append(bare)
+                    for name in HOT_SCRIPTS:
+                        for label, text in definitions_alone(tree, name).items():
+                            extra = per_call(server, client, text) - bare
+                            figures.setdefault(f"{name} {label}", []).append(extra)
+        finally:
+            server.close()
+    return out
+
+
+def spread(values: list[float]) -> str:
+    """Return `median (min–max)`, or the one value."""
+    if len(values) == 1:
+        return f"{values[0]:,.0f}"
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}–{max(values):,.0f})"
+
+
+def print_definitions(trees: list[Path], rounds: int) -> None:
+    """Print the definitions' instructions per call, per tree and hot script."""
+    print("| checkout | script | includes pasted whole | as assembled |")
+    print("|---|---|---|---|")
+    for label, figures in measure_definitions(trees, rounds).items():
+        for name in HOT_SCRIPTS:
+            whole, assembled = figures[f"{name} whole"], figures[f"{name} assembled"]
+            print(f"| {label} | {name}.lua | {spread(whole)} | {spread(assembled)} |")
+        print(f"| {label} | (a bare EVALSHA itself) | {spread(figures['bare'])} | |")
+
+
 def available() -> bool:
     """Tell whether valgrind's callgrind tools are installed."""
     return bool(shutil.which("valgrind") and shutil.which("callgrind_control"))
@@ -106,9 +194,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=Path, action="append", help="checkout (repeatable)")
     parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument(
+        "--definitions", action="store_true", help="per hot script: its definitions' cost a call"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="--definitions: rounds (median)")
     args = parser.parse_args()
     if not available():
         raise SystemExit("valgrind (callgrind) is not installed: apt install valgrind")
+    if args.definitions:
+        print_definitions(args.tree or [harness.ROOT], args.rounds)
+        return
     print("| checkout | Redis instructions per enqueue | per complete + claim next |")
     print("|---|---|---|")
     for tree in args.tree or [harness.ROOT]:

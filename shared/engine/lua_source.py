@@ -7,6 +7,10 @@ its own code names, and those they name in turn, in file order; nothing else. Wh
 EVALSHA runs the whole chunk, so each closure an include defines is created (and later
 collected) on every call: the hot path defined about fifteen it never calls, about 5 % of
 Redis's instructions per job.
+
+A Lua error names a line of the assembled text (``user_script:<n>``), not of a file: before a
+script's first include line the two agree, after it they do not. ``origin(name, n)`` answers
+the file and line the assembled line came from.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ class Definition:
 
     names: frozenset[str]
     text: str  # with the comment lines just above it
+    first_line: int = 1  # the include file's line number of its text's first line
 
     def uses(self) -> set[str]:
         """Return the words of its code (comments left out)."""
@@ -67,7 +72,8 @@ def definitions(name: str, text: str) -> list[Definition]:
             names = {n.strip() for n in local.group(1).split(",")}
         else:
             raise ValueError(f"include {name}: top-level statement outside a definition: {line!r}")
-        found.append(Definition(frozenset(names), "".join(comments + lines[index : end + 1])))
+        text = "".join(comments + lines[index : end + 1])
+        found.append(Definition(frozenset(names), text, index + 1 - len(comments)))
         comments = []
         index = end + 1
     return found
@@ -88,8 +94,23 @@ def used(own_code: str, available: list[Definition]) -> list[Definition]:
     return [d for i, d in enumerate(available) if i in kept]
 
 
-def assemble(name: str) -> str:
-    """Return script `name` as Redis runs it: each include line replaced by what is used."""
+def assemble(name: str, shake: bool = True) -> str:
+    """Return script `name` as Redis runs it: each include line replaced by what is used.
+
+    shake=False keeps every definition of each include (for comparisons: tests, benches).
+    """
+    return "".join(text for text, _, _ in assembled_lines(name, shake))
+
+
+def origin(name: str, line: int) -> tuple[str, int]:
+    """Return (file under lua/, line) that line `line` of script `name`'s assembled text
+    (as a Lua error names it: ``user_script:<line>``) came from."""
+    _, path, number = assembled_lines(name)[line - 1]
+    return path, number
+
+
+def assembled_lines(name: str, shake: bool = True) -> list[tuple[str, str, int]]:
+    """Return the assembled script's lines, each as (text, file under lua/, line in that file)."""
     lua = resources.files("shared.engine") / "lua"
     source = (lua / f"{name}.lua").read_text()
     included = {
@@ -97,10 +118,23 @@ def assemble(name: str) -> str:
         for match in INCLUDE.findall(source)
     }
     everything = [d for found in included.values() for d in found]
-    keep = {id(d) for d in used(INCLUDE.sub("", source), everything)}
-
-    def include(match: re.Match[str]) -> str:
-        kept = [d.text for d in included[match.group(1)] if id(d) in keep]
-        return "".join(kept).rstrip("\n")
-
-    return INCLUDE.sub(include, source)
+    kept = used(INCLUDE.sub("", source), everything) if shake else everything
+    keep = {id(d) for d in kept}
+    out: list[tuple[str, str, int]] = []
+    for number, line in enumerate(source.splitlines(keepends=True), start=1):
+        match = INCLUDE.fullmatch(line.rstrip("\n"))
+        if match is None:
+            out.append((line, f"{name}.lua", number))
+            continue
+        path = f"includes/{match.group(1)}.lua"
+        texts = [d for d in included[match.group(1)] if id(d) in keep]
+        if not texts:  # nothing used: the include line leaves an empty line
+            out.append((line[len(match.group(0)) :], f"{name}.lua", number))
+            continue
+        for definition in texts:
+            for offset, text in enumerate(definition.text.splitlines(keepends=True)):
+                out.append((text, path, definition.first_line + offset))
+        # The include line's own newline ends the last definition (its trailing ones dropped).
+        last, path_of_last, number_of_last = out[-1]
+        out[-1] = (last.rstrip("\n") + line[len(match.group(0)) :], path_of_last, number_of_last)
+    return out

@@ -1,6 +1,6 @@
 """Script replies turned into Python values: the one place that knows each reply's layout.
 
-A claim reply is a flat list in CLAIM_REPLY_FIELDS order (lua/includes/claim.lua's CLAIM_FIELDS);
+A claim reply is a flat list in CLAIM_REPLY_FIELDS order (lua/includes/claim.lua's claim_fields);
 other replies are a code and its values. shared.engine.scripts calls these after each script.
 """
 
@@ -28,7 +28,7 @@ def text(value: bytes | str | None) -> str | None:
 # it must run alone in its worker process (set by release_worker.lua after a death of a
 # threaded worker nobody could attribute; workerd.worker_threads).
 EXTRA_FIELDS = ("eligible_at", "traceparent", "alone")
-# A claim reply's values, by position (CLAIM_FIELDS in lua/includes/claim.lua, started_at where
+# A claim reply's values, by position (claim_fields in lua/includes/claim.lua, started_at where
 # the script read status): what a worker needs to run the job, without the last failure's error
 # and traceback, nor what the caller knows (see _claimed).
 CLAIM_REPLY_FIELDS = tuple(

@@ -57,8 +57,8 @@ end
 local now = now_ms(ARGV[5])
 redis.call('ZREM', KEYS[2], state[3])
 if state[10] == state[2] then
-  release_slot({running = KEYS[4], held = KEYS[5], order = KEYS[6], pending = KEYS[7],
-    wake = KEYS[8]}, state[3], state[7], tonumber(ARGV[6]), true)
+  limited({running = KEYS[4], held = KEYS[5], order = KEYS[6], pending = KEYS[7],
+    wake = KEYS[8]}):release_slot(state[3], state[7], tonumber(ARGV[6]), true)
 end
 end_canceled({KEYS[3], KEYS[9]}, KEYS[1], state[3], now, ARGV[4],
   history_add(state[5], 'o' .. ARGV[3], state[6], now, nil, nil, ARGV[2]), ARGV[7], state[7],

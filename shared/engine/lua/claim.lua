@@ -80,8 +80,9 @@ if paused then
   return {PAUSED}
 end
 
-local lk = limits and {limits = cjson.decode(limits), running = KEYS[8], held = KEYS[9],
-  buckets = KEYS[10], gates = KEYS[11], order = KEYS[12], pending = KEYS[1], wake = KEYS[5]}
+local lk = limits and limited({limits = cjson.decode(limits), running = KEYS[8],
+  held = KEYS[9], buckets = KEYS[10], gates = KEYS[11], order = KEYS[12], pending = KEYS[1],
+  wake = KEYS[5]})
 local job, refused = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[13]}, prefix,
   worker_id, tonumber(ARGV[3]), ARGV[5], ARGV[6],
   tonumber(ARGV[7]), ARGV[8], lk)

@@ -111,12 +111,12 @@ redis.call('HSET', KEYS[1], 'status', 'completed', 'result', ARGV[2], 'finished_
 redis.call('HDEL', KEYS[1], 'id', 'seq', 'worker_id', 'slot', 'held')
 redis.call('ZREM', KEYS[2], state[3])
 redis.call('ZADD', KEYS[3], stamp, state[3])
--- The limits' keys as includes/common.lua takes them; only a limited queue builds the table.
+-- The limits' keys and helpers (includes/common.lua, limited); only a limited queue makes them.
 local lk
 if state[7] == state[2] then
-  lk = {running = KEYS[9], held = KEYS[10], buckets = KEYS[11], gates = KEYS[12],
-    order = KEYS[13], pending = KEYS[4], wake = KEYS[6]}
-  release_slot(lk, state[3], state[6], tonumber(ARGV[8]), worker_id == '')
+  lk = limited({running = KEYS[9], held = KEYS[10], buckets = KEYS[11], gates = KEYS[12],
+    order = KEYS[13], pending = KEYS[4], wake = KEYS[6]})
+  lk:release_slot(state[3], state[6], tonumber(ARGV[8]), worker_id == '')
 end
 if worker_id ~= '' then
   -- The pause check costs the hot path one command: complete reads no key of the queue's that
@@ -127,9 +127,10 @@ if worker_id ~= '' then
     return {DONE, PAUSED}
   end
   if limits then
-    lk = {limits = cjson.decode(limits), running = KEYS[9], held = KEYS[10],
-      buckets = KEYS[11], gates = KEYS[12], order = KEYS[13], pending = KEYS[4],
-      wake = KEYS[6]}
+    -- The same keys as the slot's lk above: made once when the job gave a slot back.
+    lk = lk or limited({running = KEYS[9], held = KEYS[10], buckets = KEYS[11],
+      gates = KEYS[12], order = KEYS[13], pending = KEYS[4], wake = KEYS[6]})
+    lk.limits = cjson.decode(limits)
   else
     lk = nil
   end

@@ -96,8 +96,8 @@ else
 end
 redis.call('ZREM', KEYS[2], job_id)
 if state[12] == state[2] then
-  release_slot({running = KEYS[7], held = KEYS[8], order = KEYS[11], pending = KEYS[9],
-    wake = KEYS[10]}, job_id, job_type, tonumber(ARGV[13]), true)
+  limited({running = KEYS[7], held = KEYS[8], order = KEYS[11], pending = KEYS[9],
+    wake = KEYS[10]}):release_slot(job_id, job_type, tonumber(ARGV[13]), true)
 end
 if state[11] then
   end_canceled({KEYS[6], KEYS[12]}, KEYS[1], job_id, now, ARGV[12],

@@ -34,8 +34,8 @@ if #due == 0 then
 end
 local raw = redis.call('GET', KEYS[2])
 local limits = raw and cjson.decode(raw) or {}
-local lk = {buckets = KEYS[3], held = KEYS[4], order = KEYS[7], pending = KEYS[5],
-  gates = KEYS[1]}
+local lk = limited({buckets = KEYS[3], held = KEYS[4], order = KEYS[7], pending = KEYS[5],
+  gates = KEYS[1]})
 local wake_cap, moved = tonumber(ARGV[2]), 0
 for _, scope in ipairs(due) do
   redis.call('ZREM', KEYS[1], scope)
@@ -45,9 +45,9 @@ for _, scope in ipairs(due) do
     rate = limits.t and limits.t[job_type] and limits.t[job_type].r
   end
   if rate then
-    local tokens = bucket_tokens(lk, scope, rate, now)
+    local tokens = lk:bucket_tokens(scope, rate, now)
     if tokens < 1 then
-      gate_close(lk, scope, rate, tokens, now)
+      lk:gate_close(scope, rate, tokens, now)
     elseif not job_type then
       for _ = 1, math.min(math.floor(tokens), wake_cap) do
         wake_one(KEYS[6], wake_cap)
@@ -57,13 +57,13 @@ for _, scope in ipairs(due) do
       local entries = redis.call('ZRANGEBYLEX', KEYS[4], '[' .. job_type .. '|',
         '(' .. job_type .. '}', 'LIMIT', 0, whole + 1)
       for i = 1, math.min(whole, #entries) do
-        unhold(lk, entries[i])
+        lk:unhold(entries[i])
         wake_one(KEYS[6], wake_cap)
       end
       -- More held than tokens: no claim will meet them to close the gate again, so this does,
       -- for when the token after those just spent is due.
       if #entries > whole then
-        gate_close(lk, scope, rate, tokens - whole, now)
+        lk:gate_close(scope, rate, tokens - whole, now)
       end
       moved = moved + math.min(whole, #entries)
     end

@@ -55,10 +55,10 @@ else
     end
   end
 end
-local lk = {held = KEYS[3], order = KEYS[9], pending = KEYS[5]}
+local lk = limited({held = KEYS[3], order = KEYS[9], pending = KEYS[5]})
 local entries = redis.call('ZRANGE', KEYS[3], 0, -1)
 for _, entry in ipairs(entries) do
-  unhold(lk, entry)
+  lk:unhold(entry)
   wake_one(KEYS[6], tonumber(ARGV[3]))
 end
 redis.call('DEL', KEYS[7])

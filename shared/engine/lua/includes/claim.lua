@@ -1,36 +1,32 @@
 -- Pop the best pending job and start it for one worker (claim.lua, and complete.lua when it
 -- also claims the worker's next job). Needs codes and common included first.
 --
--- A claim reply is the job's fields in CLAIM_FIELDS order, with started_at in the place of the
--- last, status (shared/engine/scripts/ parses it by position and fills in what the caller knows: the
+-- A claim reply is the job's fields in claim_fields's order, with started_at in the place of the
+-- 14th, status (shared/engine/scripts/ parses it by position and fills in what the caller knows: the
 -- status, processing; updated_at, which equals started_at; its own worker id). What a worker
 -- needs, read in the one HMGET that also checks the job is still pending; the values a claim
 -- changes are filled in here rather than read back after the write. Every value crosses from
 -- Redis to Lua and back once per job, so the reply carries nothing the caller already has, and
 -- the scripts answer it after their code in one flat list (Redis converts each nested table
 -- with checks of its own).
-local CLAIM_FIELDS = {'id', 'type', 'priority', 'max_retries', 'attempts', 'recoveries',
-  'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at', 'traceparent',
-  'status', 'alone'}
-local F_TYPE, F_ATTEMPTS, F_CREATED, F_TOKEN, F_STATUS = 2, 5, 8, 9, 14
-
--- The fields a repeated claim reads back: the reply's, started_at where a claim reads status.
-local function reply_fields()
-  local fields = {unpack(CLAIM_FIELDS)}
-  fields[F_STATUS] = 'started_at'
-  return fields
+-- HMGET of a job's claim fields in the reply's order: `fourteenth` is 'status' for a claim,
+-- 'started_at' for a repeat's reply; the fields in `...` follow, as values 16 on. The names are
+-- a call's arguments, not a table: a table of them would be built on every call of every
+-- script that includes this one, and unpacked on every claim (bench/MEASUREMENTS.md, "Shaking
+-- the includes").
+local function claim_fields(job_key, fourteenth, ...)
+  return redis.call('HMGET', job_key, 'id', 'type', 'priority', 'max_retries', 'attempts',
+    'recoveries', 'payload', 'created_at', 'token', 'scheduled_at', 'timeout', 'eligible_at',
+    'traceparent', fourteenth, 'alone', ...)
 end
+local F_TYPE, F_ATTEMPTS, F_CREATED, F_TOKEN, F_STATUS, N_FIELDS = 2, 5, 8, 9, 14, 15
 
 -- The claim reply's values of a job this worker still holds (for a repeated call), or nil:
--- its fields as reply_fields reads them, read with the check that it is processing and held by
--- `worker_id`.
+-- read with the check that it is processing and held by `worker_id`.
 local function still_held(job_key, worker_id)
-  local fields = reply_fields()
-  local n = #fields
-  fields[n + 1], fields[n + 2] = 'status', 'worker_id'
-  local job = redis.call('HMGET', job_key, unpack(fields))
-  if job[n + 1] == 'processing' and job[n + 2] == worker_id then
-    job[n + 1], job[n + 2] = nil, nil
+  local job = claim_fields(job_key, 'started_at', 'status', 'worker_id')
+  if job[N_FIELDS + 1] == 'processing' and job[N_FIELDS + 2] == worker_id then
+    job[N_FIELDS + 1], job[N_FIELDS + 2] = nil, nil
     return job
   end
   return nil
@@ -60,7 +56,7 @@ local function claimed_before(processing_key, prefix, worker_id, holding)
   local held = held_by(processing_key, prefix, worker_id)
   for i = #held, 1, -1 do
     if held[i][2] ~= holding then
-      return redis.call('HMGET', held[i][1], unpack(reply_fields()))
+      return claim_fields(held[i][1], 'started_at')
     end
   end
   return nil
@@ -77,10 +73,10 @@ end
 -- (same score and member; its pending_since entry is never removed) and nothing else about it
 -- changes; the wake hint this claim may have used goes back too, for a worker that runs it.
 -- lk: nil for a queue without limits (nothing below costs a command then), else as
--- includes/common.lua describes: the queue-wide limits, when reached, claim nothing (EMPTY, the
--- hints cleared: a slot given back or a gate opened pushes one); a job whose type is at its
--- limit is held (common.lua, hold) and the next one tried; a job claimed takes its tokens, and
--- a slot (`running`, and `slot` = its token in its hash) when a concurrency limit counts it.
+-- includes/common.lua's limited makes it: the queue-wide limits, when reached, claim nothing
+-- (EMPTY, the hints cleared: a slot given back or a gate opened pushes one); a job whose type
+-- is at its limit is held (lk:hold) and the next one tried; a job claimed takes its tokens,
+-- and a slot (`running`, and `slot` = its token in its hash) when a concurrency limit counts it.
 local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_cap, events_cap,
     lk)
   local queue_tokens
@@ -89,7 +85,7 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
       now = now_ms(now)
     end
     local blocked
-    blocked, queue_tokens = queue_blocked(lk, now)
+    blocked, queue_tokens = lk:queue_blocked(now)
     if blocked then
       redis.call('DEL', keys[4])
       return nil
@@ -107,8 +103,9 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
     local job_id = string.sub(member, string.find(member, ':', 1, true) + 1)
     local job_key = prefix .. job_id
     -- The history is read with the job, written with it, and left out of the reply.
-    local job = redis.call('HMGET', job_key, 'history', unpack(CLAIM_FIELDS))
-    local history = table.remove(job, 1)
+    local job = claim_fields(job_key, 'status', 'history')
+    local history = job[N_FIELDS + 1]
+    job[N_FIELDS + 1] = nil
     -- Type names cannot hold '|' (shared/model/jobs.py): a plain find of '|type|' is exact. Inline,
     -- not a helper: every call of the script would create the helper's closure anew.
     if runnable ~= '' and job[F_STATUS] == 'pending'
@@ -121,9 +118,9 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
       end
       return nil, job[F_TYPE]
     end
-    local blocked = lk and job[F_STATUS] == 'pending' and type_blocked(lk, job[F_TYPE], now)
+    local blocked = lk and job[F_STATUS] == 'pending' and lk:type_blocked(job[F_TYPE], now)
     if blocked then
-      hold(lk, job_key, job_id, job[F_TYPE], popped[2], member, job[F_TOKEN], history,
+      lk:hold(job_key, job_id, job[F_TYPE], popped[2], member, job[F_TOKEN], history,
         job[F_CREATED], now, blocked, {keys[5], events_cap})
     else
       redis.call('ZREM', keys[2], job_id)
@@ -137,7 +134,7 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
         'a', job[F_ATTEMPTS], 'w', worker_id)
       local started = string.format('%d', now)
       local entry = history_add(history, 'cw', job[F_CREATED], now, job[F_ATTEMPTS], worker_id)
-      if lk and needs_slot(lk, job[F_TYPE]) then
+      if lk and lk:needs_slot(job[F_TYPE]) then
         redis.call('HSET', job_key, 'status', 'processing', 'token', job[F_TOKEN],
           'attempts', job[F_ATTEMPTS], 'started_at', started, 'updated_at', started,
           'worker_id', worker_id, 'history', entry, 'slot', job[F_TOKEN])
@@ -148,7 +145,7 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
           'worker_id', worker_id, 'history', entry)
       end
       if queue_tokens then
-        bucket_spend(lk, 'q', queue_tokens, now)
+        lk:bucket_spend('q', queue_tokens, now)
       end
       redis.call('ZADD', keys[3], string.format('%d', now + lease), job_id)
       job[F_STATUS] = started
@@ -189,8 +186,9 @@ local function claim_many(keys, prefix, worker_id, lease, request_id, now, runna
   if paused then
     return {PAUSED}
   end
-  local lk = limits and {limits = cjson.decode(limits), running = keys[8], held = keys[9],
-    buckets = keys[10], gates = keys[11], order = keys[12], pending = keys[1], wake = keys[5]}
+  local lk = limits and limited({limits = cjson.decode(limits), running = keys[8],
+    held = keys[9], buckets = keys[10], gates = keys[11], order = keys[12], pending = keys[1],
+    wake = keys[5]})
   local reply, ids, refused = {DONE, '', 0}, {request_id}, nil
   for _ = 1, math.max(1, count) do
     local job

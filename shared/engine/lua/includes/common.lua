@@ -238,128 +238,142 @@ local function held_member(job_type, score, member)
     member
 end
 
--- Move one held entry back to pending, to its place in line (same score and member).
-local function unhold(lk, entry)
-  local bar = string.find(entry, '|', 1, true)
-  local score = tonumber(string.sub(entry, bar + 1, bar + 10)) - PRIORITY_BIAS
-  local member = string.sub(entry, bar + 12)
-  redis.call('ZREM', lk.held, entry)
-  redis.call('ZREM', lk.order, member)
-  redis.call('ZADD', lk.pending, string.format('%d', score), member)
-end
-
--- A type's best held entry, or nil. Type names hold no '|' (shared/model/jobs.py) and '}' follows
--- '|' in byte order, so [type| .. (type} is exactly the type's entries.
-local function best_held(lk, job_type)
-  return redis.call('ZRANGEBYLEX', lk.held, '[' .. job_type .. '|', '(' .. job_type .. '}',
-    'LIMIT', 0, 1)[1]
-end
-
--- Give a job's slot back as it leaves processing (every exit calls this, and only for a job
--- whose `slot` mark equals the token it was claimed with): the type's best held job returns to
--- pending. hint: push a wake-up hint even when none was held (a claim may be waiting on the
--- queue-wide limit); false when the caller's worker claims next in the same script.
--- Returns true when it gave a slot back and woke no one (complete_batch.lua counts those).
--- Idempotent: a slot already given back (ZREM answers 0) does nothing more.
-local function release_slot(lk, job_id, job_type, wake_cap, hint)
-  job_type = job_type or ''
-  if redis.call('ZREM', lk.running, job_type .. '|' .. job_id) == 0 then
-    return false
+-- A limited queue's keys (the list above; `limits`, the decoded JSON, when a claim reads it) as
+-- one object, with the limit helpers as its methods (lk:release_slot(...), lk:hold(...)): a
+-- script makes them when it meets a limit, a job holding a slot or a queue with limits. Why:
+-- every top-level definition is a closure each call of a script creates, and these ten (with
+-- their upvalues) were about 3 % of Redis's instructions for an unlimited complete-and-claim
+-- (bench/MEASUREMENTS.md, "Shaking the includes"). Returns lk.
+local function limited(lk)
+  -- Move one held entry back to pending, to its place in line (same score and member).
+  local function unhold(lk, entry)
+    local bar = string.find(entry, '|', 1, true)
+    local score = tonumber(string.sub(entry, bar + 1, bar + 10)) - PRIORITY_BIAS
+    local member = string.sub(entry, bar + 12)
+    redis.call('ZREM', lk.held, entry)
+    redis.call('ZREM', lk.order, member)
+    redis.call('ZADD', lk.pending, string.format('%d', score), member)
   end
-  local entry = best_held(lk, job_type)
-  if entry then
-    unhold(lk, entry)
+
+  -- A type's best held entry, or nil. Type names hold no '|' (shared/model/jobs.py) and '}' follows
+  -- '|' in byte order, so [type| .. (type} is exactly the type's entries.
+  local function best_held(lk, job_type)
+    return redis.call('ZRANGEBYLEX', lk.held, '[' .. job_type .. '|', '(' .. job_type .. '}',
+      'LIMIT', 0, 1)[1]
   end
-  if entry or hint then
-    wake_one(lk.wake, wake_cap)
-    return false
-  end
-  return true
-end
 
--- A scope's tokens refilled up to now (a float; a full bucket when it has none yet).
--- rate = {n, period ms}: n tokens a period, at most n in the bucket.
-local function bucket_tokens(lk, scope, rate, now)
-  local raw = redis.call('HGET', lk.buckets, scope)
-  if not raw then
-    return rate[1]
-  end
-  local bar = string.find(raw, '|', 1, true)
-  local tokens, at = tonumber(string.sub(raw, 1, bar - 1)), tonumber(string.sub(raw, bar + 1))
-  return math.min(rate[1], tokens + math.max(0, now - at) * rate[1] / rate[2])
-end
-
-local function bucket_spend(lk, scope, tokens, now)
-  redis.call('HSET', lk.buckets, scope, string.format('%.6f|%d', tokens - 1, now))
-end
-
--- Close a scope out of tokens until its next token is due.
-local function gate_close(lk, scope, rate, tokens, now)
-  redis.call('ZADD', lk.gates, string.format('%d', now + math.ceil((1 - tokens) * rate[2] /
-    rate[1])), scope)
-end
-
--- Whether a job of this type takes a slot: a concurrency limit counts it (the queue's, or its
--- type's). A rate limit alone needs none, so the jobs of other types cost nothing more.
-local function needs_slot(lk, job_type)
-  local limit = lk.limits.t and lk.limits.t[job_type]
-  return lk.limits.c or (limit and limit.c)
-end
-
--- Why the queue-wide limits let nothing be claimed now ('concurrency' or 'rate'), or nil; with
--- the queue's tokens when it has a rate (spent once a job is claimed).
-local function queue_blocked(lk, now)
-  local limits = lk.limits
-  if limits.c and redis.call('ZCARD', lk.running) >= limits.c then
-    return 'concurrency'
-  end
-  if limits.r then
-    local tokens = bucket_tokens(lk, 'q', limits.r, now)
-    if tokens < 1 then
-      gate_close(lk, 'q', limits.r, tokens, now)
-      return 'rate'
+  -- Give a job's slot back as it leaves processing (every exit calls this, and only for a job
+  -- whose `slot` mark equals the token it was claimed with): the type's best held job returns to
+  -- pending. hint: push a wake-up hint even when none was held (a claim may be waiting on the
+  -- queue-wide limit); false when the caller's worker claims next in the same script.
+  -- Returns true when it gave a slot back and woke no one (complete_batch.lua counts those).
+  -- Idempotent: a slot already given back (ZREM answers 0) does nothing more.
+  local function release_slot(lk, job_id, job_type, wake_cap, hint)
+    job_type = job_type or ''
+    if redis.call('ZREM', lk.running, job_type .. '|' .. job_id) == 0 then
+      return false
     end
-    return nil, tokens
+    local entry = best_held(lk, job_type)
+    if entry then
+      unhold(lk, entry)
+    end
+    if entry or hint then
+      wake_one(lk.wake, wake_cap)
+      return false
+    end
+    return true
   end
-  return nil
-end
 
--- Why a job of this type must wait ('concurrency' or 'rate'), or nil; a type's token is spent
--- here when it may run (the caller claims it at once).
-local function type_blocked(lk, job_type, now)
-  local limit = lk.limits.t and lk.limits.t[job_type]
-  if not limit then
+  -- A scope's tokens refilled up to now (a float; a full bucket when it has none yet).
+  -- rate = {n, period ms}: n tokens a period, at most n in the bucket.
+  local function bucket_tokens(lk, scope, rate, now)
+    local raw = redis.call('HGET', lk.buckets, scope)
+    if not raw then
+      return rate[1]
+    end
+    local bar = string.find(raw, '|', 1, true)
+    local tokens, at = tonumber(string.sub(raw, 1, bar - 1)), tonumber(string.sub(raw, bar + 1))
+    return math.min(rate[1], tokens + math.max(0, now - at) * rate[1] / rate[2])
+  end
+
+  local function bucket_spend(lk, scope, tokens, now)
+    redis.call('HSET', lk.buckets, scope, string.format('%.6f|%d', tokens - 1, now))
+  end
+
+  -- Close a scope out of tokens until its next token is due.
+  local function gate_close(lk, scope, rate, tokens, now)
+    redis.call('ZADD', lk.gates, string.format('%d', now + math.ceil((1 - tokens) * rate[2] /
+      rate[1])), scope)
+  end
+
+  -- Whether a job of this type takes a slot: a concurrency limit counts it (the queue's, or its
+  -- type's). A rate limit alone needs none, so the jobs of other types cost nothing more.
+  local function needs_slot(lk, job_type)
+    local limit = lk.limits.t and lk.limits.t[job_type]
+    return lk.limits.c or (limit and limit.c)
+  end
+
+  -- Why the queue-wide limits let nothing be claimed now ('concurrency' or 'rate'), or nil; with
+  -- the queue's tokens when it has a rate (spent once a job is claimed).
+  local function queue_blocked(lk, now)
+    local limits = lk.limits
+    if limits.c and redis.call('ZCARD', lk.running) >= limits.c then
+      return 'concurrency'
+    end
+    if limits.r then
+      local tokens = bucket_tokens(lk, 'q', limits.r, now)
+      if tokens < 1 then
+        gate_close(lk, 'q', limits.r, tokens, now)
+        return 'rate'
+      end
+      return nil, tokens
+    end
     return nil
   end
-  if limit.c and redis.call('ZLEXCOUNT', lk.running, '[' .. job_type .. '|',
-      '(' .. job_type .. '}') >= limit.c then
-    return 'concurrency'
-  end
-  if limit.r then
-    local scope = 't:' .. job_type
-    local tokens = bucket_tokens(lk, scope, limit.r, now)
-    if tokens < 1 then
-      gate_close(lk, scope, limit.r, tokens, now)
-      return 'rate'
-    end
-    bucket_spend(lk, scope, tokens, now)
-  end
-  return nil
-end
 
--- Park a popped pending job in `held` (it stays pending, keeps its pending_since entry and its
--- place in line). The first hold of a wait (its `held` mark differs from its token) writes one
--- history entry and one event; a re-park writes neither. events: {key, cap}.
-local function hold(lk, job_key, job_id, job_type, score, member, token, history, created, now,
-    reason, events)
-  redis.call('ZADD', lk.held, 0, held_member(job_type, score, member))
-  redis.call('ZADD', lk.order, score, member)
-  if redis.call('HGET', job_key, 'held') == token then
-    return
+  -- Why a job of this type must wait ('concurrency' or 'rate'), or nil; a type's token is spent
+  -- here when it may run (the caller claims it at once).
+  local function type_blocked(lk, job_type, now)
+    local limit = lk.limits.t and lk.limits.t[job_type]
+    if not limit then
+      return nil
+    end
+    if limit.c and redis.call('ZLEXCOUNT', lk.running, '[' .. job_type .. '|',
+        '(' .. job_type .. '}') >= limit.c then
+      return 'concurrency'
+    end
+    if limit.r then
+      local scope = 't:' .. job_type
+      local tokens = bucket_tokens(lk, scope, limit.r, now)
+      if tokens < 1 then
+        gate_close(lk, scope, limit.r, tokens, now)
+        return 'rate'
+      end
+      bucket_spend(lk, scope, tokens, now)
+    end
+    return nil
   end
-  redis.call('HSET', job_key, 'held', token, 'history',
-    history_add(history, 'bw', created, now, nil, nil, reason))
-  emit(events[1], events[2], 'e', 'held', 'j', job_id, 't', job_type, 'r', reason)
+
+  -- Park a popped pending job in `held` (it stays pending, keeps its pending_since entry and its
+  -- place in line). The first hold of a wait (its `held` mark differs from its token) writes one
+  -- history entry and one event; a re-park writes neither. events: {key, cap}.
+  local function hold(lk, job_key, job_id, job_type, score, member, token, history, created, now,
+      reason, events)
+    redis.call('ZADD', lk.held, 0, held_member(job_type, score, member))
+    redis.call('ZADD', lk.order, score, member)
+    if redis.call('HGET', job_key, 'held') == token then
+      return
+    end
+    redis.call('HSET', job_key, 'held', token, 'history',
+      history_add(history, 'bw', created, now, nil, nil, reason))
+    emit(events[1], events[2], 'e', 'held', 'j', job_id, 't', job_type, 'r', reason)
+  end
+
+  lk.unhold, lk.best_held, lk.release_slot, lk.bucket_tokens, lk.bucket_spend = unhold,
+    best_held, release_slot, bucket_tokens, bucket_spend
+  lk.gate_close, lk.needs_slot, lk.queue_blocked, lk.type_blocked, lk.hold = gate_close,
+    needs_slot, queue_blocked, type_blocked, hold
+  return lk
 end
 
 -- A job lost its worker: count it (unless the worker let go on purpose, by draining) and
@@ -381,10 +395,11 @@ local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake
   local job = redis.call('HMGET', job_key, 'attempts', 'history', 'created_at', 'type',
     'worker_id', 'cancel_requested_at', 'slot')
   local lk = job[7] == string.format('%d', token - 1) and
-    {running = keys[8], held = keys[9], order = keys[10], pending = keys[1], wake = keys[4]}
+    limited({running = keys[8], held = keys[9], order = keys[10], pending = keys[1],
+      wake = keys[4]})
   if job[6] then
     if lk then
-      release_slot(lk, job_id, job[4], wake_cap, true)
+      lk:release_slot(job_id, job[4], wake_cap, true)
     end
     end_canceled({keys[7], keys[6]}, job_key, job_id, now, finished_ttl_ms,
       history_add(job[2], 'o' .. actor, job[3], now, nil, nil, stop), events_cap, job[4],
@@ -404,14 +419,14 @@ local function lose_worker(keys, job_key, job_id, counts, cap, dead_ttl_ms, wake
       emit(keys[6], events_cap, 'e', 'dead', 'j', job_id, 't', job[4] or '', 'a', job[1],
         'w', job[5] or '')
       if lk then
-        release_slot(lk, job_id, job[4], wake_cap, true)
+        lk:release_slot(job_id, job[4], wake_cap, true)
       end
       return DEAD
     end
   end
   -- The requeued job's own hint (make_pending) wakes a claim: the slot's need not.
   if lk then
-    release_slot(lk, job_id, job[4], wake_cap, false)
+    lk:release_slot(job_id, job[4], wake_cap, false)
   end
   make_pending({keys[1], keys[2], keys[3], keys[4]}, job_key, job_id, now, wake_cap, true,
     history_add(job[2], (counts and 'l' or 'h') .. actor, job[3], now))

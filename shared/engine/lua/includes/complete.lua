@@ -1,3 +1,8 @@
+-- complete_job's limit helpers (common.lua, limited) for the jobs of this call that give a
+-- slot back: made by the first of them, not once a job. One set of keys serves them all: a
+-- call's jobs are of one queue (complete_batch.lua passes the queue's keys for each).
+local slot_lk = false
+
 -- Complete one processing job for the holder of its fencing token (complete_batch.lua, once
 -- per job; complete.lua writes the same steps out inline: see its comment on why). Needs codes
 -- and common included first.
@@ -5,7 +10,7 @@
 -- The keys come one by one, not in a table: a table built per call cost the default path's
 -- complete.lua 3 % more Redis instructions a job (bench.instructions), and it pays nothing for
 -- batching. job, processing, completed, events: the job's hash and the queue's keys of those
--- names; running, held, order, pending, wake: as release_slot takes them.
+-- names; running, held, order, pending, wake: as lk:release_slot takes them.
 -- worker: the worker completing its own job (named in the event), or '' (with events on, the
 -- hash's worker_id is then read for the event). now: the scripts' now argument (an override,
 -- or '' for the event's entry id or Redis TIME), or a number (a batch's one clock). hint: as
@@ -53,8 +58,9 @@ local function complete_job(job, processing, completed, events, running, held, o
   redis.call('ZADD', completed, stamp, state[3])
   local unwoken = false
   if state[7] == state[2] then
-    unwoken = release_slot({running = running, held = held, order = order, pending = pending,
-      wake = wake}, state[3], state[6], wake_cap, hint)
+    slot_lk = slot_lk or limited({running = running, held = held, order = order,
+      pending = pending, wake = wake})
+    unwoken = slot_lk:release_slot(state[3], state[6], wake_cap, hint)
   end
   return DONE, now, unwoken
 end

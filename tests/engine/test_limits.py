@@ -544,3 +544,21 @@ def test_a_gate_due_before_its_token_closes_again_and_lets_nothing_go(
 
     assert held_ids(r) == [J2]
     assert r.zscore(K.gates, "t:pdf") == T0 + 1_000
+
+
+def test_complete_claiming_next_after_the_limits_were_removed_claims_unlimited(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    put(scripts, {"types": {"pdf": {"concurrency": 1}}})
+    add(scripts, J1, "pdf")
+    add(scripts, J2, "pdf")
+    first = scripts.claim("w1", now_ms=T0)
+    assert running(r) == {f"pdf|{J1}"}
+    assert scripts.set_limits("default", "") == (0, 0)  # J1 still holds its slot mark
+
+    # The slot's lk is made for J1's slot; with no limits left the claim must not use it.
+    ack = scripts.complete(J1, first.token, claim_next_for="w1", now_ms=T0 + 10)
+
+    assert ack.code is Code.DONE and ack.next_job is not None and ack.next_job.id == J2
+    assert r.hget(K.job(J2), "slot") is None
+    assert not r.exists(K.running) and not r.exists(K.held)

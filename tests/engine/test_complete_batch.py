@@ -253,6 +253,31 @@ def test_a_type_limit_returns_its_held_job_per_completion(r: redis.Redis, script
     assert r.zcard(K.pending) == 2 and r.llen(K.wake) >= 1  # back in line, a worker woken
 
 
+def test_a_batch_mixing_jobs_with_and_without_a_slot_gives_each_slot_back_once(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    # One lk serves the batch's slots (includes/complete.lua, slot_lk): made by the first job
+    # that holds one, passed over by a job that holds none, used again by the next that does.
+    rules = {"types": {"t": {"concurrency": 2}}}
+    scripts.set_limits("default", limit_rules.parse_limits(rules).compact_json())
+    enqueue(scripts, J1)
+    assert scripts.enqueue(request("mail"), J2, now_ms=T0).created
+    enqueue(scripts, J3)
+    jobs = scripts.claim_batch("w1", 3, now_ms=LATER)
+    assert isinstance(jobs, list) and [j.id for j in jobs] == [J1, J2, J3]
+    assert {m.decode() for m in r.zrange(K.running, 0, -1)} == {f"t|{J1}", f"t|{J3}"}
+    enqueue(scripts, J4)
+    enqueue(scripts, J5)
+    assert scripts.claim("w2", now_ms=LATER) is None  # both held back by the type's limit
+
+    ack = scripts.complete_batch("w1", ran(jobs), count=2, now_ms=DONE_AT)
+
+    assert codes(ack) == [(Code.DONE, None)] * 3
+    assert [j.id for j in ack.claimed] == [J4, J5]
+    assert {m.decode() for m in r.zrange(K.running, 0, -1)} == {f"t|{J4}", f"t|{J5}"}
+    assert r.zcard(K.held) == 0
+
+
 def test_each_job_writes_its_own_completed_event_then_each_claim_its_own(
     r: redis.Redis, make_scripts: Callable[..., Scripts]
 ) -> None:

@@ -470,3 +470,95 @@ def test_a_refused_limit_is_named_as_the_caller_wrote_it(doc: dict, message: str
     if "types" not in doc:  # a type's own PUT body: the same words, named "body" when unknown
         with pytest.raises(limit_rules.LimitError, match="body: unknown field 'foo'"):
             limit_rules.parse_limit({"foo": 1}, "")
+
+
+# --- each way a script makes its limit helpers (common.lua, limited) -----------------------------
+# complete.lua makes lk for the slot a job gives back and reuses it for the claim of the
+# worker's next job, or makes it for the claim alone; claim_batch makes one for the batch;
+# open_gates makes one without limits. A key or a helper missing on one of these ways is a Lua
+# error only there, so each is walked here.
+
+
+def test_complete_claiming_next_under_a_type_rate_uses_the_slot_lk_for_the_claim(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    put(scripts, {"types": {"pdf": {"concurrency": 2, "rate": "1/1s"}}})
+    add(scripts, J1, "pdf")
+    add(scripts, J2, "pdf")
+    first = scripts.claim("w1", now_ms=T0)
+    assert first.id == J1 and running(r) == {f"pdf|{J1}"}
+
+    # J1 gives its slot back (lk made), then the claim of the next job meets the type's rate
+    # (the same lk, its buckets and gates): J2 is held and the gate closed until a token is due.
+    ack = scripts.complete(J1, first.token, claim_next_for="w1", now_ms=T0 + 10)
+
+    assert ack.code is Code.DONE and ack.next_job is None
+    assert running(r) == set() and held_ids(r) == [J2]
+    assert r.zscore(K.gates, "t:pdf") == T0 + 1_000
+
+
+def test_complete_claiming_next_after_a_job_without_a_slot_still_meets_the_queue_rate(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    put(scripts, {"rate": "1/1s"})  # a rate alone takes no slot
+    add(scripts, J1)
+    add(scripts, J2)
+    first = scripts.claim("w1", now_ms=T0)
+    assert first.id == J1 and running(r) == set()
+
+    # No slot given back: the claim makes the helpers itself and finds the queue out of tokens.
+    ack = scripts.complete(J1, first.token, claim_next_for="w1", now_ms=T0 + 10)
+
+    assert ack.code is Code.DONE and ack.next_job is None
+    assert pending_ids(r) == [J2]
+    assert r.zscore(K.gates, "q") == T0 + 1_000
+
+
+def test_a_batch_claim_takes_no_more_jobs_than_the_queue_rate_has_tokens(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    put(scripts, {"rate": "2/1s"})
+    for jid in (J1, J2, J3):
+        add(scripts, jid)
+
+    claimed = scripts.claim_batch("w1", 3, now_ms=T0)
+
+    assert [j.id for j in claimed] == [J1, J2]
+    assert pending_ids(r) == [J3]
+    assert r.zscore(K.gates, "q") == T0 + 500
+
+
+def test_a_gate_due_before_its_token_closes_again_and_lets_nothing_go(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    put(scripts, {"types": {"pdf": {"rate": "1/1s"}}})
+    add(scripts, J1, "pdf")
+    add(scripts, J2, "pdf")
+    assert claimed_id(scripts, now=T0) == J1
+    assert claimed_id(scripts, worker="w2", now=T0) is None
+    assert held_ids(r) == [J2]
+    # A gate due early (as one written under a faster rate would be): a tenth of a token by then.
+    r.zadd(K.gates, {"t:pdf": T0 + 100})
+
+    assert scripts.open_gates(now_ms=T0 + 100) == 0
+
+    assert held_ids(r) == [J2]
+    assert r.zscore(K.gates, "t:pdf") == T0 + 1_000
+
+
+def test_complete_claiming_next_after_the_limits_were_removed_claims_unlimited(
+    r: redis.Redis, scripts: Scripts
+) -> None:
+    put(scripts, {"types": {"pdf": {"concurrency": 1}}})
+    add(scripts, J1, "pdf")
+    add(scripts, J2, "pdf")
+    first = scripts.claim("w1", now_ms=T0)
+    assert running(r) == {f"pdf|{J1}"}
+    assert scripts.set_limits("default", "") == (0, 0)  # J1 still holds its slot mark
+
+    # The slot's lk is made for J1's slot; with no limits left the claim must not use it.
+    ack = scripts.complete(J1, first.token, claim_next_for="w1", now_ms=T0 + 10)
+
+    assert ack.code is Code.DONE and ack.next_job is not None and ack.next_job.id == J2
+    assert r.hget(K.job(J2), "slot") is None
+    assert not r.exists(K.running) and not r.exists(K.held)

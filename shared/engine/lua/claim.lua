@@ -61,37 +61,14 @@
 --- @include "common"
 --- @include "claim"
 
-local prefix, worker_id, request_id = ARGV[1], ARGV[2], ARGV[4]
--- A repeated call (its reply was lost and redis-py retried) gets the job it already claimed.
--- One MGET reads that pointer and the paused flag (same slot): the pause check is free.
-local last, paused, limits = unpack(redis.call('MGET', KEYS[4], KEYS[6], KEYS[7]))
-if last then
-  local sep = string.find(last, '|', 1, true)
-  if string.sub(last, 1, sep - 1) == request_id then
-    local job = still_held(prefix .. string.sub(last, sep + 1), worker_id)
-    if job then
-      table.insert(job, 1, DONE)
-      return job
-    end
-    return {EMPTY}
-  end
+-- One claim is a batch of one (includes/claim.lua, claim_many: the repeat pointer, the pause
+-- check, the limits and the claim itself), answered in this script's flat shape.
+local reply = claim_many(KEYS, ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
+  tonumber(ARGV[7]), 1, ARGV[8])
+if reply[1] == DONE then
+  return {DONE, unpack(reply, 4)}
 end
-if paused then
-  return {PAUSED}
+if reply[1] == NOT_RUNNABLE then
+  return {NOT_RUNNABLE, reply[2]}
 end
-
-local lk = limits and limited({limits = cjson.decode(limits), running = KEYS[8],
-  held = KEYS[9], buckets = KEYS[10], gates = KEYS[11], order = KEYS[12], pending = KEYS[1],
-  wake = KEYS[5]})
-local job, refused = claim_next({KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[13]}, prefix,
-  worker_id, tonumber(ARGV[3]), ARGV[5], ARGV[6],
-  tonumber(ARGV[7]), ARGV[8], lk)
-if refused then
-  return {NOT_RUNNABLE, refused}
-end
-if not job then
-  return {EMPTY}
-end
-redis.call('SET', KEYS[4], request_id .. '|' .. job[1], 'PX', ARGV[3])
-table.insert(job, 1, DONE)
-return job
+return reply

@@ -156,7 +156,8 @@ local function claim_next(keys, prefix, worker_id, lease, now, runnable, wake_ca
 end
 
 -- Start up to `count` of the best pending jobs for one worker, each as claim_next starts one,
--- or answer a repeated request (claim_batch.lua, and complete_batch.lua's claim part).
+-- or answer a repeated request (claim.lua as a batch of one, claim_batch.lua, and
+-- complete_batch.lua's claim part).
 -- keys = {pending, pending_since, processing, claim:<worker> (the repeat pointer, "<request
 -- id>|<job id>|..."), wake, paused, limits, running, held, buckets, gates, held_order,
 -- events}. lease: its ARGV text (ms). now: as claim_next takes it. A request id that is the

@@ -395,6 +395,8 @@ class Supervisor:
         scripts = Scripts(client, self.scripts.keys, self.scripts.policy)
         slot = self.table.slot(child.index)
         process: WorkerProcess | ThreadedWorker | SchedulerProcess | ObservabilityServer
+        if child.kind == WORKER:
+            metrics.hold_job_writes()  # written a few times a second (shared.obs.held_writes)
         if child.kind == WORKER and child.threads > 1:
             slots = [(self.table.slot(index), child.worker_id(index)) for index in child.slots]
             process = ThreadedWorker(self.settings, scripts, slots, child.name, self.pid)

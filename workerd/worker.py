@@ -189,6 +189,7 @@ class WorkerProcess(StopOnSignal):
         self._hand_back_unstarted_job()
         if self.flusher is not None:
             self.flusher.close()
+        metrics.flush_job_writes()
         log.info("worker_stopped", extra={"worker_id": self.worker_id, "reason": self.exit_reason})
         tracing.shutdown()
         return 0
@@ -329,6 +330,7 @@ class WorkerProcess(StopOnSignal):
 
     def _wait_for_work(self) -> bool:
         """Wait as the planner says; return whether to claim (a hint came, or it is time)."""
+        metrics.flush_job_writes()  # idle: the last jobs' figures need not wait for the flusher
         wait = self.planner.idle_wait()
         if not wait.queues:
             self.sleep(wait.sleep)

@@ -400,6 +400,7 @@ class ThreadedWorker(StopOnSignal):
                 thread.join(JOIN_WAIT)
                 if not self.threads[0]._parent_alive():
                     self.stop("supervisor gone")
+        metrics.flush_job_writes()
         log.info(
             "worker_process_stopped",
             extra={"child": self.name, "reason": self.exit_reason, "jobs": self.jobs_done},

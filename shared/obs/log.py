@@ -45,6 +45,7 @@ EVENTS: frozenset[str] = frozenset(
         "job_timed_out",
         "job_stale_ack",
         "lifecycle_sink_failed",
+        "metrics_flush_failed",
         "scheduler_started",
         "scheduler_stopped",
         "worker_started",

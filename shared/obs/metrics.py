@@ -32,6 +32,7 @@ from prometheus_client import (
 )
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from shared.obs.held_writes import HeldWrites
 from shared.obs.multiproc import MULTIPROC_ENV
 
 # A client chooses job types; past this many distinct types per process, the rest count as
@@ -149,6 +150,22 @@ _seen_queues: set[str] = set()
 # are guarded labels, so this holds at most (types + 1) x (queues + 1) per metric. A child is
 # fork-safe: its multiprocess value reopens its file when the pid changes.
 _children: dict[tuple[Counter | Histogram, str, str], Any] = {}
+# The per-job writes below, held and written a few times a second (shared.obs.held_writes);
+# None writes at once. Only a worker process holds them (hold_job_writes).
+_held: HeldWrites | None = None
+
+
+def hold_job_writes() -> None:
+    """Hold this process's per-job counter and histogram writes (workerd's worker children)."""
+    global _held
+    if _held is None:
+        _held = HeldWrites()
+
+
+def flush_job_writes() -> None:
+    """Write what this process holds now (a worker stopping cleanly)."""
+    if _held is not None:
+        _held.flush()
 
 
 def type_label(job_type: str) -> str:
@@ -184,12 +201,20 @@ def _labelled(metric: Counter | Histogram, first: str, queue: str) -> Any:
 def count(event: str, job_type: str | None, queue: str, amount: int = 1) -> None:
     """Increment one lifecycle counter (an unknown type counts under "other")."""
     type_ = type_label(job_type or OTHER_TYPE)
-    _labelled(LIFECYCLE[event], type_, queue_label(queue)).inc(amount)
+    child = _labelled(LIFECYCLE[event], type_, queue_label(queue))
+    if _held is None:
+        child.inc(amount)
+    else:
+        _held.inc(child, amount)
 
 
 def count_running_cancel(stopped: str, queue: str) -> None:
     """Count how a cancel of a running job ended (one of RUNNING_CANCEL_ENDS)."""
-    _labelled(RUNNING_CANCELS, stopped, queue_label(queue)).inc()
+    child = _labelled(RUNNING_CANCELS, stopped, queue_label(queue))
+    if _held is None:
+        child.inc()
+    else:
+        _held.inc(child)
 
 
 def queue_wait_ms(eligible_at_ms: int | None, started_at_ms: int | None) -> int | None:
@@ -206,12 +231,20 @@ def observe_queue_wait(
     wait_ms = queue_wait_ms(eligible_at_ms, started_at_ms)
     if wait_ms is None:
         return
-    _labelled(QUEUE_WAIT_SECONDS, type_label(job_type), queue_label(queue)).observe(wait_ms / 1000)
+    _observe(QUEUE_WAIT_SECONDS, type_label(job_type), queue_label(queue), wait_ms / 1000)
 
 
 def observe_handler(job_type: str, queue: str, seconds: float) -> None:
     """Record how long a handler ran."""
-    _labelled(HANDLER_SECONDS, type_label(job_type), queue_label(queue)).observe(seconds)
+    _observe(HANDLER_SECONDS, type_label(job_type), queue_label(queue), seconds)
+
+
+def _observe(metric: Histogram, first: str, queue: str, value: float) -> None:
+    child = _labelled(metric, first, queue)
+    if _held is None:
+        child.observe(value)
+    else:
+        _held.observe(child, value)
 
 
 def observe_lateness(kind: str, queue: str, late_ms: int) -> None:

@@ -427,7 +427,15 @@ def test_workerd_says_which_queues_it_serves_and_labels_its_lines_and_metrics(
         assert code == 200
         parsed = samples(text.decode())
         key = ("taskforge_jobs", (("queue", "default"), ("state", "completed")))
-        return parsed if parsed.get(key) == 1 else None
+        # A worker's counts can reach the files a moment after Redis's states (they are held
+        # for up to shared.obs.held_writes.FLUSH_INTERVAL): wait for both.
+        counted = [
+            parsed.get(
+                ("taskforge_jobs_completed_total", (("queue", queue), ("type", "demo.noop")))
+            )
+            for queue in (QUEUE, "default")
+        ]
+        return parsed if parsed.get(key) == 1 and counted == [1, 1] else None
 
     parsed = wait_until(scraped, 10, "workerd's /metrics to show both jobs completed")
     for queue in (QUEUE, "default"):

@@ -139,6 +139,9 @@ def drain(
         "evalsha": (idle["by_command"].get("evalsha", 0) - after["by_command"].get("evalsha", 0))
         / IDLE_SECONDS,
         "cpu_us": (idle["cpu"] - after["cpu"]) * 1e6 / IDLE_SECONDS,
+        # The scheduler's retry check: an EXISTS per served queue, 20 times a second.
+        "exists": (idle["by_command"].get("exists", 0) - after["by_command"].get("exists", 0))
+        / IDLE_SECONDS,
     }
     return out
 

@@ -7,9 +7,6 @@ import json
 import logging
 import os
 import re
-import subprocess
-import sys
-import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +17,6 @@ from pythonjsonlogger.json import JsonEncoder
 
 from shared.model.jobs import JobState
 from shared.obs import log
-from tests.support.tools import ROOT
 
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
@@ -262,45 +258,3 @@ def test_a_line_rendered_from_its_cached_head_is_the_whole_dicts_line(
     for _ in range(2):
         assert formatter.format(record) == formatter._format_whole(record)
         json.loads(formatter.format(record))
-
-
-def test_threads_writing_to_the_real_stdout_without_the_lock_never_split_a_line() -> None:
-    """The lock-free path (sys.stdout is the process's own): eight threads' lines, some longer
-    than a pipe's 4 KiB atomic write, arrive whole; a print() comes out before the next line."""
-    script = textwrap.dedent(
-        """
-        import logging, sys, threading
-        from shared.obs import log
-        log.configure("workerd")
-        lg = logging.getLogger("probe")
-        print("printed first")
-        lg.info("after_print")
-        def work(n):
-            for i in range(500):
-                lg.info("line", extra={"writer": n, "i": i, "pad": "x" * (7000 if i % 50 == 0 else 40)})
-        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        """
-    )
-    run = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        # Buffered, as a service's stdout to a pipe is: the print waits in the buffer.
-        env={k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    lines = run.stdout.splitlines()
-    assert (
-        lines[:2] == ["printed first", lines[1]] and json.loads(lines[1])["event"] == "after_print"
-    )
-    records = [json.loads(line) for line in lines[2:]]  # every line whole JSON
-    assert sorted((r["writer"], r["i"]) for r in records) == [
-        (n, i) for n in range(8) for i in range(500)
-    ]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import logging.config
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -260,19 +259,7 @@ def _one_shot_encoder(encoder: JsonEncoder) -> Callable[[dict[str, Any]], str]:
 
 
 class _StdoutHandler(logging.StreamHandler):
-    """Write to whatever ``sys.stdout`` is at emit time, not at configure time; to the
-    process's own standard output, one ``write`` per line and no lock.
-
-    logging's Handler takes one lock per handler around every line, and StreamHandler writes
-    through the TextIOWrapper and flushes it. A worker process's job threads each log two
-    lines a job: they queued on that lock (py-spy of an 8-thread I/O drain: 4.7 % of a job
-    thread's time waiting in ``Handler.acquire``), and each wait is a sleep and a wake-up.
-    One ``os.write`` of the whole line needs no lock: the kernel writes a pipe's lines up to
-    PIPE_BUF (4 KiB) whole, and a file's or a terminal's each in one piece, so lines from
-    several threads (or processes) never interleave within a line, as they never could.
-    Where ``sys.stdout`` is not the process's own (pytest's capture, gunicorn's
-    ``--capture-output``), the line goes through it under the lock, as StreamHandler does.
-    """
+    """Write to whatever ``sys.stdout`` is at emit time, not at configure time."""
 
     # pytest's capture and gunicorn's --capture-output swap sys.stdout after start-up;
     # a stream bound once would keep writing to the old one.
@@ -284,24 +271,6 @@ class _StdoutHandler(logging.StreamHandler):
     @stream.setter
     def stream(self, _value: TextIO) -> None:
         """Ignore the stream StreamHandler.__init__ assigns."""
-
-    def handle(self, record: logging.LogRecord) -> bool:
-        """Filter and emit `record`: lock-free to the process's own stdout (see the class)."""
-        if sys.stdout is not sys.__stdout__ or sys.stdout is None:
-            return super().handle(record)
-        passed = self.filter(record)
-        if passed:
-            try:
-                line = (self.format(record) + "\n").encode()
-                # A handler's print() waits in the stream's buffer (a pipe's is a block): out
-                # first, before this line, as StreamHandler's flush after each line did.
-                sys.stdout.flush()
-                fd = sys.stdout.fileno()
-                while line:
-                    line = line[os.write(fd, line) :]
-            except Exception:
-                self.handleError(record)
-        return bool(passed)
 
 
 def configure(service: str, level: str = "INFO") -> None:

@@ -2,11 +2,10 @@
 
 Every job moves two lifecycle counters and two histograms (queue wait, handler time): six
 values in prometheus_client's multiprocess files, each under one process-wide lock with a
-``getpid`` to detect a fork. In a worker running many short jobs, or eight job threads, that
-was about a tenth of its Python time per job (bench/MEASUREMENTS.md). Held, a job adds its
-figures to two dicts under an uncontended lock; a flusher thread writes the sums to the same
-metrics every FLUSH_INTERVAL while anything is held, and sleeps on an event otherwise (an idle
-worker wakes it never).
+``getpid`` to detect a fork: 12 % of a threaded worker's Python time in an I/O drain
+(bench/MEASUREMENTS.md). Held, a job adds its figures to two dicts under an uncontended lock; a
+flusher thread writes the sums to the same metrics every FLUSH_INTERVAL while anything is held,
+and sleeps on an event otherwise (an idle worker wakes it never).
 
 What it changes for a reader of ``/metrics``: a worker's counts reach the files up to
 FLUSH_INTERVAL later, and a worker process that is SIGKILLed (a timeout, a lost lease, the OOM

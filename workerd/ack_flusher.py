@@ -20,12 +20,25 @@ touches the completions. A flush claims nothing (count 0): no claim fence, no cl
 The thread starts with the first job armed, so a worker without a batch (WORKER_BATCH=1) or
 without short jobs never has one; daemon, it does not keep the process alive at exit. The
 worker process forks nothing (the supervisor forks, and has no thread).
+
+A flush that raises something other than a Redis error (those it waits out itself: the
+worker's backoff) is a bug, but must not end the thread: with it gone, completions would wait
+for the end of whatever job runs, and past their leases be recovered and run again. The
+flush puts back the completions it did not send (WorkerProcess._send_done); the thread logs
+``ack_flush_failed`` and tries again after RETRY_AFTER while the job still runs.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+# Seconds between tries of a flush that raised (a bug): often enough to keep the ack delay's
+# order of magnitude, seldom enough not to flood the log while it persists.
+RETRY_AFTER = 0.1
 
 
 class AckFlusher:
@@ -78,4 +91,8 @@ class AckFlusher:
                     continue
                 self._deadline = None
                 if self._running:
-                    self._flush()  # under the lock: the main thread waits for it to end
+                    try:
+                        self._flush()  # under the lock: the main thread waits for it to end
+                    except Exception:
+                        log.exception("ack_flush_failed")
+                        self._deadline = self._clock() + RETRY_AFTER

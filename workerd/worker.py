@@ -733,11 +733,21 @@ class WorkerProcess(StopOnSignal):
                 return None
             queue = queue or done[-1].job.queue
             answer = None
-            for group_queue, group in by_queue(done, queue):
-                if group_queue == queue:
-                    answer = self._send_group(group, count, queue)
-                else:
-                    self._send_group(group, 0, group_queue)
+            unsent = list(done)
+            try:
+                for group_queue, group in by_queue(done, queue):
+                    if group_queue == queue:
+                        answer = self._send_group(group, count, queue)
+                    else:
+                        self._send_group(group, 0, group_queue)
+                    unsent = [f for f in unsent if all(f is not g for g in group)]
+            except Exception:
+                # Not a Redis error (_send_group waits those out): a bug. The completions not
+                # known written wait again, first and with their ages, so the next send (or
+                # the flusher's retry) writes them, rather than their leases running out: a
+                # repeat of one that was written is answered stale, never run again.
+                self.batch.done[:0] = unsent
+                raise
             return answer
 
     def _send_group(self, done: list[Finished], count: int, queue: str) -> BatchAck | None:

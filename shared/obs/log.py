@@ -46,6 +46,7 @@ EVENTS: frozenset[str] = frozenset(
         "job_stale_ack",
         "lifecycle_sink_failed",
         "metrics_flush_failed",
+        "ack_flush_failed",
         "scheduler_started",
         "scheduler_stopped",
         "worker_started",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 import time
 import uuid
 from collections import Counter
@@ -487,3 +488,33 @@ def test_a_batch_claim_repeated_after_a_lost_reply_is_aged_from_its_first_send(
     # The repeat answers with the 8 claimed 20 s ago (> hold_limit): the first runs (as a
     # repeated claim's job does without a batch), the 7 in hand go back unrun.
     assert [ids_ for name, ids_ in calls if name == "release"] == [(i,) for i in ids[1:]]
+
+
+def test_a_flush_that_raises_puts_its_completions_back_and_the_flusher_tries_again(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in the flusher's send (not a Redis error) must neither end its thread nor lose
+    the completions it took: they are written at its next try, while the long job still runs,
+    and each job completes once (none waits for its lease to run out and runs again)."""
+    real = scripts.complete_batch
+    raised: list[str] = []
+
+    def first_flush_raises(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "ack-flusher" and not raised:
+            raised.append(threading.current_thread().name)
+            raise ValueError("a bug in the flush")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scripts, "complete_batch", first_flush_raises)
+    ids = _enqueue(scripts, SHORT, 3) + _enqueue(scripts, SHORT, 1, await_acks=3)
+    worker = _worker(scripts)
+    with caplog.at_level(logging.ERROR, logger="workerd.ack_flusher"):
+        run_until(worker, lambda: worker.jobs_done == 4)
+
+    assert raised == ["ack-flusher"]
+    assert [r.message for r in caplog.records] == ["ack_flush_failed"]
+    # The fourth job ran 2 s at most, waiting for the three completions: the retry sent them.
+    assert dict(seen)[f"{ids[3]}:end"] >= set(ids[:3])
+    run_until(worker, lambda: not worker.batch.done)  # the fourth's own completion
+    assert_each_completed_once(scripts, ids)
+    assert [job_id for job_id, _ in seen if not job_id.endswith(":end")] == ids

@@ -184,12 +184,16 @@ class WorkerProcess(StopOnSignal):
         """Loop until stopped; return the process exit code (0: a clean exit)."""
         metrics.ACTIVE_WORKERS.set(1)
         log.info("worker_started", extra={"worker_id": self.worker_id})
-        while self.keep_going():
-            self.step()
-        self._hand_back_unstarted_job()
-        if self.flusher is not None:
-            self.flusher.close()
-        metrics.flush_job_writes()
+        try:
+            while self.keep_going():
+                self.step()
+            self._hand_back_unstarted_job()
+            if self.flusher is not None:
+                self.flusher.close()
+        finally:
+            # Also when a bug ends the run (child_crashed, then os._exit): no SIGKILL, so what
+            # it held (its last jobs' counts) is written, as before holding.
+            metrics.flush_job_writes()
         log.info("worker_stopped", extra={"worker_id": self.worker_id, "reason": self.exit_reason})
         tracing.shutdown()
         return 0

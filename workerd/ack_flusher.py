@@ -25,7 +25,8 @@ A flush that raises something other than a Redis error (those it waits out itsel
 worker's backoff) is a bug, but must not end the thread: with it gone, completions would wait
 for the end of whatever job runs, and past their leases be recovered and run again. The
 flush puts back the completions it did not send (WorkerProcess._send_done); the thread logs
-``ack_flush_failed`` and tries again after RETRY_AFTER while the job still runs.
+``ack_flush_failed`` and tries again after RETRY_AFTER while the job still runs, each further
+failure waiting twice as long (up to RETRY_MAX).
 """
 
 from __future__ import annotations
@@ -36,9 +37,12 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
-# Seconds between tries of a flush that raised (a bug): often enough to keep the ack delay's
-# order of magnitude, seldom enough not to flood the log while it persists.
+# Seconds before the first try again of a flush that raised (a bug): often enough to keep the
+# ack delay's order of magnitude. Each further failure waits twice the last, up to RETRY_MAX: a
+# bug that persists logs a traceback a few times a minute, not ten a second for the whole job
+# (up to its timeout), while the completions still go far within their leases (30 s default).
 RETRY_AFTER = 0.1
+RETRY_MAX = 1.6
 
 
 class AckFlusher:
@@ -53,6 +57,7 @@ class AckFlusher:
         self._wakes_at: float | None = None  # the thread's next wake by itself (None: notify)
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._retry_after = RETRY_AFTER  # the wait after the next failure (doubled by each)
         self.wakes = 0  # the thread's turns of its loop (the tests count them)
 
     def arm(self, deadline: float) -> None:
@@ -95,4 +100,7 @@ class AckFlusher:
                         self._flush()  # under the lock: the main thread waits for it to end
                     except Exception:
                         log.exception("ack_flush_failed")
-                        self._deadline = self._clock() + RETRY_AFTER
+                        self._deadline = self._clock() + self._retry_after
+                        self._retry_after = min(2 * self._retry_after, RETRY_MAX)
+                    else:
+                        self._retry_after = RETRY_AFTER

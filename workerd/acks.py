@@ -88,13 +88,13 @@ class Acknowledger:
         runnable: frozenset[str] | None,
     ) -> BatchAck | None:
         """Complete `done`, (job, result JSON, log fields) each, all of `queue`, and claim up to
-        `count` next jobs (WORKER_BATCH, workerd.batching); record how each completion ended.
-        None when the supervisor is gone (the jobs' leases then lapse, or release_worker.lua
-        gives them back)."""
+        `count` next jobs (WORKER_BATCH, workerd.batching); the caller records how each ended
+        (record_batch), once it knows them written. None when the supervisor is gone (the
+        jobs' leases then lapse, or release_worker.lua gives them back)."""
         completions = [(job.id, job.token, result) for job, result, _ in done]
         # One request id for every try: complete_batch.lua answers a repeat as its first call.
         request_id = new_request_id()
-        ack = self._until_written(
+        return self._until_written(
             lambda: self.scripts.complete_batch(
                 worker_id,
                 completions,
@@ -104,10 +104,13 @@ class Acknowledger:
                 request_id=request_id,
             )
         )
-        if ack is not None:
-            for (job, _, fields), result in zip(done, ack.acks, strict=True):
-                self.log_completion(job, result, fields)
-        return ack
+
+    def record_batch(
+        self, done: Sequence[tuple[Job, str, dict[str, object]]], ack: BatchAck
+    ) -> None:
+        """Record how each completion write_batch wrote ended."""
+        for (job, _, fields), result in zip(done, ack.acks, strict=True):
+            self.log_completion(job, result, fields)
 
     def _until_written(self, attempt: Callable[[], T]) -> T | None:
         """Return `attempt()`, tried again after the backoff while Redis fails, as long as the

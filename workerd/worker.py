@@ -184,12 +184,16 @@ class WorkerProcess(StopOnSignal):
         """Loop until stopped; return the process exit code (0: a clean exit)."""
         metrics.ACTIVE_WORKERS.set(1)
         log.info("worker_started", extra={"worker_id": self.worker_id})
-        while self.keep_going():
-            self.step()
-        self._hand_back_unstarted_job()
-        if self.flusher is not None:
-            self.flusher.close()
-        metrics.flush_job_writes()
+        try:
+            while self.keep_going():
+                self.step()
+            self._hand_back_unstarted_job()
+            if self.flusher is not None:
+                self.flusher.close()
+        finally:
+            # Also when a bug ends the run (child_crashed, then os._exit): no SIGKILL, so what
+            # it held (its last jobs' counts) is written, as before holding.
+            metrics.flush_job_writes()
         log.info("worker_stopped", extra={"worker_id": self.worker_id, "reason": self.exit_reason})
         tracing.shutdown()
         return 0
@@ -736,23 +740,24 @@ class WorkerProcess(StopOnSignal):
             unsent = list(done)
             try:
                 for group_queue, group in by_queue(done, queue):
-                    if group_queue == queue:
-                        answer = self._send_group(group, count, queue)
-                    else:
-                        self._send_group(group, 0, group_queue)
+                    ack = self._send_group(group, count if group_queue == queue else 0, group_queue)
+                    # Written: a bug recording them must not put them back, as a repeat is
+                    # answered DONE (same token) and would be recorded and counted again.
                     unsent = [f for f in unsent if all(f is not g for g in group)]
+                    self._record_group(group, ack, group_queue)
+                    if group_queue == queue:
+                        answer = ack
             except Exception:
                 # Not a Redis error (_send_group waits those out): a bug. The completions not
-                # known written wait again, first and with their ages, so the next send (or
-                # the flusher's retry) writes them, rather than their leases running out: a
-                # repeat of one that was written is answered stale, never run again.
+                # written wait again, first and with their ages, so the next send (or the
+                # flusher's retry) writes them, rather than their leases running out.
                 self.batch.done[:0] = unsent
                 raise
             return answer
 
     def _send_group(self, done: list[Finished], count: int, queue: str) -> BatchAck | None:
         """Send completions of `queue`'s jobs, claiming up to `count` next ones (0: none)."""
-        ack = self.acks.write_batch(
+        return self.acks.write_batch(
             self.worker_id,
             [(f.job, f.result_json, f.fields) for f in done],
             count=count,
@@ -760,9 +765,14 @@ class WorkerProcess(StopOnSignal):
             # A flush claims nothing: no routing read (the flusher's thread must not touch it).
             runnable=self.routing.runnable(queue) if count else None,
         )
-        if ack is not None and ack.paused:
+
+    def _record_group(self, done: list[Finished], ack: BatchAck | None, queue: str) -> None:
+        """Record how the completions _send_group wrote ended."""
+        if ack is None:
+            return
+        self.acks.record_batch([(f.job, f.result_json, f.fields) for f in done], ack)
+        if ack.paused:
             self.planner.found_paused(queue)
-        return ack
 
     def _batch_count(self) -> int:
         """Return how many jobs a batched claim asks for: the batch size, fewer when recycling

@@ -4,15 +4,35 @@ give, reach the files without a flush call, and a stopping worker writes them fi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+import pytest
+import redis
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
+from shared.engine.scripts import Scripts
+from shared.model.jobs import validate_enqueue
+from shared.obs import metrics
 from shared.obs.held_writes import HeldWrites
+from shared.settings.config import Settings
+from tests.fakes import IdleSlot
 from tests.support.tools import ROOT, wait_until
+from workerd import JobContext, handler
+from workerd.worker import WorkerProcess
+
+CRASHING = "test.held_writes_crash"
+
+
+@handler(CRASHING)
+def _noop(payload: dict[str, Any], job: JobContext) -> None:
+    pass
+
 
 # Bounds, between them, under the first and above the last (+Inf), zero and the odd negative.
 VALUES = (0.0, 0.005, 0.0051, 0.1, 0.25, 0.3, 7.5, 10.0, 11.0, 1e6, -0.5, 0.001)
@@ -112,3 +132,32 @@ def test_in_a_multiprocess_directory_held_writes_match_direct_ones(tmp_path: Pat
     assert merged["held"] == merged["direct"]
     names = {sample[0] for sample in merged["held"]}
     assert {"taskforge_jobs_completed_total", "taskforge_handler_duration_seconds_bucket"} <= names
+
+
+def test_a_worker_that_crashes_writes_what_it_held_first(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug that ends a worker's run (child_crashed, then os._exit) is no SIGKILL: the counts
+    it held, its last jobs' completions among them, are written as a clean stop's are."""
+    monkeypatch.setattr(metrics, "_held", HeldWrites(interval=3600))  # only a flush writes
+    monkeypatch.setattr(metrics, "_seen_types", set())  # other tests' types: not "other" here
+    scripts = Scripts(r)
+    scripts.load()
+    scripts.enqueue(validate_enqueue({"type": CRASHING, "payload": {}}), str(uuid.uuid4()))
+    worker = WorkerProcess(Settings.from_env({}), scripts, IdleSlot(), "w-held", os.getppid())
+    labels = {"type": CRASHING, "queue": "default"}
+    before = REGISTRY.get_sample_value("taskforge_jobs_completed_total", labels) or 0.0
+    real_step, steps = worker.step, []
+
+    def step_until_the_job_ran_then_raise() -> None:
+        steps.append(1)
+        assert len(steps) < 50, "the job never ran"
+        if worker.jobs_done:
+            raise RuntimeError("a bug")
+        real_step()
+
+    monkeypatch.setattr(worker, "step", step_until_the_job_ran_then_raise)
+    with pytest.raises(RuntimeError, match="a bug"):
+        worker.run()
+    after = REGISTRY.get_sample_value("taskforge_jobs_completed_total", labels) or 0.0
+    assert after - before == 1

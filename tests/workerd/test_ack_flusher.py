@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from workerd.ack_flusher import AckFlusher
+from workerd.ack_flusher import RETRY_AFTER, AckFlusher
 
 BOUND = 5.0  # seconds: every wait here is bounded by it
 
@@ -87,3 +87,27 @@ def test_a_deadline_passed_between_jobs_flushes_nothing() -> None:
     wait_for(lambda: flusher._deadline is None, "the thread to pass the deadline")
     assert flushes == []
     flusher.close()
+
+
+def test_a_flush_that_keeps_raising_is_tried_ever_less_often() -> None:
+    """A bug that persists must not log a traceback every RETRY_AFTER for as long as the job
+    runs (up to its timeout, 10 min by default: 6,000 of them): each try waits twice the last."""
+    now = [100.0]
+    tries: list[float] = []
+
+    def flush_raises() -> None:
+        tries.append(now[0])
+        raise ValueError("a bug in the flush")
+
+    flusher = AckFlusher(flush_raises, lambda: now[0])
+    flusher.arm(now[0])  # due at once
+    waits = []
+    for tried in (1, 2, 3):
+        wait_for(lambda n=tried: len(tries) == n, f"try {tried}")  # type: ignore[misc]
+        with flusher.lock:  # the thread set its next try before it let go of the lock
+            assert flusher._deadline is not None
+            waits.append(round(flusher._deadline - now[0], 6))
+            now[0] = flusher._deadline  # the retry is due
+            flusher.lock.notify()
+    flusher.close()
+    assert waits == [RETRY_AFTER, 2 * RETRY_AFTER, 4 * RETRY_AFTER]

@@ -518,3 +518,36 @@ def test_a_flush_that_raises_puts_its_completions_back_and_the_flusher_tries_aga
     run_until(worker, lambda: not worker.batch.done)  # the fourth's own completion
     assert_each_completed_once(scripts, ids)
     assert [job_id for job_id, _ in seen if not job_id.endswith(":end")] == ids
+
+
+def test_a_flush_that_raises_after_its_write_records_each_completion_once(
+    scripts: Scripts, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug while recording completions already written (here the second of three) must not
+    put them back: a repeat is answered DONE (complete_batch.lua: same token, completed) and
+    would be recorded, logged job_completed and counted, a second time."""
+    ids = _enqueue(scripts, SHORT, 3) + _enqueue(scripts, SHORT, 1, await_acks=3)
+    worker = _worker(scripts)
+    real = worker.acks.log_completion
+    recorded: list[str] = []
+    raised: list[str] = []
+
+    def second_record_raises(job: Any, ack: Any, fields: dict[str, object]) -> None:
+        if threading.current_thread().name == "ack-flusher" and len(recorded) == 1 and not raised:
+            raised.append(job.id)
+            raise ValueError("a bug in recording")
+        real(job, ack, fields)
+        recorded.append(job.id)
+
+    worker.acks.log_completion = second_record_raises  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="workerd.ack_flusher"):
+        run_until(worker, lambda: worker.jobs_done == 4)
+        run_until(worker, lambda: not worker.batch.done)  # the fourth's own completion
+
+    assert raised == [ids[1]]
+    assert [r.message for r in caplog.records] == ["ack_flush_failed"]
+    assert_each_completed_once(scripts, ids)
+    # Each written once, recorded at most once: none twice (the bug lost ids[1:3]'s records).
+    assert [job_id for job_id, n in Counter(recorded).items() if n > 1] == []
+    assert _batches()[0] == tuple(ids[:3])
+    assert [batch for batch in _batches() if set(batch) & set(ids[:3])] == [tuple(ids[:3])]

@@ -84,11 +84,19 @@ class HeldWrites:
         if self._flusher is None:
             with self._flushing:
                 if self._flusher is None:
-                    self._flusher = threading.Thread(
-                        target=self._run, name="metrics-flusher", daemon=True
-                    )
-                    self._flusher.start()
+                    self._start_flusher()
         self._held.set()
+
+    def _start_flusher(self) -> None:
+        thread = threading.Thread(target=self._run, name="metrics-flusher", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had (a pids limit): a metric must not fail a job
+            # Tried again at the next wake after a flush; until then what is held is written
+            # when the worker waits idle or stops.
+            log.exception("metrics_flush_failed")
+            return
+        self._flusher = thread
 
     def _run(self) -> None:
         while True:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -161,3 +162,22 @@ def test_a_worker_that_crashes_writes_what_it_held_first(
         worker.run()
     after = REGISTRY.get_sample_value("taskforge_jobs_completed_total", labels) or 0.0
     assert after - before == 1
+
+
+def test_a_flusher_thread_that_cannot_start_fails_no_write_and_is_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (_, _), (counter, _) = _pair()
+    held = HeldWrites(interval=0.05)
+    monkeypatch.setattr(threading.Thread, "start", _cannot_start)
+    held.inc(counter.labels("t", "q"))  # no exception into the job's path
+    assert held._flusher is None
+    held.flush()  # what a worker does before an idle wait
+    assert counter.labels("t", "q")._value.get() == 1
+    monkeypatch.undo()
+    held.inc(counter.labels("t", "q"))  # a later wake starts it
+    wait_until(lambda: counter.labels("t", "q")._value.get() == 2, 5, "the flusher's write")
+
+
+def _cannot_start(self: threading.Thread) -> None:
+    raise RuntimeError("can't start new thread")

@@ -52,7 +52,12 @@ from tests.faults.checker import (
 )
 from tests.faults.harness import FAULT_ENV, log_time, print_figures
 from tests.faults.http_load import QueueLoad
-from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters, running_cluster
+from tests.support.cluster import (
+    NODE_TIMEOUT_MS,
+    RedisCluster,
+    queue_names_on_distinct_masters,
+    running_cluster,
+)
 from tests.support.gunicorn import run_gunicorn
 from tests.support.redis_server import RedisServer
 from tests.support.tools import free_port, require_tool, wait_until
@@ -364,12 +369,20 @@ def assert_guarantees(
     # The queues on masters that never failed lose nothing: their writes stayed where they were.
     for queue in others:
         assert reports[queue].lost == [], (queue, reports[queue].lost)
-    # On the affected queue, a job lost was acknowledged before the kill (nothing written to
-    # the promoted replica is lost), and a job run twice had started before it (a completion
-    # lost with the old master runs again; a job claimed on the new master runs once).
+    # On the affected queue, a job lost was written by the old master (nothing written to the
+    # promoted replica is lost): sent before the kill, and answered before any replica could
+    # be promoted (the cluster fails a master only after the node timeout). Not answered
+    # before the kill: the old master's answer reaches the client through the gateway after
+    # the kill's timestamp, later still on a loaded host (scenario 16 was corrected alike).
+    # A job run twice had started before the kill (a completion lost with the old master runs
+    # again; a job claimed on the new master runs once).
+    sent_at = {job_id: sent for sent, _, job_id in loads[victim].acked}
     acked_at = {job_id: answered for _, answered, job_id in loads[victim].acked}
     lost = reports[victim].lost
-    assert all(acked_at[job_id] <= killed + 0.001 for job_id in lost), sorted(lost)
+    written_by_old = [
+        j for j in lost if sent_at[j] <= killed and acked_at[j] < killed + NODE_TIMEOUT_MS / 1000
+    ]
+    assert written_by_old == lost, sorted(set(lost) - set(written_by_old))
     first_start: dict[str, float] = {}
     for execution in outcome["runs"]:
         assert isinstance(execution, Execution)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from shared.engine.keys import Keys
 from tests.faults.checker import (
@@ -51,8 +52,14 @@ from tests.faults.checker import (
 )
 from tests.faults.harness import FAULT_ENV, log_time, print_figures
 from tests.faults.http_load import QueueLoad
-from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters, running_cluster
+from tests.support.cluster import (
+    NODE_TIMEOUT_MS,
+    RedisCluster,
+    queue_names_on_distinct_masters,
+    running_cluster,
+)
 from tests.support.gunicorn import run_gunicorn
+from tests.support.redis_server import RedisServer
 from tests.support.tools import free_port, require_tool, wait_until
 from tests.support.workerd import Workerd, start_workerd, stop_all
 
@@ -81,6 +88,17 @@ def longest_pause(moments: list[float], start: float, end: float) -> float:
 def completions(workerd: Workerd, queue: str) -> list[float]:
     """Return when workerd logged each job_completed of `queue`."""
     return [log_time(e) for e in workerd.events("job_completed") if e.get("queue") == queue]
+
+
+def is_master(node: RedisServer) -> bool:
+    """Return whether `node` says it is a master now (False while it does not answer)."""
+    client = node.client(socket_timeout=2)
+    try:
+        return client.execute_command("ROLE")[0] in (b"master", "master")
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
 
 
 def pick_victim(cluster: RedisCluster, queues: list[str], *, global_slot: bool) -> str:
@@ -162,6 +180,18 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
                     else:
                         replica = cluster.kill_master(master)
                     killed = time.time()
+                    # Readiness stays 200 (every process shares the cluster: dropping them all
+                    # would stop the other masters' queues too) and names the dead master. Asked
+                    # first: once the replica is promoted (node timeout 2 s, then the election)
+                    # a client that refreshes its slot map no longer knows the dead master, and
+                    # the lookups below make the gateway refresh it; asked after them, a loaded
+                    # host's readiness could come too late to name it.
+                    ready = {
+                        "gateway": gateway.request("GET", "/ready", timeout=HTTP_TIMEOUT)[::2],
+                        "workerd": (lambda r: (r[0], json.loads(r[2])))(workerd.http("/ready")),
+                    }
+                    ready_probed = time.time()
+                    ready_during_failover = not is_master(replica)
                     # Lookups by id of the other queues' jobs while the master is down: GET
                     # /jobs/<id> tries every queue and must find them on the masters that answer.
                     lookups = Counter(
@@ -178,12 +208,7 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
                         for q in others
                         for state in ("pending", "completed")
                     )
-                    # Readiness stays 200 (every process shares the cluster: dropping them all
-                    # would stop the other masters' queues too) and names the dead master.
-                    ready = {
-                        "gateway": gateway.request("GET", "/ready", timeout=HTTP_TIMEOUT)[::2],
-                        "workerd": (lambda r: (r[0], json.loads(r[2])))(workerd.http("/ready")),
-                    }
+                    looked_up = time.time()
                     cluster.wait_promoted(replica)
                     promoted = time.time()
                     if wait_replicas:
@@ -259,6 +284,9 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
         "other_lookups": dict(lookups),
         "other_listings": dict(listings),
         "ready_during_failover": {name: status for name, (status, _) in ready.items()},
+        "ready_probed_s": round(ready_probed - killed, 2),
+        "ready_answered_before_promotion": ready_during_failover,
+        "lookups_done_s": round(looked_up - killed, 2),
         "keyed": not global_slot,
         "run_s": round(stopped - killed, 1),
     }
@@ -278,8 +306,13 @@ def run_failover(tmp_path: Path, *, wait_replicas: bool, global_slot: bool) -> d
     assert set(listings) == {200}, listings
     dead = f":{master.port}"
     for name, (status, body) in ready.items():
-        down = body.get("masters_down", {})
-        assert status == 200 and any(node.endswith(dead) for node in down), (name, status, body)
+        assert status == 200, (name, status, body)
+        if ready_during_failover:
+            # Only an answer given while the dead master still held its slots must name it
+            # (the probe is sent right after the kill; a host stalled past the promotion
+            # is told apart by the figure, not failed).
+            down = body.get("masters_down", {})
+            assert any(node.endswith(dead) for node in down), (name, status, body)
     if wait_replicas:
         assert reports[victim].lost == [], reports[victim].lost
     else:
@@ -336,12 +369,20 @@ def assert_guarantees(
     # The queues on masters that never failed lose nothing: their writes stayed where they were.
     for queue in others:
         assert reports[queue].lost == [], (queue, reports[queue].lost)
-    # On the affected queue, a job lost was acknowledged before the kill (nothing written to
-    # the promoted replica is lost), and a job run twice had started before it (a completion
-    # lost with the old master runs again; a job claimed on the new master runs once).
+    # On the affected queue, a job lost was written by the old master (nothing written to the
+    # promoted replica is lost): sent before the kill, and answered before any replica could
+    # be promoted (the cluster fails a master only after the node timeout). Not answered
+    # before the kill: the old master's answer reaches the client through the gateway after
+    # the kill's timestamp, later still on a loaded host (scenario 16 was corrected alike).
+    # A job run twice had started before the kill (a completion lost with the old master runs
+    # again; a job claimed on the new master runs once).
+    sent_at = {job_id: sent for sent, _, job_id in loads[victim].acked}
     acked_at = {job_id: answered for _, answered, job_id in loads[victim].acked}
     lost = reports[victim].lost
-    assert all(acked_at[job_id] <= killed + 0.001 for job_id in lost), sorted(lost)
+    written_by_old = [
+        j for j in lost if sent_at[j] <= killed and acked_at[j] < killed + NODE_TIMEOUT_MS / 1000
+    ]
+    assert written_by_old == lost, sorted(set(lost) - set(written_by_old))
     first_start: dict[str, float] = {}
     for execution in outcome["runs"]:
         assert isinstance(execution, Execution)

@@ -30,6 +30,12 @@ DOWN_AFTER_MS = 1000  # a primary silent this long is subjectively down
 FAILOVER_TIMEOUT_MS = 4000  # a failed failover is tried again after twice this
 QUORUM = 2  # of the three sentinels must agree the primary is down
 SETTLE_TIMEOUT = 30.0  # seconds for the sentinels to find each other and the replica
+# Either server may be the primary a replica full-syncs from (at the start, and after a failover
+# when the old primary rejoins): Redis's default diskless delay holds every such sync 5 s for
+# more replicas to share it, 5 s a failover test's resume bound then spends on nothing (the
+# durable scenario's replica rejoins the promoted primary: enqueues resumed 7.5 s after the
+# kill, promotion 2.5 s). One replica here: start the transfer at once (tests/support/cluster.py).
+DATA_CONFIG = {**NO_PERSISTENCE, "repl-diskless-sync-delay": "0"}
 PROMOTION_TIMEOUT = 30.0  # seconds from the kill until every sentinel names a new primary
 
 
@@ -128,11 +134,11 @@ class SentinelDeployment:
         return server.client(password=self.data_password, **options)
 
     def start(self) -> None:
-        primary = RedisServer(self.binary, self.dir / "primary", dict(NO_PERSISTENCE))
+        primary = RedisServer(self.binary, self.dir / "primary", dict(DATA_CONFIG))
         primary.dir.mkdir(parents=True)
         primary.start()
         self.servers.append(primary)
-        replica = RedisServer(self.binary, self.dir / "replica", dict(NO_PERSISTENCE))
+        replica = RedisServer(self.binary, self.dir / "replica", dict(DATA_CONFIG))
         replica.dir.mkdir(parents=True)
         replica.start()
         self.servers.append(replica)

@@ -24,6 +24,9 @@ from workerd.routing import Routing
 
 T = TypeVar("T")
 
+# A batched completion: the job, its result JSON, the fields its log line carries.
+Completion = tuple[Job, str, dict[str, object]]
+
 
 class Acknowledger:
     """Writes one worker's outcomes to Redis and records how each ended."""
@@ -81,7 +84,7 @@ class Acknowledger:
     def write_batch(
         self,
         worker_id: str,
-        done: Sequence[tuple[Job, str, dict[str, object]]],
+        done: Sequence[Completion],
         *,
         count: int,
         queue: str,
@@ -105,9 +108,7 @@ class Acknowledger:
             )
         )
 
-    def record_batch(
-        self, done: Sequence[tuple[Job, str, dict[str, object]]], ack: BatchAck
-    ) -> None:
+    def record_batch(self, done: Sequence[Completion], ack: BatchAck) -> None:
         """Record how each completion write_batch wrote ended."""
         for (job, _, fields), result in zip(done, ack.acks, strict=True):
             self.log_completion(job, result, fields)

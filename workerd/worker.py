@@ -50,7 +50,7 @@ from shared.model.jobs import Job
 from shared.obs import metrics, tracing
 from shared.settings.config import Settings
 from workerd.ack_flusher import AckFlusher
-from workerd.acks import Acknowledger
+from workerd.acks import Acknowledger, Completion
 from workerd.backoff import Backoff
 from workerd.batching import Batch, Finished, batch_size, by_queue
 from workerd.children import StopOnSignal
@@ -737,40 +737,45 @@ class WorkerProcess(StopOnSignal):
                 return None
             queue = queue or done[-1].job.queue
             answer = None
-            unsent = list(done)
+            groups = by_queue(done, queue)
+            written = 0  # groups whose call answered
             try:
-                for group_queue, group in by_queue(done, queue):
-                    ack = self._send_group(group, count if group_queue == queue else 0, group_queue)
+                for group_queue, group in groups:
+                    entries = [(f.job, f.result_json, f.fields) for f in group]
+                    ack = self._send_group(
+                        entries, count if group_queue == queue else 0, group_queue
+                    )
                     # Written: a bug recording them must not put them back, as a repeat is
                     # answered DONE (same token) and would be recorded and counted again.
-                    unsent = [f for f in unsent if all(f is not g for g in group)]
-                    self._record_group(group, ack, group_queue)
+                    written += 1
+                    self._record_group(entries, ack, group_queue)
                     if group_queue == queue:
                         answer = ack
             except Exception:
                 # Not a Redis error (_send_group waits those out): a bug. The completions not
-                # written wait again, first and with their ages, so the next send (or the
-                # flusher's retry) writes them, rather than their leases running out.
-                self.batch.done[:0] = unsent
+                # written wait again, first, in their order and with their ages, so the next
+                # send (or the flusher's retry) writes them, rather than their leases running out.
+                unsent = {id(f) for _, group in groups[written:] for f in group}
+                self.batch.done[:0] = [f for f in done if id(f) in unsent]
                 raise
             return answer
 
-    def _send_group(self, done: list[Finished], count: int, queue: str) -> BatchAck | None:
+    def _send_group(self, entries: list[Completion], count: int, queue: str) -> BatchAck | None:
         """Send completions of `queue`'s jobs, claiming up to `count` next ones (0: none)."""
         return self.acks.write_batch(
             self.worker_id,
-            [(f.job, f.result_json, f.fields) for f in done],
+            entries,
             count=count,
             queue=queue,
             # A flush claims nothing: no routing read (the flusher's thread must not touch it).
             runnable=self.routing.runnable(queue) if count else None,
         )
 
-    def _record_group(self, done: list[Finished], ack: BatchAck | None, queue: str) -> None:
+    def _record_group(self, entries: list[Completion], ack: BatchAck | None, queue: str) -> None:
         """Record how the completions _send_group wrote ended."""
         if ack is None:
             return
-        self.acks.record_batch([(f.job, f.result_json, f.fields) for f in done], ack)
+        self.acks.record_batch(entries, ack)
         if ack.paused:
             self.planner.found_paused(queue)
 

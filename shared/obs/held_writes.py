@@ -9,8 +9,8 @@ and sleeps on an event otherwise (an idle worker wakes it never).
 
 What it changes for a reader of ``/metrics``: a worker's counts reach the files up to
 FLUSH_INTERVAL later, and a worker process that is SIGKILLed (a timeout, a lost lease, the OOM
-killer) loses what it held, at most that interval's counts; a worker that stops cleanly
-writes them first (:meth:`HeldWrites.flush`). Only worker processes hold their writes
+killer) loses what it held, at most that interval's counts; a worker whose run ends, cleanly
+or by a bug, writes them first (:meth:`HeldWrites.flush`). Only worker processes hold their writes
 (workerd.supervisor turns it on in each worker child); the gateway, the scheduler and tests
 that run a worker in their own process write at once.
 

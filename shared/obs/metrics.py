@@ -163,7 +163,7 @@ def hold_job_writes() -> None:
 
 
 def flush_job_writes() -> None:
-    """Write what this process holds now (a worker stopping cleanly)."""
+    """Write what this process holds now (a worker going idle or ending its run)."""
     if _held is not None:
         _held.flush()
 
@@ -201,20 +201,19 @@ def _labelled(metric: Counter | Histogram, first: str, queue: str) -> Any:
 def count(event: str, job_type: str | None, queue: str, amount: int = 1) -> None:
     """Increment one lifecycle counter (an unknown type counts under "other")."""
     type_ = type_label(job_type or OTHER_TYPE)
-    child = _labelled(LIFECYCLE[event], type_, queue_label(queue))
-    if _held is None:
-        child.inc(amount)
-    else:
-        _held.inc(child, amount)
+    _inc(_labelled(LIFECYCLE[event], type_, queue_label(queue)), amount)
 
 
 def count_running_cancel(stopped: str, queue: str) -> None:
     """Count how a cancel of a running job ended (one of RUNNING_CANCEL_ENDS)."""
-    child = _labelled(RUNNING_CANCELS, stopped, queue_label(queue))
+    _inc(_labelled(RUNNING_CANCELS, stopped, queue_label(queue)))
+
+
+def _inc(child: Any, amount: float = 1) -> None:
     if _held is None:
-        child.inc()
+        child.inc(amount)
     else:
-        _held.inc(child)
+        _held.inc(child, amount)
 
 
 def queue_wait_ms(eligible_at_ms: int | None, started_at_ms: int | None) -> int | None:

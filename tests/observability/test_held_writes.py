@@ -4,6 +4,7 @@ give, reach the files without a flush call, and a stopping worker writes them fi
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -76,6 +77,22 @@ def test_held_counts_and_observations_flush_to_the_samples_direct_writes_give() 
     assert _samples(held_histogram) == _samples(histogram)
     held.flush()  # nothing held: nothing added twice
     assert _samples(held_histogram) == _samples(histogram)
+
+
+def test_a_nan_observation_is_counted_in_no_bucket_as_observe_counts_it() -> None:
+    # prometheus_client's observe() adds NaN to the sum and to no bucket (NaN <= bound is
+    # false for every bound, +Inf's too); bisect would put it in the first bucket.
+    (_, histogram), (_, held_histogram) = _pair()
+    held = HeldWrites(interval=3600)
+    for value in (0.3, float("nan"), float("inf")):
+        histogram.labels("t", "q").observe(value)
+        held.observe(held_histogram.labels("t", "q"), value)
+    held.flush()
+    direct, written = _samples(histogram), _samples(held_histogram)
+    assert [s for s in written if s[0] != "seconds_sum"] == [
+        s for s in direct if s[0] != "seconds_sum"
+    ]
+    assert math.isnan(held_histogram.labels("t", "q")._sum.get())
 
 
 def test_the_flusher_writes_what_is_held_within_its_interval_and_again_later() -> None:

@@ -181,6 +181,30 @@ def test_a_worker_that_crashes_writes_what_it_held_first(
     assert after - before == 1
 
 
+def test_a_worker_going_idle_writes_what_it_held_without_waiting_for_the_flusher(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last jobs of a burst reach /metrics when their worker finds no more work, not an
+    interval later (the flusher here would wait an hour), while the worker runs on."""
+    monkeypatch.setattr(metrics, "_held", HeldWrites(interval=3600))  # only a flush writes
+    monkeypatch.setattr(metrics, "_seen_types", set())
+    scripts = Scripts(r)
+    scripts.load()
+    scripts.enqueue(validate_enqueue({"type": CRASHING, "payload": {}}), str(uuid.uuid4()))
+    worker = WorkerProcess(Settings.from_env({}), scripts, IdleSlot(), "w-idle", os.getppid())
+    labels = {"type": CRASHING, "queue": "default"}
+    before = REGISTRY.get_sample_value("taskforge_jobs_completed_total", labels) or 0.0
+    for _ in range(50):
+        if worker.jobs_done:
+            break
+        worker.step()
+    assert worker.jobs_done == 1
+    assert (REGISTRY.get_sample_value("taskforge_jobs_completed_total", labels) or 0.0) == before
+    worker.step()  # nothing left: the worker waits for work, and writes first
+    after = REGISTRY.get_sample_value("taskforge_jobs_completed_total", labels) or 0.0
+    assert after - before == 1
+
+
 def test_a_flusher_thread_that_cannot_start_fails_no_write_and_is_tried_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -1,4 +1,11 @@
-"""The ack delay's bound while a job runs (WORKER_BATCH, workerd.batching).
+"""The ack delay's bound while a job runs (WORKER_BATCH, workerd.batching), and the read of a
+call in flight while a held job runs long (WORKER_PREFETCH, workerd.prefetch.READ_LATE).
+
+Holding the next job, the worker arms the same thread as each held job starts, with the
+deadline READ_LATE after the call in flight was sent: should the held job still run then, the
+thread reads the reply and records the completion it carried (WorkerProcess._read_late), as the
+batch's flush sends the completions waiting. What follows is written for the batch; the same
+holds for the read.
 
 Between jobs the worker's main thread keeps the bound itself (Batch.must_send). A job of a type
 known short can still run long, and the completions waiting behind it must not wait for its
@@ -16,9 +23,11 @@ notify at nearly every job: woken by one job's arm, it runs only once the main t
 of the GIL, by when that job has often ended — a notify and two GIL hand-offs a job, 30–40 µs
 of worker CPU per no-op job (bench.job_cpu). A flush holds the same lock (an RLock: the flush takes it again to touch the waiting
 list), so disarming waits for a flush in progress and, between jobs, the main thread alone
-touches the completions. A flush claims nothing (count 0): no claim fence, no claim planning.
-The thread starts with the first job armed, so a worker without a batch (WORKER_BATCH=1) or
-without short jobs never has one; daemon, it does not keep the process alive at exit. The
+touches the completions. A batch's flush claims nothing (count 0): no claim fence, no claim
+planning; a late read takes the call's reply as the main thread would have, the job it claimed
+kept for the main thread, and gives back the claim lock the call held. The thread starts with
+the first job armed, so a worker with neither a batch nor holding (WORKER_PREFETCH=off), or
+without short jobs, never has one; daemon, it does not keep the process alive at exit. The
 worker process forks nothing (the supervisor forks, and has no thread).
 
 A flush that raises something other than a Redis error (those it waits out itself: the

@@ -59,7 +59,7 @@ from workerd.duties.fleet_heartbeat import hosts_running
 from workerd.execution import Execution, Outcome, run_handler
 from workerd.handler_registry import JobCanceled, registered_types
 from workerd.idle_wait import pop_hint
-from workerd.prefetch import InFlight, RunTimes
+from workerd.prefetch import READ_LATE, InFlight, LateRead, RunTimes
 from workerd.routing import Routing
 from workerd.slots import Slot
 
@@ -125,12 +125,6 @@ class WorkerProcess(StopOnSignal):
         # WORKER_BATCH (workerd.batching): the batch in hand, None when off. It replaces holding.
         size = batch_size(settings, scripts, worker_id)
         self.batch = Batch(size) if size > 1 else None
-        # Sends the completions waiting when a job runs past their ack delay (its thread starts
-        # with the first such job; none without a batch). Its clock reads this module's `time`
-        # at each call, as the rest of the worker does (the tests swap it for one they move).
-        self.flusher = (
-            AckFlusher(self._flush_done, lambda: time.monotonic()) if self.batch else None
-        )
         # WORKER_PREFETCH (workerd.prefetch): the call sent and not yet read, each type's run
         # times, and the age past which a held job is handed back rather than run.
         # Only on one Redis (or a Sentinel's master) without durable mode: a completion sent
@@ -140,6 +134,15 @@ class WorkerProcess(StopOnSignal):
             and self.batch is None
             and not scripts.policy.wait_replicas
             and not is_cluster(scripts.redis)
+        )
+        # When a job runs past a deadline: sends the completions waiting (a batch's ack delay)
+        # or reads the call in flight (a held job past READ_LATE). Its thread starts with the
+        # first armed job; none with neither mode. Its clock reads this module's `time` at
+        # each call, as the rest of the worker does (the tests swap it for one they move).
+        self.flusher = (
+            AckFlusher(self._flush_done, lambda: time.monotonic())
+            if self.batch or self.prefetch
+            else None
         )
         self.inflight: InFlight | None = None
         self.run_times = RunTimes()
@@ -188,9 +191,9 @@ class WorkerProcess(StopOnSignal):
             while self.keep_going():
                 self.step()
             self._hand_back_unstarted_job()
+        finally:
             if self.flusher is not None:
                 self.flusher.close()
-        finally:
             # Also when a bug ends the run (child_crashed, then os._exit): no SIGKILL, so what
             # it held (its last jobs' counts) is written, as before holding.
             metrics.flush_job_writes()
@@ -408,7 +411,7 @@ class WorkerProcess(StopOnSignal):
             priority=job.priority,
             queue_wait_ms=metrics.queue_wait_ms(eligible_at, job.started_at),
         )
-        armed = self.flusher is not None and self._arm_flusher()  # WORKER_BATCH=1: no call
+        armed = self.flusher is not None and self._arm_flusher()  # neither mode: no call
         started = time.perf_counter()
         with tracing.span("task.execute", trace, attributes) as span:
             outcome = run_handler(job, self.settings.result_max_bytes, self.execution)
@@ -478,7 +481,8 @@ class WorkerProcess(StopOnSignal):
 
     def _fence_in_flight(self) -> bool:
         """Tell whether a call in flight holds the claim lock (it claims)."""
-        return self.inflight is not None and self.inflight.claims
+        inflight = self.inflight
+        return inflight is not None and inflight.claims and inflight.late is None
 
     def _stop_claiming(self) -> bool:
         """Tell whether this worker claims nothing now: stopping, due for recycling or quiet."""
@@ -583,7 +587,8 @@ class WorkerProcess(StopOnSignal):
         if inflight is None:
             return None
         try:
-            claimed = self._read(inflight)
+            # Read already by the flusher while the job before ran long (:meth:`_read_late`).
+            claimed = self._read(inflight) if inflight.late is None else inflight.late.result()
         finally:
             inflight.fence.close()
         if claimed is None:
@@ -689,10 +694,15 @@ class WorkerProcess(StopOnSignal):
             self._hand_back(unstarted)
 
     def _arm_flusher(self) -> bool:
-        """Before a job starts: have the completions waiting sent at their deadline if it still
-        runs then (workerd.ack_flusher); tell whether any waits."""
-        assert self.flusher is not None and self.batch is not None
-        deadline = self.batch.deadline()
+        """Before a job starts: have the completions waiting sent, or the call in flight read,
+        at its deadline if the job still runs then (workerd.ack_flusher); tell whether any
+        waits."""
+        assert self.flusher is not None
+        if self.batch is not None:
+            deadline = self.batch.deadline()
+        else:
+            inflight = self.inflight
+            deadline = None if inflight is None else inflight.sent_at + READ_LATE
         if deadline is None:
             return False
         self.flusher.arm(deadline)
@@ -700,8 +710,26 @@ class WorkerProcess(StopOnSignal):
 
     def _flush_done(self) -> None:
         """The flusher's (its thread, the main one running a job): send the completions
-        waiting, claiming nothing."""
-        self._send_done(0)
+        waiting, claiming nothing; holding, read the call in flight."""
+        if self.batch is not None:
+            self._send_done(0)
+        else:
+            self._read_late()
+
+    def _read_late(self) -> None:
+        """The flusher's, while a held job runs past READ_LATE: read the call in flight now,
+        recording the completion it carried and giving back the claim lock, rather than when
+        the job ends (workerd.prefetch); the main thread takes what it claimed (:meth:`_settle`)."""
+        inflight = self.inflight
+        if inflight is None or inflight.late is not None:
+            return
+        late = inflight.late = LateRead()
+        try:
+            late.claimed = self._read(inflight)
+        except BaseException as exc:  # the main thread raises it where it would have read
+            late.error = exc
+        finally:
+            inflight.fence.close()
 
     def _send_done_and_claim(self, queue: str) -> Job | None:
         """Send the completions waiting and, with those of `queue`, claim the next batch from

@@ -307,6 +307,9 @@ class JobThread(WorkerProcess):
             log.exception("child_crashed", extra={"child": self.worker_id})
             self.process.failed = True
             self.process.stop("a job thread crashed")
+        finally:
+            if self.flusher is not None:
+                self.flusher.close()
         reason = self.exit_reason or self.process.exit_reason
         log.info("worker_stopped", extra={"worker_id": self.worker_id, "reason": reason})
 

@@ -75,6 +75,10 @@ class InFlight:
     # The claim lock, held from the send to the read when the call claims.
     fence: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     late: LateRead | None = None  # read by the flusher while the held job ran long
+    # The completion's task.acknowledge span (None, None when tracing is off): its job's span
+    # attributes, and when the call was sent (wall-clock ms), the span's start.
+    attributes: dict[str, object] | None = None
+    sent_ms: int | None = None
 
     def age(self) -> float:
         """Seconds since the call was sent."""

@@ -50,7 +50,13 @@ from shared.model.jobs import Job
 from shared.obs import metrics, tracing
 from shared.settings.config import Settings
 from workerd.ack_flusher import AckFlusher
-from workerd.acks import Acknowledger, Completion
+from workerd.acks import (
+    Acknowledger,
+    Completion,
+    acknowledge_span,
+    now_ms,
+    span_attributes,
+)
 from workerd.backoff import Backoff
 from workerd.batching import Batch, Finished, batch_size, by_queue
 from workerd.children import StopOnSignal
@@ -385,7 +391,7 @@ class WorkerProcess(StopOnSignal):
         eligible_at = int(job.extra["eligible_at"]) if "eligible_at" in job.extra else None
         metrics.observe_queue_wait(job.type, job.queue, eligible_at, job.started_at)
         # Built only while tracing is on (None when off: no span would carry them).
-        trace, attributes = job.extra.get("traceparent"), _span_attributes(job)
+        trace, attributes = job.extra.get("traceparent"), span_attributes(job)
         # The claim span covers the queue wait: claimable → claimed, on Redis's clock.
         lifecycle.record(
             lifecycle.Outcome.CLAIMED,
@@ -450,7 +456,7 @@ class WorkerProcess(StopOnSignal):
             return self._record_batched(job, outcome, fields)
         held = self._settle()
         if held is not None:
-            return self._record_holding(job, outcome, fields, held)
+            return self._record_holding(job, outcome, fields, held, attributes)
         with contextlib.ExitStack() as fenced:
             fenced.enter_context(self.fence)  # the quiet check and the claim with the complete
             claim_next = None if self._stop_claiming() else self.worker_id
@@ -464,7 +470,7 @@ class WorkerProcess(StopOnSignal):
             if claim_next is None or not outcome.ok:
                 fenced.close()  # this write claims nothing: the fence need not wait for it
             self.planner.claim_now = True
-            with tracing.span("task.acknowledge", job.extra.get("traceparent"), attributes):
+            with acknowledge_span(job, attributes):
                 ack = self.acks.write(job, outcome, fields, claim_next)
         if ack is not None and ack.paused:
             self.planner.found_paused(job.queue)
@@ -532,7 +538,12 @@ class WorkerProcess(StopOnSignal):
         self.inflight = InFlight(sent, job.queue, time.monotonic(), True, fence=fence)
 
     def _record_holding(
-        self, job: Job, outcome: Outcome, fields: dict[str, object], held: Job
+        self,
+        job: Job,
+        outcome: Outcome,
+        fields: dict[str, object],
+        held: Job,
+        attributes: dict[str, object] | None,
     ) -> Job | None:
         """Write `job`'s outcome with its next job, `held`, in hand: a completion is sent (and,
         behind a short job, claims the one after) and `held` returned to start at once; a
@@ -540,7 +551,8 @@ class WorkerProcess(StopOnSignal):
         the next job, which the step then hands back."""
         if not outcome.ok or self._stop_claiming():
             # Stopping or quiet: the step hands `held` back (it becomes the next job).
-            self._write_without_claim(job, outcome, fields)
+            with acknowledge_span(job, attributes):
+                self._write_without_claim(job, outcome, fields)
             return held
         fence = (
             self._claim_fence()
@@ -551,6 +563,7 @@ class WorkerProcess(StopOnSignal):
         )
         claims = fence is not None
         self.planner.claim_now = True
+        sent_ms = None if attributes is None else now_ms()  # its acknowledge span's start
         try:
             sent = self.scripts.complete_begin(
                 job.id,
@@ -565,7 +578,8 @@ class WorkerProcess(StopOnSignal):
             if fence is not None:
                 fence.close()
             # Not sent, or sent in part: written the sure way (same token, repeat-safe).
-            self._write_without_claim(job, outcome, fields)
+            with acknowledge_span(job, attributes, sent_ms):
+                self._write_without_claim(job, outcome, fields)
             return held
         self.inflight = InFlight(
             sent,
@@ -577,6 +591,8 @@ class WorkerProcess(StopOnSignal):
             fields,
             held.id,
             fence or contextlib.ExitStack(),
+            attributes=attributes,
+            sent_ms=sent_ms,
         )
         return held
 
@@ -604,17 +620,20 @@ class WorkerProcess(StopOnSignal):
             return self._read_claim(inflight, inflight.sent)
         job, outcome = inflight.job, inflight.outcome
         assert job is not None and outcome is not None and isinstance(inflight.sent, PendingAck)
-        try:
-            ack = inflight.sent.result()
-            self.acks.log_completion(job, ack, inflight.fields)
-        except redis.RedisError:
-            # It may have landed, and claimed: the sure write, with the same token and worker
-            # id, is answered as the first was (complete.lua), the claimed job included.
-            claim_for = self.worker_id if inflight.claims else None
-            written = self.acks.write(job, outcome, inflight.fields, claim_for, inflight.holding)
-            if written is None:
-                return None  # the supervisor is gone
-            ack = written
+        with acknowledge_span(job, inflight.attributes, inflight.sent_ms):
+            try:
+                ack = inflight.sent.result()
+                self.acks.log_completion(job, ack, inflight.fields)
+            except redis.RedisError:
+                # It may have landed, and claimed: the sure write, with the same token and
+                # worker id, is answered as the first was (complete.lua), the claimed job too.
+                claim_for = self.worker_id if inflight.claims else None
+                written = self.acks.write(
+                    job, outcome, inflight.fields, claim_for, inflight.holding
+                )
+                if written is None:
+                    return None  # the supervisor is gone
+                ack = written
         if ack.paused:
             self.planner.found_paused(inflight.queue)
         claimed = ack.next_job
@@ -770,13 +789,14 @@ class WorkerProcess(StopOnSignal):
             try:
                 for group_queue, group in groups:
                     entries = [(f.job, f.result_json, f.fields) for f in group]
+                    sent_ms = now_ms()  # the completions' acknowledge spans start here
                     ack = self._send_group(
                         entries, count if group_queue == queue else 0, group_queue
                     )
                     # Written: a bug recording them must not put them back, as a repeat is
                     # answered DONE (same token) and would be recorded and counted again.
                     written += 1
-                    self._record_group(entries, ack, group_queue)
+                    self._record_group(entries, ack, group_queue, sent_ms)
                     if group_queue == queue:
                         answer = ack
             except Exception:
@@ -799,11 +819,13 @@ class WorkerProcess(StopOnSignal):
             runnable=self.routing.runnable(queue) if count else None,
         )
 
-    def _record_group(self, entries: list[Completion], ack: BatchAck | None, queue: str) -> None:
-        """Record how the completions _send_group wrote ended."""
+    def _record_group(
+        self, entries: list[Completion], ack: BatchAck | None, queue: str, sent_ms: int
+    ) -> None:
+        """Record how the completions _send_group wrote (sent at `sent_ms`) ended."""
         if ack is None:
             return
-        self.acks.record_batch(entries, ack)
+        self.acks.record_batch(entries, ack, sent_ms)
         if ack.paused:
             self.planner.found_paused(queue)
 
@@ -833,13 +855,6 @@ def recycling_reason(settings: Settings, jobs_done: int) -> str:
     if rss_limit and resident_mb() > rss_limit:
         return f"recycled at {resident_mb():.0f} MB resident"
     return ""
-
-
-def _span_attributes(job: Job) -> dict[str, object] | None:
-    if not tracing.enabled():
-        return None
-    more = {"taskforge.attempt": job.attempts, "taskforge.recoveries": job.recoveries}
-    return tracing.job_attributes(job.id, job.type, queue=job.queue, **more)
 
 
 def resident_mb() -> float:

@@ -5,7 +5,10 @@ Holding the next job, the worker arms the same thread as each held job starts, w
 deadline READ_LATE after the call in flight was sent: should the held job still run then, the
 thread reads the reply and records the completion it carried (WorkerProcess._read_late), as the
 batch's flush sends the completions waiting. What follows is written for the batch; the same
-holds for the read.
+holds for the read. A job thread's flusher (WORKER_THREADS > 1) is `polled`: it has no thread;
+its process's main thread, which waits on the job threads anyway, polls every job thread's
+flusher each READ_LATE (workerd.worker_threads). A thread per job thread woke ten times a second
+each, about a quarter of a wake a job in a 4 × 8 I/O drain.
 
 Between jobs the worker's main thread keeps the bound itself (Batch.must_send). A job of a type
 known short can still run long, and the completions waiting behind it must not wait for its
@@ -55,9 +58,13 @@ RETRY_MAX = 1.6
 
 
 class AckFlusher:
-    """Sends the completions waiting at their deadline while a job runs, on its own thread."""
+    """Sends the completions waiting at their deadline while a job runs, on its own thread
+    (`polled`: on no thread of its own, when its owner calls :meth:`poll`)."""
 
-    def __init__(self, flush: Callable[[], None], clock: Callable[[], float]) -> None:
+    def __init__(
+        self, flush: Callable[[], None], clock: Callable[[], float], *, polled: bool = False
+    ) -> None:
+        self.polled = polled
         self.lock = threading.Condition(threading.RLock())
         self._flush = flush  # sends the completions waiting, claiming nothing; takes `lock`
         self._clock = clock  # the worker's monotonic clock (the completions' times are on it)
@@ -73,6 +80,8 @@ class AckFlusher:
         """A job starts with completions waiting: send them at `deadline` if it still runs."""
         with self.lock:
             self._deadline, self._running = deadline, True
+            if self.polled:
+                return
             if self._wakes_at is None or deadline < self._wakes_at:
                 self.lock.notify()
         if self._thread is None:
@@ -103,13 +112,23 @@ class AckFlusher:
                     self._wakes_at = self._deadline
                     self.lock.wait(left)
                     continue
-                self._deadline = None
-                if self._running:
-                    try:
-                        self._flush()  # under the lock: the main thread waits for it to end
-                    except Exception:
-                        log.exception("ack_flush_failed")
-                        self._deadline = self._clock() + self._retry_after
-                        self._retry_after = min(2 * self._retry_after, RETRY_MAX)
-                    else:
-                        self._retry_after = RETRY_AFTER
+                self._deadline_passed()
+
+    def poll(self) -> None:
+        """Polled: flush now if the job armed runs past its deadline (its owner's tick)."""
+        with self.lock:
+            if self._deadline is not None and self._deadline <= self._clock():
+                self._deadline_passed()
+
+    def _deadline_passed(self) -> None:
+        """Under the lock, the deadline passed: flush if the job armed still runs."""
+        self._deadline = None
+        if self._running:
+            try:
+                self._flush()  # under the lock: the job's thread waits for it to end
+            except Exception:
+                log.exception("ack_flush_failed")
+                self._deadline = self._clock() + self._retry_after
+                self._retry_after = min(2 * self._retry_after, RETRY_MAX)
+            else:
+                self._retry_after = RETRY_AFTER

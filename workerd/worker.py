@@ -79,6 +79,10 @@ TAKE_TRIES = 3
 class WorkerProcess(StopOnSignal):
     """Runs jobs one at a time until told to stop, recycled, or orphaned."""
 
+    # The flusher's deadlines kept by a thread of its own; a job thread's by its process's
+    # main thread, polling them all (workerd.worker_threads: one wake for the process).
+    FLUSHER_POLLED = False
+
     def __init__(
         self,
         settings: Settings,
@@ -146,7 +150,7 @@ class WorkerProcess(StopOnSignal):
         # first armed job; none with neither mode. Its clock reads this module's `time` at
         # each call, as the rest of the worker does (the tests swap it for one they move).
         self.flusher = (
-            AckFlusher(self._flush_done, lambda: time.monotonic())
+            AckFlusher(self._flush_done, lambda: time.monotonic(), polled=self.FLUSHER_POLLED)
             if self.batch or self.prefetch
             else None
         )

@@ -65,7 +65,11 @@ class AckFlusher:
         self, flush: Callable[[], None], clock: Callable[[], float], *, polled: bool = False
     ) -> None:
         self.polled = polled
-        self.lock = threading.Condition(threading.RLock())
+        # The condition's own lock, taken bare where nothing waits or is notified (arm without
+        # a notify, disarm, poll): Condition's Python-level enter and exit doubled what arming
+        # and disarming cost a job (callgrind: ~10k instructions a pair).
+        self._mutex = threading.RLock()
+        self.lock = threading.Condition(self._mutex)
         self._flush = flush  # sends the completions waiting, claiming nothing; takes `lock`
         self._clock = clock  # the worker's monotonic clock (the completions' times are on it)
         self._deadline: float | None = None  # the last armed job's, until passed
@@ -78,7 +82,7 @@ class AckFlusher:
 
     def arm(self, deadline: float) -> None:
         """A job starts with completions waiting: send them at `deadline` if it still runs."""
-        with self.lock:
+        with self._mutex:
             self._deadline, self._running = deadline, True
             if self.polled:
                 return
@@ -90,7 +94,7 @@ class AckFlusher:
 
     def disarm(self) -> None:
         """The job ended: no flush from now on (waits for one in progress to finish)."""
-        with self.lock:
+        with self._mutex:
             self._running = False
 
     def close(self) -> None:
@@ -116,7 +120,7 @@ class AckFlusher:
 
     def poll(self) -> None:
         """Polled: flush now if the job armed runs past its deadline (its owner's tick)."""
-        with self.lock:
+        with self._mutex:
             if self._deadline is not None and self._deadline <= self._clock():
                 self._deadline_passed()
 

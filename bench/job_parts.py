@@ -42,6 +42,7 @@ def pieces() -> list[tuple[str, float, Callable[[], object]]]:
     from shared.engine import lifecycle
     from shared.obs import metrics, tracing
     from shared.obs.log import configure
+    from workerd.ack_flusher import AckFlusher
     from workerd.slots import SlotTable
 
     configure("workerd")
@@ -58,6 +59,14 @@ def pieces() -> list[tuple[str, float, Callable[[], object]]]:
         with tracing.span("task.execute", None, None):
             pass
 
+    # A held job arms the flusher with its READ_LATE deadline and disarms it when it ends
+    # (workerd.prefetch); its thread sleeps toward a deadline far off, as in a backlog.
+    flusher = AckFlusher(lambda: None, time.monotonic)
+
+    def arm_and_disarm() -> None:
+        flusher.arm(time.monotonic() + 3600)
+        flusher.disarm()
+
     return [
         ("an INFO line (job_started, job_completed)", 2, info_line),
         ("a DEBUG outcome at INFO: job_claimed, its counter", 1, debug_claim),
@@ -67,6 +76,7 @@ def pieces() -> list[tuple[str, float, Callable[[], object]]]:
         ("a span with tracing off (execute, acknowledge)", 2, span_off),
         ("tracing.enabled()", 3, tracing.enabled),
         ("a slot write (start, end, next step)", 3, lambda: slot.start_job(JOB_ID, 7, 30.0)),
+        ("the flusher armed and disarmed (a held job)", 1, arm_and_disarm),
     ]  # fmt: skip
 
 

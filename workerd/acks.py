@@ -7,7 +7,10 @@ backoff, for as long as the supervisor (which keeps the job's lease meanwhile) l
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 import redis
@@ -17,7 +20,7 @@ from shared.engine.engine_types import AckResult, BatchAck, Code, Confirmation
 from shared.engine.history import Actor
 from shared.engine.scripts import Scripts, new_request_id
 from shared.model.jobs import Job, format_ms
-from shared.obs import metrics
+from shared.obs import metrics, tracing
 from workerd.backoff import Backoff
 from workerd.execution import Outcome
 from workerd.routing import Routing
@@ -108,10 +111,12 @@ class Acknowledger:
             )
         )
 
-    def record_batch(self, done: Sequence[Completion], ack: BatchAck) -> None:
-        """Record how each completion write_batch wrote ended."""
+    def record_batch(self, done: Sequence[Completion], ack: BatchAck, sent_ms: int) -> None:
+        """Record how each completion write_batch wrote ended, each in its job's acknowledge
+        span from `sent_ms`, when the call was sent."""
         for (job, _, fields), result in zip(done, ack.acks, strict=True):
-            self.log_completion(job, result, fields)
+            with acknowledge_span(job, span_attributes(job), sent_ms):
+                self.log_completion(job, result, fields)
 
     def _until_written(self, attempt: Callable[[], T]) -> T | None:
         """Return `attempt()`, tried again after the backoff while Redis fails, as long as the
@@ -194,3 +199,30 @@ def _record_end(
         confirmation=confirmation,
         **fields,
     )
+
+
+def span_attributes(job: Job) -> dict[str, object] | None:
+    """The attributes of `job`'s worker spans; None when tracing is off (no span carries them)."""
+    if not tracing.enabled():
+        return None
+    more = {"taskforge.attempt": job.attempts, "taskforge.recoveries": job.recoveries}
+    return tracing.job_attributes(job.id, job.type, queue=job.queue, **more)
+
+
+def acknowledge_span(
+    job: Job, attributes: dict[str, object] | None, start_ms: int | None = None
+) -> AbstractContextManager[Any]:
+    """The task.acknowledge span in which `job`'s outcome is written and recorded (its outcome
+    set by the record), child of the job's enqueue; nothing when tracing is off (`attributes`
+    None). `start_ms`: when the write was sent, for one read later (a held job's completion,
+    a batch's)."""
+    if attributes is None:
+        return contextlib.nullcontext()
+    return tracing.span(
+        "task.acknowledge", job.extra.get("traceparent"), attributes, start_ms=start_ms
+    )
+
+
+def now_ms() -> int:
+    """Wall-clock ms: when a write read later was sent (its acknowledge span's start)."""
+    return time.time_ns() // 1_000_000

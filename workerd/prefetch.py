@@ -26,7 +26,12 @@ What holding costs, and its bounds (docs/WORKERD.md, "Holding the next job"):
   slot showed running counts).
 - The claim lock (workerd.slots.ClaimFence) is held from sending a completion that claims to
   reading its reply, so once the host reports quiet, no claim of it answers, as without
-  holding; quiet then waits for the running job's end, at most about SHORT_JOB.
+  holding; quiet then waits for the running job's end, at most about READ_LATE.
+- A held job that runs past READ_LATE (a short type running long, or hung until its timeout's
+  SIGKILL) has the call in flight read meanwhile by the worker's flusher thread
+  (workerd.ack_flusher, armed as each held job starts): the completion it carried is logged and
+  counted then, not at that job's end (nor never, should the job be killed), and the claim
+  lock goes back.
 
 Only on one Redis (or a Sentinel's master) without durable mode: on a Cluster, or where each
 completion must be confirmed by replicas (TASKFORGE_WAIT_REPLICAS), the worker waits for each
@@ -48,6 +53,11 @@ from workerd.execution import Outcome
 SHORT_JOB = 0.1
 # Weight of the newest run in a type's average: one long run makes the type long at once.
 NEWEST_RUN_WEIGHT = 0.3
+# Seconds after its send past which a call in flight is read by the worker's flusher thread
+# (workerd.ack_flusher) if the held job still runs: the job before it has its job_completed
+# line and counts then, not at the held job's end (nor never, should the held job be killed),
+# and the claim lock goes back. A held job is of a short type, so it seldom runs this long.
+READ_LATE = SHORT_JOB
 
 
 @dataclass
@@ -64,10 +74,30 @@ class InFlight:
     holding: str = ""  # the job in hand while it is in flight: a repeat never answers with it
     # The claim lock, held from the send to the read when the call claims.
     fence: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    late: LateRead | None = None  # read by the flusher while the held job ran long
+    # The completion's task.acknowledge span (None, None when tracing is off): its job's span
+    # attributes, and when the call was sent (wall-clock ms), the span's start.
+    attributes: dict[str, object] | None = None
+    sent_ms: int | None = None
 
     def age(self) -> float:
         """Seconds since the call was sent."""
         return time.monotonic() - self.sent_at
+
+
+@dataclass
+class LateRead:
+    """What the flusher's read of a call in flight gave: the job it claimed, or the error
+    the read raised (a bug: the main thread raises it where it would have read)."""
+
+    claimed: Job | None = None
+    error: BaseException | None = None
+
+    def result(self) -> Job | None:
+        """Return the job claimed; raise the read's error."""
+        if self.error is not None:
+            raise self.error
+        return self.claimed
 
 
 class RunTimes:

@@ -50,7 +50,13 @@ from shared.model.jobs import Job
 from shared.obs import metrics, tracing
 from shared.settings.config import Settings
 from workerd.ack_flusher import AckFlusher
-from workerd.acks import Acknowledger, Completion
+from workerd.acks import (
+    Acknowledger,
+    Completion,
+    acknowledge_span,
+    now_ms,
+    span_attributes,
+)
 from workerd.backoff import Backoff
 from workerd.batching import Batch, Finished, batch_size, by_queue
 from workerd.children import StopOnSignal
@@ -59,7 +65,7 @@ from workerd.duties.fleet_heartbeat import hosts_running
 from workerd.execution import Execution, Outcome, run_handler
 from workerd.handler_registry import JobCanceled, registered_types
 from workerd.idle_wait import pop_hint
-from workerd.prefetch import InFlight, RunTimes
+from workerd.prefetch import READ_LATE, InFlight, LateRead, RunTimes
 from workerd.routing import Routing
 from workerd.slots import Slot
 
@@ -72,6 +78,10 @@ TAKE_TRIES = 3
 
 class WorkerProcess(StopOnSignal):
     """Runs jobs one at a time until told to stop, recycled, or orphaned."""
+
+    # The flusher's deadlines kept by a thread of its own; a job thread's by its process's
+    # main thread, polling them all (workerd.worker_threads: one wake for the process).
+    FLUSHER_POLLED = False
 
     def __init__(
         self,
@@ -125,12 +135,6 @@ class WorkerProcess(StopOnSignal):
         # WORKER_BATCH (workerd.batching): the batch in hand, None when off. It replaces holding.
         size = batch_size(settings, scripts, worker_id)
         self.batch = Batch(size) if size > 1 else None
-        # Sends the completions waiting when a job runs past their ack delay (its thread starts
-        # with the first such job; none without a batch). Its clock reads this module's `time`
-        # at each call, as the rest of the worker does (the tests swap it for one they move).
-        self.flusher = (
-            AckFlusher(self._flush_done, lambda: time.monotonic()) if self.batch else None
-        )
         # WORKER_PREFETCH (workerd.prefetch): the call sent and not yet read, each type's run
         # times, and the age past which a held job is handed back rather than run.
         # Only on one Redis (or a Sentinel's master) without durable mode: a completion sent
@@ -140,6 +144,15 @@ class WorkerProcess(StopOnSignal):
             and self.batch is None
             and not scripts.policy.wait_replicas
             and not is_cluster(scripts.redis)
+        )
+        # When a job runs past a deadline: sends the completions waiting (a batch's ack delay)
+        # or reads the call in flight (a held job past READ_LATE). Its thread starts with the
+        # first armed job; none with neither mode. Its clock reads this module's `time` at
+        # each call, as the rest of the worker does (the tests swap it for one they move).
+        self.flusher = (
+            AckFlusher(self._flush_done, lambda: time.monotonic(), polled=self.FLUSHER_POLLED)
+            if self.batch or self.prefetch
+            else None
         )
         self.inflight: InFlight | None = None
         self.run_times = RunTimes()
@@ -188,9 +201,9 @@ class WorkerProcess(StopOnSignal):
             while self.keep_going():
                 self.step()
             self._hand_back_unstarted_job()
+        finally:
             if self.flusher is not None:
                 self.flusher.close()
-        finally:
             # Also when a bug ends the run (child_crashed, then os._exit): no SIGKILL, so what
             # it held (its last jobs' counts) is written, as before holding.
             metrics.flush_job_writes()
@@ -382,7 +395,7 @@ class WorkerProcess(StopOnSignal):
         eligible_at = int(job.extra["eligible_at"]) if "eligible_at" in job.extra else None
         metrics.observe_queue_wait(job.type, job.queue, eligible_at, job.started_at)
         # Built only while tracing is on (None when off: no span would carry them).
-        trace, attributes = job.extra.get("traceparent"), _span_attributes(job)
+        trace, attributes = job.extra.get("traceparent"), span_attributes(job)
         # The claim span covers the queue wait: claimable → claimed, on Redis's clock.
         lifecycle.record(
             lifecycle.Outcome.CLAIMED,
@@ -408,7 +421,7 @@ class WorkerProcess(StopOnSignal):
             priority=job.priority,
             queue_wait_ms=metrics.queue_wait_ms(eligible_at, job.started_at),
         )
-        armed = self.flusher is not None and self._arm_flusher()  # WORKER_BATCH=1: no call
+        armed = self.flusher is not None and self._arm_flusher()  # neither mode: no call
         started = time.perf_counter()
         with tracing.span("task.execute", trace, attributes) as span:
             outcome = run_handler(job, self.settings.result_max_bytes, self.execution)
@@ -447,7 +460,7 @@ class WorkerProcess(StopOnSignal):
             return self._record_batched(job, outcome, fields)
         held = self._settle()
         if held is not None:
-            return self._record_holding(job, outcome, fields, held)
+            return self._record_holding(job, outcome, fields, held, attributes)
         with contextlib.ExitStack() as fenced:
             fenced.enter_context(self.fence)  # the quiet check and the claim with the complete
             claim_next = None if self._stop_claiming() else self.worker_id
@@ -461,7 +474,7 @@ class WorkerProcess(StopOnSignal):
             if claim_next is None or not outcome.ok:
                 fenced.close()  # this write claims nothing: the fence need not wait for it
             self.planner.claim_now = True
-            with tracing.span("task.acknowledge", job.extra.get("traceparent"), attributes):
+            with acknowledge_span(job, attributes):
                 ack = self.acks.write(job, outcome, fields, claim_next)
         if ack is not None and ack.paused:
             self.planner.found_paused(job.queue)
@@ -478,7 +491,8 @@ class WorkerProcess(StopOnSignal):
 
     def _fence_in_flight(self) -> bool:
         """Tell whether a call in flight holds the claim lock (it claims)."""
-        return self.inflight is not None and self.inflight.claims
+        inflight = self.inflight
+        return inflight is not None and inflight.claims and inflight.late is None
 
     def _stop_claiming(self) -> bool:
         """Tell whether this worker claims nothing now: stopping, due for recycling or quiet."""
@@ -528,7 +542,12 @@ class WorkerProcess(StopOnSignal):
         self.inflight = InFlight(sent, job.queue, time.monotonic(), True, fence=fence)
 
     def _record_holding(
-        self, job: Job, outcome: Outcome, fields: dict[str, object], held: Job
+        self,
+        job: Job,
+        outcome: Outcome,
+        fields: dict[str, object],
+        held: Job,
+        attributes: dict[str, object] | None,
     ) -> Job | None:
         """Write `job`'s outcome with its next job, `held`, in hand: a completion is sent (and,
         behind a short job, claims the one after) and `held` returned to start at once; a
@@ -536,7 +555,8 @@ class WorkerProcess(StopOnSignal):
         the next job, which the step then hands back."""
         if not outcome.ok or self._stop_claiming():
             # Stopping or quiet: the step hands `held` back (it becomes the next job).
-            self._write_without_claim(job, outcome, fields)
+            with acknowledge_span(job, attributes):
+                self._write_without_claim(job, outcome, fields)
             return held
         fence = (
             self._claim_fence()
@@ -547,6 +567,7 @@ class WorkerProcess(StopOnSignal):
         )
         claims = fence is not None
         self.planner.claim_now = True
+        sent_ms = None if attributes is None else now_ms()  # its acknowledge span's start
         try:
             sent = self.scripts.complete_begin(
                 job.id,
@@ -561,7 +582,8 @@ class WorkerProcess(StopOnSignal):
             if fence is not None:
                 fence.close()
             # Not sent, or sent in part: written the sure way (same token, repeat-safe).
-            self._write_without_claim(job, outcome, fields)
+            with acknowledge_span(job, attributes, sent_ms):
+                self._write_without_claim(job, outcome, fields)
             return held
         self.inflight = InFlight(
             sent,
@@ -573,6 +595,8 @@ class WorkerProcess(StopOnSignal):
             fields,
             held.id,
             fence or contextlib.ExitStack(),
+            attributes=attributes,
+            sent_ms=sent_ms,
         )
         return held
 
@@ -583,7 +607,8 @@ class WorkerProcess(StopOnSignal):
         if inflight is None:
             return None
         try:
-            claimed = self._read(inflight)
+            # Read already by the flusher while the job before ran long (:meth:`_read_late`).
+            claimed = self._read(inflight) if inflight.late is None else inflight.late.result()
         finally:
             inflight.fence.close()
         if claimed is None:
@@ -599,17 +624,20 @@ class WorkerProcess(StopOnSignal):
             return self._read_claim(inflight, inflight.sent)
         job, outcome = inflight.job, inflight.outcome
         assert job is not None and outcome is not None and isinstance(inflight.sent, PendingAck)
-        try:
-            ack = inflight.sent.result()
-            self.acks.log_completion(job, ack, inflight.fields)
-        except redis.RedisError:
-            # It may have landed, and claimed: the sure write, with the same token and worker
-            # id, is answered as the first was (complete.lua), the claimed job included.
-            claim_for = self.worker_id if inflight.claims else None
-            written = self.acks.write(job, outcome, inflight.fields, claim_for, inflight.holding)
-            if written is None:
-                return None  # the supervisor is gone
-            ack = written
+        with acknowledge_span(job, inflight.attributes, inflight.sent_ms):
+            try:
+                ack = inflight.sent.result()
+                self.acks.log_completion(job, ack, inflight.fields)
+            except redis.RedisError:
+                # It may have landed, and claimed: the sure write, with the same token and
+                # worker id, is answered as the first was (complete.lua), the claimed job too.
+                claim_for = self.worker_id if inflight.claims else None
+                written = self.acks.write(
+                    job, outcome, inflight.fields, claim_for, inflight.holding
+                )
+                if written is None:
+                    return None  # the supervisor is gone
+                ack = written
         if ack.paused:
             self.planner.found_paused(inflight.queue)
         claimed = ack.next_job
@@ -689,10 +717,15 @@ class WorkerProcess(StopOnSignal):
             self._hand_back(unstarted)
 
     def _arm_flusher(self) -> bool:
-        """Before a job starts: have the completions waiting sent at their deadline if it still
-        runs then (workerd.ack_flusher); tell whether any waits."""
-        assert self.flusher is not None and self.batch is not None
-        deadline = self.batch.deadline()
+        """Before a job starts: have the completions waiting sent, or the call in flight read,
+        at its deadline if the job still runs then (workerd.ack_flusher); tell whether any
+        waits."""
+        assert self.flusher is not None
+        if self.batch is not None:
+            deadline = self.batch.deadline()
+        else:
+            inflight = self.inflight
+            deadline = None if inflight is None else inflight.sent_at + READ_LATE
         if deadline is None:
             return False
         self.flusher.arm(deadline)
@@ -700,8 +733,26 @@ class WorkerProcess(StopOnSignal):
 
     def _flush_done(self) -> None:
         """The flusher's (its thread, the main one running a job): send the completions
-        waiting, claiming nothing."""
-        self._send_done(0)
+        waiting, claiming nothing; holding, read the call in flight."""
+        if self.batch is not None:
+            self._send_done(0)
+        else:
+            self._read_late()
+
+    def _read_late(self) -> None:
+        """The flusher's, while a held job runs past READ_LATE: read the call in flight now,
+        recording the completion it carried and giving back the claim lock, rather than when
+        the job ends (workerd.prefetch); the main thread takes what it claimed (:meth:`_settle`)."""
+        inflight = self.inflight
+        if inflight is None or inflight.late is not None:
+            return
+        late = inflight.late = LateRead()
+        try:
+            late.claimed = self._read(inflight)
+        except BaseException as exc:  # the main thread raises it where it would have read
+            late.error = exc
+        finally:
+            inflight.fence.close()
 
     def _send_done_and_claim(self, queue: str) -> Job | None:
         """Send the completions waiting and, with those of `queue`, claim the next batch from
@@ -742,13 +793,14 @@ class WorkerProcess(StopOnSignal):
             try:
                 for group_queue, group in groups:
                     entries = [(f.job, f.result_json, f.fields) for f in group]
+                    sent_ms = now_ms()  # the completions' acknowledge spans start here
                     ack = self._send_group(
                         entries, count if group_queue == queue else 0, group_queue
                     )
                     # Written: a bug recording them must not put them back, as a repeat is
                     # answered DONE (same token) and would be recorded and counted again.
                     written += 1
-                    self._record_group(entries, ack, group_queue)
+                    self._record_group(entries, ack, group_queue, sent_ms)
                     if group_queue == queue:
                         answer = ack
             except Exception:
@@ -771,11 +823,13 @@ class WorkerProcess(StopOnSignal):
             runnable=self.routing.runnable(queue) if count else None,
         )
 
-    def _record_group(self, entries: list[Completion], ack: BatchAck | None, queue: str) -> None:
-        """Record how the completions _send_group wrote ended."""
+    def _record_group(
+        self, entries: list[Completion], ack: BatchAck | None, queue: str, sent_ms: int
+    ) -> None:
+        """Record how the completions _send_group wrote (sent at `sent_ms`) ended."""
         if ack is None:
             return
-        self.acks.record_batch(entries, ack)
+        self.acks.record_batch(entries, ack, sent_ms)
         if ack.paused:
             self.planner.found_paused(queue)
 
@@ -805,13 +859,6 @@ def recycling_reason(settings: Settings, jobs_done: int) -> str:
     if rss_limit and resident_mb() > rss_limit:
         return f"recycled at {resident_mb():.0f} MB resident"
     return ""
-
-
-def _span_attributes(job: Job) -> dict[str, object] | None:
-    if not tracing.enabled():
-        return None
-    more = {"taskforge.attempt": job.attempts, "taskforge.recoveries": job.recoveries}
-    return tracing.job_attributes(job.id, job.type, queue=job.queue, **more)
 
 
 def resident_mb() -> float:

@@ -54,6 +54,7 @@ from shared.settings.config import Settings
 from workerd.children import StopOnSignal
 from workerd.execution import Execution, Outcome
 from workerd.handler_registry import JobCanceled
+from workerd.prefetch import READ_LATE
 from workerd.slots import Control, Slot
 from workerd.worker import WorkerProcess, recycling_reason
 
@@ -187,6 +188,10 @@ class AloneGate:
 class JobThread(WorkerProcess):
     """One job thread: WorkerProcess's per-job loop on its own slot, its stopping and its
     recycling those of its process (:class:`ThreadedWorker`)."""
+
+    # Its process's main thread polls every job thread's flusher (ThreadedWorker.run): one
+    # thread waking every READ_LATE per process, rather than one per job thread.
+    FLUSHER_POLLED = True
 
     def __init__(
         self,
@@ -395,9 +400,14 @@ class ThreadedWorker(StopOnSignal):
         ]
         for thread in started:
             thread.start()
+        polled = [thread.flusher for thread in self.threads if thread.flusher is not None]
         for thread in started:
             while thread.is_alive():
-                thread.join(JOIN_WAIT)
+                # Each wake also reads the completion in flight of any held job past
+                # READ_LATE (workerd.prefetch), for the job threads, as a flusher thread would.
+                thread.join(READ_LATE if polled else JOIN_WAIT)
+                for flusher in polled:
+                    flusher.poll()
                 if not self.threads[0]._parent_alive():
                     self.stop("supervisor gone")
         metrics.flush_job_writes()

@@ -60,7 +60,8 @@ class HeldWrites:
             if sums is None:
                 sums = self._observed[child] = [0.0] * (len(bounds) + 1)
             sums[0] += value
-            sums[1 + bisect.bisect_left(bounds, value)] += 1
+            if value == value:  # NaN goes in no bucket, as observe() puts it (NaN <= +Inf is false)
+                sums[1 + bisect.bisect_left(bounds, value)] += 1
         self._wake()
 
     def flush(self) -> None:

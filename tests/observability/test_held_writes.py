@@ -4,6 +4,7 @@ give, reach the files without a flush call, and a stopping worker writes them fi
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -76,6 +77,22 @@ def test_held_counts_and_observations_flush_to_the_samples_direct_writes_give() 
     assert _samples(held_histogram) == _samples(histogram)
     held.flush()  # nothing held: nothing added twice
     assert _samples(held_histogram) == _samples(histogram)
+
+
+def test_a_nan_observation_is_counted_in_no_bucket_as_observe_counts_it() -> None:
+    # prometheus_client's observe() adds NaN to the sum and to no bucket (NaN <= bound is
+    # false for every bound, +Inf's too); bisect would put it in the first bucket.
+    (_, histogram), (_, held_histogram) = _pair()
+    held = HeldWrites(interval=3600)
+    for value in (0.3, float("nan"), float("inf")):
+        histogram.labels("t", "q").observe(value)
+        held.observe(held_histogram.labels("t", "q"), value)
+    held.flush()
+    direct, written = _samples(histogram), _samples(held_histogram)
+    assert [s for s in written if s[0] != "seconds_sum"] == [
+        s for s in direct if s[0] != "seconds_sum"
+    ]
+    assert math.isnan(held_histogram.labels("t", "q")._sum.get())
 
 
 def test_the_flusher_writes_what_is_held_within_its_interval_and_again_later() -> None:
@@ -160,6 +177,30 @@ def test_a_worker_that_crashes_writes_what_it_held_first(
     monkeypatch.setattr(worker, "step", step_until_the_job_ran_then_raise)
     with pytest.raises(RuntimeError, match="a bug"):
         worker.run()
+    after = REGISTRY.get_sample_value("taskforge_jobs_completed_total", labels) or 0.0
+    assert after - before == 1
+
+
+def test_a_worker_going_idle_writes_what_it_held_without_waiting_for_the_flusher(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last jobs of a burst reach /metrics when their worker finds no more work, not an
+    interval later (the flusher here would wait an hour), while the worker runs on."""
+    monkeypatch.setattr(metrics, "_held", HeldWrites(interval=3600))  # only a flush writes
+    monkeypatch.setattr(metrics, "_seen_types", set())
+    scripts = Scripts(r)
+    scripts.load()
+    scripts.enqueue(validate_enqueue({"type": CRASHING, "payload": {}}), str(uuid.uuid4()))
+    worker = WorkerProcess(Settings.from_env({}), scripts, IdleSlot(), "w-idle", os.getppid())
+    labels = {"type": CRASHING, "queue": "default"}
+    before = REGISTRY.get_sample_value("taskforge_jobs_completed_total", labels) or 0.0
+    for _ in range(50):
+        if worker.jobs_done:
+            break
+        worker.step()
+    assert worker.jobs_done == 1
+    assert (REGISTRY.get_sample_value("taskforge_jobs_completed_total", labels) or 0.0) == before
+    worker.step()  # nothing left: the worker waits for work, and writes first
     after = REGISTRY.get_sample_value("taskforge_jobs_completed_total", labels) or 0.0
     assert after - before == 1
 

@@ -158,6 +158,30 @@ def test_the_queue_spans_follow_the_messaging_conventions(
         }, span.name
 
 
+@pytest.mark.parametrize("env", [{}, {"WORKER_BATCH": "8"}], ids=["held", "batched"])
+def test_a_completion_read_later_is_acknowledged_in_its_own_jobs_trace(
+    r: redis.Redis, spans: InMemorySpanExporter, env: dict[str, str]
+) -> None:
+    # A backlog: a worker holding its next job reads each completion after the next job ran
+    # (workerd.prefetch); a batched one sends and records them together (workerd.batching).
+    # Each job still gets its acknowledge span, in its own trace, from the send to the record.
+    stack = make_stack(r, **env)
+    ids = [_enqueue(stack["app"], {"type": "demo.noop"}) for _ in range(6)]
+    worker = stack["worker"]
+    deadline = time.monotonic() + 10
+    while worker.jobs_done < len(ids):
+        assert time.monotonic() < deadline, f"the worker ran {worker.jobs_done} jobs"
+        worker.step()
+    worker._hand_back_unstarted_job()  # as run() does: the held or batched rest is written
+    for job_id in ids:
+        trace_id, _ = _trace_of(r, job_id)
+        assert ("task.acknowledge", "task.enqueue") in _tree(spans, trace_id), job_id
+        assert ("task.acknowledge", "completed") in _outcomes(spans, trace_id), job_id
+    acknowledged = [s for s in spans.get_finished_spans() if s.name == "task.acknowledge"]
+    assert sorted(s.attributes["taskforge.job_id"] for s in acknowledged) == sorted(ids)
+    assert all(s.start_time <= s.end_time for s in acknowledged)
+
+
 def test_a_batch_enqueue_is_one_producer_span_counting_its_jobs(
     r: redis.Redis, spans: InMemorySpanExporter, stack: dict[str, Any]
 ) -> None:

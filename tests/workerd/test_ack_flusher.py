@@ -111,3 +111,21 @@ def test_a_flush_that_keeps_raising_is_tried_ever_less_often() -> None:
             flusher.lock.notify()
     flusher.close()
     assert waits == [RETRY_AFTER, 2 * RETRY_AFTER, 4 * RETRY_AFTER]
+
+
+def test_a_polled_flusher_has_no_thread_and_flushes_only_when_polled_past_its_deadline() -> None:
+    # A job thread's (WORKER_THREADS > 1): its process's main thread polls it.
+    now, flushes = [100.0], []
+    flusher = AckFlusher(lambda: flushes.append(now[0]), lambda: now[0], polled=True)
+    flusher.arm(100.1)
+    flusher.poll()  # before the deadline: nothing
+    now[0] = 100.2
+    assert flushes == [] and flusher._thread is None  # nothing flushes by itself
+    flusher.poll()
+    flusher.poll()  # once per deadline
+    assert flushes == [100.2]
+    flusher.arm(100.3)
+    flusher.disarm()  # the job ended before its deadline
+    now[0] = 101.0
+    flusher.poll()
+    assert flushes == [100.2] and flusher._thread is None

@@ -279,7 +279,13 @@ def test_durable_mode_and_a_cluster_run_one_job_a_call(
     monkeypatch.setattr("workerd.batching.is_cluster", lambda client: True)
     assert _worker(Scripts(r)).batch is None
     off = _worker(Scripts(r), size=1)
-    assert off.batch is None and off.flusher is None  # the default path has no flusher thread
+    # The default path holds its next job: a flusher for a held job that runs long, whose
+    # thread starts only with the first held job (workerd.prefetch.READ_LATE).
+    assert off.batch is None and off.flusher is not None and off.flusher._thread is None
+    plain = WorkerProcess(
+        Settings.from_env({"WORKER_PREFETCH": "off"}), Scripts(r), IdleSlot(), WORKER, os.getppid()
+    )
+    assert plain.batch is None and plain.flusher is None  # neither mode: no flusher at all
 
 
 def test_a_worker_that_cannot_batch_says_why(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
 import time
 import uuid
 from collections import Counter
@@ -52,6 +53,13 @@ def _held_now() -> frozenset[str]:
 @handler(SHORT)
 def _short(payload: dict[str, Any], job: JobContext) -> None:
     seen.append(("start", job.id, _held_now()))
+    # Runs until the worker has recorded (logged and counted) another job's completion.
+    awaited = payload.get("await_recorded") if isinstance(payload, dict) else None
+    deadline = time.monotonic() + 5
+    while awaited and awaited not in probe["recorded"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the completion of {awaited} was never recorded")
+        time.sleep(0.01)
 
 
 @handler(LONG)
@@ -363,3 +371,50 @@ def test_quiet_is_reported_only_once_the_claiming_completion_in_flight_is_read(
     assert scripts.redis.zcard(scripts.q("default").processing) == 0
     done = [i for i in ids if job_hash(scripts, i)[b"status"] == b"completed"]
     assert len(done) == worker.jobs_done
+
+
+def test_a_held_job_that_runs_long_has_the_completion_before_it_recorded_meanwhile(
+    scripts: Scripts,
+) -> None:
+    # The job after `before` is held: it starts with `before`'s completion in flight, and runs
+    # until that completion is recorded. Read only at its end, as before READ_LATE, it would
+    # wait for itself (and a SIGKILL meanwhile would lose the line and counts for good).
+    first = _enqueue(scripts, SHORT, 3)
+    before = first[-1]
+    request = validate_enqueue({"type": SHORT, "payload": {"await_recorded": before}})
+    waits = scripts.enqueue(request, str(uuid.uuid4())).job_id
+    after = _enqueue(scripts, SHORT, 2)
+    table = SlotTable(1)  # a real claim lock: the flusher's read gives it back
+    probe["worker"], probe["recorded"] = b"w-late", set()
+    settings = Settings.from_env({"WORKER_PREFETCH": "on"})
+    worker = WorkerProcess(settings, scripts, table.slot(0), "w-late", os.getppid())
+    log_completion = worker.acks.log_completion
+
+    def recording(job: Job, *args: Any, **kwargs: Any) -> None:
+        log_completion(job, *args, **kwargs)
+        seen.append(("recorded", job.id, frozenset()))
+        probe["recorded"].add(job.id)
+
+    worker.acks.log_completion = recording  # type: ignore[method-assign]
+    ran: list[BaseException] = []
+
+    def drain() -> None:
+        try:
+            run_until(worker, lambda: worker.jobs_done == 6)
+            worker._hand_back_unstarted_job()
+        except BaseException as exc:  # raised in the test's thread below
+            ran.append(exc)
+
+    # On a thread: a claim lock never given back would block the next step for good.
+    stepping = threading.Thread(target=drain, daemon=True)
+    stepping.start()
+    stepping.join(timeout=30)
+    assert not stepping.is_alive(), "the worker hung (its claim lock never given back?)"
+    assert not ran, ran
+    assert_each_completed_once(scripts, [*first, waits, *after])
+    order = [(event, job_id) for event, job_id, _ in seen]
+    # It started with `before`'s completion in flight, recorded while it ran.
+    assert order.index(("start", waits)) < order.index(("recorded", before))
+    assert worker.flusher is not None and worker.flusher.wakes > 0
+    table.publish_status(1, True, True, quiet=True)
+    assert table.quiet()  # the claim lock is free: neither held nor released twice

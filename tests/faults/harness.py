@@ -88,6 +88,25 @@ def wait_settled(
     return time.monotonic()
 
 
+def wait_drained(
+    client: redis.Redis, timeout: float, workerd: Workerd | None = None, keys: Keys | None = None
+) -> None:
+    """Wait until the queue has no job pending or processing: also the jobs of requests that
+    got no answer, which wait_settled cannot name. The invariant check reads the indexes and
+    the hashes apart, so a job that moves between the two reads shows as in two states."""
+    keys = keys or Keys()
+
+    def drained() -> bool:
+        if workerd is not None and workerd.proc.poll() is not None:
+            raise AssertionError(f"workerd exited ({workerd.proc.returncode})\n{workerd.tail()}")
+        pipe = client.pipeline(transaction=False)
+        pipe.zcard(keys.state_index("pending"))
+        pipe.zcard(keys.state_index("processing"))
+        return pipe.execute() == [0, 0]
+
+    wait_until(drained, timeout, "no job pending or processing")
+
+
 @dataclass
 class Kill:
     """One SIGKILL the harness sent."""

@@ -37,7 +37,14 @@ from tests.faults.checker import (
     invariant_violations,
     read_journal,
 )
-from tests.faults.harness import FAULT_ENV, log_time, print_figures, settled, wait_settled
+from tests.faults.harness import (
+    FAULT_ENV,
+    log_time,
+    print_figures,
+    settled,
+    wait_drained,
+    wait_settled,
+)
 from tests.faults.redis_tools import (
     PRODUCTION_LIKE,
     EngineLoad,
@@ -261,6 +268,8 @@ def test_redis_unavailable_under_http_load(
         records = [*load.records(), EnqueueRecord(long_job["id"], OK)]
         client = server.client()
         wait_settled(client, [r.job_id for r in records], 30.0, workerd)
+        # A request that got a 503 or no answer may have made a job still running now.
+        wait_drained(client, 30.0, workerd)
         report = check(records, read_journal(journal), client)
         unexpected_requests = requests_of(client, report.unexpected)
         replies = load.snapshot()
@@ -568,6 +577,7 @@ def test_script_flush_and_redis_restart_are_invisible(
         gateway_lines = gw.log_lines()
     records = load.records()
     wait_settled(client, [r.job_id for r in records], 30.0, workerd)
+    wait_drained(client, 30.0, workerd)  # and the jobs of requests that got no answer
     report = check(records, read_journal(journal), client)
     replies = load.snapshot()
     worker_logs = workerd.logs()

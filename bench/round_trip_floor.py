@@ -10,7 +10,9 @@ ceiling of any queue that talks to Redis that way on this machine:
 - ``ack-each-wait``: the same call, its reply awaited before the body (``WORKER_PREFETCH=off``);
 - ``ack-per-8``: the body's GET, and one script call per 8 jobs (``WORKER_BATCH=8``, or
   Dramatiq's fetch of a prefetched batch with the acks queued until it);
-- ``body-only``: the body's GET alone (no queue at all).
+- ``body-only``: the body's GET alone (no queue at all);
+- ``ack-only``: the script call alone, awaited (a no-op drain's own traffic: its jobs make no
+  round trip of their own, so one call a job is all a queue of one round trip a job can make).
 
 The script is ``return 1``: a real queue's script costs Redis more, so these are upper
 bounds. On 2 cores, 4 such processes are CPU-bound (the processes and Redis share the two),
@@ -31,7 +33,7 @@ import redis
 
 from tests.support.redis_server import private_redis
 
-SHAPES = ("ack-each", "ack-each-wait", "ack-per-8", "body-only")
+SHAPES = ("ack-each", "ack-each-wait", "ack-per-8", "body-only", "ack-only")
 SCRIPT = "return 1"
 START_TIMEOUT = 30.0
 RUN_TIMEOUT = 600.0
@@ -56,6 +58,8 @@ def _loop(url: str, shape: str, jobs: int, start: Any, out: Any) -> None:
             ack.read_response()
         elif shape == "body-only":
             client.get("body")
+        elif shape == "ack-only":
+            client.evalsha(sha, 0)
         else:
             if i % every == 0:
                 client.evalsha(sha, 0)

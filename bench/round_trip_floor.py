@@ -89,37 +89,43 @@ def rate(url: str, shape: str, procs: int, jobs: int) -> float:
     return procs * jobs / (max(end for _, end in spans) - min(begin for begin, _ in spans))
 
 
-def _redis_cpu(client: redis.Redis) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+def _redis_cpu(client: redis.Redis) -> tuple[float, int]:
+    """Redis's CPU seconds so far, and the requests it has read."""
+    info = client.info()
+    cpu = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return cpu, int(info["total_reads_processed"])
 
 
 Figures = dict[str, dict[int, list[float]]]
 
 
-def measure(shapes: list[str], procs: list[int], jobs: int, rounds: int) -> tuple[Figures, Figures]:
+def measure(
+    shapes: list[str], procs: list[int], jobs: int, rounds: int
+) -> tuple[Figures, Figures, Figures]:
     """Interleaved rounds: every shape at every process count once per round. Returns the
-    rates (jobs/s) and Redis's CPU µs per job, by shape and process count."""
+    rates (jobs/s), Redis's CPU µs and the requests Redis read, per job, by shape and process
+    count (start-up's few requests included: under 0.1 % of a run's)."""
     rates: Figures = {s: {p: [] for p in procs} for s in shapes}
     redis_us: Figures = {s: {p: [] for p in procs} for s in shapes}
+    requests: Figures = {s: {p: [] for p in procs} for s in shapes}
     with private_redis() as server:
         client = server.client()
         for round_ in range(rounds):
             for shape in shapes:
                 for count in procs:
-                    before = _redis_cpu(client)
+                    cpu, reads = _redis_cpu(client)
                     rates[shape][count].append(rate(server.url, shape, count, jobs))
-                    # Start-up's few commands included: under 0.1 % of a run's.
-                    redis_us[shape][count].append(
-                        (_redis_cpu(client) - before) * 1e6 / (count * jobs)
-                    )
+                    cpu_after, reads_after = _redis_cpu(client)
+                    redis_us[shape][count].append((cpu_after - cpu) * 1e6 / (count * jobs))
+                    requests[shape][count].append((reads_after - reads) / (count * jobs))
                     print(
                         f"round {round_ + 1}, {shape}, {count} process(es): "
                         f"{rates[shape][count][-1]:,.0f} jobs/s, "
-                        f"Redis {redis_us[shape][count][-1]:.1f} µs/job",
+                        f"Redis {redis_us[shape][count][-1]:.1f} µs and "
+                        f"{requests[shape][count][-1]:.3f} requests a job",
                         flush=True,
                     )
-    return rates, redis_us
+    return rates, redis_us, requests
 
 
 def _table(title: str, figures: Figures, procs: list[int], unit: str) -> None:
@@ -142,7 +148,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per process per run")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    rates, redis_us = measure(args.shapes, args.procs, args.jobs, args.rounds)
+    rates, redis_us, _ = measure(args.shapes, args.procs, args.jobs, args.rounds)
     _table(f"jobs/s, median of {args.rounds} (range)", rates, args.procs, ",.0f")
     _table("Redis CPU µs per job", redis_us, args.procs, ".1f")
 

@@ -80,8 +80,7 @@ def wait_settled(
     """Wait until every job is finished; return when that was seen (time.monotonic())."""
 
     def done() -> bool:
-        if workerd is not None and workerd.proc.poll() is not None:
-            raise AssertionError(f"workerd exited ({workerd.proc.returncode})\n{workerd.tail()}")
+        _fail_if_exited(workerd)
         return settled(client, job_ids)
 
     wait_until(done, timeout, f"{len(job_ids)} jobs to finish")
@@ -97,14 +96,19 @@ def wait_drained(
     keys = keys or Keys()
 
     def drained() -> bool:
-        if workerd is not None and workerd.proc.poll() is not None:
-            raise AssertionError(f"workerd exited ({workerd.proc.returncode})\n{workerd.tail()}")
+        _fail_if_exited(workerd)
         pipe = client.pipeline(transaction=False)
         pipe.zcard(keys.state_index("pending"))
         pipe.zcard(keys.state_index("processing"))
         return pipe.execute() == [0, 0]
 
     wait_until(drained, timeout, "no job pending or processing")
+
+
+def _fail_if_exited(workerd: Workerd | None) -> None:
+    """Fail a wait at once when the workerd it waits on has exited."""
+    if workerd is not None and workerd.proc.poll() is not None:
+        raise AssertionError(f"workerd exited ({workerd.proc.returncode})\n{workerd.tail()}")
 
 
 @dataclass

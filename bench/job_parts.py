@@ -75,7 +75,7 @@ def pieces() -> list[tuple[str, float, Callable[[], object]]]:
         ("a livesum gauge set (taskforge_busy_workers was 2 a job)", 0, lambda: metrics.ACTIVE_WORKERS.set(1)),
         ("a span with tracing off (execute, acknowledge)", 2, span_off),
         ("tracing.enabled()", 3, tracing.enabled),
-        ("a slot write (start, end, next step)", 3, lambda: slot.start_job(JOB_ID, 7, 30.0)),
+        ("a slot write (start, handler returned, end, next step)", 4, lambda: slot.start_job(JOB_ID, 7, 30.0)),
         ("the flusher armed and disarmed (a held job)", 1, arm_and_disarm),
     ]  # fmt: skip
 

@@ -38,6 +38,9 @@ class IdleSlot:
     ) -> float:
         return 0.0
 
+    def handler_returned(self) -> None:
+        pass
+
 
 class FakeClock:
     """A monotonic clock a test moves; its `sleep` moves it too, and records each sleep.

@@ -198,6 +198,7 @@ class Slot:
         self._record = record
         self.control = control
         self.fence = fence
+        self._job: tuple[int, float, bytes, bytes, bytes, int] = (0, 0.0, b"", b"", b"", 0)
 
     def reset(self, *, booting: bool) -> None:
         """Clear the slot before forking its child; while booting the token reads -1. The
@@ -223,9 +224,19 @@ class Slot:
         """Record the job the child is about to run (its lease is renewed from here on); return
         its start, which names this execution (Control)."""
         now = time.monotonic()
-        fields = (job_id.encode(), queue.encode(), job_type.encode())
-        self._record.write(now, token, now, timeout, *fields, int(self.alone))
+        job_b, queue_b, type_b = job_id.encode(), queue.encode(), job_type.encode()
+        self._record.write(now, token, now, timeout, job_b, queue_b, type_b, int(self.alone))
+        self._job = (token, now, job_b, queue_b, type_b, int(self.alone))
         return now
+
+    def handler_returned(self) -> None:
+        """The running job's handler returned: the job stays shown (its lease is renewed, a
+        death names it) but untimed while its outcome is written. That write waits out a Redis
+        outage, and the job's timeout bounds its handler, not the wait: timed, the watchdog
+        killed a worker whose job had finished, losing its completion's line and counts, and
+        failed the job as timed out (run again, had the completion not reached Redis)."""
+        token, started, job_b, queue_b, type_b, alone = self._job
+        self._record.write(time.monotonic(), token, started, 0.0, job_b, queue_b, type_b, alone)
 
     def read(self) -> SlotState | None:
         """Return a consistent reading, or None if the child kept writing (read next tick)."""

@@ -425,6 +425,8 @@ class WorkerProcess(StopOnSignal):
         started = time.perf_counter()
         with tracing.span("task.execute", trace, attributes) as span:
             outcome = run_handler(job, self.settings.result_max_bytes, self.execution)
+            # Before anything that may wait on Redis (the flusher's read, the outcome's write).
+            self.slot.handler_returned()
             asked_to_stop = self.execution.requested()
             self.execution = None
             if armed:

@@ -104,6 +104,43 @@ def test_redis_frozen_longer_than_the_lease_does_not_recover_a_running_job(
     assert len(journal.entries("end", job_id)) == 1
 
 
+# The job's own timeout, and its run: it ends well within the timeout, just after Redis freezes.
+SHORT_TIMEOUT_S, SHORT_RUN_S, OUTAGE_S = 2, 0.5, 7.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_a_job_whose_completion_waits_out_an_outage_past_its_timeout_is_not_timed_out(
+    start_workerd: Callable[..., Workerd],
+    engine: Engine,
+    journal: Journal,
+    redis_server: RedisServer,
+    threads: str,
+) -> None:
+    # The handler returns 0.5 s into a 2 s timeout, with Redis frozen: its completion waits for
+    # Redis past the timeout. The timeout bounds the handler, not that wait: the job must not be
+    # killed and failed as timed out, which would run it again (its lease is long here, so only
+    # the watchdog could end it).
+    workerd = start_workerd(WORKER_COUNT="1", WORKER_THREADS=threads, TASK_VISIBILITY_TIMEOUT="30s")
+    job_id = engine.enqueue(
+        "journal", {"file": journal.file, "sleep": SHORT_RUN_S}, timeout=SHORT_TIMEOUT_S
+    )
+    journal.wait_for("start", job_id)
+    redis_server.freeze()
+    try:
+        journal.wait_for("end", job_id)
+        _outage(OUTAGE_S)  # the fault, past the job's timeout and the socket timeout
+        assert workerd.events("child_killed") == []
+    finally:
+        redis_server.thaw()
+
+    job = engine.wait_for(job_id, [JobState.COMPLETED, JobState.DEAD], timeout=15)
+    assert workerd.events("child_killed") == []
+    assert job.status is JobState.COMPLETED
+    assert job.attempts == 1
+    assert len(journal.entries("start", job_id)) == 1
+
+
 @pytest.mark.slow
 def test_ready_waits_for_redis_and_every_redis_error_names_the_server_not_the_password(
     start_workerd: Callable[..., Workerd], redis_server: RedisServer, tmp_path: Path

@@ -61,6 +61,14 @@ def test_slot_records_the_running_job_and_clears_it_on_the_next_beat() -> None:
     assert (running.job_id, running.token, running.job_timeout) == (job_id, 42, 2.5)
     assert before <= running.job_started == running.heartbeat <= time.monotonic()
 
+    # Its handler returned: still shown (its lease renewed, a death naming it), untimed.
+    slot.handler_returned()
+    writing = slot.read()
+    assert writing is not None
+    assert (writing.job_id, writing.token, writing.job_timeout) == (job_id, 42, 0.0)
+    assert writing.job_started == running.job_started <= writing.heartbeat
+    assert (writing.queue, writing.job_type) == (running.queue, running.job_type)
+
     slot.beat()
     idle = slot.read()
     assert idle is not None and (idle.job_id, idle.token, idle.job_timeout) == (None, 0, 0.0)

@@ -545,18 +545,25 @@ def test_sigterm_to_bin_run_group_before_ready_stops_everything_every_time(
             try:
                 rest = run.proc.communicate(timeout=25)[1]
             except subprocess.TimeoutExpired:
-                # What was still running, and what bin/run said after the SIGTERM: where it hung.
+                # Where it hung: every process of this run (a part in its own session too),
+                # what each waits in, and the parts' last log lines after the SIGTERM.
+                left = marked_processes(run.marker)
+                pids = ",".join(map(str, left or [run.proc.pid]))
                 tree = subprocess.run(
-                    ["ps", "-o", "pid,ppid,pgid,stat,etime,args", "--forest", "-e"],
+                    ["ps", "-ww", "-o", "pid,ppid,pgid,stat,wchan:24,etime,args", "-p", pids],
                     capture_output=True,
                     text=True,
                     timeout=10,
                 ).stdout
-                mine = [line for line in tree.splitlines() if str(run.proc.pid) in line]
+                parts_log = (tmp_path / str(attempt) / "parts.log").read_text(errors="replace")
+                for pid in left:  # the parts hold bin/run's stderr open: its end needs theirs
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 run.proc.kill()
                 late = run.proc.communicate(timeout=10)[1]
                 raise AssertionError(
-                    f"try {attempt}: bin/run hung: {run.said}\nthen: {late}\nprocesses: {mine}"
+                    f"try {attempt}: bin/run hung: {run.said}\nthen: {late}\nprocesses:\n{tree}"
+                    f"parts' last lines:\n{parts_log[-4000:]}"
                 ) from None
             assert "bin/run: stopping ...\n" in rest, (attempt, run.said, rest)
             assert rest.endswith("bin/run: stopped.\n"), (attempt, rest)

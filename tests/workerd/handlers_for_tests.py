@@ -15,6 +15,9 @@ from typing import Any
 
 from workerd import JobContext, PermanentError, handler
 
+RELEASE_WAIT = 30.0  # a bound: a test that fails before releasing must not leave a job running
+RELEASE_POLL = 0.01
+
 
 def _append(path: str, entry: dict[str, Any]) -> None:
     line = (json.dumps(entry) + "\n").encode()
@@ -42,10 +45,13 @@ def journal(payload: dict[str, Any], job: JobContext) -> dict[str, int]:
     """Journal the execution; sleep payload["sleep"] seconds (releasing the GIL) in between.
 
     With payload["die_after"]: the first run (never recovered) sleeps that long, journals a
-    ``kill`` line (its ``end``: the kill time) and SIGKILLs its own worker process.
+    ``kill`` line (its ``end``: the kill time) and SIGKILLs its own worker process. With
+    payload["release"]: it first waits until that file exists (at most RELEASE_WAIT seconds).
     """
     started = time.time()
     _append(payload["file"], _entry(job, "start", started))
+    if "release" in payload:
+        _wait_for_file(payload["release"])
     if "die_after" in payload and job.recoveries == 0:
         time.sleep(float(payload["die_after"]))
         _append(payload["file"], {**_entry(job, "kill", started), "end": time.time()})
@@ -53,6 +59,14 @@ def journal(payload: dict[str, Any], job: JobContext) -> dict[str, int]:
     time.sleep(float(payload.get("sleep", 0)))
     _append(payload["file"], _entry(job, "end", started))
     return {"pid": os.getpid()}
+
+
+def _wait_for_file(path: str) -> None:
+    deadline = time.monotonic() + RELEASE_WAIT
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(RELEASE_POLL)
 
 
 @handler("gil_hog")

@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from shared.model.jobs import JobState
+from tests.faults.harness import log_time
 from tests.support.redis_server import RedisServer
 from tests.support.tools import alive, free_port, wait_until
 from tests.support.workerd import Workerd
@@ -139,6 +140,59 @@ def test_a_job_whose_completion_waits_out_an_outage_past_its_timeout_is_not_time
     assert job.status is JobState.COMPLETED
     assert job.attempts == 1
     assert len(journal.entries("start", job_id)) == 1
+
+
+@pytest.mark.slow
+def test_a_held_jobs_late_read_waits_out_an_outage_and_nothing_runs_twice(
+    start_workerd: Callable[..., Workerd],
+    engine: Engine,
+    journal: Journal,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    # A backlog of one type, short once seen: the worker holds each next job and reads the
+    # completion it sent while that job runs (workerd.prefetch). The gate job waits until Redis
+    # is frozen, so its completion (claiming the job after the held one) is sent into the
+    # freeze; the held job then runs 0.5 s into its 2 s timeout, and the flusher's late read
+    # waits out the 7 s outage while it runs and after it ends. When Redis returns, every job
+    # is completed once, each counted and logged once, none killed, none run again.
+    release = tmp_path / "release"
+    quick = [engine.enqueue("journal", {"file": journal.file}) for _ in range(4)]
+    gate = engine.enqueue("journal", {"file": journal.file, "release": str(release)})
+    held = engine.enqueue(
+        "journal", {"file": journal.file, "sleep": SHORT_RUN_S}, timeout=SHORT_TIMEOUT_S
+    )
+    after = engine.enqueue("journal", {"file": journal.file})
+    jobs = [*quick, gate, held, after]
+    workerd = start_workerd(WORKER_COUNT="1", TASK_VISIBILITY_TIMEOUT="30s")
+    journal.wait_for("start", gate)
+    redis_server.freeze()
+    try:
+        release.touch()
+        journal.wait_for("end", held)  # it ran, its job before it unacknowledged
+        _outage(OUTAGE_S)
+        assert workerd.events("child_killed") == []
+    finally:
+        redis_server.thaw()
+    thawed = time.time()
+
+    done = engine.wait_all(jobs, (JobState.COMPLETED, JobState.DEAD), timeout=30)
+    assert {job_id: job.status for job_id, job in done.items()} == dict.fromkeys(
+        jobs, JobState.COMPLETED
+    )
+    assert all(job.attempts == 1 and job.recoveries == 0 for job in done.values())
+    assert [len(journal.entries("start", job_id)) for job_id in jobs] == [1] * len(jobs)
+    assert workerd.events("child_killed") == [] and workerd.events("job_recovered") == []
+    # Each completion logged once; the gate's only after Redis returned, though the job held
+    # behind it had ended during the outage: read late, by the flusher.
+    wait_until(
+        lambda: len(workerd.events("job_completed")) == len(jobs), 10.0, "every completion logged"
+    )
+    assert sorted(rec["job_id"] for rec in workerd.events("job_completed")) == sorted(jobs)
+    [gate_done] = workerd.events("job_completed", job_id=gate)
+    assert log_time(gate_done) >= thawed - 0.5
+    [held_end] = journal.entries("end", held)
+    assert held_end["end"] < thawed
 
 
 @pytest.mark.slow

@@ -8,7 +8,6 @@ backoff, for as long as the supervisor (which keeps the job's lease meanwhile) l
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
@@ -221,8 +220,3 @@ def acknowledge_span(
     return tracing.span(
         "task.acknowledge", job.extra.get("traceparent"), attributes, start_ms=start_ms
     )
-
-
-def now_ms() -> int:
-    """Wall-clock ms: when a write read later was sent (its acknowledge span's start)."""
-    return time.time_ns() // 1_000_000

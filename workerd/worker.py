@@ -46,7 +46,7 @@ from shared.engine.engine_types import BatchAck, Code, NotRunnable, QueuePaused
 from shared.engine.history import Actor
 from shared.engine.scripts import Scripts, new_request_id
 from shared.engine.scripts.job_scripts import PendingAck, PendingClaim
-from shared.model.jobs import Job
+from shared.model.jobs import Job, wall_clock_ms
 from shared.obs import metrics, tracing
 from shared.settings.config import Settings
 from workerd.ack_flusher import AckFlusher
@@ -54,7 +54,6 @@ from workerd.acks import (
     Acknowledger,
     Completion,
     acknowledge_span,
-    now_ms,
     span_attributes,
 )
 from workerd.backoff import Backoff
@@ -569,7 +568,7 @@ class WorkerProcess(StopOnSignal):
         )
         claims = fence is not None
         self.planner.claim_now = True
-        sent_ms = None if attributes is None else now_ms()  # its acknowledge span's start
+        sent_ms = None if attributes is None else wall_clock_ms()  # its acknowledge span's start
         try:
             sent = self.scripts.complete_begin(
                 job.id,
@@ -795,7 +794,7 @@ class WorkerProcess(StopOnSignal):
             try:
                 for group_queue, group in groups:
                     entries = [(f.job, f.result_json, f.fields) for f in group]
-                    sent_ms = now_ms()  # the completions' acknowledge spans start here
+                    sent_ms = wall_clock_ms()  # the completions' acknowledge spans start here
                     ack = self._send_group(
                         entries, count if group_queue == queue else 0, group_queue
                     )

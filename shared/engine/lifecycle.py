@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from shared.engine.engine_types import Confirmation
+from shared.model.jobs import wall_clock_ms
 from shared.obs import metrics, tracing
 
 log = logging.getLogger(__name__)
@@ -187,7 +187,7 @@ def record(
     if row.span_outcome is not None:
         _mark_spans(row, job_id, job_type, queue, attempt, trace, attributes, start_ms, end_ms)
     if _sinks:
-        _to_sinks(Transition(outcome, job_id, job_type, queue, attempt, _now_ms(), fields))
+        _to_sinks(Transition(outcome, job_id, job_type, queue, attempt, wall_clock_ms(), fields))
 
 
 def record_batch(
@@ -220,7 +220,7 @@ def record_batch(
     if row.span_outcome is not None:
         tracing.current_attributes({tracing.OUTCOME: row.span_outcome})
     if _sinks:
-        now = _now_ms()
+        now = wall_clock_ms()
         for job_id, job_type in jobs:
             _to_sinks(Transition(outcome, job_id, job_type, queue, None, now, fields))
 
@@ -291,7 +291,3 @@ def _to_sinks(transition: Transition) -> None:
             sink(transition)
         except Exception:  # a sink's failure must not undo or stop the transition's recording
             log.exception("lifecycle_sink_failed", extra={"sink": getattr(sink, "__name__", "")})
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000

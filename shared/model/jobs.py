@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -541,6 +542,12 @@ def cap_traceback(text: str, limit: int = TRACEBACK_LIMIT) -> str:
 
 def _cut_note(limit: int, cut_bytes: int) -> str:
     return f"[traceback cut to {limit} bytes: its first {cut_bytes} bytes are left out]\n"
+
+
+def wall_clock_ms() -> int:
+    """Return this host's wall clock in epoch milliseconds (Redis's clock decides what the
+    scripts record; this one names what a process saw or sent: docs/RELIABILITY.md)."""
+    return time.time_ns() // 1_000_000
 
 
 # The jobs of a batch share a few milliseconds: strftime once per distinct stamp, not per job.

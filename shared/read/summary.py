@@ -24,7 +24,6 @@ import contextlib
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -32,7 +31,7 @@ import redis.exceptions
 
 from shared.engine.queries import QueueCounts
 from shared.engine.scripts import Scripts
-from shared.model.jobs import JobState
+from shared.model.jobs import JobState, wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +66,12 @@ class Summary:
 
     def age_ms(self, now_ms: int | None = None) -> int:
         """Return how long ago the sweep ended."""
-        return max(0, (now_ms if now_ms is not None else _now_ms()) - self.computed_at_ms)
+        return max(0, (now_ms if now_ms is not None else wall_clock_ms()) - self.computed_at_ms)
 
     def counts(self, now_ms: int | None = None) -> QueueCounts:
         """Return the totals as QueueCounts (the oldest pending age as of now)."""
         since = self.oldest_pending_since_ms
-        now = now_ms if now_ms is not None else _now_ms()
+        now = now_ms if now_ms is not None else wall_clock_ms()
         return QueueCounts(
             dict(self.by_state),
             oldest_pending_age_ms=None if since is None else max(0, now - since),
@@ -113,10 +112,6 @@ class Summary:
             return None
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def busy(counts: QueueCounts) -> int:
     """Return what ranks a queue among the busiest: its pending and processing jobs."""
     return counts.by_state[JobState.PENDING] + counts.by_state[JobState.PROCESSING]
@@ -130,7 +125,7 @@ def read(scripts: Scripts) -> Summary | None:
 
 def sweep(scripts: Scripts, names: Sequence[str] | None = None, *, chunk: int = CHUNK) -> Summary:
     """Read every queue's counts, chunk by chunk, and write and return the summary."""
-    started = _now_ms()
+    started = wall_clock_ms()
     names = list(names) if names is not None else scripts.queue_names()
     by_state = dict.fromkeys(JobState, 0)
     oldest: int | None = None
@@ -142,7 +137,7 @@ def sweep(scripts: Scripts, names: Sequence[str] | None = None, *, chunk: int = 
             for state, n in c.by_state.items():
                 by_state[state] += n
             if c.oldest_pending_age_ms is not None:
-                since = _now_ms() - c.oldest_pending_age_ms
+                since = wall_clock_ms() - c.oldest_pending_age_ms
                 oldest = since if oldest is None else min(oldest, since)
             completed += c.completed_last_minute
             failed += c.failed_last_minute
@@ -150,7 +145,7 @@ def sweep(scripts: Scripts, names: Sequence[str] | None = None, *, chunk: int = 
                 ranked.append((name, busy(c)))
         # Only the top few are kept: sorting each chunk's survivors keeps memory bounded.
         ranked = sorted(ranked, key=lambda item: (-item[1], item[0]))[:BUSIEST]
-    ended = _now_ms()
+    ended = wall_clock_ms()
     summary = Summary(
         ended, ended - started, len(names), by_state, oldest, completed, failed, ranked
     )

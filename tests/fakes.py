@@ -38,7 +38,7 @@ class IdleSlot:
     ) -> float:
         return 0.0
 
-    def handler_returned(self) -> None:
+    def handler_returned(self, write_limit: float) -> None:
         pass
 
 

@@ -229,14 +229,19 @@ class Slot:
         self._job = (token, now, job_b, queue_b, type_b, int(self.alone))
         return now
 
-    def handler_returned(self) -> None:
+    def handler_returned(self, write_limit: float) -> None:
         """The running job's handler returned: the job stays shown (its lease is renewed, a
-        death names it) but untimed while its outcome is written. That write waits out a Redis
-        outage, and the job's timeout bounds its handler, not the wait: timed, the watchdog
-        killed a worker whose job had finished, losing its completion's line and counts, and
-        failed the job as timed out (run again, had the completion not reached Redis)."""
+        death names it) and is timed anew while its outcome is written, for `write_limit`
+        seconds from now (0: untimed). That write waits out a Redis outage, and the job's
+        timeout bounds its handler, not the wait: timed by it, the watchdog killed a worker
+        whose job had finished, losing its completion's line and counts, and failed the job as
+        timed out (run again, had the completion not reached Redis). Still bounded: a write
+        that never lands (a Redis error that does not clear while leases renew) is killed at
+        the limit, as a job stuck that long would be."""
         token, started, job_b, queue_b, type_b, alone = self._job
-        self._record.write(time.monotonic(), token, started, 0.0, job_b, queue_b, type_b, alone)
+        now = time.monotonic()
+        timeout = 0.0 if write_limit <= 0 else (now - started) + write_limit
+        self._record.write(now, token, started, timeout, job_b, queue_b, type_b, alone)
 
     def read(self) -> SlotState | None:
         """Return a consistent reading, or None if the child kept writing (read next tick)."""

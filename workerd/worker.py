@@ -73,6 +73,12 @@ tracing.configure(tracing.WORKER)
 
 # Claims on one queue at most per claim, each refusal adding a type no live host runs (routing).
 TAKE_TRIES = 3
+# Seconds a finished job's outcome may take to be written (at least: a job whose timeout is
+# longer gets that) before the watchdog kills its worker: long enough to wait out a Redis
+# outage (the write retries until Redis answers), yet a write that never lands (an error that
+# does not clear while the supervisor renews the lease) ends as a job stuck that long would.
+# An untimed job (timeout 0) writes untimed.
+OUTCOME_WRITE_LIMIT = 600.0
 
 
 class WorkerProcess(StopOnSignal):
@@ -425,7 +431,7 @@ class WorkerProcess(StopOnSignal):
         with tracing.span("task.execute", trace, attributes) as span:
             outcome = run_handler(job, self.settings.result_max_bytes, self.execution)
             # Before anything that may wait on Redis (the flusher's read, the outcome's write).
-            self.slot.handler_returned()
+            self.slot.handler_returned(max(timeout, OUTCOME_WRITE_LIMIT) if timeout > 0 else 0.0)
             asked_to_stop = self.execution.requested()
             self.execution = None
             if armed:

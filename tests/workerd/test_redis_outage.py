@@ -117,29 +117,38 @@ def test_a_job_whose_completion_waits_out_an_outage_past_its_timeout_is_not_time
     journal: Journal,
     redis_server: RedisServer,
     threads: str,
+    tmp_path: Path,
 ) -> None:
-    # The handler returns 0.5 s into a 2 s timeout, with Redis frozen: its completion waits for
-    # Redis past the timeout. The timeout bounds the handler, not that wait: the job must not be
-    # killed and failed as timed out, which would run it again (its lease is long here, so only
-    # the watchdog could end it).
+    # The handler returns 0.5 s into a 2 s timeout, once Redis is frozen (it waits for the
+    # release file until then): its completion waits for Redis past the timeout. The timeout
+    # bounds the handler, not that wait: the job must not be killed and failed as timed out,
+    # which would run it again (its lease is long here, so only the watchdog could end it).
+    release = tmp_path / "release"
     workerd = start_workerd(WORKER_COUNT="1", WORKER_THREADS=threads, TASK_VISIBILITY_TIMEOUT="30s")
     job_id = engine.enqueue(
-        "journal", {"file": journal.file, "sleep": SHORT_RUN_S}, timeout=SHORT_TIMEOUT_S
+        "journal",
+        {"file": journal.file, "sleep": SHORT_RUN_S, "release": str(release)},
+        timeout=SHORT_TIMEOUT_S,
     )
     journal.wait_for("start", job_id)
     redis_server.freeze()
     try:
+        release.touch()
         journal.wait_for("end", job_id)
         _outage(OUTAGE_S)  # the fault, past the job's timeout and the socket timeout
         assert workerd.events("child_killed") == []
     finally:
         redis_server.thaw()
+    thawed = time.time()
 
     job = engine.wait_for(job_id, [JobState.COMPLETED, JobState.DEAD], timeout=15)
     assert workerd.events("child_killed") == []
     assert job.status is JobState.COMPLETED
     assert job.attempts == 1
     assert len(journal.entries("start", job_id)) == 1
+    # Its completion was written only once Redis returned: the wait the fix is about happened.
+    [completed] = workerd.wait_for("job_completed", job_id=job_id)
+    assert log_time(completed) >= thawed - 0.5
 
 
 @pytest.mark.slow

@@ -61,12 +61,18 @@ def test_slot_records_the_running_job_and_clears_it_on_the_next_beat() -> None:
     assert (running.job_id, running.token, running.job_timeout) == (job_id, 42, 2.5)
     assert before <= running.job_started == running.heartbeat <= time.monotonic()
 
-    # Its handler returned: still shown (its lease renewed, a death naming it), untimed.
-    slot.handler_returned()
+    # Its handler returned: still shown (its lease renewed, a death naming it), timed anew for
+    # its outcome's write: the limit from now, on the job's own start (which names it).
+    slot.handler_returned(600.0)
     writing = slot.read()
     assert writing is not None
-    assert (writing.job_id, writing.token, writing.job_timeout) == (job_id, 42, 0.0)
+    assert (writing.job_id, writing.token) == (job_id, 42)
     assert writing.job_started == running.job_started <= writing.heartbeat
+    elapsed = writing.heartbeat - writing.job_started
+    assert writing.job_timeout == pytest.approx(elapsed + 600.0)
+    slot.handler_returned(0.0)  # an untimed job writes untimed
+    untimed = slot.read()
+    assert untimed is not None and (untimed.job_id, untimed.job_timeout) == (job_id, 0.0)
     assert (writing.queue, writing.job_type) == (running.queue, running.job_type)
 
     slot.beat()

@@ -31,6 +31,7 @@ from typing import Any
 
 import redis
 
+from bench.peers.harness import redis_cost, redis_info
 from tests.support.redis_server import private_redis
 
 SHAPES = ("ack-each", "ack-each-wait", "ack-per-8", "body-only", "ack-only")
@@ -89,13 +90,6 @@ def rate(url: str, shape: str, procs: int, jobs: int) -> float:
     return procs * jobs / (max(end for _, end in spans) - min(begin for begin, _ in spans))
 
 
-def _redis_cpu(client: redis.Redis) -> tuple[float, int]:
-    """Redis's CPU seconds so far, and the requests it has read."""
-    info = client.info()
-    cpu = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-    return cpu, int(info["total_reads_processed"])
-
-
 Figures = dict[str, dict[int, list[float]]]
 
 
@@ -113,11 +107,11 @@ def measure(
         for round_ in range(rounds):
             for shape in shapes:
                 for count in procs:
-                    cpu, reads = _redis_cpu(client)
+                    before = redis_info(client)
                     rates[shape][count].append(rate(server.url, shape, count, jobs))
-                    cpu_after, reads_after = _redis_cpu(client)
-                    redis_us[shape][count].append((cpu_after - cpu) * 1e6 / (count * jobs))
-                    requests[shape][count].append((reads_after - reads) / (count * jobs))
+                    cost = redis_cost(before, redis_info(client), count * jobs)
+                    redis_us[shape][count].append(cost["redis_cpu_us_per_job"])  # type: ignore[arg-type]
+                    requests[shape][count].append(cost["round_trips_per_job"])  # type: ignore[arg-type]
                     print(
                         f"round {round_ + 1}, {shape}, {count} process(es): "
                         f"{rates[shape][count][-1]:,.0f} jobs/s, "

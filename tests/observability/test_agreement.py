@@ -112,23 +112,22 @@ def test_stats_both_metrics_endpoints_and_raw_redis_agree_after_a_mixed_workload
         gw_metrics = samples(body.decode())
         claimed = len(completed) + len(dead) + len(retrying) + 1
 
-        def workerd_metrics() -> dict[Any, float]:
-            code, _, wd_body = workerd.http("/metrics")
-            assert code == 200
-            return samples(wd_body.decode())
-
         # A worker's counts reach /metrics up to 0.3 s after Redis shows the transition
         # (docs/OBSERVABILITY.md, "When a worker's counts arrive"): the running job's claim
         # among them, while the registry may already show it.
-        def claim_counted() -> bool:
-            found = workerd_metrics()
-            return (
+        def claim_counted() -> dict[Any, float] | None:
+            code, _, wd_body = workerd.http("/metrics")
+            assert code == 200
+            found = samples(wd_body.decode())
+            counted = (
                 total(found, "taskforge_jobs_claimed_total") == claimed
                 and total(found, "taskforge_queue_wait_seconds_count") == claimed
             )
+            return found if counted else None
 
-        poll(claim_counted, WAIT, "workerd's counts to include the running job's claim")
-        wd_metrics = workerd_metrics()
+        wd_metrics = poll(
+            claim_counted, WAIT, "workerd's counts to include the running job's claim"
+        )
 
         for parsed in (gw_metrics, wd_metrics):
             assert _state_gauges(parsed) == raw

@@ -13,10 +13,10 @@ import signal
 import time
 from typing import Any
 
+from tests.workerd.release_file import wait_for_release
 from workerd import JobContext, PermanentError, handler
 
-RELEASE_WAIT = 30.0  # a bound: a test that fails before releasing must not leave a job running
-RELEASE_POLL = 0.01
+RELEASE_WAIT = 30.0  # seconds a journal job waits for its release file at most
 
 
 def _append(path: str, entry: dict[str, Any]) -> None:
@@ -51,7 +51,7 @@ def journal(payload: dict[str, Any], job: JobContext) -> dict[str, int]:
     started = time.time()
     _append(payload["file"], _entry(job, "start", started))
     if "release" in payload:
-        _wait_for_file(payload["release"])
+        wait_for_release(payload["release"], RELEASE_WAIT)
     if "die_after" in payload and job.recoveries == 0:
         time.sleep(float(payload["die_after"]))
         _append(payload["file"], {**_entry(job, "kill", started), "end": time.time()})
@@ -59,14 +59,6 @@ def journal(payload: dict[str, Any], job: JobContext) -> dict[str, int]:
     time.sleep(float(payload.get("sleep", 0)))
     _append(payload["file"], _entry(job, "end", started))
     return {"pid": os.getpid()}
-
-
-def _wait_for_file(path: str) -> None:
-    deadline = time.monotonic() + RELEASE_WAIT
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never appeared")
-        time.sleep(RELEASE_POLL)
 
 
 @handler("gil_hog")

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import time
 from typing import Any
 
+from tests.workerd.release_file import wait_for_release
 from workerd import JobContext, handler
-
-POLL = 0.02  # seconds between looks for the release file
 
 
 @handler("hold")
 def hold(payload: dict[str, Any], job: JobContext) -> dict[str, bool]:
     """Run until the file payload["release"] exists, at most payload["max_seconds"] (a bound:
     a test that fails before releasing must not leave the job running)."""
-    deadline = time.monotonic() + float(payload.get("max_seconds", 30))
-    while not os.path.exists(payload["release"]):
-        if time.monotonic() > deadline:
-            raise TimeoutError("never released")
-        time.sleep(POLL)
+    wait_for_release(payload["release"], float(payload.get("max_seconds", 30)))
     return {"released": True}

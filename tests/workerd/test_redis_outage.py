@@ -109,6 +109,22 @@ def test_redis_frozen_longer_than_the_lease_does_not_recover_a_running_job(
 SHORT_TIMEOUT_S, SHORT_RUN_S, OUTAGE_S = 2, 0.5, 7.0
 
 
+def _freeze_past_the_timeout(
+    redis_server: RedisServer, workerd: Workerd, journal: Journal, release: Path, ended: str
+) -> float:
+    """Freeze Redis, release the gated handler, and once job `ended` has ended keep Redis
+    frozen for OUTAGE_S, no worker killed meanwhile; thaw and return when (time.time())."""
+    redis_server.freeze()
+    try:
+        release.touch()
+        journal.wait_for("end", ended)
+        _outage(OUTAGE_S)  # the fault, past the job's timeout and the socket timeout
+        assert workerd.events("child_killed") == []
+    finally:
+        redis_server.thaw()
+    return time.time()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_a_job_whose_completion_waits_out_an_outage_past_its_timeout_is_not_timed_out(
@@ -131,15 +147,7 @@ def test_a_job_whose_completion_waits_out_an_outage_past_its_timeout_is_not_time
         timeout=SHORT_TIMEOUT_S,
     )
     journal.wait_for("start", job_id)
-    redis_server.freeze()
-    try:
-        release.touch()
-        journal.wait_for("end", job_id)
-        _outage(OUTAGE_S)  # the fault, past the job's timeout and the socket timeout
-        assert workerd.events("child_killed") == []
-    finally:
-        redis_server.thaw()
-    thawed = time.time()
+    thawed = _freeze_past_the_timeout(redis_server, workerd, journal, release, job_id)
 
     job = engine.wait_for(job_id, [JobState.COMPLETED, JobState.DEAD], timeout=15)
     assert workerd.events("child_killed") == []
@@ -175,15 +183,8 @@ def test_a_held_jobs_late_read_waits_out_an_outage_and_nothing_runs_twice(
     jobs = [*quick, gate, held, after]
     workerd = start_workerd(WORKER_COUNT="1", TASK_VISIBILITY_TIMEOUT="30s")
     journal.wait_for("start", gate)
-    redis_server.freeze()
-    try:
-        release.touch()
-        journal.wait_for("end", held)  # it ran, its job before it unacknowledged
-        _outage(OUTAGE_S)
-        assert workerd.events("child_killed") == []
-    finally:
-        redis_server.thaw()
-    thawed = time.time()
+    # The held job ends while the gate's completion waits unacknowledged in the freeze.
+    thawed = _freeze_past_the_timeout(redis_server, workerd, journal, release, held)
 
     done = engine.wait_all(jobs, (JobState.COMPLETED, JobState.DEAD), timeout=30)
     assert {job_id: job.status for job_id, job in done.items()} == dict.fromkeys(

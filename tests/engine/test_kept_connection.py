@@ -176,3 +176,20 @@ def test_a_forked_child_never_sends_on_the_parents_kept_connection(
     assert report == repr([b"child", 2]).encode()
     assert _echo(transport, "parent") == [b"parent", 3]  # the parent's socket undisturbed
     assert transport._lanes.conn is kept
+
+
+def test_a_reply_read_by_another_thread_gives_its_connection_to_the_pool(
+    transport: ScriptTransport, takes: list[Any]
+) -> None:
+    # A worker's flusher reads a held job's completion late, on its own thread.
+    _echo(transport, "warm")
+    sent = transport.begin("echo", marker="n", value="late")
+    answers: list[Any] = []
+    reader = threading.Thread(target=lambda: answers.append(sent.reply()))
+    reader.start()
+    reader.join(timeout=10)
+    assert answers == [[b"late", 2]]
+    assert takes[0] in transport.redis.connection_pool._available_connections
+    assert transport._lanes.conn is None  # the sender keeps nothing: its next call asks the pool
+    assert _echo(transport, "next") == [b"next", 3]
+    assert len(takes) == 2

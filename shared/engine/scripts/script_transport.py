@@ -127,12 +127,18 @@ class ScriptTransport:
             conn.disconnect()  # half a command may be on the wire: never reuse it
             self.done_with(conn)
             raise
-        return Sent(self, name, keys, args, conn, None)
+        return Sent(self, name, keys, args, conn, None, threading.get_ident())
 
-    def done_with(self, conn: Any) -> None:
+    def done_with(self, conn: Any, sender: int | None = None) -> None:
         """Take back a connection :meth:`begin` sent on, clean: its reply read in full, or
-        disconnected (it connects again when next used)."""
-        self._lanes.give_back(conn, self.redis.connection_pool)
+        disconnected (it connects again when next used). `sender`: the thread that sent on it
+        (threading.get_ident), when another may read the reply (a worker's flusher reads a
+        held job's completion late): that one gives it to the pool, as it keeps none of its own."""
+        pool = self.redis.connection_pool
+        if sender is None or sender == threading.get_ident():
+            self._lanes.give_back(conn, pool)
+        else:
+            pool.release(conn)
 
     def execute(self, build: Callable[[], Any]) -> list[Any]:
         """Execute the pipeline `build()` makes, built anew for each attempt (see loaded)."""
@@ -219,7 +225,7 @@ class ScriptTransport:
 class Sent:
     """A script call sent and not yet read (:meth:`ScriptTransport.begin`)."""
 
-    __slots__ = ("_args", "_conn", "_keys", "_name", "_transport", "_value")
+    __slots__ = ("_args", "_conn", "_keys", "_name", "_sender", "_transport", "_value")
 
     def __init__(
         self,
@@ -229,11 +235,13 @@ class Sent:
         args: list[Any],
         conn: Any,
         value: Any,
+        sender: int | None = None,
     ) -> None:
         self._transport = transport
         self._name, self._keys, self._args = name, keys, args
         self._conn = conn  # None once read (or when the call ran at once: `value` holds it)
         self._value = value
+        self._sender = sender  # the thread that sent on `conn` (threading.get_ident)
 
     @property
     def pending(self) -> bool:
@@ -253,18 +261,19 @@ class Sent:
         try:
             self._value = conn.read_response()
         except redis.exceptions.NoScriptError:
-            transport.done_with(conn)
+            transport.done_with(conn, self._sender)
             transport.load()
             self._value = transport.call(self._name, self._keys, self._args)
             return self._value
         except redis.exceptions.ResponseError:
-            transport.done_with(conn)  # the connection is sound: only the script raised
+            # The connection is sound: only the script raised.
+            transport.done_with(conn, self._sender)
             raise
         except BaseException:
             conn.disconnect()  # a reply left unread would answer the next command
-            transport.done_with(conn)
+            transport.done_with(conn, self._sender)
             raise
-        transport.done_with(conn)
+        transport.done_with(conn, self._sender)
         return self._value
 
 
@@ -281,7 +290,8 @@ class _Lanes(threading.local):
     whose checks find a socket Redis closed meanwhile (a restart while the worker idled) and
     connect again before anything is sent, as every connection it hands out gets. A second call
     sent while the first is unread takes another connection from the pool, and gives it back
-    there. Never kept across a fork: the child would share the parent's socket.
+    there; so does a reply read by another thread (a worker's flusher reading a held job's
+    completion late). Never kept across a fork: the child would share the parent's socket.
     """
 
     def __init__(self) -> None:

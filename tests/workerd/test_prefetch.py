@@ -418,3 +418,21 @@ def test_a_held_job_that_runs_long_has_the_completion_before_it_recorded_meanwhi
     assert worker.flusher is not None and worker.flusher.wakes > 0
     table.publish_status(1, True, True, quiet=True)
     assert table.quiet()  # the claim lock is free: neither held nor released twice
+
+
+def test_an_idle_worker_waits_for_work_on_the_connection_it_kept(scripts: Scripts) -> None:
+    # Its calls keep one connection (ScriptTransport's lanes); its idle BLPOP takes that one
+    # back from the pool rather than a second: one connection a job thread, busy or idle.
+    ids = _enqueue(scripts, SHORT, 3)
+    worker = _worker(scripts)
+    run_until(worker, lambda: worker.jobs_done == 3)
+    worker._hand_back_unstarted_job()
+    kept = scripts.transport._lanes.conn
+    assert kept is not None
+    hinted = scripts.q("default").wake
+    scripts.redis.delete(hinted)
+    worker.planner.claim_now = False
+    worker._wait_for_work()  # no hint comes: one wake timeout
+    assert scripts.transport._lanes.conn is None
+    assert kept in scripts.redis.connection_pool._available_connections
+    assert_each_completed_once(scripts, ids)

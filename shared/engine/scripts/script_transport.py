@@ -287,9 +287,9 @@ class _Lanes(threading.local):
     """Each thread's own connection for the calls it sends now and reads later.
 
     A busy worker makes one such call a job. Taking a connection from redis-py's pool and
-    giving it back around each cost about as much of the worker's CPU as sending the call and
-    reading its reply (bench.job_parts, "a worker's call"): the pool's lock and fork checks,
-    a poll of the socket for stray data, its event and observability hooks. So a thread keeps
+    giving it back around each cost a quarter of the call's client CPU (bench.job_parts, "a
+    worker's call"): the pool's lock and fork checks, a poll of the socket for stray data, its
+    event and observability hooks. So a thread keeps
     the connection it last read a reply on and takes it back without the pool while it is
     fresh: given back clean (its reply read in full, or disconnected, to connect again when
     next used) less than :data:`FRESH` seconds ago. An older one goes back through the pool,

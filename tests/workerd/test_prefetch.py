@@ -436,3 +436,87 @@ def test_an_idle_worker_waits_for_work_on_the_connection_it_kept(scripts: Script
     assert scripts.transport._lanes.conn is None
     assert kept in scripts.redis.connection_pool._available_connections
     assert_each_completed_once(scripts, ids)
+
+
+class _StallClock:
+    """workerd.worker's `time`: the real one, but for a monotonic clock a test moves on."""
+
+    def __init__(self) -> None:
+        self.skew = 0.0
+        self.perf_counter, self.sleep = time.perf_counter, time.sleep
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.skew
+
+
+@pytest.mark.parametrize("prefetch", ["on", "off"])
+def test_a_job_claimed_before_a_stall_past_half_its_lease_is_handed_back_not_run(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch, prefetch: str
+) -> None:
+    """Scenario 4's third case: the process stalls (SIGSTOP, a paused VM) between sending a
+    claim and starting its job. Not yet running, the job's lease is not renewed; a scheduler
+    may recover it meanwhile and another worker run it, so the stalled worker must not run it
+    as well once it wakes: it hands the job back (its release refused if it was recovered)."""
+    clock = _StallClock()
+    monkeypatch.setattr("workerd.worker.time", clock)
+    real_claim = scripts.claim
+    stalls = {"left": 1}
+
+    def stalled_claim(*args: Any, **kwargs: Any) -> Any:
+        job = real_claim(*args, **kwargs)
+        if stalls["left"]:
+            stalls["left"] -= 1
+            clock.skew += 60.0  # the reply read a minute after the claim was sent
+        return job
+
+    monkeypatch.setattr(scripts, "claim", stalled_claim)
+    [job_id] = _enqueue(scripts, SHORT, 1)
+    worker = _worker(scripts, WORKER_PREFETCH=prefetch)
+    handed_back: list[str] = []
+    hand_back = worker._hand_back
+
+    def counting(job: Job) -> None:
+        handed_back.append(job.id)
+        hand_back(job)
+
+    worker._hand_back = counting  # type: ignore[method-assign]
+    worker.step()
+    assert handed_back == [job_id] and seen == []
+    assert job_hash(scripts, job_id)[b"status"] == b"pending"
+    run_until(worker, lambda: worker.jobs_done == 1)
+    assert [job for _, job, _ in seen] == [job_id]
+    assert_each_completed_once(scripts, [job_id])
+
+
+@pytest.mark.parametrize("prefetch", ["on", "off"])
+def test_a_job_claimed_with_a_completion_before_a_stall_is_handed_back_not_run(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch, prefetch: str
+) -> None:
+    # The same stall between a completion that claimed the next job and that job's start.
+    clock = _StallClock()
+    monkeypatch.setattr("workerd.worker.time", clock)
+    ids = _enqueue(scripts, SHORT, 3)
+    worker = _worker(scripts, WORKER_PREFETCH=prefetch)
+    started = worker.slot.start_job
+
+    def stalled_start(*args: Any, **kwargs: Any) -> Any:
+        if args[0] == ids[1] and not handed_back:
+            raise AssertionError("the second job started after the stall")
+        return started(*args, **kwargs)
+
+    handed_back: list[str] = []
+    hand_back = worker._hand_back
+
+    def counting(job: Job) -> None:
+        handed_back.append(job.id)
+        hand_back(job)
+
+    worker._hand_back = counting  # type: ignore[method-assign]
+    run_until(worker, lambda: worker.jobs_done == 1)  # the first job's completion claimed the next
+    clock.skew += 60.0  # stalled before the second starts
+    monkeypatch.setattr(worker.slot, "start_job", stalled_start)
+    run_until(worker, lambda: worker.jobs_done == 3)
+    worker._hand_back_unstarted_job()
+    assert ids[1] in handed_back
+    assert [job for _, job, _ in seen] == ids  # each ran once, in order
+    assert_each_completed_once(scripts, ids)

@@ -412,6 +412,8 @@ class WorkerProcess(StopOnSignal):
         claimed_at, self.claimed_at = self.claimed_at, None
         if claimed_at is not None and time.monotonic() - claimed_at > self.hold_limit:
             self._hand_back(job)
+            if self.batch is not None:
+                self._give_back_batch()  # the rest of its claim, as old
             return None
         timeout = job.timeout or self.settings.default_job_timeout
         started_at = self.slot.start_job(job.id, job.token, timeout, job.queue, job.type)

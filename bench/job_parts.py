@@ -128,15 +128,54 @@ def round_trip(count: int) -> list[tuple[str, float]]:
         raw = best_us(raw_ping, count)
     with private_redis() as server:
         through_redis_py = best_us(redis.Redis.from_url(server.url).ping, count)
+    with private_redis() as server:
+        through_pool, kept = worker_call(server.url, count)
     connection = Connection()  # never connected: packing only
     pack = best_us(lambda: connection.pack_command(*call), count)
     ours = best_us(lambda: PACKER.pack(*call), count)
     return [
         ("PING on a raw socket: send, receive", raw),
         ("PING through redis-py", through_redis_py),
+        ("a worker's call (13 keys, 10 arguments), pool each call", through_pool),
+        ("the same on the thread's kept connection (as workers send)", kept),
         ("redis-py's own packing of 29 arguments (str and int)", pack),
         ("the same, as our connections pack it (CommandPacker)", ours),
     ]
+
+
+def worker_call(url: str, count: int) -> tuple[float, float]:
+    """Return the client CPU of one call sent now and read later, shaped like complete + claim
+    next (its reply a 14-value list): with a connection taken from redis-py's pool and given
+    back around each (workers before bench/PER_JOB_COST.md's "The worker's connection"), and
+    as ScriptTransport.begin sends it, on the thread's kept connection."""
+    import redis
+
+    from shared.engine.engine_types import Policy
+    from shared.engine.scripts.script_transport import ScriptTransport
+
+    header = "".join(f"-- KEYS[{i}] -> k{i}: key\n" for i in range(1, 14))
+    header += "".join(f"-- ARGV[{i}] -> a{i}: argument\n" for i in range(1, 11))
+    transport = ScriptTransport(
+        redis.Redis.from_url(url),
+        {"call": header + "return {1,2,3,4,5,6,7,8,9,10,11,12,13,14}"},
+        Policy(),
+        durable_marker="",
+    )
+    transport.load()
+    named = {f"k{i}": f"{{q:default}}:key{i}" for i in range(1, 14)}
+    named.update({f"a{i}": f"argument{i}" for i in range(1, 11)})
+    keys, args = transport.signatures["call"].bind(named)
+    sha, pool = transport.shas["call"], transport.redis.connection_pool
+
+    def through_pool() -> None:
+        conn = pool.get_connection()
+        conn.send_command("EVALSHA", sha, len(keys), *keys, *args)
+        conn.read_response()
+        pool.release(conn)
+
+    return best_us(through_pool, count), best_us(
+        lambda: transport.begin("call", **named).reply(), count
+    )
 
 
 if __name__ == "__main__":

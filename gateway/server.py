@@ -67,7 +67,12 @@ class JsonLogger(Logger):
             "user_agent": environ.get("HTTP_USER_AGENT"),
             "request_id": environ.get("HTTP_X_REQUEST_ID"),
         }
-        self.access_log.info(ACCESS_EVENT, extra=extra)
+        # The same line without a LogRecord where only our JSON handler would see it.
+        if not (
+            self.access_log.isEnabledFor(logging.INFO)
+            and shared_log.write_direct(self.access_log, logging.INFO, ACCESS_EVENT, extra)
+        ):
+            self.access_log.info(ACCESS_EVENT, extra=extra)
 
 
 def write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:

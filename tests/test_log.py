@@ -258,3 +258,136 @@ def test_a_line_rendered_from_its_cached_head_is_the_whole_dicts_line(
     for _ in range(2):
         assert formatter.format(record) == formatter._format_whole(record)
         json.loads(formatter.format(record))
+
+
+# write_direct: a line without a LogRecord where configure()'s handler alone would see it. -----
+
+
+def _direct_and_logged(
+    capsys: pytest.CaptureFixture[str], name: str, level: int, fields: dict[str, Any]
+) -> tuple[bool, str, str]:
+    """Write one line directly and log the same through logging; return whether the direct
+    write happened and both lines, their ts blanked (a millisecond may pass between them)."""
+    logger = logging.getLogger(name)
+    written = log.write_direct(logger, level, "job_completed", dict(fields))
+    logger.log(level, "job_completed", extra=dict(fields))
+    out = TS.sub("T", capsys.readouterr().out)
+    direct, logged = out.splitlines() if written else ("", out.strip())
+    return written, direct, logged
+
+
+@pytest.mark.usefixtures("restore_logging")
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"job_id": "j", "type": "demo.noop", "queue": "default", "attempt": 1},
+        {"job_id": "j", "duration_ms": 0.125, "worker_id": "h-1-w0", "nested": {"a": [1, "é"]}},
+        {"job_id": "j", "payload": {"secret": "s"}, "_private": 1, "attempt": None},
+        {},
+    ],
+)
+def test_a_direct_line_is_the_line_logging_writes(
+    capsys: pytest.CaptureFixture[str], fields: dict[str, Any]
+) -> None:
+    log.configure("workerd")  # pytest's own capture handler leaves the root here
+    written, direct, logged = _direct_and_logged(
+        capsys, "shared.engine.lifecycle", logging.INFO, fields
+    )
+    assert written
+    assert direct == logged
+    assert "secret" not in direct and "_private" not in direct
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_direct_line_carries_the_active_spans_ids_as_the_filter_adds_them(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log.configure("workerd")
+    monkeypatch.setattr(log.tracing, "current_ids", lambda: ("a" * 32, "b" * 16))
+    written, direct, logged = _direct_and_logged(
+        capsys, "shared.engine.lifecycle", logging.INFO, {"job_id": "j", "payload": 1}
+    )
+    assert written and direct == logged
+    assert json.loads(direct)["trace_id"] == "a" * 32
+
+
+@pytest.mark.usefixtures("restore_logging")
+@pytest.mark.parametrize(
+    "change",
+    [
+        "another root handler",
+        "a handler on the way",
+        "a filter on the logger",
+        "not propagated",
+        "the handler's level",
+        "another formatter",
+        "a field named as a head field",
+        "a field a record refuses",
+        "not configured",
+    ],
+)
+def test_anything_else_that_would_see_the_record_gets_it_the_usual_way(
+    capsys: pytest.CaptureFixture[str], change: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log.configure("workerd")
+    logger = logging.getLogger("tests.direct.child")
+    parent = logging.getLogger("tests.direct")
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    fields: dict[str, Any] = {"job_id": "j"}
+    handler = logging.root.handlers[0]
+    if change == "another root handler":
+        logging.root.addHandler(Keep())
+    elif change == "a handler on the way":
+        parent.addHandler(Keep())
+        monkeypatch.setattr(parent, "handlers", parent.handlers)  # removed after the test
+    elif change == "a filter on the logger":
+        logger.addFilter(lambda record: True)
+    elif change == "not propagated":
+        monkeypatch.setattr(logger, "propagate", False)
+    elif change == "the handler's level":
+        monkeypatch.setattr(handler, "level", logging.WARNING)
+    elif change == "another formatter":
+        monkeypatch.setattr(handler, "formatter", logging.Formatter())
+    elif change == "a field named as a head field":
+        fields["service"] = "other"
+    elif change == "a field a record refuses":
+        fields["msg"] = "x"
+    elif change == "not configured":
+        monkeypatch.setattr(log, "_direct", None)
+    try:
+        assert not log.write_direct(logger, logging.INFO, "job_completed", fields)
+        assert capsys.readouterr().out == ""
+    finally:
+        parent.handlers.clear()
+        logger.filters.clear()
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_failed_direct_write_is_left_to_logging(monkeypatch: pytest.MonkeyPatch) -> None:
+    log.configure("workerd")
+
+    class Broken:
+        def write(self, text: str) -> None:
+            raise OSError("stdout gone")
+
+    monkeypatch.setattr("sys.stdout", Broken())
+    logger = logging.getLogger("shared.engine.lifecycle")
+    assert not log.write_direct(logger, logging.INFO, "job_completed", {"job_id": "j"})
+    # The handler's lock was let go: another thread takes it at once.
+    lock = logging.root.handlers[0].lock
+    assert lock is not None
+    taken: list[bool] = []
+
+    def take() -> None:
+        taken.append(lock.acquire(timeout=5))
+        lock.release()
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    thread.join(timeout=10)
+    assert taken == [True]

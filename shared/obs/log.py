@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import logging.config
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -183,12 +184,15 @@ class _Formatter(logging.Formatter):
         )
 
     def _ts(self, record: logging.LogRecord) -> str:
+        return self._stamp_text(record.created, record.msecs)
+
+    def _stamp_text(self, created: float, msecs: float) -> str:
         second, text = self._stamp
-        if second != int(record.created):
-            second = int(record.created)
+        if second != int(created):
+            second = int(created)
             text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
             self._stamp = (second, text)
-        return f"{text}.{int(record.msecs):03d}Z"
+        return f"{text}.{int(msecs):03d}Z"
 
     def format(self, record: logging.LogRecord) -> str:
         """Return the record as one line of JSON."""
@@ -199,22 +203,43 @@ class _Formatter(logging.Formatter):
         }
         if record.exc_info or record.exc_text or record.stack_info or not _HEAD.isdisjoint(extras):
             return self._format_whole(record)
+        return self.line(
+            record.levelname,
+            record.name,
+            record.process,
+            record.created,
+            record.msecs,
+            record.getMessage(),
+            extras,
+        )
+
+    def line(
+        self,
+        level: str,
+        logger: str,
+        pid: int | None,
+        created: float,
+        msecs: float,
+        event: str,
+        extras: dict[str, Any],
+    ) -> str:
+        """Return one line of JSON from its parts: a record's (format) or a direct line's
+        (write_direct). No extra may be named as a head field (_format_whole renders those)."""
         # The head's text but for ts and event is the same for every line of one logger at one
         # level in one process: rendered once (the same text _format_whole's dict gives it).
-        key = (record.levelname, record.name, record.process)
+        key = (level, logger, pid)
         head = self._heads.get(key)
         if head is None:
-            level, logger, service, pid = (
-                self._encode(value)
-                for value in (record.levelname, record.name, self.service, record.process)
+            level_text, logger_text, service, pid_text = (
+                self._encode(value) for value in (level, logger, self.service, pid)
             )
             head = self._heads[key] = (
-                f'", "level": {level}, "event": ',
-                f', "logger": {logger}, "service": {service}, "pid": {pid}',
+                f'", "level": {level_text}, "event": ',
+                f', "logger": {logger_text}, "service": {service}, "pid": {pid_text}',
             )
         tail = ", " + self._encode(extras)[1:] if extras else "}"
-        event = self._encode_text(record.getMessage())
-        return f'{{"ts": "{self._ts(record)}{head[0]}{event}{head[1]}{tail}'
+        ts = self._stamp_text(created, msecs)
+        return f'{{"ts": "{ts}{head[0]}{self._encode_text(event)}{head[1]}{tail}'
 
     def _format_whole(self, record: logging.LogRecord) -> str:
         """Return the record as one line of JSON, built as one dict (a line with a traceback,
@@ -274,9 +299,100 @@ class _StdoutHandler(logging.StreamHandler):
         """Ignore the stream StreamHandler.__init__ assigns."""
 
 
+class _Direct:
+    """The handler configure() set up, and how to tell that it alone receives a line."""
+
+    def __init__(self, handler: logging.Handler) -> None:
+        self.handler = handler
+        self.formatter = handler.formatter
+        self.filters = tuple(handler.filters)
+
+    def alone(self, logger: logging.Logger, level: int) -> bool:
+        """Tell whether a record of `logger` at `level` would reach this handler alone, its
+        filters and formatter those configure() gave it: nothing else would see it."""
+        node: Any = logger
+        root = logging.root
+        while node is not root:
+            if node.handlers or node.filters or not node.propagate:
+                return False
+            node = node.parent
+            if node is None:
+                return False
+        handler = self.handler
+        handlers = root.handlers
+        return (
+            len(handlers) == 1
+            and handlers[0] is handler
+            and not root.filters
+            and handler.level <= level
+            and handler.formatter is self.formatter
+            and tuple(handler.filters) == self.filters
+        )
+
+
+_direct: _Direct | None = None
+
+
+def write_direct(logger: logging.Logger, level: int, event: str, fields: dict[str, Any]) -> bool:
+    """Write `event` with `fields` as `logger`'s line at `level` without a LogRecord, when
+    configure()'s handler alone would receive the record; return whether it was written.
+
+    The caller has checked ``logger.isEnabledFor(level)`` and logs the usual way when this
+    returns False: another handler or filter anywhere on the way (pytest's caplog, an
+    application's own), fields a record refuses or renders whole, a failed write. The line is
+    the text the record would have made, filters included (tests/test_log.py compares them).
+    Why: a worker writes two lines a job, and a record's making, filtering and formatting cost
+    two thirds of a line (bench.job_parts, "an INFO line")."""
+    direct = _direct
+    if (
+        direct is None
+        or not _HEAD.isdisjoint(fields)
+        or not _RECORD_ATTRS.isdisjoint(fields)
+        or not direct.alone(logger, level)
+    ):
+        return False
+    # The configured filters' work: DropPayload, TraceIds; and format's leaving out of "_" names.
+    ids = tracing.current_ids()
+    if ids is not None or "payload" in fields or _names_private(fields):
+        fields = {k: v for k, v in fields.items() if k != "payload" and k[:1] != "_"}
+        if ids is not None:
+            fields["trace_id"], fields["span_id"] = ids
+    created = time.time()
+    formatter: Any = direct.formatter
+    line = formatter.line(
+        logging.getLevelName(level),
+        logger.name,
+        os.getpid() if logging.logProcesses else None,
+        created,
+        (created - int(created)) * 1000,
+        event,
+        fields,
+    )
+    handler: Any = direct.handler
+    handler.acquire()
+    try:
+        stream = handler.stream
+        stream.write(line + handler.terminator)
+        stream.flush()
+    except Exception:
+        return False  # logged the usual way, whose handler reports the failure
+    finally:
+        handler.release()
+    return True
+
+
+def _names_private(fields: dict[str, Any]) -> bool:
+    """Tell whether a field's name starts with "_" (a line leaves those out). A loop: a
+    generator's frame would cost more than the check."""
+    for key in fields:  # noqa: SIM110
+        if key[:1] == "_":
+            return True
+    return False
+
+
 def configure(service: str, level: str = "INFO") -> None:
     """Send every logger's records to stdout as JSON lines tagged with ``service``; idempotent."""
-    global _configured
+    global _configured, _direct
     if _configured == (service, level.upper()):
         return
     # The lines carry neither source location nor thread names: skip collecting them (the
@@ -301,6 +417,7 @@ def configure(service: str, level: str = "INFO") -> None:
             "root": {"level": level.upper(), "handlers": ["stdout"]},
         }
     )
+    _direct = _Direct(logging.root.handlers[0])
     _configured = (service, level.upper())
 
 

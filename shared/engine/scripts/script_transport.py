@@ -29,6 +29,9 @@ runs the call now. It sends no WAIT: a write that durable mode must confirm goes
 from __future__ import annotations
 
 import hashlib
+import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -62,6 +65,7 @@ class ScriptTransport:
         self.signatures: dict[str, Signature] = {
             name: parse(name, text) for name, text in sources.items()
         }
+        self._lanes = _Lanes()
 
     def load(self) -> None:
         """Load every script into Redis now, so a broken script fails start-up, not a job."""
@@ -116,15 +120,25 @@ class ScriptTransport:
         keys, args = self.signatures[name].bind(named)
         if is_cluster(self.redis):
             return Sent(self, name, keys, args, None, self.call(name, keys, args))
-        pool = self.redis.connection_pool
-        conn = pool.get_connection()
+        conn = self._lanes.take(self.redis.connection_pool)
         try:
             conn.send_command("EVALSHA", self.shas[name], len(keys), *keys, *args)
         except BaseException:
             conn.disconnect()  # half a command may be on the wire: never reuse it
-            pool.release(conn)
+            self.done_with(conn)
             raise
-        return Sent(self, name, keys, args, conn, None)
+        return Sent(self, name, keys, args, conn, None, threading.get_ident())
+
+    def done_with(self, conn: Any, sender: int | None = None) -> None:
+        """Take back a connection :meth:`begin` sent on, clean: its reply read in full, or
+        disconnected (it connects again when next used). `sender`: the thread that sent on it
+        (threading.get_ident), when another may read the reply (a worker's flusher reads a
+        held job's completion late): that one gives it to the pool, as it keeps none of its own."""
+        pool = self.redis.connection_pool
+        if sender is None or sender == threading.get_ident():
+            self._lanes.give_back(conn, pool)
+        else:
+            pool.release(conn)
 
     def execute(self, build: Callable[[], Any]) -> list[Any]:
         """Execute the pipeline `build()` makes, built anew for each attempt (see loaded)."""
@@ -211,7 +225,7 @@ class ScriptTransport:
 class Sent:
     """A script call sent and not yet read (:meth:`ScriptTransport.begin`)."""
 
-    __slots__ = ("_args", "_conn", "_keys", "_name", "_transport", "_value")
+    __slots__ = ("_args", "_conn", "_keys", "_name", "_sender", "_transport", "_value")
 
     def __init__(
         self,
@@ -221,11 +235,13 @@ class Sent:
         args: list[Any],
         conn: Any,
         value: Any,
+        sender: int | None = None,
     ) -> None:
         self._transport = transport
         self._name, self._keys, self._args = name, keys, args
         self._conn = conn  # None once read (or when the call ran at once: `value` holds it)
         self._value = value
+        self._sender = sender  # the thread that sent on `conn` (threading.get_ident)
 
     @property
     def pending(self) -> bool:
@@ -241,20 +257,80 @@ class Sent:
         if conn is None:
             return self._value
         self._conn = None
-        pool = self._transport.redis.connection_pool
+        transport = self._transport
         try:
             self._value = conn.read_response()
         except redis.exceptions.NoScriptError:
-            pool.release(conn)
-            self._transport.load()
-            self._value = self._transport.call(self._name, self._keys, self._args)
+            transport.done_with(conn, self._sender)
+            transport.load()
+            self._value = transport.call(self._name, self._keys, self._args)
             return self._value
         except redis.exceptions.ResponseError:
-            pool.release(conn)  # the connection is sound: only the script raised
+            # The connection is sound: only the script raised.
+            transport.done_with(conn, self._sender)
             raise
         except BaseException:
             conn.disconnect()  # a reply left unread would answer the next command
-            pool.release(conn)
+            transport.done_with(conn, self._sender)
             raise
-        pool.release(conn)
+        transport.done_with(conn, self._sender)
         return self._value
+
+
+class _Lanes(threading.local):
+    """Each thread's own connection for the calls it sends now and reads later.
+
+    A busy worker makes one such call a job. Taking a connection from redis-py's pool and
+    giving it back around each cost about as much of the worker's CPU as sending the call and
+    reading its reply (bench.job_parts, "a worker's call"): the pool's lock and fork checks,
+    a poll of the socket for stray data, its event and observability hooks. So a thread keeps
+    the connection it last read a reply on and takes it back without the pool while it is
+    fresh: given back clean (its reply read in full, or disconnected, to connect again when
+    next used) less than :data:`FRESH` seconds ago. An older one goes back through the pool,
+    whose checks find a socket Redis closed meanwhile (a restart while the worker idled) and
+    connect again before anything is sent, as every connection it hands out gets. A second call
+    sent while the first is unread takes another connection from the pool, and gives it back
+    there; so does a reply read by another thread (a worker's flusher reading a held job's
+    completion late). Never kept across a fork: the child would share the parent's socket.
+    """
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.since = 0.0  # time.monotonic() when `conn` was given back
+        self.pid = _pid
+
+    def take(self, pool: Any) -> Any:
+        """Return this thread's fresh connection, or one from `pool`."""
+        conn = self.conn
+        if conn is not None:
+            self.conn = None
+            if self.pid != _pid:
+                pass  # the parent's: leave its socket alone (the pool forgot it at the fork)
+            elif time.monotonic() - self.since < FRESH:
+                return conn
+            else:
+                pool.release(conn)
+        return pool.get_connection()
+
+    def give_back(self, conn: Any, pool: Any) -> None:
+        """Keep `conn` (clean: nothing left to read on it) for this thread's next call, or give
+        it back to `pool` when the thread already keeps one."""
+        if self.conn is None:
+            self.conn, self.since, self.pid = conn, time.monotonic(), _pid
+        else:
+            pool.release(conn)
+
+
+# How long a thread's kept connection is taken back without the pool's checks: a busy worker's
+# calls come well within it; one idle longer may have lost its socket to a Redis restart.
+FRESH = 1.0
+
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)

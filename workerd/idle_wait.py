@@ -37,6 +37,7 @@ def pop_hint(scripts: Scripts, planner: ClaimPlanner, queues: tuple[str, ...]) -
     client = scripts.redis
     wakes = {scripts.q(queue).wake: queue for queue in queues}
     if not is_cluster(client):
+        scripts.transport.let_go()  # the BLPOP takes it: one connection a thread, as ever
         popped = client.blpop(list(wakes), timeout=planner.timings.wake_timeout)
         return _hint(popped, wakes)
     found: list[Hint] = []

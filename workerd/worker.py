@@ -162,6 +162,10 @@ class WorkerProcess(StopOnSignal):
         self.inflight: InFlight | None = None
         self.run_times = RunTimes()
         self.hold_limit = settings.visibility_timeout / 2
+        # When the claim of the job about to start was first sent (monotonic), and of each
+        # claim sent and not yet answered, by request id (a repeat gets the first send's job).
+        self.claimed_at: float | None = None
+        self.claims_sent: dict[str, float] = {}
         self.cancels_seen = slot.control.cancels_sent() if slot.control is not None else 0
 
     def install_signals(self) -> None:
@@ -288,11 +292,13 @@ class WorkerProcess(StopOnSignal):
         for _ in range(TAKE_TRIES):
             # Kept until the call answers: one that raised may have reached Redis (reply lost).
             retry[queue] = request_id
+            sent_at = self.claims_sent.setdefault(request_id, time.monotonic())
             runnable = self.routing.runnable(queue)
             try:
                 job = self._claim_call(queue, runnable, request_id)
             except QueuePaused:
                 retry.pop(queue, None)
+                self.claims_sent.pop(request_id, None)
                 self.planner.found_paused(queue)
                 return None
             except MASTER_DOWN as exc:
@@ -301,9 +307,12 @@ class WorkerProcess(StopOnSignal):
                 self.planner.set_aside(queue, exc)  # its claim kept for a repeat
                 return None
             retry.pop(queue, None)
+            self.claims_sent.pop(request_id, None)
             if not isinstance(job, NotRunnable):
                 if job is None:
                     self.planner.found_empty(queue)
+                else:
+                    self.claimed_at = sent_at
                 return job
             if not self.routing.take(job):
                 return None  # left to a host that runs it
@@ -367,6 +376,7 @@ class WorkerProcess(StopOnSignal):
         """Requeue the jobs claimed for this worker that it will not run (it is stopping):
         the next job in hand, and one a call still in flight claimed (read first)."""
         held = self._settle()
+        self.claimed_at = None  # neither job in hand will start
         job, self.next_job = self.next_job, None
         unstarted: list[Job | None] = [job, held]
         if self.batch is not None:
@@ -393,7 +403,18 @@ class WorkerProcess(StopOnSignal):
         # Still unreachable: the lease expires and a scheduler recovers the job.
 
     def _execute(self, job: Job) -> Job | None:
-        """Run one claimed job and record its outcome; return the next job if one was claimed."""
+        """Run one claimed job and record its outcome; return the next job if one was claimed.
+
+        A job claimed past half its lease ago is handed back instead (None returned): its
+        lease is renewed only once it runs, so the process stalled between the claim and now
+        (SIGSTOP, a paused VM) and a scheduler may have recovered the job meanwhile and
+        another worker run it (docs/RELIABILITY.md, scenario 4)."""
+        claimed_at, self.claimed_at = self.claimed_at, None
+        if claimed_at is not None and time.monotonic() - claimed_at > self.hold_limit:
+            self._hand_back(job)
+            if self.batch is not None:
+                self._give_back_batch()  # the rest of its claim, as old
+            return None
         timeout = job.timeout or self.settings.default_job_timeout
         started_at = self.slot.start_job(job.id, job.token, timeout, job.queue, job.type)
         self.execution = Execution(started_at, self.slot.control)
@@ -481,6 +502,7 @@ class WorkerProcess(StopOnSignal):
             if claim_next is None or not outcome.ok:
                 fenced.close()  # this write claims nothing: the fence need not wait for it
             self.planner.claim_now = True
+            sent_at = time.monotonic()  # a job it claims holds its lease from about then
             with acknowledge_span(job, attributes):
                 ack = self.acks.write(job, outcome, fields, claim_next)
         if ack is not None and ack.paused:
@@ -492,6 +514,8 @@ class WorkerProcess(StopOnSignal):
             return None
         if claim_next is not None and outcome.ok:
             self.planner.completed(job.queue, claimed_next=next_job is not None)
+        if next_job is not None:
+            self.claimed_at = sent_at
         return next_job
 
     # Holding the next job (WORKER_PREFETCH, workerd.prefetch) ----------------------------------
@@ -623,6 +647,7 @@ class WorkerProcess(StopOnSignal):
         if inflight.age() > self.hold_limit:
             self._hand_back(claimed)
             return None
+        self.claimed_at = inflight.sent_at  # checked again as it starts (_execute)
         return claimed
 
     def _read(self, inflight: InFlight) -> Job | None:

@@ -341,8 +341,8 @@ def write_direct(logger: logging.Logger, level: int, event: str, fields: dict[st
     returns False: another handler or filter anywhere on the way (pytest's caplog, an
     application's own), fields a record refuses or renders whole, a failed write. The line is
     the text the record would have made, filters included (tests/test_log.py compares them).
-    Why: a worker writes two lines a job, and a record's making, filtering and formatting cost
-    two thirds of a line (bench.job_parts, "an INFO line")."""
+    Why: a worker writes two lines a job, and making a record and passing it through logging's
+    loggers, handler and filters cost a third of a line (bench.job_parts, "an INFO line")."""
     direct = _direct
     if (
         direct is None

@@ -29,6 +29,7 @@ from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine, Journal
 from tests.workerd.stepping import assert_each_completed_once, job_hash, run_until
 from workerd import JobContext, handler
+from workerd.prefetch import InFlight
 from workerd.slots import SlotTable
 from workerd.worker import WorkerProcess
 
@@ -234,10 +235,14 @@ def test_quiet_hands_back_the_held_job_and_claims_nothing_more(scripts: Scripts)
     assert len(pending) == 10 - worker.jobs_done
 
 
-def test_a_held_job_too_old_for_its_lease_is_handed_back_not_run(scripts: Scripts) -> None:
+def test_a_held_job_too_old_for_its_lease_is_handed_back_not_run(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ids = _enqueue(scripts, SHORT, 8)
     worker = _worker(scripts)
-    worker.hold_limit = -1.0  # every held job counts as past half its lease
+    # Every held job counts as past half its lease; a job claimed and started at once does not
+    # (the stall tests below age that one).
+    monkeypatch.setattr(InFlight, "age", lambda self: float("inf"))
     handed_back: list[str] = []
     hand_back = worker._hand_back
 
@@ -418,3 +423,105 @@ def test_a_held_job_that_runs_long_has_the_completion_before_it_recorded_meanwhi
     assert worker.flusher is not None and worker.flusher.wakes > 0
     table.publish_status(1, True, True, quiet=True)
     assert table.quiet()  # the claim lock is free: neither held nor released twice
+
+
+def test_an_idle_worker_waits_for_work_on_the_connection_it_kept(scripts: Scripts) -> None:
+    # Its calls keep one connection (ScriptTransport's lanes); its idle BLPOP takes that one
+    # back from the pool rather than a second: one connection a job thread, busy or idle.
+    ids = _enqueue(scripts, SHORT, 3)
+    worker = _worker(scripts)
+    run_until(worker, lambda: worker.jobs_done == 3)
+    worker._hand_back_unstarted_job()
+    kept = scripts.transport._lanes.conn
+    assert kept is not None
+    hinted = scripts.q("default").wake
+    scripts.redis.delete(hinted)
+    worker.planner.claim_now = False
+    worker._wait_for_work()  # no hint comes: one wake timeout
+    assert scripts.transport._lanes.conn is None
+    assert kept in scripts.redis.connection_pool._available_connections
+    assert_each_completed_once(scripts, ids)
+
+
+class _StallClock:
+    """workerd.worker's `time`: the real one, but for a monotonic clock a test moves on."""
+
+    def __init__(self) -> None:
+        self.skew = 0.0
+        self.perf_counter, self.sleep = time.perf_counter, time.sleep
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.skew
+
+
+@pytest.mark.parametrize("prefetch", ["on", "off"])
+def test_a_job_claimed_before_a_stall_past_half_its_lease_is_handed_back_not_run(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch, prefetch: str
+) -> None:
+    """Scenario 4's third case: the process stalls (SIGSTOP, a paused VM) between sending a
+    claim and starting its job. Not yet running, the job's lease is not renewed; a scheduler
+    may recover it meanwhile and another worker run it, so the stalled worker must not run it
+    as well once it wakes: it hands the job back (its release refused if it was recovered)."""
+    clock = _StallClock()
+    monkeypatch.setattr("workerd.worker.time", clock)
+    real_claim = scripts.claim
+    stalls = {"left": 1}
+
+    def stalled_claim(*args: Any, **kwargs: Any) -> Any:
+        job = real_claim(*args, **kwargs)
+        if stalls["left"]:
+            stalls["left"] -= 1
+            clock.skew += 60.0  # the reply read a minute after the claim was sent
+        return job
+
+    monkeypatch.setattr(scripts, "claim", stalled_claim)
+    [job_id] = _enqueue(scripts, SHORT, 1)
+    worker = _worker(scripts, WORKER_PREFETCH=prefetch)
+    handed_back: list[str] = []
+    hand_back = worker._hand_back
+
+    def counting(job: Job) -> None:
+        handed_back.append(job.id)
+        hand_back(job)
+
+    worker._hand_back = counting  # type: ignore[method-assign]
+    worker.step()
+    assert handed_back == [job_id] and seen == []
+    assert job_hash(scripts, job_id)[b"status"] == b"pending"
+    run_until(worker, lambda: worker.jobs_done == 1)
+    assert [job for _, job, _ in seen] == [job_id]
+    assert_each_completed_once(scripts, [job_id])
+
+
+@pytest.mark.parametrize("prefetch", ["on", "off"])
+def test_a_job_claimed_with_a_completion_before_a_stall_is_handed_back_not_run(
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch, prefetch: str
+) -> None:
+    # The same stall between a completion that claimed the next job and that job's start.
+    clock = _StallClock()
+    monkeypatch.setattr("workerd.worker.time", clock)
+    ids = _enqueue(scripts, SHORT, 3)
+    worker = _worker(scripts, WORKER_PREFETCH=prefetch)
+    started = worker.slot.start_job
+
+    def stalled_start(*args: Any, **kwargs: Any) -> Any:
+        if args[0] == ids[1] and not handed_back:
+            raise AssertionError("the second job started after the stall")
+        return started(*args, **kwargs)
+
+    handed_back: list[str] = []
+    hand_back = worker._hand_back
+
+    def counting(job: Job) -> None:
+        handed_back.append(job.id)
+        hand_back(job)
+
+    worker._hand_back = counting  # type: ignore[method-assign]
+    run_until(worker, lambda: worker.jobs_done == 1)  # the first job's completion claimed the next
+    clock.skew += 60.0  # stalled before the second starts
+    monkeypatch.setattr(worker.slot, "start_job", stalled_start)
+    run_until(worker, lambda: worker.jobs_done == 3)
+    worker._hand_back_unstarted_job()
+    assert ids[1] in handed_back
+    assert [job for _, job, _ in seen] == ids  # each ran once, in order
+    assert_each_completed_once(scripts, ids)

@@ -129,6 +129,12 @@ class ScriptTransport:
             raise
         return Sent(self, name, keys, args, conn, None, threading.get_ident())
 
+    def let_go(self) -> None:
+        """Give the calling thread's kept connection (see :class:`_Lanes`) back to the pool:
+        a thread about to wait for work with a blocking command of its own (a worker's idle
+        BLPOP) then takes that one, rather than a second connection."""
+        self._lanes.let_go(self.redis.connection_pool)
+
     def done_with(self, conn: Any, sender: int | None = None) -> None:
         """Take back a connection :meth:`begin` sent on, clean: its reply read in full, or
         disconnected (it connects again when next used). `sender`: the thread that sent on it
@@ -281,9 +287,9 @@ class _Lanes(threading.local):
     """Each thread's own connection for the calls it sends now and reads later.
 
     A busy worker makes one such call a job. Taking a connection from redis-py's pool and
-    giving it back around each cost about as much of the worker's CPU as sending the call and
-    reading its reply (bench.job_parts, "a worker's call"): the pool's lock and fork checks,
-    a poll of the socket for stray data, its event and observability hooks. So a thread keeps
+    giving it back around each cost a quarter of the call's client CPU (bench.job_parts, "a
+    worker's call"): the pool's lock and fork checks, a poll of the socket for stray data, its
+    event and observability hooks. So a thread keeps
     the connection it last read a reply on and takes it back without the pool while it is
     fresh: given back clean (its reply read in full, or disconnected, to connect again when
     next used) less than :data:`FRESH` seconds ago. An older one goes back through the pool,
@@ -311,6 +317,12 @@ class _Lanes(threading.local):
             else:
                 pool.release(conn)
         return pool.get_connection()
+
+    def let_go(self, pool: Any) -> None:
+        """Give the kept connection, if any, back to `pool`."""
+        conn, self.conn = self.conn, None
+        if conn is not None and self.pid == _pid:
+            pool.release(conn)
 
     def give_back(self, conn: Any, pool: Any) -> None:
         """Keep `conn` (clean: nothing left to read on it) for this thread's next call, or give

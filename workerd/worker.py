@@ -409,11 +409,7 @@ class WorkerProcess(StopOnSignal):
         lease is renewed only once it runs, so the process stalled between the claim and now
         (SIGSTOP, a paused VM) and a scheduler may have recovered the job meanwhile and
         another worker run it (docs/RELIABILITY.md, scenario 4)."""
-        claimed_at, self.claimed_at = self.claimed_at, None
-        if claimed_at is not None and time.monotonic() - claimed_at > self.hold_limit:
-            self._hand_back(job)
-            if self.batch is not None:
-                self._give_back_batch()  # the rest of its claim, as old
+        if self._too_old_to_start(job):
             return None
         timeout = job.timeout or self.settings.default_job_timeout
         started_at = self.slot.start_job(job.id, job.token, timeout, job.queue, job.type)
@@ -475,6 +471,18 @@ class WorkerProcess(StopOnSignal):
         next_job = self._record(job, outcome, fields, attributes)
         self.slot.beat()  # not busy: what taskforge_busy_workers counts (workerd.obs_server)
         return next_job
+
+    def _too_old_to_start(self, job: Job) -> bool:
+        """Hand `job` back (with the rest of its batch) if its claim was first sent more than
+        half its lease ago; tell whether it was. Asked once a claim: once the slot shows the
+        job its lease is renewed (a thread's job waiting to run alone asks before it waits)."""
+        claimed_at, self.claimed_at = self.claimed_at, None
+        if claimed_at is None or time.monotonic() - claimed_at <= self.hold_limit:
+            return False
+        self._hand_back(job)
+        if self.batch is not None:
+            self._give_back_batch()  # the rest of its claim, as old
+        return True
 
     def _record(
         self,

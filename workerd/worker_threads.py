@@ -256,6 +256,8 @@ class JobThread(WorkerProcess):
         its cancel or the process's stop comes while it waits for them (:meth:`_unstarted`)."""
         if job.extra.get("alone") != "1":
             return super()._execute(job)
+        if self._too_old_to_start(job):  # asked now: the wait below renews its lease
+            return None
         # Shown while it waits, so its lease is renewed and a cancel can name this wait;
         # untimed (timeout 0) until it starts.
         started = self.slot.start_job(job.id, job.token, 0.0, job.queue, job.type)

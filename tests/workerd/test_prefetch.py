@@ -90,6 +90,19 @@ def _enqueue(scripts: Scripts, job_type: str, count: int) -> list[str]:
     return [scripts.enqueue(request, str(uuid.uuid4())).job_id for _ in range(count)]
 
 
+def _count_hand_backs(worker: WorkerProcess) -> list[str]:
+    """Return the list of job ids `worker` hands back from now on, in order."""
+    handed_back: list[str] = []
+    hand_back = worker._hand_back
+
+    def counting(job: Job) -> None:
+        handed_back.append(job.id)
+        hand_back(job)
+
+    worker._hand_back = counting  # type: ignore[method-assign]
+    return handed_back
+
+
 def _lose_replies(
     monkeypatch: pytest.MonkeyPatch, pending: type[PendingAck] | type[PendingClaim], times: int
 ) -> dict[str, int]:
@@ -243,14 +256,7 @@ def test_a_held_job_too_old_for_its_lease_is_handed_back_not_run(
     # Every held job counts as past half its lease; a job claimed and started at once does not
     # (the stall tests below age that one).
     monkeypatch.setattr(InFlight, "age", lambda self: float("inf"))
-    handed_back: list[str] = []
-    hand_back = worker._hand_back
-
-    def counting(job: Job) -> None:
-        handed_back.append(job.id)
-        hand_back(job)
-
-    worker._hand_back = counting  # type: ignore[method-assign]
+    handed_back = _count_hand_backs(worker)
     run_until(worker, lambda: worker.jobs_done == 8)
     worker._hand_back_unstarted_job()
 
@@ -477,14 +483,7 @@ def test_a_job_claimed_before_a_stall_past_half_its_lease_is_handed_back_not_run
     monkeypatch.setattr(scripts, "claim", stalled_claim)
     [job_id] = _enqueue(scripts, SHORT, 1)
     worker = _worker(scripts, WORKER_PREFETCH=prefetch)
-    handed_back: list[str] = []
-    hand_back = worker._hand_back
-
-    def counting(job: Job) -> None:
-        handed_back.append(job.id)
-        hand_back(job)
-
-    worker._hand_back = counting  # type: ignore[method-assign]
+    handed_back = _count_hand_backs(worker)
     worker.step()
     assert handed_back == [job_id] and seen == []
     assert job_hash(scripts, job_id)[b"status"] == b"pending"
@@ -509,14 +508,7 @@ def test_a_job_claimed_with_a_completion_before_a_stall_is_handed_back_not_run(
             raise AssertionError("the second job started after the stall")
         return started(*args, **kwargs)
 
-    handed_back: list[str] = []
-    hand_back = worker._hand_back
-
-    def counting(job: Job) -> None:
-        handed_back.append(job.id)
-        hand_back(job)
-
-    worker._hand_back = counting  # type: ignore[method-assign]
+    handed_back = _count_hand_backs(worker)
     run_until(worker, lambda: worker.jobs_done == 1)  # the first job's completion claimed the next
     clock.skew += 60.0  # stalled before the second starts
     monkeypatch.setattr(worker.slot, "start_job", stalled_start)

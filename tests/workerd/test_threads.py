@@ -442,3 +442,21 @@ def test_a_process_whose_every_thread_runs_a_job_longer_than_the_silence_limit_l
     assert all((j.attempts, j.recoveries) == (1, 0) for j in jobs.values())
     assert workerd.events("child_silent") == [] and workerd.events("child_killed") == []
     assert workerd.children("worker") == [first]
+
+
+def test_a_job_that_waited_to_run_alone_past_half_its_lease_still_runs(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, r: redis.Redis
+) -> None:
+    # A job is aged from its claim as it would start (a stalled process hands back one too
+    # old to trust its lease), but a job waiting at the gate is shown in its slot and renewed:
+    # its age is asked before the wait, and it runs once its sibling is done, not handed back.
+    workerd = threaded(start_workerd, 2, TASK_VISIBILITY_TIMEOUT="2s")
+    file = tmp_path / "notes"
+    sleeper = {"type": "noted_sleep", "seconds": 3}  # the wait: past half the 2 s lease
+    sibling, marked, pid = wait_alone_beside(workerd, engine, r, file, sleeper)
+
+    done = engine.wait_all([sibling, marked], {JobState.COMPLETED}, 20)
+    assert done[marked].recoveries == 0 and done[marked].attempts == 1
+    assert [n["pid"] for n in notes(file, "start", marked)] == [pid]
+    assert workerd.events("job_released", job_id=marked) == []
+    assert workerd.events("job_recovered") == []

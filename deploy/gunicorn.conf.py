@@ -10,6 +10,7 @@ gunicorn exits). Command-line flags still override anything set here.
 
 from __future__ import annotations
 
+import faulthandler
 import ipaddress
 import logging
 import os
@@ -217,6 +218,9 @@ def post_worker_init(worker: Any) -> None:
     the fleet view now, so the first enqueue already has warnings to give."""
     watch_worker(lambda: worker.alive)
     gateway_app.start_fleet_view(worker.wsgi)
+    # A fatal signal (a C extension's SIGSEGV) prints every thread's Python stack to stderr,
+    # beside gunicorn's "Worker was sent SIGSEGV!" line.
+    faulthandler.enable()
 
 
 def pre_request(worker: Any, req: Any) -> None:

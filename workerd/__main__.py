@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import logging
 import os
@@ -200,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     refuse_cluster_node_behind_plain_url(settings)
     schedules = load_schedules(settings)
     logsetup.configure("workerd", settings.log_level)
+    # A fatal signal (a C extension's SIGSEGV) prints every thread's Python stack to stderr;
+    # its children inherit it over fork.
+    faulthandler.enable()
     own_metrics_dir = not os.environ.get(MULTIPROC_ENV)
     metrics_dir = os.environ.get(MULTIPROC_ENV) or tempfile.mkdtemp(prefix="taskforge-workerd-")
     prepare_multiprocess_dir(metrics_dir, wipe=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import signal
 import socket
 import threading
 import time
@@ -354,3 +356,28 @@ def test_redis_down_is_503_within_a_second_and_recovers(
     # Pooled connections to the old server are dead: the first call per connection retries.
     assert [gw.request("POST", "/enqueue", {"type": "a"})[0] for _ in range(4)] == [201] * 4
     assert gw.request("GET", "/ready")[0] == 200
+
+
+def test_a_worker_killed_by_a_fatal_signal_leaves_its_python_stacks_in_the_log(
+    start_gateway: Any,
+) -> None:
+    # deploy/gunicorn.conf.py enables faulthandler in each worker: a crash in a C extension
+    # (CI saw "Worker was sent SIGSEGV!" twice, with nothing more) shows where every thread was.
+    with start_gateway() as gw:
+        [pid, *_] = gw.worker_pids()
+        # Booted: post_worker_init has run once the worker catches SIGSEGV (/proc's SigCgt).
+        wait_until(lambda: _catches(pid, signal.SIGSEGV), 10.0, "the worker's boot")
+        os.kill(pid, signal.SIGSEGV)
+        wait_until(
+            lambda: "Fatal Python error: Segmentation fault" in gw.log_path.read_text("utf-8"),
+            10.0,
+            "faulthandler's report of the crashed worker",
+        )
+        assert "Current thread" in gw.log_path.read_text("utf-8")
+
+
+def _catches(pid: int, sig: signal.Signals) -> bool:
+    """Tell whether process `pid` has a handler for `sig` (its /proc status's SigCgt mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    mask = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(mask, 16) & (1 << (sig - 1)))

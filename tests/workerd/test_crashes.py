@@ -306,3 +306,21 @@ def test_a_worker_killed_running_one_job_and_holding_another_counts_only_the_run
     kept = history.read(r, engine.keys, held, "default")
     assert kept is not None
     assert [e.event for e in kept.entries][:3] == ["enqueued", "claimed", "released"]
+
+
+def test_a_worker_killed_by_a_fatal_signal_leaves_its_python_stacks_on_stderr(
+    start_workerd: Callable[..., Workerd], engine: Engine, journal: Journal
+) -> None:
+    # workerd enables faulthandler before it forks: a crash in a C extension shows where each
+    # thread of the child was, and the supervisor replaces the child as after any death.
+    workerd = start_workerd(WORKER_COUNT="1")
+    job_id = engine.enqueue("journal", {"file": journal.file, "sleep": 1.0})
+    [started] = journal.wait_for("start", job_id)
+    os.kill(started["pid"], signal.SIGSEGV)
+    wait_until(
+        lambda: "Fatal Python error: Segmentation fault" in workerd.err_path.read_text("utf-8"),
+        10.0,
+        "faulthandler's report of the crashed worker",
+    )
+    workerd.wait_for("child_exited", child_pid=started["pid"])
+    assert engine.wait_for(job_id, JobState.COMPLETED, 20).recoveries == 1

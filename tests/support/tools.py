@@ -77,9 +77,25 @@ def free_port_to_listen_on_later() -> int:
 
 def process_state(pid: int) -> str:
     """Return the state letter of `pid` in /proc ("R", "S", "T" stopped, "Z"…), "" if gone."""
+    # The command name may hold spaces and parentheses: the state follows the last ")".
+    return process_state_of(str(pid))
+
+
+def stopped(pid: int) -> bool:
+    """Tell whether every thread of `pid` is stopped (state "T" in /proc): a SIGSTOP is sent at
+    once but lands when the kernel gets to each thread, which on a loaded machine can be after
+    the process has claimed and started one more job."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            # The command name may hold spaces and parentheses: the state follows the last ")".
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    return bool(tasks) and all(process_state_of(f"{pid}/task/{tid}") == "T" for tid in tasks)
+
+
+def process_state_of(path: str) -> str:
+    """process_state for /proc/<path>/stat (a pid, or <pid>/task/<tid>)."""
+    try:
+        with open(f"/proc/{path}/stat", "rb") as stat:
             return stat.read().rsplit(b")", 1)[1].split()[0].decode()
     except OSError:
         return ""

@@ -10,7 +10,7 @@ from flask import Flask
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from gateway import auth, ui
+from gateway import auth, model_gate, ui
 from gateway import dlq_api as dlq
 from gateway import events_api as events
 from gateway import history_api as history
@@ -84,6 +84,7 @@ def create_app(
     """Build the gateway; tests inject `scripts` (fakeredis) or `client` (a private server)."""
     settings = settings or load_or_exit()
     shared_log.configure("gateway", settings.log_level)
+    model_gate.prepare()  # before any request thread: msgspec's first conversion is not thread-safe
     if scripts is None:
         scripts = Scripts(
             client or gateway_client(settings),

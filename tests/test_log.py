@@ -391,3 +391,15 @@ def test_a_failed_direct_write_is_left_to_logging(monkeypatch: pytest.MonkeyPatc
     thread.start()
     thread.join(timeout=10)
     assert taken == [True]
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_value_the_line_cannot_hold_is_left_to_logging(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log.configure("workerd")
+    logger = logging.getLogger("shared.engine.lifecycle")
+    # A dict keyed by a tuple: JSON cannot hold it. The direct path must not raise into the
+    # worker; logging's path reports the error on stderr and goes on.
+    assert not log.write_direct(logger, logging.INFO, "job_completed", {"bad": {(1, 2): 1}})
+    assert capsys.readouterr().out == ""

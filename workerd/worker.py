@@ -480,8 +480,9 @@ class WorkerProcess(StopOnSignal):
         if claimed_at is None or time.monotonic() - claimed_at <= self.hold_limit:
             return False
         self._hand_back(job)
-        if self.batch is not None:
-            self._give_back_batch()  # the rest of its claim, as old
+        # And what came with it or after it: the rest of its batch (as old), a claim sent
+        # ahead of it (read now: left unread, it would keep its job and the claim lock).
+        self._hand_back_unstarted_job()
         return True
 
     def _record(

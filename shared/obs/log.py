@@ -359,15 +359,18 @@ def write_direct(logger: logging.Logger, level: int, event: str, fields: dict[st
             fields["trace_id"], fields["span_id"] = ids
     created = time.time()
     formatter: Any = direct.formatter
-    line = formatter.line(
-        logging.getLevelName(level),
-        logger.name,
-        os.getpid() if logging.logProcesses else None,
-        created,
-        (created - int(created)) * 1000,
-        event,
-        fields,
-    )
+    try:
+        line = formatter.line(
+            logging.getLevelName(level),
+            logger.name,
+            os.getpid() if logging.logProcesses else None,
+            created,
+            (created - int(created)) * 1000,
+            event,
+            fields,
+        )
+    except Exception:
+        return False  # a value JSON cannot hold: logging's own path reports it, and goes on
     handler: Any = direct.handler
     handler.acquire()
     try:

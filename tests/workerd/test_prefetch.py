@@ -512,6 +512,10 @@ def test_a_job_claimed_with_a_completion_before_a_stall_is_handed_back_not_run(
     run_until(worker, lambda: worker.jobs_done == 1)  # the first job's completion claimed the next
     clock.skew += 60.0  # stalled before the second starts
     monkeypatch.setattr(worker.slot, "start_job", stalled_start)
+    run_until(worker, lambda: bool(handed_back))
+    # A claim sent ahead of the job handed back (prefetch) was read, its job handed back too:
+    # nothing left in flight, holding a job and the claim lock while the worker idles.
+    assert worker.inflight is None
     run_until(worker, lambda: worker.jobs_done == 3)
     worker._hand_back_unstarted_job()
     assert ids[1] in handed_back

@@ -66,10 +66,6 @@ class Batch:
     claimed_at: float = 0.0  # monotonic; the jobs in hand have held their leases since then
     done: list[Finished] = field(default_factory=list)
 
-    # Claims sent, queue -> (request id, monotonic time of its first send): a repeat of one
-    # whose reply was lost gets the jobs that first send claimed, their leases running since.
-    claims_sent: dict[str, tuple[str, float]] = field(default_factory=dict)
-
     def hold(self, jobs: tuple[Job, ...] | list[Job], sent_at: float) -> None:
         """Take claimed jobs in hand; `sent_at`: when the call that claimed them was first sent
         (their leases run from about then, however long its repeats took)."""
@@ -77,13 +73,6 @@ class Batch:
         assert not self.hand, "jobs still in hand"
         self.hand.extend(jobs)
         self.claimed_at = sent_at
-
-    def claim_sent_at(self, queue: str, request_id: str, now: float) -> float:
-        """Return when the claim `request_id` on `queue` was first sent (`now`, if this is it)."""
-        first = self.claims_sent.get(queue)
-        if first is None or first[0] != request_id:
-            first = self.claims_sent[queue] = (request_id, now)
-        return first[1]
 
     def must_send(self, run_times: RunTimes, now: float) -> bool:
         """Tell whether the waiting completions go now, before the next job in hand starts:

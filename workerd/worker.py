@@ -162,10 +162,10 @@ class WorkerProcess(StopOnSignal):
         self.inflight: InFlight | None = None
         self.run_times = RunTimes()
         self.hold_limit = settings.visibility_timeout / 2
-        # When the claim of the job about to start was first sent (monotonic), and of each
-        # claim sent and not yet answered, by request id (a repeat gets the first send's job).
+        # When the claim of the job about to start was first sent (monotonic), and each
+        # queue's last claim: (request id, first sent). A repeat gets the first send's jobs.
         self.claimed_at: float | None = None
-        self.claims_sent: dict[str, float] = {}
+        self.claims_sent: dict[str, tuple[str, float]] = {}
         self.cancels_seen = slot.control.cancels_sent() if slot.control is not None else 0
 
     def install_signals(self) -> None:
@@ -292,13 +292,12 @@ class WorkerProcess(StopOnSignal):
         for _ in range(TAKE_TRIES):
             # Kept until the call answers: one that raised may have reached Redis (reply lost).
             retry[queue] = request_id
-            sent_at = self.claims_sent.setdefault(request_id, time.monotonic())
+            sent_at = self._claim_sent_at(queue, request_id)
             runnable = self.routing.runnable(queue)
             try:
-                job = self._claim_call(queue, runnable, request_id)
+                job = self._claim_call(queue, runnable, request_id, sent_at)
             except QueuePaused:
                 retry.pop(queue, None)
-                self.claims_sent.pop(request_id, None)
                 self.planner.found_paused(queue)
                 return None
             except MASTER_DOWN as exc:
@@ -307,7 +306,6 @@ class WorkerProcess(StopOnSignal):
                 self.planner.set_aside(queue, exc)  # its claim kept for a repeat
                 return None
             retry.pop(queue, None)
-            self.claims_sent.pop(request_id, None)
             if not isinstance(job, NotRunnable):
                 if job is None:
                     self.planner.found_empty(queue)
@@ -319,17 +317,23 @@ class WorkerProcess(StopOnSignal):
             request_id = new_request_id()
         return None
 
+    def _claim_sent_at(self, queue: str, request_id: str) -> float:
+        """Return when the claim `request_id` on `queue` was first sent (now, if this is it):
+        a repeat after a lost reply gets the jobs the first send claimed, aged from it."""
+        first = self.claims_sent.get(queue)
+        if first is None or first[0] != request_id:
+            first = self.claims_sent[queue] = (request_id, time.monotonic())
+        return first[1]
+
     def _claim_call(
-        self, queue: str, runnable: frozenset[str] | None, request_id: str
+        self, queue: str, runnable: frozenset[str] | None, request_id: str, sent_at: float
     ) -> Job | NotRunnable | None:
         """One claim on `queue`: a job, or with WORKER_BATCH a batch whose first job is
-        returned and the rest taken in hand."""
+        returned and the rest taken in hand (aged from `sent_at`)."""
         if self.batch is None:
             return self.scripts.claim(
                 self.worker_id, queue=queue, runnable=runnable, request_id=request_id
             )
-        # A repeat (its first reply lost) gets the jobs the first send claimed: aged from it.
-        sent_at = self.batch.claim_sent_at(queue, request_id, time.monotonic())
         got = self.scripts.claim_batch(
             self.worker_id,
             self._batch_count(),

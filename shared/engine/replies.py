@@ -16,7 +16,7 @@ from shared.engine.engine_types import (
     JobNotFound,
     WrongState,
 )
-from shared.model.jobs import Job, JobState
+from shared.model.jobs import DEFAULT_MAX_RETRIES, Job, JobState
 
 
 def text(value: bytes | str | None) -> str | None:
@@ -61,17 +61,53 @@ def claimed_job(values: Sequence[bytes | None], worker_id: str, queue: str) -> J
     """Build the Job of a claim reply (values in CLAIM_REPLY_FIELDS order) for `worker_id`.
 
     A claimed job is processing, held by the worker that claimed it, and last updated when it
-    started: the script leaves these out of its reply.
+    started: the script leaves these out of its reply. Read by position, with the defaults of
+    Job.from_hash: a worker builds one per job, and the generic way (a dict of the fields, each
+    name encoded and looked up) was about a fifth of the worker's Python per job.
     """
-    raw = {
-        name: value
-        for name, value in zip(CLAIM_REPLY_FIELDS, values, strict=True)
-        if value is not None
-    }
-    raw[b"status"] = b"processing"
-    raw[b"updated_at"] = raw[b"started_at"]
-    raw[b"worker_id"] = worker_id.encode()
-    return job_from_fields(raw, queue)
+    (
+        job_id,
+        job_type,
+        priority,
+        max_retries,
+        attempts,
+        recoveries,
+        payload,
+        created_at,
+        token,
+        scheduled_at,
+        timeout,
+        eligible_at,
+        traceparent,
+        started_at,
+        alone,
+    ) = values
+    started = int(started_at) if started_at is not None else None
+    job = Job(
+        id=job_id.decode() if job_id else "",
+        type=job_type.decode() if job_type else "",
+        status=JobState.PROCESSING,
+        priority=int(priority) if priority else 0,
+        max_retries=(int(max_retries) if max_retries else 0) or DEFAULT_MAX_RETRIES,
+        attempts=int(attempts) if attempts else 0,
+        recoveries=int(recoveries) if recoveries else 0,
+        payload_json=payload.decode() if payload else "{}",
+        created_at=int(created_at) if created_at else 0,
+        updated_at=started or 0,
+        token=int(token) if token else 0,
+        scheduled_at=int(scheduled_at) if scheduled_at is not None else None,
+        started_at=started,
+        timeout=float(timeout) if timeout is not None else None,
+        worker_id=worker_id,
+        queue=queue,
+    )
+    if eligible_at is not None:
+        job.extra["eligible_at"] = eligible_at.decode()
+    if traceparent is not None:
+        job.extra["traceparent"] = traceparent.decode()
+    if alone is not None:
+        job.extra["alone"] = alone.decode()
+    return job
 
 
 def job_from_fields(raw: dict[bytes, bytes], queue: str) -> Job:

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -403,3 +404,25 @@ def test_a_value_the_line_cannot_hold_is_left_to_logging(
     # worker; logging's path reports the error on stderr and goes on.
     assert not log.write_direct(logger, logging.INFO, "job_completed", {"bad": {(1, 2): 1}})
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_direct_line_names_the_forked_process_that_wrote_it() -> None:
+    log.configure("workerd")
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its line, then out at once (no pytest teardown here)
+        try:
+            os.close(read_end)
+            sys.stdout = os.fdopen(write_end, "w")
+            logger = logging.getLogger("shared.engine.lifecycle")
+            written = log.write_direct(logger, logging.INFO, "job_started", {"job_id": "j"})
+            sys.stdout.flush()
+        finally:
+            os._exit(0 if written else 3)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        out = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert [line["pid"] for line in lines(out)] == [pid]

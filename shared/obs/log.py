@@ -331,6 +331,17 @@ class _Direct:
 
 
 _direct: _Direct | None = None
+# This process's id for the direct lines, kept: os.getpid() is a system call, and a worker
+# writes two lines a job.
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def write_direct(logger: logging.Logger, level: int, event: str, fields: dict[str, Any]) -> bool:
@@ -363,7 +374,7 @@ def write_direct(logger: logging.Logger, level: int, event: str, fields: dict[st
         line = formatter.line(
             logging.getLevelName(level),
             logger.name,
-            os.getpid() if logging.logProcesses else None,
+            _pid if logging.logProcesses else None,
             created,
             (created - int(created)) * 1000,
             event,

@@ -513,3 +513,32 @@ def test_run_handler_ends_a_job_canceled_by_how_it_stopped() -> None:
     assert run("t_cancel_ask", True).canceled == "handler"
     assert run("t_cancel_ask", False).ok
     assert run("t_cancel_interrupted", True).canceled == "sigterm"
+
+
+def test_a_worker_whose_supervisor_is_gone_stops_and_asks_at_most_twice_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shared.settings.config import Settings
+    from tests.fakes import fake_scripts
+    from workerd import worker as worker_module
+    from workerd.worker import WorkerProcess
+
+    asked: list[int] = []
+    parent = [os.getppid()]
+
+    def getppid() -> int:
+        asked.append(1)
+        return parent[0]
+
+    monkeypatch.setattr(worker_module.os, "getppid", getppid)
+    now = [100.0]
+    slot = SlotTable(1).slot(0)
+    worker = WorkerProcess(Settings.from_env({}), fake_scripts(), slot, "w1", parent[0])
+    worker.parent_clock = lambda: now[0]
+    assert worker.keep_going() and len(asked) == 1  # the first step asks
+    parent[0] = 1  # the supervisor died: init adopted the worker
+    now[0] += worker_module.PARENT_CHECK_EVERY / 2
+    assert worker.keep_going() and len(asked) == 1  # within the interval: not asked again
+    now[0] += worker_module.PARENT_CHECK_EVERY / 2
+    assert not worker.keep_going() and len(asked) == 2
+    assert worker.exit_reason == "supervisor gone"

@@ -67,12 +67,8 @@ class JsonLogger(Logger):
             "user_agent": environ.get("HTTP_USER_AGENT"),
             "request_id": environ.get("HTTP_X_REQUEST_ID"),
         }
-        # The same line without a LogRecord where only our JSON handler would see it.
-        if not (
-            self.access_log.isEnabledFor(logging.INFO)
-            and shared_log.write_direct(self.access_log, logging.INFO, ACCESS_EVENT, extra)
-        ):
-            self.access_log.info(ACCESS_EVENT, extra=extra)
+        if self.access_log.isEnabledFor(logging.INFO):
+            shared_log.log_line(self.access_log, logging.INFO, ACCESS_EVENT, extra)
 
 
 def write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:

@@ -426,3 +426,21 @@ def test_a_direct_line_names_the_forked_process_that_wrote_it() -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert [line["pid"] for line in lines(out)] == [pid]
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_direct_line_whose_flush_fails_is_written_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    log.configure("workerd")
+    written: list[str] = []
+
+    class FlushFails:
+        def write(self, text: str) -> None:
+            written.append(text)
+
+        def flush(self) -> None:
+            raise OSError("disk full")
+
+    monkeypatch.setattr("sys.stdout", FlushFails())
+    logger = logging.getLogger("shared.engine.lifecycle")
+    log.log_line(logger, logging.INFO, "job_completed", {"job_id": "j"})
+    assert [json.loads(text)["event"] for text in written] == ["job_completed"]

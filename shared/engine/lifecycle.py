@@ -34,7 +34,7 @@ from typing import Any
 from shared.engine.engine_types import Confirmation
 from shared.model.jobs import wall_clock_ms
 from shared.obs import metrics, tracing
-from shared.obs.log import write_direct
+from shared.obs.log import log_line
 
 log = logging.getLogger(__name__)
 
@@ -184,9 +184,7 @@ def record(
         if attempt is not None:
             extra["attempt"] = attempt
         extra.update(fields)
-        # Written without a LogRecord where only our JSON handler would see it: the same line.
-        if not write_direct(log, row.level, row.event, extra):
-            log.log(row.level, row.event, extra=extra)
+        log_line(log, row.level, row.event, extra)
     if row.span_outcome is not None:
         _mark_spans(row, job_id, job_type, queue, attempt, trace, attributes, start_ms, end_ms)
     if _sinks:

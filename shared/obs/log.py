@@ -8,6 +8,7 @@ Each line on stdout is one JSON object: ``ts`` (RFC 3339 UTC, milliseconds, ``Z`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import logging.config
 import os
@@ -386,13 +387,25 @@ def write_direct(logger: logging.Logger, level: int, event: str, fields: dict[st
     handler.acquire()
     try:
         stream = handler.stream
-        stream.write(line + handler.terminator)
-        stream.flush()
-    except Exception:
-        return False  # logged the usual way, whose handler reports the failure
+        try:
+            stream.write(line + handler.terminator)
+        except Exception:
+            return False  # not written: logged the usual way, whose handler reports the failure
+        # Written to the stream's buffer: a failed flush leaves it there (the next line's flush
+        # tries again and reports), and logging it again would write it twice.
+        with contextlib.suppress(Exception):
+            stream.flush()
     finally:
         handler.release()
     return True
+
+
+def log_line(logger: logging.Logger, level: int, event: str, fields: dict[str, Any]) -> None:
+    """Log `event` with `fields`: written directly where configure()'s handler alone would see
+    it (:func:`write_direct`), through logging otherwise. The caller has asked
+    ``logger.isEnabledFor(level)``, before building `fields`."""
+    if not write_direct(logger, level, event, fields):
+        logger.log(level, event, extra=fields)
 
 
 def _names_private(fields: dict[str, Any]) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -84,3 +85,12 @@ def test_dump_json_is_compact_unescaped_json(value: object) -> None:
 def test_dump_json_refuses_what_json_cannot_hold() -> None:
     with pytest.raises(ValueError):
         dump_json(float("nan"))
+
+
+def test_a_claimed_job_has_every_field_of_job_in_order_and_job_no_post_init() -> None:
+    # claimed_job sets Job's fields without its __init__: a field added to Job, or a
+    # __post_init__, must be added there too.
+    job = claimed_job(FULL, "w", "q")
+    assert list(vars(job)) == [f.name for f in dataclasses.fields(Job)]
+    assert not hasattr(Job, "__post_init__")
+    assert job == Job(**{f.name: getattr(job, f.name) for f in dataclasses.fields(Job)})

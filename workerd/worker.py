@@ -110,7 +110,7 @@ class WorkerProcess(StopOnSignal):
         self.slot = slot
         self.worker_id = worker_id
         self.parent_pid = parent_pid
-        # The real clock, whatever the planner's: a test's fake one may never move.
+        # time.monotonic, not the clock given for the planner: a test's fake one may never move.
         self.parent_clock = time.monotonic
         self.parent_checked_at = -PARENT_CHECK_EVERY
         self.stopping = False

@@ -82,7 +82,7 @@ def claimed_job(values: Sequence[bytes | None], worker_id: str, queue: str) -> J
         started_at,
         alone,
     ) = values
-    started = int(started_at) if started_at is not None else None
+    started = int(started_at)  # a claim reply always has it
     extra = {}
     if eligible_at is not None:
         extra["eligible_at"] = eligible_at.decode()
@@ -99,14 +99,15 @@ def claimed_job(values: Sequence[bytes | None], worker_id: str, queue: str) -> J
             "id": job_id.decode() if job_id else "",
             "type": job_type.decode() if job_type else "",
             "status": JobState.PROCESSING,
-            "priority": int(priority) if priority else 0,
-            "max_retries": (int(max_retries) if max_retries else 0) or DEFAULT_MAX_RETRIES,
-            "attempts": int(attempts) if attempts else 0,
-            "recoveries": int(recoveries) if recoveries else 0,
+            "priority": int(priority) if priority is not None else 0,
+            "max_retries": (int(max_retries) if max_retries is not None else 0)
+            or DEFAULT_MAX_RETRIES,
+            "attempts": int(attempts) if attempts is not None else 0,
+            "recoveries": int(recoveries) if recoveries is not None else 0,
             "payload_json": payload.decode() if payload else "{}",
-            "created_at": int(created_at) if created_at else 0,
-            "updated_at": started or 0,
-            "token": int(token) if token else 0,
+            "created_at": int(created_at) if created_at is not None else 0,
+            "updated_at": started,
+            "token": int(token) if token is not None else 0,
             "scheduled_at": int(scheduled_at) if scheduled_at is not None else None,
             "started_at": started,
             "finished_at": None,

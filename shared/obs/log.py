@@ -391,8 +391,10 @@ def write_direct(logger: logging.Logger, level: int, event: str, fields: dict[st
             stream.write(line + handler.terminator)
         except Exception:
             return False  # not written: logged the usual way, whose handler reports the failure
-        # Written to the stream's buffer: a failed flush leaves it there (the next line's flush
-        # tries again and reports), and logging it again would write it twice.
+        # In the stream's buffer now: logging it again after a failed flush would write it
+        # twice; the next flush of any line writes it. (A line-buffered stream, a terminal,
+        # flushes inside write: its failure takes the fallback above, and the line may show
+        # twice there.) Not reported here; a line through logging reports its own.
         with contextlib.suppress(Exception):
             stream.flush()
     finally:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench import call_cost
 
 
+@pytest.mark.serial  # Redis CPU figures, which parallel load would distort
 def test_each_way_is_measured_and_a_batch_costs_less_a_call_than_lone_calls() -> None:
     figures = call_cost.measure(400)
     assert set(figures) == {"back-to-back", "sleep-0.5", "sleep-2", "batch"}

@@ -94,3 +94,13 @@ def test_a_claimed_job_has_every_field_of_job_in_order_and_job_no_post_init() ->
     assert list(vars(job)) == [f.name for f in dataclasses.fields(Job)]
     assert not hasattr(Job, "__post_init__")
     assert job == Job(**{f.name: getattr(job, f.name) for f in dataclasses.fields(Job)})
+
+
+@pytest.mark.parametrize("index", [2, 3, 4, 5, 7, 8, 13])  # the numbers a reply always has
+def test_an_empty_number_is_refused_as_the_generic_reading_refuses_it(index: int) -> None:
+    values = list(FULL)
+    values[index] = b""
+    with pytest.raises(ValueError):
+        by_names(values, "w", "q")
+    with pytest.raises(ValueError):
+        claimed_job(values, "w", "q")

@@ -46,6 +46,9 @@ class OrphanedJob:
     action: str
     timeout: float = 0.0
     queue: str = DEFAULT_QUEUE  # the timed-out job's
+    # How long its handler ran when it had returned and its outcome's write timed out; None
+    # when the handler itself ran out of time.
+    ran: float | None = None
     # The dead worker's id, for every action but "timeout": whatever it still holds goes back.
     # job_id then names the job its slot showed running ('' for none): the only one the action
     # applies to (any other it held never started: uncounted), and the one a line names if
@@ -86,8 +89,8 @@ class Release:
         jobs of its other threads died for no fault of their own and go back uncounted.
         """
         if child.killed_job is not None and child.kill_reason == "timeout":
-            job_id, token, timeout, queue = child.killed_job
-            self.owed.append(OrphanedJob(job_id, token, "timeout", timeout, queue))
+            job_id, token, timeout, queue, ran = child.killed_job
+            self.owed.append(OrphanedJob(job_id, token, "timeout", timeout, queue, ran=ran))
         blamed = _blamed(child, states, draining)
         for index, state in states:
             self.owed.append(self._orphan(child, index, state, draining, blamed))
@@ -184,7 +187,13 @@ class Release:
             _report_release(job.job_id, action, job.code, job.job_type, job.queue)
 
     def _fail_timed_out(self, orphan: OrphanedJob) -> None:
-        error = f"Timeout: timed out after {orphan.timeout:g}s; its worker was killed"
+        if orphan.ran is None:
+            error = f"Timeout: timed out after {orphan.timeout:g}s; its worker was killed"
+        else:
+            error = (
+                f"Timeout: its handler returned after {orphan.ran:.3f}s, but its outcome was not "
+                f"written within {orphan.timeout - orphan.ran:g}s; its worker was killed"
+            )
         result = self.scripts.fail(
             orphan.job_id, orphan.token, error, queue=orphan.queue, actor=Actor.SUPERVISOR
         )

@@ -368,12 +368,17 @@ def test_a_worker_killed_by_a_fatal_signal_leaves_its_python_stacks_in_the_log(
         # Booted: post_worker_init has run once the worker catches SIGSEGV (/proc's SigCgt).
         wait_until(lambda: _catches(pid, signal.SIGSEGV), 10.0, "the worker's boot")
         os.kill(pid, signal.SIGSEGV)
+        # faulthandler writes its header, then each thread's stack in turn: wait for the whole
+        # report, the signalled thread's ("Current thread") included, not only its first line.
         wait_until(
-            lambda: "Fatal Python error: Segmentation fault" in gw.log_path.read_text("utf-8"),
+            lambda: _whole_report(gw.log_path.read_text("utf-8")),
             10.0,
             "faulthandler's report of the crashed worker",
         )
-        assert "Current thread" in gw.log_path.read_text("utf-8")
+
+
+def _whole_report(log: str) -> bool:
+    return "Fatal Python error: Segmentation fault" in log and "Current thread" in log
 
 
 def _catches(pid: int, sig: signal.Signals) -> bool:

@@ -59,9 +59,8 @@ class Child:
     name: str
     started: float  # monotonic
     kill_reason: str | None = None  # set when the supervisor itself killed it
-    # (job id, token, timeout, queue, ran) of the job it was running; ran: how long its handler
-    # ran, when it had returned and the outcome's write was what timed out (else None)
-    killed_job: tuple[str, int, float, str, float | None] | None = None
+    # Its slot as read when it was killed for that slot's job's timeout
+    killed_job: SlotState | None = None
     threads: int = 1  # slots it owns from `index` on: a worker's job threads (WORKER_THREADS)
     # The slot whose job the supervisor killed it for (timeout, lease lost, cancel): the other
     # threads' jobs died for no fault of their own (workerd.duties.release).

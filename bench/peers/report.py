@@ -190,13 +190,9 @@ def rows(results: dict) -> list[Row]:
     s = results.get("summary") or summarize(results)
     w1 = str(results.get("settings", {}).get("workers", [1])[0])
 
-    def tf_or(figure_tf: str | None, figure_peer: str) -> Callable[[str], Any]:
-        def value(key: str) -> Any:
-            if key == "taskforge" and figure_tf:
-                return figure(s, f"tf.{figure_tf}") or figure(s, f"taskforge.{figure_peer}")
-            return figure(s, f"{key}.{figure_peer}")
-
-        return value
+    def same_method(name: str) -> Callable[[str], Any]:
+        """Every system's figure `name` by the harness's method, TaskForge's too."""
+        return lambda key: figure(s, f"{key}.{name}")
 
     out: list[Row] = [
         (
@@ -229,15 +225,15 @@ def rows(results: dict) -> list[Row]:
             (
                 f"drain, {w} worker{'s' if w > 1 else ''} (jobs/s)",
                 True,
-                # Every system's by the same method, TaskForge's too: bench.workers measures its
-                # drain otherwise (as Redis recorded it), which is for its targets, not a race.
-                tf_or(None, f"drain_{w}"),
+                # bench.workers measures TaskForge's drain otherwise (as Redis recorded it):
+                # that figure is for its targets, not for a race.
+                same_method(f"drain_{w}"),
             )
         )
     out += [
-        ("enqueue→start p50 (ms)", False, tf_or(None, "latency_p50")),
-        ("enqueue→start p95 (ms)", False, tf_or(None, "latency_p95")),
-        ("enqueue→start p99 (ms)", False, tf_or(None, "latency_p99")),
+        ("enqueue→start p50 (ms)", False, same_method("latency_p50")),
+        ("enqueue→start p95 (ms)", False, same_method("latency_p95")),
+        ("enqueue→start p99 (ms)", False, same_method("latency_p99")),
         (
             "enqueue→start p50 / p99 via HTTP (ms)",
             None,
@@ -246,17 +242,17 @@ def rows(results: dict) -> list[Row]:
         (
             f"Redis round trips per job (drain, {w1} worker)",
             False,
-            tf_or(None, f"round_trips_per_job_{w1}"),
+            same_method(f"round_trips_per_job_{w1}"),
         ),
         (
             f"Redis commands per job (drain, {w1} worker)",
             False,
-            tf_or(None, f"commands_per_job_{w1}"),
+            same_method(f"commands_per_job_{w1}"),
         ),
         (
             f"Redis CPU µs per job (drain, {w1} worker)",
             False,
-            tf_or(None, f"redis_cpu_us_per_job_{w1}"),
+            same_method(f"redis_cpu_us_per_job_{w1}"),
         ),
     ]
     return out

@@ -77,7 +77,6 @@ def free_port_to_listen_on_later() -> int:
 
 def process_state(pid: int) -> str:
     """Return the state letter of `pid` in /proc ("R", "S", "T" stopped, "Z"…), "" if gone."""
-    # The command name may hold spaces and parentheses: the state follows the last ")".
     return process_state_of(str(pid))
 
 
@@ -96,6 +95,7 @@ def process_state_of(path: str) -> str:
     """process_state for /proc/<path>/stat (a pid, or <pid>/task/<tid>)."""
     try:
         with open(f"/proc/{path}/stat", "rb") as stat:
+            # The command name may hold spaces and parentheses: the state follows the last ")".
             return stat.read().rsplit(b")", 1)[1].split()[0].decode()
     except OSError:
         return ""

@@ -201,7 +201,7 @@ def blame(
     child = Child(WORKER, 0, 99, "w", 0.0, kill_reason=kill_reason, threads=threads)
     child.culprit = culprit
     if kill_reason == "timeout" and culprit is not None:
-        child.killed_job = ("j0", 1, 1.0, "default", None)
+        child.killed_job = SlotState(1.0, "j0", 1, 1.0, 1.0, "default")
     states = []
     for index in child.slots:
         alone = running.get(index)

@@ -88,9 +88,21 @@ class Release:
         thread's job (timeout, lost lease, cancel past its grace) ends that job as today; the
         jobs of its other threads died for no fault of their own and go back uncounted.
         """
-        if child.killed_job is not None and child.kill_reason == "timeout":
-            job_id, token, timeout, queue, ran = child.killed_job
-            self.owed.append(OrphanedJob(job_id, token, "timeout", timeout, queue, ran=ran))
+        killed = child.killed_job
+        if killed is not None and killed.job_id and child.kill_reason == "timeout":
+            # A slot beats only as its handler returns (Slot.handler_returned): a later beat
+            # than the start means the outcome's write was what ran out of time.
+            ran = killed.heartbeat - killed.job_started
+            self.owed.append(
+                OrphanedJob(
+                    killed.job_id,
+                    killed.token,
+                    "timeout",
+                    killed.job_timeout,
+                    killed.queue,
+                    ran=ran if ran > 0 else None,
+                )
+            )
         blamed = _blamed(child, states, draining)
         for index, state in states:
             self.owed.append(self._orphan(child, index, state, draining, blamed))

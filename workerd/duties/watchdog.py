@@ -38,16 +38,7 @@ class Watchdog:
                 if not state.job_id:
                     idle_beats.append(state.heartbeat)
                 elif state.job_timeout > 0 and now - state.job_started > state.job_timeout:
-                    # A slot beats only as its handler returns (Slot.handler_returned): a later
-                    # beat than the start means the outcome's write ran out of time.
-                    ran = state.heartbeat - state.job_started
-                    child.killed_job = (
-                        state.job_id,
-                        state.token,
-                        state.job_timeout,
-                        state.queue,
-                        ran if ran > 0 else None,
-                    )
+                    child.killed_job = state
                     log.warning(
                         "child_killed",
                         extra={

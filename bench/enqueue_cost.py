@@ -1,6 +1,7 @@
 """What one POST /enqueue costs Redis and the gateway, by the way a producer makes it safe to resend.
 
     .venv/bin/python -m bench.enqueue_cost --tree /tmp/clientids-before --tree . --rounds 3
+    .venv/bin/python -m bench.enqueue_cost --tree /tmp/before --tree . --kinds plain --clients 4 16
 
 Three kinds of request, each measured on each tree's own code (a private Redis, the tree's
 gateway under gunicorn): ``plain`` (no key, no id), ``key`` (a fresh Idempotency-Key each, as
@@ -8,7 +9,10 @@ the Python client sent until it named its jobs), ``id`` (a fresh client job id e
 with the queue's tag, as it sends now; a tree whose gateway refuses it is skipped). Per
 request: Redis commands (``INFO commandstats``: the commands scripts run, and the script calls
 apart), Redis CPU µs (``used_cpu_user`` + ``used_cpu_sys``) and gateway CPU µs (its workers'),
-over N requests from 4 keep-alive connections. Medians over the rounds (interleaved).
+over N requests from C keep-alive connections (``--clients``, 4 unless told: the gateway's
+threads share Redis requests among the calls they make at once, shared.engine.scripts.
+group_commit, so Redis's cost per request falls as more arrive together). Medians over the
+rounds (interleaved).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import hashlib, http.client, json, os, threading, uuid
 from bench.gateway import gunicorn
 from tests.support.redis_server import private_redis
 
-KIND, N, THREADS = {kind!r}, {requests}, 4
+KIND, N, THREADS = {kind!r}, {requests}, {clients}
 TAG = hashlib.blake2b(b"default", digest_size=4).digest()
 
 def client_id():
@@ -91,9 +95,9 @@ print(json.dumps({{
 """
 
 
-def measure(tree: Path, kind: str, requests: int) -> dict[str, object] | None:
+def measure(tree: Path, kind: str, requests: int, clients: int) -> dict[str, object] | None:
     """Return one kind's figures on `tree`'s own code, or None when its gateway refuses it."""
-    code = ONE_SIDE.format(kind=kind, requests=requests)
+    code = ONE_SIDE.format(kind=kind, requests=requests, clients=clients)
     env = {"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin:/usr/local/bin"}
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tree, env=env, capture_output=True, text=True
@@ -111,31 +115,38 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, action="append", required=True)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    parser.add_argument("--clients", type=int, nargs="+", default=[4])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     trees = [tree.resolve() for tree in args.tree]
-    rows: dict[tuple[str, str], list[dict[str, object]]] = {}
+    rows: dict[tuple[str, str, int], list[dict[str, object]]] = {}
     for round_no in range(args.rounds):
         order = trees if round_no % 2 == 0 else trees[::-1]
         for tree in order:
-            for kind in KINDS:
-                found = measure(tree, kind, args.requests)
-                if found is not None:
-                    rows.setdefault((str(tree), kind), []).append(found)
-    print("| tree | kind | Redis commands | script calls | Redis CPU µs | gateway CPU µs |")
-    print("|---|---|---|---|---|---|")
-    for (tree, kind), found in rows.items():
+            for kind in args.kinds:
+                for clients in args.clients:
+                    found = measure(tree, kind, args.requests, clients)
+                    if found is not None:
+                        rows.setdefault((str(tree), kind, clients), []).append(found)
+    print(
+        "| tree | kind | clients | Redis commands | script calls | Redis CPU µs | gateway CPU µs |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for (tree, kind, clients), found in rows.items():
         figures = [
             statistics.median(float(f[name]) for f in found)  # type: ignore[arg-type]
             for name in ("commands", "script_calls", "redis_cpu_us", "gateway_cpu_us")
         ]
         print(
-            f"| {tree} | {kind} | {figures[0]:.2f} | {figures[1]:.2f} | {figures[2]:.1f} | "
-            f"{figures[3]:.0f} |"
+            f"| {tree} | {kind} | {clients} | {figures[0]:.2f} | {figures[1]:.2f} | "
+            f"{figures[2]:.1f} | {figures[3]:.0f} |"
         )
-        print(f"|  | commands | {found[-1]['by_command']} | | | |")
+        print(f"|  | commands | | {found[-1]['by_command']} | | | |")
     if args.json:
-        args.json.write_text(json.dumps({f"{t}|{k}": v for (t, k), v in rows.items()}, indent=1))
+        args.json.write_text(
+            json.dumps({f"{t}|{k}|{c}": v for (t, k, c), v in rows.items()}, indent=1)
+        )
 
 
 if __name__ == "__main__":

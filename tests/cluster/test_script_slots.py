@@ -27,8 +27,9 @@ from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
 from tests.support.tools import ROOT
 
 # The transport's funnels: every EVALSHA goes out through one of them (begin runs a call
-# through `call` on a cluster, where the slot guard looks).
-FUNNELS = {"call", "send", "begin"}
+# through `call` on a cluster, where the slot guard looks). `_call_alone` and `_exchange` send
+# what `call` hands its group (share_requests), so the guard on `call` has seen each first.
+FUNNELS = {"call", "send", "begin", "_call_alone", "_exchange"}
 # The calls by name (each binds a script's KEYS and ARGV, then goes through a funnel), and the
 # methods that take a script's name and pass it on to one of those.
 NAMED_CALLERS = {"run", "queue", "run_durable", "_each", "_toggle"}
@@ -50,6 +51,24 @@ def test_only_the_transport_funnels_send_evalsha() -> None:
                 if isinstance(node, ast.Constant) and node.value == "EVALSHA":
                     senders.add((name, func.name))
     assert senders == {("script_transport.py", funnel) for funnel in FUNNELS}, senders
+
+
+def test_the_group_senders_are_reached_only_through_the_group_that_call_feeds() -> None:
+    """`_call_alone` and `_exchange` are named only where share_requests hands them to the
+    group (and where the group's request runs), so no call site reaches them but by `call`."""
+    users = set()
+    for name, tree in _trees().items():
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef):
+                continue
+            for node in ast.walk(func):
+                if isinstance(node, ast.Attribute) and node.attr in {"_call_alone", "_exchange"}:
+                    users.add((name, func.name, node.attr))
+    assert users == {
+        ("script_transport.py", "share_requests", "_call_alone"),
+        ("script_transport.py", "_call_together", "_call_alone"),
+        ("script_transport.py", "_call_together", "_exchange"),
+    }, users
 
 
 def test_every_script_name_at_a_call_site_is_a_known_script() -> None:

@@ -40,6 +40,7 @@ import redis
 from shared.connect.redis_conn import is_cluster
 from shared.engine import durable
 from shared.engine.engine_types import Confirmation, Policy
+from shared.engine.scripts.group_commit import GroupCommit, GroupedCall
 from shared.engine.scripts.script_signature import Signature, parse
 
 T = TypeVar("T")
@@ -66,6 +67,22 @@ class ScriptTransport:
             name: parse(name, text) for name, text in sources.items()
         }
         self._lanes = _Lanes()
+        self._group: GroupCommit | None = None
+
+    def share_requests(self) -> None:
+        """From now on, send the single calls this process's threads make at the same time
+        in shared requests (shared.engine.scripts.group_commit): the gateway's, whose threads
+        answer many requests at once. Only on one Redis (or a Sentinel's master): a cluster
+        routes each call by its key. Not in durable mode's writes, whose WAIT follows each."""
+        if is_cluster(self.redis):
+            return
+        kwargs = self.redis.connection_pool.connection_kwargs
+        # Per attempt: a connect and a reply (bounded by these timeouts); two attempts (the
+        # client's one retry) for the request ahead and two for the call's own, plus margin.
+        attempt = (kwargs.get("socket_connect_timeout") or 5.0) + (
+            kwargs.get("socket_timeout") or 5.0
+        )
+        self._group = GroupCommit(self._call_alone, self._call_together, 4 * attempt + 1.0)
 
     def load(self) -> None:
         """Load every script into Redis now, so a broken script fails start-up, not a job."""
@@ -103,11 +120,68 @@ class ScriptTransport:
         self.send(pipe, name, keys, args)
 
     def call(self, name: str, keys: list[Any], args: list[Any]) -> Any:
-        """Send one EVALSHA now (KEYS and ARGV already in order); the funnel of single calls."""
+        """Send one EVALSHA (KEYS and ARGV already in order); the funnel of single calls. Now,
+        or with the calls of this process's other threads (:meth:`share_requests`)."""
+        if self._group is not None:
+            return self._group.call(name, keys, args)
         sha = self.shas[name]
         return self.loaded(
             lambda: self.redis.execute_command("EVALSHA", sha, len(keys), *keys, *args)
         )
+
+    def _call_alone(self, call: GroupedCall) -> Any:
+        sha, keys = self.shas[call.name], call.keys
+        return self.loaded(
+            lambda: self.redis.execute_command("EVALSHA", sha, len(keys), *keys, *call.args)
+        )
+
+    def _call_together(self, calls: list[GroupedCall]) -> None:
+        """Send `calls` in one request on one pooled connection; set each one's reply or error.
+
+        Not redis-py's Pipeline: its errors quote the command that raised, arguments (a job's
+        payload) and all, into a message the gateway may log. As a single call is, the request
+        is sent again once on a connection error (the client's retry), with only the calls
+        still unanswered; a call that answered NOSCRIPT ran nothing and is sent again alone,
+        the scripts loaded.
+        """
+        pool = self.redis.connection_pool
+        conn = pool.get_connection()
+        try:
+            conn.retry.call_with_retry(
+                lambda: self._exchange(conn, calls), lambda _error: conn.disconnect()
+            )
+        except BaseException:
+            conn.disconnect()  # replies may be left unread: never reuse it
+            raise
+        finally:
+            pool.release(conn)
+        unrun = [call for call in calls if isinstance(call.error, redis.exceptions.NoScriptError)]
+        if unrun:
+            self.load()
+            for call in unrun:
+                call.error = None
+                try:
+                    call.value = self._call_alone(call)
+                except Exception as err:
+                    call.error = err
+
+    def _exchange(self, conn: Any, calls: list[GroupedCall]) -> None:
+        """Send the calls Redis has not answered yet in one write; read their replies in order."""
+        unanswered = [call for call in calls if not call.replied]
+        conn.send_packed_command(
+            conn.pack_commands(
+                [
+                    ("EVALSHA", self.shas[call.name], len(call.keys), *call.keys, *call.args)
+                    for call in unanswered
+                ]
+            )
+        )
+        for call in unanswered:
+            try:
+                call.value = conn.read_response()
+            except redis.exceptions.ResponseError as err:
+                call.error = err  # the script's error reply: the connection is sound
+            call.replied = True
 
     def send(self, pipe: Any, name: str, keys: list[Any], args: list[Any]) -> None:
         """Queue one EVALSHA on a pipeline; the funnel of piped calls."""

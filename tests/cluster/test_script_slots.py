@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import uuid
+from collections.abc import Iterator
 
 import pytest
 
@@ -40,30 +41,33 @@ def _trees() -> dict[str, ast.Module]:
     return {path.name: ast.parse(path.read_text()) for path in SCRIPTS_DIR.glob("*.py")}
 
 
-def test_only_the_transport_funnels_send_evalsha() -> None:
-    """EVALSHA appears only in the transport's funnels, so the guard sees every call."""
-    senders = set()
+def _in_functions() -> Iterator[tuple[str, str, ast.AST]]:
+    """Yield (file, function, node) for every node inside a function of the scripts package."""
     for name, tree in _trees().items():
         for func in ast.walk(tree):
-            if not isinstance(func, ast.FunctionDef):
-                continue
-            for node in ast.walk(func):
-                if isinstance(node, ast.Constant) and node.value == "EVALSHA":
-                    senders.add((name, func.name))
+            if isinstance(func, ast.FunctionDef):
+                for node in ast.walk(func):
+                    yield name, func.name, node
+
+
+def test_only_the_transport_funnels_send_evalsha() -> None:
+    """EVALSHA appears only in the transport's funnels, so the guard sees every call."""
+    senders = {
+        (name, func)
+        for name, func, node in _in_functions()
+        if isinstance(node, ast.Constant) and node.value == "EVALSHA"
+    }
     assert senders == {("script_transport.py", funnel) for funnel in FUNNELS}, senders
 
 
 def test_the_group_senders_are_reached_only_through_the_group_that_call_feeds() -> None:
     """`_call_alone` and `_exchange` are named only where share_requests hands them to the
     group (and where the group's request runs), so no call site reaches them but by `call`."""
-    users = set()
-    for name, tree in _trees().items():
-        for func in ast.walk(tree):
-            if not isinstance(func, ast.FunctionDef):
-                continue
-            for node in ast.walk(func):
-                if isinstance(node, ast.Attribute) and node.attr in {"_call_alone", "_exchange"}:
-                    users.add((name, func.name, node.attr))
+    users = {
+        (name, func, node.attr)
+        for name, func, node in _in_functions()
+        if isinstance(node, ast.Attribute) and node.attr in {"_call_alone", "_exchange"}
+    }
     assert users == {
         ("script_transport.py", "share_requests", "_call_alone"),
         ("script_transport.py", "_call_together", "_call_alone"),

@@ -8,7 +8,8 @@ gateway under gunicorn): ``plain`` (no key, no id), ``key`` (a fresh Idempotency
 the Python client sent until it named its jobs), ``id`` (a fresh client job id each, a UUIDv8
 with the queue's tag, as it sends now; a tree whose gateway refuses it is skipped). Per
 request: Redis commands (``INFO commandstats``: the commands scripts run, and the script calls
-apart), Redis CPU µs (``used_cpu_user`` + ``used_cpu_sys``) and gateway CPU µs (its workers'),
+apart), Redis CPU µs (``used_cpu_user`` + ``used_cpu_sys``), gateway CPU µs (its workers') and
+each request's time, sent to answered (p50 and p99),
 over N requests from C keep-alive connections (``--clients``, 4 unless told: the gateway's
 threads share Redis requests among the calls they make at once, shared.engine.scripts.
 group_commit, so Redis's cost per request falls as more arrive together). Medians over the
@@ -27,7 +28,7 @@ from pathlib import Path
 KINDS = ("plain", "key", "id")
 
 ONE_SIDE = """
-import hashlib, http.client, json, os, threading, uuid
+import hashlib, http.client, json, os, threading, time, uuid
 from bench.gateway import gunicorn
 from tests.support.redis_server import private_redis
 
@@ -42,6 +43,7 @@ def client_id():
     return f"{{t[:8]}}-{{t[8:12]}}-{{t[12:16]}}-{{t[16:20]}}-{{t[20:]}}"
 
 FAILED = []
+TIMES = []  # seconds each measured request took, sent to answered
 
 def send(conn, count):
     try:
@@ -57,9 +59,11 @@ def post(conn, count):
             headers["Idempotency-Key"] = uuid.uuid4().hex
         elif KIND == "id":
             body["id"] = client_id()
+        sent = time.perf_counter()
         conn.request("POST", "/enqueue", json.dumps(body), headers)
         reply = conn.getresponse()
         reply.read()
+        TIMES.append(time.perf_counter() - sent)
         if reply.status != 201:
             raise RuntimeError(f"HTTP {{reply.status}}")
 
@@ -79,6 +83,7 @@ with private_redis() as server, gunicorn(server.url) as gw:
     r = server.client()
     run(400)  # warm-up: connections, scripts, the list of queues
     r.config_resetstat()
+    TIMES.clear()
     redis_cpu, gateway_cpu = cpu(r.info("cpu")), gw.cpu_seconds()
     done = run(N)
     redis_cpu, gateway_cpu = cpu(r.info("cpu")) - redis_cpu, gw.cpu_seconds() - gateway_cpu
@@ -87,7 +92,10 @@ with private_redis() as server, gunicorn(server.url) as gw:
     for own in ("info", "config|resetstat"):
         calls.pop(own, None)
     scripts = sum(calls.pop(name, 0) for name in ("evalsha", "eval"))
+TIMES.sort()
 print(json.dumps({{
+    "latency_ms_p50": TIMES[len(TIMES) // 2] * 1e3,
+    "latency_ms_p99": TIMES[int(len(TIMES) * 0.99)] * 1e3,
     "commands": sum(calls.values()) / done, "script_calls": scripts / done,
     "by_command": {{k: v / done for k, v in sorted(calls.items())}},
     "redis_cpu_us": redis_cpu / done * 1e6, "gateway_cpu_us": gateway_cpu / done * 1e6,
@@ -130,19 +138,27 @@ def main() -> None:
                     if found is not None:
                         rows.setdefault((str(tree), kind, clients), []).append(found)
     print(
-        "| tree | kind | clients | Redis commands | script calls | Redis CPU µs | gateway CPU µs |"
+        "| tree | kind | clients | Redis commands | script calls | Redis CPU µs | gateway CPU µs "
+        "| latency p50 / p99 ms |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for (tree, kind, clients), found in rows.items():
         figures = [
             statistics.median(float(f[name]) for f in found)  # type: ignore[arg-type]
-            for name in ("commands", "script_calls", "redis_cpu_us", "gateway_cpu_us")
+            for name in (
+                "commands",
+                "script_calls",
+                "redis_cpu_us",
+                "gateway_cpu_us",
+                "latency_ms_p50",
+                "latency_ms_p99",
+            )
         ]
         print(
             f"| {tree} | {kind} | {clients} | {figures[0]:.2f} | {figures[1]:.2f} | "
-            f"{figures[2]:.1f} | {figures[3]:.0f} |"
+            f"{figures[2]:.1f} | {figures[3]:.0f} | {figures[4]:.2f} / {figures[5]:.2f} |"
         )
-        print(f"|  | commands | | {found[-1]['by_command']} | | | |")
+        print(f"|  | commands | | {found[-1]['by_command']} | | | | |")
     if args.json:
         args.json.write_text(
             json.dumps({f"{t}|{k}|{c}": v for (t, k, c), v in rows.items()}, indent=1)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 
+from shared.engine.scripts import group_commit
 from shared.engine.scripts.group_commit import GroupCommit, GroupedCall
 
 WAIT = 10.0  # seconds any step of these tests may take before it counts as hung
@@ -30,6 +31,7 @@ class Senders:
         self.hold_together = threading.Event()  # and a request of several calls this
         self.hold_together.set()
         self.fail_together: BaseException | None = None
+        self.answered_before_failing = 0  # calls of a failing request answered first
         self.dies: dict[str, BaseException] = {}  # raised by the sender of a lone call, by name
         self.errors: dict[str, Exception] = {}  # a call's own error reply, by name
 
@@ -46,6 +48,8 @@ class Senders:
         self.requests.append([call.name for call in calls])
         assert self.hold.wait(WAIT) and self.hold_together.wait(WAIT)
         if self.fail_together is not None:
+            for call in calls[: self.answered_before_failing]:
+                call.value, call.replied = f"reply:{call.name}", True
             raise self.fail_together
         for call in calls:
             if call.name in self.errors:
@@ -117,7 +121,7 @@ def test_a_call_with_none_in_flight_goes_at_once_and_alone(
     assert group.call("a", [], []) == "reply:a"
     assert group.call("b", [], []) == "reply:b"
     assert senders.requests == [["a"], ["b"]]
-    assert not group._busy
+    assert group._in_flight == 0
 
 
 def test_calls_made_while_one_is_in_flight_go_after_it_in_one_request(
@@ -129,7 +133,7 @@ def test_calls_made_while_one_is_in_flight_go_after_it_in_one_request(
     assert in_flight.joined() == "reply:first"
     assert [caller.joined() for caller in waiting] == ["reply:b", "reply:c", "reply:d"]
     assert senders.requests == [["first"], ["b", "c", "d"]]
-    assert not group._busy and group._queue == []
+    assert group._in_flight == 0 and group._queue == []
 
 
 def test_calls_made_while_a_batch_is_in_flight_form_the_next_batch(
@@ -177,11 +181,40 @@ def test_a_request_that_fails_as_a_whole_fails_each_call_in_it_with_its_own_copy
     raised = [b.joined(), c.joined()]
     assert all(isinstance(err, redis.ConnectionError) for err in raised)
     assert [str(err) for err in raised] == ["Connection reset by peer"] * 2
-    assert raised[0] is senders.fail_together  # the leader raises it; the other a copy
-    assert raised[1] is not raised[0]
+    assert all(err.__cause__ is senders.fail_together for err in raised)
+    assert raised[0] is not raised[1]  # each thread raises an exception of its own
     senders.fail_together = None
     assert group.call("after", [], []) == "reply:after"  # the group went idle, not stuck
     assert senders.requests[-1] == ["after"]
+
+
+def test_calls_answered_before_their_request_failed_keep_their_replies(
+    senders: Senders, group: GroupCommit, in_flight: Caller
+) -> None:
+    """The thread sending the request too: its own call answered, it reports that call's
+    reply, not the failure that came after it (an enqueue that was made says so)."""
+    senders.fail_together = redis.TimeoutError("Timeout reading from socket")
+    senders.answered_before_failing = 2
+    b, c, d = queue_behind(group, "b", "c", "d")
+    senders.hold.set()
+    assert (b.joined(), c.joined()) == ("reply:b", "reply:c")
+    assert isinstance(d.joined(), redis.TimeoutError)
+
+
+def test_a_sender_that_stops_tells_the_others_their_effect_is_unknown(
+    senders: Senders, group: GroupCommit, in_flight: Caller
+) -> None:
+    """Its SystemExit (gunicorn's abort) is its own: raised in another request's thread it
+    would stop that thread's worker too."""
+    senders.fail_together = SystemExit(1)
+    b, c = queue_behind(group, "b", "c")
+    senders.hold.set()
+    assert isinstance(b.joined(), SystemExit)  # the sender's own
+    told = c.joined()
+    assert isinstance(told, redis.ConnectionError)
+    assert "its effect is unknown" in str(told)
+    senders.fail_together = None
+    assert group.call("after", [], []) == "reply:after"
 
 
 def test_a_leader_that_dies_still_hands_the_queue_on(
@@ -208,7 +241,7 @@ def test_a_call_behind_a_stuck_one_gives_up_at_the_wait_limit_unsent(senders: Se
     assert group._queue == []  # it left the queue: nobody will send it
     senders.hold.set()
     assert stuck.joined() == "reply:stuck"
-    assert not group._busy
+    assert group._in_flight == 0
     assert senders.requests == [["stuck"]]
 
 
@@ -232,4 +265,61 @@ def test_a_call_that_gives_up_inside_a_request_in_flight_says_its_effect_is_unkn
     senders.hold_together.set()
     assert b.joined() == "reply:b"  # the one sending is not cut short
     assert senders.requests == [["lead"], ["b", "c"]]
-    assert not group._busy
+    assert group._in_flight == 0
+
+
+class _InterruptedOnWaking:
+    """A call's `ready` lock whose waiter is interrupted as it wakes (a signal handler's
+    exception raised in a main thread as its wait ends)."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+
+    def acquire(self, timeout: float) -> bool:
+        assert self.lock.acquire(timeout=timeout)
+        raise KeyboardInterrupt
+
+    def release(self) -> None:
+        self.lock.release()
+
+
+def test_a_caller_interrupted_as_it_is_handed_a_batch_fails_it_unsent_and_moves_on(
+    senders: Senders, group: GroupCommit, in_flight: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Interrupted(group_commit.GroupedCall):
+        def __init__(self, name: str, keys: list[Any], args: list[Any]) -> None:
+            super().__init__(name, keys, args)
+            if name == "b":
+                self.ready = _InterruptedOnWaking(self.ready)
+
+    monkeypatch.setattr(group_commit, "GroupedCall", Interrupted)
+    b, c = queue_behind(group, "b", "c")
+    senders.hold.set()
+    assert in_flight.joined() == "reply:first"
+    assert isinstance(b.joined(), KeyboardInterrupt)
+    told = c.joined()
+    assert isinstance(told, redis.ConnectionError) and "was not sent" in str(told)
+    assert senders.requests == [["first"]]  # nothing went for b and c
+    assert group.call("after", [], []) == "reply:after"
+    assert group._in_flight == 0
+
+
+def test_with_two_requests_allowed_in_flight_the_second_call_goes_at_once_and_the_third_waits(
+    senders: Senders,
+) -> None:
+    group = GroupCommit(senders.alone, senders.together, wait_limit=WAIT, at_once=2)
+    senders.hold.clear()
+    first = Caller(group, "first")
+    second = Caller(group, "second")
+    until(lambda: len(senders.requests) == 2)  # both sent, neither answered
+    assert group._queue == [] and group._in_flight == 2
+    third, fourth = queue_behind(group, "third", "fourth")
+    senders.hold.set()
+    assert [c.joined() for c in (first, second, third, fourth)] == [
+        "reply:first",
+        "reply:second",
+        "reply:third",
+        "reply:fourth",
+    ]
+    assert sorted(map(tuple, senders.requests)) == [("first",), ("second",), ("third", "fourth")]
+    assert group._in_flight == 0

@@ -47,6 +47,9 @@ class Held:
         self.before_together: Callable[[], None] = lambda: None
         group = transport._group
         assert group is not None
+        # One call in flight makes the rest queue (the transport allows AT_ONCE; which calls
+        # go at once is test_group_commit's).
+        monkeypatch.setattr(group, "at_once", 1)
         alone, together = group._alone, group._together
 
         def held_alone(call: GroupedCall) -> Any:
@@ -100,7 +103,7 @@ def concurrently(transport: ScriptTransport, held: Held, calls: list[tuple[str, 
         threads.append(threading.Thread(target=run, args=(i, name, value), daemon=True))
         threads[-1].start()
         if i == 0:
-            until(lambda: held.group._busy)
+            until(lambda: held.group._in_flight)
         else:
             until(lambda i=i: len(held.group._queue) == i)
     held.release.set()
@@ -213,7 +216,7 @@ def test_a_request_that_fails_as_a_whole_fails_each_call_and_the_next_goes_throu
     assert [type(outcome) for outcome in outcomes[1:]] == [redis.ConnectionError] * 2
     assert outcomes[1] is not outcomes[2]
     assert transport.run("echo", counter="n", value="next")[0] == b"next"
-    assert not held.group._busy
+    assert held.group._in_flight == 0
 
 
 def test_enqueues_from_many_threads_share_requests_and_each_gets_its_own_job(
@@ -245,3 +248,45 @@ def test_enqueues_from_many_threads_share_requests_and_each_gets_its_own_job(
     assert all(result.job_id == job_id and result.created for job_id, result in results.items())
     assert r.zcard(Keys().for_queue(request.queue).pending) == 1600
     assert sum(shared) > 0, "no enqueue found another in flight: nothing was shared"
+
+
+def test_scripts_that_cannot_be_reloaded_fail_the_unrun_calls_as_redis_unreachable(
+    transport: ScriptTransport, held: Held, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NOSCRIPT, then Redis gone before the reload: the calls that did not run raise the
+    reload's ConnectionError (the gateway's 503), not the NOSCRIPT they were answered."""
+
+    def gone() -> None:
+        raise redis.ConnectionError("Error 111 connecting: Connection refused")
+
+    def flush_then_lose_redis() -> None:
+        r.script_flush()
+        monkeypatch.setattr(transport, "load", gone)
+
+    held.before_together = flush_then_lose_redis
+    outcomes = concurrently(transport, held, [("echo", "a"), ("echo", "b"), ("echo", "c")])
+    assert outcomes[0][0] == b"a"
+    assert [type(outcome) for outcome in outcomes[1:]] == [redis.ConnectionError] * 2
+    assert r.get("n") == b"1"
+
+
+def test_a_call_whose_arguments_cannot_be_sent_fails_alone(
+    transport: ScriptTransport, held: Held, r: redis.Redis
+) -> None:
+    outcomes = concurrently(
+        transport, held, [("echo", "a"), ("echo", "b"), ("echo", True), ("echo", "d")]
+    )
+    assert [outcomes[i][0] for i in (0, 1, 3)] == [b"a", b"b", b"d"]
+    assert isinstance(outcomes[2], redis.DataError)
+    assert r.get("n") == b"3"
+
+
+def test_a_call_abandoned_before_its_request_is_written_is_not_sent(
+    transport: ScriptTransport, r: redis.Redis
+) -> None:
+    kept, abandoned = GroupedCall("echo", ["n"], ["kept"]), GroupedCall("echo", ["n"], ["gone"])
+    abandoned.abandoned = True  # its caller gave up waiting (the wait limit) before this
+    transport._call_together([kept, abandoned])
+    assert kept.value == [b"kept", 1]
+    assert isinstance(abandoned.error, redis.TimeoutError) and abandoned.replied
+    assert r.get("n") == b"1"

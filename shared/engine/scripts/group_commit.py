@@ -31,14 +31,30 @@ import redis
 class GroupedCall:
     """One script call waiting in (or leading) a group: what to send and, once sent, its reply."""
 
-    __slots__ = ("args", "batch", "done", "error", "keys", "name", "ready", "replied", "value")
+    __slots__ = (
+        "abandoned",
+        "args",
+        "batch",
+        "done",
+        "error",
+        "keys",
+        "name",
+        "ready",
+        "replied",
+        "shared",
+        "value",
+    )
 
     def __init__(self, name: str, keys: list[Any], args: list[Any]) -> None:
         self.name, self.keys, self.args = name, keys, args
         self.value: Any = None
         self.error: BaseException | None = None
-        self.replied = False  # Redis answered it (value or error): a resend skips it
+        # Redis answered it (`value`, or its own error reply in `error`): never sent again.
+        self.replied = False
+        self.shared = False  # `error` is the whole request's failure, shared by its calls
         self.done = False  # its batch is over: `value` or `error` is final
+        # Its caller stopped waiting: not sent if its request has not been written yet.
+        self.abandoned = False
         # Set on the call its group's queue is handed to: it leads that batch.
         self.batch: list[GroupedCall] | None = None
         # Released (once) when the call is answered or handed a batch to lead.
@@ -46,21 +62,22 @@ class GroupedCall:
         self.ready.acquire()
 
     def outcome(self) -> Any:
-        """Return the reply, or raise the call's error (a copy when several calls share it: a
-        request that failed as a whole fails each call in it, each in its own thread)."""
+        """Return the reply, or raise the call's error (a copy of a shared one: each thread that
+        raises it gets an exception of its own)."""
         if self.error is None:
             return self.value
-        if self.replied:
-            raise self.error  # its own: the script's error reply
-        raise _copied(self.error) from self.error
+        if self.shared:
+            raise _copied(self.error) from self.error
+        raise self.error
 
 
 class GroupCommit:
     """Sends one process's concurrent calls in as few requests as they allow (module docstring).
 
-    `alone(call)` sends one call by itself and returns its reply (or raises); `together(calls)`
-    sends several in one request and sets each one's `value` or `error`, raising only what
-    should reach the thread that sent them (it is then set on every call still unanswered).
+    `alone(call)` sends one call by itself and returns its reply (or raises). `together(calls)`
+    sends several in one request: it sets `value`, or its own error reply as `error`, on each
+    call Redis answered, marking it `replied`, and skips any `abandoned` before it is written;
+    it raises when the request failed as a whole, which then fails every call not answered.
     `wait_limit`: seconds a queued call waits for its turn before it gives up; longer than two
     requests can take (the one ahead and its own), so only a stuck sender reaches it.
     """
@@ -70,21 +87,23 @@ class GroupCommit:
         alone: Callable[[GroupedCall], Any],
         together: Callable[[list[GroupedCall]], None],
         wait_limit: float,
+        at_once: int = 1,
     ) -> None:
         self._alone = alone
         self._together = together
         self.wait_limit = wait_limit
+        self.at_once = at_once
         self._lock = threading.Lock()
-        self._busy = False  # a request of this group is in flight
+        self._in_flight = 0  # requests of this group in flight, at most `at_once`
         self._queue: list[GroupedCall] = []
 
     def call(self, name: str, keys: list[Any], args: list[Any]) -> Any:
         """Send a call now, or after the request in flight, with every call queued meanwhile."""
         call = GroupedCall(name, keys, args)
         with self._lock:
-            leads = not self._busy
+            leads = self._in_flight < self.at_once
             if leads:
-                self._busy = True
+                self._in_flight += 1
             else:
                 self._queue.append(call)
         if leads:
@@ -92,56 +111,98 @@ class GroupCommit:
                 return self._alone(call)
             finally:
                 self._pass_on()
-        self._await_turn(call)
-        if call.batch is not None:
-            try:
-                self._send(call.batch)
-            finally:
-                self._pass_on()
+        sending = False
+        try:
+            if not call.ready.acquire(timeout=self.wait_limit):
+                effect = self._leave(call, stopping=False)
+                if effect is not None:
+                    raise redis.exceptions.TimeoutError(
+                        f"a script call waited {self.wait_limit:g}s for the call ahead of it; "
+                        + effect
+                    )
+            if call.batch is not None:
+                try:
+                    sending = True
+                    self._send(call.batch)
+                finally:
+                    self._pass_on()
+        except BaseException:
+            # Raised in this thread before it sent the batch it was handed (a signal handler's
+            # exception, in a main thread): that batch must not be left unsent by everyone.
+            if not sending:
+                self._leave(call, stopping=True)
+            raise
         return call.outcome()
 
-    def _await_turn(self, call: GroupedCall) -> None:
-        """Wait until `call` is answered or leads a batch; give up after wait_limit."""
-        if call.ready.acquire(timeout=self.wait_limit):
-            return
+    def _leave(self, call: GroupedCall, stopping: bool) -> str | None:
+        """Take `call` out of the group as its caller stops waiting; return what became of it,
+        or None when its turn came meanwhile (answered, or handed a batch: a caller `stopping`
+        fails that batch's other calls unsent and hands the queue on)."""
         with self._lock:
-            if call.batch is not None or call.done:
-                return  # its turn came as the wait ran out
-            queued = call in self._queue
-            if queued:
-                self._queue.remove(call)
-        effect = "it was not sent" if queued else "its effect is unknown"
-        raise redis.exceptions.TimeoutError(
-            f"a script call waited {self.wait_limit:g}s for the call ahead of it; {effect}"
+            if call.batch is None:
+                if call.done:
+                    return None
+                if call in self._queue:
+                    self._queue.remove(call)
+                    return "it was not sent"
+                call.abandoned = True  # in a request being sent: maybe written already
+                return "its effect is unknown"
+            if not stopping:
+                return None  # it leads a batch: it goes on to send it
+        unsent = redis.exceptions.ConnectionError(
+            "a script call was not sent: the thread that was to send it stopped"
         )
+        self._finish(call.batch[1:], unsent)
+        self._pass_on()
+        return "it was not sent"
 
     def _send(self, batch: list[GroupedCall]) -> None:
         """Send `batch` (led by its first call) and wake every other call in it."""
         try:
             if len(batch) == 1:
-                call = batch[0]
+                lead = batch[0]
                 try:
-                    call.value = self._alone(call)
+                    lead.value = self._alone(lead)
                 except Exception as err:
-                    call.error = err
+                    lead.error = err  # its own, raised in the thread that got it
             else:
-                self._together(batch)
-        except BaseException as err:
-            for call in batch:
-                if not call.replied and call.error is None:
-                    call.error = err
+                try:
+                    self._together(batch)
+                except Exception as err:
+                    self._fail_unanswered(batch, err)
+        except BaseException:
+            # The sending thread itself is stopping (SystemExit, KeyboardInterrupt): the calls
+            # it sent for others learn that their effect is unknown, not its exception.
+            stopped = redis.exceptions.ConnectionError(
+                "the thread sending this script call stopped; its effect is unknown"
+            )
+            self._fail_unanswered(batch[1:], stopped)
             raise
         finally:
-            for call in batch[1:]:
-                call.done = True
-                call.ready.release()
+            self._finish(batch[1:], None)
+
+    @staticmethod
+    def _fail_unanswered(calls: list[GroupedCall], error: BaseException) -> None:
+        for call in calls:
+            if not call.replied:
+                call.error, call.shared = error, True
+
+    @staticmethod
+    def _finish(calls: list[GroupedCall], error: BaseException | None) -> None:
+        """Mark `calls` final (failing them with `error` first, if given) and wake them."""
+        for call in calls:
+            if error is not None:
+                call.error, call.shared = error, True
+            call.done = True
+            call.ready.release()
 
     def _pass_on(self) -> None:
-        """After a request: hand the calls queued meanwhile to the first of them, or go idle."""
+        """After a request: hand its place in flight, with the calls queued meanwhile, to the
+        first of them; or give the place up."""
         with self._lock:
             batch, self._queue = self._queue, []
             if not batch:
-                self._busy = False
+                self._in_flight -= 1
                 return
             batch[0].batch = batch
         batch[0].ready.release()

@@ -49,6 +49,17 @@ T = TypeVar("T")
 # being reloaded (a second flush or failover), seen in the fault tests; a third is an outage.
 RELOADS = 2
 
+# Requests a process's shared calls may have in flight before a call waits for one of them
+# (GroupCommit's `at_once`). With 1, a call that found one in flight waited for it even where
+# few arrive together: with 4 clients of a two-worker gateway that added 0.1-0.2 ms to the p50
+# and saved Redis nothing; with 2 it added nothing there and kept most of the saving from 16
+# clients on (bench/MEASUREMENTS.md, "The gateway's enqueues share Redis requests").
+AT_ONCE = 2
+
+# Seconds a shared request may spend on reloading the scripts after NOSCRIPT and resending the
+# calls that did not run (the wait limit of a call queued behind it counts them).
+RELOAD_MARGIN = 2.5
+
 
 class ScriptTransport:
     """Loads the scripts into Redis and sends their calls; one per Scripts, built after fork."""
@@ -76,13 +87,18 @@ class ScriptTransport:
         routes each call by its key. Not in durable mode's writes, whose WAIT follows each."""
         if is_cluster(self.redis):
             return
-        kwargs = self.redis.connection_pool.connection_kwargs
-        # Per attempt: a connect and a reply (bounded by these timeouts); two attempts (the
-        # client's one retry) for the request ahead and two for the call's own, plus margin.
+        pool = self.redis.connection_pool
+        kwargs = pool.connection_kwargs
+        # A request: a connection from the pool, then a connect and a reply (each bounded by
+        # these timeouts) twice (the client's one retry), and after a NOSCRIPT the reload and
+        # the calls resent alone. A queued call waits for two: the one ahead and its own.
         attempt = (kwargs.get("socket_connect_timeout") or 5.0) + (
             kwargs.get("socket_timeout") or 5.0
         )
-        self._group = GroupCommit(self._call_alone, self._call_together, 4 * attempt + 1.0)
+        request = (getattr(pool, "timeout", None) or 0.0) + 2 * attempt + RELOAD_MARGIN
+        self._group = GroupCommit(
+            self._call_alone, self._call_together, 2 * request, at_once=AT_ONCE
+        )
 
     def load(self) -> None:
         """Load every script into Redis now, so a broken script fails start-up, not a job."""
@@ -136,7 +152,8 @@ class ScriptTransport:
         )
 
     def _call_together(self, calls: list[GroupedCall]) -> None:
-        """Send `calls` in one request on one pooled connection; set each one's reply or error.
+        """Send `calls` in one request on one pooled connection; set each one's reply or error
+        (the contract of shared.engine.scripts.group_commit.GroupCommit's `together`).
 
         Not redis-py's Pipeline: its errors quote the command that raised, arguments (a job's
         payload) and all, into a message the gateway may log. As a single call is, the request
@@ -156,27 +173,45 @@ class ScriptTransport:
         finally:
             pool.release(conn)
         unrun = [call for call in calls if isinstance(call.error, redis.exceptions.NoScriptError)]
-        if unrun:
-            self.load()
-            for call in unrun:
-                call.error = None
-                try:
-                    call.value = self._call_alone(call)
-                except Exception as err:
-                    call.error = err
+        if not unrun:
+            return
+        for call in unrun:  # unanswered again: a failure from here on is theirs too
+            call.error, call.replied = None, False
+        self.load()
+        for call in unrun:
+            try:
+                call.value = self._call_alone(call)
+            except redis.exceptions.ResponseError as err:
+                call.error = err
+            call.replied = True
 
     def _exchange(self, conn: Any, calls: list[GroupedCall]) -> None:
-        """Send the calls Redis has not answered yet in one write; read their replies in order."""
-        unanswered = [call for call in calls if not call.replied]
-        conn.send_packed_command(
-            conn.pack_commands(
-                [
-                    ("EVALSHA", self.shas[call.name], len(call.keys), *call.keys, *call.args)
-                    for call in unanswered
-                ]
-            )
-        )
-        for call in unanswered:
+        """Send the calls Redis has not answered yet in one write; read their replies in order.
+
+        Each call is packed apart: one that cannot be (an argument of a type Redis has no form
+        for) fails alone, before anything is written. One whose caller stopped waiting is not
+        sent once this write has not gone yet.
+        """
+        sending, chunks = [], []
+        for call in calls:
+            if call.replied:
+                continue
+            if call.abandoned:
+                call.error = redis.exceptions.TimeoutError("not sent: its caller stopped waiting")
+                call.replied = True
+                continue
+            try:
+                chunks += conn.pack_command(
+                    "EVALSHA", self.shas[call.name], len(call.keys), *call.keys, *call.args
+                )
+            except Exception as err:
+                call.error, call.replied = err, True
+                continue
+            sending.append(call)
+        if not sending:
+            return
+        conn.send_packed_command([b"".join(chunks)])  # one write: a list of one buffer
+        for call in sending:
             try:
                 call.value = conn.read_response()
             except redis.exceptions.ResponseError as err:

@@ -7,12 +7,13 @@ at once on threads, and most of a request's enqueue call is its Redis round trip
 68 % of the gateway's enqueue calls found another of their process in flight with 4 clients,
 86 % with 16.
 
-How: a call made while none of its process's is in flight goes out at once, alone, as it would
-without this (nothing waits when nothing is in flight). A call made while one is in flight
-queues. When the call in flight returns, its thread hands the whole queue to the first call in
-it, whose thread sends them all as one pipeline (no MULTI: each stays a script call of its own
-and answers its own caller, its error included). So a call waits for at most the one request
-ahead of it, and while it waits more calls gather behind it.
+How: a call made while fewer than `at_once` requests of its process are in flight goes out
+at once, alone, as it would without this. A call made while `at_once` are in flight queues.
+When one of them returns, its thread hands its place, with the whole queue, to the first call
+queued, whose thread sends them all as one pipelined request (no MULTI: each stays a script
+call of its own and answers its own caller, its error included). So a call waits for at most
+the one request ahead of it, and while it waits more calls gather behind it. The transport
+lets two be in flight (script_transport.AT_ONCE, and why).
 
 The sending is the transport's (shared.engine.scripts.script_transport); this module owns only
 who sends what, and when.

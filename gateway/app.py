@@ -92,8 +92,8 @@ def create_app(
             Policy.from_settings(settings),
         )
         _check_redis(scripts)
-        # Its threads' concurrent script calls share Redis requests once more than two are in
-        # flight (group commit): fewer requests for Redis to read and answer under load.
+        # Its threads' concurrent script calls share Redis requests from the third in flight
+        # at once (group commit): fewer requests for Redis to read and answer under load.
         scripts.transport.share_requests()
     app = Flask(__name__)
     # A backstop for request.stream; body.py enforces the exact limit. One byte more: Werkzeug

@@ -6,10 +6,13 @@ redis-py (with hiredis, which requirements.txt installs) already packs a command
 arguments for memoryviews: for complete.lua's 27 arguments that pass costs 15 µs of the 17 a
 call pays to pack, on the one round trip a busy worker makes per job (bench.job_parts). hiredis
 takes str (as UTF-8, strictly, as redis-py's default encoder does), bytes, int and float itself
-and gives the same bytes (tests/engine/test_command_packer.py compares them); anything else —
-a bool or None, which redis-py refuses with DataError, a memoryview or bytearray — raises
-TypeError there and goes to redis-py's packer unchanged, as does a command name with a space
-in it ("SCRIPT LOAD"), which redis-py splits into words.
+and gives the same bytes (tests/test_command_packer.py compares them); anything else —
+a bool or None, which redis-py refuses with DataError, a bytearray — raises TypeError there and
+goes to redis-py's packer unchanged, as does a command name with a space in it ("SCRIPT
+LOAD"), which redis-py splits into words. hiredis 3.5 also takes a memoryview: a contiguous one
+as its bytes, but a strided one (``view[::2]``) as the start of the buffer under it, where
+redis-py would refuse it. The engine never passes a memoryview, and looking for one would cost
+the per-argument pass this module exists to avoid.
 
 Handed to every connection as redis-py's documented ``command_packer`` option
 (shared.connect.redis_conn) on one Redis and under Sentinel; a Cluster's nodes keep

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 import redis
 
-from gateway.app import gateway_client
+from gateway.app import CONNECT_TIMEOUT, POOL_WAIT, SOCKET_TIMEOUT, gateway_client
 from shared.engine.engine_types import Policy
 from shared.engine.keys import Keys
 from shared.engine.scripts import Scripts
 from shared.engine.scripts.group_commit import GroupedCall
-from shared.engine.scripts.script_transport import ScriptTransport
+from shared.engine.scripts.script_transport import RELOAD_MARGIN, ScriptTransport
 from shared.model.job_ids import new_job_id
 from shared.model.jobs import validate_enqueue
 from shared.settings.config import Settings
@@ -290,3 +290,14 @@ def test_a_call_abandoned_before_its_request_is_written_is_not_sent(
     assert kept.value == [b"kept", 1]
     assert isinstance(abandoned.error, redis.TimeoutError) and abandoned.replied
     assert r.get("n") == b"1"
+
+
+def test_a_queued_call_waits_longer_than_two_requests_of_the_gateway_can_take(
+    transport: ScriptTransport,
+) -> None:
+    """Its wait limit counts, per request, the pool's wait, a connect and a reply twice (the
+    client's one retry) and a reload; for two requests: the one ahead and its own."""
+    group = transport._group
+    assert group is not None
+    attempt = CONNECT_TIMEOUT + SOCKET_TIMEOUT
+    assert group.wait_limit == pytest.approx(2 * (POOL_WAIT + 2 * attempt + RELOAD_MARGIN))

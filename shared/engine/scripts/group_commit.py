@@ -38,6 +38,7 @@ class GroupedCall:
         "batch",
         "done",
         "error",
+        "holds",
         "keys",
         "name",
         "ready",
@@ -58,6 +59,9 @@ class GroupedCall:
         self.abandoned = False
         # Set on the call its group's queue is handed to: it leads that batch.
         self.batch: list[GroupedCall] | None = None
+        # It holds one of the group's places in flight (it leads, alone or a batch), which
+        # it hands on exactly once (GroupCommit._pass_on).
+        self.holds = False
         # Released (once) when the call is answered or handed a batch to lead.
         self.ready = threading.Lock()
         self.ready.acquire()
@@ -68,7 +72,9 @@ class GroupedCall:
         if self.error is None:
             return self.value
         if self.shared:
-            raise _copied(self.error) from self.error
+            copied = _copied(self.error)
+            if copied is not self.error:
+                raise copied from self.error
         raise self.error
 
 
@@ -90,6 +96,8 @@ class GroupCommit:
         wait_limit: float,
         at_once: int = 1,
     ) -> None:
+        if at_once < 1:
+            raise ValueError("at_once: at least one request must be allowed in flight")
         self._alone = alone
         self._together = together
         self.wait_limit = wait_limit
@@ -99,63 +107,61 @@ class GroupCommit:
         self._queue: list[GroupedCall] = []
 
     def call(self, name: str, keys: list[Any], args: list[Any]) -> Any:
-        """Send a call now, or after the request in flight, with every call queued meanwhile."""
+        """Send a call now, or after a request in flight, with every call queued meanwhile."""
         call = GroupedCall(name, keys, args)
-        with self._lock:
-            leads = self._in_flight < self.at_once
-            if leads:
-                self._in_flight += 1
-            else:
-                self._queue.append(call)
-        if leads:
-            try:
-                return self._alone(call)
-            finally:
-                self._pass_on()
-        sending = False
         try:
-            if not call.ready.acquire(timeout=self.wait_limit):
-                effect = self._leave(call, stopping=False)
-                if effect is not None:
-                    raise redis.exceptions.TimeoutError(
-                        f"a script call waited {self.wait_limit:g}s for the call ahead of it; "
-                        + effect
-                    )
+            with self._lock:
+                if self._in_flight < self.at_once:
+                    call.holds = True
+                    self._in_flight += 1
+                else:
+                    self._queue.append(call)
+            if call.holds:
+                return self._alone(call)
+            self._await_turn(call)
             if call.batch is not None:
-                try:
-                    sending = True
-                    self._send(call.batch)
-                finally:
-                    self._pass_on()
+                self._send(call.batch)
+            return call.outcome()
         except BaseException:
-            # Raised in this thread before it sent the batch it was handed (a signal handler's
-            # exception, in a main thread): that batch must not be left unsent by everyone.
-            if not sending:
-                self._leave(call, stopping=True)
+            self._stop_waiting(call)
             raise
-        return call.outcome()
+        finally:
+            self._pass_on(call)
 
-    def _leave(self, call: GroupedCall, stopping: bool) -> str | None:
-        """Take `call` out of the group as its caller stops waiting; return what became of it,
-        or None when its turn came meanwhile (answered, or handed a batch: a caller `stopping`
-        fails that batch's other calls unsent and hands the queue on)."""
+    def _await_turn(self, call: GroupedCall) -> None:
+        """Wait until `call` is answered or leads a batch; give up after wait_limit."""
+        if call.ready.acquire(timeout=self.wait_limit):
+            return
+        with self._lock:
+            if call.batch is not None or call.done:
+                return  # its turn came as the wait ran out
+            queued = call in self._queue
+            if queued:
+                self._queue.remove(call)
+            else:
+                call.abandoned = True  # in a request being sent: maybe written already
+        effect = "it was not sent" if queued else "its effect is unknown"
+        raise redis.exceptions.TimeoutError(
+            f"a script call waited {self.wait_limit:g}s for the call ahead of it; {effect}"
+        )
+
+    def _stop_waiting(self, call: GroupedCall) -> None:
+        """Leave the group as `call`'s thread raises: out of the queue, or (handed a batch it
+        did not send: a signal handler's exception in a main thread) failing that batch's
+        other calls unsent. Nothing to do once its turn is over, or its wait already gave up."""
         with self._lock:
             if call.batch is None:
-                if call.done:
-                    return None
                 if call in self._queue:
                     self._queue.remove(call)
-                    return "it was not sent"
-                call.abandoned = True  # in a request being sent: maybe written already
-                return "its effect is unknown"
-            if not stopping:
-                return None  # it leads a batch: it goes on to send it
-        unsent = redis.exceptions.ConnectionError(
-            "a script call was not sent: the thread that was to send it stopped"
+                return
+            unsent = [other for other in call.batch[1:] if not other.done]
+        # _send finishes every call of its batch, even when interrupted: these it never began.
+        self._finish(
+            unsent,
+            redis.exceptions.ConnectionError(
+                "a script call was not sent: the thread that was to send it stopped"
+            ),
         )
-        self._finish(call.batch[1:], unsent)
-        self._pass_on()
-        return "it was not sent"
 
     def _send(self, batch: list[GroupedCall]) -> None:
         """Send `batch` (led by its first call) and wake every other call in it."""
@@ -197,15 +203,18 @@ class GroupCommit:
             call.done = True
             call.ready.release()
 
-    def _pass_on(self) -> None:
-        """After a request: hand its place in flight, with the calls queued meanwhile, to the
-        first of them; or give the place up."""
+    def _pass_on(self, holder: GroupedCall) -> None:
+        """After `holder`'s request (if it holds a place in flight: else nothing): hand the
+        place, with the calls queued meanwhile, to the first of them; or give it up."""
         with self._lock:
+            if not holder.holds:
+                return
+            holder.holds = False
             batch, self._queue = self._queue, []
             if not batch:
                 self._in_flight -= 1
                 return
-            batch[0].batch = batch
+            batch[0].batch, batch[0].holds = batch, True
         batch[0].ready.release()
 
 

@@ -91,7 +91,9 @@ class ScriptTransport:
         kwargs = pool.connection_kwargs
         # A request: a connection from the pool, then a connect and a reply (each bounded by
         # these timeouts) twice (the client's one retry), and after a NOSCRIPT the reload and
-        # the calls resent alone. A queued call waits for two: the one ahead and its own.
+        # the calls resent alone. A queued call waits for two: the one ahead and its own. Not
+        # counted: a connect's handshake, a health check's PING, a Sentinel's lookup of the
+        # master; a wait they make run out answers as Redis being slow does (503).
         attempt = (kwargs.get("socket_connect_timeout") or 5.0) + (
             kwargs.get("socket_timeout") or 5.0
         )
@@ -179,6 +181,9 @@ class ScriptTransport:
             call.error, call.replied = None, False
         self.load()
         for call in unrun:
+            if call.abandoned:  # its caller gave up meanwhile: it ran nothing, and need not
+                call.error, call.replied = _unsent(), True
+                continue
             try:
                 call.value = self._call_alone(call)
             except redis.exceptions.ResponseError as err:
@@ -197,20 +202,20 @@ class ScriptTransport:
             if call.replied:
                 continue
             if call.abandoned:
-                call.error = redis.exceptions.TimeoutError("not sent: its caller stopped waiting")
-                call.replied = True
+                call.error, call.replied = _unsent(), True
                 continue
             try:
-                chunks += conn.pack_command(
+                packed = conn.pack_command(
                     "EVALSHA", self.shas[call.name], len(call.keys), *call.keys, *call.args
                 )
+                chunks.append(b"".join(packed))  # a strided memoryview fails here, alone
             except Exception as err:
                 call.error, call.replied = err, True
                 continue
             sending.append(call)
         if not sending:
             return
-        conn.send_packed_command([b"".join(chunks)])  # one write: a list of one buffer
+        conn.send_packed_command([b"".join(chunks)])  # one write (a list: of one buffer)
         for call in sending:
             try:
                 call.value = conn.read_response()
@@ -335,6 +340,11 @@ class ScriptTransport:
             _, other = self.write_then_wait(op, lambda pipe: None, marker)
             confirmation = durable.weakest(confirmation, other)
         return confirmation
+
+
+def _unsent() -> redis.exceptions.TimeoutError:
+    """The error of a shared call not sent because its caller had given up waiting."""
+    return redis.exceptions.TimeoutError("not sent: its caller stopped waiting")
 
 
 class Sent:

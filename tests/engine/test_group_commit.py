@@ -347,3 +347,30 @@ def test_a_place_in_flight_is_handed_on_once_however_often_its_holder_is_done(
 def test_no_requests_in_flight_allowed_is_refused(senders: Senders) -> None:
     with pytest.raises(ValueError, match="at_once"):
         GroupCommit(senders.alone, senders.together, wait_limit=WAIT, at_once=0)
+
+
+def test_calls_behind_a_request_redis_did_not_answer_fail_at_once_unsent(
+    senders: Senders, group: GroupCommit, in_flight: Caller
+) -> None:
+    """Redis frozen: sent after the request that timed out, each would wait a whole timeout
+    more (a 503 in twice the time: tests/faults/test_redis_faults.py, scenario 8)."""
+    senders.dies["first"] = redis.TimeoutError("Timeout reading from socket")
+    b, c = queue_behind(group, "b", "c")
+    senders.hold.set()
+    assert isinstance(in_flight.joined(), redis.TimeoutError)
+    for told in (b.joined(), c.joined()):
+        assert isinstance(told, redis.ConnectionError) and "was not sent" in str(told)
+    assert senders.requests == [["first"]]
+    assert group._in_flight == 0
+    assert group.call("after", [], []) == "reply:after"  # the next goes by itself
+
+
+def test_calls_behind_a_request_whose_script_failed_are_still_sent(
+    senders: Senders, group: GroupCommit, in_flight: Caller
+) -> None:
+    senders.errors["first"] = redis.ResponseError("boom")
+    b, c = queue_behind(group, "b", "c")
+    senders.hold.set()
+    assert isinstance(in_flight.joined(), redis.ResponseError)
+    assert (b.joined(), c.joined()) == ("reply:b", "reply:c")
+    assert senders.requests == [["first"], ["b", "c"]]

@@ -28,6 +28,10 @@ from typing import Any
 
 import redis
 
+# A request's failures that say Redis did not answer it (after the client's retry), as opposed
+# to a script's error reply, which is its call's own.
+UNREACHABLE = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
 
 class GroupedCall:
     """One script call waiting in (or leading) a group: what to send and, once sent, its reply."""
@@ -44,6 +48,7 @@ class GroupedCall:
         "ready",
         "replied",
         "shared",
+        "unreachable",
         "value",
     )
 
@@ -62,6 +67,9 @@ class GroupedCall:
         # It holds one of the group's places in flight (it leads, alone or a batch), which
         # it hands on exactly once (GroupCommit._pass_on).
         self.holds = False
+        # Its request found Redis unreachable or too slow (a connection error or a timeout,
+        # after the client's retry): the calls queued behind it are not sent after it.
+        self.unreachable = False
         # Released (once) when the call is answered or handed a batch to lead.
         self.ready = threading.Lock()
         self.ready.acquire()
@@ -122,7 +130,8 @@ class GroupCommit:
             if call.batch is not None:
                 self._send(call.batch)
             return call.outcome()
-        except BaseException:
+        except BaseException as err:
+            call.unreachable = isinstance(err, UNREACHABLE)
             self._stop_waiting(call)
             raise
         finally:
@@ -172,11 +181,13 @@ class GroupCommit:
                     lead.value = self._alone(lead)
                 except Exception as err:
                     lead.error = err  # its own, raised in the thread that got it
+                    lead.unreachable = isinstance(err, UNREACHABLE)
             else:
                 try:
                     self._together(batch)
                 except Exception as err:
                     self._fail_unanswered(batch, err)
+                    batch[0].unreachable = isinstance(err, UNREACHABLE)
         except BaseException:
             # The sending thread itself is stopping (SystemExit, KeyboardInterrupt): the calls
             # it sent for others learn that their effect is unknown, not its exception.
@@ -211,11 +222,24 @@ class GroupCommit:
                 return
             holder.holds = False
             batch, self._queue = self._queue, []
-            if not batch:
+            if not batch or holder.unreachable:
                 self._in_flight -= 1
-                return
-            batch[0].batch, batch[0].holds = batch, True
-        batch[0].ready.release()
+            else:
+                batch[0].batch, batch[0].holds = batch, True
+        if batch and holder.unreachable:
+            # Redis did not answer the request ahead: sent now, these would wait for it a whole
+            # timeout more. They fail at once, unsent (a 503 to resend, as fast as the one
+            # ahead); a call made after this goes by itself again, and finds Redis back or not.
+            self._finish(
+                batch,
+                redis.exceptions.ConnectionError(
+                    "a script call was not sent: the request ahead of it found Redis "
+                    "unreachable or too slow"
+                ),
+            )
+            return
+        if batch:
+            batch[0].ready.release()
 
 
 def _copied(error: BaseException) -> BaseException:

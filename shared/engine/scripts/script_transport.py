@@ -51,9 +51,10 @@ RELOADS = 2
 
 # Requests a process's shared calls may have in flight before a call waits for one of them
 # (GroupCommit's `at_once`). With 1, a call that found one in flight waited for it even where
-# few arrive together: with 4 clients of a two-worker gateway that added 0.1-0.2 ms to the p50
-# and saved Redis nothing; with 2 it added nothing there and kept most of the saving from 16
-# clients on (bench/MEASUREMENTS.md, "The gateway's enqueues share Redis requests").
+# few arrive together: with 4 clients of a two-worker gateway the p50 rose in three sittings of
+# four (by up to 0.25 ms) and Redis saved nothing; with 2 it did not rise, and most of the
+# saving from 16 clients on stayed (bench/MEASUREMENTS.md, "The gateway's enqueues share Redis
+# requests").
 AT_ONCE = 2
 
 # Seconds a shared request may spend on reloading the scripts after NOSCRIPT and resending the

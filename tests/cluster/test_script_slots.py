@@ -28,9 +28,10 @@ from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
 from tests.support.tools import ROOT
 
 # The transport's funnels: every EVALSHA goes out through one of them (begin runs a call
-# through `call` on a cluster, where the slot guard looks). `_call_alone` and `_exchange` send
-# what `call` hands its group (share_requests), so the guard on `call` has seen each first.
-FUNNELS = {"call", "send", "begin", "_call_alone", "_exchange"}
+# through `call` on a cluster, where the slot guard looks). `_now` sends what `call` sends
+# alone, and `_exchange` what `call` hands its group (share_requests), so the guard on `call`
+# has seen each first.
+FUNNELS = {"send", "begin", "_now", "_exchange"}
 # The calls by name (each binds a script's KEYS and ARGV, then goes through a funnel), and the
 # methods that take a script's name and pass it on to one of those.
 NAMED_CALLERS = {"run", "queue", "run_durable", "_each", "_toggle"}
@@ -62,16 +63,19 @@ def test_only_the_transport_funnels_send_evalsha() -> None:
 
 def test_the_group_senders_are_reached_only_through_the_group_that_call_feeds() -> None:
     """`_call_alone` and `_exchange` are named only where share_requests hands them to the
-    group (and where the group's request runs), so no call site reaches them but by `call`."""
+    group (and where the group's request runs), and `_now` only by `call` and `_call_alone`,
+    so no call site reaches them but by `call`."""
     users = {
         (name, func, node.attr)
         for name, func, node in _in_functions()
-        if isinstance(node, ast.Attribute) and node.attr in {"_call_alone", "_exchange"}
+        if isinstance(node, ast.Attribute) and node.attr in {"_call_alone", "_exchange", "_now"}
     }
     assert users == {
         ("script_transport.py", "share_requests", "_call_alone"),
         ("script_transport.py", "_call_together", "_call_alone"),
         ("script_transport.py", "_call_together", "_exchange"),
+        ("script_transport.py", "call", "_now"),
+        ("script_transport.py", "_call_alone", "_now"),
     }, users
 
 

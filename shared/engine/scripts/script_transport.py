@@ -143,16 +143,17 @@ class ScriptTransport:
         or with the calls of this process's other threads (:meth:`share_requests`)."""
         if self._group is not None:
             return self._group.call(name, keys, args)
+        return self._now(name, keys, args)
+
+    def _now(self, name: str, keys: list[Any], args: list[Any]) -> Any:
+        """Send one EVALSHA now, alone, loading the scripts on NOSCRIPT (see loaded)."""
         sha = self.shas[name]
         return self.loaded(
             lambda: self.redis.execute_command("EVALSHA", sha, len(keys), *keys, *args)
         )
 
     def _call_alone(self, call: GroupedCall) -> Any:
-        sha, keys = self.shas[call.name], call.keys
-        return self.loaded(
-            lambda: self.redis.execute_command("EVALSHA", sha, len(keys), *keys, *call.args)
-        )
+        return self._now(call.name, call.keys, call.args)
 
     def _call_together(self, calls: list[GroupedCall]) -> None:
         """Send `calls` in one request on one pooled connection; set each one's reply or error

@@ -301,3 +301,12 @@ def test_a_queued_call_waits_longer_than_two_requests_of_the_gateway_can_take(
     assert group is not None
     attempt = CONNECT_TIMEOUT + SOCKET_TIMEOUT
     assert group.wait_limit == pytest.approx(2 * (POOL_WAIT + 2 * attempt + RELOAD_MARGIN))
+
+
+def test_the_gateways_transport_lets_two_calls_go_at_once_before_one_waits(
+    transport: ScriptTransport,
+) -> None:
+    """Which calls go at once and which wait, with this limit: test_group_commit.py."""
+    group = transport._group
+    assert group is not None
+    assert group.at_once == 2

@@ -133,12 +133,34 @@ class Spawner(Protocol):
         """Tell whether the child is stopped (SIGSTOP): not working on its job."""
 
 
+# The signals that stop a child. A forked child starts with the supervisor's handlers for them,
+# which only queue the signal in the supervisor's state, the child's copy of it: one that came
+# before the child put its own handlers in was lost, and the supervisor's drain then waited its
+# whole grace for a child that never stopped (a bin/run stop in CI, 2026-12-07). So they are
+# blocked from before the fork until the child's handlers are in: one sent meanwhile waits for
+# them.
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def accept_stop_signals() -> None:
+    """In a child ForkSpawner started, once its own handlers are in: take STOP_SIGNALS (one
+    sent since the fork is handled now)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
 class ForkSpawner:
     """The real spawner: os.fork, waitpid(-1, WNOHANG), kill, /proc."""
 
     def spawn(self, name: str, body: Callable[[], int]) -> int:
-        """Fork; the child runs `body` and leaves through os._exit, never back into the caller."""
-        pid = os.fork()
+        """Fork; the child runs `body` and leaves through os._exit, never back into the caller.
+        `body` starts with STOP_SIGNALS blocked: it calls accept_stop_signals once its own
+        handlers are in."""
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            pid = os.fork()
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
+            raise
         if pid == 0:
             code = 1
             try:
@@ -147,6 +169,7 @@ class ForkSpawner:
                 log.exception("child_crashed", extra={"child": name})
             finally:
                 os._exit(code)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
         return pid
 
     def reap(self) -> tuple[int, int]:

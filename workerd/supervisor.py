@@ -43,6 +43,7 @@ from workerd.children import (
     ForkSpawner,
     Roster,
     Spawner,
+    accept_stop_signals,
     describe_exit,
     die_with_parent,
 )
@@ -419,6 +420,7 @@ class Supervisor:
             app = ObservabilityApp(scripts, self.table, self.settings.worker_queues)
             process = ObservabilityServer(self.listener, app, slot, self.pid)
         process.install_signals()
+        accept_stop_signals()  # blocked since the fork (children.STOP_SIGNALS)
         return process.run()
 
     def _reap(self, now: float) -> None:

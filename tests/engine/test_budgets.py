@@ -19,7 +19,7 @@ reads TIME first (its event then costs its XADD).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,8 +29,7 @@ from shared.engine.engine_types import Code, NotRunnable, QueuePaused
 from shared.engine.scripts import Scripts
 from shared.model.job_ids import new_client_id
 from tests.engine.conftest import J1, J2, J3, J4, job_id, request
-from tests.support.redis_server import RedisServer
-from tests.support.tools import require_tool
+from tests.support.own_redis_server import redis_server  # noqa: F401  # counts: no stray reader
 
 # The hot path: a claim, an enqueue. ENQUEUE with events off: HMGET, TIME, INCR, ZADD ×2, LPUSH,
 # HSET; with events on the XADD takes the TIME's place (its entry id is the time), so 7 too.
@@ -83,20 +82,6 @@ def assert_within(counts: Counter[str], budget: int) -> None:
     total = sum(counts.values())
     breakdown = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
     assert total <= budget, f"{total} Redis commands, budget {budget}: {breakdown}"
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A redis-server of this module's own (overriding the session's): the counts are the
-    server's (INFO commandstats), so no other client may talk to it, and a test process shares
-    the session's server with every test before this one (a background reader one of them left
-    behind, sending a lone ZRANGE, twice broke a count here in CI)."""
-    server = RedisServer(require_tool("redis-server"), tmp_path_factory.mktemp("budgets"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=["events-on", "events-off"])

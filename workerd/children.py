@@ -65,6 +65,10 @@ class Child:
     # The slot whose job the supervisor killed it for (timeout, lease lost, cancel): the other
     # threads' jobs died for no fault of their own (workerd.duties.release).
     culprit: int | None = None
+    # Set while it drains because one job thread stuck between jobs (duties.watchdog): when
+    # it is killed if still running, and the stuck thread's slot.
+    stuck_deadline: float | None = None
+    stuck_slot: int | None = None
 
     @property
     def slots(self) -> range:
@@ -213,6 +217,15 @@ class Roster:
             for c in self.of_kind(kind)
             if c.kill_reason is None and (s := self.state(c)) is not None and not s.booting
         ]
+
+    def drain(self, child: Child) -> None:
+        """Ask `child` to finish its jobs and exit: a SIGTERM its slots say is a drain (told
+        apart from a cancel's, should the two arrive as one signal)."""
+        for index in child.slots:
+            control = self.table.slot(index).control
+            if control is not None:
+                control.request_drain()
+        self.spawner.kill(child.pid, signal.SIGTERM)
 
     def kill(
         self,

@@ -164,7 +164,9 @@ class Supervisor:
             plan=settings.worker_queues.describe(),
             quiet=quiet,
         )
-        self.watchdog = Watchdog(roster, silence_timeout=settings.heartbeat_timeout)
+        self.watchdog = Watchdog(
+            roster, silence_timeout=settings.heartbeat_timeout, drain_grace=settings.drain_grace
+        )
         self.readiness = Readiness(
             roster,
             self.loader,
@@ -239,12 +241,7 @@ class Supervisor:
         self.stopping = True
         self.drain_deadline = now + self.settings.drain_grace
         for child in self.roster.of_kind(WORKER):
-            for index in child.slots:
-                control = self.table.slot(index).control
-                if control is not None:
-                    # Told apart from a cancel's SIGTERM, should the two arrive as one signal.
-                    control.request_drain()
-            self.roster.spawner.kill(child.pid, signal.SIGTERM)
+            self.roster.drain(child)
 
     # -- reload (SIGHUP) -----------------------------------------------------------------------
 

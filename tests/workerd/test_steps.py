@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+import workerd.slots
 from shared.engine.engine_types import Policy
 from shared.engine.keys import Keys
 from shared.engine.queries import get_job
@@ -384,6 +386,81 @@ def test_a_silent_child_is_killed_and_replaced_without_a_backoff(
 
     rig.step()  # reaped, and every slot forked again at once: a kill is not a failure
     assert set(rig.spawner.live).isdisjoint(before) and len(rig.spawner.live) == 3
+
+
+@pytest.fixture
+def three_threads(make_rig: Callable[..., Rig], monkeypatch: pytest.MonkeyPatch) -> Rig:
+    """One worker process of three job threads, each slot beaten once; slots stamp their
+    beats on the rig's clock, so a test can let one thread's go stale while another's is new."""
+    rig = make_rig(
+        WORKER_COUNT="1",
+        WORKER_THREADS="3",
+        WORKER_HEARTBEAT_TIMEOUT="2s",
+        WORKER_DRAIN_GRACE="5s",
+    )
+    monkeypatch.setattr(workerd.slots, "time", SimpleNamespace(monotonic=rig.clock))
+    rig.step()
+    (child,) = rig.workers()
+    for index in child.slots:
+        rig.supervisor.table.slot(index).beat()
+    return rig
+
+
+def _stuck_beside_a_beating_sibling(rig: Rig) -> tuple[Child, str, float]:
+    """Thread 0 runs a job, thread 1 beats between jobs, thread 2 stops beating: step until
+    the supervisor acts (2 s of silence, 3 s at most); return the child, the running job's id
+    and when it acted."""
+    (child,) = rig.workers()
+    runner, beating, _stuck = child.slots
+    job_id = rig.enqueue()
+    job = rig.scripts.claim(child.worker_id(runner))
+    assert job is not None and job.id == job_id
+    rig.supervisor.table.slot(runner).start_job(job.id, job.token, 0.0)
+    began = rig.now
+    while not rig.spawner.signals_to(child.pid) and rig.now - began < 3.0:
+        rig.clock.now += 0.1
+        rig.supervisor.table.slot(beating).beat()
+        rig.step()
+    assert rig.now - began > 2.0, "acted before the silence timeout"
+    return child, job_id, rig.now
+
+
+def test_a_job_thread_stuck_between_jobs_drains_its_process_then_it_is_replaced(
+    three_threads: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = three_threads
+    with caplog.at_level(logging.INFO):
+        child, _, _ = _stuck_beside_a_beating_sibling(rig)
+        # Not killed (that would take thread 0's job): drained, its slots told so.
+        assert rig.spawner.signals_to(child.pid) == [signal.SIGTERM]
+        (stuck,) = events(caplog, "child_thread_stuck")
+        assert stuck.__dict__["worker_id"] == child.worker_id(child.index + 2)
+        control = rig.supervisor.table.slot(child.index).control
+        assert control is not None and control.drain_requested()
+        rig.step(1.0)  # thread 0's job still runs: no kill yet
+        assert rig.spawner.signals_to(child.pid) == [signal.SIGTERM]
+        rig.supervisor.table.slot(child.index).beat()  # its job done, between jobs again
+        rig.step()  # no sibling runs a job: the stuck thread would never let it exit
+    assert rig.spawner.signals_to(child.pid) == [signal.SIGTERM, signal.SIGKILL]
+    assert child.kill_reason == "stuck" and child.culprit == child.index + 2
+    assert len(events(caplog, "child_thread_stuck")) == 1
+    rig.step()  # reaped, and forked again at once: a kill is not a failure
+    (replacement,) = rig.workers()
+    assert replacement.pid != child.pid
+
+
+def test_a_job_still_running_when_a_stuck_threads_drain_ends_goes_back_uncounted(
+    three_threads: Rig,
+) -> None:
+    rig = three_threads
+    child, job_id, drained_at = _stuck_beside_a_beating_sibling(rig)
+    rig.step_at(drained_at + 4.9)
+    assert rig.spawner.signals_to(child.pid) == [signal.SIGTERM]
+    rig.step_at(drained_at + 5.0)  # the drain's 5 s grace is over
+    assert rig.spawner.signals_to(child.pid) == [signal.SIGTERM, signal.SIGKILL]
+    rig.step()  # reaped: the job thread 0 ran died for no fault of its own
+    job = rig.job(job_id)
+    assert (job.status, job.recoveries) == (JobState.PENDING, 0)
 
 
 # --- leases and timeouts ------------------------------------------------------------------------

@@ -460,3 +460,39 @@ def test_a_job_that_waited_to_run_alone_past_half_its_lease_still_runs(
     assert [n["pid"] for n in notes(file, "start", marked)] == [pid]
     assert workerd.events("job_released", job_id=marked) == []
     assert workerd.events("job_recovered") == []
+
+
+def test_a_thread_stuck_between_jobs_beside_a_beating_one_drains_its_process(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path
+) -> None:
+    # Thread 1 stands still between jobs (tests/workerd/handlers_stuck.py) while thread 2
+    # beats between jobs: the process is not silent, but runs a thread short for good. The
+    # supervisor drains it (thread 0's job ends as ever), then kills and replaces it.
+    flag = tmp_path / "stuck"
+    workerd = start_workerd(
+        TASKFORGE_HANDLERS=THREAD_HANDLERS + ",tests.workerd.handlers_stuck",
+        TASKFORGE_TEST_STUCK_FLAG=str(flag),
+        WORKER_COUNT="1",
+        WORKER_THREADS="3",
+        WORKER_HEARTBEAT_TIMEOUT="2s",
+        WORKER_DRAIN_GRACE="20s",
+    )
+    [worker] = workerd.children("worker")
+    flag.touch()
+    wait_until(lambda: Path(f"{flag}.stuck").exists(), 10, "thread 1 to stick")
+    file = tmp_path / "notes"
+    running = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 4})
+    wait_starts(file, 1)
+
+    [stuck] = workerd.wait_for("child_thread_stuck", timeout=10)
+    flag.unlink()  # the replacement's thread 1 runs
+    assert stuck["worker_id"].endswith(".t1")
+    [exited] = workerd.wait_for("child_exited", child_pid=worker, timeout=15)
+    assert exited["killed_for"] == "stuck"
+    job = engine.job(running)
+    assert (job.status, job.attempts, job.recoveries) == (JobState.COMPLETED, 1, 0)
+    assert workerd.events("child_silent") == []
+    # The replacement serves.
+    after = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 0})
+    assert engine.wait_all([after], {JobState.COMPLETED}, 10)[after].attempts == 1
+    assert [p for p in workerd.children("worker") if p != worker]

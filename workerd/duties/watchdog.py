@@ -1,15 +1,25 @@
-"""The watchdog: kills a worker past its job's timeout and any child gone silent outside a job.
+"""The watchdog: kills a worker past its job's timeout and any child gone silent outside a job,
+and drains a worker one of whose job threads is stuck between jobs.
 
 It reads the slots the children write (no Redis). A timed-out worker's job is remembered on
 the child, so that its reaping fails the job as a timeout (duties/release.py) and the job's
 own line, job_timed_out, comes once, with that outcome.
+
+A job thread between jobs beats at least every second (each step; 0.5 s at the alone gate);
+nothing there waits without a bound, so one that has not beaten for `silence_timeout` while a
+sibling between jobs has is stuck by a bug of ours, and its process runs a thread short for
+good. Killing the process at once would take its siblings' running jobs, whose only fault is
+to share it: it is drained instead (they finish, up to `drain_grace`, and claim nothing more),
+then killed once none runs, the stuck thread never ending; a job still running at the grace's
+end goes back uncounted.
 """
 
 from __future__ import annotations
 
 import logging
 
-from workerd.children import Roster
+from workerd.children import Child, Roster
+from workerd.slots import SlotState
 
 log = logging.getLogger(__name__)
 
@@ -17,9 +27,10 @@ log = logging.getLogger(__name__)
 class Watchdog:
     """Kills children past their job's timeout, or silent for `silence_timeout` seconds."""
 
-    def __init__(self, roster: Roster, *, silence_timeout: float) -> None:
+    def __init__(self, roster: Roster, *, silence_timeout: float, drain_grace: float) -> None:
         self.roster = roster
         self.silence_timeout = silence_timeout
+        self.drain_grace = drain_grace
 
     def tick(self, now: float) -> None:
         """Kill each child that is over its time; each is killed once.
@@ -27,33 +38,60 @@ class Watchdog:
         A job's timeout is its own slot's (one per job thread). Silence is the process's: a
         child is silent when none of its slots between jobs has beaten for `silence_timeout`
         (one thread beating tells the process lives; a slot running a job is timed by it).
+        One slot between jobs that has not beaten while another has: that thread is stuck,
+        and its process is drained, then killed (the module's docstring).
         """
         for child in list(self.roster.children.values()):
             if child.kill_reason is not None:
                 continue
-            idle_beats: list[float] = []
-            for index, state in self.roster.slot_states(child):
-                if state is None:
-                    continue
-                if not state.job_id:
-                    idle_beats.append(state.heartbeat)
-                elif state.job_timeout > 0 and now - state.job_started > state.job_timeout:
-                    child.killed_job = state
-                    log.warning(
-                        "child_killed",
-                        extra={
-                            "child": child.name,
-                            "reason": "timeout",
-                            "job_id": state.job_id,
-                            "timeout_s": state.job_timeout,
-                        },
-                    )
-                    self.roster.kill(child, "timeout", culprit=index)
-                    break
-            else:
-                if idle_beats and now - max(idle_beats) > self.silence_timeout:
-                    log.error(
-                        "child_silent",
-                        extra={"child": child.name, "silent_s": now - max(idle_beats)},
-                    )
-                    self.roster.kill(child, "silent")
+            states = self.roster.slot_states(child)
+            if self._timed_out(child, states, now):
+                continue
+            if child.stuck_deadline is not None:
+                # Draining for a stuck thread: killed once no sibling runs a job (the stuck
+                # one never lets the process exit), or at the grace's end.
+                if now >= child.stuck_deadline or not any(s and s.job_id for _, s in states):
+                    self.roster.kill(child, "stuck", culprit=child.stuck_slot)
+                continue
+            idle_beats = [(s.heartbeat, i) for i, s in states if s is not None and not s.job_id]
+            if not idle_beats:
+                continue
+            newest, _ = max(idle_beats)
+            oldest, stuck = min(idle_beats)
+            if now - newest > self.silence_timeout:
+                log.error("child_silent", extra={"child": child.name, "silent_s": now - newest})
+                self.roster.kill(child, "silent")
+            elif now - oldest > self.silence_timeout:
+                log.error(
+                    "child_thread_stuck",
+                    extra={
+                        "child": child.name,
+                        "worker_id": child.worker_id(stuck),
+                        "silent_s": now - oldest,
+                        "grace_s": self.drain_grace,
+                    },
+                )
+                child.stuck_deadline, child.stuck_slot = now + self.drain_grace, stuck
+                self.roster.drain(child)
+
+    def _timed_out(
+        self, child: Child, states: list[tuple[int, SlotState | None]], now: float
+    ) -> bool:
+        """Kill `child` if one of its slots' jobs is past its timeout; say whether it was."""
+        for index, state in states:
+            if state is None or not state.job_id:
+                continue
+            if state.job_timeout > 0 and now - state.job_started > state.job_timeout:
+                child.killed_job = state
+                log.warning(
+                    "child_killed",
+                    extra={
+                        "child": child.name,
+                        "reason": "timeout",
+                        "job_id": state.job_id,
+                        "timeout_s": state.job_timeout,
+                    },
+                )
+                self.roster.kill(child, "timeout", culprit=index)
+                return True
+        return False

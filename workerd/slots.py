@@ -109,6 +109,12 @@ class SlotState:
         """Tell whether the child has not yet beaten once (still starting up)."""
         return self.token < 0
 
+    @property
+    def writing_outcome(self) -> bool:
+        """Tell whether the job shown has left its handler and its outcome is being written
+        (Slot.handler_returned stamps the beat after the start; start_job stamps both alike)."""
+        return bool(self.job_id) and self.heartbeat > self.job_started
+
 
 class Control:
     """The supervisor's words in one slot: what it asks of the child besides signals.

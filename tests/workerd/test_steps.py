@@ -388,6 +388,33 @@ def test_a_silent_child_is_killed_and_replaced_without_a_backoff(
     assert set(rig.spawner.live).isdisjoint(before) and len(rig.spawner.live) == 3
 
 
+def test_a_worker_past_its_cancel_grace_is_killed_unless_its_handler_has_returned(
+    make_rig: Callable[..., Rig],
+) -> None:
+    rig = make_rig(WORKER_CANCEL_GRACE="1s")
+    rig.step()
+    rig.up()
+    writing, stuck = rig.workers()
+    slots = {}
+    for child in (writing, stuck):
+        rig.enqueue()
+        job = rig.scripts.claim(child.name)
+        assert job is not None
+        slots[child.pid] = slot = rig.supervisor.table.slot(child.index)
+        slot.start_job(job.id, job.token, 0.0)
+        state = slot.read()
+        assert state is not None and not state.writing_outcome
+        rig.supervisor.cancels.request(child, child.index, state, rig.now)
+    # One handler stopped (or finished) within the grace; its outcome's write waits on Redis.
+    slots[writing.pid].handler_returned(write_limit=600.0)
+    state = slots[writing.pid].read()
+    assert state is not None and state.writing_outcome
+    rig.clock.now = max(rig.clock.now, state.heartbeat)  # the slots stamp the real clock
+    rig.step(1.1)
+    assert rig.spawner.signals_to(writing.pid) == [signal.SIGTERM]
+    assert rig.spawner.signals_to(stuck.pid) == [signal.SIGTERM, signal.SIGKILL]
+
+
 @pytest.fixture
 def three_threads(make_rig: Callable[..., Rig], monkeypatch: pytest.MonkeyPatch) -> Rig:
     """One worker process of three job threads, each slot beaten once; slots stamp their

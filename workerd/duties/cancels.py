@@ -4,8 +4,9 @@ Lease renewal tells of a request (renew.lua answers CANCEL_ASKED for the job, in
 supervisor makes anyway): no polling of its own. The request goes into the worker's slot
 first (workerd.slots.Control), so the worker's SIGTERM handler knows this signal means "stop
 this job" (JobCanceled raised in the handler) and not "finish it, then exit". A worker still
-running that same execution once WORKER_CANCEL_GRACE is over is killed; its reaping releases
-the job, and release_worker.lua ends it canceled (workerd.duties.release).
+running that same execution's handler once WORKER_CANCEL_GRACE is over is killed; its reaping
+releases the job, and release_worker.lua ends it canceled (workerd.duties.release). One whose
+handler has returned is left to write its outcome (Slot.handler_returned times that write).
 """
 
 from __future__ import annotations
@@ -72,6 +73,13 @@ class Cancels:
                 continue  # mid-write: next tick
             if state.job_started != asked.started:
                 del self.stopping[(pid, index)]  # it stopped the job (or finished it first)
+                continue
+            if state.writing_outcome:
+                # Its handler has returned (stopped by the cancel, or finished first): the
+                # grace is for the handler. The outcome's write, which waits out a Redis
+                # outage, is timed by its own limit (the watchdog); killed here, a finished job
+                # would end canceled and a threaded process's other jobs would go back.
+                del self.stopping[(pid, index)]
                 continue
             if now >= asked.deadline:
                 log.warning(

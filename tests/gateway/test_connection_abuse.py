@@ -9,11 +9,18 @@ from __future__ import annotations
 import json
 import resource
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from bench.abuse_connections import NEEDED_FILES, abuse, open_files, raise_files_limit
+from bench.abuse_connections import (
+    NEEDED_FILES,
+    AbuseReport,
+    abuse,
+    open_files,
+    raise_files_limit,
+)
 from gateway.app import POOL_SIZE
 from tests.support.gunicorn import run_gunicorn
 from tests.support.redis_server import RedisServer
@@ -27,10 +34,17 @@ RATE = 200.0  # enqueues a second, before, during and after the attack
 BASELINE = 30.0  # seconds of unloaded enqueues before the attack, and again after it: as
 # many samples as the attack's, and as exposed to a neighbour's burst on a shared machine
 # Milliseconds the enqueue p99 under the attack may exceed the unloaded one by, however small
-# that is (below): a timing bound, not a guarantee; every enqueue must still succeed. 10 ms
-# failed one CI run of seven on 2026-12-07: 16.2 ms under attack against 4.9 unloaded, every
-# enqueue 201 and every probe 200 (a few slow seconds among 60 move a p99 of 12,000 samples).
-LATENCY_SLACK_MS = 15.0
+# that is (below): a timing bound, not a guarantee; every enqueue must still succeed.
+LATENCY_SLACK_MS = 10.0
+# Runs of the whole measurement at most, the latency bound deciding whether another is made.
+# On this shared 2-core VM a neighbour's stall can land in the attack's 60 s: a CI run on
+# 2026-12-07 had three seconds of the attack at 259-296 ms p99 and the other 57 at 5-20 ms,
+# the unloaded run one at 82 ms; its p99 (the 120th slowest of 12,000) was 39.6 ms against
+# 7.2 unloaded, with every enqueue and probe answered. Within the hour, with nothing else of
+# ours running, two runs of the same code measured 10.6 and 10.4 ms against 6.2 and 5.8, and
+# one of the code before group commit 11.2 against 6.9. A stall of the attack's own comes in
+# every run, so it still fails the test; a neighbour's seldom twice.
+ATTEMPTS = 2
 SETTLE = 15.0  # seconds for the workers to close what the attacker left
 # Beyond its descriptors before the attack, a worker may keep its full Redis pool and a few
 # keep-alive or log descriptors: nothing that grows with the connections it was sent.
@@ -51,30 +65,45 @@ def test_idle_and_slowloris_floods_leave_enqueues_and_health_unharmed(
     # of them to one worker, which gunicorn would then replace mid-run, as it did in a CI run;
     # this test checks that no worker dies or is replaced by the attack.
     with run_gunicorn(redis_server.url, tmp_path, "--max-requests", "0") as gw:
-        report = abuse(gw, tmp_path, IDLE, TRICKLE, SECONDS, RATE, BASELINE, WORKERS)
-        print(json.dumps(asdict(report), indent=2))
-        pids = report.worker_pids
-        settled = wait_until(
-            lambda: all(
-                open_files(pid) <= before + FDS_AFTER_MARGIN
-                for pid, before in zip(pids, report.worker_fds_before, strict=True)
-            ),
-            SETTLE,
-            "the workers to close the attacker's connections",
-            interval=0.2,
-        )
-        assert settled
-        assert gw.request("GET", "/health", timeout=3)[0] == 200  # as `curl -m3 /health`
-        assert sorted(gw.worker_pids()) == sorted(pids)  # none died or was replaced
-    # The attack reached the workers, and they closed what never sent a complete head.
-    assert sum(report.worker_fds_peak) >= (IDLE + TRICKLE) // 2
-    assert report.attack.opened >= IDLE + TRICKLE
-    assert report.attack.closed_by_gateway >= IDLE + TRICKLE
-    assert report.enqueue_failures == 0
-    assert report.enqueues == int(RATE * SECONDS)
-    assert (report.probe_failures, report.probes) == (0, int(SECONDS * 2))
-    # Within 2x of the unloaded p99, or LATENCY_SLACK_MS above it where that is more: on a
-    # quiet host the unloaded p99 is ~4 ms, and 2x of that is one scheduler hiccup (CI runs:
-    # 8.9 ms under the attack against 4.1 unloaded; 16.2 against 4.9; every enqueue 201).
-    bound = max(2 * report.unloaded_p99_ms, report.unloaded_p99_ms + LATENCY_SLACK_MS)
-    assert report.loaded_p99_ms <= bound, report
+        first: AbuseReport | None = None
+        for _ in range(ATTEMPTS):
+            report = abuse(gw, tmp_path, IDLE, TRICKLE, SECONDS, RATE, BASELINE, WORKERS)
+            print(json.dumps(asdict(report), indent=2))
+            first = first or report
+            assert wait_until(
+                partial(back_to_their_descriptors, first),
+                SETTLE,
+                "the workers to close the attacker's connections",
+                interval=0.2,
+            )
+            assert gw.request("GET", "/health", timeout=3)[0] == 200  # as `curl -m3 /health`
+            # None died or was replaced.
+            assert sorted(gw.worker_pids()) == sorted(first.worker_pids)
+            # The attack reached the workers, and they closed what never sent a complete head.
+            assert sum(report.worker_fds_peak) >= (IDLE + TRICKLE) // 2
+            assert report.attack.opened >= IDLE + TRICKLE
+            assert report.attack.closed_by_gateway >= IDLE + TRICKLE
+            assert report.enqueue_failures == 0
+            assert report.enqueues == int(RATE * SECONDS)
+            assert (report.probe_failures, report.probes) == (0, int(SECONDS * 2))
+            if report.loaded_p99_ms <= latency_bound(report):
+                break
+    assert report.loaded_p99_ms <= latency_bound(report), report
+
+
+def latency_bound(report: AbuseReport) -> float:
+    """Return the enqueue p99 (ms) the attack may cause, given the unloaded one.
+
+    Within 2x of the unloaded p99, or LATENCY_SLACK_MS above it where that is more: on a
+    quiet host the unloaded p99 is ~4 ms, and 2x of that is one scheduler hiccup (a CI run:
+    8.9 ms under the attack against 4.1 unloaded, every enqueue answered 201)."""
+    return max(2 * report.unloaded_p99_ms, report.unloaded_p99_ms + LATENCY_SLACK_MS)
+
+
+def back_to_their_descriptors(before: AbuseReport) -> bool:
+    """Tell whether each worker holds no more descriptors than before the first attack, but
+    for FDS_AFTER_MARGIN."""
+    return all(
+        open_files(pid) <= fds + FDS_AFTER_MARGIN
+        for pid, fds in zip(before.worker_pids, before.worker_fds_before, strict=True)
+    )

@@ -392,6 +392,15 @@ class ThreadedWorker(StopOnSignal):
             thread.exit_reason = reason
         return bool(reason)
 
+    def _beat_for_the_stopped(self, started: Sequence[threading.Thread]) -> None:
+        """Beat the slot of each job thread whose loop has ended (a drain, recycling): it
+        beats no more, and while a sibling finishes a long job its stale slot would make the
+        process look silent to the supervisor, which would kill it and that job with it. The
+        main thread's beat says what a beat between jobs says: the process lives."""
+        for thread, job_thread in zip(started, self.threads, strict=True):
+            if not thread.is_alive():
+                job_thread.slot.beat()
+
     def run(self) -> int:
         """Run the job threads until every one has stopped; return the exit code."""
         # Workers are job threads here, as taskforge_busy_workers counts them (busy ≤ active).
@@ -410,6 +419,7 @@ class ThreadedWorker(StopOnSignal):
                 thread.join(READ_LATE if polled else JOIN_WAIT)
                 for flusher in polled:
                     flusher.poll()
+                self._beat_for_the_stopped(started)
                 if not self.threads[0]._parent_alive():
                     self.stop("supervisor gone")
         metrics.flush_job_writes()

@@ -496,3 +496,35 @@ def test_a_thread_stuck_between_jobs_beside_a_beating_one_drains_its_process(
     after = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 0})
     assert engine.wait_all([after], {JobState.COMPLETED}, 10)[after].attempts == 1
     assert [p for p in workerd.children("worker") if p != worker]
+
+
+@pytest.mark.parametrize("stop", ["recycling", "drain"])
+def test_a_thread_that_stopped_does_not_make_its_process_silent_while_a_sibling_runs(
+    start_workerd: Callable[..., Workerd], engine: Engine, tmp_path: Path, stop: str
+) -> None:
+    # One thread's loop ends (the process recycles after one job, or drains) while the other
+    # runs a 5 s job under a 2 s WORKER_HEARTBEAT_TIMEOUT (above the 1 s idle wait, in which a
+    # thread between jobs does not beat). A thread that has stopped beats no more, yet the
+    # process lives: the long job must end as ever, not be killed as silent.
+    workerd = threaded(
+        start_workerd,
+        2,
+        WORKER_HEARTBEAT_TIMEOUT="2s",
+        WORKER_MAX_JOBS="1" if stop == "recycling" else "0",
+        WORKER_DRAIN_GRACE="20s",
+    )
+    [worker] = workerd.children("worker")
+    file = tmp_path / "notes"
+    long = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 5}, timeout=20)
+    wait_starts(file, 1)
+    if stop == "recycling":
+        quick = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 0})
+        engine.wait_all([quick], {JobState.COMPLETED}, 10)
+    else:
+        workerd.signal(signal.SIGTERM)
+
+    job = engine.wait_all([long], {JobState.COMPLETED, JobState.PENDING}, 20)[long]
+    assert (job.status, job.attempts, job.recoveries) == (JobState.COMPLETED, 1, 0)
+    assert workerd.events("child_silent") == []
+    [exited] = workerd.wait_for("child_exited", child_pid=worker, timeout=10)
+    assert exited["killed_for"] is None

@@ -29,7 +29,7 @@ from shared.engine.engine_types import Code, NotRunnable, QueuePaused
 from shared.engine.scripts import Scripts
 from shared.model.job_ids import new_client_id
 from tests.engine.conftest import J1, J2, J3, J4, job_id, request
-from tests.support.own_redis_server import redis_server  # noqa: F401  # counts: no stray reader
+from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
 
 # The hot path: a claim, an enqueue. ENQUEUE with events off: HMGET, TIME, INCR, ZADD ×2, LPUSH,
 # HSET; with events on the XADD takes the TIME's place (its entry id is the time), so 7 too.

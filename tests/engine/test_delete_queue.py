@@ -22,7 +22,7 @@ from shared.model.jobs import JobState
 from shared.read.directory import QueueDirectory
 from shared.read.queue_removal import QueueKept, QueueNotListed, delete_queue
 from tests.engine.conftest import T0, K, request
-from tests.support.own_redis_server import redis_server  # noqa: F401  # counts: no stray reader
+from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
 
 Q = "mail"
 EMPTY_JOBS = dict.fromkeys(("pending", "held", "scheduled", "retrying", "processing", "dead"), 0)

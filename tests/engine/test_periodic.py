@@ -16,7 +16,7 @@ from shared.model import ticks
 from shared.model.schedules import Schedule, parse_entry
 from shared.read.schedule_state import published, read_states
 from tests.engine.conftest import K
-from tests.support.own_redis_server import redis_server  # noqa: F401  # counts: no stray reader
+from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
 from workerd.periodic import Periodic
 
 MIN = 60_000

@@ -28,7 +28,7 @@ from tests.engine.conftest import (
     snapshot,
     start,
 )
-from tests.support.own_redis_server import redis_server  # noqa: F401  # counts: no stray reader
+from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
 
 
 def redis_now_ms(r: redis.Redis) -> int:

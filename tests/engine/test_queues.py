@@ -35,7 +35,7 @@ from tests.engine.conftest import (
     request,
     snapshot,
 )
-from tests.support.own_redis_server import redis_server  # noqa: F401  # counts: no stray reader
+from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
 
 A, B = "a", "b"
 KA, KB = K.for_queue(A), K.for_queue(B)

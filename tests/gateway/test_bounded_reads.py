@@ -19,7 +19,7 @@ from shared.read import listing
 from tests.gateway.test_queue_pages import commands, list_queues
 from tests.gateway.test_throughput_api import run
 from tests.gateway.test_ui import post, put, put_dead, text
-from tests.support.own_redis_server import redis_server  # noqa: F401  # counts: no stray reader
+from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
 
 K = Keys()
 

@@ -19,7 +19,7 @@ from shared.engine.keys import Keys
 from shared.engine.scripts import Scripts
 from shared.read.fleet import Fleet, read_fleet
 from tests.gateway.test_ui import text
-from tests.support.own_redis_server import redis_server  # noqa: F401  # counts: no stray reader
+from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
 
 TYPES = "generate_pdf,send_email"
 

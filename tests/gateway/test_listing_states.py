@@ -23,7 +23,7 @@ from tests.gateway.test_bounded_reads import cost, ok, serve
 from tests.gateway.test_listing_api import page_through, put
 from tests.gateway.test_queue_pages import list_queues
 from tests.gateway.test_ui import put as enqueue
-from tests.support.own_redis_server import redis_server  # noqa: F401  # counts: no stray reader
+from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
 
 # Seeded first: each claims its own job, so its queue must hold no other pending job yet.
 CLAIMED = (JobState.PROCESSING, JobState.RETRYING, JobState.COMPLETED, JobState.DEAD)

@@ -17,7 +17,7 @@ from shared.model.jobs import JobState
 from shared.read import state_gauges, summary
 from shared.read.queue_view import listed_count, scan_names
 from tests.gateway.test_ui import put, text
-from tests.support.own_redis_server import redis_server  # noqa: F401  # counts: no stray reader
+from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
 
 K = Keys()
 

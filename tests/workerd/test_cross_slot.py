@@ -20,6 +20,7 @@ from shared.engine.keys import Keys
 from shared.engine.scripts import Scripts, cross_slot
 from shared.engine.scripts.due_index import DUE_INDEX
 from shared.model.jobs import validate_enqueue
+from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
 from tests.workerd.test_scheduler_queues import T0
 from workerd.sweep import Sweep
 

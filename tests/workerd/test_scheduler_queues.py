@@ -23,6 +23,7 @@ from shared.engine.scripts import Scripts
 from shared.model.jobs import JobState, validate_enqueue
 from shared.model.limit_rules import parse_limits
 from tests.fakes import IdleSlot
+from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
 from tests.support.redis_server import RedisServer
 from workerd.scheduler import RECOVER_INTERVAL, SERVED_FOR_MS, SchedulerProcess
 from workerd.sweep import SWEEP_BATCH

@@ -26,6 +26,7 @@ from shared.engine.scripts import Scripts
 from shared.model.jobs import JobState, validate_enqueue
 from shared.settings.config import Settings
 from tests.fakes import FakeClock, IdleSlot
+from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
 from tests.support.redis_server import RedisServer
 from workerd.claim_plan import ClaimTimings
 from workerd.worker import WorkerProcess

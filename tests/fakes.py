@@ -33,6 +33,9 @@ class IdleSlot:
     def beat(self) -> None:
         pass
 
+    def beat_if_idle(self) -> None:
+        pass
+
     def start_job(
         self, job_id: str, token: int, timeout: float, queue: str = "", job_type: str = ""
     ) -> float:

@@ -40,11 +40,16 @@ class Acknowledger:
         backoff: Backoff,
         *,
         parent_alive: Callable[[], bool],
+        beat_if_idle: Callable[[], None] = lambda: None,
     ) -> None:
         self.scripts = scripts
         self.routing = routing  # the types a complete's claim of the next job takes
         self.backoff = backoff
         self.parent_alive = parent_alive
+        # A write between jobs (a held job handed back, a late read) that waits out an outage
+        # beats as the step would: with job threads, a sibling's beat would otherwise make
+        # this thread look stuck (duties.watchdog).
+        self.beat_if_idle = beat_if_idle
 
     def write(
         self,
@@ -128,6 +133,7 @@ class Acknowledger:
                 self.backoff.wait(exc)
                 if not self.parent_alive():
                     return None
+                self.beat_if_idle()
 
     def log_completion(self, job: Job, ack: AckResult, fields: dict[str, object]) -> None:
         """Record how a completion ended (also for one sent ahead and read later: workerd.prefetch)."""

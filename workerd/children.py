@@ -69,6 +69,7 @@ class Child:
     # it is killed if still running, and the stuck thread's slot.
     stuck_deadline: float | None = None
     stuck_slot: int | None = None
+    stuck_beat: float = 0.0  # that slot's last beat when it was found stuck
 
     @property
     def slots(self) -> range:

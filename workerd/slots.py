@@ -205,6 +205,7 @@ class Slot:
         self.control = control
         self.fence = fence
         self._job: tuple[int, float, bytes, bytes, bytes, int] = (0, 0.0, b"", b"", b"", 0)
+        self._showing = False  # a job is shown (start_job) and no beat has cleared it since
 
     def reset(self, *, booting: bool) -> None:
         """Clear the slot before forking its child; while booting the token reads -1. The
@@ -218,6 +219,14 @@ class Slot:
     def beat(self) -> None:
         """Record that the child is alive and between jobs."""
         self._record.write(time.monotonic(), 0, 0.0, 0.0, b"", b"", b"", 0)
+        self._showing = False
+
+    def beat_if_idle(self) -> None:
+        """Beat, unless the slot shows a job (a beat would take it off: its lease would no
+        longer be renewed). For waits between jobs outside the step's own beat: a write that
+        waits out a Redis outage (workerd.acks)."""
+        if not self._showing:
+            self.beat()
 
     def start_job(
         self,
@@ -233,6 +242,7 @@ class Slot:
         job_b, queue_b, type_b = job_id.encode(), queue.encode(), job_type.encode()
         self._record.write(now, token, now, timeout, job_b, queue_b, type_b, int(self.alone))
         self._job = (token, now, job_b, queue_b, type_b, int(self.alone))
+        self._showing = True
         return now
 
     def handler_returned(self, write_limit: float) -> None:

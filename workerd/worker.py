@@ -141,7 +141,11 @@ class WorkerProcess(StopOnSignal):
         self.quiet = False
         self.backoff = Backoff("worker", redis_url=settings.redis_url, sleep=sleep)
         self.acks = Acknowledger(
-            scripts, self.routing, self.backoff, parent_alive=self._parent_alive
+            scripts,
+            self.routing,
+            self.backoff,
+            parent_alive=self._parent_alive,
+            beat_if_idle=slot.beat_if_idle,
         )
         self.execution: Execution | None = None  # the handler running now, if any
         # WORKER_BATCH (workerd.batching): the batch in hand, None when off. It replaces holding.

@@ -56,7 +56,7 @@ from workerd.execution import Execution, Outcome
 from workerd.handler_registry import JobCanceled
 from workerd.prefetch import READ_LATE
 from workerd.slots import Control, Slot
-from workerd.worker import WorkerProcess, recycling_reason
+from workerd.worker import OUTCOME_WRITE_LIMIT, WorkerProcess, recycling_reason
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +282,8 @@ class JobThread(WorkerProcess):
         """
         next_job = None
         if canceled:
+            # Its outcome's write, as after a handler: the cancel's grace is over for it.
+            self.slot.handler_returned(OUTCOME_WRITE_LIMIT)
             outcome = Outcome(False, canceled="sigterm")
             next_job = self._record(job, outcome, {"duration_ms": 0}, None)
         else:
@@ -399,7 +401,9 @@ class ThreadedWorker(StopOnSignal):
         main thread's beat says what a beat between jobs says: the process lives."""
         for thread, job_thread in zip(started, self.threads, strict=True):
             if not thread.is_alive():
-                job_thread.slot.beat()
+                # Not a slot still showing a job (a thread that crashed in one): that job's
+                # lease is renewed, and the process's death names it.
+                job_thread.slot.beat_if_idle()
 
     def run(self) -> int:
         """Run the job threads until every one has stopped; return the exit code."""

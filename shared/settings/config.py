@@ -441,7 +441,7 @@ VARIABLES: tuple[Variable, ...] = (
              "A running job whose cancel was requested gets SIGTERM, then SIGKILL this much later if it has not stopped",
              duration_parser(positive=False)),
     Variable("WORKER_HEARTBEAT_TIMEOUT", "heartbeat_timeout", "30s",
-             "A child process silent this long outside a job is killed and replaced",
+             "A child process silent this long outside a job is killed and replaced (a job thread silent twice this long beside a beating sibling: its process is drained, then replaced)",
              duration_parser(positive=True)),
     Variable("WORKER_MAX_JOBS", "worker_max_jobs", "0",
              "Jobs a worker process runs before it is replaced; 0 = unlimited", _integer(0)),

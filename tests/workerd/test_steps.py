@@ -413,6 +413,10 @@ def test_a_worker_past_its_cancel_grace_is_killed_unless_its_handler_has_returne
     rig.step(1.1)
     assert rig.spawner.signals_to(writing.pid) == [signal.SIGTERM]
     assert rig.spawner.signals_to(stuck.pid) == [signal.SIGTERM, signal.SIGKILL]
+    # The renewals still say the cancel is asked while the write waits: no second signal.
+    rig.supervisor.cancels.request(writing, writing.index, state, rig.now)
+    rig.step(1.0)
+    assert rig.spawner.signals_to(writing.pid) == [signal.SIGTERM]
 
 
 @pytest.fixture
@@ -435,8 +439,8 @@ def three_threads(make_rig: Callable[..., Rig], monkeypatch: pytest.MonkeyPatch)
 
 def _stuck_beside_a_beating_sibling(rig: Rig) -> tuple[Child, str, float]:
     """Thread 0 runs a job, thread 1 beats between jobs, thread 2 stops beating: step until
-    the supervisor acts (2 s of silence, 3 s at most); return the child, the running job's id
-    and when it acted."""
+    the supervisor acts (twice the 2 s silence timeout; 5 s at most); return the child, the
+    running job's id and when it acted."""
     (child,) = rig.workers()
     runner, beating, _stuck = child.slots
     job_id = rig.enqueue()
@@ -444,11 +448,11 @@ def _stuck_beside_a_beating_sibling(rig: Rig) -> tuple[Child, str, float]:
     assert job is not None and job.id == job_id
     rig.supervisor.table.slot(runner).start_job(job.id, job.token, 0.0)
     began = rig.now
-    while not rig.spawner.signals_to(child.pid) and rig.now - began < 3.0:
+    while not rig.spawner.signals_to(child.pid) and rig.now - began < 5.0:
         rig.clock.now += 0.1
         rig.supervisor.table.slot(beating).beat()
         rig.step()
-    assert rig.now - began > 2.0, "acted before the silence timeout"
+    assert rig.now - began > 4.0, "acted before twice the silence timeout"
     return child, job_id, rig.now
 
 
@@ -474,6 +478,24 @@ def test_a_job_thread_stuck_between_jobs_drains_its_process_then_it_is_replaced(
     rig.step()  # reaped, and forked again at once: a kill is not a failure
     (replacement,) = rig.workers()
     assert replacement.pid != child.pid
+
+
+def test_a_stuck_thread_that_beats_again_is_not_blamed_and_its_process_drains_alone(
+    three_threads: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = three_threads
+    child, _, drained_at = _stuck_beside_a_beating_sibling(rig)
+    rig.supervisor.table.slot(child.index + 2).beat()  # slow, not stuck
+    with caplog.at_level(logging.INFO):
+        rig.step()
+    assert len(events(caplog, "child_thread_unstuck")) == 1
+    while rig.now < drained_at + 6.0:  # past the 5 s grace, both threads beating: no kill
+        rig.clock.now += 0.5
+        for index in (child.index + 1, child.index + 2):
+            rig.supervisor.table.slot(index).beat()
+        rig.step()
+    assert rig.spawner.signals_to(child.pid) == [signal.SIGTERM]
+    assert child.kill_reason is None
 
 
 def test_a_job_still_running_when_a_stuck_threads_drain_ends_goes_back_uncounted(

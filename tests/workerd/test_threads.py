@@ -481,10 +481,10 @@ def test_a_thread_stuck_between_jobs_beside_a_beating_one_drains_its_process(
     flag.touch()
     wait_until(lambda: Path(f"{flag}.stuck").exists(), 10, "thread 1 to stick")
     file = tmp_path / "notes"
-    running = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 4})
+    running = engine.enqueue("noted_sleep", {"file": str(file), "seconds": 7})
     wait_starts(file, 1)
 
-    [stuck] = workerd.wait_for("child_thread_stuck", timeout=10)
+    [stuck] = workerd.wait_for("child_thread_stuck", timeout=10)  # twice the 2 s limit
     flag.unlink()  # the replacement's thread 1 runs
     assert stuck["worker_id"].endswith(".t1")
     [exited] = workerd.wait_for("child_exited", child_pid=worker, timeout=15)

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from shared.model.jobs import Job, JobState
 from workerd import JobContext, PermanentError, handler
+from workerd.acks import Acknowledger
 from workerd.backoff import Backoff
 from workerd.children import describe_exit, process_stopped
 from workerd.execution import run_handler
@@ -75,9 +77,18 @@ def test_slot_records_the_running_job_and_clears_it_on_the_next_beat() -> None:
     assert untimed is not None and (untimed.job_id, untimed.job_timeout) == (job_id, 0.0)
     assert (writing.queue, writing.job_type) == (running.queue, running.job_type)
 
+    assert not running.writing_outcome and writing.writing_outcome
+
+    slot.beat_if_idle()  # a write between jobs beats so; a job shown stays shown
+    assert slot.read() == untimed
+
     slot.beat()
     idle = slot.read()
     assert idle is not None and (idle.job_id, idle.token, idle.job_timeout) == (None, 0, 0.0)
+    assert not idle.writing_outcome
+    slot.beat_if_idle()
+    again = slot.read()
+    assert again is not None and again.job_id is None and again.heartbeat > idle.heartbeat
 
 
 def test_slots_are_independent_and_out_of_range_is_refused() -> None:
@@ -542,3 +553,25 @@ def test_a_worker_whose_supervisor_is_gone_stops_and_asks_at_most_twice_a_second
     now[0] += worker_module.PARENT_CHECK_EVERY / 2
     assert not worker.keep_going() and len(asked) == 2
     assert worker.exit_reason == "supervisor gone"
+
+
+def test_a_write_waiting_out_an_outage_beats_between_tries() -> None:
+    # A thread handing back a held job writes with its slot idle: each retry beats, or a
+    # sibling's beats would make it look stuck to the supervisor (duties.watchdog).
+    tries, beats, slept = [], [], []
+
+    def attempt() -> str:
+        tries.append(1)
+        if len(tries) < 3:
+            raise redis.ConnectionError("down")
+        return "written"
+
+    acks = Acknowledger(
+        None,  # type: ignore[arg-type]  # the attempt is the test's own
+        None,  # type: ignore[arg-type]
+        Backoff("worker", sleep=slept.append),
+        parent_alive=lambda: True,
+        beat_if_idle=lambda: beats.append(len(tries)),
+    )
+    assert acks._until_written(attempt) == "written"
+    assert (len(tries), beats, len(slept)) == (3, [1, 2], 2)

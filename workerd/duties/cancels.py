@@ -78,8 +78,8 @@ class Cancels:
                 # Its handler has returned (stopped by the cancel, or finished first): the
                 # grace is for the handler. The outcome's write, which waits out a Redis
                 # outage, is timed by its own limit (the watchdog); killed here, a finished job
-                # would end canceled and a threaded process's other jobs would go back.
-                del self.stopping[(pid, index)]
+                # would end canceled and a threaded process's other jobs would go back. Kept
+                # (not signalled again by the renewals) until the slot moves on.
                 continue
             if now >= asked.deadline:
                 log.warning(

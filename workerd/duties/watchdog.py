@@ -5,13 +5,14 @@ It reads the slots the children write (no Redis). A timed-out worker's job is re
 the child, so that its reaping fails the job as a timeout (duties/release.py) and the job's
 own line, job_timed_out, comes once, with that outcome.
 
-A job thread between jobs beats at least every second (each step; 0.5 s at the alone gate);
-nothing there waits without a bound, so one that has not beaten for `silence_timeout` while a
-sibling between jobs has is stuck by a bug of ours, and its process runs a thread short for
-good. Killing the process at once would take its siblings' running jobs, whose only fault is
-to share it: it is drained instead (they finish, up to `drain_grace`, and claim nothing more),
-then killed once none runs, the stuck thread never ending; a job still running at the grace's
-end goes back uncounted.
+A job thread between jobs beats at every step (a 1 s BLPOP at most when idle; 0.5 s at the
+alone gate; after each try of a write that waits out a Redis outage, workerd.acks), so one
+that has not beaten for STUCK_FACTOR x `silence_timeout` while a sibling between jobs has is
+stuck by a bug of ours, and its process runs a thread short for good. Killing the process at
+once would take its siblings' running jobs, whose only fault is to share it: it is drained
+instead (they finish, up to `drain_grace`, and claim nothing more), then killed once none
+runs, the stuck thread never ending; a job still running at the grace's end goes back
+uncounted. A thread that beats again meanwhile was slow, not stuck: the drain goes on alone.
 """
 
 from __future__ import annotations
@@ -23,9 +24,15 @@ from workerd.slots import SlotState
 
 log = logging.getLogger(__name__)
 
+# A thread between jobs is stuck when it has not beaten for this many times the silence
+# timeout while a sibling has: more than silence asks, as one thread's idle wait (a 1 s
+# BLPOP) may cross a small WORKER_HEARTBEAT_TIMEOUT while a sibling has just beaten.
+STUCK_FACTOR = 2
+
 
 class Watchdog:
-    """Kills children past their job's timeout, or silent for `silence_timeout` seconds."""
+    """Kills children past their job's timeout, or silent for `silence_timeout` seconds, and
+    drains (then kills) one with a job thread stuck between jobs."""
 
     def __init__(self, roster: Roster, *, silence_timeout: float, drain_grace: float) -> None:
         self.roster = roster
@@ -48,10 +55,7 @@ class Watchdog:
             if self._timed_out(child, states, now):
                 continue
             if child.stuck_deadline is not None:
-                # Draining for a stuck thread: killed once no sibling runs a job (the stuck
-                # one never lets the process exit), or at the grace's end.
-                if now >= child.stuck_deadline or not any(s and s.job_id for _, s in states):
-                    self.roster.kill(child, "stuck", culprit=child.stuck_slot)
+                self._drain_or_kill_stuck(child, states, now)
                 continue
             idle_beats = [(s.heartbeat, i) for i, s in states if s is not None and not s.job_id]
             if not idle_beats:
@@ -61,7 +65,7 @@ class Watchdog:
             if now - newest > self.silence_timeout:
                 log.error("child_silent", extra={"child": child.name, "silent_s": now - newest})
                 self.roster.kill(child, "silent")
-            elif now - oldest > self.silence_timeout:
+            elif now - oldest > STUCK_FACTOR * self.silence_timeout:
                 log.error(
                     "child_thread_stuck",
                     extra={
@@ -72,7 +76,24 @@ class Watchdog:
                     },
                 )
                 child.stuck_deadline, child.stuck_slot = now + self.drain_grace, stuck
+                child.stuck_beat = oldest
                 self.roster.drain(child)
+
+    def _drain_or_kill_stuck(
+        self, child: Child, states: list[tuple[int, SlotState | None]], now: float
+    ) -> None:
+        """A child drained for a stuck thread: killed once no sibling runs a job (the stuck
+        one never lets the process exit), or at the grace's end; left to its drain if the
+        thread beat again (slow, not stuck: it may even run a job, which is not to blame)."""
+        stuck = dict(states).get(child.stuck_slot)  # type: ignore[arg-type]
+        if stuck is not None and (stuck.heartbeat > child.stuck_beat or stuck.job_id):
+            log.warning("child_thread_unstuck", extra={"child": child.name})
+            child.stuck_deadline = child.stuck_slot = None
+            return
+        # A slot read mid-write (None) may be starting a job: wait a tick.
+        running = any(s is None or s.job_id for i, s in states if i != child.stuck_slot)
+        if now >= child.stuck_deadline or not running:
+            self.roster.kill(child, "stuck", culprit=child.stuck_slot)
 
     def _timed_out(
         self, child: Child, states: list[tuple[int, SlotState | None]], now: float

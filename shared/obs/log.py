@@ -74,6 +74,8 @@ EVENTS: frozenset[str] = frozenset(
         "child_exited",
         "child_killed",
         "child_silent",
+        "child_thread_stuck",  # a job thread between jobs stopped beating; its process drains
+        "child_thread_unstuck",
         "child_crashed",
         "lease_lost",
         "lease_renewal_failed",
@@ -95,10 +97,14 @@ EVENTS: frozenset[str] = frozenset(
         # routing: a worker leaves a job to hosts that run its type, or takes it (none does)
         "left_for_other_hosts",
         "no_host_runs_type",
+        "queue_unreachable",  # a queue's claims fail (Cluster: its master down); others go on
         # the gateway's own lines
         "unhandled_error",
         "http_request",
         "open_files_limit_raised",
+        "worker_connections_lowered",
+        "connections_closed_early",  # head-readers closed late (gateway/http_worker.py)
+        "auth_lockout",
         # operator actions through the API (queues, workerd hosts)
         "queue_paused",
         "limits_changed",

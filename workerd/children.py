@@ -49,6 +49,16 @@ def _ignore(_signum: int, _frame: FrameType | None) -> None:
     pass
 
 
+@dataclass(frozen=True)
+class StuckThread:
+    """A job thread found stuck between jobs: its slot, that slot's last beat then, and when
+    its process, drained meanwhile, is killed if still running."""
+
+    slot: int
+    beat: float
+    deadline: float
+
+
 @dataclass
 class Child:
     """One forked child as the supervisor tracks it."""
@@ -65,11 +75,8 @@ class Child:
     # The slot whose job the supervisor killed it for (timeout, lease lost, cancel): the other
     # threads' jobs died for no fault of their own (workerd.duties.release).
     culprit: int | None = None
-    # Set while it drains because one job thread stuck between jobs (duties.watchdog): when
-    # it is killed if still running, and the stuck thread's slot.
-    stuck_deadline: float | None = None
-    stuck_slot: int | None = None
-    stuck_beat: float = 0.0  # that slot's last beat when it was found stuck
+    # Set while it drains because one job thread stuck between jobs (duties.watchdog).
+    stuck: StuckThread | None = None
 
     @property
     def slots(self) -> range:

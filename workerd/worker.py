@@ -471,7 +471,7 @@ class WorkerProcess(StopOnSignal):
         with tracing.span("task.execute", trace, attributes) as span:
             outcome = run_handler(job, self.settings.result_max_bytes, self.execution)
             # Before anything that may wait on Redis (the flusher's read, the outcome's write).
-            self.slot.handler_returned(max(timeout, OUTCOME_WRITE_LIMIT) if timeout > 0 else 0.0)
+            self.slot.handler_returned(outcome_write_limit(timeout))
             asked_to_stop = self.execution.requested()
             self.execution = None
             if armed:
@@ -911,6 +911,13 @@ class WorkerProcess(StopOnSignal):
         if reason:
             self.exit_reason = reason
         return bool(reason)
+
+
+def outcome_write_limit(timeout: float) -> float:
+    """Return how long a job's outcome write may take once its handler has returned
+    (Slot.handler_returned), given the job's timeout: OUTCOME_WRITE_LIMIT, or the timeout if
+    longer; 0 (untimed) for an untimed job."""
+    return max(timeout, OUTCOME_WRITE_LIMIT) if timeout > 0 else 0.0
 
 
 def recycling_reason(settings: Settings, jobs_done: int) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 
-from workerd.children import Child, Roster
+from workerd.children import Child, Roster, StuckThread
 from workerd.slots import SlotState
 
 log = logging.getLogger(__name__)
@@ -54,8 +54,8 @@ class Watchdog:
             states = self.roster.slot_states(child)
             if self._timed_out(child, states, now):
                 continue
-            if child.stuck_deadline is not None:
-                self._drain_or_kill_stuck(child, states, now)
+            if child.stuck is not None:
+                self._drain_or_kill_stuck(child, child.stuck, states, now)
                 continue
             idle_beats = [(s.heartbeat, i) for i, s in states if s is not None and not s.job_id]
             if not idle_beats:
@@ -75,25 +75,28 @@ class Watchdog:
                         "grace_s": self.drain_grace,
                     },
                 )
-                child.stuck_deadline, child.stuck_slot = now + self.drain_grace, stuck
-                child.stuck_beat = oldest
+                child.stuck = StuckThread(stuck, oldest, now + self.drain_grace)
                 self.roster.drain(child)
 
     def _drain_or_kill_stuck(
-        self, child: Child, states: list[tuple[int, SlotState | None]], now: float
+        self,
+        child: Child,
+        stuck: StuckThread,
+        states: list[tuple[int, SlotState | None]],
+        now: float,
     ) -> None:
         """A child drained for a stuck thread: killed once no sibling runs a job (the stuck
         one never lets the process exit), or at the grace's end; left to its drain if the
         thread beat again (slow, not stuck: it may even run a job, which is not to blame)."""
-        stuck = dict(states).get(child.stuck_slot)  # type: ignore[arg-type]
-        if stuck is not None and (stuck.heartbeat > child.stuck_beat or stuck.job_id):
+        state = dict(states).get(stuck.slot)
+        if state is not None and (state.heartbeat > stuck.beat or state.job_id):
             log.warning("child_thread_unstuck", extra={"child": child.name})
-            child.stuck_deadline = child.stuck_slot = None
+            child.stuck = None
             return
         # A slot read mid-write (None) may be starting a job: wait a tick.
-        running = any(s is None or s.job_id for i, s in states if i != child.stuck_slot)
-        if now >= child.stuck_deadline or not running:
-            self.roster.kill(child, "stuck", culprit=child.stuck_slot)
+        running = any(s is None or s.job_id for i, s in states if i != stuck.slot)
+        if now >= stuck.deadline or not running:
+            self.roster.kill(child, "stuck", culprit=stuck.slot)
 
     def _timed_out(
         self, child: Child, states: list[tuple[int, SlotState | None]], now: float

@@ -46,7 +46,9 @@ class ClaimTimings:
     # resume (SIGCONT, or the API's request applied) it claims again.
     quiet_wait: float = 0.2
     # An idle worker claims without a hint every this many empty waits (a count): a safety net
-    # should a hint ever be lost (popped by a worker that died before claiming).
+    # should a hint ever be lost (popped by a worker that died before claiming). A worker
+    # waiting on one queue claims behind every wait instead (workerd.worker, but for
+    # WORKER_BATCH and a cluster).
     claim_anyway_every: int = 10
     # On a Redis Cluster, a queue whose master does not answer is set aside this long while the
     # worker serves its other queues: a failover takes cluster-node-timeout and more.

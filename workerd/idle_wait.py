@@ -16,6 +16,7 @@ from typing import Any
 
 from shared.connect.redis_conn import MASTER_DOWN, is_cluster, read_each
 from shared.engine.scripts import Scripts
+from shared.engine.scripts.job_scripts import PendingClaim
 from workerd.claim_plan import ClaimPlanner
 
 
@@ -60,7 +61,32 @@ def pop_hint(scripts: Scripts, planner: ClaimPlanner, queues: tuple[str, ...]) -
     return _hint(popped, wakes)
 
 
-def _hint(popped: tuple[bytes, bytes] | None, wakes: dict[str, str]) -> Hint | None:
+def pop_hint_then_claim(
+    scripts: Scripts,
+    timeout: float,
+    queue: str,
+    worker_id: str,
+    runnable: frozenset[str] | None,
+    request_id: str,
+) -> tuple[Hint | None, PendingClaim]:
+    """pop_hint on one queue of one Redis for at most `timeout` seconds, with the queue's claim
+    sent behind the BLPOP in the same write (Scripts.claim_behind); return the hint and the
+    claim, to be read next.
+
+    The claim runs when the BLPOP is served, whether a hint came or the wait ran out.
+    """
+    wake = scripts.q(queue).wake
+    popped, claim = scripts.claim_behind(
+        ("BLPOP", wake, timeout),
+        worker_id,
+        queue=queue,
+        runnable=runnable,
+        request_id=request_id,
+    )
+    return _hint(popped, {wake: queue}), claim
+
+
+def _hint(popped: tuple[bytes, bytes] | list[bytes] | None, wakes: dict[str, str]) -> Hint | None:
     if popped is None:
         return None
     wake = popped[0].decode()

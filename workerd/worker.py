@@ -2,8 +2,9 @@
 
 While there is work, completing a job and claiming the next is one Redis call (with
 WORKER_BATCH=N, completing up to N jobs and claiming the next N: workerd.batching). With no work
-the process blocks on its queues' wake-up lists (BLPOP, 1 s) instead of polling, so an idle
-worker costs about one Redis command a second.
+the process blocks on its queues' wake-up lists (BLPOP, 1 s) instead of polling; on one queue
+with that queue's claim sent behind the BLPOP, which Redis runs as soon as a hint lands. An idle
+worker costs about two Redis commands a second (one on several queues).
 
 Several queues (WORKER_QUEUES): which queue each claim asks, which are skipped (empty, paused,
 set aside on a cluster, left to other hosts) and how the worker waits idle is the
@@ -63,7 +64,7 @@ from workerd.claim_plan import ClaimPlanner, ClaimTimings
 from workerd.duties.fleet_heartbeat import hosts_running
 from workerd.execution import Execution, Outcome, run_handler
 from workerd.handler_registry import JobCanceled, registered_types
-from workerd.idle_wait import pop_hint
+from workerd.idle_wait import pop_hint, pop_hint_then_claim
 from workerd.prefetch import READ_LATE, InFlight, LateRead, RunTimes
 from workerd.routing import Routing
 from workerd.slots import Slot
@@ -73,6 +74,8 @@ tracing.configure(tracing.WORKER)
 
 # Claims on one queue at most per claim, each refusal adding a type no live host runs (routing).
 TAKE_TRIES = 3
+# A claim of one queue, as _claim_from makes it: (queue, runnable, request id, first sent).
+ClaimCall = Callable[[str, frozenset[str] | None, str, float], Job | NotRunnable | None]
 # Seconds a finished job's outcome may take to be written (at least: a job whose timeout is
 # longer gets that) before the watchdog kills its worker: long enough to wait out a Redis
 # outage (the write retries until Redis answers), yet a write that never lands (an error that
@@ -117,6 +120,8 @@ class WorkerProcess(StopOnSignal):
         self.exit_reason = ""
         self.jobs_done = 0
         self.next_job: Job | None = None
+        # Whether next_job came from an idle wait's claim (not with a completion): no backlog.
+        self.next_job_woke = False
         self.sleep = sleep
         self.routing = Routing(
             registered_types(),
@@ -171,6 +176,10 @@ class WorkerProcess(StopOnSignal):
             else None
         )
         self.inflight: InFlight | None = None
+        # An idle wait on one queue sends that queue's claim behind its BLPOP (_wait_then_claim).
+        # Not with WORKER_BATCH (its claims take several jobs), nor on a cluster (each command
+        # goes to its own key's master: the BLPOP and the claim cannot share a write).
+        self.claims_behind_wait = self.batch is None and not is_cluster(scripts.redis)
         self.run_times = RunTimes()
         self.hold_limit = settings.visibility_timeout / 2
         # When the claim of the job about to start was first sent (monotonic), and each
@@ -261,7 +270,7 @@ class WorkerProcess(StopOnSignal):
                 quiet = self._is_quiet()
                 # A job that came with a completion means a backlog: only then is one claimed
                 # ahead (a worker fed job by job from idle would find the queue empty).
-                backlog = self.next_job is not None
+                backlog = self.next_job is not None and not self.next_job_woke
                 job = None if quiet else self._claim_if_due()
             if quiet:
                 self._hand_back_unstarted_job()
@@ -270,7 +279,8 @@ class WorkerProcess(StopOnSignal):
                 self.sleep(planner.timings.quiet_wait)
                 return
             if job is None:
-                # Idle: one BLPOP a second, and a claim only when a hint says there is work.
+                # Idle: one BLPOP a second, and a claim behind it (one queue) or when a hint
+                # says there is work (several).
                 planner.claim_now = self._wait_for_work()
             else:
                 if self.prefetch and backlog:
@@ -285,6 +295,7 @@ class WorkerProcess(StopOnSignal):
         """Return the job claimed with the last completion, else claim one if it is time."""
         self._recheck_paused()
         job, self.next_job = self.next_job, None
+        self.next_job_woke = False
         if job is None and self.planner.claim_now:
             job = self._claim()
         return job
@@ -301,20 +312,22 @@ class WorkerProcess(StopOnSignal):
                 return job
         return None
 
-    def _claim_from(self, queue: str, request_id: str) -> Job | None:
+    def _claim_from(self, queue: str, request_id: str, call: ClaimCall | None = None) -> Job | None:
         """Claim from one queue: its first job, if this host runs its type (or no host does).
 
         None when the queue is empty (skipped a while), paused (dropped until a re-check finds
-        it resumed) or starts with a job another live host runs (left to it).
+        it resumed) or starts with a job another live host runs (left to it). `call` makes the
+        first claim (an idle wait's, _claim_behind_wait); _claim_call makes the others.
         """
         retry = self.planner.claim_retry
+        claim = call or self._claim_call
         for _ in range(TAKE_TRIES):
             # Kept until the call answers: one that raised may have reached Redis (reply lost).
             retry[queue] = request_id
             sent_at = self._claim_sent_at(queue, request_id)
             runnable = self.routing.runnable(queue)
             try:
-                job = self._claim_call(queue, runnable, request_id, sent_at)
+                job = claim(queue, runnable, request_id, sent_at)
             except QueuePaused:
                 retry.pop(queue, None)
                 self.planner.found_paused(queue)
@@ -333,7 +346,7 @@ class WorkerProcess(StopOnSignal):
                 return job
             if not self.routing.take(job):
                 return None  # left to a host that runs it
-            request_id = new_request_id()
+            request_id, claim = new_request_id(), self._claim_call
         return None
 
     def _claim_sent_at(self, queue: str, request_id: str) -> float:
@@ -389,18 +402,73 @@ class WorkerProcess(StopOnSignal):
         if not wait.queues:
             self.sleep(wait.sleep)
             return wait.claim_after
+        if (
+            len(wait.queues) == 1
+            and self.claims_behind_wait
+            and self.inflight is None
+            and not self.planner.claim_retry
+        ):
+            self._wait_then_claim(wait.queues[0])
+            return False  # it claimed already, behind the wait
         hint = pop_hint(self.scripts, self.planner, wait.queues)
         if hint is not None and self._is_quiet():
             # Quieted while blocked: the hint is for a worker that will claim (another host's).
             self.scripts.redis.lpush(hint.wake, hint.value)
         return self.planner.waited(hint.queue if hint is not None else None)
 
+    def _wait_then_claim(self, queue: str) -> None:
+        """Wait for a hint on `queue` with its claim sent behind the BLPOP (_claim_from with
+        _claim_behind_wait). A job it claimed is taken in hand (next_job) for the next step.
+
+        Redis runs the claim as soon as the BLPOP is served, so a job enqueued for an idle
+        worker starts without a round trip of its own after the wake-up (0.3-0.4 ms between
+        idle processes on a 2-core VM: bench.latency_parts). A wait that ends without a hint
+        claims too: in place of the planner's claim every `claim_anyway_every` waits, one
+        EVALSHA a wait (MGET, ZPOPMIN and DEL inside it).
+        The claim may have run at any moment of the wait, so the job's age counts from the
+        wait's start (claimed_at: a job held past `hold_limit` is handed back, not run), and
+        the wait lasts at most a quarter of that limit, so a job it claimed looks too old only
+        after a stall of the process. With the default 30 s lease that is the usual 1 s wait.
+        The claim lock is held for the whole wait (workerd.slots.ClaimFence), so once /health
+        says quiet no claim of this host answers, as for any claim; a quiet request made
+        meanwhile settles when the wait ends, within `wake_timeout`.
+        """
+        fence = self._claim_fence()
+        if fence is None:  # told to claim nothing meanwhile: the next step sees why
+            return
+        with fence:
+            job = self._claim_from(queue, new_request_id(), self._claim_behind_wait)
+        if job is not None:
+            self.next_job, self.next_job_woke = job, True
+
+    def _claim_behind_wait(
+        self, queue: str, runnable: frozenset[str] | None, request_id: str, sent_at: float
+    ) -> Job | NotRunnable | None:
+        """_claim_call for an idle wait: the claim sent behind its BLPOP (_wait_then_claim)."""
+        try:
+            hint, claim = pop_hint_then_claim(
+                self.scripts,
+                min(self.planner.timings.wake_timeout, self.hold_limit / 4),
+                queue,
+                self.worker_id,
+                runnable,
+                request_id,
+            )
+            self.planner.waited(hint.queue if hint is not None else None)
+            return claim.result()
+        except redis.RedisError:
+            # The claim may have run and its reply been lost (a Redis restart while idle):
+            # repeated at once with its request id, still under the lock, so a job it took is
+            # in hand before any quiet (claim.lua answers with it). Failing again, the step
+            # backs off and the next claim repeats it.
+            return self._claim_call(queue, runnable, request_id, sent_at)
+
     def _hand_back_unstarted_job(self) -> None:
         """Requeue the jobs claimed for this worker that it will not run (it is stopping):
         the next job in hand, and one a call still in flight claimed (read first)."""
         held = self._settle()
         self.claimed_at = None  # neither job in hand will start
-        job, self.next_job = self.next_job, None
+        job, self.next_job, self.next_job_woke = self.next_job, None, False
         unstarted: list[Job | None] = [job, held]
         if self.batch is not None:
             self._send_done(0)  # the completions waiting first: those jobs did run
@@ -434,7 +502,7 @@ class WorkerProcess(StopOnSignal):
         another worker run it (docs/RELIABILITY.md, scenario 4)."""
         if self._too_old_to_start(job):
             return None
-        timeout = job.timeout or self.settings.default_job_timeout
+        timeout = job_timeout(job, self.settings)
         started_at = self.slot.start_job(job.id, job.token, timeout, job.queue, job.type)
         self.execution = Execution(started_at, self.slot.control)
         eligible_at = int(job.extra["eligible_at"]) if "eligible_at" in job.extra else None
@@ -911,6 +979,12 @@ class WorkerProcess(StopOnSignal):
         if reason:
             self.exit_reason = reason
         return bool(reason)
+
+
+def job_timeout(job: Job, settings: Settings) -> float:
+    """Return how long `job`'s handler may run: its own timeout, else TASK_DEFAULT_TIMEOUT
+    (0: untimed)."""
+    return job.timeout or settings.default_job_timeout
 
 
 def outcome_write_limit(timeout: float) -> float:

@@ -56,7 +56,7 @@ from workerd.execution import Execution, Outcome
 from workerd.handler_registry import JobCanceled
 from workerd.prefetch import READ_LATE
 from workerd.slots import Control, Slot
-from workerd.worker import WorkerProcess, outcome_write_limit, recycling_reason
+from workerd.worker import WorkerProcess, job_timeout, outcome_write_limit, recycling_reason
 
 log = logging.getLogger(__name__)
 
@@ -283,8 +283,7 @@ class JobThread(WorkerProcess):
         next_job = None
         if canceled:
             # Its outcome's write, as after a handler: the cancel's grace is over for it.
-            timeout = job.timeout or self.settings.default_job_timeout
-            self.slot.handler_returned(outcome_write_limit(timeout))
+            self.slot.handler_returned(outcome_write_limit(job_timeout(job, self.settings)))
             outcome = Outcome(False, canceled="sigterm")
             next_job = self._record(job, outcome, {"duration_ms": 0}, None)
         else:

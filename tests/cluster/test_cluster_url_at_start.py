@@ -21,7 +21,7 @@ from shared.engine.redis_checks import CLUSTER_NODE_BEHIND_PLAIN_URL
 from shared.settings.config import Settings
 from tests.support.cluster import RedisCluster
 from tests.support.tcp_proxy import TcpProxy
-from tests.support.tools import free_port_to_listen_on_later, wait_until
+from tests.support.tools import free_port, wait_until
 from tests.test_bin_run import RUNNING, START_TIMEOUT, STOP_TIMEOUT, http, started_bin_run
 
 REFUSED = f"taskforge: configuration error: {CLUSTER_NODE_BEHIND_PLAIN_URL}"
@@ -73,7 +73,7 @@ def test_bin_run_waits_for_an_unreachable_cluster_and_comes_up_with_it(
 ) -> None:
     # Before: workerd printed raw tracebacks ("Redis Cluster cannot be connected"), gunicorn's
     # workers crashed, and bin/run gave up within 2 s.
-    seed = free_port_to_listen_on_later()  # listened on later, through the proxy
+    seed = free_port()  # listened on later, through the proxy
     with started_bin_run(tmp_path, REDIS_URL=f"redis+cluster://127.0.0.1:{seed}") as run:
         line = run.read_until("still waiting", START_TIMEOUT + 10)
         assert line == (
@@ -103,7 +103,7 @@ def test_bin_run_waits_for_an_unreachable_cluster_and_comes_up_with_it(
 def test_a_cluster_client_built_with_no_seed_answering_becomes_one_once_a_seed_does(
     cluster: RedisCluster,
 ) -> None:
-    seed = free_port_to_listen_on_later()  # listened on later, through the proxy
+    seed = free_port()  # listened on later, through the proxy
     settings = Settings.from_env({"REDIS_URL": f"redis+cluster://127.0.0.1:{seed}"})
     client = connect(settings, role="test")  # before: RedisClusterException right here
     try:

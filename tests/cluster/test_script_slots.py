@@ -27,11 +27,12 @@ from tests.support import slots
 from tests.support.cluster import RedisCluster, queue_names_on_distinct_masters
 from tests.support.tools import ROOT
 
-# The transport's funnels: every EVALSHA goes out through one of them (begin runs a call
-# through `call` on a cluster, where the slot guard looks). `_now` sends what `call` sends
-# alone, and `_exchange` what `call` hands its group (share_requests), so the guard on `call`
-# has seen each first.
-FUNNELS = {"send", "begin", "_now", "_exchange"}
+# The transport's funnels: every EVALSHA goes out through one of them (`_send_on_lane` sends
+# for begin, which runs a call through `call` on a cluster, where the slot guard looks, and
+# for begin_behind, which refuses a cluster). `_now` sends what `call` sends alone, and
+# `_exchange` what `call` hands its group (share_requests), so the guard on `call` has seen
+# each first.
+FUNNELS = {"send", "_send_on_lane", "_now", "_exchange"}
 # The calls by name (each binds a script's KEYS and ARGV, then goes through a funnel), and the
 # methods that take a script's name and pass it on to one of those.
 NAMED_CALLERS = {"run", "queue", "run_durable", "_each", "_toggle"}

@@ -7,9 +7,6 @@ out, which is what a replica that lags or is cut off looks like to the primary.
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 import redis
@@ -20,6 +17,7 @@ from shared.engine.keys import Keys
 from shared.engine.scripts import Scripts
 from shared.model.jobs import validate_enqueue
 from tests.support.replicated import Replicated
+from tests.support.tools import commands_caused
 
 TIMEOUT_MS = 300
 # A WAIT that times out answers this long after its timeout at most (loopback, an idle machine
@@ -143,17 +141,6 @@ def test_complete_and_fail_report_what_wait_answered(
     assert (failed.confirmation.op, failed.confirmation.confirmed) == ("fail", False)
 
 
-def commands_of(client: redis.Redis, call: Callable[[], Any]) -> Counter[str]:
-    """Run `call` and return the Redis commands the server counted, by name."""
-    client.config_resetstat()
-    call()
-    stats = client.info("commandstats")
-    counts = Counter({name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()})
-    for own in ("info", "config|resetstat"):
-        counts.pop(own, None)
-    return counts
-
-
 @pytest.mark.parametrize("replicas", [0, 1])
 def test_off_sends_no_wait_and_on_sends_one_per_write(primary: redis.Redis, replicas: int) -> None:
     """With 0 replicas nothing changes (tests/engine/test_budgets.py holds the scripts' own
@@ -170,9 +157,9 @@ def test_off_sends_no_wait_and_on_sends_one_per_write(primary: redis.Redis, repl
         job = scripts.claim("w1")
         scripts.fail(job.id, job.token, "E: x")
 
-    counts = commands_of(primary, writes)
+    counts = commands_caused(primary, writes)
     assert (counts["wait"], counts["publish"]) == (5 * replicas, 5 * replicas)
-    reads = commands_of(primary, lambda: scripts.claim("w1"))
+    reads = commands_caused(primary, lambda: scripts.claim("w1"))
     assert (reads["wait"], reads["publish"]) == (0, 0)  # a claim acknowledges nothing
 
 

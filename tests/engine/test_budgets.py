@@ -30,6 +30,7 @@ from shared.engine.scripts import Scripts
 from shared.model.job_ids import new_client_id
 from tests.engine.conftest import J1, J2, J3, J4, job_id, request
 from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
+from tests.support.tools import commands_caused
 
 # The hot path: a claim, an enqueue. ENQUEUE with events off: HMGET, TIME, INCR, ZADD ×2, LPUSH,
 # HSET; with events on the XADD takes the TIME's place (its entry id is the time), so 7 too.
@@ -68,13 +69,8 @@ EVENTS_CAP = 1_000
 
 def commands_of(r: redis.Redis, call: Callable[[], Any]) -> Counter[str]:
     """Run `call` and return the Redis commands it caused, by name (EVALSHA itself excluded)."""
-    r.config_resetstat()
-    call()
-    stats = r.info("commandstats")
-    counts = Counter({name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()})
-    # The script call itself, and this function's own INFO (counted before it answers).
-    for own in ("evalsha", "info", "config|resetstat"):
-        counts.pop(own, None)
+    counts = commands_caused(r, call)
+    counts.pop("evalsha", None)  # the script call itself
     return counts
 
 

@@ -23,6 +23,7 @@ from shared.read.directory import QueueDirectory
 from shared.read.queue_removal import QueueKept, QueueNotListed, delete_queue
 from tests.engine.conftest import T0, K, request
 from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
+from tests.support.tools import commands_caused
 
 Q = "mail"
 EMPTY_JOBS = dict.fromkeys(("pending", "held", "scheduled", "retrying", "processing", "dead"), 0)
@@ -279,17 +280,6 @@ def test_a_pause_landing_after_the_unlisting_keeps_the_queue_listed_and_paused(
 # --- finding a job by id ---------------------------------------------------------------------
 
 
-def commands_of(r: redis.Redis, call: Callable[[], Any]) -> Counter[str]:
-    """Run `call`; return the Redis commands it caused, by name."""
-    r.config_resetstat()
-    call()
-    stats = r.info("commandstats")
-    counts = Counter({name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()})
-    for own in ("info", "config|resetstat"):
-        counts.pop(own, None)
-    return counts
-
-
 def test_a_lookup_by_id_reads_one_tag_and_one_job_whatever_the_number_of_queues(
     r: redis.Redis, scripts: Scripts
 ) -> None:
@@ -299,9 +289,9 @@ def test_a_lookup_by_id_reads_one_tag_and_one_job_whatever_the_number_of_queues(
     job_id = put(scripts, "q150")
     finder = QueueDirectory(scripts)
 
-    first = commands_of(r, lambda: finder.locator.find_job(job_id))
-    again = commands_of(r, lambda: finder.locator.find_job(job_id))
-    located = commands_of(r, lambda: finder.locator.locate(job_id))
+    first = commands_caused(r, lambda: finder.locator.find_job(job_id))
+    again = commands_caused(r, lambda: finder.locator.find_job(job_id))
+    located = commands_caused(r, lambda: finder.locator.locate(job_id))
 
     assert first == Counter({"smembers": 1, "hgetall": 1})
     assert again == Counter({"hgetall": 1})  # the tag's queues remembered
@@ -313,7 +303,7 @@ def test_an_id_no_queue_has_is_not_found_after_one_read(r: redis.Redis, scripts:
         QueueDirectory(scripts).relist(f"q{n}")
     finder = QueueDirectory(scripts)
     stranger = "0badc0de-1234-4567-89ab-0123456789ab"
-    assert commands_of(r, lambda: finder.locator.find_job(stranger)) == Counter({"smembers": 1})
+    assert commands_caused(r, lambda: finder.locator.find_job(stranger)) == Counter({"smembers": 1})
     assert finder.locator.find_job(stranger) is None and finder.locator.locate(stranger) is None
 
 

@@ -18,7 +18,8 @@ from shared.engine import job_locator
 from shared.engine.job_locator import JobLocator
 from shared.engine.scripts import Scripts
 from shared.read.directory import QueueDirectory
-from tests.engine.test_delete_queue import colliding_names, commands_of, put
+from tests.engine.test_delete_queue import colliding_names, put
+from tests.support.tools import commands_caused
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FOREIGN = "0badc0de-1234-4567-89ab-0123456789ab"
@@ -32,7 +33,7 @@ def test_many_ids_cost_one_read_per_tag_and_one_per_candidate_whatever_the_queue
     wanted = [put(scripts, "q7"), put(scripts, "q7"), put(scripts, "q150")]
     locator = JobLocator(scripts)
 
-    spent = commands_of(r, lambda: locator.locate_many([*wanted, FOREIGN]))
+    spent = commands_caused(r, lambda: locator.locate_many([*wanted, FOREIGN]))
 
     assert locator.locate_many([*wanted, FOREIGN]) == {
         wanted[0]: "q7",
@@ -48,9 +49,9 @@ def test_a_foreign_id_is_not_found_after_one_read_of_its_tag(
 ) -> None:
     put(scripts, "q1")
     locator = JobLocator(scripts)
-    assert commands_of(r, lambda: locator.locate_many([FOREIGN])) == Counter({"smembers": 1})
+    assert commands_caused(r, lambda: locator.locate_many([FOREIGN])) == Counter({"smembers": 1})
     assert locator.locate_many([FOREIGN]) == {}
-    assert commands_of(r, lambda: locator.locate(FOREIGN)) == Counter({"smembers": 1})
+    assert commands_caused(r, lambda: locator.locate(FOREIGN)) == Counter({"smembers": 1})
     assert locator.locate(FOREIGN) is None
 
 
@@ -79,7 +80,7 @@ def test_bulk_dlq_by_id_reads_no_list_of_queues(r: redis.Redis, scripts: Scripts
     for n in range(50):
         QueueDirectory(scripts).relist(f"q{n}")
     job_id = put(scripts, "q3")
-    spent = commands_of(r, lambda: bulk_dead(scripts, "purge", queues=None, ids=[job_id]))
+    spent = commands_caused(r, lambda: bulk_dead(scripts, "purge", queues=None, ids=[job_id]))
     # Not dead, so skipped; what matters is what finding it read: its tag's set alone (a read
     # of the list of queues would be a second SMEMBERS).
     assert spent["smembers"] == 1 and "sscan" not in spent

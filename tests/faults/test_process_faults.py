@@ -1,7 +1,8 @@
 """Process faults (docs/RELIABILITY.md) against real workerd supervisors on the private Redis.
 
 Scenario 2 (chaos: random worker kills under steady load), 3 (SIGKILL the supervisor; SIGKILL
-the scheduler mid-batch; two schedulers at once), 4 (SIGSTOP a worker past its lease) and 6
+the scheduler mid-batch; two schedulers at once), 4 (SIGSTOP a worker past its lease; a host
+frozen while its worker waits idle) and 6
 (SIGTERM drain with jobs longer than the grace); 2, 4 and 6 also with WORKER_THREADS=4 (the
 ``threads`` variants); 2 also with WORKER_BATCH=8 (batched acknowledgements' duplicate window). Each prints a ``FAULT-FIGURES`` line (run with
 ``-s``) for bench/FAULTS.md. Processes come from tests/workerd/conftest.py's
@@ -10,12 +11,13 @@ the scheduler mid-batch; two schedulers at once), 4 (SIGSTOP a worker past its l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -54,7 +56,7 @@ from tests.faults.process_tools import (
 from tests.faults.scale import scaled
 from tests.support.redis_server import RedisServer
 from tests.support.stats import percentile
-from tests.support.tools import alive, stopped, wait_until
+from tests.support.tools import alive, stopped, wait_until, waiting_in_blpop
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import start_workerd  # noqa: F401
 
@@ -80,6 +82,13 @@ def _rounded(values: Sequence[float]) -> dict[str, float | None]:
         "p99": r3(percentile(values, 0.99)),
         "max": r3(max(values, default=None)),
     }
+
+
+def _thaw(pids: Iterable[int]) -> None:
+    """SIGCONT each of `pids` still alive."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
 
 
 def _completed(client: redis.Redis, job_ids: Sequence[str]) -> set[str]:
@@ -478,8 +487,7 @@ def test_sigstopped_worker_past_its_lease_is_fenced_off(
         )
     finally:
         continued_at = time.time()
-        for pid in set(frozen.values()):
-            os.kill(pid, signal.SIGCONT)
+        _thaw(set(frozen.values()))
     freezes = [Freeze(pid, job_id, stopped_at, continued_at) for job_id, pid in frozen.items()]
 
     def refused(freeze: Freeze) -> list[dict[str, object]]:
@@ -527,6 +535,91 @@ def test_sigstopped_worker_past_its_lease_is_fenced_off(
     assert sorted(report.overlapping) == sorted(explained), (report.overlapping, explained)
     assert report.sequential_duplicates == 0, figures
     assert report.duplicates <= len(freezes), figures
+    assert report.unexpected == [] and report.completed_unexecuted == [], figures
+    assert report.violations == [], report.violations
+    assert report.event_mismatches == [], report.event_mismatches[:5]
+
+
+# -- scenario 4b: a host frozen while its worker waits idle -------------------------------------
+
+
+def test_a_host_frozen_while_its_worker_waits_idle_loses_and_repeats_nothing(
+    start_workerd: Callable[..., Workerd],  # noqa: F811
+    r: redis.Redis,
+    tmp_path: Path,
+) -> None:
+    """A host lost while idle (power or network), then back: the claim behind its wait.
+
+    An idle worker on one queue sends its claim behind its BLPOP (workerd.worker,
+    _wait_then_claim), so Redis runs that claim as a job's hint arrives even if the host is
+    gone by then: Redis keeps the connection until TCP gives up. Every process of the host is
+    frozen (SIGSTOP) in that state and a job enqueued: it is claimed for the frozen worker.
+    Another host's scheduler recovers it when the lease (8 s) runs out and that host runs it.
+    Then the frozen host comes back: its worker reads the claim's reply, finds the job claimed
+    more than half a lease ago and hands it back (refused: it was recovered) without running
+    it. Nothing lost, nothing run twice; the job counts one recovery.
+    """
+    journal = tmp_path / "journal.jsonl"
+    # A heartbeat timeout past the freeze (about 10 s): thawed, the supervisor must not kill
+    # its worker as silent before that worker reads its claim's reply.
+    env = {
+        **FAULT_ENV,
+        "WORKER_COUNT": "1",
+        "TASK_VISIBILITY_TIMEOUT": "8s",
+        "WORKER_HEARTBEAT_TIMEOUT": "120s",
+    }
+    scripts = Scripts(r, KEYS)
+    lost_host = start_workerd(**env)
+    [worker] = lost_host.children("worker")
+    [started] = lost_host.wait_for("worker_started", pid=worker)
+    records = []
+    frozen: list[int] = []
+    try:
+        # The wait lasts up to 1 s (a quarter of half the lease): an enqueue that comes after
+        # the frozen worker's BLPOP timed out finds no claim waiting. Then the host, let go,
+        # runs that job itself, and the freeze is tried again.
+        for _ in range(5):
+            wait_until(lambda: waiting_in_blpop(r, worker), 5.0, "the idle worker's wait")
+            frozen = lost_host.processes()
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+            wait_until(lambda pids=frozen: all(map(stopped, pids)), 5.0, "the host's freeze")
+            records += enqueue_journaled(scripts, 1, journal)
+            job_id = records[-1].job_id
+            [(status, owner)] = job_fields(r, [job_id], "status", "worker_id")
+            if status == "processing":
+                break
+            _thaw(frozen)
+            wait_settled(r, [job_id], timeout=10.0, workerd=lost_host)
+        else:
+            raise AssertionError("no enqueue landed inside the frozen worker's wait in 5 tries")
+        assert owner == started["worker_id"], owner  # the frozen worker's own claim took it
+        frozen_at = time.monotonic()
+        survivor = start_workerd(**env)
+        wait_settled(r, [job_id], timeout=25.0, workerd=survivor)
+        settled_s = time.monotonic() - frozen_at
+    finally:
+        _thaw(frozen)
+    # Back: the worker reads its claim's reply, hands the job back, and waits again.
+    wait_until(
+        lambda: waiting_in_blpop(r, worker), 10.0, "the thawed worker to wait for work again"
+    )
+    executions = read_journal(journal)
+    report = check(records, executions, r)
+    [recovered] = survivor.events("job_recovered", job_id=job_id)
+    figures = {
+        **report.summary(),
+        "freezes_tried": len(records),
+        "completed_after_freeze_s": round(settled_s, 2),
+    }
+    print_figures("frozen_idle_host", figures)
+    assert recovered["reason"] == "lease expired", recovered
+    assert job_fields(r, [job_id], "status", "recoveries") == [["completed", "1"]]
+    assert [e.pid for e in executions if e.job_id == job_id] == [
+        int(survivor.events("job_started", job_id=job_id)[0]["pid"])
+    ], executions
+    assert not lost_host.events("job_started", job_id=job_id)
+    assert report.lost == [] and report.duplicates == 0, figures
     assert report.unexpected == [] and report.completed_unexecuted == [], figures
     assert report.violations == [], report.violations
     assert report.event_mismatches == [], report.event_mismatches[:5]

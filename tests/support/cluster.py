@@ -20,7 +20,7 @@ import redis
 from redis.cluster import key_slot
 
 from tests.support.redis_server import NO_PERSISTENCE, RedisServer
-from tests.support.tools import wait_until
+from tests.support.tools import ephemeral_range, free_port, wait_until
 
 NODES = 6
 REPLICAS = 1  # per master: 3 masters, 3 replicas
@@ -35,15 +35,16 @@ SLOTS = 16384
 
 
 def free_cluster_port() -> int:
-    """Return a port whose cluster-bus port (port + 10000) was free a moment ago too."""
-    for _ in range(200):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port + BUS_OFFSET > 65535:
+    """Return a port whose cluster-bus port (port + 10000) was free a moment ago too, both
+    outside the ephemeral range where there is room (tests.support.tools.free_port says why)."""
+    low, high = ephemeral_range()
+    for attempt in range(200):
+        port = free_port()
+        bus_port = port + BUS_OFFSET
+        if bus_port > 65535 or (low <= bus_port <= high and attempt < 100):
             continue
         with socket.socket() as bus, contextlib.suppress(OSError):
-            bus.bind(("127.0.0.1", port + BUS_OFFSET))
+            bus.bind(("127.0.0.1", bus_port))
             return port
     raise RuntimeError("found no port whose cluster-bus port is free too")
 

@@ -8,9 +8,10 @@ import random
 import shutil
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository
 POLL_INTERVAL = 0.01  # seconds between two looks at a condition
@@ -50,29 +51,55 @@ def wait_until(
         time.sleep(interval)
 
 
+def commands_caused(client: Any, action: Callable[[], object]) -> Counter[str]:
+    """Run `action`; return the Redis commands it caused on `client`'s server, by name (a
+    script's own included; INFO and the statistics reset excluded)."""
+    client.config_resetstat()
+    action()
+    stats = client.info("commandstats")
+    counts = Counter({k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()})
+    for own in ("info", "config|resetstat"):
+        counts.pop(own, None)
+    return counts
+
+
+def waiting_in_blpop(client: Any, pid: int | None = None) -> bool:
+    """Tell whether a client of `client`'s server is blocked in a BLPOP (an idle worker's
+    wait; another test's blocked reader, an XREAD, is not): any, or one of process `pid`'s
+    connections (named taskforge-<role>-<pid>, shared.connect.redis_conn)."""
+    return any(
+        c["cmd"] == "blpop" and "b" in c["flags"] and (pid is None or c["name"].endswith(f"-{pid}"))
+        for c in client.client_list()
+    )
+
+
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
+    """Return a TCP port on 127.0.0.1, free a moment ago, for a server a test starts on it.
+
+    It comes from outside the kernel's ephemeral range where there is room, never from a bind
+    to port 0: a port from that range can be taken before the server listens, as the port the
+    kernel hands the next bind to 0 (another test's server: CI once saw bin/run refuse its
+    gateway port as "already in use") or as the source port of any outgoing connection, a
+    client's own retries of the port included (a loopback connect to a port nobody listens on
+    can connect to itself). A machine whose ephemeral range leaves no room gets a bind to 0.
+    """
+    low, high = ephemeral_range()
+    room = [port for span in (range(10_000, low), range(high + 1, 65_536)) for port in span]
+    if len(room) >= 1_000:
+        for port in random.sample(room, 200):
+            with socket.socket() as sock, contextlib.suppress(OSError):
+                sock.bind(("127.0.0.1", port))
+                return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-def free_port_to_listen_on_later() -> int:
-    """Return a free TCP port on 127.0.0.1 below the kernel's ephemeral range.
-
-    For a test that lets clients try a port first and listens on it later: a port from the
-    ephemeral range (what free_port gives) can be taken meanwhile as the source port of any
-    outgoing connection, the clients' own retries included (a loopback connect to a port
-    nobody listens on can connect to itself), and the later listen then fails.
-    """
+def ephemeral_range() -> tuple[int, int]:
+    """Return the kernel's ephemeral port range (what a bind to port 0 gets), ends included."""
     with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
-        ephemeral_low = int(ports.read().split()[0])
-    first = 10_000
-    for port in random.sample(range(first, ephemeral_low), min(200, ephemeral_low - first)):
-        with socket.socket() as sock, contextlib.suppress(OSError):
-            sock.bind(("127.0.0.1", port))
-            return port
-    raise RuntimeError(f"no free port between {first} and {ephemeral_low}")
+        low, high = ports.read().split()[:2]
+    return int(low), int(high)
 
 
 def process_state(pid: int) -> str:
@@ -106,9 +133,12 @@ def alive(pid: int) -> bool:
     return process_state(pid) not in ("", "Z")
 
 
-def cpu_seconds(pid: int) -> float:
-    """Return the user + system CPU time `pid` has used so far (from /proc/<pid>/stat)."""
-    with open(f"/proc/{pid}/stat", "rb") as stat:
+def cpu_seconds(pid: int, *, children: bool = False, proc: Path = Path("/proc")) -> float:
+    """Return the user + system CPU time `pid` has used so far (from /proc/<pid>/stat); with
+    `children`, that of the children it has reaped too (cutime, cstime)."""
+    with open(proc / str(pid) / "stat", "rb") as stat:
         fields = stat.read().rsplit(b")", 1)[1].split()
-    # After the command name: state is field 3, utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    # After the command name: state is field 3, utime and stime are fields 14 and 15, the
+    # reaped children's cutime and cstime 16 and 17.
+    ticks = sum(int(fields[i]) for i in ((11, 12, 13, 14) if children else (11, 12)))
+    return ticks / os.sysconf("SC_CLK_TCK")

@@ -14,10 +14,10 @@ from typing import Any, NoReturn
 import redis
 
 from shared.engine.scripts.job_scripts import JobCalls
+from tests.workerd.write_limit import WRITE_LIMIT
 from workerd import JobContext, handler
 from workerd import worker as worker_module
 
-WRITE_LIMIT = 1.0  # seconds
 worker_module.OUTCOME_WRITE_LIMIT = WRITE_LIMIT
 
 

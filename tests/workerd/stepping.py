@@ -1,13 +1,50 @@
 """Helpers for tests that step a WorkerProcess by hand on a real Redis (test_prefetch.py,
-test_batching.py)."""
+test_batching.py, test_worker_pause.py, test_wait_then_claim.py)."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 
+from shared.connect.redis_conn import connect
+from shared.engine.engine_types import Policy
+from shared.engine.keys import Keys
 from shared.engine.scripts import Scripts
+from shared.settings.config import Settings
+from tests.fakes import FakeClock, IdleSlot
+from workerd.claim_plan import ClaimTimings
 from workerd.worker import WorkerProcess
+
+
+def stepped_worker(
+    redis_url: str,
+    timings: ClaimTimings,
+    *,
+    quiet: Callable[[bool], bool] | None = None,
+    **env: str,
+) -> tuple[Scripts, WorkerProcess, FakeClock]:
+    """Return a worker "w1" on `redis_url` to step by hand, its Scripts (loaded; the caller
+    closes their connection) and its clock: a FakeClock whose sleeps take no time. Its slot is
+    an IdleSlot, its lease 5 s unless `env` (its settings) says otherwise."""
+    settings = Settings.from_env({"REDIS_URL": redis_url, "TASK_VISIBILITY_TIMEOUT": "5s", **env})
+    scripts = Scripts(
+        connect(settings, role="worker"), Keys(settings.namespace), Policy.from_settings(settings)
+    )
+    scripts.load()
+    clock = FakeClock()
+    worker = WorkerProcess(
+        settings,
+        scripts,
+        IdleSlot(),
+        "w1",
+        os.getppid(),
+        quiet=quiet,
+        clock=clock,
+        sleep=clock.sleep,
+        timings=timings,
+    )
+    return scripts, worker, clock
 
 
 def run_until(worker: WorkerProcess, until: Callable[[], bool], seconds: float = 10) -> None:

@@ -21,6 +21,7 @@ from shared.engine.scripts import Scripts, cross_slot
 from shared.engine.scripts.due_index import DUE_INDEX
 from shared.model.jobs import validate_enqueue
 from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
+from tests.support.tools import commands_caused
 from tests.workerd.test_scheduler_queues import T0
 from workerd.sweep import Sweep
 
@@ -35,16 +36,6 @@ def scripts(r: redis.Redis) -> Scripts:
     return engine
 
 
-def _commands_of(r: redis.Redis, call: Any) -> dict[str, int]:
-    r.config_resetstat()
-    call()
-    stats = r.info("commandstats")
-    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
-    for own in ("config|resetstat", "info"):
-        calls.pop(own, None)
-    return calls
-
-
 def test_the_due_index_is_a_registered_cross_slot_write() -> None:
     assert DUE_INDEX in cross_slot.registered()
     assert DUE_INDEX.key(K) == K.due
@@ -55,13 +46,13 @@ def _spent_by_follow_up(r: redis.Redis, scripts: Scripts, call: Any) -> dict[str
     (commandstats count a script's own commands too, so the cost is the difference)."""
     r.flushall()
     scripts.load()
-    with_write = _commands_of(r, call)
+    with_write = commands_caused(r, call)
     r.flushall()
     scripts.load()
     real_send = DUE_INDEX.send
     try:
         DUE_INDEX.send = lambda *args: None  # type: ignore[method-assign]
-        without = _commands_of(r, call)
+        without = commands_caused(r, call)
     finally:
         DUE_INDEX.send = real_send  # type: ignore[method-assign]
     extra = {name: n - without.get(name, 0) for name, n in with_write.items()}

@@ -16,7 +16,7 @@ from shared.model.jobs import JobState
 from tests.faults.harness import log_time
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import HANDLERS, Engine
-from tests.workerd.handlers_write_limit import WRITE_LIMIT
+from tests.workerd.write_limit import WRITE_LIMIT
 
 # The watchdog's tick and the log's timestamps: the kill comes this soon after the limit.
 KILL_SLACK_S = 3.0

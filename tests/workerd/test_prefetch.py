@@ -431,21 +431,31 @@ def test_a_held_job_that_runs_long_has_the_completion_before_it_recorded_meanwhi
     assert table.quiet()  # the claim lock is free: neither held nor released twice
 
 
-def test_an_idle_worker_waits_for_work_on_the_connection_it_kept(scripts: Scripts) -> None:
+@pytest.mark.parametrize("queues", ["default", "default,other"])
+def test_an_idle_worker_waits_for_work_on_the_connection_it_kept(
+    scripts: Scripts, queues: str
+) -> None:
     # Its calls keep one connection (ScriptTransport's lanes); its idle BLPOP takes that one
-    # back from the pool rather than a second: one connection a job thread, busy or idle.
+    # rather than a second: one connection a job thread, busy or idle. On one queue the wait
+    # sends its claim behind the BLPOP on that connection itself (the lane keeps it); on two,
+    # the BLPOP takes it back from the pool.
     ids = _enqueue(scripts, SHORT, 3)
-    worker = _worker(scripts)
+    worker = _worker(scripts, WORKER_QUEUES=queues)
     run_until(worker, lambda: worker.jobs_done == 3)
     worker._hand_back_unstarted_job()
     kept = scripts.transport._lanes.conn
     assert kept is not None
-    hinted = scripts.q("default").wake
-    scripts.redis.delete(hinted)
+    pool = scripts.redis.connection_pool
+    made = pool._created_connections
+    scripts.redis.delete(scripts.q("default").wake)
     worker.planner.claim_now = False
     worker._wait_for_work()  # no hint comes: one wake timeout
-    assert scripts.transport._lanes.conn is None
-    assert kept in scripts.redis.connection_pool._available_connections
+    if queues == "default":
+        assert scripts.transport._lanes.conn is kept
+    else:
+        assert scripts.transport._lanes.conn is None
+        assert kept in pool._available_connections
+    assert pool._created_connections == made
     assert_each_completed_once(scripts, ids)
 
 

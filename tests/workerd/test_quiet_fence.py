@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import redis
 
-import workerd.demo  # noqa: F401  (registers the demo.noop handler the jobs use)
+import workerd.demo
+import workerd.worker
 from shared.connect.redis_conn import connect
 from shared.engine.engine_types import Policy
 from shared.engine.keys import Keys
@@ -178,3 +179,32 @@ def test_a_worker_killed_holding_its_lock_does_not_hold_the_quiet_back_after_its
     table.slot(0).reset(booting=True)  # the supervisor respawns it: a new lock
     table.publish_status(1, True, True, quiet=True)
     assert table.quiet()
+
+
+def test_a_quiet_while_an_idle_worker_waits_settles_once_the_claim_behind_its_wait_answers(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On one queue the idle wait carries a claim (workerd.worker, _wait_then_claim): quieted
+    # after the worker read "not quiet", /health must not say quiet before that claim answers.
+    host.publish(quiet=False)
+    host.worker.step()  # its first claim finds nothing; it waits, and is idle now
+    seen_mid_wait: list[bool] = []
+    woken: list[str] = []
+    wait_then_claim = workerd.worker.pop_hint_then_claim
+
+    def quieted_mid_wait(*args: Any, **kwargs: Any) -> Any:
+        host.publish(quiet=True)
+        seen_mid_wait.append(host.health_says_quiet())
+        woken.append(host.enqueue())  # its hint ends the wait; the claim behind takes it
+        return wait_then_claim(*args, **kwargs)
+
+    monkeypatch.setattr(workerd.worker, "pop_hint_then_claim", quieted_mid_wait)
+    host.worker._wait_for_work()
+    monkeypatch.setattr(workerd.worker, "pop_hint_then_claim", wait_then_claim)
+
+    assert seen_mid_wait == [False]
+    assert host.status(woken[0]) is JobState.PROCESSING  # claimed before /health said quiet
+    host.publish(quiet=True)
+    assert host.health_says_quiet()
+    host.worker.step()  # quiet: the job its wait claimed is handed back, unstarted
+    assert host.status(woken[0]) is JobState.PENDING

@@ -7,17 +7,20 @@ import random
 import sys
 import threading
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import cast
 
 import pytest
 
 from shared.engine.scripts import Scripts
 from tests.support.tools import wait_until
+from workerd import worker as worker_module
 from workerd.children import WORKER, Child
 from workerd.duties.release import Release
+from workerd.execution import Outcome
 from workerd.handler_registry import JobCanceled
 from workerd.slots import SlotState, SlotTable
-from workerd.worker_threads import AloneGate, ThreadExecution
+from workerd.worker_threads import AloneGate, JobThread, ThreadExecution
 
 STARTED = 1.0  # the execution's name (its start) in the slot
 
@@ -255,3 +258,33 @@ def test_one_thread_and_drains_are_as_before() -> None:
         ("w.t1", "drain"),
         ("w.t2", "drain"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("timeout", "default_timeout", "write_limit"),
+    [(5.0, 0.0, 600.0), (900.0, 0.0, 900.0), (0.0, 0.0, 0.0), (0.0, 30.0, 600.0)],
+)
+def test_a_cancel_that_ends_a_wait_to_run_alone_marks_the_outcome_write_before_it(
+    timeout: float, default_timeout: float, write_limit: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The cancel's grace must not run over this write, which may wait out a Redis outage (a
+    # worker killed then ends a job that never ran as killed, and its siblings go back): the
+    # slot says the handler is done, with the write's own limit, before the write starts.
+    monkeypatch.setattr(worker_module, "OUTCOME_WRITE_LIMIT", 600.0)  # the shipped limit
+    calls: list[tuple[object, ...]] = []
+
+    class Slot:
+        def handler_returned(self, limit: float) -> None:
+            calls.append(("handler_returned", limit))
+
+        def beat(self) -> None:
+            calls.append(("beat",))
+
+    def record(job: object, outcome: Outcome, fields: object, attributes: object) -> None:
+        calls.append(("record", outcome.canceled))
+
+    thread = SimpleNamespace(
+        slot=Slot(), settings=SimpleNamespace(default_job_timeout=default_timeout), _record=record
+    )
+    assert JobThread._unstarted(thread, SimpleNamespace(timeout=timeout), canceled=True) is None  # type: ignore[arg-type]
+    assert calls == [("handler_returned", write_limit), ("record", "sigterm"), ("beat",)]

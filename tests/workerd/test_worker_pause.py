@@ -9,7 +9,6 @@ the same end to end.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -18,16 +17,14 @@ import pytest
 import redis
 
 import workerd.demo  # noqa: F401  (registers the demo.noop handler the jobs use)
-from shared.connect.redis_conn import connect
-from shared.engine.engine_types import Policy
-from shared.engine.keys import Keys
 from shared.engine.queries import get_job
 from shared.engine.scripts import Scripts
 from shared.model.jobs import JobState, validate_enqueue
-from shared.settings.config import Settings
-from tests.fakes import FakeClock, IdleSlot
+from tests.fakes import FakeClock
 from tests.support.own_redis_server import own_redis_server  # noqa: F401  # counts: no stray reader
 from tests.support.redis_server import RedisServer
+from tests.support.tools import commands_caused
+from tests.workerd.stepping import stepped_worker
 from workerd.claim_plan import ClaimTimings
 from workerd.worker import WorkerProcess
 
@@ -66,35 +63,15 @@ class Harness:
         return job.status
 
     def commands(self, action: Callable[[], object]) -> Counter[str]:
-        """Run `action`; return the Redis commands it caused, by name (INFO itself excluded)."""
-        self.redis.config_resetstat()
-        action()
-        stats = self.redis.info("commandstats")
-        counts = Counter({k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()})
-        for own in ("info", "config|resetstat"):
-            counts.pop(own, None)
-        return counts
+        """Run `action`; return the Redis commands it caused, by name (a script's own too)."""
+        return commands_caused(self.redis, action)
 
 
 @pytest.fixture
 def harness(r: redis.Redis, redis_server: RedisServer) -> Iterator[Harness]:
-    settings = Settings.from_env(
-        {"REDIS_URL": redis_server.url, "WORKER_QUEUES": "a,b", "TASK_VISIBILITY_TIMEOUT": "5s"}
-    )
-    keys, policy = Keys(settings.namespace), Policy.from_settings(settings)
-    scripts = Scripts(connect(settings, role="worker"), keys, policy)
-    scripts.load()
-    quiet, clock = Quiet(), FakeClock()
-    worker = WorkerProcess(
-        settings,
-        scripts,
-        IdleSlot(),
-        "w1",
-        os.getppid(),
-        quiet=quiet,
-        clock=clock,
-        sleep=clock.sleep,
-        timings=TIMINGS,
+    quiet = Quiet()
+    scripts, worker, clock = stepped_worker(
+        redis_server.url, TIMINGS, quiet=quiet, WORKER_QUEUES="a,b"
     )
     yield Harness(scripts, worker, quiet, clock)
     scripts.redis.close()
@@ -118,12 +95,13 @@ def test_a_paused_queue_leaves_the_claim_order_and_the_wake_lists(harness: Harne
     held = harness.enqueue("a")  # its wake-up hint waits in a's list
     assert harness.redis.llen(harness.scripts.q("a").wake) == 1
 
-    counts = harness.commands(harness.worker.step)  # idle: blocks on b's wake list alone
+    # Idle: blocks on b's wake list alone, with b's claim behind the BLPOP (none from a).
+    counts = harness.commands(harness.worker.step)
 
     assert harness.redis.llen(harness.scripts.q("a").wake) == 1  # not taken
     harness.clock.now += TIMINGS.empty_recheck  # b, found empty, is asked again; a is not
     assert harness.planner.next_order() == ("b",)
-    assert counts["blpop"] == 1 and counts["evalsha"] == 0
+    assert counts["blpop"] == 1 and counts["evalsha"] == 1
     assert harness.status(held, "a") is JobState.PENDING
 
 

@@ -107,6 +107,26 @@ class JobCalls(ScriptsBase):
         )
         return PendingClaim(sent, worker_id, queue, request_id)
 
+    def claim_behind(
+        self,
+        command: Sequence[Any],
+        worker_id: str,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        runnable: frozenset[str] | None = None,
+        request_id: str,
+    ) -> tuple[Any, PendingClaim]:
+        """:meth:`claim`, sent behind `command` in one write (ScriptTransport.begin_behind):
+        return `command`'s reply, read now, and the claim, read next. A reply lost to a
+        connection error is recovered by repeating :meth:`claim` with the same `request_id`."""
+        first, sent = self.transport.begin_behind(
+            command,
+            "claim",
+            **self._claim_args(queue, worker_id, runnable, request_id, None),
+            events_cap=self._events_cap(),
+        )
+        return first, PendingClaim(sent, worker_id, queue, request_id)
+
     def claim_batch(
         self,
         worker_id: str,

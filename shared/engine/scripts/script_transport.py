@@ -236,14 +236,41 @@ class ScriptTransport:
         keys, args = self.signatures[name].bind(named)
         if is_cluster(self.redis):
             return Sent(self, name, keys, args, None, self.call(name, keys, args))
+        return self._send_on_lane(name, keys, args, None)[1]
+
+    def begin_behind(self, command: Sequence[Any], name: str, /, **named: Any) -> tuple[Any, Sent]:
+        """Send `command`, then script `name`, in one write; read `command`'s reply now and
+        return it with the script's :class:`Sent`, whose reply is read next.
+
+        For a blocking `command` (an idle worker's BLPOP): Redis runs nothing of a blocked
+        client's until the command is served, then runs the script in the same turn of its
+        event loop, so the script follows what unblocked it without a round trip between them.
+        One Redis (or a Sentinel's master) only: a cluster routes each command by its own key.
+        """
+        if is_cluster(self.redis):
+            raise TypeError("begin_behind: one Redis only; a cluster routes each command apart")
+        keys, args = self.signatures[name].bind(named)
+        return self._send_on_lane(name, keys, args, command)
+
+    def _send_on_lane(
+        self, name: str, keys: list[Any], args: list[Any], behind: Sequence[Any] | None
+    ) -> tuple[Any, Sent]:
+        """Send script `name` on the calling thread's kept connection, after `behind` when
+        given (its reply read now and returned, else None), and return the script's Sent."""
         conn = self._lanes.take(self.redis.connection_pool)
+        evalsha = ("EVALSHA", self.shas[name], len(keys), *keys, *args)
+        first = None
         try:
-            conn.send_command("EVALSHA", self.shas[name], len(keys), *keys, *args)
+            if behind is None:
+                conn.send_command(*evalsha)
+            else:
+                conn.send_packed_command(conn.pack_commands([tuple(behind), evalsha]))
+                first = conn.read_response()
         except BaseException:
-            conn.disconnect()  # half a command may be on the wire: never reuse it
+            conn.disconnect()  # half a command, or a reply, may be left: never reuse it
             self.done_with(conn)
             raise
-        return Sent(self, name, keys, args, conn, None, threading.get_ident())
+        return first, Sent(self, name, keys, args, conn, None, threading.get_ident())
 
     def let_go(self) -> None:
         """Give the calling thread's kept connection (see :class:`_Lanes`) back to the pool:

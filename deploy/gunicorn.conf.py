@@ -103,6 +103,7 @@ prepare_multiprocess_dir(METRICS_DIR, wipe=False)
 # interrupt another import halfway. gateway.app (Flask) is imported here for the same reason,
 # and so that its workers leave the open-gateway warning to when_ready below.
 from gateway import app as gateway_app  # noqa: E402
+from gateway import worker_signals  # noqa: E402
 from gateway.body import MAX_BODY_BYTES  # noqa: E402
 from gateway.events_api import watch_worker  # noqa: E402
 from gateway.server import install_json_errors  # noqa: E402
@@ -211,6 +212,13 @@ def worker_exit(server: Any, worker: Any) -> None:
 def child_exit(server: Any, worker: Any) -> None:
     """Forget a dead worker's live gauges (its counters stay in the totals)."""
     mark_dead(worker.pid)
+
+
+def pre_fork(server: Any, worker: Any) -> None:
+    """Hold a stop signal sent to the worker before its own handlers are in (the worker
+    class's init_signals takes it): gunicorn's boot would lose it and wait graceful_timeout
+    for that worker (gateway.worker_signals)."""
+    worker_signals.hold_across_fork()
 
 
 def post_worker_init(worker: Any) -> None:

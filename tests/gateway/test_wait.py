@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,25 @@ def start_wait(
     future = pool.submit(get, app, job_id, query)
     waiting_now(app)
     return future
+
+
+@contextmanager
+def wait_held_asleep(app: Flask) -> Iterator[None]:
+    """Hold the tail's lock while the one wait sleeps on it: it cannot read the job until exit.
+
+    Holding the slot (start_wait) is not enough: the wait may be reading the job at that
+    moment, and a read between two transitions would see the first. A thread listed among the
+    condition's waiters has released the lock and cannot return from its wait while we hold it.
+    """
+    cond = app.extensions[gateway_events.EXTENSION].tail._cond
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        with cond:
+            if cond._waiters:  # type: ignore[attr-defined]
+                yield
+                return
+        assert time.monotonic() < deadline, "the wait never slept on the tail"
+        time.sleep(0.005)
 
 
 def claim_job(scripts: Scripts, job_id: str) -> int:
@@ -223,10 +243,9 @@ def test_a_job_purged_while_waited_on_is_404(
 ) -> None:
     job_id = helpers.enqueue(scripts)
     pending = start_wait(pool, app, job_id)
-    tail = app.extensions[gateway_events.EXTENSION].tail
-    # Holding the tail's lock keeps the wait asleep until the job is both dead and purged,
-    # so it reads the job only after the purge (dead alone would be an answer).
-    with tail._cond:
+    # The wait stays asleep until the job is both dead and purged, so it reads the job only
+    # after the purge (dead alone would be an answer).
+    with wait_held_asleep(app):
         finish_dead(scripts, job_id)
         scripts.purge(job_id)
     answer = pending.result(DEADLINE)
@@ -238,8 +257,7 @@ def test_a_job_replayed_before_the_wait_reads_it_is_waited_on_again(
 ) -> None:
     job_id = helpers.enqueue(scripts)
     pending = start_wait(pool, app, job_id)
-    tail = app.extensions[gateway_events.EXTENSION].tail
-    with tail._cond:  # the wait wakes only once the job is pending again
+    with wait_held_asleep(app):  # the wait wakes only once the job is pending again
         finish_dead(scripts, job_id)
         scripts.replay(job_id)
     with pytest.raises(TimeoutError):  # replayed: pending again, so the wait goes on

@@ -115,10 +115,12 @@ def run_gunicorn(
     python: str = sys.executable,
     base_env: Mapping[str, str] | None = None,
     log_path: Path | None = None,
+    app: str = "gateway:create_app()",
     **env: str,
 ) -> Iterator[Gunicorn]:
     """Run deploy/gunicorn.conf.py (on a free port unless given) with extra gunicorn `flags`;
     always stop it. `host` is where requests go; TASKFORGE_BIND_HOST in `env` is where it binds.
+    `app`: the WSGI app gunicorn loads (a benchmark's probe wraps the gateway's).
 
     The environment is `base_env` (default: ours without TASKFORGE_* settings) plus the port,
     Redis, two workers and a metrics directory in `tmp`; `env` may replace any of them. The
@@ -140,7 +142,7 @@ def run_gunicorn(
     argv = [python, "-m", "gunicorn", "-c", "deploy/gunicorn.conf.py", *flags]
     with log_path.open("ab") as log_file:
         process = subprocess.Popen(
-            [*argv, "gateway:create_app()"],
+            [*argv, app],
             cwd=ROOT,
             env=full_env,
             stdin=subprocess.DEVNULL,

@@ -34,17 +34,11 @@ from shared.engine.scripts import Scripts
 from shared.model.jobs import validate_enqueue
 from tests.fakes import IdleSlot
 from tests.support.redis_server import private_redis
+from tests.support.tools import cpu_seconds
 from workerd.scheduler import SchedulerProcess
 
 BATCH = 500  # jobs per enqueue_many while filling (one MULTI/EXEC on one Redis)
 WARM_UP_SECONDS = 3.0  # the first listing, recovery and trim passes, the sweep's first names
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """Return a process's user + system CPU time so far (/proc/<pid>/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15)
 
 
 def fill(client: redis.Redis, count: int) -> None:

@@ -7,6 +7,10 @@ counting off, turns counting on around one workload (callgrind_control) and divi
 - enqueue: the tree's producer calling ``Scripts.enqueue`` once per job;
 - complete + claim next: one process draining those jobs through the tree's shared.engine.scripts.
 
+``--annotate FILE`` keeps the first tree's drain dump and prints Redis's functions by
+instructions, inclusive: where a complete-and-claim-next's instructions go (EVALSHA, the
+commands a script runs, the replies made Lua values, the Lua itself).
+
 ``--definitions`` counts instead, per hot script, what its include definitions alone cost per
 EVALSHA (the script's text up to its own code, then ``return 1``, less a bare ``return 1`` with
 complete's 14 keys and 10 arguments): every call runs the whole chunk, so each closure and table
@@ -18,6 +22,7 @@ misses are not in them, so they rank changes to the work Redis does per job, not
 Needs valgrind (``apt install valgrind``).
 
     .venv/bin/python -m bench.instructions --tree /tmp/old --tree .
+    .venv/bin/python -m bench.instructions --jobs 2000 --annotate /tmp/drain.cg
     .venv/bin/python -m bench.instructions --definitions --tree /tmp/old --tree .  # 3 rounds
 """
 
@@ -50,6 +55,8 @@ CALLS = 2000
 class CallgrindRedis(RedisServer):
     """A private redis-server run under callgrind, counting nothing until told to."""
 
+    last_dump: Path | None = None  # the file instructions() read last
+
     def args(self) -> list[str]:
         out = f"--callgrind-out-file={self.dir / 'callgrind.out'}"
         log = f"--log-file={self.dir / 'valgrind.log'}"
@@ -62,6 +69,7 @@ class CallgrindRedis(RedisServer):
             ["callgrind_control", "--dump", str(self.pid)], check=True, capture_output=True
         )
         (new,) = set(self.dir.glob("callgrind.out*")) - dumps
+        self.last_dump = new
         match = TOTAL.search(new.read_bytes())
         if match is None:
             raise RuntimeError(f"no totals in {new}")
@@ -81,8 +89,9 @@ class CallgrindRedis(RedisServer):
             )
 
 
-def measure(tree: Path, jobs: int) -> dict[str, float]:
-    """Return Redis instructions per enqueue and per complete-and-claim-next of `tree`'s code."""
+def measure(tree: Path, jobs: int, keep_drain: Path | None = None) -> dict[str, float]:
+    """Return Redis instructions per enqueue and per complete-and-claim-next of `tree`'s code;
+    `keep_drain`: where to copy the drain's callgrind dump (for callgrind_annotate)."""
     config = redis_cost.tree_config(tree)
     with tempfile.TemporaryDirectory(prefix="taskforge-callgrind-") as tmp:
         server = CallgrindRedis(redis_binary(), Path(tmp), dict(NO_PERSISTENCE))
@@ -100,6 +109,9 @@ def measure(tree: Path, jobs: int) -> dict[str, float]:
             with server.counting():
                 redis_cost.drain_in_process(config, server.url, env)
             drain = server.instructions()
+            if keep_drain is not None:
+                assert server.last_dump is not None
+                shutil.copyfile(server.last_dump, keep_drain)
             done = redis_cost.completed_count(redis.Redis.from_url(server.url))
         finally:
             server.close()
@@ -198,6 +210,13 @@ def main() -> None:
         "--definitions", action="store_true", help="per hot script: its definitions' cost a call"
     )
     parser.add_argument("--rounds", type=int, default=3, help="--definitions: rounds (median)")
+    parser.add_argument(
+        "--annotate",
+        type=Path,
+        metavar="FILE",
+        help="keep the first tree's drain dump in FILE and print Redis's functions by "
+        "instructions, inclusive (callgrind_annotate --inclusive=yes)",
+    )
     args = parser.parse_args()
     if not available():
         raise SystemExit("valgrind (callgrind) is not installed: apt install valgrind")
@@ -206,12 +225,21 @@ def main() -> None:
         return
     print("| checkout | Redis instructions per enqueue | per complete + claim next |")
     print("|---|---|---|")
-    for tree in args.tree or [harness.ROOT]:
-        figures = measure(tree, args.jobs)
+    for index, tree in enumerate(args.tree or [harness.ROOT]):
+        figures = measure(tree, args.jobs, args.annotate if index == 0 else None)
         print(
             f"| {redis_cost.label_of(tree)} | {figures['enqueue']:,.0f} "
             f"| {figures['complete_claim_next']:,.0f} |"
         )
+    if args.annotate:
+        annotated = subprocess.run(
+            ["callgrind_annotate", "--inclusive=yes", str(args.annotate)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        print(f"\nthe drain's Redis functions, inclusive ({args.annotate}):")
+        print("\n".join(annotated.splitlines()[:80]))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 
 from bench.peers import configs, harness
+from tests.support import tools
 from tests.support.redis_server import private_redis
 from tests.support.stats import percentile
 
@@ -41,12 +42,12 @@ TIMEOUT = 300.0
 
 
 def cpu_seconds(pid: int) -> float:
-    """Return a process's user + system CPU seconds (0 once it is gone)."""
+    """Return a process's user + system CPU seconds, its reaped children's left out (0 once
+    it is gone)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return tools.cpu_seconds(pid)
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def switches(pid: int) -> tuple[int, int]:

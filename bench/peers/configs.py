@@ -137,7 +137,7 @@ CONFIGS: tuple[Config, ...] = (
             threads=n,
             on_request=True,
         )
-        for n in (1, 2, 4, 8)
+        for n in (1, 2, 4, 8, 10, 12, 16)
     ),
     *(
         Config(
@@ -236,6 +236,18 @@ CONFIGS: tuple[Config, ...] = (
         "`dramatiq … -p N -t 8` (Dramatiq's default thread count): up to 8 jobs at once per "
         "process — not one at a time",
         threads=8,
+    ),
+    Config(
+        "dramatiq-16",
+        "Dramatiq (16 threads)",
+        "dramatiq",
+        "bench.peers.dramatiq_bench",
+        _dramatiq(16),
+        "at least once (as Dramatiq, 1 thread)",
+        "`dramatiq … -p N -t 16`: up to 16 jobs at once per process, beside TaskForge's "
+        "16-thread I/O sitting",
+        threads=16,
+        on_request=True,
     ),
     Config(
         "huey",

@@ -16,6 +16,9 @@ Methods (the same for every system, TaskForge included):
   read: a pipeline or a script call is one); CPU µs/job = Δ(used_cpu_sys + used_cpu_user) / N.
   The window includes the workers' start-up and idle polling, which N jobs amortise. The
   enqueue side is the same delta around the (untimed) fill: ``enqueue_redis_cpu_us_per_job``.
+- **steady CPU**: from a tenth of the jobs done to the last (start-up out), the CPU of every
+  process of the system (bench.peers.cpu) and Redis's, per job run in that window:
+  ``processes_cpu_us_per_job``, ``steady_redis_cpu_us_per_job``.
 - **memory**: PSS summed over every process of the system (bench.peers.pss), sampled every
   0.2 s from the workers' start to the drain's end; the maximum is reported.
 - **I/O body** (``io_wait_ms`` > 0): each job does one Redis round trip and then waits that
@@ -44,7 +47,7 @@ from pathlib import Path
 
 import redis
 
-from bench.peers import pss
+from bench.peers import cpu, pss
 from bench.peers.configs import Config
 from bench.peers.stamp import LINE
 from tests.support.gunicorn import run_gunicorn
@@ -53,6 +56,7 @@ from tests.support.tools import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE = 10.0
+STEADY_FROM = 10  # the steady window starts once 1/STEADY_FROM of a drain's jobs ran
 START_TIMEOUT = 60.0
 PRODUCER_TIMEOUT = 600.0
 
@@ -225,20 +229,21 @@ def redis_info(client: redis.Redis) -> dict[str, float]:
     }
 
 
-def redis_cost(before: dict, after: dict, jobs: int) -> dict[str, object]:
-    """Return commands, round trips and CPU per job between two redis_info snapshots."""
+def redis_cost(before: dict, after: dict, jobs: int, snapshots: int = 1) -> dict[str, object]:
+    """Return commands, round trips and CPU per job between two redis_info snapshots;
+    `snapshots`: the harness's own INFO calls in the window (the last one included)."""
     commands = {
         name: after["by_command"][name] - before["by_command"].get(name, 0)
         for name in after["by_command"]
     }
-    commands["info"] = commands.get("info", 0) - 1  # the snapshot itself
+    commands["info"] = commands.get("info", 0) - snapshots  # the snapshots themselves
     usec = {
         name: value - before.get("usec_by_command", {}).get(name, 0)
         for name, value in after.get("usec_by_command", {}).items()
     }
     return {
-        "commands_per_job": (after["calls"] - before["calls"] - 1) / jobs,
-        "round_trips_per_job": (after["reads"] - before["reads"] - 1) / jobs,
+        "commands_per_job": (after["calls"] - before["calls"] - snapshots) / jobs,
+        "round_trips_per_job": (after["reads"] - before["reads"] - snapshots) / jobs,
         "redis_cpu_us_per_job": (after["cpu"] - before["cpu"]) * 1e6 / jobs,
         "commands": {k: round(v / jobs, 3) for k, v in sorted(commands.items()) if v > 0},
         "usec_per_job": {k: round(v / jobs, 3) for k, v in sorted(usec.items()) if v > 0},
@@ -280,16 +285,21 @@ def drain(
     produce(config, env, "enqueue", "fill", str(jobs))
     before = redis_info(client)
     with running(config, url, env, workers, ws.log) as group:
-        sampler = pss.Sampler(lambda: [proc.pid for proc in group.procs]).start()
+
+        def roots() -> list[int]:
+            return [proc.pid for proc in group.procs]
+
+        sampler = pss.Sampler(roots).start()
         try:
-            wait_stamps(
-                stamps,
-                jobs,
-                drain_timeout(jobs, workers, io_wait_ms),
-                group,
-                f"{config.key} drain ×{workers}",
-            )
+            timeout = drain_timeout(jobs, workers, io_wait_ms)
+            what = f"{config.key} drain ×{workers}"
+            # The steady window: from a tenth of the jobs done (every worker is up by then)
+            # to the last, so start-up stays out of the CPU per job it gives.
+            wait_stamps(stamps, max(1, jobs // STEADY_FROM), timeout, group, what)
+            steady = (cpu.tree_cpu_seconds(roots()), redis_info(client), stamp_count(stamps))
+            wait_stamps(stamps, jobs, timeout, group, what)
             after = redis_info(client)
+            steady_cost = steady_cpu(steady, cpu.tree_cpu_seconds(roots()), after, jobs)
         finally:
             memory = sampler.stop()
     ran = stamp_count(stamps)
@@ -305,10 +315,26 @@ def drain(
         "jobs_per_s": jobs / (last - first),
         "concurrency": config.concurrency(workers),
         "io_wait_ms": io_wait_ms,
-        **redis_cost(before, after, jobs),
+        **redis_cost(before, after, jobs, snapshots=2),  # and the steady window's start
         "enqueue_path": config.enqueue_path(),
         "enqueue_redis_cpu_us_per_job": enqueue_cost["redis_cpu_us_per_job"],
+        **steady_cost,
         **memory,
+    }
+
+
+def steady_cpu(
+    before: tuple[float, dict, int], processes_cpu: float, after: dict, jobs: int
+) -> dict[str, float]:
+    """Return CPU µs per job over the steady window: the system's processes' and Redis's."""
+    cpu_before, redis_before, done = before
+    ran = jobs - done
+    if ran <= 0:
+        return {}
+    return {
+        "steady_jobs": ran,
+        "processes_cpu_us_per_job": (processes_cpu - cpu_before) * 1e6 / ran,
+        "steady_redis_cpu_us_per_job": (after["cpu"] - redis_before["cpu"]) * 1e6 / ran,
     }
 
 

@@ -94,6 +94,8 @@ def summarize(results: dict) -> dict[str, dict[str, dict[str, float] | None]]:
                 "redis_cpu_us_per_job",
                 "enqueue_redis_cpu_us_per_job",
                 "pss_mb",
+                "processes_cpu_us_per_job",
+                "steady_redis_cpu_us_per_job",
             ):
                 figures[f"{name}_{w}"] = over("drain", w, name)
         for p in ("p50", "p95", "p99", "max"):
@@ -471,8 +473,9 @@ def per_k_tables(results: dict) -> str:
             f"{st.get('latency_workers', 2)} idle workers",
             "",
             "| configuration | concurrency | jobs/s | Redis CPU µs/job (run) | "
-            "Redis CPU µs/job (enqueue) | enqueue path | PSS MB (peak) | p50 ms |",
-            "|---|---|---|---|---|---|---|---|",
+            "Redis CPU µs/job (enqueue) | CPU µs/job, steady: processes / Redis | "
+            "enqueue path | PSS MB (peak) | p50 ms |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for key in results.get("runs", {}):
             f = s.get(key, {})
@@ -483,6 +486,8 @@ def per_k_tables(results: dict) -> str:
                 f"| {labels.get(key, key)} | {c.get('concurrency', {}).get(str(w), '?')} | "
                 f"{cell(f.get(f'drain_{w}'))} | {cell(f.get(f'redis_cpu_us_per_job_{w}'))} | "
                 f"{cell(f.get(f'enqueue_redis_cpu_us_per_job_{w}'))} | "
+                f"{cell(f.get(f'processes_cpu_us_per_job_{w}'))} / "
+                f"{cell(f.get(f'steady_redis_cpu_us_per_job_{w}'))} | "
                 f"{c.get('enqueue_path', '?')} | {cell(f.get(f'pss_mb_{w}'))} | "
                 f"{cell(f.get('latency_p50'))} |"
             )
@@ -715,6 +720,10 @@ ahead), so it measures the engine's work: three executions, two retries and the 
   which counts commands run inside Lua scripts and MULTI/EXEC too; Redis CPU µs/job =
   Δ(`used_cpu_sys` + `used_cpu_user`) / N. The window includes the workers' start-up and
   idle polling, amortised over N jobs. Per-command counts are in `compare.json`.
+- **Steady CPU** (the per-k tables' "steady" column): from a tenth of a drain's jobs done to
+  the last, start-up left out: the system's processes' user + system CPU (every process of
+  its tree, /proc/<pid>/stat, reaped children included) and Redis's, each ÷ the jobs run in
+  that window. Two figures of one cost: together they are a job's CPU on this machine.
 - **Delivery guarantees** are stated per configuration above; a faster figure from a
   configuration that can lose a job (Huey, Celery's default early ack, RQ) is not
   like-for-like with TaskForge's at-least-once.

@@ -197,6 +197,11 @@ def test_redis_cost_per_job() -> None:
     assert cost["round_trips_per_job"] == 1.0
     assert cost["redis_cpu_us_per_job"] == pytest.approx(200.0)
     assert cost["commands"] == {"get": 2.0}
+    # A drain reads INFO once more inside its window (the steady part's start): left out too.
+    after = {**after, "calls": 2102, "reads": 1052, "by_command": {"get": 2010, "info": 3}}
+    cost = harness.redis_cost(before, after, 1000, snapshots=2)
+    assert (cost["commands_per_job"], cost["round_trips_per_job"]) == (2.0, 1.0)
+    assert cost["commands"] == {"get": 2.0}
 
 
 def test_stamp_lines_are_fixed_width(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

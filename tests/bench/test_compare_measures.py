@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from bench import compare
-from bench.peers import configs, harness, pss, report, stamp
+from bench.peers import configs, cpu, harness, pss, report, stamp
 from tests.support.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,6 +47,53 @@ def process_tree():
     finally:
         parent.stdin.close()  # type: ignore[union-attr]
         parent.wait(timeout=30)
+
+
+def test_cpu_of_a_tree_counts_a_child_that_burned_cpu() -> None:
+    # A parent whose child burns 0.3 s of CPU, then says so and waits.
+    burn = (
+        "import time; end = time.process_time() + 0.3\n"
+        "while time.process_time() < end: pass\n"
+        "print('burned', flush=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys; c = subprocess.Popen([sys.executable,"
+            f" '-c', {burn!r}]); sys.stdin.read(); c.kill(); c.wait()",
+        ],
+        stdin=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while cpu.tree_cpu_seconds([parent.pid]) - (cpu.cpu_seconds(parent.pid) or 0) < 0.25:
+            assert time.monotonic() < deadline, "the child's CPU never showed in the tree"
+            time.sleep(0.05)
+        own = cpu.cpu_seconds(parent.pid)
+        assert own is not None and own < 0.25  # the burn is the child's, not the parent's
+    finally:
+        parent.stdin.close()  # type: ignore[union-attr]
+        parent.wait(timeout=30)
+    assert cpu.cpu_seconds(parent.pid) is None  # exited and reaped
+
+
+def test_cpu_reads_a_stat_line_whose_name_holds_spaces_and_parentheses(tmp_path: Path) -> None:
+    (tmp_path / "42").mkdir()
+    # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime...
+    (tmp_path / "42" / "stat").write_text("42 (a (b) c) S 1 42 42 0 -1 0 0 0 0 0 150 50 7 3 20\n")
+    assert cpu.cpu_seconds(42, tmp_path) == pytest.approx((150 + 50 + 7 + 3) / cpu.TICKS)
+    assert cpu.cpu_seconds(43, tmp_path) is None
+
+
+def test_steady_cpu_is_per_job_run_in_the_window() -> None:
+    before = (2.0, {"cpu": 10.0}, 100)  # processes' CPU s, Redis's snapshot, jobs done
+    out = harness.steady_cpu(before, 2.9, {"cpu": 10.3}, 1000)
+    assert out["steady_jobs"] == 900
+    assert out["processes_cpu_us_per_job"] == pytest.approx(1000.0)
+    assert out["steady_redis_cpu_us_per_job"] == pytest.approx(333.33, rel=1e-3)
+    assert harness.steady_cpu((2.0, {"cpu": 10.0}, 1000), 2.9, {"cpu": 10.3}, 1000) == {}
 
 
 def test_pss_reads_smaps_rollup_of_a_live_process() -> None:
@@ -151,6 +198,8 @@ def test_per_k_tables_show_every_measure() -> None:
             "jobs_per_s": rate,
             "redis_cpu_us_per_job": 30.0,
             "enqueue_redis_cpu_us_per_job": 12.5,
+            "processes_cpu_us_per_job": 250.0,
+            "steady_redis_cpu_us_per_job": 28.0,
             "pss_mb": pss_mb,
         }
 
@@ -187,8 +236,8 @@ def test_per_k_tables_show_every_measure() -> None:
     text = report.per_k_tables(results)
     assert "k = 1 worker process(es), I/O body: one Redis round trip + 20.0 ms wait" in text
     assert (
-        "| TaskForge | 2 processes × 1 thread | 90.0 | 30.0 | 12.5 | engine direct | 110 | 1.50 |"
-        in text
+        "| TaskForge | 2 processes × 1 thread | 90.0 | 30.0 | 12.5 | 250 / 28.0 | engine direct "
+        "| 110 | 1.50 |" in text
     )
     # No drain for the HTTP configuration: it appears only in the latency table.
     assert text.count("| TaskForge (HTTP) |") == 1
@@ -218,4 +267,7 @@ def test_a_taskforge_drain_reports_pss_of_every_process_and_redis_cost(
     # Supervisor, scheduler, observability server and two workers, at least.
     assert out["pss_processes"] >= 4 and out["pss_mb"] > 10
     assert out["redis_cpu_us_per_job"] > 0 and out["enqueue_redis_cpu_us_per_job"] > 0
+    # The steady window: after a tenth of the jobs, so at most 180 of them and at least one.
+    assert 1 <= out["steady_jobs"] <= 180
+    assert out["processes_cpu_us_per_job"] > 0 and out["steady_redis_cpu_us_per_job"] > 0
     assert out["seconds"] >= 200 * 0.005 / 2

@@ -477,8 +477,9 @@ class WorkerProcess(StopOnSignal):
             if each is not None:
                 self._hand_back(each)
 
-    def _hand_back(self, job: Job) -> None:
-        """Requeue one job claimed for this worker and never started (uncounted)."""
+    def _hand_back(self, job: Job) -> bool:
+        """Requeue one job claimed for this worker and never started (uncounted); tell whether
+        it went back (False: no longer this claim's, or Redis still unreachable)."""
         for _ in range(3):
             try:
                 released = self.scripts.release(
@@ -488,10 +489,27 @@ class WorkerProcess(StopOnSignal):
                     lifecycle.record(
                         lifecycle.Outcome.HANDED_BACK, job.id, job.type, queue=job.queue
                     )
-                return
+                    return True
+                return False
             except redis.RedisError as exc:
                 self.backoff.wait(exc)
         # Still unreachable: the lease expires and a scheduler recovers the job.
+        return False
+
+    def _hand_back_too_old(self, job: Job, age: float) -> None:
+        """Hand back `job`, whose claim was sent `age` seconds ago (past half its lease), and
+        say so: the one sign of a stall (a frozen host, a paused VM) this side gives. Not handed
+        back: a scheduler recovered the job meanwhile, or Redis is out of reach."""
+        handed_back = self._hand_back(job)
+        log.warning(
+            "job_claim_too_old",
+            extra={
+                "job_id": job.id,
+                "queue": job.queue,
+                "claimed_s_ago": round(age, 3),
+                "handed_back": handed_back,
+            },
+        )
 
     def _execute(self, job: Job) -> Job | None:
         """Run one claimed job and record its outcome; return the next job if one was claimed.
@@ -568,9 +586,12 @@ class WorkerProcess(StopOnSignal):
         half its lease ago; tell whether it was. Asked once a claim: once the slot shows the
         job its lease is renewed (a thread's job waiting to run alone asks before it waits)."""
         claimed_at, self.claimed_at = self.claimed_at, None
-        if claimed_at is None or time.monotonic() - claimed_at <= self.hold_limit:
+        if claimed_at is None:
             return False
-        self._hand_back(job)
+        age = time.monotonic() - claimed_at
+        if age <= self.hold_limit:
+            return False
+        self._hand_back_too_old(job, age)
         # And what came with it or after it: the rest of its batch (as old), a claim sent
         # ahead of it (read now: left unread, it would keep its job and the claim lock).
         self._hand_back_unstarted_job()
@@ -744,8 +765,9 @@ class WorkerProcess(StopOnSignal):
             inflight.fence.close()
         if claimed is None:
             return None
-        if inflight.age() > self.hold_limit:
-            self._hand_back(claimed)
+        age = inflight.age()
+        if age > self.hold_limit:
+            self._hand_back_too_old(claimed, age)
             return None
         self.claimed_at = inflight.sent_at  # checked again as it starts (_execute)
         return claimed

@@ -95,9 +95,9 @@ def _count_hand_backs(worker: WorkerProcess) -> list[str]:
     handed_back: list[str] = []
     hand_back = worker._hand_back
 
-    def counting(job: Job) -> None:
+    def counting(job: Job) -> bool:
         handed_back.append(job.id)
-        hand_back(job)
+        return hand_back(job)
 
     worker._hand_back = counting  # type: ignore[method-assign]
     return handed_back
@@ -249,7 +249,7 @@ def test_quiet_hands_back_the_held_job_and_claims_nothing_more(scripts: Scripts)
 
 
 def test_a_held_job_too_old_for_its_lease_is_handed_back_not_run(
-    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     ids = _enqueue(scripts, SHORT, 8)
     worker = _worker(scripts)
@@ -263,6 +263,10 @@ def test_a_held_job_too_old_for_its_lease_is_handed_back_not_run(
     assert_each_completed_once(scripts, ids)
     assert [job_id for _, job_id, _ in seen] == ids  # each ran once, in order
     assert len(handed_back) >= 5, handed_back  # each held job went back before its turn
+    # Each says why, and that it went back (nothing recovered it meanwhile).
+    too_old = [rec for rec in caplog.records if rec.getMessage() == "job_claim_too_old"]
+    assert [rec.job_id for rec in too_old] == handed_back[: len(too_old)], too_old
+    assert len(too_old) >= 5 and all(rec.handed_back is True for rec in too_old), too_old
 
 
 def test_a_lost_reply_is_repeated_with_the_same_token_and_claims_nothing_twice(

@@ -502,7 +502,7 @@ class WorkerProcess(StopOnSignal):
         back: a scheduler recovered the job meanwhile, or Redis is out of reach."""
         handed_back = self._hand_back(job)
         log.warning(
-            "job_claim_too_old",
+            "claim_too_old",
             extra={
                 "job_id": job.id,
                 "queue": job.queue,

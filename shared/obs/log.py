@@ -46,7 +46,6 @@ EVENTS: frozenset[str] = frozenset(
         "job_released",
         "job_timed_out",
         "job_stale_ack",
-        "job_claim_too_old",  # a claim read past half its lease (a stalled host): not started
         "lifecycle_sink_failed",
         "metrics_flush_failed",
         "ack_flush_failed",
@@ -80,6 +79,7 @@ EVENTS: frozenset[str] = frozenset(
         "child_crashed",
         "lease_lost",
         "lease_renewal_failed",
+        "claim_too_old",  # a claim read past half its lease (a stalled host): not started
         "requeue_abandoned",
         "job_promoted",
         "queues_relisted",

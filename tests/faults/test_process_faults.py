@@ -616,7 +616,7 @@ def test_a_host_frozen_while_its_worker_waits_idle_loses_and_repeats_nothing(
     assert recovered["reason"] == "lease expired", recovered
     # The thawed worker says why it did not start the job, and that the hand-back was refused:
     # the job was recovered meanwhile.
-    [too_old] = lost_host.events("job_claim_too_old", job_id=job_id)
+    [too_old] = lost_host.events("claim_too_old", job_id=job_id)
     assert too_old["handed_back"] is False and too_old["claimed_s_ago"] > 4.0, too_old
     assert job_fields(r, [job_id], "status", "recoveries") == [["completed", "1"]]
     assert [e.pid for e in executions if e.job_id == job_id] == [

@@ -264,7 +264,7 @@ def test_a_held_job_too_old_for_its_lease_is_handed_back_not_run(
     assert [job_id for _, job_id, _ in seen] == ids  # each ran once, in order
     assert len(handed_back) >= 5, handed_back  # each held job went back before its turn
     # Each says why, and that it went back (nothing recovered it meanwhile).
-    too_old = [rec for rec in caplog.records if rec.getMessage() == "job_claim_too_old"]
+    too_old = [rec for rec in caplog.records if rec.getMessage() == "claim_too_old"]
     assert [rec.job_id for rec in too_old] == handed_back[: len(too_old)], too_old
     assert len(too_old) >= 5 and all(rec.handed_back is True for rec in too_old), too_old
 

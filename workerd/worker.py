@@ -463,9 +463,10 @@ class WorkerProcess(StopOnSignal):
             # backs off and the next claim repeats it.
             return self._claim_call(queue, runnable, request_id, sent_at)
 
-    def _hand_back_unstarted_job(self) -> None:
+    def _hand_back_unstarted_job(self) -> int:
         """Requeue the jobs claimed for this worker that it will not run (it is stopping):
-        the next job in hand, and one a call still in flight claimed (read first)."""
+        the next job in hand, and one a call still in flight claimed (read first). Return how
+        many it handed back."""
         held = self._settle()
         self.claimed_at = None  # neither job in hand will start
         job, self.next_job, self.next_job_woke = self.next_job, None, False
@@ -473,13 +474,14 @@ class WorkerProcess(StopOnSignal):
         if self.batch is not None:
             self._send_done(0)  # the completions waiting first: those jobs did run
             unstarted.extend(self.batch.take_hand())
-        for each in unstarted:
-            if each is not None:
-                self._hand_back(each)
+        jobs = [each for each in unstarted if each is not None]
+        for each in jobs:
+            self._hand_back(each)
+        return len(jobs)
 
-    def _hand_back(self, job: Job) -> bool:
-        """Requeue one job claimed for this worker and never started (uncounted); tell whether
-        it went back (False: no longer this claim's, or Redis still unreachable)."""
+    def _hand_back(self, job: Job) -> Code | None:
+        """Requeue one job claimed for this worker and never started (uncounted); return
+        release's code (DONE: it went back), or None if Redis stayed out of reach."""
         for _ in range(3):
             try:
                 released = self.scripts.release(
@@ -489,25 +491,26 @@ class WorkerProcess(StopOnSignal):
                     lifecycle.record(
                         lifecycle.Outcome.HANDED_BACK, job.id, job.type, queue=job.queue
                     )
-                    return True
-                return False
+                return released.code
             except redis.RedisError as exc:
                 self.backoff.wait(exc)
         # Still unreachable: the lease expires and a scheduler recovers the job.
-        return False
+        return None
 
-    def _hand_back_too_old(self, job: Job, age: float) -> None:
-        """Hand back `job`, whose claim was sent `age` seconds ago (past half its lease), and
-        say so: the one sign of a stall (a frozen host, a paused VM) this side gives. Not handed
-        back: a scheduler recovered the job meanwhile, or Redis is out of reach."""
-        handed_back = self._hand_back(job)
+    def _say_too_old(self, job: Job, age: float, release: Code | None, more: int = 0) -> None:
+        """Log that `job`, claimed `age` seconds ago (past half its lease), went back unrun
+        with `more` jobs claimed with or after it: the one sign of a stall (a frozen host, a
+        paused VM) this side gives. `release`: the hand-back's code. STALE_TOKEN mostly means a
+        scheduler recovered the job meanwhile (or a repeat of a release whose reply was lost);
+        None, that Redis stayed out of reach (the lease runs out instead)."""
         log.warning(
             "claim_too_old",
             extra={
                 "job_id": job.id,
                 "queue": job.queue,
                 "claimed_s_ago": round(age, 3),
-                "handed_back": handed_back,
+                "release": "unreachable" if release is None else release.name.lower(),
+                "more": more,
             },
         )
 
@@ -591,10 +594,11 @@ class WorkerProcess(StopOnSignal):
         age = time.monotonic() - claimed_at
         if age <= self.hold_limit:
             return False
-        self._hand_back_too_old(job, age)
+        release = self._hand_back(job)
         # And what came with it or after it: the rest of its batch (as old), a claim sent
         # ahead of it (read now: left unread, it would keep its job and the claim lock).
-        self._hand_back_unstarted_job()
+        more = self._hand_back_unstarted_job()
+        self._say_too_old(job, age, release, more)
         return True
 
     def _record(
@@ -767,7 +771,7 @@ class WorkerProcess(StopOnSignal):
             return None
         age = inflight.age()
         if age > self.hold_limit:
-            self._hand_back_too_old(claimed, age)
+            self._say_too_old(claimed, age, self._hand_back(claimed))
             return None
         self.claimed_at = inflight.sent_at  # checked again as it starts (_execute)
         return claimed
@@ -858,17 +862,20 @@ class WorkerProcess(StopOnSignal):
         lease (aged now, after any send that waited out an outage): it all goes back."""
         batch = self.batch
         assert batch is not None
-        if batch.held_too_long(self.hold_limit, time.monotonic()):
-            self._give_back_batch()
+        now = time.monotonic()
+        if batch.held_too_long(self.hold_limit, now):
+            first, age = batch.hand[0], now - batch.claimed_at
+            releases = self._give_back_batch()
+            self._say_too_old(first, age, releases[0], len(releases) - 1)
             return None
         return batch.hand.popleft() if batch.hand else None
 
-    def _give_back_batch(self) -> None:
-        """Send the completions waiting (those jobs did run), then hand back the jobs in hand."""
+    def _give_back_batch(self) -> list[Code | None]:
+        """Send the completions waiting (those jobs did run), then hand back the jobs in hand;
+        return each hand-back's code."""
         assert self.batch is not None
         self._send_done(0)
-        for unstarted in self.batch.take_hand():
-            self._hand_back(unstarted)
+        return [self._hand_back(unstarted) for unstarted in self.batch.take_hand()]
 
     def _arm_flusher(self) -> bool:
         """Before a job starts: have the completions waiting sent, or the call in flight read,

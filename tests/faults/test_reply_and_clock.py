@@ -247,14 +247,16 @@ def test_lost_enqueue_replies_through_gateway(
 # -- scenario 9 (ii): lost replies on fail ---------------------------------------------------
 
 
-def attempts_by_job(records: list[dict[str, Any]]) -> dict[str, set[int]]:
-    """Return the attempts each job's records name; a record logged twice fails the test."""
+def attempts_by_job(records: list[dict[str, Any]]) -> tuple[dict[str, set[int]], list[Any]]:
+    """Return the attempts each job's records name, and the records naming one again."""
     found: dict[str, set[int]] = defaultdict(set)
+    again = []
     for rec in records:
         attempt = int(rec["attempt"])
-        assert attempt not in found[rec["job_id"]], ("logged twice", rec)
+        if attempt in found[rec["job_id"]]:
+            again.append(rec)
         found[rec["job_id"]].add(attempt)
-    return found
+    return found, again
 
 
 FAIL_SHA = script_sha("fail")
@@ -310,8 +312,8 @@ def test_lost_fail_replies_count_each_attempt_once(
     runs: dict[str, list[int | None]] = defaultdict(list)
     for ex in executions:
         runs[ex.job_id].append(ex.attempt)
-    scheduled_at = attempts_by_job(workerd.events("job_retry_scheduled"))
-    stale_at = attempts_by_job(workerd.events("job_stale_ack"))
+    scheduled_at, scheduled_again = attempts_by_job(workerd.events("job_retry_scheduled"))
+    stale_at, stale_again = attempts_by_job(workerd.events("job_stale_ack"))
     scheduled = Counter({job_id: len(at) for job_id, at in scheduled_at.items()})
     stale = Counter({job_id: len(at) for job_id, at in stale_at.items()})
     dead = Counter(rec["job_id"] for rec in workerd.events("job_dead"))
@@ -335,6 +337,7 @@ def test_lost_fail_replies_count_each_attempt_once(
     print_figures("lost_fail_replies", figures)
 
     assert chains[1] >= 4 and chains[3] >= 4, chains
+    assert scheduled_again == [] and stale_again == [], (scheduled_again, stale_again)
     for job_id in ids:
         status, attempts, recoveries = (v.decode() for v in state[job_id])
         # Each attempt ran once and was counted once: no fail was applied twice.
@@ -343,15 +346,16 @@ def test_lost_fail_replies_count_each_attempt_once(
         # One outcome per execution. A worker whose resends outlive the retry delay (several
         # lost replies in a row) finds the job claimed again: its resend is refused as stale,
         # or the supervisor's renewal sees the new token and stops it (lease lost), or both
-        # when the two land together (CI saw that once). Either way the first call's retry
-        # stands and the worker logs no second one: no attempt is both scheduled and refused,
-        # and each attempt the worker saw no reply for ended stale, stopped, or both.
+        # (CI saw that once: the renewal read the slot before the worker, refused, cleared
+        # it). Either way the first call's retry stands and the worker logs no second one.
+        # Scheduled and stale lines name their attempt: none is both, and only an attempt
+        # that was not the last can be refused (the last one's resend is answered DEAD again).
+        # lease_lost names no attempt: counted per job, it covers what stale does not.
         assert dead[job_id] == 1, (job_id, dead[job_id])
         seen, refused = scheduled_at[job_id], stale_at[job_id]
-        assert not seen & refused, (job_id, seen, refused)
-        unseen = max_retries - 1 - len(seen)
-        assert 0 <= len(refused) <= unseen, (job_id, seen, refused)
-        assert unseen <= len(refused) + stopped[job_id] <= 2 * unseen, (job_id, stale, stopped)
+        unseen = set(range(1, max_retries)) - seen
+        assert seen <= set(range(1, max_retries)) and refused <= unseen, (job_id, seen, refused)
+        assert len(unseen - refused) <= stopped[job_id], (job_id, seen, refused, stopped)
     # Each attempt the worker saw no reply for lost at least one chain of replies.
     unseen_total = jobs * (max_retries - 1) - sum(scheduled.values())
     assert unseen_total <= sum(chains.values()), (unseen_total, chains)

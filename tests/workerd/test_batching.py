@@ -470,7 +470,7 @@ def _worker_in_long_outages(scripts: Scripts, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_a_batch_got_by_repeating_a_lost_reply_is_aged_from_its_first_send(
-    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The first complete_batch that claims lands, the next 8 claimed, and its reply is lost.
     _lose_a_reply(monkeypatch, scripts, "complete_batch", lambda kwargs: bool(kwargs["count"]))
@@ -484,10 +484,13 @@ def test_a_batch_got_by_repeating_a_lost_reply_is_aged_from_its_first_send(
     # the repeat's reply time).
     released = {ids_[0] for name, ids_ in calls if name == "release"}
     assert set(ids[9:]) <= released
+    lines = [r for r in caplog.records if r.getMessage() == "claim_too_old"]
+    # One line says so: the first of them, and the rest that went back with it.
+    assert [(r.job_id, r.release, r.more) for r in lines] == [(ids[9], "done", len(released) - 1)]
 
 
 def test_a_batch_claim_repeated_after_a_lost_reply_is_aged_from_its_first_send(
-    scripts: Scripts, monkeypatch: pytest.MonkeyPatch
+    scripts: Scripts, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The first claim lands (8 claimed, leases running) and its reply is lost.
     _lose_a_reply(monkeypatch, scripts, "claim_batch", lambda kwargs: True)
@@ -500,6 +503,9 @@ def test_a_batch_claim_repeated_after_a_lost_reply_is_aged_from_its_first_send(
     # first as it would start (as a repeated claim's job does without a batch), then the 7 in
     # hand; the next claim takes them afresh.
     assert [ids_ for name, ids_ in calls if name == "release"] == [(i,) for i in ids]
+    # One line says so: the first job, and the 7 that went back with it.
+    lines = [r for r in caplog.records if r.getMessage() == "claim_too_old"]
+    assert [(r.job_id, r.release, r.more) for r in lines] == [(ids[0], "done", 7)]
 
 
 def test_a_flush_that_raises_puts_its_completions_back_and_the_flusher_tries_again(

@@ -864,6 +864,7 @@ class WorkerProcess(StopOnSignal):
         assert batch is not None
         now = time.monotonic()
         if batch.held_too_long(self.hold_limit, now):
+            # held_too_long: the hand is not empty (and sending the completions leaves it).
             first, age = batch.hand[0], now - batch.claimed_at
             releases = self._give_back_batch()
             self._say_too_old(first, age, releases[0], len(releases) - 1)

@@ -503,13 +503,15 @@ class WorkerProcess(StopOnSignal):
         paused VM) this side gives. `release`: the hand-back's code. STALE_TOKEN mostly means a
         scheduler recovered the job meanwhile (or a repeat of a release whose reply was lost);
         None, that Redis stayed out of reach (the lease runs out instead)."""
+        released = "unreachable" if release is None else release.name.lower()
+        metrics.count_claim_too_old(released, job.queue)
         log.warning(
             "claim_too_old",
             extra={
                 "job_id": job.id,
                 "queue": job.queue,
                 "claimed_s_ago": round(age, 3),
-                "release": "unreachable" if release is None else release.name.lower(),
+                "release": released,
                 "more": more,
             },
         )

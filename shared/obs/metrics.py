@@ -106,6 +106,15 @@ RUNNING_CANCELS = Counter(
     ["stopped", "queue"],
 )
 RUNNING_CANCEL_ENDS = ("handler", "sigterm", "sigkill", "failed", "timeout", "lost", "completed")
+# Claims a worker read past half their lease (its process or host stalled: a frozen VM, a
+# SIGSTOP) and handed back unrun, by how the hand-back ended (release: done, stale_token when a
+# scheduler recovered the job meanwhile, ..., unreachable) and queue. Any rate above 0 is a
+# stall worth a look; workerd.worker logs each (claim_too_old).
+CLAIMS_TOO_OLD = Counter(
+    "taskforge_claims_too_old_total",
+    "Claims read past half their lease and handed back unrun (a stalled worker), by release.",
+    ["release", "queue"],
+)
 # Durable mode (shared.engine.durable): writes WAIT did not confirm on TASKFORGE_WAIT_REPLICAS replicas
 # within TASKFORGE_WAIT_TIMEOUT. op: enqueue, enqueue_batch, complete, fail, cancel_running.
 WAIT_TIMEOUTS = Counter(
@@ -207,6 +216,11 @@ def count(event: str, job_type: str | None, queue: str, amount: int = 1) -> None
 def count_running_cancel(stopped: str, queue: str) -> None:
     """Count how a cancel of a running job ended (one of RUNNING_CANCEL_ENDS)."""
     _inc(_labelled(RUNNING_CANCELS, stopped, queue_label(queue)))
+
+
+def count_claim_too_old(release: str, queue: str) -> None:
+    """Count a claim handed back unrun for its age, by how the hand-back ended."""
+    _inc(_labelled(CLAIMS_TOO_OLD, release, queue_label(queue)))
 
 
 def _inc(child: Any, amount: float = 1) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import redis
+from prometheus_client import REGISTRY
 
 from shared.engine.scripts import Scripts
 from shared.engine.scripts.job_scripts import PendingAck, PendingClaim
@@ -101,6 +102,11 @@ def _count_hand_backs(worker: WorkerProcess) -> list[str]:
 
     worker._hand_back = counting  # type: ignore[method-assign]
     return handed_back
+
+
+def stalls_counted(**labels: str) -> float:
+    """Return taskforge_claims_too_old_total{labels} in this process's registry."""
+    return REGISTRY.get_sample_value("taskforge_claims_too_old_total", labels) or 0.0
 
 
 def too_old_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, int]]:
@@ -509,10 +515,12 @@ def test_a_job_claimed_before_a_stall_past_half_its_lease_is_handed_back_not_run
     [job_id] = _enqueue(scripts, SHORT, 1)
     worker = _worker(scripts, WORKER_PREFETCH=prefetch)
     handed_back = _count_hand_backs(worker)
+    counted = stalls_counted(queue="default", release="done")
     worker.step()
     assert handed_back == [job_id] and seen == []
     assert job_hash(scripts, job_id)[b"status"] == b"pending"
     assert too_old_lines(caplog) == [(job_id, "done", 0)]
+    assert stalls_counted(queue="default", release="done") == counted + 1
     run_until(worker, lambda: worker.jobs_done == 1)
     assert [job for _, job, _ in seen] == [job_id]
     assert_each_completed_once(scripts, [job_id])

@@ -8,12 +8,17 @@ of keys and arguments, and complete.lua's included definitions alone. What is le
 script's own Lua and the overhead of each ``redis.call`` (bench/MEASUREMENTS.md, "Holding the
 next job").
 
+Last, what the call's width costs: Redis's whole CPU (``INFO cpu``: parsing and answering
+included) per bare EVALSHA with complete.lua's 14 keys and 10 arguments, and with 1 key and
+5 or 1 arguments, in interleaved rounds: the figure for passing fewer arguments a call.
+
 Run from the repository root: ``.venv/bin/python -m bench.script_overhead [--calls N]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import uuid
 
 import redis
@@ -55,6 +60,30 @@ def reference(r: redis.Redis, text: str, calls: int) -> float:
     return float(r.info("commandstats")["cmdstat_evalsha"]["usec_per_call"])
 
 
+def redis_cpu_us(r: redis.Redis) -> float:
+    """Return Redis's CPU so far (user + system), µs."""
+    cpu = r.info("cpu")
+    return (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1e6
+
+
+SHAPES = ((14, 10), (1, 5), (1, 1))  # (keys, arguments): complete.lua's, then narrower
+
+
+def width_cost(r: redis.Redis, calls: int, rounds: int = 3) -> dict[tuple[int, int], float]:
+    """Return Redis's CPU µs per bare EVALSHA of each shape in SHAPES, median of `rounds`."""
+    sha = r.script_load("#!lua flags=allow-oom\nreturn 1\n")
+    seen: dict[tuple[int, int], list[float]] = {shape: [] for shape in SHAPES}
+    for _ in range(rounds):
+        for shape in SHAPES:
+            keys = [f"{{q}}:job:{i}:0123456789abcdef" for i in range(shape[0])]
+            args = [f"argument-{i}-0123456789" for i in range(shape[1])]
+            before = redis_cpu_us(r)
+            for _ in range(calls):
+                r.evalsha(sha, len(keys), *keys, *args)
+            seen[shape].append((redis_cpu_us(r) - before) / calls)
+    return {shape: statistics.median(values) for shape, values in seen.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=20_000)
@@ -65,12 +94,16 @@ def main() -> None:
         source = load_source("complete")
         bare = reference(r, "#!lua flags=allow-oom\nreturn 1\n", calls)
         includes = reference(r, source[: source.index(BODY_START)] + "\nreturn 1\n", calls)
+        widths = width_cost(r, calls)
     print(f"complete + claim next, {calls:,} calls on an idle Redis, µs per call:")
     print(f"  EVALSHA in all                         {total:7.1f}")
     print(f"  its 13 inner commands' own time        {inner:7.1f}")
     print(f"  a bare EVALSHA, same keys and args     {bare:7.1f}")
     print(f"  the included definitions (less bare)   {includes - bare:7.1f}")
     print(f"  the rest: redis.call overhead and Lua  {total - inner - includes:7.1f}")
+    print("Redis's whole CPU per bare EVALSHA (INFO cpu), µs per call, median of 3:")
+    for (keys, args), us in widths.items():
+        print(f"  {keys:2} keys, {args:2} arguments                  {us:7.1f}")
 
 
 if __name__ == "__main__":

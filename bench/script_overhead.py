@@ -23,6 +23,7 @@ import uuid
 
 import redis
 
+from bench.memory import redis_cpu
 from shared.engine.scripts import Scripts
 from shared.engine.scripts.script_base import load_source
 from shared.model.jobs import Job, validate_enqueue
@@ -60,12 +61,6 @@ def reference(r: redis.Redis, text: str, calls: int) -> float:
     return float(r.info("commandstats")["cmdstat_evalsha"]["usec_per_call"])
 
 
-def redis_cpu_us(r: redis.Redis) -> float:
-    """Return Redis's CPU so far (user + system), µs."""
-    cpu = r.info("cpu")
-    return (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1e6
-
-
 SHAPES = ((14, 10), (1, 5), (1, 1))  # (keys, arguments): complete.lua's, then narrower
 
 
@@ -77,10 +72,10 @@ def width_cost(r: redis.Redis, calls: int, rounds: int = 3) -> dict[tuple[int, i
         for shape in SHAPES:
             keys = [f"{{q}}:job:{i}:0123456789abcdef" for i in range(shape[0])]
             args = [f"argument-{i}-0123456789" for i in range(shape[1])]
-            before = redis_cpu_us(r)
+            before = redis_cpu(r)
             for _ in range(calls):
                 r.evalsha(sha, len(keys), *keys, *args)
-            seen[shape].append((redis_cpu_us(r) - before) / calls)
+            seen[shape].append((redis_cpu(r) - before) * 1e6 / calls)
     return {shape: statistics.median(values) for shape, values in seen.items()}
 
 

@@ -7,6 +7,8 @@ import os
 import time
 from collections.abc import Callable
 
+import pytest
+
 from shared.connect.redis_conn import connect
 from shared.engine.engine_types import Policy
 from shared.engine.keys import Keys
@@ -69,3 +71,12 @@ def assert_each_completed_once(scripts: Scripts, ids: list[str]) -> None:
             b"1",
             b"0",
         ), job_id
+
+
+def too_old_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, int]]:
+    """Return (job id, release, more) of each claim_too_old line logged."""
+    return [
+        (rec.job_id, rec.release, rec.more)
+        for rec in caplog.records
+        if rec.getMessage() == "claim_too_old"
+    ]

@@ -23,7 +23,12 @@ from tests.fakes import IdleSlot
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine, Journal
-from tests.workerd.stepping import assert_each_completed_once, job_hash, run_until
+from tests.workerd.stepping import (
+    assert_each_completed_once,
+    job_hash,
+    run_until,
+    too_old_lines,
+)
 from workerd import JobContext, handler
 from workerd.worker import WorkerProcess
 
@@ -484,9 +489,8 @@ def test_a_batch_got_by_repeating_a_lost_reply_is_aged_from_its_first_send(
     # the repeat's reply time).
     released = {ids_[0] for name, ids_ in calls if name == "release"}
     assert set(ids[9:]) <= released
-    lines = [r for r in caplog.records if r.getMessage() == "claim_too_old"]
     # One line says so: the first of them, and the rest that went back with it.
-    assert [(r.job_id, r.release, r.more) for r in lines] == [(ids[9], "done", len(released) - 1)]
+    assert too_old_lines(caplog) == [(ids[9], "done", len(released) - 1)]
 
 
 def test_a_batch_claim_repeated_after_a_lost_reply_is_aged_from_its_first_send(
@@ -504,8 +508,7 @@ def test_a_batch_claim_repeated_after_a_lost_reply_is_aged_from_its_first_send(
     # hand; the next claim takes them afresh.
     assert [ids_ for name, ids_ in calls if name == "release"] == [(i,) for i in ids]
     # One line says so: the first job, and the 7 that went back with it.
-    lines = [r for r in caplog.records if r.getMessage() == "claim_too_old"]
-    assert [(r.job_id, r.release, r.more) for r in lines] == [(ids[0], "done", 7)]
+    assert too_old_lines(caplog) == [(ids[0], "done", 7)]
 
 
 def test_a_flush_that_raises_puts_its_completions_back_and_the_flusher_tries_again(

@@ -28,7 +28,12 @@ from tests.fakes import IdleSlot
 from tests.support.tools import wait_until
 from tests.support.workerd import Workerd
 from tests.workerd.conftest import Engine, Journal
-from tests.workerd.stepping import assert_each_completed_once, job_hash, run_until
+from tests.workerd.stepping import (
+    assert_each_completed_once,
+    job_hash,
+    run_until,
+    too_old_lines,
+)
 from workerd import JobContext, handler
 from workerd.prefetch import InFlight
 from workerd.slots import SlotTable
@@ -107,15 +112,6 @@ def _count_hand_backs(worker: WorkerProcess) -> list[str]:
 def stalls_counted(**labels: str) -> float:
     """Return taskforge_claims_too_old_total{labels} in this process's registry."""
     return REGISTRY.get_sample_value("taskforge_claims_too_old_total", labels) or 0.0
-
-
-def too_old_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, int]]:
-    """Return (job id, release, more) of each claim_too_old line logged."""
-    return [
-        (rec.job_id, rec.release, rec.more)
-        for rec in caplog.records
-        if rec.getMessage() == "claim_too_old"
-    ]
 
 
 def _lose_replies(
